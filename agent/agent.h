@@ -1,0 +1,183 @@
+/* The pdx-agent's state, shared by the files of agent/: one event loop
+ * (libevent) drives the engine link, the peer link and the UCX worker. */
+#ifndef PDX_AGENT_AGENT_H
+#define PDX_AGENT_AGENT_H
+
+#include <event2/event.h>
+#include <msgpack.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uthash.h>
+
+#include <pdx/engine.h>
+#include <pdx/layout.h>
+
+#include "agent/coalesce.h"
+#include "common/mp.h"
+#include "agent/xfer_sm.h"
+#include "transport/ucx.h"
+
+enum data_path { DATA_AUTO, DATA_PUT, DATA_AM };
+
+struct agent_config {
+	const char *engine_addr; /* ipc://... the engine link */
+	const char *listen_addr; /* tcp://HOST:PORT the peer link */
+	const char *advertise;   /* peer address given out, if not listen's */
+	const char *notify_addr; /* tcp://... collector, optional */
+	enum data_path data_path;
+	uint32_t xfer_timeout_ms;
+	uint32_t handshake_timeout_ms;
+	uint32_t max_xfers; /* bound on live transfers, pending wants included */
+};
+
+/* One registered region of the engine's memory, mapped here. */
+struct region {
+	void *addr;
+	uint64_t size;
+	char shm_name[256];
+	struct pdx_ucx_mem *mem;
+	void *rkey;
+	size_t rkey_len;
+};
+
+struct registration {
+	bool ok;
+	uint64_t generation; /* bumped by every register */
+	struct pdx_kv_layout layout;
+	struct region *regions;
+	uint32_t n_regions;
+	uint8_t engine_id[256]; /* ZeroMQ ROUTER identity of the engine */
+	size_t engine_id_len;
+};
+
+struct remote_region {
+	uint64_t addr;
+	uint64_t size;
+	struct pdx_ucx_rkey *rkey;
+};
+
+enum peer_state { PEER_NEW, PEER_HELLO_SENT, PEER_READY, PEER_REFUSED };
+
+struct peer {
+	char addr[PDX_ADDR_MAX];
+	UT_hash_handle hh;
+	struct agent *agent;
+	void *dealer; /* ZeroMQ DEALER connected to the peer's ROUTER */
+	enum peer_state state;
+	char refusal[PDX_REASON_MAX];
+	uint64_t instance;
+	bool same_host;
+	bool use_put;
+	struct pdx_kv_layout layout;
+	struct pdx_ucx_ep *ep;
+	struct remote_region *regions;
+	uint32_t n_regions;
+	uint64_t hello_sent_ns;
+};
+
+enum xfer_role { XFER_SEND, XFER_RECV };
+
+struct xfer {
+	struct pdx_xfer_id id;
+	UT_hash_handle hh;
+	struct agent *agent;
+	enum xfer_role role;
+	bool announced;   /* our engine named it (send/recv) */
+	bool finished;    /* outcome decided; freed when inflight drains */
+	bool event_sent;
+	uint64_t reg_generation;
+	struct peer *peer; /* the only agent this transfer may go to/come from */
+	char peer_addr[PDX_ADDR_MAX];
+	uint32_t *blocks; /* ours, token order */
+	uint32_t *remote_blocks; /* sender: the receiver's */
+	uint32_t n_blocks;
+	uint32_t skip; /* leading blocks not transferred */
+	struct pdx_xfer_sm sm; /* sender */
+	struct pdx_run *runs;  /* sender: coalesced runs, once blocks known */
+	size_t n_runs;
+	uint32_t inflight;     /* UCX operations referencing this transfer */
+	uint64_t bytes;        /* payload bytes moved */
+	uint64_t am_bytes;     /* receiver: bytes that arrived as messages */
+	uint64_t am_expected;  /* receiver: from "done" */
+	bool done_seen;        /* receiver: "done" arrived */
+	bool want_sent;        /* receiver: "want" went to the sender */
+	uint32_t timeout_ms;
+	struct event *timer;
+	uint64_t t_first_ns;
+	pdx_status_t status;
+	char reason[PDX_REASON_MAX];
+};
+
+struct agent {
+	struct agent_config cfg;
+	struct event_base *base;
+	void *zctx;
+	void *engine_sock; /* ROUTER, ipc:// */
+	void *peer_sock;   /* ROUTER, tcp:// */
+	void *notify_sock; /* PUSH, optional */
+	struct event *engine_ev, *peer_ev, *ucx_ev, *sig_int, *sig_term;
+	struct pdx_ucx *ucx;
+	char peer_addr[PDX_ADDR_MAX];
+	char host_id[192];
+	uint64_t instance;
+	struct registration reg;
+	struct peer *peers;
+	struct xfer *xfers;
+	uint32_t n_xfers;
+	uint64_t notify_dropped;
+};
+
+/* Sends a msgpack buffer as one frame on sock (ROUTER: after identity). */
+int agent_zsend(void *sock, const void *id, size_t id_len, const void *buf,
+		size_t len);
+
+/* Runs everything ready (messages, UCX completions) until nothing is;
+ * every event callback ends with it. */
+void agent_settle(struct agent *a);
+
+/* engine_link.c */
+void engine_on_msg(struct agent *a, const void *id, size_t id_len,
+		   const void *buf, size_t len);
+void engine_send_event(struct agent *a, struct xfer *x, const char *kind);
+void registration_clear(struct agent *a);
+
+/* peer.c */
+struct peer *peer_get(struct agent *a, const char *addr);
+void peer_on_msg(struct agent *a, const void *buf, size_t len);
+/* Sends a message built by fill() to peer: {"op", "from", ...fields}. */
+int peer_send(struct agent *a, struct peer *p, const char *op,
+	      const struct pdx_xfer_id *xfer, const char *reason,
+	      void (*fill)(msgpack_packer *pk, void *arg), int n_fields,
+	      void *arg);
+void peer_send_to_addr(struct agent *a, const char *addr, const char *op,
+		       const struct pdx_xfer_id *xfer, const char *reason);
+void peers_free(struct agent *a);
+
+/* xfer.c */
+struct xfer *xfer_find(struct agent *a, const struct pdx_xfer_id *id);
+struct xfer *xfer_new(struct agent *a, const struct pdx_xfer_id *id,
+		      enum xfer_role role, const char *peer_addr,
+		      uint32_t timeout_ms);
+/* Decides the outcome: failed with status and reason. tell_peer sends an
+ * abort to the peer. The engine hears once no operation uses the blocks. */
+void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
+	       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void xfer_succeed(struct xfer *x);
+/* Frees a finished transfer once its operations drained. */
+void xfer_maybe_release(struct xfer *x);
+/* The peer became ready, refused, or died: move its transfers on. */
+void xfers_peer_ready(struct agent *a, struct peer *p);
+void xfers_peer_failed(struct agent *a, struct peer *p, pdx_status_t status,
+		       const char *reason);
+void xfers_free(struct agent *a);
+
+/* push.c: the data path */
+void push_try(struct xfer *x);
+void push_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
+		     size_t len, bool rndv);
+void recv_try_complete(struct xfer *x);
+
+/* notify.c */
+void notify_xfer(struct agent *a, struct xfer *x, const char *kind);
+
+#endif

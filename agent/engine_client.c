@@ -1,0 +1,617 @@
+/* Engine client: the engine side of the engine link (docs/protocol.md,
+ * section 1) over a ZeroMQ DEALER carrying one msgpack map per frame.
+ *
+ * The socket is created with ZMQ_IMMEDIATE, so a message is queued only on
+ * a completed connection: a call made while the agent is away waits (up to
+ * timeout_ms) for it instead of parking the message in a pipe that a later
+ * agent would read. A register that timed out therefore cannot be answered
+ * by a stale "registered" much later, except when the agent got it but
+ * answered too late; pdx_engine_register() drains such leftovers first.
+ */
+#define PDX_LOG_TOPIC "engine"
+
+#include <pdx/engine.h>
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "common/clock.h"
+#include "common/layout_mp.h"
+#include "common/log.h"
+#include "common/mp.h"
+
+#define PROTOCOL_VERSION 1
+#define DEFAULT_TIMEOUT_MS 10000
+#define EVENT_QUEUE_MAX (1u << 20) /* events parked during register */
+#define RCV_HWM 100000
+#define SHM_NAME_MAX 255           /* NAME_MAX for shm_open() */
+
+struct pdx_engine {
+	void *ctx;
+	void *sock;
+	int timeout_ms;
+	uint32_t xfer_timeout_ms;
+	/* FIFO of events that arrived while register waited for its answer */
+	struct pdx_engine_event *q;
+	size_t q_cap;
+	size_t q_head;
+	size_t q_len;
+};
+
+/* ---- small helpers ---- */
+
+static int remaining_ms(uint64_t deadline_ns)
+{
+	uint64_t now = pdx_now_ns();
+	uint64_t left;
+
+	if (now >= deadline_ns)
+		return 0;
+	left = (deadline_ns - now + 999999) / 1000000;
+	return left > (uint64_t)INT32_MAX ? INT32_MAX : (int)left;
+}
+
+static bool peer_ok(const char *peer)
+{
+	size_t n;
+
+	if (!peer)
+		return false;
+	n = strnlen(peer, PDX_ADDR_MAX);
+	return n > 0 && n < PDX_ADDR_MAX;
+}
+
+/* Copies a str field, truncating it to outlen - 1 bytes. */
+static int get_str_trunc(const msgpack_object *map, const char *key, char *out,
+			 size_t outlen)
+{
+	const msgpack_object *o = pdx_mp_get(map, key);
+	size_t n;
+
+	if (!o || o->type != MSGPACK_OBJECT_STR || outlen == 0)
+		return -1;
+	n = o->via.str.size < outlen - 1 ? o->via.str.size : outlen - 1;
+	memcpy(out, o->via.str.ptr, n);
+	out[n] = '\0';
+	return 0;
+}
+
+static int queue_push(struct pdx_engine *e, const struct pdx_engine_event *ev)
+{
+	if (e->q_len == e->q_cap) {
+		size_t cap = e->q_cap ? e->q_cap * 2 : 16;
+		struct pdx_engine_event *q;
+
+		if (e->q_cap >= EVENT_QUEUE_MAX)
+			return -1;
+		q = malloc(cap * sizeof(*q));
+		if (!q)
+			return -1;
+		/* unroll the ring into the new array */
+		for (size_t i = 0; i < e->q_len; i++)
+			q[i] = e->q[(e->q_head + i) % e->q_cap];
+		free(e->q);
+		e->q = q;
+		e->q_cap = cap;
+		e->q_head = 0;
+	}
+	e->q[(e->q_head + e->q_len) % e->q_cap] = *ev;
+	e->q_len++;
+	return 0;
+}
+
+static bool queue_pop(struct pdx_engine *e, struct pdx_engine_event *ev)
+{
+	if (!e->q_len)
+		return false;
+	*ev = e->q[e->q_head];
+	e->q_head = (e->q_head + 1) % e->q_cap;
+	e->q_len--;
+	return true;
+}
+
+/* ---- the socket ---- */
+
+/* Sends one frame; waits up to timeout_ms for room (or a connection). */
+static pdx_status_t send_frame(struct pdx_engine *e, const void *buf, size_t len)
+{
+	uint64_t deadline = pdx_now_ns() + (uint64_t)e->timeout_ms * 1000000ULL;
+
+	for (;;) {
+		zmq_pollitem_t it = { e->sock, 0, ZMQ_POLLOUT, 0 };
+		int left;
+
+		if (zmq_send(e->sock, buf, len, ZMQ_DONTWAIT) >= 0)
+			return PDX_OK;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN) {
+			log_error("send to agent: %s", zmq_strerror(errno));
+			return PDX_EIO;
+		}
+		left = remaining_ms(deadline);
+		if (left == 0) {
+			log_warn("send to agent: not connected or queue full after %d ms",
+				 e->timeout_ms);
+			return PDX_ETIMEDOUT;
+		}
+		if (zmq_poll(&it, 1, left) < 0 && errno != EINTR) {
+			log_error("poll agent socket: %s", zmq_strerror(errno));
+			return PDX_EIO;
+		}
+	}
+}
+
+static pdx_status_t send_out(struct pdx_engine *e, struct pdx_mp_out *o)
+{
+	pdx_status_t st = send_frame(e, o->buf.data, o->buf.size);
+
+	pdx_mp_out_free(o);
+	return st;
+}
+
+/* Receives one whole message without waiting. Returns 1 with *msg set (the
+ * caller closes it), 0 when nothing is there, -1 on a socket failure. A
+ * message of more than one frame is dropped (and 0 or the next one is
+ * tried): the protocol has single-frame messages only. */
+static int recv_frame(struct pdx_engine *e, zmq_msg_t *msg)
+{
+	for (;;) {
+		int more = 0;
+		size_t sz = sizeof(more);
+
+		zmq_msg_init(msg);
+		if (zmq_msg_recv(msg, e->sock, ZMQ_DONTWAIT) < 0) {
+			int err = errno;
+
+			zmq_msg_close(msg);
+			if (err == EAGAIN)
+				return 0;
+			if (err == EINTR)
+				continue;
+			log_error("receive from agent: %s", zmq_strerror(err));
+			return -1;
+		}
+		if (zmq_getsockopt(e->sock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
+			/* drain and drop the rest of a multi-frame message */
+			do {
+				zmq_msg_close(msg);
+				zmq_msg_init(msg);
+				if (zmq_msg_recv(msg, e->sock, 0) < 0)
+					break;
+				sz = sizeof(more);
+				if (zmq_getsockopt(e->sock, ZMQ_RCVMORE, &more, &sz))
+					more = 0;
+			} while (more);
+			zmq_msg_close(msg);
+			log_warn("dropped a multi-frame message from the agent");
+			continue;
+		}
+		return 1;
+	}
+}
+
+/* Reads an "event" map into *ev; -1 when a required field is missing. */
+static int parse_event(const msgpack_object *m, struct pdx_engine_event *ev)
+{
+	char kind[16];
+	int64_t status;
+
+	memset(ev, 0, sizeof(*ev));
+	if (pdx_mp_get_xfer(m, "xfer", &ev->xfer) ||
+	    pdx_mp_get_str(m, "kind", kind, sizeof(kind)) ||
+	    pdx_mp_get_i64(m, "status", &status) ||
+	    get_str_trunc(m, "reason", ev->reason, sizeof(ev->reason)) ||
+	    pdx_mp_get_u64(m, "bytes", &ev->bytes) ||
+	    pdx_mp_get_u64(m, "t_first", &ev->t_first_ns) ||
+	    pdx_mp_get_u64(m, "t_last", &ev->t_last_ns))
+		return -1;
+	if (strcmp(kind, "sent") == 0)
+		ev->kind = PDX_EVENT_SENT;
+	else if (strcmp(kind, "received") == 0)
+		ev->kind = PDX_EVENT_RECEIVED;
+	else if (strcmp(kind, "failed") == 0)
+		ev->kind = PDX_EVENT_FAILED;
+	else
+		return -1;
+	if (status < -100000 || status > 0)
+		return -1;
+	ev->status = (pdx_status_t)status;
+	/* a failure always carries a failure status */
+	if (ev->kind == PDX_EVENT_FAILED && ev->status == PDX_OK)
+		ev->status = PDX_EIO;
+	return 0;
+}
+
+enum msg_kind { MSG_SKIP, MSG_EVENT, MSG_OTHER };
+
+/* Classifies a received frame. For "event" fills *ev; for anything else
+ * that parses, leaves the parsed message in *up (caller destroys) and the op
+ * in op. */
+static enum msg_kind classify(zmq_msg_t *msg, msgpack_unpacked *up, char *op,
+			      size_t oplen, struct pdx_engine_event *ev)
+{
+	if (pdx_mp_parse(zmq_msg_data(msg), zmq_msg_size(msg), up, op, oplen)) {
+		log_warn("skipped a malformed message from the agent (%zu bytes)",
+			 zmq_msg_size(msg));
+		return MSG_SKIP;
+	}
+	if (strcmp(op, "event") == 0) {
+		if (parse_event(&up->data, ev)) {
+			log_warn("skipped a malformed event from the agent");
+			return MSG_SKIP;
+		}
+		return MSG_EVENT;
+	}
+	return MSG_OTHER;
+}
+
+/* ---- the API ---- */
+
+pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
+				struct pdx_engine **out)
+{
+	struct pdx_engine *e;
+	int linger = 0, immediate = 1, hwm = RCV_HWM;
+
+	if (!out)
+		return PDX_EINVAL;
+	*out = NULL;
+	if (!params || !params->agent || !params->agent[0] ||
+	    strnlen(params->agent, PDX_ADDR_MAX) >= PDX_ADDR_MAX ||
+	    params->timeout_ms < 0)
+		return PDX_EINVAL;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return PDX_ENOMEM;
+	e->timeout_ms = params->timeout_ms ? params->timeout_ms : DEFAULT_TIMEOUT_MS;
+	e->xfer_timeout_ms = params->xfer_timeout_ms;
+	e->ctx = zmq_ctx_new();
+	if (!e->ctx) {
+		free(e);
+		return PDX_ENOMEM;
+	}
+	e->sock = zmq_socket(e->ctx, ZMQ_DEALER);
+	if (!e->sock ||
+	    zmq_setsockopt(e->sock, ZMQ_LINGER, &linger, sizeof(linger)) ||
+	    zmq_setsockopt(e->sock, ZMQ_IMMEDIATE, &immediate, sizeof(immediate)) ||
+	    zmq_setsockopt(e->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm))) {
+		log_error("engine socket: %s", zmq_strerror(errno));
+		pdx_engine_free(e);
+		return PDX_EIO;
+	}
+	if (zmq_connect(e->sock, params->agent)) {
+		log_error("connect to agent at %s: %s", params->agent,
+			  zmq_strerror(errno));
+		pdx_engine_free(e);
+		return errno == EINVAL || errno == EPROTONOSUPPORT ? PDX_EINVAL :
+								     PDX_EIO;
+	}
+	*out = e;
+	return PDX_OK;
+}
+
+void pdx_engine_free(struct pdx_engine *e)
+{
+	if (!e)
+		return;
+	if (e->sock)
+		zmq_close(e->sock);
+	if (e->ctx)
+		zmq_ctx_term(e->ctx);
+	free(e->q);
+	free(e);
+}
+
+static pdx_status_t check_regions(const struct pdx_engine_region *regions,
+				  size_t n_regions, uint64_t *sizes)
+{
+	for (size_t i = 0; i < n_regions; i++) {
+		const struct pdx_engine_region *r = &regions[i];
+
+		if (r->type == PDX_MEM_CUDA) {
+			log_error("region %zu: cuda memory is not supported yet", i);
+			return PDX_EINVAL;
+		}
+		if (r->type != PDX_MEM_SHM || !r->shm_name || !r->shm_name[0] ||
+		    strnlen(r->shm_name, SHM_NAME_MAX + 1) > SHM_NAME_MAX ||
+		    r->size == 0) {
+			log_error("region %zu: needs type shm, a name and a size", i);
+			return PDX_EINVAL;
+		}
+		sizes[i] = r->size;
+	}
+	return PDX_OK;
+}
+
+/* Takes whatever is already waiting: events go to the queue, anything else
+ * (a late answer to an earlier register) is dropped. */
+static pdx_status_t drain_to_queue(struct pdx_engine *e)
+{
+	for (;;) {
+		struct pdx_engine_event ev;
+		msgpack_unpacked up;
+		zmq_msg_t msg;
+		char op[32];
+		int rc = recv_frame(e, &msg);
+
+		if (rc < 0)
+			return PDX_EIO;
+		if (rc == 0)
+			return PDX_OK;
+		switch (classify(&msg, &up, op, sizeof(op), &ev)) {
+		case MSG_EVENT:
+			if (queue_push(e, &ev))
+				log_error("event queue full: an event was lost");
+			break;
+		case MSG_OTHER:
+			log_debug("dropped a stale \"%s\" from the agent", op);
+			break;
+		case MSG_SKIP:
+			break;
+		}
+		msgpack_unpacked_destroy(&up);
+		zmq_msg_close(&msg);
+	}
+}
+
+pdx_status_t pdx_engine_register(struct pdx_engine *e,
+				 const struct pdx_kv_layout *layout,
+				 const struct pdx_engine_region *regions,
+				 size_t n_regions, char *peer_addr,
+				 size_t peer_addr_len)
+{
+	struct pdx_mp_out o;
+	uint64_t *sizes, deadline;
+	char err[256];
+	pdx_status_t st;
+
+	if (!e || !layout || !layout->layer || !regions || n_regions == 0 ||
+	    n_regions > PDX_MAX_REGIONS || (peer_addr && peer_addr_len == 0))
+		return PDX_EINVAL;
+	sizes = calloc(n_regions, sizeof(*sizes));
+	if (!sizes)
+		return PDX_ENOMEM;
+	st = check_regions(regions, n_regions, sizes);
+	if (st == PDX_OK) {
+		st = pdx_kv_layout_check(layout, sizes, n_regions, err, sizeof(err));
+		if (st != PDX_OK)
+			log_error("register: layout refused: %s", err);
+	}
+	free(sizes);
+	if (st != PDX_OK)
+		return st;
+
+	st = drain_to_queue(e);
+	if (st != PDX_OK)
+		return st;
+
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, 4);
+	pdx_mp_kv_str(&o.pk, "op", "register");
+	pdx_mp_kv_u64(&o.pk, "v", PROTOCOL_VERSION);
+	pdx_mp_str(&o.pk, "layout");
+	pdx_layout_pack(&o.pk, layout);
+	pdx_mp_str(&o.pk, "regions");
+	msgpack_pack_array(&o.pk, n_regions);
+	for (size_t i = 0; i < n_regions; i++) {
+		msgpack_pack_map(&o.pk, 3);
+		pdx_mp_kv_str(&o.pk, "type", "shm");
+		pdx_mp_kv_str(&o.pk, "name", regions[i].shm_name);
+		pdx_mp_kv_u64(&o.pk, "size", regions[i].size);
+	}
+	deadline = pdx_now_ns() + (uint64_t)e->timeout_ms * 1000000ULL;
+	st = send_out(e, &o);
+	if (st != PDX_OK)
+		return st;
+
+	for (;;) {
+		zmq_pollitem_t it = { e->sock, 0, ZMQ_POLLIN, 0 };
+		struct pdx_engine_event ev;
+		msgpack_unpacked up;
+		zmq_msg_t msg;
+		char op[32], peer[PDX_ADDR_MAX];
+		int64_t status;
+		int rc, left;
+
+		rc = recv_frame(e, &msg);
+		if (rc < 0)
+			return PDX_EIO;
+		if (rc == 0) {
+			left = remaining_ms(deadline);
+			if (left == 0) {
+				log_warn("register: no answer from the agent in %d ms",
+					 e->timeout_ms);
+				return PDX_ETIMEDOUT;
+			}
+			if (zmq_poll(&it, 1, left) < 0 && errno != EINTR)
+				return PDX_EIO;
+			continue;
+		}
+		switch (classify(&msg, &up, op, sizeof(op), &ev)) {
+		case MSG_SKIP:
+			break;
+		case MSG_EVENT:
+			if (queue_push(e, &ev))
+				log_error("event queue full: an event was lost");
+			break;
+		case MSG_OTHER:
+			if (strcmp(op, "registered") == 0) {
+				if (pdx_mp_get_str(&up.data, "peer", peer,
+						   sizeof(peer)) || !peer[0]) {
+					log_error("register: answer without a peer address");
+					st = PDX_EIO;
+				} else if (peer_addr &&
+					   strlen(peer) >= peer_addr_len) {
+					st = PDX_ETOOBIG;
+				} else {
+					if (peer_addr)
+						memcpy(peer_addr, peer,
+						       strlen(peer) + 1);
+					st = PDX_OK;
+				}
+				msgpack_unpacked_destroy(&up);
+				zmq_msg_close(&msg);
+				return st;
+			}
+			if (strcmp(op, "error") == 0) {
+				if (get_str_trunc(&up.data, "reason", err,
+						  sizeof(err)))
+					snprintf(err, sizeof(err), "(no reason)");
+				if (pdx_mp_get_i64(&up.data, "status", &status) ||
+				    status >= 0 || status < -100000)
+					status = PDX_EIO;
+				log_error("register refused by the agent: %s (%s)",
+					  err, pdx_status_str((pdx_status_t)status));
+				msgpack_unpacked_destroy(&up);
+				zmq_msg_close(&msg);
+				return (pdx_status_t)status;
+			}
+			log_debug("register: ignored \"%s\" from the agent", op);
+			break;
+		}
+		msgpack_unpacked_destroy(&up);
+		zmq_msg_close(&msg);
+	}
+}
+
+static pdx_status_t announce(struct pdx_engine *e, const char *op,
+			     const struct pdx_xfer_id *xfer, const char *peer,
+			     const uint32_t *blocks, size_t n_blocks,
+			     bool with_skip, uint32_t skip_tokens)
+{
+	struct pdx_mp_out o;
+
+	if (!e || !xfer || !peer_ok(peer) || !blocks || n_blocks == 0 ||
+	    n_blocks > UINT32_MAX)
+		return PDX_EINVAL;
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, 4 + (with_skip ? 1 : 0) +
+					(e->xfer_timeout_ms ? 1 : 0));
+	pdx_mp_kv_str(&o.pk, "op", op);
+	pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
+	pdx_mp_kv_str(&o.pk, "peer", peer);
+	pdx_mp_kv_u32s(&o.pk, "blocks", blocks, n_blocks);
+	if (with_skip)
+		pdx_mp_kv_u64(&o.pk, "skip_tokens", skip_tokens);
+	if (e->xfer_timeout_ms)
+		pdx_mp_kv_u64(&o.pk, "timeout_ms", e->xfer_timeout_ms);
+	return send_out(e, &o);
+}
+
+pdx_status_t pdx_engine_send(struct pdx_engine *e, const struct pdx_xfer_id *xfer,
+			     const char *peer, const uint32_t *blocks,
+			     size_t n_blocks)
+{
+	return announce(e, "send", xfer, peer, blocks, n_blocks, false, 0);
+}
+
+pdx_status_t pdx_engine_recv(struct pdx_engine *e, const struct pdx_xfer_id *xfer,
+			     const char *peer, const uint32_t *blocks,
+			     size_t n_blocks, uint32_t skip_tokens)
+{
+	return announce(e, "recv", xfer, peer, blocks, n_blocks,
+			skip_tokens != 0, skip_tokens);
+}
+
+pdx_status_t pdx_engine_layer_done(struct pdx_engine *e, uint32_t layer,
+				   const struct pdx_xfer_id *xfers, size_t n)
+{
+	struct pdx_mp_out o;
+
+	if (!e || !xfers || n == 0 || n > UINT32_MAX || layer >= PDX_MAX_LAYERS)
+		return PDX_EINVAL;
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, 3);
+	pdx_mp_kv_str(&o.pk, "op", "layer_done");
+	pdx_mp_kv_u64(&o.pk, "layer", layer);
+	pdx_mp_str(&o.pk, "xfers");
+	msgpack_pack_array(&o.pk, n);
+	for (size_t i = 0; i < n; i++)
+		pdx_mp_bin(&o.pk, xfers[i].b, sizeof(xfers[i].b));
+	return send_out(e, &o);
+}
+
+pdx_status_t pdx_engine_abort(struct pdx_engine *e,
+			      const struct pdx_xfer_id *xfer)
+{
+	struct pdx_mp_out o;
+
+	if (!e || !xfer)
+		return PDX_EINVAL;
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, 2);
+	pdx_mp_kv_str(&o.pk, "op", "abort");
+	pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
+	return send_out(e, &o);
+}
+
+int pdx_engine_fd(const struct pdx_engine *e)
+{
+	int fd = -1;
+	size_t sz = sizeof(fd);
+
+	if (!e || zmq_getsockopt(e->sock, ZMQ_FD, &fd, &sz))
+		return -1;
+	return fd;
+}
+
+pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
+				   struct pdx_engine_event *ev)
+{
+	if (!e || !ev)
+		return PDX_EINVAL;
+	if (queue_pop(e, ev))
+		return PDX_OK;
+	for (;;) {
+		msgpack_unpacked up;
+		zmq_msg_t msg;
+		char op[32];
+		enum msg_kind k;
+		int rc = recv_frame(e, &msg);
+
+		if (rc < 0)
+			return PDX_EIO;
+		if (rc == 0)
+			return PDX_EAGAIN;
+		k = classify(&msg, &up, op, sizeof(op), ev);
+		if (k == MSG_OTHER)
+			log_debug("ignored \"%s\" from the agent", op);
+		msgpack_unpacked_destroy(&up);
+		zmq_msg_close(&msg);
+		if (k == MSG_EVENT)
+			return PDX_OK;
+	}
+}
+
+pdx_status_t pdx_engine_wait_event(struct pdx_engine *e, int timeout_ms,
+				   struct pdx_engine_event *ev)
+{
+	uint64_t deadline = 0;
+
+	if (!e || !ev || timeout_ms < -1)
+		return PDX_EINVAL;
+	if (timeout_ms >= 0)
+		deadline = pdx_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+	for (;;) {
+		zmq_pollitem_t it = { e->sock, 0, ZMQ_POLLIN, 0 };
+		pdx_status_t st = pdx_engine_next_event(e, ev);
+		int left = -1;
+
+		if (st != PDX_EAGAIN)
+			return st;
+		if (timeout_ms >= 0) {
+			left = remaining_ms(deadline);
+			if (left == 0)
+				return PDX_ETIMEDOUT;
+		}
+		if (zmq_poll(&it, 1, left) < 0 && errno != EINTR) {
+			log_error("poll agent socket: %s", zmq_strerror(errno));
+			return PDX_EIO;
+		}
+	}
+}

@@ -1,0 +1,392 @@
+/* The engine link: register, send, layer_done, recv, abort; events back.
+ * See docs/protocol.md section 1. */
+#define PDX_LOG_TOPIC "engine"
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "agent/agent.h"
+#include "common/clock.h"
+#include "common/layout_mp.h"
+#include "common/log.h"
+#include "common/mp.h"
+
+#define MAX_BLOCKS (1u << 20)
+
+static void reply_error(struct agent *a, const void *id, size_t id_len,
+			pdx_status_t st, const char *reason)
+{
+	struct pdx_mp_out o;
+
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, 3);
+	pdx_mp_kv_str(&o.pk, "op", "error");
+	pdx_mp_kv_i64(&o.pk, "status", st);
+	pdx_mp_kv_str(&o.pk, "reason", reason);
+	agent_zsend(a->engine_sock, id, id_len, o.buf.data, o.buf.size);
+	pdx_mp_out_free(&o);
+}
+
+void engine_send_event(struct agent *a, struct xfer *x, const char *kind)
+{
+	struct pdx_mp_out o;
+
+	if (!a->reg.ok || x->reg_generation != a->reg.generation)
+		return; /* that engine registration is gone */
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, 8);
+	pdx_mp_kv_str(&o.pk, "op", "event");
+	pdx_mp_kv_xfer(&o.pk, "xfer", &x->id);
+	pdx_mp_kv_str(&o.pk, "kind", kind);
+	pdx_mp_kv_i64(&o.pk, "status", x->status);
+	pdx_mp_kv_str(&o.pk, "reason", x->reason);
+	pdx_mp_kv_u64(&o.pk, "bytes", x->bytes);
+	pdx_mp_kv_u64(&o.pk, "t_first", x->t_first_ns);
+	pdx_mp_kv_u64(&o.pk, "t_last", pdx_now_ns());
+	if (agent_zsend(a->engine_sock, a->reg.engine_id, a->reg.engine_id_len,
+			o.buf.data, o.buf.size))
+		log_warn("event for the engine dropped: engine link busy or gone");
+	pdx_mp_out_free(&o);
+}
+
+static void region_unmap(struct agent *a, struct region *r)
+{
+	pdx_ucx_rkey_buf_free(r->rkey);
+	pdx_ucx_mem_free(a->ucx, r->mem);
+	if (r->addr)
+		munmap(r->addr, r->size);
+}
+
+static void registration_release(struct agent *a, struct registration *g)
+{
+	for (uint32_t i = 0; i < g->n_regions; i++)
+		region_unmap(a, &g->regions[i]);
+	free(g->regions);
+	free(g->layout.layer);
+	g->regions = NULL;
+	g->n_regions = 0;
+	g->layout.layer = NULL;
+	g->ok = false;
+}
+
+void registration_clear(struct agent *a)
+{
+	registration_release(a, &a->reg);
+}
+
+static pdx_status_t region_map(struct agent *a, const msgpack_object *o,
+			       struct region *r, char *err, size_t errlen)
+{
+	char type[16];
+	pdx_status_t st;
+	int fd;
+
+	if (pdx_mp_get_str(o, "type", type, sizeof(type)) ||
+	    pdx_mp_get_u64(o, "size", &r->size) || r->size == 0) {
+		snprintf(err, errlen, "region: type and a positive size are required");
+		return PDX_EINVAL;
+	}
+	if (strcmp(type, "shm") != 0) {
+		snprintf(err, errlen, "region type \"%s\" is not supported (shm)", type);
+		return PDX_EINVAL;
+	}
+	if (pdx_mp_get_str(o, "name", r->shm_name, sizeof(r->shm_name))) {
+		snprintf(err, errlen, "shm region: name missing");
+		return PDX_EINVAL;
+	}
+	fd = shm_open(r->shm_name, O_RDWR, 0);
+	if (fd < 0) {
+		snprintf(err, errlen, "shm_open %s: %m", r->shm_name);
+		return PDX_EIO;
+	}
+	r->addr = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (r->addr == MAP_FAILED) {
+		r->addr = NULL;
+		snprintf(err, errlen, "mmap %s (%llu bytes): %m", r->shm_name,
+			 (unsigned long long)r->size);
+		return PDX_EIO;
+	}
+	st = pdx_ucx_mem_register(a->ucx, r->addr, r->size, &r->mem);
+	if (!st)
+		st = pdx_ucx_mem_rkey(a->ucx, r->mem, &r->rkey, &r->rkey_len);
+	if (st)
+		snprintf(err, errlen, "ucx registration of %s: %s", r->shm_name,
+			 pdx_status_str(st));
+	return st;
+}
+
+static void fail_registration_xfers(struct agent *a)
+{
+	struct xfer *x, *tmp;
+
+	HASH_ITER(hh, a->xfers, x, tmp) {
+		if (x->announced && !x->finished)
+			xfer_fail(x, PDX_ECANCELED, true,
+				  "engine registered again");
+	}
+}
+
+static void on_register(struct agent *a, const void *id, size_t id_len,
+			const msgpack_object *m)
+{
+	struct registration g = { 0 };
+	const msgpack_object *regions, *layout;
+	uint64_t *sizes = NULL;
+	char err[PDX_REASON_MAX] = "";
+	pdx_status_t st = PDX_EINVAL;
+	uint64_t v;
+
+	layout = pdx_mp_get(m, "layout");
+	regions = pdx_mp_get(m, "regions");
+	if (pdx_mp_get_u64(m, "v", &v) || v != 1) {
+		snprintf(err, sizeof(err), "protocol version must be 1");
+		goto refuse;
+	}
+	if (!layout || !regions || regions->type != MSGPACK_OBJECT_ARRAY ||
+	    regions->via.array.size == 0 ||
+	    regions->via.array.size > PDX_MAX_REGIONS) {
+		snprintf(err, sizeof(err), "register needs a layout and 1..%d regions",
+			 PDX_MAX_REGIONS);
+		goto refuse;
+	}
+	st = pdx_layout_unpack(layout, &g.layout, err, sizeof(err));
+	if (st)
+		goto refuse;
+	g.n_regions = regions->via.array.size;
+	g.regions = calloc(g.n_regions, sizeof(*g.regions));
+	sizes = calloc(g.n_regions, sizeof(*sizes));
+	if (!g.regions || !sizes) {
+		st = PDX_ENOMEM;
+		snprintf(err, sizeof(err), "out of memory");
+		goto refuse;
+	}
+	for (uint32_t i = 0; i < g.n_regions; i++) {
+		st = region_map(a, &regions->via.array.ptr[i], &g.regions[i], err,
+				sizeof(err));
+		if (st)
+			goto refuse;
+		sizes[i] = g.regions[i].size;
+	}
+	st = pdx_kv_layout_check(&g.layout, sizes, g.n_regions, err, sizeof(err));
+	if (st)
+		goto refuse;
+
+	fail_registration_xfers(a);
+	registration_clear(a);
+	g.ok = true;
+	g.generation = a->reg.generation + 1;
+	memcpy(g.engine_id, id, id_len < sizeof(g.engine_id) ? id_len : sizeof(g.engine_id));
+	g.engine_id_len = id_len;
+	a->reg = g;
+	free(sizes);
+	log_info("engine registered: %u layers x %u tensors, %u blocks of %llu bytes, %u region(s)",
+		 g.layout.layers, g.layout.tensors, g.layout.blocks,
+		 (unsigned long long)pdx_kv_layout_block_bytes(&g.layout),
+		 g.n_regions);
+	{
+		struct pdx_mp_out o;
+
+		pdx_mp_out_init(&o);
+		msgpack_pack_map(&o.pk, 2);
+		pdx_mp_kv_str(&o.pk, "op", "registered");
+		pdx_mp_kv_str(&o.pk, "peer", a->peer_addr);
+		agent_zsend(a->engine_sock, id, id_len, o.buf.data, o.buf.size);
+		pdx_mp_out_free(&o);
+	}
+	return;
+
+refuse:
+	log_warn("register refused: %s", err);
+	registration_release(a, &g);
+	free(sizes);
+	reply_error(a, id, id_len, st, err);
+}
+
+/* The parts send and recv share: id, peer, blocks checked against the
+ * registered layout. Failures become a failed event for that xfer. */
+static struct xfer *announce(struct agent *a, const msgpack_object *m,
+			     enum xfer_role role)
+{
+	struct pdx_xfer_id id;
+	char peer[PDX_ADDR_MAX];
+	uint32_t *blocks = NULL;
+	size_t n = 0;
+	uint64_t timeout = a->cfg.xfer_timeout_ms;
+	struct xfer *x;
+
+	if (pdx_mp_get_xfer(m, "xfer", &id)) {
+		log_warn("%s without a 16-byte xfer id: ignored",
+			 role == XFER_SEND ? "send" : "recv");
+		return NULL;
+	}
+	x = xfer_find(a, &id);
+	if (x && (x->announced || x->role != role)) {
+		struct xfer tmp = { .id = id, .agent = a,
+				    .reg_generation = a->reg.generation,
+				    .status = PDX_EEXIST };
+
+		snprintf(tmp.reason, sizeof(tmp.reason), "transfer id already in use");
+		engine_send_event(a, &tmp, "failed");
+		return NULL;
+	}
+	if (pdx_mp_get_str(m, "peer", peer, sizeof(peer)) ||
+	    strncmp(peer, "tcp://", 6) != 0 ||
+	    pdx_mp_get_u32s(m, "blocks", MAX_BLOCKS, &blocks, &n) || n == 0) {
+		free(blocks);
+		blocks = NULL;
+		n = 0;
+		peer[0] = '\0';
+	}
+	pdx_mp_get_u64(m, "timeout_ms", &timeout);
+	if (timeout == 0 || timeout > 3600000)
+		timeout = a->cfg.xfer_timeout_ms;
+	if (!x) {
+		x = xfer_new(a, &id, role, peer, (uint32_t)timeout);
+		if (!x) {
+			free(blocks);
+			return NULL;
+		}
+	}
+	x->announced = true;
+	x->reg_generation = a->reg.generation;
+	x->t_first_ns = x->t_first_ns ? x->t_first_ns : pdx_now_ns();
+	if (!a->reg.ok) {
+		free(blocks);
+		xfer_fail(x, PDX_ENOTREG, true, "engine memory not registered");
+		return NULL;
+	}
+	if (!peer[0]) {
+		free(blocks);
+		xfer_fail(x, PDX_EINVAL, true,
+			  "needs a tcp:// peer and a non-empty block list");
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (blocks[i] >= a->reg.layout.blocks) {
+			xfer_fail(x, PDX_ERANGE, true, "block %u out of range (pool has %u)",
+				  blocks[i], a->reg.layout.blocks);
+			free(blocks);
+			return NULL;
+		}
+	}
+	if (x->peer_addr[0] && strcmp(x->peer_addr, peer) != 0) {
+		/* A want arrived first from another agent than the one named. */
+		peer_send_to_addr(a, x->peer_addr, "error", &id,
+				  "transfer is not for this agent");
+		snprintf(x->peer_addr, sizeof(x->peer_addr), "%s", peer);
+		x->peer = NULL;
+		free(x->remote_blocks);
+		x->remote_blocks = NULL;
+		pdx_xfer_sm_init(&x->sm, a->reg.layout.layers);
+	}
+	if (role == XFER_SEND && x->sm.layers != a->reg.layout.layers) {
+		bool known = x->sm.blocks_known;
+
+		pdx_xfer_sm_init(&x->sm, a->reg.layout.layers);
+		if (known)
+			pdx_xfer_sm_blocks_known(&x->sm);
+	}
+	snprintf(x->peer_addr, sizeof(x->peer_addr), "%s", peer);
+	x->peer = peer_get(a, peer);
+	x->blocks = blocks;
+	x->n_blocks = (uint32_t)n;
+	return x;
+}
+
+static void on_send(struct agent *a, const msgpack_object *m)
+{
+	struct xfer *x = announce(a, m, XFER_SEND);
+
+	if (x)
+		push_try(x);
+}
+
+static void on_recv(struct agent *a, const msgpack_object *m)
+{
+	struct xfer *x = announce(a, m, XFER_RECV);
+	uint64_t skip_tokens = 0;
+
+	if (!x)
+		return;
+	pdx_mp_get_u64(m, "skip_tokens", &skip_tokens);
+	x->skip = (uint32_t)(skip_tokens / a->reg.layout.block_tokens);
+	if (x->skip >= x->n_blocks) {
+		xfer_succeed(x); /* everything is already held */
+		return;
+	}
+	xfers_peer_ready(a, x->peer); /* sends want if the peer is ready */
+}
+
+static void on_layer_done(struct agent *a, const msgpack_object *m)
+{
+	const msgpack_object *xs = pdx_mp_get(m, "xfers");
+	uint64_t layer;
+
+	if (pdx_mp_get_u64(m, "layer", &layer) || !xs ||
+	    xs->type != MSGPACK_OBJECT_ARRAY) {
+		log_warn("layer_done needs layer and xfers: ignored");
+		return;
+	}
+	for (uint32_t i = 0; i < xs->via.array.size; i++) {
+		struct pdx_xfer_id id;
+		struct xfer *x;
+
+		if (pdx_mp_obj_xfer(&xs->via.array.ptr[i], &id))
+			continue;
+		x = xfer_find(a, &id);
+		if (!x || x->role != XFER_SEND || !x->announced || x->finished) {
+			log_debug("layer_done for a transfer not in flight: ignored");
+			continue;
+		}
+		if (pdx_xfer_sm_computed(&x->sm, (uint32_t)(layer > UINT32_MAX ? UINT32_MAX : layer))) {
+			xfer_fail(x, PDX_ERANGE, true, "layer %llu out of range (%u layers)",
+				  (unsigned long long)layer, x->sm.layers);
+			continue;
+		}
+		push_try(x);
+	}
+}
+
+static void on_abort(struct agent *a, const msgpack_object *m)
+{
+	struct pdx_xfer_id id;
+	struct xfer *x;
+
+	if (pdx_mp_get_xfer(m, "xfer", &id))
+		return;
+	x = xfer_find(a, &id);
+	if (x && x->announced && !x->finished)
+		xfer_fail(x, PDX_ECANCELED, true, "aborted by engine");
+}
+
+void engine_on_msg(struct agent *a, const void *id, size_t id_len,
+		   const void *buf, size_t len)
+{
+	msgpack_unpacked msg;
+	char op[32];
+
+	if (pdx_mp_parse(buf, len, &msg, op, sizeof(op))) {
+		log_warn("malformed engine message (%zu bytes): ignored", len);
+		reply_error(a, id, id_len, PDX_EINVAL,
+			    "malformed message: need a msgpack map with op");
+		msgpack_unpacked_destroy(&msg);
+		return;
+	}
+	if (strcmp(op, "register") == 0)
+		on_register(a, id, id_len, &msg.data);
+	else if (strcmp(op, "send") == 0)
+		on_send(a, &msg.data);
+	else if (strcmp(op, "recv") == 0)
+		on_recv(a, &msg.data);
+	else if (strcmp(op, "layer_done") == 0)
+		on_layer_done(a, &msg.data);
+	else if (strcmp(op, "abort") == 0)
+		on_abort(a, &msg.data);
+	else
+		reply_error(a, id, id_len, PDX_EINVAL, "unknown op");
+	msgpack_unpacked_destroy(&msg);
+}

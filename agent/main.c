@@ -1,0 +1,376 @@
+/* pdx-agent: the sidecar that moves one engine's KV cache to and from the
+ * agents beside other engines. One thread, one libevent loop. */
+#define PDX_LOG_TOPIC "main"
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "agent/agent.h"
+#include "common/log.h"
+
+#define MAX_MSG_BYTES (64 << 20)
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: pdx-agent --engine ipc://PATH --listen tcp://HOST:PORT [options]\n"
+		"\n"
+		"The sidecar beside one engine: maps its KV memory, handshakes with\n"
+		"peer agents and pushes KV blocks layer by layer over UCX.\n"
+		"\n"
+		"  --engine ADDR           engine link (ZeroMQ ROUTER), ipc://PATH\n"
+		"  --listen ADDR           peer link (ZeroMQ ROUTER), tcp://HOST:PORT\n"
+		"  --advertise ADDR        peer address given to others (default: --listen)\n"
+		"  --notify ADDR           push transfer events to a collector, tcp://HOST:PORT\n"
+		"  --data-path MODE        auto (default), put or am; see docs/architecture.md\n"
+		"  --xfer-timeout-ms N     bound on one transfer (default 30000)\n"
+		"  --handshake-timeout-ms N bound on a handshake (default 5000)\n"
+		"  --max-xfers N           live transfers at most (default 4096)\n"
+		"  --log-level LEVEL       error, warn, info (default) or debug\n"
+		"  -h, --help              this text\n"
+		"\n"
+		"UCX reads its own UCX_* variables (e.g. UCX_TLS=tcp).\n");
+}
+
+static int parse_u32(const char *s, uint32_t *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || end == s || v > UINT32_MAX)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct agent_config *c)
+{
+	static const struct option opts[] = {
+		{ "engine", required_argument, NULL, 'e' },
+		{ "listen", required_argument, NULL, 'l' },
+		{ "advertise", required_argument, NULL, 'a' },
+		{ "notify", required_argument, NULL, 'n' },
+		{ "data-path", required_argument, NULL, 'd' },
+		{ "xfer-timeout-ms", required_argument, NULL, 't' },
+		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
+		{ "max-xfers", required_argument, NULL, 'm' },
+		{ "log-level", required_argument, NULL, 'L' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	int o;
+
+	*c = (struct agent_config){ .xfer_timeout_ms = 30000,
+				    .handshake_timeout_ms = 5000,
+				    .max_xfers = 4096 };
+	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (o) {
+		case 'e': c->engine_addr = optarg; break;
+		case 'l': c->listen_addr = optarg; break;
+		case 'a': c->advertise = optarg; break;
+		case 'n': c->notify_addr = optarg; break;
+		case 'd':
+			if (strcmp(optarg, "auto") == 0)
+				c->data_path = DATA_AUTO;
+			else if (strcmp(optarg, "put") == 0)
+				c->data_path = DATA_PUT;
+			else if (strcmp(optarg, "am") == 0)
+				c->data_path = DATA_AM;
+			else {
+				fprintf(stderr, "pdx-agent: --data-path must be auto, put or am\n");
+				return -1;
+			}
+			break;
+		case 't':
+		case 'H':
+		case 'm': {
+			uint32_t *dst = o == 't'   ? &c->xfer_timeout_ms
+					: o == 'H' ? &c->handshake_timeout_ms
+						   : &c->max_xfers;
+			if (parse_u32(optarg, dst) || *dst == 0) {
+				fprintf(stderr, "pdx-agent: %s needs a positive integer\n",
+					argv[optind - 1]);
+				return -1;
+			}
+			break;
+		}
+		case 'L':
+			if (pdx_log_set_level(optarg)) {
+				fprintf(stderr, "pdx-agent: unknown log level %s\n", optarg);
+				return -1;
+			}
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "pdx-agent: unexpected argument %s\n", argv[optind]);
+		return -1;
+	}
+	if (!c->engine_addr || strncmp(c->engine_addr, "ipc://", 6) != 0 ||
+	    !c->listen_addr || strncmp(c->listen_addr, "tcp://", 6) != 0) {
+		fprintf(stderr, "pdx-agent: --engine ipc://PATH and --listen tcp://HOST:PORT are required\n");
+		usage(stderr);
+		return -1;
+	}
+	return 0;
+}
+
+int agent_zsend(void *sock, const void *id, size_t id_len, const void *buf,
+		size_t len)
+{
+	if (id && zmq_send(sock, id, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+		return -1;
+	return zmq_send(sock, buf, len, ZMQ_DONTWAIT) < 0 ? -1 : 0;
+}
+
+/* Reads every message waiting on a ROUTER; returns how many. The ZeroMQ fd
+ * is edge-triggered, so the loop settles by draining until nothing is left. */
+static int drain_router(struct agent *a, void *sock, bool engine)
+{
+	int n = 0;
+
+	for (;;) {
+		zmq_msg_t id, body;
+		int more;
+		size_t more_len = sizeof(more);
+
+		zmq_msg_init(&id);
+		if (zmq_msg_recv(&id, sock, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&id);
+			return n;
+		}
+		zmq_msg_init(&body);
+		zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &more_len);
+		if (!more || zmq_msg_recv(&body, sock, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&id);
+			zmq_msg_close(&body);
+			continue;
+		}
+		/* Multi-frame bodies are not part of the protocol: skip. */
+		zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &more_len);
+		while (more) {
+			zmq_msg_t extra;
+
+			zmq_msg_init(&extra);
+			zmq_msg_recv(&extra, sock, ZMQ_DONTWAIT);
+			zmq_msg_close(&extra);
+			zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &more_len);
+		}
+		if (engine)
+			engine_on_msg(a, zmq_msg_data(&id), zmq_msg_size(&id),
+				      zmq_msg_data(&body), zmq_msg_size(&body));
+		else
+			peer_on_msg(a, zmq_msg_data(&body), zmq_msg_size(&body));
+		zmq_msg_close(&id);
+		zmq_msg_close(&body);
+		n++;
+	}
+}
+
+/* Runs everything that is ready until nothing is: messages on both
+ * routers, UCX completions (which may send messages), and again. */
+void agent_settle(struct agent *a)
+{
+	int n;
+
+	do {
+		n = drain_router(a, a->engine_sock, true);
+		n += drain_router(a, a->peer_sock, false);
+		pdx_ucx_progress(a->ucx);
+	} while (n > 0);
+}
+
+static void on_ready(evutil_socket_t fd, short what, void *arg)
+{
+	agent_settle(arg);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct agent *a = arg;
+
+	log_info("signal %d: stopping", (int)sig);
+	event_base_loopexit(a->base, NULL);
+}
+
+static int read_line(const char *path, char *out, size_t len)
+{
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return -1;
+	if (!fgets(out, (int)len, f)) {
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
+	out[strcspn(out, "\n")] = '\0';
+	return 0;
+}
+
+/* Two agents can reach each other through shared memory when they share a
+ * kernel boot and the IPC and PID namespaces (UCX's posix and cma paths). */
+static void host_identity(char *out, size_t len)
+{
+	char boot[64] = "?";
+	struct stat ipc = { 0 }, pid = { 0 };
+
+	read_line("/proc/sys/kernel/random/boot_id", boot, sizeof(boot));
+	stat("/proc/self/ns/ipc", &ipc);
+	stat("/proc/self/ns/pid", &pid);
+	snprintf(out, len, "%s/%lu/%lu", boot, (unsigned long)ipc.st_ino,
+		 (unsigned long)pid.st_ino);
+}
+
+static void *zsock(struct agent *a, int type, const char *bind_addr)
+{
+	void *s = zmq_socket(a->zctx, type);
+	int linger = 0, hwm = 10000;
+	int64_t max = MAX_MSG_BYTES;
+
+	if (!s)
+		return NULL;
+	zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+	zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+	zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max));
+	if (bind_addr && zmq_bind(s, bind_addr) < 0) {
+		log_error("cannot bind %s: %s", bind_addr, zmq_strerror(zmq_errno()));
+		zmq_close(s);
+		return NULL;
+	}
+	return s;
+}
+
+static struct event *watch_fd(struct agent *a, int fd)
+{
+	struct event *ev = event_new(a->base, fd, EV_READ | EV_PERSIST, on_ready, a);
+
+	if (ev)
+		event_add(ev, NULL);
+	return ev;
+}
+
+static int zfd(void *sock)
+{
+	int fd = -1;
+	size_t len = sizeof(fd);
+
+	zmq_getsockopt(sock, ZMQ_FD, &fd, &len);
+	return fd;
+}
+
+static int agent_start(struct agent *a)
+{
+	pdx_status_t st;
+
+	if (getrandom(&a->instance, sizeof(a->instance), 0) != sizeof(a->instance))
+		return -1;
+	host_identity(a->host_id, sizeof(a->host_id));
+	snprintf(a->peer_addr, sizeof(a->peer_addr), "%s",
+		 a->cfg.advertise ? a->cfg.advertise : a->cfg.listen_addr);
+	a->base = event_base_new();
+	a->zctx = zmq_ctx_new();
+	if (!a->base || !a->zctx)
+		return -1;
+	st = pdx_ucx_new(&a->ucx);
+	if (st) {
+		log_error("ucx init failed: %s", pdx_status_str(st));
+		return -1;
+	}
+	st = pdx_ucx_am_handler(a->ucx, 1, push_am_handler, a);
+	if (st) {
+		log_error("ucx active-message handler: %s", pdx_status_str(st));
+		return -1;
+	}
+	a->engine_sock = zsock(a, ZMQ_ROUTER, a->cfg.engine_addr);
+	a->peer_sock = zsock(a, ZMQ_ROUTER, a->cfg.listen_addr);
+	if (!a->engine_sock || !a->peer_sock)
+		return -1;
+	if (a->cfg.notify_addr) {
+		int hwm = 1000;
+
+		a->notify_sock = zsock(a, ZMQ_PUSH, NULL);
+		if (!a->notify_sock)
+			return -1;
+		zmq_setsockopt(a->notify_sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+		if (zmq_connect(a->notify_sock, a->cfg.notify_addr) < 0) {
+			log_error("cannot connect to collector %s: %s",
+				  a->cfg.notify_addr, zmq_strerror(zmq_errno()));
+			return -1;
+		}
+	}
+	a->engine_ev = watch_fd(a, zfd(a->engine_sock));
+	a->peer_ev = watch_fd(a, zfd(a->peer_sock));
+	a->ucx_ev = watch_fd(a, pdx_ucx_fd(a->ucx));
+	a->sig_int = evsignal_new(a->base, SIGINT, on_signal, a);
+	a->sig_term = evsignal_new(a->base, SIGTERM, on_signal, a);
+	if (!a->engine_ev || !a->peer_ev || !a->ucx_ev || !a->sig_int ||
+	    !a->sig_term)
+		return -1;
+	event_add(a->sig_int, NULL);
+	event_add(a->sig_term, NULL);
+	return 0;
+}
+
+static void agent_stop(struct agent *a)
+{
+	xfers_free(a);
+	peers_free(a);
+	registration_clear(a);
+	if (a->ucx)
+		pdx_ucx_progress(a->ucx);
+	event_free(a->engine_ev);
+	event_free(a->peer_ev);
+	event_free(a->ucx_ev);
+	event_free(a->sig_int);
+	event_free(a->sig_term);
+	if (a->engine_sock)
+		zmq_close(a->engine_sock);
+	if (a->peer_sock)
+		zmq_close(a->peer_sock);
+	if (a->notify_sock)
+		zmq_close(a->notify_sock);
+	if (a->zctx)
+		zmq_ctx_term(a->zctx);
+	pdx_ucx_free(a->ucx);
+	if (a->base)
+		event_base_free(a->base);
+	if (a->cfg.engine_addr)
+		unlink(a->cfg.engine_addr + strlen("ipc://"));
+}
+
+int main(int argc, char **argv)
+{
+	struct agent a = { 0 };
+	int rc = 1;
+
+	signal(SIGPIPE, SIG_IGN);
+	if (parse_args(argc, argv, &a.cfg))
+		return 2;
+	pdx_log_prefix("pdx-agent");
+	if (agent_start(&a) == 0) {
+		log_info("ready: engine link %s, peer link %s (advertised %s)",
+			 a.cfg.engine_addr, a.cfg.listen_addr, a.peer_addr);
+		agent_settle(&a);
+		event_base_dispatch(a.base);
+		rc = 0;
+	}
+	agent_stop(&a);
+	return rc;
+}

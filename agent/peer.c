@@ -1,0 +1,478 @@
+/* The peer link: one DEALER per peer for what we send, our ROUTER for what
+ * they send; the handshake and its cache; want, done, abort and error.
+ * See docs/protocol.md section 2. */
+#define PDX_LOG_TOPIC "peer"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "agent/agent.h"
+#include "common/clock.h"
+#include "common/layout_mp.h"
+#include "common/log.h"
+#include "common/mp.h"
+
+#define MAX_BLOCKS (1u << 20)
+
+static void peer_reset(struct agent *a, struct peer *p)
+{
+	for (uint32_t i = 0; i < p->n_regions; i++)
+		pdx_ucx_rkey_free(p->regions[i].rkey);
+	free(p->regions);
+	p->regions = NULL;
+	p->n_regions = 0;
+	pdx_ucx_ep_close(p->ep);
+	p->ep = NULL;
+	free(p->layout.layer);
+	p->layout.layer = NULL;
+	p->state = PEER_NEW;
+	p->instance = 0;
+}
+
+static struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
+{
+	struct peer *p = NULL;
+	int linger = 0, hwm = 10000;
+
+	HASH_FIND_STR(a->peers, addr, p);
+	if (p || !create)
+		return p;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	snprintf(p->addr, sizeof(p->addr), "%s", addr);
+	p->agent = a;
+	p->dealer = zmq_socket(a->zctx, ZMQ_DEALER);
+	if (!p->dealer)
+		goto free_p;
+	zmq_setsockopt(p->dealer, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_setsockopt(p->dealer, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+	if (zmq_connect(p->dealer, addr) < 0) {
+		log_warn("cannot connect to peer %s: %s", addr,
+			 zmq_strerror(zmq_errno()));
+		zmq_close(p->dealer);
+		goto free_p;
+	}
+	HASH_ADD_STR(a->peers, addr, p);
+	return p;
+
+free_p:
+	free(p);
+	return NULL;
+}
+
+int peer_send(struct agent *a, struct peer *p, const char *op,
+	      const struct pdx_xfer_id *xfer, const char *reason,
+	      void (*fill)(msgpack_packer *pk, void *arg), int n_fields,
+	      void *arg)
+{
+	struct pdx_mp_out o;
+	int rc;
+
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, 2 + (xfer != NULL) + (reason != NULL) + n_fields);
+	pdx_mp_kv_str(&o.pk, "op", op);
+	pdx_mp_kv_str(&o.pk, "from", a->peer_addr);
+	if (xfer)
+		pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
+	if (reason)
+		pdx_mp_kv_str(&o.pk, "reason", reason);
+	if (fill)
+		fill(&o.pk, arg);
+	rc = agent_zsend(p->dealer, NULL, 0, o.buf.data, o.buf.size);
+	if (rc)
+		log_warn("%s to %s dropped: %s", op, p->addr,
+			 zmq_strerror(zmq_errno()));
+	pdx_mp_out_free(&o);
+	return rc;
+}
+
+void peer_send_to_addr(struct agent *a, const char *addr, const char *op,
+		       const struct pdx_xfer_id *xfer, const char *reason)
+{
+	struct peer *p = peer_lookup(a, addr, true);
+
+	if (p)
+		peer_send(a, p, op, xfer, reason, NULL, 0, NULL);
+}
+
+/* UCX shared-memory transports are usable unless UCX_TLS leaves them out. */
+static bool ucx_has_shm(void)
+{
+	static const char *const shm[] = { "sm", "shm", "posix", "sysv",
+					   "cma", "knem", "xpmem", "all" };
+	const char *tls = getenv("UCX_TLS");
+
+	if (!tls || !*tls)
+		return true;
+	for (size_t i = 0; i < sizeof(shm) / sizeof(shm[0]); i++) {
+		const char *s = strstr(tls, shm[i]);
+		size_t n = strlen(shm[i]);
+
+		while (s) {
+			bool start = s == tls || s[-1] == ',' || s[-1] == '^';
+			bool end = s[n] == '\0' || s[n] == ',';
+
+			if (start && end)
+				return tls[0] != '^';
+			s = strstr(s + 1, shm[i]);
+		}
+	}
+	return tls[0] == '^';
+}
+
+static void fill_hello(msgpack_packer *pk, void *arg)
+{
+	struct agent *a = arg;
+	const void *ucx;
+	size_t ucx_len;
+
+	pdx_ucx_address(a->ucx, &ucx, &ucx_len);
+	pdx_mp_kv_u64(pk, "v", 1);
+	pdx_mp_kv_u64(pk, "instance", a->instance);
+	pdx_mp_kv_str(pk, "host", a->host_id);
+	pdx_mp_str(pk, "shm");
+	msgpack_pack_int(pk, ucx_has_shm());
+	pdx_mp_kv_u64(pk, "compat", pdx_kv_layout_compat_hash(&a->reg.layout));
+	pdx_mp_str(pk, "layout");
+	pdx_layout_pack(pk, &a->reg.layout);
+	pdx_mp_kv_bin(pk, "ucx", ucx, ucx_len);
+	pdx_mp_str(pk, "regions");
+	msgpack_pack_array(pk, a->reg.n_regions);
+	for (uint32_t i = 0; i < a->reg.n_regions; i++) {
+		const struct region *r = &a->reg.regions[i];
+
+		msgpack_pack_map(pk, 3);
+		pdx_mp_kv_u64(pk, "addr", (uint64_t)(uintptr_t)r->addr);
+		pdx_mp_kv_u64(pk, "size", r->size);
+		pdx_mp_kv_bin(pk, "rkey", r->rkey, r->rkey_len);
+	}
+}
+
+#define HELLO_FIELDS 9
+
+static void send_hello(struct agent *a, struct peer *p, const char *op)
+{
+	if (peer_send(a, p, op, NULL, NULL, fill_hello, HELLO_FIELDS, a) == 0 &&
+	    strcmp(op, "hello") == 0) {
+		p->state = PEER_HELLO_SENT;
+		p->hello_sent_ns = pdx_now_ns();
+	}
+}
+
+struct peer *peer_get(struct agent *a, const char *addr)
+{
+	struct peer *p = peer_lookup(a, addr, true);
+	uint64_t bound = (uint64_t)a->cfg.handshake_timeout_ms * 1000000ULL;
+
+	if (!p || !a->reg.ok)
+		return p;
+	/* A hello that got no answer in time is sent again. */
+	if (p->state == PEER_NEW ||
+	    (p->state == PEER_HELLO_SENT &&
+	     pdx_now_ns() - p->hello_sent_ns > bound))
+		send_hello(a, p, "hello");
+	return p;
+}
+
+/* UCX found the peer dead: its transfers fail now; the endpoint is closed
+ * when the peer is met again (never from inside this callback). */
+static void peer_ep_error(void *arg, pdx_status_t status)
+{
+	struct peer *p = arg;
+
+	log_warn("peer %s unreachable: %s", p->addr, pdx_status_str(status));
+	p->state = PEER_NEW;
+	xfers_peer_failed(p->agent, p, PDX_EPEER, "ucx endpoint failed");
+}
+
+/* Handshake content -> a ready peer. On failure writes why to err. */
+static pdx_status_t peer_accept(struct agent *a, struct peer *p,
+				const msgpack_object *m, char *err,
+				size_t errlen)
+{
+	struct pdx_kv_layout layout;
+	const msgpack_object *regions, *shm;
+	const void *ucx;
+	size_t ucx_len;
+	uint64_t v, instance, compat;
+	char host[192], diff[PDX_REASON_MAX];
+	pdx_status_t st;
+
+	if (pdx_mp_get_u64(m, "v", &v) || v != 1) {
+		snprintf(err, errlen, "protocol version differs (want 1)");
+		return PDX_EINCOMPAT;
+	}
+	regions = pdx_mp_get(m, "regions");
+	shm = pdx_mp_get(m, "shm");
+	if (pdx_mp_get_u64(m, "instance", &instance) ||
+	    pdx_mp_get_str(m, "host", host, sizeof(host)) ||
+	    pdx_mp_get_u64(m, "compat", &compat) ||
+	    pdx_mp_get_bin(m, "ucx", &ucx, &ucx_len) || !regions ||
+	    regions->type != MSGPACK_OBJECT_ARRAY ||
+	    regions->via.array.size > PDX_MAX_REGIONS) {
+		snprintf(err, errlen, "malformed handshake");
+		return PDX_EINVAL;
+	}
+	st = pdx_layout_unpack(pdx_mp_get(m, "layout") ? pdx_mp_get(m, "layout") : m,
+			       &layout, err, errlen);
+	if (st)
+		return st;
+	if (pdx_kv_layout_diff(&a->reg.layout, &layout, diff, sizeof(diff)) ||
+	    compat != pdx_kv_layout_compat_hash(&layout)) {
+		snprintf(err, errlen, "layout differs (ours vs %s): %s", p->addr,
+			 diff[0] ? diff : "compatibility hash");
+		free(layout.layer);
+		return PDX_EINCOMPAT;
+	}
+	if (p->state == PEER_READY && p->instance != instance) {
+		log_info("peer %s restarted: its transfers fail", p->addr);
+		xfers_peer_failed(a, p, PDX_EPEER, "peer restarted");
+	}
+	peer_reset(a, p);
+	p->layout = layout;
+	p->instance = instance;
+	p->same_host = strcmp(host, a->host_id) == 0;
+	st = pdx_ucx_ep_new(a->ucx, ucx, ucx_len, peer_ep_error, p, &p->ep);
+	if (st) {
+		snprintf(err, errlen, "ucx endpoint to %s: %s", p->addr,
+			 pdx_status_str(st));
+		return st;
+	}
+	p->n_regions = regions->via.array.size;
+	p->regions = calloc(p->n_regions ? p->n_regions : 1, sizeof(*p->regions));
+	if (!p->regions)
+		return PDX_ENOMEM;
+	for (uint32_t i = 0; i < p->n_regions; i++) {
+		const msgpack_object *r = &regions->via.array.ptr[i];
+		const void *rk;
+		size_t rk_len;
+
+		if (pdx_mp_get_u64(r, "addr", &p->regions[i].addr) ||
+		    pdx_mp_get_u64(r, "size", &p->regions[i].size) ||
+		    pdx_mp_get_bin(r, "rkey", &rk, &rk_len)) {
+			snprintf(err, errlen, "malformed region %u", i);
+			return PDX_EINVAL;
+		}
+		st = pdx_ucx_rkey_unpack(p->ep, rk, rk_len, &p->regions[i].rkey);
+		if (st) {
+			snprintf(err, errlen, "rkey %u of %s: %s", i, p->addr,
+				 pdx_status_str(st));
+			return st;
+		}
+	}
+	switch (a->cfg.data_path) {
+	case DATA_PUT: p->use_put = true; break;
+	case DATA_AM: p->use_put = false; break;
+	default:
+		p->use_put = p->same_host && ucx_has_shm() && shm &&
+			     shm->type == MSGPACK_OBJECT_BOOLEAN && shm->via.boolean;
+	}
+	p->state = PEER_READY;
+	log_info("peer %s ready: %s, data by %s", p->addr,
+		 p->same_host ? "same host" : "remote host",
+		 p->use_put ? "put" : "active messages");
+	return PDX_OK;
+}
+
+static void on_hello(struct agent *a, const char *from, const msgpack_object *m,
+		     bool is_ack)
+{
+	struct peer *p = peer_lookup(a, from, true);
+	char err[PDX_REASON_MAX];
+	pdx_status_t st;
+
+	if (!p)
+		return;
+	if (!a->reg.ok) {
+		snprintf(err, sizeof(err), "no engine registered at %s", a->peer_addr);
+		st = PDX_ENOTREG;
+	} else {
+		st = peer_accept(a, p, m, err, sizeof(err));
+	}
+	if (st) {
+		log_warn("handshake with %s refused: %s", from, err);
+		peer_reset(a, p);
+		if (!is_ack)
+			peer_send(a, p, "hello_nack", NULL, err, NULL, 0, NULL);
+		p->state = PEER_REFUSED;
+		snprintf(p->refusal, sizeof(p->refusal), "%s", err);
+	} else if (!is_ack) {
+		send_hello(a, p, "hello_ack");
+	}
+	xfers_peer_ready(a, p);
+	if (p->state == PEER_REFUSED)
+		peer_reset(a, p); /* the next transfer tries afresh */
+}
+
+static void on_hello_nack(struct agent *a, struct peer *p,
+			  const msgpack_object *m)
+{
+	char reason[PDX_REASON_MAX] = "refused";
+
+	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
+	log_warn("handshake refused by %s: %s", p->addr, reason);
+	peer_reset(a, p);
+	p->state = PEER_REFUSED;
+	snprintf(p->refusal, sizeof(p->refusal), "%s", reason);
+	xfers_peer_ready(a, p);
+	peer_reset(a, p);
+}
+
+static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
+{
+	struct pdx_xfer_id id;
+	struct xfer *x;
+	uint32_t *blocks = NULL;
+	size_t n = 0;
+	uint64_t skip = 0;
+
+	if (pdx_mp_get_xfer(m, "xfer", &id))
+		return;
+	if (p->state != PEER_READY || !a->reg.ok ||
+	    pdx_mp_get_u32s(m, "blocks", MAX_BLOCKS, &blocks, &n) || n == 0 ||
+	    pdx_mp_get_u64(m, "skip", &skip) || skip >= n) {
+		free(blocks);
+		peer_send(a, p, "error", &id, "want: malformed or no handshake",
+			  NULL, 0, NULL);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (blocks[i] >= p->layout.blocks) {
+			free(blocks);
+			peer_send(a, p, "error", &id,
+				  "want: block outside your registered layout",
+				  NULL, 0, NULL);
+			return;
+		}
+	}
+	x = xfer_find(a, &id);
+	if (x && (x->role != XFER_SEND || x->remote_blocks || x->finished ||
+		  strcmp(x->peer_addr, p->addr) != 0)) {
+		free(blocks);
+		log_warn("want from %s refused: transfer is not for it", p->addr);
+		peer_send(a, p, "error", &id, "transfer is not for this agent",
+			  NULL, 0, NULL);
+		return;
+	}
+	if (!x) {
+		/* Before our engine announced it: hold it, bounded in time. */
+		x = xfer_new(a, &id, XFER_SEND, p->addr, a->cfg.xfer_timeout_ms);
+		if (!x) {
+			free(blocks);
+			peer_send(a, p, "error", &id, "sender is full", NULL, 0,
+				  NULL);
+			return;
+		}
+		x->peer = p;
+	}
+	x->remote_blocks = blocks;
+	x->skip = (uint32_t)skip;
+	if (!x->announced)
+		x->n_blocks = (uint32_t)n; /* checked against ours at announce */
+	else if (x->n_blocks != n) {
+		xfer_fail(x, PDX_EINVAL, true, "receiver has %zu blocks, sender %u",
+			  n, x->n_blocks);
+		return;
+	}
+	pdx_xfer_sm_blocks_known(&x->sm);
+	if (x->announced)
+		push_try(x);
+}
+
+static struct xfer *peer_xfer(struct agent *a, struct peer *p,
+			      const msgpack_object *m, const char *op)
+{
+	struct pdx_xfer_id id;
+	struct xfer *x;
+
+	if (pdx_mp_get_xfer(m, "xfer", &id))
+		return NULL;
+	x = xfer_find(a, &id);
+	if (!x || x->finished || strcmp(x->peer_addr, p->addr) != 0) {
+		if (strcmp(op, "done") == 0)
+			peer_send(a, p, "error", &id, "unknown transfer", NULL,
+				  0, NULL);
+		log_debug("%s from %s for a transfer not in flight: ignored", op,
+			  p->addr);
+		return NULL;
+	}
+	return x;
+}
+
+static void on_done(struct agent *a, struct peer *p, const msgpack_object *m)
+{
+	struct xfer *x = peer_xfer(a, p, m, "done");
+	uint64_t bytes, am_bytes = 0;
+
+	if (!x)
+		return;
+	if (x->role != XFER_RECV || !x->announced ||
+	    pdx_mp_get_u64(m, "bytes", &bytes)) {
+		peer_send(a, p, "error", &x->id, "done: not a transfer to you",
+			  NULL, 0, NULL);
+		return;
+	}
+	pdx_mp_get_u64(m, "am_bytes", &am_bytes);
+	x->done_seen = true;
+	x->am_expected = am_bytes;
+	x->bytes = bytes;
+	recv_try_complete(x);
+}
+
+static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
+		     bool refused)
+{
+	struct xfer *x = peer_xfer(a, p, m, "abort");
+	char reason[PDX_REASON_MAX] = "no reason given";
+
+	if (!x)
+		return;
+	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
+	xfer_fail(x, refused ? PDX_ENOENT : PDX_ECANCELED, false, "%s by %s: %s",
+		  refused ? "refused" : "aborted", p->addr, reason);
+}
+
+void peer_on_msg(struct agent *a, const void *buf, size_t len)
+{
+	msgpack_unpacked msg;
+	char op[32], from[PDX_ADDR_MAX];
+	struct peer *p;
+
+	if (pdx_mp_parse(buf, len, &msg, op, sizeof(op)) ||
+	    pdx_mp_get_str(&msg.data, "from", from, sizeof(from)) ||
+	    strncmp(from, "tcp://", 6) != 0) {
+		log_warn("malformed peer message (%zu bytes): ignored", len);
+		msgpack_unpacked_destroy(&msg);
+		return;
+	}
+	if (strcmp(op, "hello") == 0 || strcmp(op, "hello_ack") == 0) {
+		on_hello(a, from, &msg.data, op[5] == '_');
+	} else if ((p = peer_lookup(a, from, false)) == NULL) {
+		log_warn("%s from %s before any handshake: ignored", op, from);
+	} else if (strcmp(op, "hello_nack") == 0) {
+		on_hello_nack(a, p, &msg.data);
+	} else if (strcmp(op, "want") == 0) {
+		on_want(a, p, &msg.data);
+	} else if (strcmp(op, "done") == 0) {
+		on_done(a, p, &msg.data);
+	} else if (strcmp(op, "abort") == 0 || strcmp(op, "error") == 0) {
+		on_abort(a, p, &msg.data, op[0] == 'e');
+	} else {
+		log_warn("unknown op %s from %s: ignored", op, from);
+	}
+	msgpack_unpacked_destroy(&msg);
+}
+
+void peers_free(struct agent *a)
+{
+	struct peer *p, *tmp;
+
+	HASH_ITER(hh, a->peers, p, tmp) {
+		peer_reset(a, p);
+		zmq_close(p->dealer);
+		HASH_DEL(a->peers, p);
+		free(p);
+	}
+}

@@ -1,0 +1,197 @@
+/* Transfers: the table, timeouts, and how each one ends (exactly one event
+ * for the engine, one notification, and the peer told when it failed). */
+#define PDX_LOG_TOPIC "xfer"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/agent.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+struct xfer *xfer_find(struct agent *a, const struct pdx_xfer_id *id)
+{
+	struct xfer *x = NULL;
+
+	HASH_FIND(hh, a->xfers, id->b, sizeof(id->b), x);
+	return x;
+}
+
+static const char *xfer_stage(const struct xfer *x)
+{
+	if (x->peer && x->peer->state != PEER_READY)
+		return "waiting for the handshake";
+	if (x->role == XFER_RECV)
+		return x->done_seen ? "receiving the last bytes"
+				    : "waiting for the sender";
+	if (!x->announced)
+		return "waiting for our engine to announce it";
+	if (!x->sm.blocks_known)
+		return "waiting for the receiver's blocks";
+	if (x->sm.pushed_count < x->sm.layers)
+		return "waiting for layers to be computed";
+	return "pushing the last layers";
+}
+
+static void on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	struct xfer *x = arg;
+	struct agent *a = x->agent;
+
+	xfer_fail(x, PDX_ETIMEDOUT, true, "timed out after %u ms %s",
+		  x->timeout_ms, xfer_stage(x));
+	agent_settle(a);
+}
+
+struct xfer *xfer_new(struct agent *a, const struct pdx_xfer_id *id,
+		      enum xfer_role role, const char *peer_addr,
+		      uint32_t timeout_ms)
+{
+	struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
+	struct xfer *x;
+
+	if (a->n_xfers >= a->cfg.max_xfers) {
+		log_warn("transfer refused: %u live transfers (--max-xfers)",
+			 a->n_xfers);
+		return NULL;
+	}
+	x = calloc(1, sizeof(*x));
+	if (!x)
+		return NULL;
+	x->timer = evtimer_new(a->base, on_timeout, x);
+	if (!x->timer) {
+		free(x);
+		return NULL;
+	}
+	x->id = *id;
+	x->agent = a;
+	x->role = role;
+	x->timeout_ms = timeout_ms;
+	x->t_first_ns = pdx_now_ns();
+	snprintf(x->peer_addr, sizeof(x->peer_addr), "%s", peer_addr);
+	pdx_xfer_sm_init(&x->sm, a->reg.ok ? a->reg.layout.layers : 0);
+	evtimer_add(x->timer, &tv);
+	HASH_ADD(hh, a->xfers, id.b, sizeof(x->id.b), x);
+	a->n_xfers++;
+	return x;
+}
+
+static void xfer_destroy(struct agent *a, struct xfer *x)
+{
+	HASH_DEL(a->xfers, x);
+	a->n_xfers--;
+	event_free(x->timer);
+	free(x->blocks);
+	free(x->remote_blocks);
+	free(x->runs);
+	free(x);
+}
+
+void xfer_maybe_release(struct xfer *x)
+{
+	struct agent *a = x->agent;
+
+	if (!x->finished || x->inflight)
+		return;
+	if (x->announced && !x->event_sent) {
+		x->event_sent = true;
+		engine_send_event(a, x, x->status ? "failed"
+					: x->role == XFER_SEND ? "sent"
+							       : "received");
+	}
+	xfer_destroy(a, x);
+}
+
+void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
+	       const char *fmt, ...)
+{
+	char hex[33];
+	va_list ap;
+
+	if (x->finished)
+		return;
+	x->finished = true;
+	x->status = status;
+	va_start(ap, fmt);
+	vsnprintf(x->reason, sizeof(x->reason), fmt, ap);
+	va_end(ap);
+	evtimer_del(x->timer);
+	pdx_xfer_id_hex(&x->id, hex);
+	log_info("xfer %s %s %s failed: %s", hex,
+		 x->role == XFER_SEND ? "to" : "from", x->peer_addr, x->reason);
+	if (tell_peer && x->peer_addr[0])
+		peer_send_to_addr(x->agent, x->peer_addr,
+				  x->announced ? "abort" : "error", &x->id,
+				  x->announced ? x->reason : "unknown transfer");
+	if (x->announced)
+		notify_xfer(x->agent, x, "failed");
+	xfer_maybe_release(x);
+}
+
+void xfer_succeed(struct xfer *x)
+{
+	char hex[33];
+
+	if (x->finished)
+		return;
+	x->finished = true;
+	x->status = PDX_OK;
+	evtimer_del(x->timer);
+	pdx_xfer_id_hex(&x->id, hex);
+	log_debug("xfer %s done: %llu bytes", hex, (unsigned long long)x->bytes);
+	notify_xfer(x->agent, x, x->role == XFER_SEND ? "sent" : "received");
+	xfer_maybe_release(x);
+}
+
+static void fill_want(msgpack_packer *pk, void *arg)
+{
+	struct xfer *x = arg;
+
+	pdx_mp_kv_u32s(pk, "blocks", x->blocks, x->n_blocks);
+	pdx_mp_kv_u64(pk, "skip", x->skip);
+}
+
+void xfers_peer_ready(struct agent *a, struct peer *p)
+{
+	struct xfer *x, *tmp;
+
+	if (!p)
+		return;
+	HASH_ITER(hh, a->xfers, x, tmp) {
+		if (x->peer != p || x->finished || !x->announced)
+			continue;
+		if (p->state == PEER_REFUSED) {
+			xfer_fail(x, PDX_EINCOMPAT, false, "peer %s refused: %s",
+				  p->addr, p->refusal);
+		} else if (p->state != PEER_READY) {
+			continue;
+		} else if (x->role == XFER_RECV && !x->want_sent) {
+			x->want_sent = true;
+			if (peer_send(a, p, "want", &x->id, NULL, fill_want, 2, x))
+				xfer_fail(x, PDX_EPEER, false,
+					  "cannot reach %s", p->addr);
+		} else if (x->role == XFER_SEND) {
+			push_try(x);
+		}
+	}
+}
+
+void xfers_peer_failed(struct agent *a, struct peer *p, pdx_status_t status,
+		       const char *reason)
+{
+	struct xfer *x, *tmp;
+
+	HASH_ITER(hh, a->xfers, x, tmp) {
+		if (x->peer == p && !x->finished)
+			xfer_fail(x, status, false, "peer %s: %s", p->addr, reason);
+	}
+}
+
+void xfers_free(struct agent *a)
+{
+	struct xfer *x, *tmp;
+
+	HASH_ITER(hh, a->xfers, x, tmp)
+		xfer_destroy(a, x);
+}

@@ -1,0 +1,158 @@
+/* pdx_bench_util: what pdx-xferbench and the integration tests share.
+ *
+ * Model shapes, KV pools in POSIX shared memory with the layer-major layout
+ * the synthetic engines register, the deterministic data pattern written by
+ * the prefill side and checked by the decode side, spawning and stopping
+ * pdx-agent processes, and a cleanup registry that kills what was spawned
+ * and unlinks what was created when the process exits or is signalled.
+ */
+#ifndef PDX_BENCH_H
+#define PDX_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <pdx/engine.h>
+#include <pdx/layout.h>
+
+/* ---- models ---- */
+
+struct pb_model {
+	const char *name;
+	uint32_t layers;
+	uint32_t tensors;
+	uint32_t kv_heads;
+	uint32_t head_dim;
+	uint32_t dtype_bytes;
+	uint32_t block_tokens;
+};
+
+/* NULL when the name is unknown. */
+const struct pb_model *pb_model_find(const char *name);
+/* "llama3-8b|tiny": the names, for usage texts. */
+const char *pb_model_names(void);
+
+/* ---- KV pools ---- */
+
+struct pb_pool {
+	char name[64];       /* shm_open() name */
+	uint8_t *base;
+	size_t size;
+	uint64_t block_bytes; /* one block of one tensor of one layer */
+	struct pdx_kv_layout layout;
+	struct pdx_engine_region region;
+};
+
+/* Creates, sizes, maps and pre-faults a pool of `blocks` blocks in shared
+ * memory named shm_name, laid out layer-major: tensor t of layer l starts at
+ * (tensors * l + t) * blocks * block_bytes, stride block_bytes. The name is
+ * put in the cleanup registry. Returns 0, or -1 with a message on stderr. */
+int pb_pool_create(struct pb_pool *p, const char *shm_name,
+		   const struct pb_model *m, uint32_t blocks);
+/* Unmaps and unlinks; safe on a zeroed or destroyed pool. */
+void pb_pool_destroy(struct pb_pool *p);
+
+static inline uint8_t *pb_block(const struct pb_pool *p, uint32_t layer,
+				uint32_t tensor, uint32_t block)
+{
+	const struct pdx_kv_layer *ly = &p->layout.layer[layer];
+
+	return p->base + ly->base[tensor].offset +
+	       (uint64_t)block * ly->block_stride;
+}
+
+/* Writes the pattern of transfer `seed` into blocks[first..n) (the index in
+ * the list is the token-block index), every layer and tensor. */
+void pb_fill(const struct pb_pool *p, uint64_t seed, const uint32_t *blocks,
+	     size_t n, size_t first);
+/* Sets blocks[first..n) to a byte that never passes pb_verify(). */
+void pb_poison(const struct pb_pool *p, const uint32_t *blocks, size_t n,
+	       size_t first);
+/* Checks blocks[first..n) against the pattern of `seed`. Returns 0 when all
+ * bytes match; else -1 and the first mismatch, described, in err. */
+int pb_verify(const struct pb_pool *p, uint64_t seed, const uint32_t *blocks,
+	      size_t n, size_t first, char *err, size_t errlen);
+
+/* UCX operations one layer-tensor of a transfer needs: runs of blocks whose
+ * ids are consecutive on both sides. */
+uint64_t pb_runs(const uint32_t *src, const uint32_t *dst, size_t n);
+
+/* splitmix64 */
+uint64_t pb_rand(uint64_t *state);
+/* n distinct block ids out of pool_blocks: 0..n-1 or a random subset in
+ * random order. */
+void pb_pick_blocks(uint32_t *out, size_t n, uint32_t pool_blocks, bool random,
+		    uint64_t *rng);
+
+/* ---- agents ---- */
+
+struct pb_agent_opts {
+	const char *bin;       /* pdx-agent */
+	const char *engine;    /* ipc://... */
+	const char *listen;    /* tcp://HOST:PORT */
+	const char *tls;       /* UCX_TLS value, e.g. "sm,self"; NULL: unset */
+	const char *data_path; /* auto|put|am; NULL: not passed */
+	uint32_t xfer_timeout_ms; /* 0: not passed */
+	const char *netns;     /* run under `ip netns exec NETNS`; NULL: no */
+	const char *env[8];    /* more "KEY=VALUE" for the agent; NULL-ended */
+};
+
+struct pb_agent {
+	pid_t pid;             /* 0 when not running */
+	int status;            /* wait status once it ended */
+	struct pb_agent_opts o;
+	/* copies the opts point into */
+	char bin[4096], engine[4200], listen[256], tls[64], data_path[16],
+		netns[64], env[8][256];
+};
+
+/* Starts an agent (its stdout goes to stderr); o is copied. */
+int pb_agent_start(struct pb_agent *a, const struct pb_agent_opts *o);
+/* Starts it again with the same options (after it ended). */
+int pb_agent_restart(struct pb_agent *a);
+/* SIGTERM, then SIGKILL after 2 s; reaps. Returns the wait status or -1. */
+int pb_agent_stop(struct pb_agent *a);
+/* Sends sig and, for SIGKILL, reaps. */
+void pb_agent_kill(struct pb_agent *a, int sig);
+/* Reaps it if it ended; false then. */
+bool pb_agent_alive(struct pb_agent *a);
+
+/* A TCP port on host that could be bound just now: random in 20000..32767,
+ * or from the kernel. -1 on failure. */
+int pb_free_port(const char *host);
+
+/* dirname(/proc/self/exe)/../agent/pdx-agent */
+int pb_default_agent_bin(char *out, size_t len);
+
+/* Registers, retrying while the agent is not up yet, for up to total_ms.
+ * If agent is given (our child), gives up as soon as it has ended. */
+pdx_status_t pb_register_retry(struct pdx_engine *e, const struct pb_pool *p,
+			       char *peer, size_t peer_len, int total_ms,
+			       struct pb_agent *agent);
+
+/* Runs argv (argv[0] found in PATH) and returns its exit code, -1 when it
+ * could not run. Output goes to stderr unless quiet. */
+int pb_run(const char *const argv[], bool quiet);
+
+/* ---- cleanup registry ----
+ * pb_cleanup_install() arranges for pb_cleanup_run() to be called at exit
+ * and on SIGINT, SIGTERM and SIGHUP (then exiting 1). Only the process that
+ * installed it cleans up: forked children that exit do not. */
+void pb_cleanup_install(void);
+void pb_cleanup_run(void);
+void pb_track_pid(pid_t pid);
+void pb_untrack_pid(pid_t pid);
+void pb_track_shm(const char *name);
+void pb_untrack_shm(const char *name);
+void pb_track_path(const char *path); /* a file to unlink */
+void pb_track_dir(const char *path);  /* an empty dir to rmdir, last */
+void pb_cleanup_hook(void (*fn)(void)); /* run after everything else */
+
+/* mkdtemp("/tmp/pdx-XXXXXX") into out, tracked. */
+int pb_tmpdir(char *out, size_t len);
+/* Removes dir and the files in it; untracks it. */
+void pb_tmpdir_remove(const char *dir);
+
+#endif

@@ -1,0 +1,125 @@
+#include "common/layout_mp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/mp.h"
+
+void pdx_layout_pack(msgpack_packer *pk, const struct pdx_kv_layout *l)
+{
+	msgpack_pack_map(pk, 10);
+	pdx_mp_kv_u64(pk, "layers", l->layers);
+	pdx_mp_kv_u64(pk, "tensors", l->tensors);
+	pdx_mp_kv_u64(pk, "blocks", l->blocks);
+	pdx_mp_kv_u64(pk, "block_tokens", l->block_tokens);
+	pdx_mp_kv_u64(pk, "kv_heads", l->kv_heads);
+	pdx_mp_kv_u64(pk, "head_dim", l->head_dim);
+	pdx_mp_kv_u64(pk, "dtype_bytes", l->dtype_bytes);
+	pdx_mp_kv_str(pk, "order", l->order == PDX_KV_HND ? "HND" : "NHD");
+	pdx_mp_str(pk, "bases");
+	msgpack_pack_array(pk, l->layers);
+	for (uint32_t i = 0; i < l->layers; i++) {
+		msgpack_pack_array(pk, l->tensors);
+		for (uint32_t t = 0; t < l->tensors; t++) {
+			msgpack_pack_array(pk, 2);
+			msgpack_pack_uint32(pk, l->layer[i].base[t].region);
+			msgpack_pack_uint64(pk, l->layer[i].base[t].offset);
+		}
+	}
+	pdx_mp_str(pk, "strides");
+	msgpack_pack_array(pk, l->layers);
+	for (uint32_t i = 0; i < l->layers; i++)
+		msgpack_pack_uint64(pk, l->layer[i].block_stride);
+}
+
+static int get_u32(const msgpack_object *o, const char *key, uint32_t *out)
+{
+	uint64_t v;
+
+	if (pdx_mp_get_u64(o, key, &v) || v > UINT32_MAX)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int unpack_base(const msgpack_object *o, uint32_t tensors,
+		       struct pdx_kv_layer *ly)
+{
+	if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != tensors)
+		return -1;
+	for (uint32_t t = 0; t < tensors; t++) {
+		const msgpack_object *p = &o->via.array.ptr[t];
+		uint64_t region, off;
+
+		if (p->type != MSGPACK_OBJECT_ARRAY || p->via.array.size != 2 ||
+		    pdx_mp_obj_u64(&p->via.array.ptr[0], &region) ||
+		    pdx_mp_obj_u64(&p->via.array.ptr[1], &off) ||
+		    region > UINT32_MAX)
+			return -1;
+		ly->base[t].region = (uint32_t)region;
+		ly->base[t].offset = off;
+	}
+	return 0;
+}
+
+pdx_status_t pdx_layout_unpack(const msgpack_object *o, struct pdx_kv_layout *l,
+			       char *err, size_t errlen)
+{
+	struct pdx_kv_layout t = { 0 };
+	const msgpack_object *bases, *strides;
+	char order[8];
+
+	if (get_u32(o, "layers", &t.layers) || get_u32(o, "tensors", &t.tensors) ||
+	    get_u32(o, "blocks", &t.blocks) ||
+	    get_u32(o, "block_tokens", &t.block_tokens) ||
+	    get_u32(o, "kv_heads", &t.kv_heads) ||
+	    get_u32(o, "head_dim", &t.head_dim) ||
+	    get_u32(o, "dtype_bytes", &t.dtype_bytes) ||
+	    pdx_mp_get_str(o, "order", order, sizeof(order))) {
+		snprintf(err, errlen, "layout: a field is missing or not an int");
+		return PDX_EINVAL;
+	}
+	if (strcmp(order, "NHD") == 0) {
+		t.order = PDX_KV_NHD;
+	} else if (strcmp(order, "HND") == 0) {
+		t.order = PDX_KV_HND;
+	} else {
+		snprintf(err, errlen, "layout: order \"%s\" is neither NHD nor HND",
+			 order);
+		return PDX_EINVAL;
+	}
+	if (t.layers == 0 || t.layers > PDX_MAX_LAYERS ||
+	    (t.tensors != 1 && t.tensors != 2)) {
+		snprintf(err, errlen, "layout: layers %u or tensors %u out of range",
+			 t.layers, t.tensors);
+		return PDX_EINVAL;
+	}
+	bases = pdx_mp_get(o, "bases");
+	strides = pdx_mp_get(o, "strides");
+	if (!bases || bases->type != MSGPACK_OBJECT_ARRAY ||
+	    bases->via.array.size != t.layers || !strides ||
+	    strides->type != MSGPACK_OBJECT_ARRAY ||
+	    strides->via.array.size != t.layers) {
+		snprintf(err, errlen, "layout: bases and strides need %u entries",
+			 t.layers);
+		return PDX_EINVAL;
+	}
+	t.layer = calloc(t.layers, sizeof(*t.layer));
+	if (!t.layer) {
+		snprintf(err, errlen, "layout: out of memory");
+		return PDX_ENOMEM;
+	}
+	for (uint32_t i = 0; i < t.layers; i++) {
+		if (unpack_base(&bases->via.array.ptr[i], t.tensors, &t.layer[i]) ||
+		    pdx_mp_obj_u64(&strides->via.array.ptr[i],
+				   &t.layer[i].block_stride)) {
+			snprintf(err, errlen, "layout: layer %u base or stride malformed",
+				 i);
+			free(t.layer);
+			return PDX_EINVAL;
+		}
+	}
+	*l = t;
+	return PDX_OK;
+}

@@ -1,0 +1,192 @@
+#include "common/mp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void pdx_mp_out_init(struct pdx_mp_out *o)
+{
+	msgpack_sbuffer_init(&o->buf);
+	msgpack_packer_init(&o->pk, &o->buf, msgpack_sbuffer_write);
+}
+
+void pdx_mp_out_free(struct pdx_mp_out *o)
+{
+	msgpack_sbuffer_destroy(&o->buf);
+}
+
+void pdx_mp_str(msgpack_packer *pk, const char *s)
+{
+	size_t n = strlen(s);
+
+	msgpack_pack_str(pk, n);
+	msgpack_pack_str_body(pk, s, n);
+}
+
+void pdx_mp_bin(msgpack_packer *pk, const void *p, size_t n)
+{
+	msgpack_pack_bin(pk, n);
+	msgpack_pack_bin_body(pk, p, n);
+}
+
+void pdx_mp_kv_str(msgpack_packer *pk, const char *key, const char *val)
+{
+	pdx_mp_str(pk, key);
+	pdx_mp_str(pk, val);
+}
+
+void pdx_mp_kv_u64(msgpack_packer *pk, const char *key, uint64_t val)
+{
+	pdx_mp_str(pk, key);
+	msgpack_pack_uint64(pk, val);
+}
+
+void pdx_mp_kv_i64(msgpack_packer *pk, const char *key, int64_t val)
+{
+	pdx_mp_str(pk, key);
+	msgpack_pack_int64(pk, val);
+}
+
+void pdx_mp_kv_bin(msgpack_packer *pk, const char *key, const void *p, size_t n)
+{
+	pdx_mp_str(pk, key);
+	pdx_mp_bin(pk, p, n);
+}
+
+void pdx_mp_kv_xfer(msgpack_packer *pk, const char *key,
+		    const struct pdx_xfer_id *x)
+{
+	pdx_mp_kv_bin(pk, key, x->b, sizeof(x->b));
+}
+
+void pdx_mp_kv_u32s(msgpack_packer *pk, const char *key, const uint32_t *v,
+		    size_t n)
+{
+	pdx_mp_str(pk, key);
+	msgpack_pack_array(pk, n);
+	for (size_t i = 0; i < n; i++)
+		msgpack_pack_uint32(pk, v[i]);
+}
+
+int pdx_mp_parse(const void *buf, size_t len, msgpack_unpacked *msg, char *op,
+		 size_t opsize)
+{
+	size_t off = 0;
+
+	msgpack_unpacked_init(msg);
+	if (msgpack_unpack_next(msg, buf, len, &off) != MSGPACK_UNPACK_SUCCESS)
+		return -1;
+	if (off != len || msg->data.type != MSGPACK_OBJECT_MAP)
+		return -1;
+	return pdx_mp_get_str(&msg->data, "op", op, opsize);
+}
+
+const msgpack_object *pdx_mp_get(const msgpack_object *map, const char *key)
+{
+	size_t klen = strlen(key);
+
+	if (map->type != MSGPACK_OBJECT_MAP)
+		return NULL;
+	for (uint32_t i = 0; i < map->via.map.size; i++) {
+		const msgpack_object_kv *kv = &map->via.map.ptr[i];
+
+		if (kv->key.type == MSGPACK_OBJECT_STR &&
+		    kv->key.via.str.size == klen &&
+		    memcmp(kv->key.via.str.ptr, key, klen) == 0)
+			return &kv->val;
+	}
+	return NULL;
+}
+
+int pdx_mp_obj_u64(const msgpack_object *o, uint64_t *out)
+{
+	if (!o || o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+		return -1;
+	*out = o->via.u64;
+	return 0;
+}
+
+int pdx_mp_get_u64(const msgpack_object *map, const char *key, uint64_t *out)
+{
+	return pdx_mp_obj_u64(pdx_mp_get(map, key), out);
+}
+
+int pdx_mp_get_i64(const msgpack_object *map, const char *key, int64_t *out)
+{
+	const msgpack_object *o = pdx_mp_get(map, key);
+
+	if (!o)
+		return -1;
+	if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
+		*out = o->via.i64;
+		return 0;
+	}
+	if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX) {
+		*out = (int64_t)o->via.u64;
+		return 0;
+	}
+	return -1;
+}
+
+int pdx_mp_get_str(const msgpack_object *map, const char *key, char *out,
+		   size_t outlen)
+{
+	const msgpack_object *o = pdx_mp_get(map, key);
+
+	if (!o || o->type != MSGPACK_OBJECT_STR || o->via.str.size >= outlen)
+		return -1;
+	memcpy(out, o->via.str.ptr, o->via.str.size);
+	out[o->via.str.size] = '\0';
+	return 0;
+}
+
+int pdx_mp_get_bin(const msgpack_object *map, const char *key, const void **p,
+		   size_t *n)
+{
+	const msgpack_object *o = pdx_mp_get(map, key);
+
+	if (!o || o->type != MSGPACK_OBJECT_BIN)
+		return -1;
+	*p = o->via.bin.ptr;
+	*n = o->via.bin.size;
+	return 0;
+}
+
+int pdx_mp_obj_xfer(const msgpack_object *o, struct pdx_xfer_id *out)
+{
+	if (!o || o->type != MSGPACK_OBJECT_BIN ||
+	    o->via.bin.size != sizeof(out->b))
+		return -1;
+	memcpy(out->b, o->via.bin.ptr, sizeof(out->b));
+	return 0;
+}
+
+int pdx_mp_get_xfer(const msgpack_object *map, const char *key,
+		    struct pdx_xfer_id *out)
+{
+	return pdx_mp_obj_xfer(pdx_mp_get(map, key), out);
+}
+
+int pdx_mp_get_u32s(const msgpack_object *map, const char *key, size_t max,
+		    uint32_t **out, size_t *n)
+{
+	const msgpack_object *o = pdx_mp_get(map, key);
+	uint32_t *v;
+
+	if (!o || o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size > max)
+		return -1;
+	v = malloc((o->via.array.size ? o->via.array.size : 1) * sizeof(*v));
+	if (!v)
+		return -1;
+	for (uint32_t i = 0; i < o->via.array.size; i++) {
+		uint64_t x;
+
+		if (pdx_mp_obj_u64(&o->via.array.ptr[i], &x) || x > UINT32_MAX) {
+			free(v);
+			return -1;
+		}
+		v[i] = (uint32_t)x;
+	}
+	*out = v;
+	*n = o->via.array.size;
+	return 0;
+}

@@ -1,0 +1,54 @@
+/* msgpack helpers: build maps with string keys, read fields by key.
+ * Readers return 0 on success and -1 when the key is missing or has the
+ * wrong type; they never allocate except pdx_mp_get_u32s(). */
+#ifndef PDX_COMMON_MP_H
+#define PDX_COMMON_MP_H
+
+#include <msgpack.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <pdx/engine.h>
+
+struct pdx_mp_out {
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+};
+
+void pdx_mp_out_init(struct pdx_mp_out *o);
+void pdx_mp_out_free(struct pdx_mp_out *o);
+
+void pdx_mp_str(msgpack_packer *pk, const char *s);
+void pdx_mp_bin(msgpack_packer *pk, const void *p, size_t n);
+void pdx_mp_kv_str(msgpack_packer *pk, const char *key, const char *val);
+void pdx_mp_kv_u64(msgpack_packer *pk, const char *key, uint64_t val);
+void pdx_mp_kv_i64(msgpack_packer *pk, const char *key, int64_t val);
+void pdx_mp_kv_bin(msgpack_packer *pk, const char *key, const void *p, size_t n);
+void pdx_mp_kv_xfer(msgpack_packer *pk, const char *key,
+		    const struct pdx_xfer_id *x);
+void pdx_mp_kv_u32s(msgpack_packer *pk, const char *key, const uint32_t *v,
+		    size_t n);
+
+/* Unpacks buf into *msg (whose zone the caller destroys with
+ * msgpack_unpacked_destroy) and checks that it is a map with a str "op".
+ * Writes the op into op[opsize]. */
+int pdx_mp_parse(const void *buf, size_t len, msgpack_unpacked *msg,
+		 char *op, size_t opsize);
+
+const msgpack_object *pdx_mp_get(const msgpack_object *map, const char *key);
+int pdx_mp_get_u64(const msgpack_object *map, const char *key, uint64_t *out);
+int pdx_mp_get_i64(const msgpack_object *map, const char *key, int64_t *out);
+int pdx_mp_get_str(const msgpack_object *map, const char *key, char *out,
+		   size_t outlen);
+int pdx_mp_get_bin(const msgpack_object *map, const char *key,
+		   const void **p, size_t *n);
+int pdx_mp_get_xfer(const msgpack_object *map, const char *key,
+		    struct pdx_xfer_id *out);
+int pdx_mp_obj_xfer(const msgpack_object *o, struct pdx_xfer_id *out);
+int pdx_mp_obj_u64(const msgpack_object *o, uint64_t *out);
+/* An array of at most max non-negative 32-bit ints; *out is malloc'd. */
+int pdx_mp_get_u32s(const msgpack_object *map, const char *key, size_t max,
+		    uint32_t **out, size_t *n);
+
+#endif

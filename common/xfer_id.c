@@ -1,0 +1,24 @@
+#include <pdx/engine.h>
+
+#include <stdio.h>
+#include <sys/random.h>
+
+pdx_status_t pdx_xfer_id_random(struct pdx_xfer_id *id)
+{
+	size_t got = 0;
+
+	while (got < sizeof(id->b)) {
+		ssize_t n = getrandom(id->b + got, sizeof(id->b) - got, 0);
+
+		if (n < 0)
+			return PDX_EIO;
+		got += (size_t)n;
+	}
+	return PDX_OK;
+}
+
+void pdx_xfer_id_hex(const struct pdx_xfer_id *id, char out[33])
+{
+	for (size_t i = 0; i < sizeof(id->b); i++)
+		snprintf(out + 2 * i, 3, "%02x", id->b[i]);
+}

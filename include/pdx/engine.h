@@ -1,0 +1,131 @@
+/* Engine client API: how an engine talks to the pdx-agent beside it.
+ *
+ * The link is ZeroMQ (DEALER to the agent's ROUTER at an ipc:// address)
+ * carrying msgpack maps, described field by field in docs/protocol.md; this
+ * library is one implementation of it, for C and C++ engines.
+ *
+ * Threading: a struct pdx_engine belongs to one thread at a time.
+ * Calls that announce or abort transfers return at once; their outcome
+ * arrives later as an event. Events are read with pdx_engine_next_event();
+ * pdx_engine_fd() becomes readable when events may be waiting. Like
+ * ZeroMQ's own fd it is edge-triggered: after it fires, call
+ * pdx_engine_next_event() until it returns PDX_EAGAIN.
+ */
+#ifndef PDX_ENGINE_H
+#define PDX_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <pdx/layout.h>
+#include <pdx/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PDX_XFER_ID_BYTES 16
+#define PDX_ADDR_MAX 256
+#define PDX_REASON_MAX 256
+
+/* 128 random bits, minted by whoever pairs the prefill and decode sides. */
+struct pdx_xfer_id {
+	uint8_t b[PDX_XFER_ID_BYTES];
+};
+
+enum pdx_mem_type {
+	PDX_MEM_SHM = 0,  /* POSIX shared memory object, mapped by the agent */
+	PDX_MEM_CUDA = 1, /* CUDA IPC handle (reserved: a later release) */
+};
+
+struct pdx_engine_region {
+	enum pdx_mem_type type;
+	const char *shm_name;  /* PDX_MEM_SHM: the shm_open() name */
+	uint64_t size;         /* bytes */
+	uint8_t cuda_ipc[64];  /* PDX_MEM_CUDA: cudaIpcMemHandle_t */
+	int cuda_device;
+};
+
+struct pdx_engine_params {
+	const char *agent;     /* the agent's engine address, ipc://... */
+	int timeout_ms;        /* bound on synchronous calls; 0 = 10000 */
+	uint32_t xfer_timeout_ms; /* per transfer; 0 = the agent's default */
+};
+
+enum pdx_event_kind {
+	PDX_EVENT_SENT = 0,     /* prefill side: all bytes are at the receiver */
+	PDX_EVENT_RECEIVED = 1, /* decode side: all bytes are in its blocks */
+	PDX_EVENT_FAILED = 2,   /* either side: see status and reason */
+};
+
+struct pdx_engine_event {
+	struct pdx_xfer_id xfer;
+	enum pdx_event_kind kind;
+	pdx_status_t status;   /* PDX_OK unless failed */
+	uint64_t bytes;        /* payload bytes moved */
+	uint64_t t_first_ns;   /* CLOCK_MONOTONIC: transfer announced */
+	uint64_t t_last_ns;    /* CLOCK_MONOTONIC: event emitted */
+	char reason[PDX_REASON_MAX];
+};
+
+struct pdx_engine;
+
+/* Connects to the agent. Does not wait for it to be up. */
+pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
+				struct pdx_engine **out);
+
+/* Closes the link; the agent aborts nothing by itself. NULL-safe. */
+void pdx_engine_free(struct pdx_engine *e);
+
+/* Registers the engine's KV memory and layout with the agent and waits for
+ * its answer. On success writes the agent's peer address (the one to give
+ * the other side of a transfer) to peer_addr. Registering again replaces the
+ * previous registration and fails the transfers that used it. */
+pdx_status_t pdx_engine_register(struct pdx_engine *e,
+				 const struct pdx_kv_layout *layout,
+				 const struct pdx_engine_region *regions,
+				 size_t n_regions, char *peer_addr,
+				 size_t peer_addr_len);
+
+/* Prefill side: transfer xfer will be produced in these blocks (in token
+ * order) and may be pushed only to the agent at peer. */
+pdx_status_t pdx_engine_send(struct pdx_engine *e, const struct pdx_xfer_id *xfer,
+			     const char *peer, const uint32_t *blocks,
+			     size_t n_blocks);
+
+/* Prefill side: layer is computed for these transfers. */
+pdx_status_t pdx_engine_layer_done(struct pdx_engine *e, uint32_t layer,
+				   const struct pdx_xfer_id *xfers, size_t n);
+
+/* Decode side: receive xfer from the agent at peer into these blocks (in
+ * token order, as many as the sender's). The first skip_tokens tokens are
+ * already held: whole blocks among them are not transferred. */
+pdx_status_t pdx_engine_recv(struct pdx_engine *e, const struct pdx_xfer_id *xfer,
+			     const char *peer, const uint32_t *blocks,
+			     size_t n_blocks, uint32_t skip_tokens);
+
+/* Either side: abort the transfer here and at the peer. */
+pdx_status_t pdx_engine_abort(struct pdx_engine *e,
+			      const struct pdx_xfer_id *xfer);
+
+/* Readable (edge-triggered) when events may be waiting. */
+int pdx_engine_fd(const struct pdx_engine *e);
+
+/* Takes the next event; PDX_EAGAIN when there is none now. */
+pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
+				   struct pdx_engine_event *ev);
+
+/* Waits up to timeout_ms (-1: forever) for the next event. */
+pdx_status_t pdx_engine_wait_event(struct pdx_engine *e, int timeout_ms,
+				   struct pdx_engine_event *ev);
+
+/* Fills id with 128 bits from the system's random source. */
+pdx_status_t pdx_xfer_id_random(struct pdx_xfer_id *id);
+
+/* Writes the 32 lowercase hex digits and a NUL to out[33]. */
+void pdx_xfer_id_hex(const struct pdx_xfer_id *id, char out[33]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

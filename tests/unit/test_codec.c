@@ -1,0 +1,143 @@
+/* msgpack helpers and the layout codec: round trips, and refusals. */
+#include <stdlib.h>
+
+#include "common/layout_mp.h"
+#include "common/mp.h"
+#include "tests/check.h"
+
+static struct pdx_kv_layer layers[3] = {
+	{ .base = { { 0, 0 }, { 0, 4096 } }, .block_stride = 1024 },
+	{ .base = { { 0, 8192 }, { 1, 0 } }, .block_stride = 1024 },
+	{ .base = { { 1, 1ull << 40 }, { 1, 77 } }, .block_stride = 2048 },
+};
+
+static struct pdx_kv_layout sample(void)
+{
+	return (struct pdx_kv_layout){ .layers = 3, .tensors = 2, .blocks = 4,
+				       .block_tokens = 16, .kv_heads = 2,
+				       .head_dim = 16, .dtype_bytes = 2,
+				       .order = PDX_KV_HND, .layer = layers };
+}
+
+static void layout_round_trip(void)
+{
+	struct pdx_kv_layout in = sample(), out;
+	struct pdx_mp_out o;
+	msgpack_unpacked msg;
+	size_t off = 0;
+	char err[128];
+
+	pdx_mp_out_init(&o);
+	pdx_layout_pack(&o.pk, &in);
+	msgpack_unpacked_init(&msg);
+	CHECK(msgpack_unpack_next(&msg, o.buf.data, o.buf.size, &off) ==
+	      MSGPACK_UNPACK_SUCCESS);
+	CHECK_EQ(pdx_layout_unpack(&msg.data, &out, err, sizeof(err)), PDX_OK);
+	CHECK_EQ(out.layers, 3);
+	CHECK_EQ(out.order, PDX_KV_HND);
+	CHECK_EQ(out.block_tokens, 16);
+	for (int i = 0; i < 3; i++) {
+		CHECK_EQ(out.layer[i].block_stride, in.layer[i].block_stride);
+		for (int t = 0; t < 2; t++) {
+			CHECK_EQ(out.layer[i].base[t].region, in.layer[i].base[t].region);
+			CHECK_EQ(out.layer[i].base[t].offset, in.layer[i].base[t].offset);
+		}
+	}
+	CHECK_EQ(pdx_kv_layout_compat_hash(&in), pdx_kv_layout_compat_hash(&out));
+	free(out.layer);
+	msgpack_unpacked_destroy(&msg);
+	pdx_mp_out_free(&o);
+}
+
+static void message_round_trip(void)
+{
+	struct pdx_xfer_id id, back;
+	uint32_t blocks[] = { 1, 2, 4000000000u }, *got = NULL;
+	struct pdx_mp_out o;
+	msgpack_unpacked msg;
+	char op[16], s[8];
+	uint64_t u;
+	int64_t i;
+	size_t n = 0;
+
+	pdx_xfer_id_random(&id);
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, 5);
+	pdx_mp_kv_str(&o.pk, "op", "want");
+	pdx_mp_kv_xfer(&o.pk, "xfer", &id);
+	pdx_mp_kv_u32s(&o.pk, "blocks", blocks, 3);
+	pdx_mp_kv_u64(&o.pk, "skip", 1ull << 33);
+	pdx_mp_kv_i64(&o.pk, "status", -101);
+	CHECK_EQ(pdx_mp_parse(o.buf.data, o.buf.size, &msg, op, sizeof(op)), 0);
+	CHECK_STR_CONTAINS(op, "want");
+	CHECK_EQ(pdx_mp_get_xfer(&msg.data, "xfer", &back), 0);
+	CHECK(memcmp(id.b, back.b, 16) == 0);
+	CHECK_EQ(pdx_mp_get_u32s(&msg.data, "blocks", 10, &got, &n), 0);
+	CHECK_EQ(n, 3);
+	CHECK_EQ(got ? got[2] : 0, 4000000000u);
+	free(got);
+	CHECK_EQ(pdx_mp_get_u32s(&msg.data, "blocks", 2, &got, &n), -1);
+	CHECK_EQ(pdx_mp_get_u64(&msg.data, "skip", &u), 0);
+	CHECK_EQ(u, 1ull << 33);
+	CHECK_EQ(pdx_mp_get_i64(&msg.data, "status", &i), 0);
+	CHECK_EQ(i, -101);
+	CHECK_EQ(pdx_mp_get_u64(&msg.data, "status", &u), -1);
+	CHECK_EQ(pdx_mp_get_str(&msg.data, "op", s, 4), -1); /* too long */
+	CHECK_EQ(pdx_mp_get_u64(&msg.data, "missing", &u), -1);
+	msgpack_unpacked_destroy(&msg);
+
+	/* Not a map, trailing bytes, truncated: all refused. */
+	CHECK_EQ(pdx_mp_parse("\x93\x01\x02\x03", 4, &msg, op, sizeof(op)), -1);
+	msgpack_unpacked_destroy(&msg);
+	CHECK_EQ(pdx_mp_parse(o.buf.data, o.buf.size - 1, &msg, op, sizeof(op)), -1);
+	msgpack_unpacked_destroy(&msg);
+	{
+		char *more = malloc(o.buf.size + 1);
+
+		memcpy(more, o.buf.data, o.buf.size);
+		more[o.buf.size] = 0;
+		CHECK_EQ(pdx_mp_parse(more, o.buf.size + 1, &msg, op, sizeof(op)), -1);
+		msgpack_unpacked_destroy(&msg);
+		free(more);
+	}
+	pdx_mp_out_free(&o);
+}
+
+static void layout_checks(void)
+{
+	struct pdx_kv_layout l = sample(), m = sample();
+	uint64_t sizes[2] = { 8192 + 4 * 1024, (1ull << 40) + 4 * 2048 };
+	char err[256];
+
+	CHECK_EQ(pdx_kv_layout_block_bytes(&l), 16 * 2 * 16 * 2);
+	CHECK_EQ(pdx_kv_layout_check(&l, sizes, 2, err, sizeof(err)), PDX_OK);
+	sizes[0] -= 1;
+	CHECK_EQ(pdx_kv_layout_check(&l, sizes, 2, err, sizeof(err)), PDX_ERANGE);
+	CHECK_STR_CONTAINS(err, "layer 1 tensor 0");
+	CHECK_EQ(pdx_kv_layout_check(&l, sizes, 1, err, sizeof(err)), PDX_ERANGE);
+	l.tensors = 3;
+	CHECK_EQ(pdx_kv_layout_check(&l, sizes, 2, err, sizeof(err)), PDX_EINVAL);
+	l = sample();
+	l.layer = NULL;
+	CHECK_EQ(pdx_kv_layout_check(&l, sizes, 2, err, sizeof(err)), PDX_EINVAL);
+
+	l = sample();
+	CHECK_EQ(pdx_kv_layout_diff(&l, &m, err, sizeof(err)), 0);
+	m.blocks = 99; /* each side's own */
+	CHECK_EQ(pdx_kv_layout_diff(&l, &m, err, sizeof(err)), 0);
+	CHECK_EQ(pdx_kv_layout_compat_hash(&l), pdx_kv_layout_compat_hash(&m));
+	m.head_dim = 8;
+	m.order = PDX_KV_NHD;
+	CHECK_EQ(pdx_kv_layout_diff(&l, &m, err, sizeof(err)), 1);
+	CHECK_STR_CONTAINS(err, "head_dim 16 != 8");
+	CHECK_STR_CONTAINS(err, "order");
+	CHECK(pdx_kv_layout_compat_hash(&l) != pdx_kv_layout_compat_hash(&m));
+}
+
+int main(void)
+{
+	layout_round_trip();
+	message_round_trip();
+	layout_checks();
+	CHECK_DONE();
+}

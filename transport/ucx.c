@@ -1,0 +1,466 @@
+/* UCX context, worker, memory, endpoints and operations (see ucx.h). */
+#include "transport/ucx.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <ucp/api/ucp.h>
+
+struct pdx_ucx_ep;
+
+/* One user callback waiting on a UCX request. */
+struct op {
+	pdx_ucx_done_cb cb;
+	void *arg;
+	struct op *next; /* on the deferred list only */
+	pdx_status_t status;
+};
+
+struct am_handler {
+	pdx_ucx_am_cb cb;
+	void *arg;
+	struct pdx_ucx *u;
+};
+
+#define AM_IDS 4
+
+struct pdx_ucx {
+	ucp_context_h ctx;
+	ucp_worker_h worker;
+	ucp_address_t *addr;
+	size_t addr_len;
+	int efd;
+	struct op *deferred; /* completed inline: fired by the next progress */
+	struct am_handler am[AM_IDS];
+	int closing; /* endpoint closes in flight */
+};
+
+struct pdx_ucx_ep {
+	struct pdx_ucx *u;
+	ucp_ep_h ep;
+	pdx_ucx_ep_error_cb err_cb;
+	void *arg;
+	bool closed;
+};
+
+struct pdx_ucx_mem {
+	ucp_mem_h memh;
+};
+
+struct pdx_ucx_rkey {
+	ucp_rkey_h rkey;
+};
+
+/* The one place UCX statuses become pdx statuses. */
+static pdx_status_t from_ucs(ucs_status_t s)
+{
+	switch (s) {
+	case UCS_OK:
+		return PDX_OK;
+	case UCS_ERR_NO_MEMORY:
+		return PDX_ENOMEM;
+	case UCS_ERR_CANCELED:
+		return PDX_ECANCELED;
+	case UCS_ERR_TIMED_OUT:
+	case UCS_ERR_ENDPOINT_TIMEOUT:
+		return PDX_ETIMEDOUT;
+	case UCS_ERR_UNREACHABLE:
+	case UCS_ERR_CONNECTION_RESET:
+	case UCS_ERR_REJECTED:
+		return PDX_EPEER;
+	case UCS_ERR_INVALID_PARAM:
+		return PDX_EINVAL;
+	default:
+		return s < 0 ? PDX_EIO : PDX_OK;
+	}
+}
+
+pdx_status_t pdx_ucx_new(struct pdx_ucx **out)
+{
+	ucp_params_t cp = {
+		.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
+		.features = UCP_FEATURE_RMA | UCP_FEATURE_AM |
+			    UCP_FEATURE_WAKEUP,
+		.name = "pdx-agent",
+	};
+	ucp_worker_params_t wp = {
+		.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+		.thread_mode = UCS_THREAD_MODE_SINGLE,
+	};
+	ucp_config_t *cfg = NULL;
+	struct pdx_ucx *u;
+	ucs_status_t s;
+
+	u = calloc(1, sizeof(*u));
+	if (!u)
+		return PDX_ENOMEM;
+	s = ucp_config_read(NULL, NULL, &cfg);
+	if (s != UCS_OK)
+		goto free_u;
+	s = ucp_init(&cp, cfg, &u->ctx);
+	ucp_config_release(cfg);
+	if (s != UCS_OK)
+		goto free_u;
+	s = ucp_worker_create(u->ctx, &wp, &u->worker);
+	if (s != UCS_OK)
+		goto cleanup_ctx;
+	s = ucp_worker_get_address(u->worker, &u->addr, &u->addr_len);
+	if (s != UCS_OK)
+		goto destroy_worker;
+	s = ucp_worker_get_efd(u->worker, &u->efd);
+	if (s != UCS_OK)
+		goto release_addr;
+	*out = u;
+	return PDX_OK;
+
+release_addr:
+	ucp_worker_release_address(u->worker, u->addr);
+destroy_worker:
+	ucp_worker_destroy(u->worker);
+cleanup_ctx:
+	ucp_cleanup(u->ctx);
+free_u:
+	free(u);
+	return from_ucs(s);
+}
+
+static void fire_deferred(struct pdx_ucx *u)
+{
+	while (u->deferred) {
+		struct op *o = u->deferred;
+
+		u->deferred = o->next;
+		o->cb(o->arg, o->status);
+		free(o);
+	}
+}
+
+void pdx_ucx_free(struct pdx_ucx *u)
+{
+	if (!u)
+		return;
+	/* Let endpoint closes finish so their requests are not leaked. */
+	for (int i = 0; i < 100000 && u->closing > 0; i++)
+		ucp_worker_progress(u->worker);
+	fire_deferred(u);
+	ucp_worker_release_address(u->worker, u->addr);
+	ucp_worker_destroy(u->worker);
+	ucp_cleanup(u->ctx);
+	free(u);
+}
+
+int pdx_ucx_fd(const struct pdx_ucx *u)
+{
+	return u->efd;
+}
+
+void pdx_ucx_progress(struct pdx_ucx *u)
+{
+	for (;;) {
+		while (ucp_worker_progress(u->worker) || u->deferred)
+			fire_deferred(u);
+		if (ucp_worker_arm(u->worker) != UCS_ERR_BUSY)
+			return;
+	}
+}
+
+void pdx_ucx_address(const struct pdx_ucx *u, const void **addr, size_t *len)
+{
+	*addr = u->addr;
+	*len = u->addr_len;
+}
+
+static struct op *op_new(pdx_ucx_done_cb cb, void *arg)
+{
+	struct op *o = calloc(1, sizeof(*o));
+
+	if (o) {
+		o->cb = cb;
+		o->arg = arg;
+	}
+	return o;
+}
+
+/* Common tail of every non-blocking call: error, inline completion (fired
+ * on the next progress, never inside the call), or a pending request. */
+static pdx_status_t op_started(struct pdx_ucx *u, struct op *o,
+			       ucs_status_ptr_t req)
+{
+	if (UCS_PTR_IS_ERR(req)) {
+		free(o);
+		return from_ucs(UCS_PTR_STATUS(req));
+	}
+	if (req == NULL) {
+		o->status = PDX_OK;
+		o->next = u->deferred;
+		u->deferred = o;
+	}
+	return PDX_OK;
+}
+
+static void op_done(void *request, ucs_status_t status, void *user_data)
+{
+	struct op *o = user_data;
+
+	o->cb(o->arg, from_ucs(status));
+	free(o);
+	ucp_request_free(request);
+}
+
+static void op_recv_done(void *request, ucs_status_t status, size_t length,
+			 void *user_data)
+{
+	op_done(request, status, user_data);
+}
+
+static ucs_status_t am_trampoline(void *arg, const void *hdr, size_t hdr_len,
+				  void *data, size_t len,
+				  const ucp_am_recv_param_t *param)
+{
+	struct am_handler *h = arg;
+	bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+
+	h->cb(h->arg, hdr, hdr_len, data, len, rndv);
+	return rndv ? UCS_INPROGRESS : UCS_OK;
+}
+
+pdx_status_t pdx_ucx_am_handler(struct pdx_ucx *u, unsigned id,
+				pdx_ucx_am_cb cb, void *arg)
+{
+	ucp_am_handler_param_t p = {
+		.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+			      UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+			      UCP_AM_HANDLER_PARAM_FIELD_CB |
+			      UCP_AM_HANDLER_PARAM_FIELD_ARG,
+		.id = id,
+		.flags = UCP_AM_FLAG_WHOLE_MSG,
+		.cb = am_trampoline,
+	};
+
+	if (id >= AM_IDS)
+		return PDX_EINVAL;
+	u->am[id] = (struct am_handler){ .cb = cb, .arg = arg, .u = u };
+	p.arg = &u->am[id];
+	return from_ucs(ucp_worker_set_am_recv_handler(u->worker, &p));
+}
+
+pdx_status_t pdx_ucx_am_recv(struct pdx_ucx *u, void *desc, void *dst,
+			     size_t len, pdx_ucx_done_cb cb, void *arg)
+{
+	struct op *o = op_new(cb, arg);
+	ucp_request_param_t p = {
+		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+				UCP_OP_ATTR_FIELD_USER_DATA,
+		.cb.recv_am = op_recv_done,
+	};
+
+	if (!o) {
+		ucp_am_data_release(u->worker, desc);
+		return PDX_ENOMEM;
+	}
+	p.user_data = o;
+	return op_started(u, o, ucp_am_recv_data_nbx(u->worker, desc, dst, len, &p));
+}
+
+void pdx_ucx_am_drop(struct pdx_ucx *u, void *desc)
+{
+	ucp_am_data_release(u->worker, desc);
+}
+
+pdx_status_t pdx_ucx_mem_register(struct pdx_ucx *u, void *addr, size_t len,
+				  struct pdx_ucx_mem **out)
+{
+	ucp_mem_map_params_t p = {
+		.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+			      UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+		.address = addr,
+		.length = len,
+	};
+	struct pdx_ucx_mem *m = calloc(1, sizeof(*m));
+	ucs_status_t s;
+
+	if (!m)
+		return PDX_ENOMEM;
+	s = ucp_mem_map(u->ctx, &p, &m->memh);
+	if (s != UCS_OK) {
+		free(m);
+		return from_ucs(s);
+	}
+	*out = m;
+	return PDX_OK;
+}
+
+void pdx_ucx_mem_free(struct pdx_ucx *u, struct pdx_ucx_mem *m)
+{
+	if (!m)
+		return;
+	ucp_mem_unmap(u->ctx, m->memh);
+	free(m);
+}
+
+pdx_status_t pdx_ucx_mem_rkey(struct pdx_ucx *u, struct pdx_ucx_mem *m,
+			      void **buf, size_t *len)
+{
+	return from_ucs(ucp_rkey_pack(u->ctx, m->memh, buf, len));
+}
+
+void pdx_ucx_rkey_buf_free(void *buf)
+{
+	if (buf)
+		ucp_rkey_buffer_release(buf);
+}
+
+static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+	struct pdx_ucx_ep *e = arg;
+
+	if (!e->closed && e->err_cb)
+		e->err_cb(e->arg, status == UCS_OK ? PDX_EPEER : from_ucs(status));
+}
+
+pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
+			    pdx_ucx_ep_error_cb err_cb, void *arg,
+			    struct pdx_ucx_ep **out)
+{
+	struct pdx_ucx_ep *e = calloc(1, sizeof(*e));
+	ucp_ep_params_t p = {
+		.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+			      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+			      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+		.address = addr,
+		.err_mode = UCP_ERR_HANDLING_MODE_PEER,
+		.err_handler = { .cb = ep_error },
+	};
+	ucs_status_t s;
+
+	(void)len; /* the address is self-describing */
+	if (!e)
+		return PDX_ENOMEM;
+	e->u = u;
+	e->err_cb = err_cb;
+	e->arg = arg;
+	p.err_handler.arg = e;
+	s = ucp_ep_create(u->worker, &p, &e->ep);
+	if (s != UCS_OK) {
+		free(e);
+		return from_ucs(s);
+	}
+	*out = e;
+	return PDX_OK;
+}
+
+static void ep_closed(void *request, ucs_status_t status, void *user_data)
+{
+	struct pdx_ucx_ep *e = user_data;
+
+	e->u->closing--;
+	free(e);
+	ucp_request_free(request);
+}
+
+void pdx_ucx_ep_close(struct pdx_ucx_ep *e)
+{
+	ucp_request_param_t p = {
+		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+				UCP_OP_ATTR_FIELD_USER_DATA |
+				UCP_OP_ATTR_FIELD_FLAGS,
+		.flags = UCP_EP_CLOSE_FLAG_FORCE,
+		.cb.send = ep_closed,
+	};
+	ucs_status_ptr_t req;
+
+	if (!e)
+		return;
+	e->closed = true;
+	p.user_data = e;
+	req = ucp_ep_close_nbx(e->ep, &p);
+	if (req == NULL || UCS_PTR_IS_ERR(req)) {
+		free(e);
+		return;
+	}
+	e->u->closing++;
+}
+
+pdx_status_t pdx_ucx_rkey_unpack(struct pdx_ucx_ep *ep, const void *buf,
+				 size_t len, struct pdx_ucx_rkey **out)
+{
+	struct pdx_ucx_rkey *r = calloc(1, sizeof(*r));
+	ucs_status_t s;
+
+	(void)len;
+	if (!r)
+		return PDX_ENOMEM;
+	s = ucp_ep_rkey_unpack(ep->ep, buf, &r->rkey);
+	if (s != UCS_OK) {
+		free(r);
+		return from_ucs(s);
+	}
+	*out = r;
+	return PDX_OK;
+}
+
+void pdx_ucx_rkey_free(struct pdx_ucx_rkey *r)
+{
+	if (!r)
+		return;
+	ucp_rkey_destroy(r->rkey);
+	free(r);
+}
+
+static ucp_request_param_t send_param(struct op *o, struct pdx_ucx_mem *mem)
+{
+	ucp_request_param_t p = {
+		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+				UCP_OP_ATTR_FIELD_USER_DATA |
+				UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+		.cb.send = op_done,
+		.user_data = o,
+	};
+
+	if (mem) {
+		p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+		p.memh = mem->memh;
+	}
+	return p;
+}
+
+pdx_status_t pdx_ucx_put(struct pdx_ucx_ep *ep, const void *src, size_t len,
+			 struct pdx_ucx_mem *src_mem, uint64_t remote_addr,
+			 struct pdx_ucx_rkey *rkey, pdx_ucx_done_cb cb, void *arg)
+{
+	struct op *o = op_new(cb, arg);
+	ucp_request_param_t p;
+
+	if (!o)
+		return PDX_ENOMEM;
+	p = send_param(o, src_mem);
+	return op_started(ep->u, o,
+			  ucp_put_nbx(ep->ep, src, len, remote_addr, rkey->rkey,
+				      &p));
+}
+
+pdx_status_t pdx_ucx_am_send(struct pdx_ucx_ep *ep, unsigned id,
+			     const void *hdr, size_t hdr_len, const void *src,
+			     size_t len, struct pdx_ucx_mem *src_mem,
+			     pdx_ucx_done_cb cb, void *arg)
+{
+	struct op *o = op_new(cb, arg);
+	ucp_request_param_t p;
+
+	if (!o)
+		return PDX_ENOMEM;
+	p = send_param(o, src_mem);
+	return op_started(ep->u, o,
+			  ucp_am_send_nbx(ep->ep, id, hdr, hdr_len, src, len, &p));
+}
+
+pdx_status_t pdx_ucx_flush(struct pdx_ucx_ep *ep, pdx_ucx_done_cb cb, void *arg)
+{
+	struct op *o = op_new(cb, arg);
+	ucp_request_param_t p;
+
+	if (!o)
+		return PDX_ENOMEM;
+	p = send_param(o, NULL);
+	p.op_attr_mask &= ~UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+	return op_started(ep->u, o, ucp_ep_flush_nbx(ep->ep, &p));
+}

@@ -1,0 +1,95 @@
+/* UCX, reduced to what an agent needs: one context and worker, endpoints
+ * with peer-error handling, a few large registered regions, and three
+ * non-blocking operations (put, active-message send, flush).
+ *
+ * Threading: everything runs on the thread that owns the worker.
+ * Callbacks: an operation that returns PDX_OK always completes later,
+ * through its callback, from inside pdx_ucx_progress() (never inside the
+ * call that started it); one that returns an error never calls back.
+ * This layer logs nothing; it returns status codes.
+ */
+#ifndef PDX_TRANSPORT_UCX_H
+#define PDX_TRANSPORT_UCX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <pdx/status.h>
+
+struct pdx_ucx;
+struct pdx_ucx_mem;
+struct pdx_ucx_ep;
+struct pdx_ucx_rkey;
+
+typedef void (*pdx_ucx_done_cb)(void *arg, pdx_status_t status);
+typedef void (*pdx_ucx_ep_error_cb)(void *arg, pdx_status_t status);
+
+/* An active message arrived. If rndv is true, data is a descriptor that
+ * must be passed to pdx_ucx_am_recv() (or pdx_ucx_am_drop()) before the
+ * handler returns; otherwise data points to len bytes valid only during
+ * the call. */
+typedef void (*pdx_ucx_am_cb)(void *arg, const void *hdr, size_t hdr_len,
+			      void *data, size_t len, bool rndv);
+
+pdx_status_t pdx_ucx_new(struct pdx_ucx **out);
+/* Closes endpoints' outstanding requests, then the worker and context. */
+void pdx_ucx_free(struct pdx_ucx *u);
+
+/* The worker's event fd: readable when progress may have work. */
+int pdx_ucx_fd(const struct pdx_ucx *u);
+
+/* Drives the worker until it is idle and re-arms the event fd. */
+void pdx_ucx_progress(struct pdx_ucx *u);
+
+/* The worker address to give peers; valid until pdx_ucx_free(). */
+void pdx_ucx_address(const struct pdx_ucx *u, const void **addr, size_t *len);
+
+pdx_status_t pdx_ucx_am_handler(struct pdx_ucx *u, unsigned id,
+				pdx_ucx_am_cb cb, void *arg);
+/* Receives rendezvous data straight into dst (len bytes); cb fires when it
+ * is there. */
+pdx_status_t pdx_ucx_am_recv(struct pdx_ucx *u, void *desc, void *dst,
+			     size_t len, pdx_ucx_done_cb cb, void *arg);
+void pdx_ucx_am_drop(struct pdx_ucx *u, void *desc);
+
+/* Registers [addr, addr + len): once per region, never per block. */
+pdx_status_t pdx_ucx_mem_register(struct pdx_ucx *u, void *addr, size_t len,
+				  struct pdx_ucx_mem **out);
+void pdx_ucx_mem_free(struct pdx_ucx *u, struct pdx_ucx_mem *m);
+/* Packed rkey for peers; free *buf with pdx_ucx_rkey_buf_free(). */
+pdx_status_t pdx_ucx_mem_rkey(struct pdx_ucx *u, struct pdx_ucx_mem *m,
+			      void **buf, size_t *len);
+void pdx_ucx_rkey_buf_free(void *buf);
+
+/* Connects to a peer worker address. err_cb fires at most once, when the
+ * peer is found dead; the endpoint is then unusable but must still be
+ * closed with pdx_ucx_ep_close(). */
+pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
+			    pdx_ucx_ep_error_cb err_cb, void *arg,
+			    struct pdx_ucx_ep **out);
+/* Force-closes: outstanding operations complete with an error. NULL-safe. */
+void pdx_ucx_ep_close(struct pdx_ucx_ep *ep);
+
+pdx_status_t pdx_ucx_rkey_unpack(struct pdx_ucx_ep *ep, const void *buf,
+				 size_t len, struct pdx_ucx_rkey **out);
+void pdx_ucx_rkey_free(struct pdx_ucx_rkey *rk);
+
+/* Writes len bytes at src (inside registered region src_mem) to remote_addr
+ * in the peer's region described by rkey. */
+pdx_status_t pdx_ucx_put(struct pdx_ucx_ep *ep, const void *src, size_t len,
+			 struct pdx_ucx_mem *src_mem, uint64_t remote_addr,
+			 struct pdx_ucx_rkey *rkey, pdx_ucx_done_cb cb,
+			 void *arg);
+
+/* Sends an active message (header copied; payload used until cb). */
+pdx_status_t pdx_ucx_am_send(struct pdx_ucx_ep *ep, unsigned id,
+			     const void *hdr, size_t hdr_len, const void *src,
+			     size_t len, struct pdx_ucx_mem *src_mem,
+			     pdx_ucx_done_cb cb, void *arg);
+
+/* Completes when every operation started on ep is complete at the peer. */
+pdx_status_t pdx_ucx_flush(struct pdx_ucx_ep *ep, pdx_ucx_done_cb cb,
+			   void *arg);
+
+#endif
