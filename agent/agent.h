@@ -67,6 +67,7 @@ struct peer {
 	char refusal[PDX_REASON_MAX];
 	uint64_t instance;
 	bool same_host;
+	bool peer_shm; /* its UCX may use shared memory */
 	bool use_put;
 	struct pdx_kv_layout layout;
 	struct pdx_ucx_ep *ep;
@@ -85,6 +86,8 @@ struct xfer {
 	bool announced;   /* our engine named it (send/recv) */
 	bool finished;    /* outcome decided; freed when inflight drains */
 	bool event_sent;
+	bool released;    /* out of the table, on the dead list */
+	struct xfer *next_dead;
 	uint64_t reg_generation;
 	struct peer *peer; /* the only agent this transfer may go to/come from */
 	char peer_addr[PDX_ADDR_MAX];
@@ -123,6 +126,7 @@ struct agent {
 	struct registration reg;
 	struct peer *peers;
 	struct xfer *xfers;
+	struct xfer *dead; /* released, freed by xfers_reap() */
 	uint32_t n_xfers;
 	uint64_t notify_dropped;
 };
@@ -163,13 +167,16 @@ struct xfer *xfer_new(struct agent *a, const struct pdx_xfer_id *id,
 void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 	       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void xfer_succeed(struct xfer *x);
-/* Frees a finished transfer once its operations drained. */
+/* Once a finished transfer's operations drained: its event to the engine,
+ * and out of the table. */
 void xfer_maybe_release(struct xfer *x);
 /* The peer became ready, refused, or died: move its transfers on. */
 void xfers_peer_ready(struct agent *a, struct peer *p);
 void xfers_peer_failed(struct agent *a, struct peer *p, pdx_status_t status,
 		       const char *reason);
 void xfers_free(struct agent *a);
+/* Frees released transfers; only agent_settle() calls it. */
+void xfers_reap(struct agent *a);
 
 /* push.c: the data path */
 void push_try(struct xfer *x);

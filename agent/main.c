@@ -193,6 +193,7 @@ void agent_settle(struct agent *a)
 		n += drain_router(a, a->peer_sock, false);
 		pdx_ucx_progress(a->ucx);
 	} while (n > 0);
+	xfers_reap(a);
 }
 
 static void on_ready(evutil_socket_t fd, short what, void *arg)

@@ -133,7 +133,10 @@ static void fill_hello(msgpack_packer *pk, void *arg)
 	pdx_mp_kv_u64(pk, "instance", a->instance);
 	pdx_mp_kv_str(pk, "host", a->host_id);
 	pdx_mp_str(pk, "shm");
-	msgpack_pack_int(pk, ucx_has_shm());
+	if (ucx_has_shm())
+		msgpack_pack_true(pk);
+	else
+		msgpack_pack_false(pk);
 	pdx_mp_kv_u64(pk, "compat", pdx_kv_layout_compat_hash(&a->reg.layout));
 	pdx_mp_str(pk, "layout");
 	pdx_layout_pack(pk, &a->reg.layout);
@@ -150,7 +153,7 @@ static void fill_hello(msgpack_packer *pk, void *arg)
 	}
 }
 
-#define HELLO_FIELDS 9
+#define HELLO_FIELDS 8
 
 static void send_hello(struct agent *a, struct peer *p, const char *op)
 {
@@ -234,7 +237,10 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 	p->layout = layout;
 	p->instance = instance;
 	p->same_host = strcmp(host, a->host_id) == 0;
-	st = pdx_ucx_ep_new(a->ucx, ucx, ucx_len, peer_ep_error, p, &p->ep);
+	p->peer_shm = shm && shm->type == MSGPACK_OBJECT_BOOLEAN && shm->via.boolean;
+	st = pdx_ucx_ep_new(a->ucx, ucx, ucx_len,
+			    !(p->same_host && p->peer_shm && ucx_has_shm()),
+			    peer_ep_error, p, &p->ep);
 	if (st) {
 		snprintf(err, errlen, "ucx endpoint to %s: %s", p->addr,
 			 pdx_status_str(st));
@@ -266,8 +272,7 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 	case DATA_PUT: p->use_put = true; break;
 	case DATA_AM: p->use_put = false; break;
 	default:
-		p->use_put = p->same_host && ucx_has_shm() && shm &&
-			     shm->type == MSGPACK_OBJECT_BOOLEAN && shm->via.boolean;
+		p->use_put = p->same_host && ucx_has_shm() && p->peer_shm;
 	}
 	p->state = PEER_READY;
 	log_info("peer %s ready: %s, data by %s", p->addr,

@@ -250,8 +250,8 @@ void push_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
 			dst = am_target(x, layer, h[18], index, len);
 	}
 	if (!dst) {
-		log_warn("data message (%zu bytes) for no awaited blocks: dropped",
-			 len);
+		log_warn("data message (%zu bytes, header %zu) for no awaited blocks: dropped",
+			 len, hdr_len);
 		if (rndv)
 			pdx_ucx_am_drop(a->ucx, data);
 		return;

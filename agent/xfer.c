@@ -77,10 +77,8 @@ struct xfer *xfer_new(struct agent *a, const struct pdx_xfer_id *id,
 	return x;
 }
 
-static void xfer_destroy(struct agent *a, struct xfer *x)
+static void xfer_destroy(struct xfer *x)
 {
-	HASH_DEL(a->xfers, x);
-	a->n_xfers--;
 	event_free(x->timer);
 	free(x->blocks);
 	free(x->remote_blocks);
@@ -88,11 +86,32 @@ static void xfer_destroy(struct agent *a, struct xfer *x)
 	free(x);
 }
 
+/* Out of the table at once; freed at the end of agent_settle(), so the
+ * callback that released it may still read it. */
+static void xfer_unlink(struct agent *a, struct xfer *x)
+{
+	HASH_DEL(a->xfers, x);
+	a->n_xfers--;
+	x->released = true;
+	x->next_dead = a->dead;
+	a->dead = x;
+}
+
+void xfers_reap(struct agent *a)
+{
+	while (a->dead) {
+		struct xfer *x = a->dead;
+
+		a->dead = x->next_dead;
+		xfer_destroy(x);
+	}
+}
+
 void xfer_maybe_release(struct xfer *x)
 {
 	struct agent *a = x->agent;
 
-	if (!x->finished || x->inflight)
+	if (!x->finished || x->inflight || x->released)
 		return;
 	if (x->announced && !x->event_sent) {
 		x->event_sent = true;
@@ -100,7 +119,7 @@ void xfer_maybe_release(struct xfer *x)
 					: x->role == XFER_SEND ? "sent"
 							       : "received");
 	}
-	xfer_destroy(a, x);
+	xfer_unlink(a, x);
 }
 
 void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
@@ -193,5 +212,6 @@ void xfers_free(struct agent *a)
 	struct xfer *x, *tmp;
 
 	HASH_ITER(hh, a->xfers, x, tmp)
-		xfer_destroy(a, x);
+		xfer_unlink(a, x);
+	xfers_reap(a);
 }

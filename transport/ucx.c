@@ -13,6 +13,9 @@ struct op {
 	void *arg;
 	struct op *next; /* on the deferred list only */
 	pdx_status_t status;
+	/* UCX 1.13 reads an active message's header until the send completes
+	 * (there is no copy-header flag yet), so it lives here. */
+	uint8_t hdr[PDX_UCX_AM_HDR_MAX];
 };
 
 struct am_handler {
@@ -318,7 +321,8 @@ static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 }
 
 pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
-			    pdx_ucx_ep_error_cb err_cb, void *arg,
+			    bool peer_errors, pdx_ucx_ep_error_cb err_cb,
+			    void *arg,
 			    struct pdx_ucx_ep **out)
 {
 	struct pdx_ucx_ep *e = calloc(1, sizeof(*e));
@@ -327,7 +331,8 @@ pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
 			      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
 			      UCP_EP_PARAM_FIELD_ERR_HANDLER,
 		.address = addr,
-		.err_mode = UCP_ERR_HANDLING_MODE_PEER,
+		.err_mode = peer_errors ? UCP_ERR_HANDLING_MODE_PEER
+				       : UCP_ERR_HANDLING_MODE_NONE,
 		.err_handler = { .cb = ep_error },
 	};
 	ucs_status_t s;
@@ -443,14 +448,19 @@ pdx_status_t pdx_ucx_am_send(struct pdx_ucx_ep *ep, unsigned id,
 			     size_t len, struct pdx_ucx_mem *src_mem,
 			     pdx_ucx_done_cb cb, void *arg)
 {
-	struct op *o = op_new(cb, arg);
+	struct op *o;
 	ucp_request_param_t p;
 
+	if (hdr_len > PDX_UCX_AM_HDR_MAX)
+		return PDX_EINVAL;
+	o = op_new(cb, arg);
 	if (!o)
 		return PDX_ENOMEM;
+	memcpy(o->hdr, hdr, hdr_len);
 	p = send_param(o, src_mem);
 	return op_started(ep->u, o,
-			  ucp_am_send_nbx(ep->ep, id, hdr, hdr_len, src, len, &p));
+			  ucp_am_send_nbx(ep->ep, id, o->hdr, hdr_len, src, len,
+					  &p));
 }
 
 pdx_status_t pdx_ucx_flush(struct pdx_ucx_ep *ep, pdx_ucx_done_cb cb, void *arg)

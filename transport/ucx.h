@@ -62,11 +62,14 @@ pdx_status_t pdx_ucx_mem_rkey(struct pdx_ucx *u, struct pdx_ucx_mem *m,
 			      void **buf, size_t *len);
 void pdx_ucx_rkey_buf_free(void *buf);
 
-/* Connects to a peer worker address. err_cb fires at most once, when the
- * peer is found dead; the endpoint is then unusable but must still be
- * closed with pdx_ucx_ep_close(). */
+/* Connects to a peer worker address. With peer_errors, err_cb fires at
+ * most once, when the peer is found dead; the endpoint is then unusable but
+ * must still be closed with pdx_ucx_ep_close(). UCX 1.13's shared-memory
+ * transports cannot report peer failures, so a same-host endpoint is made
+ * without (peer_errors false) or it could not use shared memory at all. */
 pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
-			    pdx_ucx_ep_error_cb err_cb, void *arg,
+			    bool peer_errors, pdx_ucx_ep_error_cb err_cb,
+			    void *arg,
 			    struct pdx_ucx_ep **out);
 /* Force-closes: outstanding operations complete with an error. NULL-safe. */
 void pdx_ucx_ep_close(struct pdx_ucx_ep *ep);
@@ -82,7 +85,10 @@ pdx_status_t pdx_ucx_put(struct pdx_ucx_ep *ep, const void *src, size_t len,
 			 struct pdx_ucx_rkey *rkey, pdx_ucx_done_cb cb,
 			 void *arg);
 
-/* Sends an active message (header copied; payload used until cb). */
+#define PDX_UCX_AM_HDR_MAX 64
+
+/* Sends an active message (header copied, at most PDX_UCX_AM_HDR_MAX
+ * bytes; payload used until cb). */
 pdx_status_t pdx_ucx_am_send(struct pdx_ucx_ep *ep, unsigned id,
 			     const void *hdr, size_t hdr_len, const void *src,
 			     size_t len, struct pdx_ucx_mem *src_mem,
