@@ -68,6 +68,7 @@ struct peer {
 	uint64_t instance;
 	bool same_host;
 	bool peer_shm; /* its UCX may use shared memory */
+	bool stale;    /* stopped answering: hello again before the next use */
 	bool use_put;
 	struct pdx_kv_layout layout;
 	struct pdx_ucx_ep *ep;

@@ -159,7 +159,9 @@ static void send_hello(struct agent *a, struct peer *p, const char *op)
 {
 	if (peer_send(a, p, op, NULL, NULL, fill_hello, HELLO_FIELDS, a) == 0 &&
 	    strcmp(op, "hello") == 0) {
-		p->state = PEER_HELLO_SENT;
+		if (p->state != PEER_READY)
+			p->state = PEER_HELLO_SENT;
+		p->stale = false;
 		p->hello_sent_ns = pdx_now_ns();
 	}
 }
@@ -171,8 +173,9 @@ struct peer *peer_get(struct agent *a, const char *addr)
 
 	if (!p || !a->reg.ok)
 		return p;
-	/* A hello that got no answer in time is sent again. */
-	if (p->state == PEER_NEW ||
+	/* A hello that got no answer in time is sent again; so is one to a
+	 * peer that stopped answering (it may have restarted). */
+	if (p->state == PEER_NEW || (p->state == PEER_READY && p->stale) ||
 	    (p->state == PEER_HELLO_SENT &&
 	     pdx_now_ns() - p->hello_sent_ns > bound))
 		send_hello(a, p, "hello");
@@ -229,7 +232,11 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 		free(layout.layer);
 		return PDX_EINCOMPAT;
 	}
-	if (p->state == PEER_READY && p->instance != instance) {
+	if (p->state == PEER_READY && p->instance == instance) {
+		free(layout.layer);
+		return PDX_OK; /* a repeated hello: the cache stands */
+	}
+	if (p->state == PEER_READY) {
 		log_info("peer %s restarted: its transfers fail", p->addr);
 		xfers_peer_failed(a, p, PDX_EPEER, "peer restarted");
 	}
@@ -454,10 +461,21 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len)
 	}
 	if (strcmp(op, "hello") == 0 || strcmp(op, "hello_ack") == 0) {
 		on_hello(a, from, &msg.data, op[5] == '_');
-	} else if ((p = peer_lookup(a, from, false)) == NULL) {
-		log_warn("%s from %s before any handshake: ignored", op, from);
 	} else if (strcmp(op, "hello_nack") == 0) {
-		on_hello_nack(a, p, &msg.data);
+		if ((p = peer_lookup(a, from, false)) != NULL)
+			on_hello_nack(a, p, &msg.data);
+	} else if ((p = peer_lookup(a, from, false)) == NULL ||
+		   p->state != PEER_READY) {
+		struct pdx_xfer_id id;
+
+		/* Perhaps we restarted and it still holds our old handshake. */
+		log_warn("%s from %s without a handshake: refused", op, from);
+		p = peer_lookup(a, from, true);
+		if (p && pdx_mp_get_xfer(&msg.data, "xfer", &id) == 0 &&
+		    strcmp(op, "error") != 0 && strcmp(op, "abort") != 0)
+			peer_send(a, p, "error", &id,
+				  "no handshake with you: send hello first",
+				  NULL, 0, NULL);
 	} else if (strcmp(op, "want") == 0) {
 		on_want(a, p, &msg.data);
 	} else if (strcmp(op, "done") == 0) {

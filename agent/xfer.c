@@ -136,6 +136,9 @@ void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 	vsnprintf(x->reason, sizeof(x->reason), fmt, ap);
 	va_end(ap);
 	evtimer_del(x->timer);
+	if (x->peer && (status == PDX_ETIMEDOUT || status == PDX_EPEER ||
+			status == PDX_ENOENT))
+		x->peer->stale = true;
 	pdx_xfer_id_hex(&x->id, hex);
 	log_info("xfer %s %s %s failed: %s", hex,
 		 x->role == XFER_SEND ? "to" : "from", x->peer_addr, x->reason);
