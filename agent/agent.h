@@ -129,12 +129,26 @@ struct agent {
 	struct xfer *xfers;
 	struct xfer *dead; /* released, freed by xfers_reap() */
 	uint32_t n_xfers;
+	uint64_t ops_inflight; /* UCX operations of all transfers */
 	uint64_t notify_dropped;
 };
 
 /* Sends a msgpack buffer as one frame on sock (ROUTER: after identity). */
 int agent_zsend(void *sock, const void *id, size_t id_len, const void *buf,
 		size_t len);
+
+/* A UCX operation starts or ends on x's blocks. */
+static inline void xfer_hold(struct xfer *x)
+{
+	x->inflight++;
+	x->agent->ops_inflight++;
+}
+
+static inline void xfer_unhold(struct xfer *x)
+{
+	x->inflight--;
+	x->agent->ops_inflight--;
+}
 
 /* Runs everything ready (messages, UCX completions) until nothing is;
  * every event callback ends with it. */

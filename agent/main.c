@@ -16,6 +16,9 @@
 #include "common/log.h"
 
 #define MAX_MSG_BYTES (64 << 20)
+/* While data moves, poll UCX this long past the last completion before
+ * sleeping; an idle agent never spins. */
+#define SPIN_NS 200000
 
 static void usage(FILE *f)
 {
@@ -191,7 +194,7 @@ void agent_settle(struct agent *a)
 	do {
 		n = drain_router(a, a->engine_sock, true);
 		n += drain_router(a, a->peer_sock, false);
-		pdx_ucx_progress(a->ucx);
+		pdx_ucx_progress(a->ucx, a->ops_inflight ? SPIN_NS : 0);
 	} while (n > 0);
 	xfers_reap(a);
 }
@@ -335,7 +338,7 @@ static void agent_stop(struct agent *a)
 	peers_free(a);
 	registration_clear(a);
 	if (a->ucx)
-		pdx_ucx_progress(a->ucx);
+		pdx_ucx_progress(a->ucx, 0);
 	event_free(a->engine_ev);
 	event_free(a->peer_ev);
 	event_free(a->ucx_ev);

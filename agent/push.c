@@ -51,7 +51,7 @@ static void op_done(void *arg, pdx_status_t status)
 {
 	struct xfer *x = arg;
 
-	x->inflight--;
+	xfer_unhold(x);
 	pdx_xfer_sm_op_finished(&x->sm);
 	if (status && !x->finished)
 		xfer_fail(x, status, true, "data operation to %s failed: %s",
@@ -94,7 +94,7 @@ static pdx_status_t push_run(struct xfer *x, uint32_t layer, uint32_t t,
 			x->am_bytes += len;
 	}
 	if (!st) {
-		x->inflight++;
+		xfer_hold(x);
 		pdx_xfer_sm_op_started(&x->sm);
 		x->bytes += len;
 	}
@@ -105,7 +105,7 @@ static void flush_done(void *arg, pdx_status_t status)
 {
 	struct xfer *x = arg;
 
-	x->inflight--;
+	xfer_unhold(x);
 	if (!x->finished) {
 		if (status) {
 			xfer_fail(x, status, true, "flush to %s failed: %s",
@@ -144,7 +144,7 @@ static void push_maybe_flush(struct xfer *x)
 		xfer_fail(x, st, true, "flush to %s: %s", x->peer_addr,
 			  pdx_status_str(st));
 	else
-		x->inflight++;
+		xfer_hold(x);
 }
 
 void push_try(struct xfer *x)
@@ -199,7 +199,7 @@ static void am_recv_done(void *arg, pdx_status_t status)
 {
 	struct xfer *x = arg;
 
-	x->inflight--;
+	xfer_unhold(x);
 	if (status)
 		xfer_fail(x, status, true, "receiving from %s: %s", x->peer_addr,
 			  pdx_status_str(status));
@@ -262,9 +262,9 @@ void push_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
 		recv_try_complete(x);
 		return;
 	}
-	x->inflight++;
+	xfer_hold(x);
 	if (pdx_ucx_am_recv(a->ucx, data, dst, len, am_recv_done, x)) {
-		x->inflight--;
+		xfer_unhold(x);
 		xfer_fail(x, PDX_EIO, true, "cannot receive data from %s",
 			  x->peer_addr);
 	}

@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <ucp/api/ucp.h>
 
 struct pdx_ucx_ep;
@@ -156,11 +157,27 @@ int pdx_ucx_fd(const struct pdx_ucx *u)
 	return u->efd;
 }
 
-void pdx_ucx_progress(struct pdx_ucx *u)
+static uint64_t now_ns(void)
 {
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+void pdx_ucx_progress(struct pdx_ucx *u, uint64_t spin_ns)
+{
+	uint64_t idle_since = spin_ns ? now_ns() : 0;
+
 	for (;;) {
-		while (ucp_worker_progress(u->worker) || u->deferred)
+		if (ucp_worker_progress(u->worker) || u->deferred) {
 			fire_deferred(u);
+			if (spin_ns)
+				idle_since = now_ns();
+			continue;
+		}
+		if (spin_ns && now_ns() - idle_since < spin_ns)
+			continue;
 		if (ucp_worker_arm(u->worker) != UCS_ERR_BUSY)
 			return;
 	}

@@ -39,8 +39,10 @@ void pdx_ucx_free(struct pdx_ucx *u);
 /* The worker's event fd: readable when progress may have work. */
 int pdx_ucx_fd(const struct pdx_ucx *u);
 
-/* Drives the worker until it is idle and re-arms the event fd. */
-void pdx_ucx_progress(struct pdx_ucx *u);
+/* Drives the worker until it has been idle for spin_ns (0: at once) and
+ * re-arms the event fd. Spinning a little while operations are in flight
+ * saves a sleep and wake-up per chunk on streaming lanes such as TCP. */
+void pdx_ucx_progress(struct pdx_ucx *u, uint64_t spin_ns);
 
 /* The worker address to give peers; valid until pdx_ucx_free(). */
 void pdx_ucx_address(const struct pdx_ucx *u, const void **addr, size_t *len);
