@@ -91,6 +91,7 @@ struct xfer {
 	struct xfer *next_dead;
 	uint64_t reg_generation;
 	struct peer *peer; /* the only agent this transfer may go to/come from */
+	uint64_t peer_instance; /* the peer's incarnation we began with */
 	char peer_addr[PDX_ADDR_MAX];
 	uint32_t *blocks; /* ours, token order */
 	uint32_t *remote_blocks; /* sender: the receiver's */
@@ -187,8 +188,10 @@ void xfer_succeed(struct xfer *x);
 void xfer_maybe_release(struct xfer *x);
 /* The peer became ready, refused, or died: move its transfers on. */
 void xfers_peer_ready(struct agent *a, struct peer *p);
-void xfers_peer_failed(struct agent *a, struct peer *p, pdx_status_t status,
-		       const char *reason);
+/* Fails the peer's transfers; with instance != 0 only those begun with that
+ * incarnation of it (a restarted peer knows nothing of them). */
+void xfers_peer_failed(struct agent *a, struct peer *p, uint64_t instance,
+		       pdx_status_t status, const char *reason);
 void xfers_free(struct agent *a);
 /* Frees released transfers; only agent_settle() calls it. */
 void xfers_reap(struct agent *a);

@@ -359,6 +359,43 @@ static pdx_status_t drain_to_queue(struct pdx_engine *e)
 	}
 }
 
+/* Reads an answer to register: returns 1 with *st set for "registered" and
+ * "error", 0 for anything else (a message register does not wait for). */
+static int register_answer(const msgpack_object *m, const char *op,
+			   char *peer_addr, size_t peer_addr_len,
+			   pdx_status_t *st)
+{
+	char peer[PDX_ADDR_MAX], reason[PDX_REASON_MAX];
+	int64_t status;
+
+	if (strcmp(op, "registered") == 0) {
+		if (pdx_mp_get_str(m, "peer", peer, sizeof(peer)) || !peer[0]) {
+			log_error("register: answer without a peer address");
+			*st = PDX_EIO;
+		} else if (peer_addr && strlen(peer) >= peer_addr_len) {
+			*st = PDX_ETOOBIG;
+		} else {
+			if (peer_addr)
+				memcpy(peer_addr, peer, strlen(peer) + 1);
+			*st = PDX_OK;
+		}
+		return 1;
+	}
+	if (strcmp(op, "error") == 0) {
+		if (get_str_trunc(m, "reason", reason, sizeof(reason)))
+			snprintf(reason, sizeof(reason), "(no reason)");
+		if (pdx_mp_get_i64(m, "status", &status) || status >= 0 ||
+		    status < -100000)
+			status = PDX_EIO;
+		log_error("register refused by the agent: %s (%s)", reason,
+			  pdx_status_str((pdx_status_t)status));
+		*st = (pdx_status_t)status;
+		return 1;
+	}
+	log_debug("register: ignored \"%s\" from the agent", op);
+	return 0;
+}
+
 pdx_status_t pdx_engine_register(struct pdx_engine *e,
 				 const struct pdx_kv_layout *layout,
 				 const struct pdx_engine_region *regions,
@@ -414,8 +451,7 @@ pdx_status_t pdx_engine_register(struct pdx_engine *e,
 		struct pdx_engine_event ev;
 		msgpack_unpacked up;
 		zmq_msg_t msg;
-		char op[32], peer[PDX_ADDR_MAX];
-		int64_t status;
+		char op[32];
 		int rc, left;
 
 		rc = recv_frame(e, &msg);
@@ -432,6 +468,7 @@ pdx_status_t pdx_engine_register(struct pdx_engine *e,
 				return PDX_EIO;
 			continue;
 		}
+		rc = 0;
 		switch (classify(&msg, &up, op, sizeof(op), &ev)) {
 		case MSG_SKIP:
 			break;
@@ -440,42 +477,14 @@ pdx_status_t pdx_engine_register(struct pdx_engine *e,
 				log_error("event queue full: an event was lost");
 			break;
 		case MSG_OTHER:
-			if (strcmp(op, "registered") == 0) {
-				if (pdx_mp_get_str(&up.data, "peer", peer,
-						   sizeof(peer)) || !peer[0]) {
-					log_error("register: answer without a peer address");
-					st = PDX_EIO;
-				} else if (peer_addr &&
-					   strlen(peer) >= peer_addr_len) {
-					st = PDX_ETOOBIG;
-				} else {
-					if (peer_addr)
-						memcpy(peer_addr, peer,
-						       strlen(peer) + 1);
-					st = PDX_OK;
-				}
-				msgpack_unpacked_destroy(&up);
-				zmq_msg_close(&msg);
-				return st;
-			}
-			if (strcmp(op, "error") == 0) {
-				if (get_str_trunc(&up.data, "reason", err,
-						  sizeof(err)))
-					snprintf(err, sizeof(err), "(no reason)");
-				if (pdx_mp_get_i64(&up.data, "status", &status) ||
-				    status >= 0 || status < -100000)
-					status = PDX_EIO;
-				log_error("register refused by the agent: %s (%s)",
-					  err, pdx_status_str((pdx_status_t)status));
-				msgpack_unpacked_destroy(&up);
-				zmq_msg_close(&msg);
-				return (pdx_status_t)status;
-			}
-			log_debug("register: ignored \"%s\" from the agent", op);
+			rc = register_answer(&up.data, op, peer_addr,
+					     peer_addr_len, &st);
 			break;
 		}
 		msgpack_unpacked_destroy(&up);
 		zmq_msg_close(&msg);
+		if (rc)
+			return st;
 	}
 }
 

@@ -102,7 +102,10 @@ static pdx_status_t region_map(struct agent *a, const msgpack_object *o,
 		snprintf(err, errlen, "shm_open %s: %m", r->shm_name);
 		return PDX_EIO;
 	}
-	r->addr = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	/* Populated now, once, so the first transfer does not fault in every
+	 * page of the pool on its way. */
+	r->addr = mmap(NULL, r->size, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_POPULATE, fd, 0);
 	close(fd);
 	if (r->addr == MAP_FAILED) {
 		r->addr = NULL;

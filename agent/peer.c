@@ -159,8 +159,9 @@ static void send_hello(struct agent *a, struct peer *p, const char *op)
 {
 	if (peer_send(a, p, op, NULL, NULL, fill_hello, HELLO_FIELDS, a) == 0 &&
 	    strcmp(op, "hello") == 0) {
-		if (p->state != PEER_READY)
-			p->state = PEER_HELLO_SENT;
+		/* A stale peer's new transfers wait for its answer, which
+		 * tells whether it restarted. */
+		p->state = PEER_HELLO_SENT;
 		p->stale = false;
 		p->hello_sent_ns = pdx_now_ns();
 	}
@@ -190,7 +191,7 @@ static void peer_ep_error(void *arg, pdx_status_t status)
 
 	log_warn("peer %s unreachable: %s", p->addr, pdx_status_str(status));
 	p->state = PEER_NEW;
-	xfers_peer_failed(p->agent, p, PDX_EPEER, "ucx endpoint failed");
+	xfers_peer_failed(p->agent, p, 0, PDX_EPEER, "ucx endpoint failed");
 }
 
 /* Handshake content -> a ready peer. On failure writes why to err. */
@@ -232,13 +233,14 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 		free(layout.layer);
 		return PDX_EINCOMPAT;
 	}
-	if (p->state == PEER_READY && p->instance == instance) {
-		free(layout.layer);
-		return PDX_OK; /* a repeated hello: the cache stands */
+	if (p->ep && p->instance == instance) {
+		free(layout.layer); /* a repeated hello: the cache stands */
+		p->state = PEER_READY;
+		return PDX_OK;
 	}
-	if (p->state == PEER_READY) {
-		log_info("peer %s restarted: its transfers fail", p->addr);
-		xfers_peer_failed(a, p, PDX_EPEER, "peer restarted");
+	if (p->ep) {
+		log_info("peer %s restarted: transfers begun with it fail", p->addr);
+		xfers_peer_failed(a, p, p->instance, PDX_EPEER, "peer restarted");
 	}
 	peer_reset(a, p);
 	p->layout = layout;
@@ -381,6 +383,7 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 	}
 	x->remote_blocks = blocks;
 	x->skip = (uint32_t)skip;
+	x->peer_instance = p->instance;
 	if (!x->announced)
 		x->n_blocks = (uint32_t)n; /* checked against ours at announce */
 	else if (x->n_blocks != n) {

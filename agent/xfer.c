@@ -190,6 +190,7 @@ void xfers_peer_ready(struct agent *a, struct peer *p)
 			continue;
 		} else if (x->role == XFER_RECV && !x->want_sent) {
 			x->want_sent = true;
+			x->peer_instance = p->instance;
 			if (peer_send(a, p, "want", &x->id, NULL, fill_want, 2, x))
 				xfer_fail(x, PDX_EPEER, false,
 					  "cannot reach %s", p->addr);
@@ -199,13 +200,14 @@ void xfers_peer_ready(struct agent *a, struct peer *p)
 	}
 }
 
-void xfers_peer_failed(struct agent *a, struct peer *p, pdx_status_t status,
-		       const char *reason)
+void xfers_peer_failed(struct agent *a, struct peer *p, uint64_t instance,
+		       pdx_status_t status, const char *reason)
 {
 	struct xfer *x, *tmp;
 
 	HASH_ITER(hh, a->xfers, x, tmp) {
-		if (x->peer == p && !x->finished)
+		if (x->peer == p && !x->finished &&
+		    (!instance || x->peer_instance == instance))
 			xfer_fail(x, status, false, "peer %s: %s", p->addr, reason);
 	}
 }

@@ -123,7 +123,8 @@ bool pb_agent_alive(struct pb_agent *a);
  * or from the kernel. -1 on failure. */
 int pb_free_port(const char *host);
 
-/* dirname(/proc/self/exe)/../agent/pdx-agent */
+/* dirname(/proc/self/exe)/../agent/pdx-agent (the build tree), else
+ * dirname(/proc/self/exe)/pdx-agent when that exists (an install). */
 int pb_default_agent_bin(char *out, size_t len);
 
 /* Registers, retrying while the agent is not up yet, for up to total_ms.

@@ -456,8 +456,18 @@ int pb_default_agent_bin(char *out, size_t len)
 	if (!slash)
 		return -1;
 	*slash = '\0';
+	/* the build tree: build/bench/ and build/agent/ */
 	if ((size_t)snprintf(out, len, "%s/../agent/pdx-agent", self) >= len)
 		return -1;
+	if (access(out, X_OK) == 0)
+		return 0;
+	/* an installed tree: both in bin/ */
+	if ((size_t)snprintf(out, len, "%s/pdx-agent", self) >= len)
+		return -1;
+	if (access(out, X_OK) == 0)
+		return 0;
+	/* neither: name the build-tree path in the error */
+	snprintf(out, len, "%s/../agent/pdx-agent", self);
 	return 0;
 }
 

@@ -1,0 +1,432 @@
+/* engine_client: the engine client library against a scripted fake agent
+ * (a ROUTER in a thread of this process): what goes on the wire, events
+ * parked while register waits, malformed events skipped, bounded waits and
+ * argument checks. Needs no pdx-agent (argv[1] is ignored).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "common/clock.h"
+#include "common/mp.h"
+#include "tests/integ/harness.h"
+
+enum reg_mode { REG_OK, REG_ERROR, REG_SILENT };
+
+static void *zctx, *router;
+static char endpoint[512];
+static volatile int reg_mode;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static char last_op[32];
+static char *last_msg;
+static size_t last_len;
+static int n_msgs;
+
+static void send_to(zmq_msg_t *ident, struct pdx_mp_out *o)
+{
+	zmq_msg_t id;
+
+	zmq_msg_init(&id);
+	zmq_msg_copy(&id, ident);
+	zmq_msg_send(&id, router, ZMQ_SNDMORE);
+	zmq_send(router, o->buf.data, o->buf.size, 0);
+	pdx_mp_out_free(o);
+}
+
+/* An event map; drop names a key to leave out, kind may be bogus. */
+static void event(zmq_msg_t *ident, const struct pdx_xfer_id *x,
+		  const char *kind, int status, const char *reason,
+		  const char *drop)
+{
+	struct pdx_mp_out o;
+	const char *keys[] = { "op", "xfer", "kind", "status", "reason",
+			       "bytes", "t_first", "t_last" };
+	int n = 0;
+
+	for (int i = 0; i < 8; i++)
+		if (!drop || strcmp(drop, keys[i]))
+			n++;
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, n);
+	for (int i = 0; i < 8; i++) {
+		const char *k = keys[i];
+
+		if (drop && !strcmp(drop, k))
+			continue;
+		if (!strcmp(k, "op"))
+			pdx_mp_kv_str(&o.pk, k, "event");
+		else if (!strcmp(k, "xfer"))
+			pdx_mp_kv_xfer(&o.pk, k, x);
+		else if (!strcmp(k, "kind"))
+			pdx_mp_kv_str(&o.pk, k, kind);
+		else if (!strcmp(k, "status"))
+			pdx_mp_kv_i64(&o.pk, k, status);
+		else if (!strcmp(k, "reason"))
+			pdx_mp_kv_str(&o.pk, k, reason);
+		else if (!strcmp(k, "bytes"))
+			pdx_mp_kv_u64(&o.pk, k, 4096);
+		else if (!strcmp(k, "t_first"))
+			pdx_mp_kv_u64(&o.pk, k, 111);
+		else
+			pdx_mp_kv_u64(&o.pk, k, 222);
+	}
+	send_to(ident, &o);
+}
+
+static void *fake_agent(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		zmq_msg_t ident, body;
+		msgpack_unpacked up;
+		struct pdx_xfer_id x;
+		struct pdx_mp_out o;
+		char op[32];
+
+		zmq_msg_init(&ident);
+		zmq_msg_init(&body);
+		if (zmq_msg_recv(&ident, router, 0) < 0 ||
+		    zmq_msg_recv(&body, router, 0) < 0) {
+			/* context shut down */
+			zmq_msg_close(&ident);
+			zmq_msg_close(&body);
+			break;
+		}
+		if (pdx_mp_parse(zmq_msg_data(&body), zmq_msg_size(&body), &up,
+				 op, sizeof(op))) {
+			snprintf(op, sizeof(op), "(malformed)");
+		}
+		pthread_mutex_lock(&mu);
+		snprintf(last_op, sizeof(last_op), "%s", op);
+		free(last_msg);
+		last_len = zmq_msg_size(&body);
+		last_msg = malloc(last_len);
+		memcpy(last_msg, zmq_msg_data(&body), last_len);
+		n_msgs++;
+		pthread_mutex_unlock(&mu);
+
+		memset(&x, 0x42, sizeof(x));
+		if (!strcmp(op, "register") && reg_mode == REG_OK) {
+			/* events before the answer: one malformed, one good */
+			event(&ident, &x, "sent", 0, "", "t_last");
+			event(&ident, &x, "received", 0, "", NULL);
+			pdx_mp_out_init(&o);
+			msgpack_pack_map(&o.pk, 2);
+			pdx_mp_kv_str(&o.pk, "op", "registered");
+			pdx_mp_kv_str(&o.pk, "peer", "tcp://fake:1");
+			send_to(&ident, &o);
+		} else if (!strcmp(op, "register") && reg_mode == REG_ERROR) {
+			pdx_mp_out_init(&o);
+			msgpack_pack_map(&o.pk, 3);
+			pdx_mp_kv_str(&o.pk, "op", "error");
+			pdx_mp_kv_i64(&o.pk, "status", PDX_ERANGE);
+			pdx_mp_kv_str(&o.pk, "reason", "blocks end past region 0");
+			send_to(&ident, &o);
+		} else if (!strcmp(op, "abort")) {
+			pdx_mp_get_xfer(&up.data, "xfer", &x);
+			/* garbage, a bogus kind, a stray answer, then the event */
+			zmq_msg_t id2;
+
+			zmq_msg_init(&id2);
+			zmq_msg_copy(&id2, &ident);
+			zmq_msg_send(&id2, router, ZMQ_SNDMORE);
+			zmq_send(router, "\xc1\xc1", 2, 0);
+			event(&ident, &x, "exploded", 0, "", NULL);
+			pdx_mp_out_init(&o);
+			msgpack_pack_map(&o.pk, 2);
+			pdx_mp_kv_str(&o.pk, "op", "registered");
+			pdx_mp_kv_str(&o.pk, "peer", "tcp://stale:1");
+			send_to(&ident, &o);
+			event(&ident, &x, "failed", PDX_ECANCELED,
+			      "aborted by engine", NULL);
+		}
+		msgpack_unpacked_destroy(&up);
+		zmq_msg_close(&ident);
+		zmq_msg_close(&body);
+	}
+	zmq_close(router); /* the socket belongs to this thread */
+	return NULL;
+}
+
+/* Waits for the fake agent to have seen `count` messages; returns the last
+ * one parsed into *up (caller destroys), or -1. */
+static int last_message(int count, msgpack_unpacked *up, char *op)
+{
+	uint64_t deadline = pdx_now_ns() + 3000000000ULL;
+	int rc = -1;
+
+	while (pdx_now_ns() < deadline) {
+		pthread_mutex_lock(&mu);
+		if (n_msgs >= count) {
+			rc = pdx_mp_parse(last_msg, last_len, up, op, 32);
+			pthread_mutex_unlock(&mu);
+			return rc;
+		}
+		pthread_mutex_unlock(&mu);
+		h_sleep_ms(5);
+	}
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct pb_model m = *pb_model_find("tiny");
+	struct pdx_engine_params ep = { 0 };
+	struct pdx_engine *e = NULL, *lonely = NULL;
+	struct pdx_engine_event ev;
+	struct pdx_xfer_id x, x42;
+	struct pb_pool pool;
+	struct pdx_engine_region cuda = { .type = PDX_MEM_CUDA, .size = 1 << 20 };
+	msgpack_unpacked up;
+	pthread_t th;
+	char dir[256], peer[PDX_ADDR_MAX], op[32], longpeer[300];
+	uint32_t blocks[3] = { 5, 6, 9 };
+	uint64_t t0, v;
+	int linger = 0, count = 0;
+	pdx_status_t st;
+
+	(void)argc;
+	(void)argv;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	pb_cleanup_install();
+	h_note("engine_client: the client library against a fake agent");
+	if (pb_tmpdir(dir, sizeof(dir)))
+		return 1;
+	snprintf(endpoint, sizeof(endpoint), "ipc://%s/fake.engine", dir);
+	snprintf(peer, sizeof(peer), "/pdx-test-%d-C", (int)getpid());
+	if (pb_pool_create(&pool, peer, &m, 64))
+		return 1;
+	memset(&x42, 0x42, sizeof(x42));
+	pdx_xfer_id_random(&x);
+
+	/* argument checks */
+	CHECK(pdx_engine_connect(&ep, &e) == PDX_EINVAL && !e,
+	      "connect without an agent address: EINVAL");
+	ep.agent = endpoint;
+	ep.timeout_ms = -5;
+	CHECK(pdx_engine_connect(&ep, &e) == PDX_EINVAL,
+	      "connect with a negative timeout: EINVAL");
+
+	/* no agent at all: bounded */
+	ep.timeout_ms = 300;
+	CHECK(pdx_engine_connect(&ep, &lonely) == PDX_OK, "connect does not wait for the agent");
+	t0 = pdx_now_ns();
+	st = pdx_engine_register(lonely, &pool.layout, &pool.region, 1, peer,
+				 sizeof(peer));
+	v = (pdx_now_ns() - t0) / 1000000;
+	CHECK(st == PDX_ETIMEDOUT && v >= 250 && v < 2000,
+	      "register with no agent: ETIMEDOUT after the timeout (%s, %llu ms)",
+	      pdx_status_str(st), (unsigned long long)v);
+	t0 = pdx_now_ns();
+	st = pdx_engine_abort(lonely, &x);
+	v = (pdx_now_ns() - t0) / 1000000;
+	CHECK(st == PDX_ETIMEDOUT && v < 2000,
+	      "a fire-and-forget call with no agent is bounded too (%s, %llu ms)",
+	      pdx_status_str(st), (unsigned long long)v);
+	pdx_engine_free(lonely);
+	pdx_engine_free(NULL);
+
+	zctx = zmq_ctx_new();
+	router = zmq_socket(zctx, ZMQ_ROUTER);
+	zmq_setsockopt(router, ZMQ_LINGER, &linger, sizeof(linger));
+	if (zmq_bind(router, endpoint)) {
+		h_note("bind %s: %s", endpoint, zmq_strerror(errno));
+		return 1;
+	}
+	pthread_create(&th, NULL, fake_agent, NULL);
+
+	ep.timeout_ms = 2000;
+	ep.xfer_timeout_ms = 1234;
+	CHECK(pdx_engine_connect(&ep, &e) == PDX_OK, "connect");
+	CHECK(pdx_engine_fd(e) >= 0, "pdx_engine_fd gives a descriptor");
+	CHECK(pdx_engine_fd(NULL) == -1, "pdx_engine_fd(NULL) is -1");
+
+	CHECK(pdx_engine_register(e, &pool.layout, &cuda, 1, peer, sizeof(peer)) ==
+		      PDX_EINVAL,
+	      "a cuda region is refused with EINVAL (not supported yet)");
+	CHECK(pdx_engine_register(e, &pool.layout, &pool.region, 0, peer,
+				  sizeof(peer)) == PDX_EINVAL,
+	      "register with no region: EINVAL");
+	{
+		struct pdx_engine_region small = pool.region;
+
+		small.size = pool.size / 2;
+		CHECK(pdx_engine_register(e, &pool.layout, &small, 1, peer,
+					  sizeof(peer)) == PDX_ERANGE,
+		      "a layout past its region is refused before sending: ERANGE");
+	}
+	CHECK(n_msgs == 0, "nothing refused went on the wire");
+
+	reg_mode = REG_OK;
+	st = pdx_engine_register(e, &pool.layout, &pool.region, 1, peer,
+				 sizeof(peer));
+	count++;
+	CHECK(st == PDX_OK && !strcmp(peer, "tcp://fake:1"),
+	      "register: ok, peer address from the answer (%s, %s)",
+	      pdx_status_str(st), st == PDX_OK ? peer : "-");
+	if (last_message(count, &up, op) == 0) {
+		const msgpack_object *regs = pdx_mp_get(&up.data, "regions");
+		const msgpack_object *lay = pdx_mp_get(&up.data, "layout");
+		uint64_t ver = 0, layers = 0, size = 0;
+		char type[16] = "", name[64] = "";
+
+		pdx_mp_get_u64(&up.data, "v", &ver);
+		if (lay)
+			pdx_mp_get_u64(lay, "layers", &layers);
+		if (regs && regs->type == MSGPACK_OBJECT_ARRAY &&
+		    regs->via.array.size == 1) {
+			pdx_mp_get_str(&regs->via.array.ptr[0], "type", type,
+				       sizeof(type));
+			pdx_mp_get_str(&regs->via.array.ptr[0], "name", name,
+				       sizeof(name));
+			pdx_mp_get_u64(&regs->via.array.ptr[0], "size", &size);
+		}
+		CHECK(!strcmp(op, "register") && ver == 1 && layers == 4 &&
+			      !strcmp(type, "shm") && !strcmp(name, pool.name) &&
+			      size == pool.size,
+		      "register carries v 1, the layout and the shm region");
+		msgpack_unpacked_destroy(&up);
+	} else {
+		CHECK(false, "the fake agent got the register");
+	}
+	st = pdx_engine_next_event(e, &ev);
+	CHECK(st == PDX_OK && ev.kind == PDX_EVENT_RECEIVED &&
+		      !memcmp(&ev.xfer, &x42, sizeof(x42)) && ev.bytes == 4096 &&
+		      ev.t_first_ns == 111 && ev.t_last_ns == 222 &&
+		      ev.status == PDX_OK,
+	      "the event that came during register is kept, fields intact");
+	CHECK(pdx_engine_next_event(e, &ev) == PDX_EAGAIN,
+	      "the malformed one (no t_last) was skipped: then EAGAIN");
+	t0 = pdx_now_ns();
+	st = pdx_engine_wait_event(e, 200, &ev);
+	v = (pdx_now_ns() - t0) / 1000000;
+	CHECK(st == PDX_ETIMEDOUT && v >= 190 && v < 1000,
+	      "wait_event with nothing to read: ETIMEDOUT after 200 ms (%llu ms)",
+	      (unsigned long long)v);
+
+	reg_mode = REG_ERROR;
+	st = pdx_engine_register(e, &pool.layout, &pool.region, 1, peer,
+				 sizeof(peer));
+	count++;
+	CHECK(st == PDX_ERANGE, "an error answer gives its status (%s)",
+	      pdx_status_str(st));
+	reg_mode = REG_SILENT;
+	ep.timeout_ms = 2000;
+	t0 = pdx_now_ns();
+	st = pdx_engine_register(e, &pool.layout, &pool.region, 1, peer,
+				 sizeof(peer));
+	count++;
+	v = (pdx_now_ns() - t0) / 1000000;
+	CHECK(st == PDX_ETIMEDOUT && v >= 1900 && v < 4000,
+	      "no answer: ETIMEDOUT after timeout_ms (%llu ms)",
+	      (unsigned long long)v);
+
+	/* announcements */
+	memset(longpeer, 'a', sizeof(longpeer) - 1);
+	longpeer[sizeof(longpeer) - 1] = '\0';
+	CHECK(pdx_engine_send(e, NULL, "tcp://p:1", blocks, 3) == PDX_EINVAL &&
+		      pdx_engine_send(e, &x, "tcp://p:1", blocks, 0) == PDX_EINVAL &&
+		      pdx_engine_send(e, &x, "tcp://p:1", NULL, 3) == PDX_EINVAL &&
+		      pdx_engine_send(e, &x, NULL, blocks, 3) == PDX_EINVAL &&
+		      pdx_engine_send(e, &x, "", blocks, 3) == PDX_EINVAL &&
+		      pdx_engine_send(e, &x, longpeer, blocks, 3) == PDX_EINVAL &&
+		      pdx_engine_recv(e, &x, longpeer, blocks, 3, 0) == PDX_EINVAL &&
+		      pdx_engine_layer_done(e, 0, NULL, 1) == PDX_EINVAL &&
+		      pdx_engine_layer_done(e, 0, &x, 0) == PDX_EINVAL &&
+		      pdx_engine_abort(e, NULL) == PDX_EINVAL &&
+		      pdx_engine_next_event(e, NULL) == PDX_EINVAL &&
+		      pdx_engine_send(NULL, &x, "tcp://p:1", blocks, 3) == PDX_EINVAL,
+	      "NULLs, zero counts and a peer address too long: EINVAL");
+
+	CHECK(pdx_engine_send(e, &x, "tcp://peer:9", blocks, 3) == PDX_OK,
+	      "send posts");
+	count++;
+	if (last_message(count, &up, op) == 0) {
+		struct pdx_xfer_id got;
+		uint32_t *b = NULL;
+		size_t nb = 0;
+		uint64_t tmo = 0;
+		char p[64] = "";
+
+		CHECK(!strcmp(op, "send") &&
+			      !pdx_mp_get_xfer(&up.data, "xfer", &got) &&
+			      !memcmp(&got, &x, sizeof(x)) &&
+			      !pdx_mp_get_str(&up.data, "peer", p, sizeof(p)) &&
+			      !strcmp(p, "tcp://peer:9") &&
+			      !pdx_mp_get_u32s(&up.data, "blocks", 16, &b, &nb) &&
+			      nb == 3 && b[0] == 5 && b[2] == 9 &&
+			      !pdx_mp_get_u64(&up.data, "timeout_ms", &tmo) &&
+			      tmo == 1234,
+		      "send carries xfer, peer, blocks and timeout_ms");
+		free(b);
+		msgpack_unpacked_destroy(&up);
+	} else {
+		CHECK(false, "the fake agent got the send");
+	}
+	CHECK(pdx_engine_recv(e, &x, "tcp://peer:9", blocks, 3, 4) == PDX_OK,
+	      "recv posts");
+	count++;
+	if (last_message(count, &up, op) == 0) {
+		uint64_t skip = 0;
+
+		CHECK(!strcmp(op, "recv") &&
+			      !pdx_mp_get_u64(&up.data, "skip_tokens", &skip) &&
+			      skip == 4,
+		      "recv carries skip_tokens");
+		msgpack_unpacked_destroy(&up);
+	} else {
+		CHECK(false, "the fake agent got the recv");
+	}
+	{
+		struct pdx_xfer_id two[2] = { x, x42 };
+
+		CHECK(pdx_engine_layer_done(e, 3, two, 2) == PDX_OK,
+		      "layer_done posts");
+	}
+	count++;
+	if (last_message(count, &up, op) == 0) {
+		const msgpack_object *xs = pdx_mp_get(&up.data, "xfers");
+		uint64_t layer = 99;
+		struct pdx_xfer_id a, b;
+
+		CHECK(!strcmp(op, "layer_done") &&
+			      !pdx_mp_get_u64(&up.data, "layer", &layer) &&
+			      layer == 3 && xs && xs->type == MSGPACK_OBJECT_ARRAY &&
+			      xs->via.array.size == 2 &&
+			      !pdx_mp_obj_xfer(&xs->via.array.ptr[0], &a) &&
+			      !pdx_mp_obj_xfer(&xs->via.array.ptr[1], &b) &&
+			      !memcmp(&a, &x, sizeof(x)) &&
+			      !memcmp(&b, &x42, sizeof(x)),
+		      "layer_done carries the layer and both xfers");
+		msgpack_unpacked_destroy(&up);
+	} else {
+		CHECK(false, "the fake agent got the layer_done");
+	}
+
+	CHECK(pdx_engine_abort(e, &x) == PDX_OK, "abort posts");
+	st = pdx_engine_wait_event(e, 3000, &ev);
+	CHECK(st == PDX_OK && ev.kind == PDX_EVENT_FAILED &&
+		      !memcmp(&ev.xfer, &x, sizeof(x)) &&
+		      ev.status == PDX_ECANCELED &&
+		      !strcmp(ev.reason, "aborted by engine"),
+	      "garbage, an unknown kind and a stray answer are skipped; the failed event arrives (%s)",
+	      st == PDX_OK ? ev.reason : pdx_status_str(st));
+	CHECK(pdx_engine_next_event(e, &ev) == PDX_EAGAIN, "then nothing");
+
+	pdx_engine_free(e);
+	zmq_ctx_shutdown(zctx);
+	pthread_join(th, NULL);
+	zmq_ctx_term(zctx);
+	free(last_msg);
+	pb_pool_destroy(&pool);
+	pb_tmpdir_remove(dir);
+	if (h_failures)
+		printf("# %d check(s) failed\n", h_failures);
+	else
+		printf("# all checks passed\n");
+	return h_failures ? 1 : 0;
+}

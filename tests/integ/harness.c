@@ -1,0 +1,475 @@
+#define _GNU_SOURCE
+#include "tests/integ/harness.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+int h_failures;
+
+void h_report(bool ok, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("%s ", ok ? "ok  " : "FAIL");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+}
+
+void h_note(const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("# ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+}
+
+void h_sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+const char *h_kind(enum pdx_event_kind k)
+{
+	switch (k) {
+	case PDX_EVENT_SENT: return "sent";
+	case PDX_EVENT_RECEIVED: return "received";
+	case PDX_EVENT_FAILED: return "failed";
+	}
+	return "?";
+}
+
+static int side_start(struct h_env *env, struct h_side *s, const char *host,
+		      const char *netns, const char *const *extra_env,
+		      char tag)
+{
+	struct pb_agent_opts ao = { 0 };
+	char path[4200];
+	int port = pb_free_port(host);
+
+	if (port < 0) {
+		h_note("no free port on %s", host);
+		return -1;
+	}
+	snprintf(path, sizeof(path), "%s/%c.engine", env->dir, tag);
+	pb_track_path(path);
+	snprintf(s->engine_addr, sizeof(s->engine_addr), "ipc://%s", path);
+	snprintf(s->listen, sizeof(s->listen), "tcp://%s:%d", host, port);
+	ao.bin = env->agent_bin;
+	ao.engine = s->engine_addr;
+	ao.listen = s->listen;
+	ao.tls = env->o.tls;
+	ao.data_path = env->o.data_path;
+	ao.xfer_timeout_ms = env->o.xfer_timeout_ms;
+	ao.netns = netns;
+	for (int i = 0; i < 4 && extra_env[i]; i++)
+		ao.env[i] = extra_env[i];
+	if (pb_agent_start(&s->agent, &ao))
+		return -1;
+	h_note("%s agent: pid %d, engine %s, listen %s%s%s, UCX_TLS=%s",
+	       s->role, (int)s->agent.pid, s->engine_addr, s->listen,
+	       netns ? " in netns " : "", netns ? netns : "", env->o.tls);
+	return 0;
+}
+
+int h_register(struct h_env *env, struct h_side *s)
+{
+	struct pdx_engine_params ep = { .agent = s->engine_addr,
+					.timeout_ms = 1000 };
+	pdx_status_t st;
+
+	(void)env;
+	if (!s->eng) {
+		st = pdx_engine_connect(&ep, &s->eng);
+		if (st != PDX_OK) {
+			h_note("%s engine: connect %s: %s", s->role,
+			       s->engine_addr, pdx_status_str(st));
+			return -1;
+		}
+	}
+	st = pb_register_retry(s->eng, &s->pool, s->peer, sizeof(s->peer),
+			       10000, &s->agent);
+	if (st != PDX_OK) {
+		h_note("%s engine: register: %s", s->role, pdx_status_str(st));
+		return -1;
+	}
+	h_note("%s engine registered; agent peer address %s", s->role, s->peer);
+	return 0;
+}
+
+int h_setup(struct h_env *env, int argc, char **argv, const struct h_opts *o)
+{
+	const struct pb_model *m;
+	struct pb_model dm;
+	char name[64];
+
+	memset(env, 0, sizeof(*env));
+	env->p.role = "prefill";
+	env->d.role = "decode";
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	pb_cleanup_install();
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s PATH-TO-pdx-agent [args]\n", argv[0]);
+		return -1;
+	}
+	env->agent_bin = argv[1];
+	if (access(env->agent_bin, X_OK)) {
+		h_note("agent binary %s: %s", env->agent_bin, strerror(errno));
+		return -1;
+	}
+	if (o)
+		env->o = *o;
+	if (!env->o.tls)
+		env->o.tls = "sm,self";
+	if (!env->o.model)
+		env->o.model = "tiny";
+	if (!env->o.pool_blocks)
+		env->o.pool_blocks = 1024;
+	if (!env->o.host_p)
+		env->o.host_p = "127.0.0.1";
+	if (!env->o.host_d)
+		env->o.host_d = "127.0.0.1";
+	env->rng = pdx_now_ns() ^ ((uint64_t)getpid() << 32);
+	h_note("seed %" PRIu64, env->rng);
+	m = pb_model_find(env->o.model);
+	if (!m) {
+		h_note("unknown model %s", env->o.model);
+		return -1;
+	}
+	dm = *m;
+	if (env->o.d_head_dim)
+		dm.head_dim = env->o.d_head_dim;
+	if (pb_tmpdir(env->dir, sizeof(env->dir)))
+		return -1;
+	snprintf(name, sizeof(name), "/pdx-test-%d-P", (int)getpid());
+	if (pb_pool_create(&env->p.pool, name, m, env->o.pool_blocks))
+		return -1;
+	snprintf(name, sizeof(name), "/pdx-test-%d-D", (int)getpid());
+	if (pb_pool_create(&env->d.pool, name, &dm, env->o.pool_blocks))
+		return -1;
+	if (side_start(env, &env->p, env->o.host_p, env->o.netns_p,
+		       env->o.env_p, 'p') ||
+	    side_start(env, &env->d, env->o.host_d, env->o.netns_d,
+		       env->o.env_d, 'd'))
+		return -1;
+	if (h_register(env, &env->p) || h_register(env, &env->d))
+		return -1;
+	return 0;
+}
+
+static void side_stop(struct h_side *s)
+{
+	pdx_engine_free(s->eng);
+	s->eng = NULL;
+	if (s->agent.pid > 0) {
+		int st = pb_agent_stop(&s->agent);
+
+		if (st != 0 && st != -1)
+			h_note("%s agent ended with wait status 0x%x", s->role,
+			       st);
+	}
+	pb_pool_destroy(&s->pool);
+	free(s->evs);
+	s->evs = NULL;
+	s->n_evs = s->cap_evs = 0;
+}
+
+int h_finish(struct h_env *env)
+{
+	side_stop(&env->p);
+	side_stop(&env->d);
+	if (env->dir[0])
+		pb_tmpdir_remove(env->dir);
+	pb_cleanup_run();
+	if (h_failures)
+		printf("# %d check(s) failed\n", h_failures);
+	else
+		printf("# all checks passed\n");
+	return h_failures ? 1 : 0;
+}
+
+uint64_t h_bytes(const struct h_env *env, const struct h_xfer *x)
+{
+	const struct pb_pool *p = &env->p.pool;
+	uint32_t skip = x->skip_tokens / p->layout.block_tokens;
+
+	return (uint64_t)(x->n - skip) * p->layout.layers * p->layout.tensors *
+	       p->block_bytes;
+}
+
+void h_plan(struct h_env *env, struct h_xfer *x, size_t count, uint32_t n,
+	    uint32_t max_n, bool random)
+{
+	size_t total = 0, off = 0;
+	uint32_t *src, *dst;
+
+	for (size_t i = 0; i < count; i++) {
+		memset(&x[i], 0, sizeof(x[i]));
+		pdx_xfer_id_random(&x[i].id);
+		x[i].seed = pb_rand(&env->rng);
+		x[i].n = n ? n : 1 + (uint32_t)(pb_rand(&env->rng) % max_n);
+		total += x[i].n;
+	}
+	src = malloc(total * sizeof(*src));
+	dst = malloc(total * sizeof(*dst));
+	if (!src || !dst || total > env->o.pool_blocks) {
+		fprintf(stderr, "h_plan: %zu blocks do not fit the pool\n", total);
+		abort();
+	}
+	if (random) {
+		pb_pick_blocks(src, total, env->o.pool_blocks, true, &env->rng);
+		pb_pick_blocks(dst, total, env->o.pool_blocks, true, &env->rng);
+	} else {
+		/* contiguous, from a rotating start so batches differ */
+		if (env->next_block_p + total > env->o.pool_blocks)
+			env->next_block_p = 0;
+		if (env->next_block_d + total > env->o.pool_blocks)
+			env->next_block_d = 0;
+		for (size_t i = 0; i < total; i++) {
+			src[i] = env->next_block_p + (uint32_t)i;
+			dst[i] = env->next_block_d + (uint32_t)i;
+		}
+		env->next_block_p += (uint32_t)total;
+		env->next_block_d = (env->next_block_d + (uint32_t)total + 7) %
+				    env->o.pool_blocks;
+	}
+	for (size_t i = 0; i < count; i++) {
+		/* each transfer owns a slice; x[0] owns the allocation */
+		x[i].src = src + off;
+		x[i].dst = dst + off;
+		off += x[i].n;
+	}
+}
+
+void h_plan_free(struct h_xfer *x, size_t count)
+{
+	if (count) {
+		free(x[0].src);
+		free(x[0].dst);
+	}
+	memset(x, 0, count * sizeof(*x));
+}
+
+void h_prepare(struct h_env *env, const struct h_xfer *x, size_t count)
+{
+	for (size_t i = 0; i < count; i++) {
+		uint32_t skip = x[i].skip_tokens / env->p.pool.layout.block_tokens;
+
+		pb_fill(&env->p.pool, x[i].seed, x[i].src, x[i].n, skip);
+		pb_poison(&env->d.pool, x[i].dst, x[i].n, skip);
+	}
+}
+
+int h_post_recv(struct h_env *env, const struct h_xfer *x, size_t count)
+{
+	for (size_t i = 0; i < count; i++) {
+		pdx_status_t st = pdx_engine_recv(env->d.eng, &x[i].id,
+						  env->p.peer, x[i].dst, x[i].n,
+						  x[i].skip_tokens);
+
+		if (st != PDX_OK) {
+			h_report(false, "pdx_engine_recv: %s", pdx_status_str(st));
+			h_failures++;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int h_post_send(struct h_env *env, const struct h_xfer *x, size_t count)
+{
+	for (size_t i = 0; i < count; i++) {
+		pdx_status_t st = pdx_engine_send(env->p.eng, &x[i].id,
+						  env->d.peer, x[i].src, x[i].n);
+
+		if (st != PDX_OK) {
+			h_report(false, "pdx_engine_send: %s", pdx_status_str(st));
+			h_failures++;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int h_layer_done(struct h_env *env, uint32_t layer, const struct h_xfer *x,
+		 size_t count)
+{
+	struct pdx_xfer_id ids[256];
+	size_t done = 0;
+
+	while (done < count) {
+		size_t n = count - done < 256 ? count - done : 256;
+		pdx_status_t st;
+
+		for (size_t i = 0; i < n; i++)
+			ids[i] = x[done + i].id;
+		st = pdx_engine_layer_done(env->p.eng, layer, ids, n);
+		if (st != PDX_OK) {
+			h_report(false, "pdx_engine_layer_done(%u): %s", layer,
+				 pdx_status_str(st));
+			h_failures++;
+			return -1;
+		}
+		done += n;
+	}
+	return 0;
+}
+
+static void keep(struct h_side *s, const struct pdx_engine_event *ev)
+{
+	if (s->n_evs == s->cap_evs) {
+		size_t cap = s->cap_evs ? 2 * s->cap_evs : 64;
+		struct pdx_engine_event *n = realloc(s->evs, cap * sizeof(*n));
+
+		if (!n)
+			abort();
+		s->evs = n;
+		s->cap_evs = cap;
+	}
+	s->evs[s->n_evs++] = *ev;
+}
+
+static bool take(struct h_side *s, const struct pdx_xfer_id *id,
+		 struct pdx_engine_event *ev)
+{
+	for (size_t i = 0; i < s->n_evs; i++) {
+		if (memcmp(s->evs[i].xfer.b, id->b, sizeof(id->b)))
+			continue;
+		*ev = s->evs[i];
+		memmove(&s->evs[i], &s->evs[i + 1],
+			(s->n_evs - i - 1) * sizeof(*ev));
+		s->n_evs--;
+		return true;
+	}
+	return false;
+}
+
+int h_wait(struct h_side *s, const struct pdx_xfer_id *id, int timeout_ms,
+	   struct pdx_engine_event *ev)
+{
+	uint64_t deadline = pdx_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+
+	for (;;) {
+		struct pdx_engine_event e;
+		uint64_t now;
+		pdx_status_t st;
+
+		if (take(s, id, ev))
+			return 0;
+		now = pdx_now_ns();
+		if (now >= deadline)
+			return -1;
+		st = pdx_engine_wait_event(s->eng,
+					   (int)((deadline - now) / 1000000) + 1,
+					   &e);
+		if (st == PDX_OK)
+			keep(s, &e);
+		else if (st != PDX_ETIMEDOUT && st != PDX_EAGAIN)
+			return -1;
+	}
+}
+
+int h_quiet(struct h_side *s, const struct pdx_xfer_id *id, int ms)
+{
+	struct pdx_engine_event ev;
+
+	if (h_wait(s, id, ms, &ev) == 0) {
+		h_note("%s: unexpected %s event (%s)", s->role, h_kind(ev.kind),
+		       ev.reason);
+		return -1;
+	}
+	return 0;
+}
+
+void h_forget(struct h_side *s)
+{
+	s->n_evs = 0;
+}
+
+int h_expect_ok(struct h_env *env, const struct h_xfer *x, size_t count,
+		int timeout_ms)
+{
+	uint64_t deadline = pdx_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+	int bad = 0;
+
+	for (size_t i = 0; i < count; i++) {
+		struct h_side *sides[2] = { &env->p, &env->d };
+		enum pdx_event_kind want[2] = { PDX_EVENT_SENT,
+						PDX_EVENT_RECEIVED };
+		uint64_t bytes = h_bytes(env, &x[i]);
+		char hex[33];
+		bool ok = true;
+
+		pdx_xfer_id_hex(&x[i].id, hex);
+		for (int k = 0; k < 2; k++) {
+			struct pdx_engine_event ev;
+			uint64_t now = pdx_now_ns();
+			int left = now < deadline ?
+					   (int)((deadline - now) / 1000000) : 0;
+
+			if (h_wait(sides[k], &x[i].id, left, &ev)) {
+				h_note("%s %s: no event in time", hex,
+				       sides[k]->role);
+				ok = false;
+				continue;
+			}
+			if (ev.kind != want[k]) {
+				h_note("%s %s: %s (%s: %s), wanted %s", hex,
+				       sides[k]->role, h_kind(ev.kind),
+				       pdx_status_str(ev.status), ev.reason,
+				       h_kind(want[k]));
+				ok = false;
+				continue;
+			}
+			if (ev.bytes != bytes) {
+				h_note("%s %s: event says %" PRIu64
+				       " bytes, expected %" PRIu64,
+				       hex, sides[k]->role, ev.bytes, bytes);
+				ok = false;
+			}
+		}
+		if (ok) {
+			char err[512];
+			uint32_t skip = x[i].skip_tokens /
+					env->d.pool.layout.block_tokens;
+
+			if (pb_verify(&env->d.pool, x[i].seed, x[i].dst, x[i].n,
+				      skip, err, sizeof(err))) {
+				h_note("%s: data mismatch: %s", hex, err);
+				ok = false;
+			}
+		}
+		if (!ok)
+			bad++;
+	}
+	return bad;
+}
+
+int h_run(struct h_env *env, struct h_xfer *x, size_t count)
+{
+	h_prepare(env, x, count);
+	if (h_post_recv(env, x, count) || h_post_send(env, x, count))
+		return (int)count;
+	for (uint32_t l = 0; l < env->p.pool.layout.layers; l++)
+		if (h_layer_done(env, l, x, count))
+			return (int)count;
+	return h_expect_ok(env, x, count, 10000);
+}

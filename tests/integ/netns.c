@@ -1,0 +1,105 @@
+/* netns: the two agents in two network namespaces joined by a veth pair
+ * (10.77.0.1/24 and 10.77.0.2/24), UCX over TCP; the engines stay in this
+ * namespace (ipc:// paths work across network namespaces). Transfers are
+ * byte-exact. Needs root and `ip netns`; exits 77 when namespaces cannot
+ * be made.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/integ/harness.h"
+
+#define N 8
+
+static char ns_a[32], ns_b[32], veth_a[16], veth_b[16];
+static bool made_a, made_b;
+
+static int ip(const char *a0, const char *a1, const char *a2, const char *a3,
+	      const char *a4, const char *a5, const char *a6, const char *a7)
+{
+	const char *argv[] = { "ip", a0, a1, a2, a3, a4, a5, a6, a7, NULL };
+
+	return pb_run(argv, true);
+}
+
+static void ns_teardown(void)
+{
+	if (made_a)
+		ip("netns", "del", ns_a, NULL, NULL, NULL, NULL, NULL);
+	if (made_b)
+		ip("netns", "del", ns_b, NULL, NULL, NULL, NULL, NULL);
+	made_a = made_b = false;
+}
+
+static int ns_setup(void)
+{
+	int pid = (int)getpid();
+
+	snprintf(ns_a, sizeof(ns_a), "pdxA%d", pid);
+	snprintf(ns_b, sizeof(ns_b), "pdxB%d", pid);
+	snprintf(veth_a, sizeof(veth_a), "pxa%d", pid % 10000000);
+	snprintf(veth_b, sizeof(veth_b), "pxb%d", pid % 10000000);
+	if (ip("netns", "add", ns_a, NULL, NULL, NULL, NULL, NULL))
+		return -1;
+	made_a = true;
+	pb_cleanup_hook(ns_teardown);
+	if (ip("netns", "add", ns_b, NULL, NULL, NULL, NULL, NULL))
+		return -1;
+	made_b = true;
+	if (ip("link", "add", veth_a, "type", "veth", "peer", "name", veth_b) ||
+	    ip("link", "set", veth_a, "netns", ns_a, NULL, NULL, NULL) ||
+	    ip("link", "set", veth_b, "netns", ns_b, NULL, NULL, NULL) ||
+	    ip("-n", ns_a, "addr", "add", "10.77.0.1/24", "dev", veth_a, NULL) ||
+	    ip("-n", ns_b, "addr", "add", "10.77.0.2/24", "dev", veth_b, NULL) ||
+	    ip("-n", ns_a, "link", "set", veth_a, "up", NULL, NULL) ||
+	    ip("-n", ns_b, "link", "set", veth_b, "up", NULL, NULL) ||
+	    ip("-n", ns_a, "link", "set", "lo", "up", NULL, NULL) ||
+	    ip("-n", ns_b, "link", "set", "lo", "up", NULL, NULL))
+		return -1;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct h_opts o = { 0 };
+	struct h_env env;
+	struct h_xfer x[N];
+	int bad;
+
+	h_note("netns: agents in two network namespaces over a veth pair, UCX tcp");
+	pb_cleanup_install();
+	if (geteuid() != 0 || ns_setup()) {
+		ns_teardown();
+		h_note("SKIP: cannot create network namespaces and a veth pair (needs root and ip netns)");
+		return H_SKIP;
+	}
+	h_note("namespaces %s (10.77.0.1 on %s) and %s (10.77.0.2 on %s)", ns_a,
+	       veth_a, ns_b, veth_b);
+	o.tls = "tcp,self";
+	o.netns_p = ns_a;
+	o.netns_d = ns_b;
+	o.host_p = "10.77.0.1";
+	o.host_d = "10.77.0.2";
+	o.xfer_timeout_ms = 10000;
+	if (h_setup(&env, argc, argv, &o)) {
+		h_failures++;
+	} else {
+		CHECK(strstr(env.p.peer, "10.77.0.1") && strstr(env.d.peer, "10.77.0.2"),
+		      "peer addresses are the namespaces' (%s, %s)", env.p.peer,
+		      env.d.peer);
+		h_plan(&env, x, N, 0, 16, true);
+		bad = h_run(&env, x, N);
+		CHECK(bad == 0, "%d random-block transfers across namespaces are byte-exact",
+		      N);
+		h_plan_free(x, N);
+		h_plan(&env, x, N, 32, 0, false);
+		bad = h_run(&env, x, N);
+		CHECK(bad == 0, "%d contiguous transfers across namespaces are byte-exact",
+		      N);
+		h_plan_free(x, N);
+	}
+	bad = h_finish(&env); /* stops the agents first */
+	ns_teardown();
+	return bad;
+}
