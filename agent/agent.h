@@ -69,6 +69,7 @@ struct peer {
 	bool same_host;
 	bool peer_shm; /* its UCX may use shared memory */
 	bool stale;    /* stopped answering: hello again before the next use */
+	bool ep_failed; /* UCX found it dead; the endpoint awaits closing */
 	bool use_put;
 	struct pdx_kv_layout layout;
 	struct pdx_ucx_ep *ep;

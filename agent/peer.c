@@ -24,10 +24,17 @@ static void peer_reset(struct agent *a, struct peer *p)
 	p->n_regions = 0;
 	pdx_ucx_ep_close(p->ep);
 	p->ep = NULL;
+	p->ep_failed = false;
 	free(p->layout.layer);
 	p->layout.layer = NULL;
 	p->state = PEER_NEW;
 	p->instance = 0;
+}
+
+/* We hold a working handshake with p (it may be being refreshed). */
+static bool peer_known(const struct peer *p)
+{
+	return p && p->ep && !p->ep_failed;
 }
 
 static struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
@@ -191,6 +198,7 @@ static void peer_ep_error(void *arg, pdx_status_t status)
 
 	log_warn("peer %s unreachable: %s", p->addr, pdx_status_str(status));
 	p->state = PEER_NEW;
+	p->ep_failed = true;
 	xfers_peer_failed(p->agent, p, 0, PDX_EPEER, "ucx endpoint failed");
 }
 
@@ -233,7 +241,7 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 		free(layout.layer);
 		return PDX_EINCOMPAT;
 	}
-	if (p->ep && p->instance == instance) {
+	if (peer_known(p) && p->instance == instance) {
 		free(layout.layer); /* a repeated hello: the cache stands */
 		p->state = PEER_READY;
 		return PDX_OK;
@@ -344,8 +352,7 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 
 	if (pdx_mp_get_xfer(m, "xfer", &id))
 		return;
-	if (p->state != PEER_READY || !a->reg.ok ||
-	    pdx_mp_get_u32s(m, "blocks", MAX_BLOCKS, &blocks, &n) || n == 0 ||
+	if (!a->reg.ok || pdx_mp_get_u32s(m, "blocks", MAX_BLOCKS, &blocks, &n) || n == 0 ||
 	    pdx_mp_get_u64(m, "skip", &skip) || skip >= n) {
 		free(blocks);
 		peer_send(a, p, "error", &id, "want: malformed or no handshake",
@@ -467,8 +474,7 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len)
 	} else if (strcmp(op, "hello_nack") == 0) {
 		if ((p = peer_lookup(a, from, false)) != NULL)
 			on_hello_nack(a, p, &msg.data);
-	} else if ((p = peer_lookup(a, from, false)) == NULL ||
-		   p->state != PEER_READY) {
+	} else if (!peer_known(p = peer_lookup(a, from, false))) {
 		struct pdx_xfer_id id;
 
 		/* Perhaps we restarted and it still holds our old handshake. */
