@@ -112,6 +112,7 @@ struct xfer {
 	uint64_t t_first_ns;
 	pdx_status_t status;
 	char reason[PDX_REASON_MAX];
+	char peer_abort[PDX_REASON_MAX]; /* the peer gave up before we began */
 };
 
 struct agent {

@@ -295,6 +295,16 @@ static struct xfer *announce(struct agent *a, const msgpack_object *m,
 	}
 	snprintf(x->peer_addr, sizeof(x->peer_addr), "%s", peer);
 	x->peer = peer_get(a, peer);
+	if (x->peer_abort[0]) {
+		free(blocks);
+		xfer_fail(x, PDX_ECANCELED, false, "%s", x->peer_abort);
+		return NULL;
+	}
+	if (!x->peer) {
+		free(blocks);
+		xfer_fail(x, PDX_EPEER, false, "cannot reach %s", peer);
+		return NULL;
+	}
 	x->blocks = blocks;
 	x->n_blocks = (uint32_t)n;
 	return x;

@@ -452,6 +452,14 @@ static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
 	if (!x)
 		return;
 	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
+	if (!x->announced) {
+		/* Our engine has not announced it yet: remember, so that it
+		 * fails at once when it does instead of waiting for blocks
+		 * that will never come. */
+		snprintf(x->peer_abort, sizeof(x->peer_abort), "%s by %s: %s",
+			 refused ? "refused" : "aborted", p->addr, reason);
+		return;
+	}
 	xfer_fail(x, refused ? PDX_ENOENT : PDX_ECANCELED, false, "%s by %s: %s",
 		  refused ? "refused" : "aborted", p->addr, reason);
 }

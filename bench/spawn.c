@@ -282,14 +282,25 @@ int pb_agent_start(struct pb_agent *a, const struct pb_agent_opts *o)
 
 int pb_agent_restart(struct pb_agent *a)
 {
-	const char *argv[24];
-	char tmo[16];
+	const char *argv[48];
+	char tmo[16], wrapper[512];
+	const char *w = getenv("PDX_AGENT_WRAPPER");
 	int n = 0;
 	pid_t parent = getpid(), pid;
 
 	if (a->pid > 0) {
 		fprintf(stderr, "agent: still running (pid %d)\n", (int)a->pid);
 		return -1;
+	}
+	/* PDX_AGENT_WRAPPER="valgrind --leak-check=full ..." runs agents
+	 * under a tool (words split on spaces). */
+	if (w && *w) {
+		char *save = NULL;
+
+		snprintf(wrapper, sizeof(wrapper), "%s", w);
+		for (char *t = strtok_r(wrapper, " ", &save); t && n < 20;
+		     t = strtok_r(NULL, " ", &save))
+			argv[n++] = t;
 	}
 	if (a->o.netns) {
 		argv[n++] = "ip";
@@ -359,7 +370,9 @@ int pb_agent_stop(struct pb_agent *a)
 	if (a->pid <= 0)
 		return a->status;
 	kill(a->pid, SIGTERM);
-	deadline = pdx_now_ns() + 2000000000ULL;
+	/* an agent under valgrind needs longer to wind down */
+	deadline = pdx_now_ns() +
+		   (getenv("PDX_AGENT_WRAPPER") ? 30000000000ULL : 2000000000ULL);
 	for (;;) {
 		pid_t r = waitpid(a->pid, &st, WNOHANG);
 
