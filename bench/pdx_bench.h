@@ -95,6 +95,7 @@ struct pb_agent_opts {
 	const char *tls;       /* UCX_TLS value, e.g. "sm,self"; NULL: unset */
 	const char *data_path; /* auto|put|am; NULL: not passed */
 	uint32_t xfer_timeout_ms; /* 0: not passed */
+	const char *notify;    /* --notify ADDR; NULL: not passed */
 	const char *netns;     /* run under `ip netns exec NETNS`; NULL: no */
 	const char *env[8];    /* more "KEY=VALUE" for the agent; NULL-ended */
 };
@@ -105,7 +106,7 @@ struct pb_agent {
 	struct pb_agent_opts o;
 	/* copies the opts point into */
 	char bin[4096], engine[4200], listen[256], tls[64], data_path[16],
-		netns[64], env[8][256];
+		notify[256], netns[64], env[8][256];
 };
 
 /* Starts an agent (its stdout goes to stderr); o is copied. */

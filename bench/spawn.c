@@ -273,6 +273,7 @@ int pb_agent_start(struct pb_agent *a, const struct pb_agent_opts *o)
 	copy_opt(&a->o.tls, a->tls, sizeof(a->tls), o->tls);
 	copy_opt(&a->o.data_path, a->data_path, sizeof(a->data_path),
 		 o->data_path);
+	copy_opt(&a->o.notify, a->notify, sizeof(a->notify), o->notify);
 	copy_opt(&a->o.netns, a->netns, sizeof(a->netns), o->netns);
 	a->o.xfer_timeout_ms = o->xfer_timeout_ms;
 	for (int i = 0; i < 7 && o->env[i]; i++)
@@ -313,6 +314,10 @@ int pb_agent_restart(struct pb_agent *a)
 	argv[n++] = a->o.engine;
 	argv[n++] = "--listen";
 	argv[n++] = a->o.listen;
+	if (a->o.notify) {
+		argv[n++] = "--notify";
+		argv[n++] = a->o.notify;
+	}
 	if (a->o.data_path) {
 		argv[n++] = "--data-path";
 		argv[n++] = a->o.data_path;

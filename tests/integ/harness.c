@@ -78,6 +78,7 @@ static int side_start(struct h_env *env, struct h_side *s, const char *host,
 	ao.listen = s->listen;
 	ao.tls = env->o.tls;
 	ao.data_path = env->o.data_path;
+	ao.notify = env->o.notify;
 	ao.xfer_timeout_ms = env->o.xfer_timeout_ms;
 	ao.netns = netns;
 	for (int i = 0; i < 4 && extra_env[i]; i++)

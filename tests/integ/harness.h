@@ -52,6 +52,7 @@ struct h_opts {
 	uint32_t pool_blocks;    /* default 1024 */
 	uint32_t xfer_timeout_ms;/* --xfer-timeout-ms for both agents; 0: none */
 	const char *data_path;   /* NULL: not passed */
+	const char *notify;      /* --notify for both agents; NULL: none */
 	const char *host_p, *host_d;   /* listen host; default 127.0.0.1 */
 	const char *netns_p, *netns_d; /* run the agents there; NULL: here */
 	const char *env_p[4], *env_d[4]; /* extra agent environment */
