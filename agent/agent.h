@@ -17,7 +17,8 @@
 #include "agent/xfer_sm.h"
 #include "transport/ucx.h"
 
-enum data_path { DATA_AUTO, DATA_PUT, DATA_AM };
+/* How bytes move to a peer (docs/architecture.md, "Data path"). */
+enum data_path { DATA_AUTO, DATA_IPC, DATA_PUT, DATA_AM };
 
 struct agent_config {
 	const char *engine_addr; /* ipc://... the engine link */
@@ -54,6 +55,8 @@ struct remote_region {
 	uint64_t addr;
 	uint64_t size;
 	struct pdx_ucx_rkey *rkey;
+	char shm_name[256];
+	uint8_t *map; /* ipc: the region mapped here */
 };
 
 enum peer_state { PEER_NEW, PEER_HELLO_SENT, PEER_READY, PEER_REFUSED };
@@ -70,7 +73,7 @@ struct peer {
 	bool peer_shm; /* its UCX may use shared memory */
 	bool stale;    /* stopped answering: hello again before the next use */
 	bool ep_failed; /* UCX found it dead; the endpoint awaits closing */
-	bool use_put;
+	enum data_path path; /* ipc, put or am: chosen at handshake */
 	struct pdx_kv_layout layout;
 	struct pdx_ucx_ep *ep;
 	struct remote_region *regions;

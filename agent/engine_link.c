@@ -344,6 +344,7 @@ static void on_layer_done(struct agent *a, const msgpack_object *m)
 		log_warn("layer_done needs layer and xfers: ignored");
 		return;
 	}
+	log_debug("layer %llu done", (unsigned long long)layer);
 	for (uint32_t i = 0; i < xs->via.array.size; i++) {
 		struct pdx_xfer_id id;
 		struct xfer *x;

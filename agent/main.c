@@ -32,14 +32,15 @@ static void usage(FILE *f)
 		"  --listen ADDR           peer link (ZeroMQ ROUTER), tcp://HOST:PORT\n"
 		"  --advertise ADDR        peer address given to others (default: --listen)\n"
 		"  --notify ADDR           push transfer events to a collector, tcp://HOST:PORT\n"
-		"  --data-path MODE        auto (default), put or am; see docs/architecture.md\n"
+		"  --data-path MODE        auto (default), ipc, put or am; see docs/architecture.md\n"
 		"  --xfer-timeout-ms N     bound on one transfer (default 30000)\n"
 		"  --handshake-timeout-ms N bound on a handshake (default 5000)\n"
 		"  --max-xfers N           live transfers at most (default 4096)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n"
 		"  -h, --help              this text\n"
 		"\n"
-		"UCX reads its own UCX_* variables (e.g. UCX_TLS=tcp).\n");
+		"UCX reads its own UCX_* variables (e.g. UCX_TLS=tcp); PDX_LOG_LEVEL\n"
+		"sets the log level like --log-level.\n");
 }
 
 static int parse_u32(const char *s, uint32_t *out)
@@ -84,12 +85,14 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 		case 'd':
 			if (strcmp(optarg, "auto") == 0)
 				c->data_path = DATA_AUTO;
+			else if (strcmp(optarg, "ipc") == 0)
+				c->data_path = DATA_IPC;
 			else if (strcmp(optarg, "put") == 0)
 				c->data_path = DATA_PUT;
 			else if (strcmp(optarg, "am") == 0)
 				c->data_path = DATA_AM;
 			else {
-				fprintf(stderr, "pdx-agent: --data-path must be auto, put or am\n");
+				fprintf(stderr, "pdx-agent: --data-path must be auto, ipc, put or am\n");
 				return -1;
 			}
 			break;
@@ -365,6 +368,8 @@ int main(int argc, char **argv)
 	int rc = 1;
 
 	signal(SIGPIPE, SIG_IGN);
+	if (getenv("PDX_LOG_LEVEL"))
+		pdx_log_set_level(getenv("PDX_LOG_LEVEL"));
 	if (parse_args(argc, argv, &a.cfg))
 		return 2;
 	pdx_log_prefix("pdx-agent");

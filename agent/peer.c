@@ -2,9 +2,13 @@
  * they send; the handshake and its cache; want, done, abort and error.
  * See docs/protocol.md section 2. */
 #define PDX_LOG_TOPIC "peer"
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "agent/agent.h"
@@ -17,8 +21,11 @@
 
 static void peer_reset(struct agent *a, struct peer *p)
 {
-	for (uint32_t i = 0; i < p->n_regions; i++)
+	for (uint32_t i = 0; i < p->n_regions; i++) {
 		pdx_ucx_rkey_free(p->regions[i].rkey);
+		if (p->regions[i].map)
+			munmap(p->regions[i].map, p->regions[i].size);
+	}
 	free(p->regions);
 	p->regions = NULL;
 	p->n_regions = 0;
@@ -153,7 +160,8 @@ static void fill_hello(msgpack_packer *pk, void *arg)
 	for (uint32_t i = 0; i < a->reg.n_regions; i++) {
 		const struct region *r = &a->reg.regions[i];
 
-		msgpack_pack_map(pk, 3);
+		msgpack_pack_map(pk, 4);
+		pdx_mp_kv_str(pk, "name", r->shm_name);
 		pdx_mp_kv_u64(pk, "addr", (uint64_t)(uintptr_t)r->addr);
 		pdx_mp_kv_u64(pk, "size", r->size);
 		pdx_mp_kv_bin(pk, "rkey", r->rkey, r->rkey_len);
@@ -200,6 +208,62 @@ static void peer_ep_error(void *arg, pdx_status_t status)
 	p->state = PEER_NEW;
 	p->ep_failed = true;
 	xfers_peer_failed(p->agent, p, 0, PDX_EPEER, "ucx endpoint failed");
+}
+
+static const char *path_name(enum data_path d)
+{
+	return d == DATA_IPC ? "ipc (mapped shared memory)"
+	       : d == DATA_PUT ? "ucx put"
+			       : "ucx active messages";
+}
+
+/* Maps every region of a same-host peer; false (nothing mapped) if one
+ * cannot be, e.g. when /dev/shm is not shared. */
+static bool map_peer_regions(struct peer *p)
+{
+	for (uint32_t i = 0; i < p->n_regions; i++) {
+		struct remote_region *r = &p->regions[i];
+		int fd = r->shm_name[0] ? shm_open(r->shm_name, O_RDWR, 0) : -1;
+		struct stat st;
+
+		if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size >= r->size)
+			r->map = mmap(NULL, r->size, PROT_READ | PROT_WRITE,
+				      MAP_SHARED | MAP_POPULATE, fd, 0);
+		if (fd >= 0)
+			close(fd);
+		if (!r->map || r->map == MAP_FAILED) {
+			r->map = NULL;
+			for (uint32_t j = 0; j < i; j++) {
+				munmap(p->regions[j].map, p->regions[j].size);
+				p->regions[j].map = NULL;
+			}
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Measured on one host (docs/architecture.md): a copy between mapped
+ * pools runs at memcpy speed, UCX put (cma) at about half of it, and over
+ * TCP UCX emulates put two orders of magnitude slower than messages. */
+static enum data_path choose_path(struct agent *a, struct peer *p)
+{
+	bool shm_lane = p->same_host && ucx_has_shm() && p->peer_shm;
+
+	switch (a->cfg.data_path) {
+	case DATA_IPC:
+		if (p->same_host && map_peer_regions(p))
+			return DATA_IPC;
+		log_warn("peer %s: cannot map its memory; using ucx", p->addr);
+		return shm_lane ? DATA_PUT : DATA_AM;
+	case DATA_PUT:
+	case DATA_AM:
+		return a->cfg.data_path;
+	default: /* shared memory only where UCX_TLS allows it */
+		if (shm_lane && map_peer_regions(p))
+			return DATA_IPC;
+		return shm_lane ? DATA_PUT : DATA_AM;
+	}
 }
 
 /* Handshake content -> a ready peer. On failure writes why to err. */
@@ -278,6 +342,8 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 			snprintf(err, errlen, "malformed region %u", i);
 			return PDX_EINVAL;
 		}
+		pdx_mp_get_str(r, "name", p->regions[i].shm_name,
+			       sizeof(p->regions[i].shm_name));
 		st = pdx_ucx_rkey_unpack(p->ep, rk, rk_len, &p->regions[i].rkey);
 		if (st) {
 			snprintf(err, errlen, "rkey %u of %s: %s", i, p->addr,
@@ -285,16 +351,9 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 			return st;
 		}
 	}
-	switch (a->cfg.data_path) {
-	case DATA_PUT: p->use_put = true; break;
-	case DATA_AM: p->use_put = false; break;
-	default:
-		p->use_put = p->same_host && ucx_has_shm() && p->peer_shm;
-	}
-	p->state = PEER_READY;
+	p->path = choose_path(a, p);
 	log_info("peer %s ready: %s, data by %s", p->addr,
-		 p->same_host ? "same host" : "remote host",
-		 p->use_put ? "put" : "active messages");
+		 p->same_host ? "same host" : "remote host", path_name(p->path));
 	return PDX_OK;
 }
 
@@ -437,6 +496,7 @@ static void on_done(struct agent *a, struct peer *p, const msgpack_object *m)
 		return;
 	}
 	pdx_mp_get_u64(m, "am_bytes", &am_bytes);
+	log_debug("done from %s: %llu bytes", p->addr, (unsigned long long)bytes);
 	x->done_seen = true;
 	x->am_expected = am_bytes;
 	x->bytes = bytes;

@@ -585,12 +585,47 @@ struct results {
 	size_t exposed_n;
 	bool verified;
 	uint32_t xfers;
+	double memcpy_s;      /* the paired copy limit */
+	uint64_t memcpy_bytes;
 };
 
 static struct results res = { .verified = true };
 static uint64_t rng;
 
 enum iter_kind { ITER_WARMUP, ITER_CALIBRATE, ITER_MEASURE };
+
+/* The copy limit, paired with the transfers: before each measured
+ * iteration, a plain single-threaded memcpy of the same bytes in pieces of
+ * that iteration's op size between two pre-faulted buffers of one
+ * transfer's size, so both figures see the same machine load. */
+static void memcpy_pass(uint64_t bytes, uint64_t piece, uint32_t times,
+			bool count)
+{
+	static uint8_t *a, *b;
+	uint64_t t0;
+
+	if (!a) {
+		a = malloc(bytes);
+		b = malloc(bytes);
+		if (!a || !b)
+			fail("cannot allocate the memcpy buffers");
+		memset(a, 0x5a, bytes);
+		memset(b, 0xa5, bytes); /* not 0: that could become calloc */
+	}
+	if (piece == 0 || piece > bytes)
+		piece = bytes;
+	t0 = pdx_now_ns();
+	for (uint32_t i = 0; i < times; i++) {
+		for (uint64_t off = 0; off < bytes; off += piece)
+			memcpy(b + off, a + off,
+			       piece < bytes - off ? piece : bytes - off);
+		__asm__ volatile("" ::: "memory");
+	}
+	if (count) {
+		res.memcpy_s += (double)(pdx_now_ns() - t0) / 1e9;
+		res.memcpy_bytes += bytes * times;
+	}
+}
 
 static void run_iter(int iter, enum iter_kind kind, double layer_ms)
 {
@@ -613,6 +648,15 @@ static void run_iter(int iter, enum iter_kind kind, double layer_ms)
 	wait_acks(&P, 1, acks, ACK_TIMEOUT_MS, "fill");
 	send_cmd(D, CMD_RECV, iter, 0, P->peer);
 	wait_acks(&D, 1, acks, ACK_TIMEOUT_MS, "recv");
+	if (kind != ITER_CALIBRATE) { /* the warm-up warms the buffers */
+		uint64_t ops = pb_runs(plan.src + plan.skip_blocks,
+				       plan.dst + plan.skip_blocks,
+				       plan.nblocks - plan.skip_blocks) *
+			       layers * o.model->tensors;
+
+		memcpy_pass(xfer_bytes(), ops ? xfer_bytes() / ops : 0, plan.conc,
+			    kind == ITER_MEASURE);
+	}
 	send_cmd(D, CMD_WAIT, iter, 0, NULL);
 	send_cmd(P, CMD_SEND, iter, layer_ms, D->peer);
 	wait_acks(both, 2, acks, ACK_TIMEOUT_MS, "transfer");
@@ -677,41 +721,6 @@ static double percentile(double *v, size_t n, double p)
 	if (idx >= n)
 		idx = n - 1;
 	return v[idx];
-}
-
-/* Single-threaded memcpy of `bytes` in pieces of `piece` between two
- * pre-faulted buffers: the median GB/s of 3 timed trials. */
-static double memcpy_gbps(uint64_t bytes, uint64_t piece)
-{
-	uint8_t *a = malloc(bytes), *b = malloc(bytes);
-	double trial[3];
-
-	if (!a || !b) {
-		free(a);
-		free(b);
-		return 0;
-	}
-	if (piece == 0 || piece > bytes)
-		piece = bytes;
-	memset(a, 0x5a, bytes);
-	memset(b, 0, bytes);
-	for (int t = 0; t < 3; t++) {
-		uint64_t t0 = pdx_now_ns(), reps = 0, el;
-
-		do {
-			for (uint64_t off = 0; off < bytes; off += piece)
-				memcpy(b + off, a + off,
-				       piece < bytes - off ? piece : bytes - off);
-			__asm__ volatile("" ::: "memory");
-			reps++;
-			el = pdx_now_ns() - t0;
-		} while (el < 50000000ULL);
-		trial[t] = (double)(reps * bytes) / (double)el;
-	}
-	free(a);
-	free(b);
-	qsort(trial, 3, sizeof(trial[0]), cmp_double);
-	return trial[1];
 }
 
 /* ---- options ---- */
@@ -1057,7 +1066,7 @@ int main(int argc, char **argv)
 	p99 = percentile(res.lat_ms, res.n_lat, 0.99);
 	layer_xfer = res.layer_n ? res.layer_sum_ms / (double)res.layer_n : 0;
 	exposed = res.exposed_n ? res.exposed_sum_ms / (double)res.exposed_n : 0;
-	mgbps = memcpy_gbps(xfer_bytes(), (uint64_t)llround(op_bytes));
+	mgbps = res.memcpy_s > 0 ? (double)res.memcpy_bytes / res.memcpy_s / 1e9 : 0;
 	print_results(gbps, op_bytes, p50, p99, layer_xfer, exposed, mgbps);
 	free(res.lat_ms);
 	return res.verified ? 0 : 1;

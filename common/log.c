@@ -37,6 +37,6 @@ void pdx__log(enum pdx_log_level lvl, const char *topic, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "%lld.%03ld %c %s %s: %s\n", (long long)ts.tv_sec,
-		ts.tv_nsec / 1000000, tag[lvl], log_prefix, topic, line);
+	fprintf(stderr, "%lld.%06ld %c %s %s: %s\n", (long long)ts.tv_sec,
+		ts.tv_nsec / 1000, tag[lvl], log_prefix, topic, line);
 }

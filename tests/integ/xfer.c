@@ -1,7 +1,9 @@
 /* xfer_shm / xfer_tcp: many concurrent transfers between two agents, with
  * scattered and with contiguous blocks, byte-exact.
  *
- *   xfer PATH-TO-pdx-agent shm|tcp
+ *   xfer PATH-TO-pdx-agent shm|tcp [auto|ipc|put|am]
+ *
+ * The optional last argument forces the agents' --data-path.
  */
 #include <stdio.h>
 #include <string.h>
@@ -18,17 +20,19 @@ int main(int argc, char **argv)
 	const char *tls = argc > 2 ? argv[2] : "shm";
 	int bad;
 
+	o.data_path = argc > 3 ? argv[3] : NULL;
 	if (!strcmp(tls, "shm")) {
 		o.tls = "sm,self";
 	} else if (!strcmp(tls, "tcp")) {
 		o.tls = "tcp,self";
 	} else {
-		fprintf(stderr, "usage: %s PATH-TO-pdx-agent shm|tcp\n", argv[0]);
+		fprintf(stderr, "usage: %s PATH-TO-pdx-agent shm|tcp [auto|ipc|put|am]\n",
+			argv[0]);
 		return 1;
 	}
 	o.pool_blocks = 2048;
-	h_note("xfer over UCX_TLS=%s: %d concurrent transfers of the tiny model",
-	       o.tls, CONC);
+	h_note("xfer over UCX_TLS=%s, data path %s: %d concurrent transfers of the tiny model",
+	       o.tls, o.data_path ? o.data_path : "auto", CONC);
 	if (h_setup(&env, argc, argv, &o)) {
 		h_failures++;
 		return h_finish(&env);
