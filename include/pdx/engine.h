@@ -8,8 +8,15 @@
  * Calls that announce or abort transfers return at once; their outcome
  * arrives later as an event. Events are read with pdx_engine_next_event();
  * pdx_engine_fd() becomes readable when events may be waiting. Like
- * ZeroMQ's own fd it is edge-triggered: after it fires, call
- * pdx_engine_next_event() until it returns PDX_EAGAIN.
+ * ZeroMQ's own fd it is edge-triggered: after it fires, and after any call
+ * of this API (which may read the socket and queue events), call
+ * pdx_engine_next_event() until it returns PDX_EAGAIN before sleeping on
+ * the fd again.
+ *
+ * Every announced transfer ends in exactly one event while the agent lives;
+ * an engine should still bound its own wait (the agent may die). Transfer
+ * ids must be unique: announcing an id that is in flight fails it with
+ * PDX_EEXIST.
  */
 #ifndef PDX_ENGINE_H
 #define PDX_ENGINE_H
@@ -115,7 +122,8 @@ int pdx_engine_fd(const struct pdx_engine *e);
 pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
 				   struct pdx_engine_event *ev);
 
-/* Waits up to timeout_ms (-1: forever) for the next event. */
+/* Waits up to timeout_ms (-1: forever) for the next event; PDX_ETIMEDOUT
+ * when none came in time. */
 pdx_status_t pdx_engine_wait_event(struct pdx_engine *e, int timeout_ms,
 				   struct pdx_engine_event *ev);
 
