@@ -188,6 +188,11 @@ struct xfer *xfer_new(struct agent *a, const struct pdx_xfer_id *id,
 void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 	       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void xfer_succeed(struct xfer *x);
+/* The fields an engine event and a notification share (docs/protocol.md):
+ * xfer, kind, status, reason, bytes, t_first, t_last. */
+#define XFER_OUTCOME_FIELDS 7
+void xfer_pack_outcome(msgpack_packer *pk, const struct xfer *x,
+		       const char *kind);
 /* Once a finished transfer's operations drained: its event to the engine,
  * and out of the table. */
 void xfer_maybe_release(struct xfer *x);

@@ -37,15 +37,9 @@ void engine_send_event(struct agent *a, struct xfer *x, const char *kind)
 	if (!a->reg.ok || x->reg_generation != a->reg.generation)
 		return; /* that engine registration is gone */
 	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, 8);
+	msgpack_pack_map(&o.pk, 1 + XFER_OUTCOME_FIELDS);
 	pdx_mp_kv_str(&o.pk, "op", "event");
-	pdx_mp_kv_xfer(&o.pk, "xfer", &x->id);
-	pdx_mp_kv_str(&o.pk, "kind", kind);
-	pdx_mp_kv_i64(&o.pk, "status", x->status);
-	pdx_mp_kv_str(&o.pk, "reason", x->reason);
-	pdx_mp_kv_u64(&o.pk, "bytes", x->bytes);
-	pdx_mp_kv_u64(&o.pk, "t_first", x->t_first_ns);
-	pdx_mp_kv_u64(&o.pk, "t_last", pdx_now_ns());
+	xfer_pack_outcome(&o.pk, x, kind);
 	if (agent_zsend(a->engine_sock, a->reg.engine_id, a->reg.engine_id_len,
 			o.buf.data, o.buf.size))
 		log_warn("event for the engine dropped: engine link busy or gone");

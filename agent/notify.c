@@ -3,7 +3,6 @@
 #include <zmq.h>
 
 #include "agent/agent.h"
-#include "common/clock.h"
 #include "common/mp.h"
 
 void notify_xfer(struct agent *a, struct xfer *x, const char *kind)
@@ -13,17 +12,11 @@ void notify_xfer(struct agent *a, struct xfer *x, const char *kind)
 	if (!a->notify_sock)
 		return;
 	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, 10);
+	msgpack_pack_map(&o.pk, 3 + XFER_OUTCOME_FIELDS);
 	pdx_mp_kv_str(&o.pk, "op", "xfer_event");
 	pdx_mp_kv_str(&o.pk, "agent", a->peer_addr);
 	pdx_mp_kv_str(&o.pk, "peer", x->peer_addr);
-	pdx_mp_kv_xfer(&o.pk, "xfer", &x->id);
-	pdx_mp_kv_str(&o.pk, "kind", kind);
-	pdx_mp_kv_i64(&o.pk, "status", x->status);
-	pdx_mp_kv_str(&o.pk, "reason", x->reason);
-	pdx_mp_kv_u64(&o.pk, "bytes", x->bytes);
-	pdx_mp_kv_u64(&o.pk, "t_first", x->t_first_ns);
-	pdx_mp_kv_u64(&o.pk, "t_last", pdx_now_ns());
+	xfer_pack_outcome(&o.pk, x, kind);
 	if (zmq_send(a->notify_sock, o.buf.data, o.buf.size, ZMQ_DONTWAIT) < 0)
 		a->notify_dropped++;
 	pdx_mp_out_free(&o);

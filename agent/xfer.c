@@ -220,3 +220,15 @@ void xfers_free(struct agent *a)
 		xfer_unlink(a, x);
 	xfers_reap(a);
 }
+
+void xfer_pack_outcome(msgpack_packer *pk, const struct xfer *x,
+		       const char *kind)
+{
+	pdx_mp_kv_xfer(pk, "xfer", &x->id);
+	pdx_mp_kv_str(pk, "kind", kind);
+	pdx_mp_kv_i64(pk, "status", x->status);
+	pdx_mp_kv_str(pk, "reason", x->reason);
+	pdx_mp_kv_u64(pk, "bytes", x->bytes);
+	pdx_mp_kv_u64(pk, "t_first", x->t_first_ns);
+	pdx_mp_kv_u64(pk, "t_last", pdx_now_ns());
+}
