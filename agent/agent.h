@@ -99,6 +99,7 @@ struct xfer {
 	char peer_addr[PDX_ADDR_MAX];
 	uint32_t *blocks; /* ours, token order */
 	uint32_t *remote_blocks; /* sender: the receiver's */
+	uint32_t n_remote;
 	uint32_t n_blocks;
 	uint32_t skip; /* leading blocks not transferred */
 	struct pdx_xfer_sm sm; /* sender */

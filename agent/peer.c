@@ -448,15 +448,9 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 		x->peer = p;
 	}
 	x->remote_blocks = blocks;
+	x->n_remote = (uint32_t)n; /* checked against ours before any push */
 	x->skip = (uint32_t)skip;
 	x->peer_instance = p->instance;
-	if (!x->announced)
-		x->n_blocks = (uint32_t)n; /* checked against ours at announce */
-	else if (x->n_blocks != n) {
-		xfer_fail(x, PDX_EINVAL, true, "receiver has %zu blocks, sender %u",
-			  n, x->n_blocks);
-		return;
-	}
 	pdx_xfer_sm_blocks_known(&x->sm);
 	if (x->announced)
 		push_try(x);

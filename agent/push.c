@@ -169,6 +169,12 @@ void push_try(struct xfer *x)
 	    x->peer->state != PEER_READY || !x->sm.blocks_known)
 		return;
 	if (!x->runs) {
+		if (x->n_remote != x->n_blocks) {
+			xfer_fail(x, PDX_EINVAL, true,
+				  "receiver has %u blocks, sender %u", x->n_remote,
+				  x->n_blocks);
+			return;
+		}
 		if (x->peer->layout.layers != x->sm.layers) {
 			xfer_fail(x, PDX_EINCOMPAT, true, "layer counts differ");
 			return;
