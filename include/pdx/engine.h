@@ -45,12 +45,20 @@ enum pdx_mem_type {
 	PDX_MEM_CUDA = 1, /* CUDA IPC handle (reserved: a later release) */
 };
 
+#define PDX_CUDA_IPC_BYTES 64 /* sizeof(cudaIpcMemHandle_t), cudaIpcEventHandle_t */
+
 struct pdx_engine_region {
 	enum pdx_mem_type type;
 	const char *shm_name;  /* PDX_MEM_SHM: the shm_open() name */
 	uint64_t size;         /* bytes */
-	uint8_t cuda_ipc[64];  /* PDX_MEM_CUDA: cudaIpcMemHandle_t */
+	/* PDX_MEM_CUDA (reserved for the GPU release; refused today): */
+	uint8_t cuda_ipc[PDX_CUDA_IPC_BYTES]; /* cudaIpcMemHandle_t */
 	int cuda_device;
+	/* interprocess CUDA events, one per layer stored in this region,
+	 * recorded by the engine when that layer is computed; the agent
+	 * waits on them on its own stream */
+	const uint8_t (*cuda_layer_events)[PDX_CUDA_IPC_BYTES];
+	uint32_t n_cuda_layer_events;
 };
 
 struct pdx_engine_params {
