@@ -172,6 +172,7 @@ static void fill_hello(msgpack_packer *pk, void *arg)
 
 static void send_hello(struct agent *a, struct peer *p, const char *op)
 {
+	log_debug("%s to %s (state %d)", op, p->addr, p->state);
 	if (peer_send(a, p, op, NULL, NULL, fill_hello, HELLO_FIELDS, a) == 0 &&
 	    strcmp(op, "hello") == 0) {
 		/* A stale peer's new transfers wait for its answer, which
@@ -352,6 +353,7 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 		}
 	}
 	p->path = choose_path(a, p);
+	p->state = PEER_READY;
 	log_info("peer %s ready: %s, data by %s", p->addr,
 		 p->same_host ? "same host" : "remote host", path_name(p->path));
 	return PDX_OK;
@@ -366,6 +368,8 @@ static void on_hello(struct agent *a, const char *from, const msgpack_object *m,
 
 	if (!p)
 		return;
+	log_debug("%s from %s (state %d)", is_ack ? "hello_ack" : "hello", from,
+		  p->state);
 	if (!a->reg.ok) {
 		snprintf(err, sizeof(err), "no engine registered at %s", a->peer_addr);
 		st = PDX_ENOTREG;

@@ -190,6 +190,7 @@ void xfers_peer_ready(struct agent *a, struct peer *p)
 			continue;
 		} else if (x->role == XFER_RECV && !x->want_sent) {
 			x->want_sent = true;
+			log_debug("want to %s", p->addr);
 			x->peer_instance = p->instance;
 			if (peer_send(a, p, "want", &x->id, NULL, fill_want, 2, x))
 				xfer_fail(x, PDX_EPEER, false,
