@@ -1,10 +1,11 @@
 /* pdx_bench_util: what pdx-xferbench and the integration tests share.
  *
- * Model shapes, KV pools in POSIX shared memory with the layer-major layout
- * the synthetic engines register, the deterministic data pattern written by
- * the prefill side and checked by the decode side, spawning and stopping
- * pdx-agent processes, and a cleanup registry that kills what was spawned
- * and unlinks what was created when the process exits or is signalled.
+ * KV pools in POSIX shared memory (common/shm_pool.h, in the model shapes
+ * of common/models.h) tracked for cleanup, the deterministic data pattern
+ * written by the prefill side and checked by the decode side, spawning and
+ * stopping pdx-agent processes, and a cleanup registry that kills what was
+ * spawned and unlinks what was created when the process exits or is
+ * signalled.
  */
 #ifndef PDX_BENCH_H
 #define PDX_BENCH_H
@@ -17,63 +18,31 @@
 #include <pdx/engine.h>
 #include <pdx/layout.h>
 
-/* ---- models ---- */
-
-struct pb_model {
-	const char *name;
-	uint32_t layers;
-	uint32_t tensors;
-	uint32_t kv_heads;
-	uint32_t head_dim;
-	uint32_t dtype_bytes;
-	uint32_t block_tokens;
-};
-
-/* NULL when the name is unknown. */
-const struct pb_model *pb_model_find(const char *name);
-/* "llama3-8b|tiny": the names, for usage texts. */
-const char *pb_model_names(void);
+#include "common/models.h"
+#include "common/shm_pool.h"
 
 /* ---- KV pools ---- */
 
-struct pb_pool {
-	char name[64];       /* shm_open() name */
-	uint8_t *base;
-	size_t size;
-	uint64_t block_bytes; /* one block of one tensor of one layer */
-	struct pdx_kv_layout layout;
-	struct pdx_engine_region region;
-};
-
-/* Creates, sizes, maps and pre-faults a pool of `blocks` blocks in shared
- * memory named shm_name, laid out layer-major: tensor t of layer l starts at
- * (tensors * l + t) * blocks * block_bytes, stride block_bytes. The name is
- * put in the cleanup registry. Returns 0, or -1 with a message on stderr. */
-int pb_pool_create(struct pb_pool *p, const char *shm_name,
-		   const struct pb_model *m, uint32_t blocks);
+/* pdx_shm_pool_create() (common/shm_pool.h) with the name in the cleanup
+ * registry from before the object exists until pb_pool_destroy(). Returns
+ * 0, or -1 with a message on stderr. */
+int pb_pool_create(struct pdx_shm_pool *p, const char *shm_name,
+		   const struct pdx_model *m, uint32_t blocks);
 /* Unmaps and unlinks; safe on a zeroed or destroyed pool. */
-void pb_pool_destroy(struct pb_pool *p);
-
-static inline uint8_t *pb_block(const struct pb_pool *p, uint32_t layer,
-				uint32_t tensor, uint32_t block)
-{
-	const struct pdx_kv_layer *ly = &p->layout.layer[layer];
-
-	return p->base + ly->base[tensor].offset +
-	       (uint64_t)block * ly->block_stride;
-}
+void pb_pool_destroy(struct pdx_shm_pool *p);
 
 /* Writes the pattern of transfer `seed` into blocks[first..n) (the index in
  * the list is the token-block index), every layer and tensor. */
-void pb_fill(const struct pb_pool *p, uint64_t seed, const uint32_t *blocks,
-	     size_t n, size_t first);
+void pb_fill(const struct pdx_shm_pool *p, uint64_t seed,
+	     const uint32_t *blocks, size_t n, size_t first);
 /* Sets blocks[first..n) to a byte that never passes pb_verify(). */
-void pb_poison(const struct pb_pool *p, const uint32_t *blocks, size_t n,
+void pb_poison(const struct pdx_shm_pool *p, const uint32_t *blocks, size_t n,
 	       size_t first);
 /* Checks blocks[first..n) against the pattern of `seed`. Returns 0 when all
  * bytes match; else -1 and the first mismatch, described, in err. */
-int pb_verify(const struct pb_pool *p, uint64_t seed, const uint32_t *blocks,
-	      size_t n, size_t first, char *err, size_t errlen);
+int pb_verify(const struct pdx_shm_pool *p, uint64_t seed,
+	      const uint32_t *blocks, size_t n, size_t first, char *err,
+	      size_t errlen);
 
 /* UCX operations one layer-tensor of a transfer needs: runs of blocks whose
  * ids are consecutive on both sides. */
@@ -130,7 +99,8 @@ int pb_default_agent_bin(char *out, size_t len);
 
 /* Registers, retrying while the agent is not up yet, for up to total_ms.
  * If agent is given (our child), gives up as soon as it has ended. */
-pdx_status_t pb_register_retry(struct pdx_engine *e, const struct pb_pool *p,
+pdx_status_t pb_register_retry(struct pdx_engine *e,
+			       const struct pdx_shm_pool *p,
 			       char *peer, size_t peer_len, int total_ms,
 			       struct pb_agent *agent);
 

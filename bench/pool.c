@@ -1,132 +1,31 @@
-/* Models, KV pools in shared memory, the data pattern and block picking. */
+/* KV pools tracked for cleanup, the data pattern and block picking. */
 #include "bench/pdx_bench.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
-static const struct pb_model models[] = {
-	{ "llama3-8b", 32, 2, 8, 128, 2, 16 },
-	{ "tiny", 4, 2, 2, 16, 2, 4 },
-};
-
-const struct pb_model *pb_model_find(const char *name)
+int pb_pool_create(struct pdx_shm_pool *p, const char *shm_name,
+		   const struct pdx_model *m, uint32_t blocks)
 {
-	for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++)
-		if (name && strcmp(models[i].name, name) == 0)
-			return &models[i];
-	return NULL;
-}
+	char err[256];
 
-const char *pb_model_names(void)
-{
-	return "llama3-8b|tiny";
-}
-
-int pb_pool_create(struct pb_pool *p, const char *shm_name,
-		   const struct pb_model *m, uint32_t blocks)
-{
-	struct pdx_kv_layer *ly;
-	uint64_t bb, size;
-	void *base;
-	int fd;
-
-	memset(p, 0, sizeof(*p));
-	if (strlen(shm_name) >= sizeof(p->name) || blocks == 0) {
-		fprintf(stderr, "pool: bad name or size\n");
+	/* tracked before it exists, so a signal mid-way still unlinks it */
+	pb_track_shm(shm_name);
+	if (pdx_shm_pool_create(p, shm_name, m, blocks, err, sizeof(err))) {
+		pb_untrack_shm(shm_name);
+		fprintf(stderr, "pool: %s\n", err);
 		return -1;
 	}
-	bb = (uint64_t)m->block_tokens * m->kv_heads * m->head_dim *
-	     m->dtype_bytes;
-	if (bb == 0 || bb % 8) {
-		fprintf(stderr, "pool: block bytes %" PRIu64
-				" is not a multiple of 8\n", bb);
-		return -1;
-	}
-	size = bb * blocks * m->tensors * m->layers;
-	ly = calloc(m->layers, sizeof(*ly));
-	if (!ly)
-		return -1;
-	for (uint32_t l = 0; l < m->layers; l++) {
-		for (uint32_t t = 0; t < m->tensors; t++) {
-			ly[l].base[t].region = 0;
-			ly[l].base[t].offset =
-				((uint64_t)m->tensors * l + t) * blocks * bb;
-		}
-		ly[l].block_stride = bb;
-	}
-
-	fd = shm_open(shm_name, O_CREAT | O_EXCL | O_RDWR, 0600);
-	if (fd < 0 && errno == EEXIST) {
-		/* left over by a run that died; the name carries our pid */
-		shm_unlink(shm_name);
-		fd = shm_open(shm_name, O_CREAT | O_EXCL | O_RDWR, 0600);
-	}
-	if (fd < 0) {
-		fprintf(stderr, "pool: shm_open %s: %s\n", shm_name,
-			strerror(errno));
-		free(ly);
-		return -1;
-	}
-	snprintf(p->name, sizeof(p->name), "%s", shm_name);
-	pb_track_shm(p->name);
-	if (ftruncate(fd, (off_t)size)) {
-		fprintf(stderr, "pool: ftruncate %s to %" PRIu64 " bytes: %s\n",
-			shm_name, size, strerror(errno));
-		goto fail;
-	}
-	base = mmap(NULL, size, PROT_READ | PROT_WRITE,
-		    MAP_SHARED | MAP_POPULATE, fd, 0);
-	if (base == MAP_FAILED) {
-		fprintf(stderr, "pool: mmap %s (%" PRIu64 " bytes): %s\n",
-			shm_name, size, strerror(errno));
-		goto fail;
-	}
-	close(fd);
-	p->base = base;
-	p->size = size;
-	p->block_bytes = bb;
-	p->layout = (struct pdx_kv_layout){
-		.layers = m->layers,
-		.tensors = m->tensors,
-		.blocks = blocks,
-		.block_tokens = m->block_tokens,
-		.kv_heads = m->kv_heads,
-		.head_dim = m->head_dim,
-		.dtype_bytes = m->dtype_bytes,
-		.order = PDX_KV_NHD,
-		.layer = ly,
-	};
-	p->region = (struct pdx_engine_region){
-		.type = PDX_MEM_SHM,
-		.shm_name = p->name,
-		.size = size,
-	};
 	return 0;
-fail:
-	close(fd);
-	shm_unlink(p->name);
-	pb_untrack_shm(p->name);
-	p->name[0] = '\0';
-	free(ly);
-	return -1;
 }
 
-void pb_pool_destroy(struct pb_pool *p)
+void pb_pool_destroy(struct pdx_shm_pool *p)
 {
-	if (p->base)
-		munmap(p->base, p->size);
-	if (p->name[0]) {
-		shm_unlink(p->name);
+	if (p->name[0])
 		pb_untrack_shm(p->name);
-	}
-	free(p->layout.layer);
-	memset(p, 0, sizeof(*p));
+	pdx_shm_pool_destroy(p);
 }
 
 /* ---- the pattern ---- */
@@ -155,26 +54,27 @@ static void fill_words(uint64_t *w, size_t n, uint64_t key)
 		w[i] = key + i * WORD_STEP;
 }
 
-void pb_fill(const struct pb_pool *p, uint64_t seed, const uint32_t *blocks,
-	     size_t n, size_t first)
+void pb_fill(const struct pdx_shm_pool *p, uint64_t seed,
+	     const uint32_t *blocks, size_t n, size_t first)
 {
 	size_t words = p->block_bytes / 8;
 
 	for (uint32_t l = 0; l < p->layout.layers; l++)
 		for (uint32_t t = 0; t < p->layout.tensors; t++)
 			for (size_t i = first; i < n; i++)
-				fill_words((uint64_t *)pb_block(p, l, t, blocks[i]),
+				fill_words((uint64_t *)pdx_shm_pool_block(
+					   p, l, t, blocks[i]),
 					   words, block_key(seed, l, t, i));
 }
 
-void pb_poison(const struct pb_pool *p, const uint32_t *blocks, size_t n,
+void pb_poison(const struct pdx_shm_pool *p, const uint32_t *blocks, size_t n,
 	       size_t first)
 {
 	for (uint32_t l = 0; l < p->layout.layers; l++)
 		for (uint32_t t = 0; t < p->layout.tensors; t++)
 			for (size_t i = first; i < n; i++)
-				memset(pb_block(p, l, t, blocks[i]), 0,
-				       p->block_bytes);
+				memset(pdx_shm_pool_block(p, l, t, blocks[i]),
+				       0, p->block_bytes);
 }
 
 /* OR of the differences: zero when the block matches (vectorizes). */
@@ -187,16 +87,18 @@ static uint64_t diff_words(const uint64_t *w, size_t n, uint64_t key)
 	return d;
 }
 
-int pb_verify(const struct pb_pool *p, uint64_t seed, const uint32_t *blocks,
-	      size_t n, size_t first, char *err, size_t errlen)
+int pb_verify(const struct pdx_shm_pool *p, uint64_t seed,
+	      const uint32_t *blocks, size_t n, size_t first, char *err,
+	      size_t errlen)
 {
 	size_t words = p->block_bytes / 8;
 
 	for (uint32_t l = 0; l < p->layout.layers; l++) {
 		for (uint32_t t = 0; t < p->layout.tensors; t++) {
 			for (size_t i = first; i < n; i++) {
-				const uint64_t *w = (const uint64_t *)pb_block(
-					p, l, t, blocks[i]);
+				const uint64_t *w =
+					(const uint64_t *)pdx_shm_pool_block(
+						p, l, t, blocks[i]);
 				uint64_t key = block_key(seed, l, t, i);
 
 				if (!diff_words(w, words, key))

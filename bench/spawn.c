@@ -489,8 +489,9 @@ int pb_default_agent_bin(char *out, size_t len)
 	return 0;
 }
 
-pdx_status_t pb_register_retry(struct pdx_engine *e, const struct pb_pool *p,
-			       char *peer, size_t peer_len, int total_ms,
+pdx_status_t pb_register_retry(struct pdx_engine *e,
+			       const struct pdx_shm_pool *p, char *peer,
+			       size_t peer_len, int total_ms,
 			       struct pb_agent *agent)
 {
 	uint64_t deadline = pdx_now_ns() + (uint64_t)total_ms * 1000000ULL;

@@ -51,7 +51,7 @@ struct opts {
 	const char *tls;
 	const char *ucx_tls;
 	const char *model_name;
-	const struct pb_model *model;
+	const struct pdx_model *model;
 	uint32_t tokens;
 	uint32_t skip_tokens;
 	bool random_blocks;
@@ -178,7 +178,7 @@ static int xfer_index(const struct pdx_xfer_id *x)
 
 static uint64_t xfer_bytes(void)
 {
-	const struct pb_model *m = o.model;
+	const struct pdx_model *m = o.model;
 
 	return (uint64_t)(plan.nblocks - plan.skip_blocks) * m->layers *
 	       m->tensors * m->block_tokens * m->kv_heads * m->head_dim *
@@ -188,7 +188,7 @@ static uint64_t xfer_bytes(void)
 /* ---- the synthetic engines (children) ---- */
 
 static struct pdx_engine *ch_eng;
-static struct pb_pool ch_pool;
+static struct pdx_shm_pool ch_pool;
 
 static void ch_ack(int fd, int ok, uint32_t verified, const char *peer,
 		   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
@@ -775,7 +775,7 @@ static void usage(FILE *f)
 		"exposed_ms = median time from the last layer computed to the decode\n"
 		"agent's \"received\" (engine_exposed_ms: to the engine reading it);\n"
 		"p50_ms, p99_ms = send posted to \"received\" read, per transfer.\n",
-		pb_model_names());
+		pdx_model_names());
 }
 
 static void __attribute__((noreturn)) bad(const char *fmt, ...)
@@ -909,10 +909,10 @@ static void parse_opts(int argc, char **argv)
 		o.ucx_tls = "tcp,self";
 	else
 		bad("--tls: \"%s\" is neither shm nor tcp", o.tls);
-	o.model = pb_model_find(o.model_name);
+	o.model = pdx_model_find(o.model_name);
 	if (!o.model)
 		bad("--model: unknown model \"%s\" (known: %s)", o.model_name,
-		    pb_model_names());
+		    pdx_model_names());
 	if (strcmp(o.data_path, "auto") && strcmp(o.data_path, "put") &&
 	    strcmp(o.data_path, "am"))
 		bad("--data-path: \"%s\" is none of auto, put, am", o.data_path);

@@ -174,12 +174,12 @@ static int last_message(int count, msgpack_unpacked *up, char *op)
 
 int main(int argc, char **argv)
 {
-	struct pb_model m = *pb_model_find("tiny");
+	struct pdx_model m = *pdx_model_find("tiny");
 	struct pdx_engine_params ep = { 0 };
 	struct pdx_engine *e = NULL, *lonely = NULL;
 	struct pdx_engine_event ev;
 	struct pdx_xfer_id x, x42;
-	struct pb_pool pool;
+	struct pdx_shm_pool pool;
 	struct pdx_engine_region cuda = { .type = PDX_MEM_CUDA, .size = 1 << 20 };
 	msgpack_unpacked up;
 	pthread_t th;

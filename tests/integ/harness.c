@@ -118,8 +118,8 @@ int h_register(struct h_env *env, struct h_side *s)
 
 int h_setup(struct h_env *env, int argc, char **argv, const struct h_opts *o)
 {
-	const struct pb_model *m;
-	struct pb_model dm;
+	const struct pdx_model *m;
+	struct pdx_model dm;
 	char name[64];
 
 	memset(env, 0, sizeof(*env));
@@ -150,7 +150,7 @@ int h_setup(struct h_env *env, int argc, char **argv, const struct h_opts *o)
 		env->o.host_d = "127.0.0.1";
 	env->rng = pdx_now_ns() ^ ((uint64_t)getpid() << 32);
 	h_note("seed %" PRIu64, env->rng);
-	m = pb_model_find(env->o.model);
+	m = pdx_model_find(env->o.model);
 	if (!m) {
 		h_note("unknown model %s", env->o.model);
 		return -1;
@@ -209,7 +209,7 @@ int h_finish(struct h_env *env)
 
 uint64_t h_bytes(const struct h_env *env, const struct h_xfer *x)
 {
-	const struct pb_pool *p = &env->p.pool;
+	const struct pdx_shm_pool *p = &env->p.pool;
 	uint32_t skip = x->skip_tokens / p->layout.block_tokens;
 
 	return (uint64_t)(x->n - skip) * p->layout.layers * p->layout.tensors *

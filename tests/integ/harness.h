@@ -36,7 +36,7 @@ void h_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 struct h_side {
 	const char *role;        /* "prefill" or "decode" */
 	struct pb_agent agent;
-	struct pb_pool pool;
+	struct pdx_shm_pool pool;
 	struct pdx_engine *eng;
 	char engine_addr[4200];  /* ipc://... */
 	char listen[128];        /* tcp://HOST:PORT */

@@ -51,7 +51,8 @@ int main(int argc, char **argv)
 		bool untouched = true;
 
 		for (uint32_t i = 0; i < x[0].n && untouched; i++) {
-			const uint8_t *b = pb_block(&env.d.pool, 0, 0, x[0].dst[i]);
+			const uint8_t *b = pdx_shm_pool_block(&env.d.pool, 0, 0,
+							      x[0].dst[i]);
 
 			for (uint64_t k = 0; k < env.d.pool.block_bytes; k++)
 				if (b[k]) {

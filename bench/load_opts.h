@@ -1,0 +1,44 @@
+/* pdx-bench's command line: vllm bench serve's option names and defaults,
+ * plus a few of pdx's own (--prompt-format, --vocab-size,
+ * --request-timeout). Parsed once on the main thread. */
+#ifndef PDX_BENCH_LOAD_OPTS_H
+#define PDX_BENCH_LOAD_OPTS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "bench/load_dataset.h"
+#include "bench/load_metrics.h"
+
+/* Pointers point into argv. */
+struct pdx_load_opts {
+	const char *backend, *label, *base_url, *host, *endpoint, *model;
+	const char *served_model_name;
+	int port;
+	double request_timeout;
+	const char *dataset_name, *dataset_path;
+	long num_prompts;
+	int input_len, output_len; /* -1: unset */
+	struct pdx_load_dataset_params dp;
+	bool ids;
+	double request_rate, burstiness;
+	int max_concurrency;
+	bool ignore_eos;
+	double temperature, top_p;
+	int top_k;
+	const char *percentile_metrics, *metric_percentiles;
+	struct pdx_load_goodput goodput;
+	bool has_goodput;
+	bool save_result, save_detailed, disable_tqdm;
+	const char *result_dir, *result_filename, *plot;
+	const char *metadata[32];
+	int n_metadata;
+};
+
+void pdx_load_opts_defaults(struct pdx_load_opts *o);
+void pdx_load_opts_usage(FILE *f);
+/* Parses argv into o (start from the defaults); prints --help and exits
+ * 0 on -h; -1 with a message on stderr for a bad option. */
+int pdx_load_opts_parse(int argc, char **argv, struct pdx_load_opts *o);
+
+#endif

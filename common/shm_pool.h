@@ -1,0 +1,57 @@
+/* A paged KV pool in POSIX shared memory, laid out the way the synthetic
+ * engines register it with their agent.
+ *
+ * Layer-major: tensor t of layer l starts at (tensors * l + t) * blocks *
+ * block_bytes, and block b of it lies block_bytes further per block. One
+ * region (index 0) holds everything. The agent maps the same object by
+ * name, so the pool is the memory UCX reads and writes.
+ *
+ * The struct is owned by the caller and must not be copied once created
+ * (region.shm_name points into it). Not thread-safe: create and destroy
+ * from one thread; the bytes themselves may be used from any.
+ */
+#ifndef PDX_COMMON_SHM_POOL_H
+#define PDX_COMMON_SHM_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <pdx/engine.h>
+#include <pdx/layout.h>
+#include <pdx/status.h>
+
+#include "common/models.h"
+
+struct pdx_shm_pool {
+	char name[64];        /* shm_open() name */
+	uint8_t *base;
+	size_t size;
+	uint64_t block_bytes; /* one block of one tensor of one layer */
+	struct pdx_kv_layout layout;
+	struct pdx_engine_region region; /* for pdx_engine_register() */
+};
+
+/* Creates (replacing a stale object of that name), sizes, maps and
+ * pre-faults a pool of `blocks` blocks of model m. Block bytes must be a
+ * multiple of 8. On failure writes the reason to err and returns
+ * PDX_EINVAL (bad arguments), PDX_ENOMEM or PDX_EIO; nothing is left
+ * behind then. */
+pdx_status_t pdx_shm_pool_create(struct pdx_shm_pool *p, const char *shm_name,
+				 const struct pdx_model *m, uint32_t blocks,
+				 char *err, size_t errlen);
+
+/* Unmaps and unlinks; safe on a zeroed or destroyed pool. */
+void pdx_shm_pool_destroy(struct pdx_shm_pool *p);
+
+/* The first byte of block `block` of tensor `tensor` of layer `layer`. */
+static inline uint8_t *pdx_shm_pool_block(const struct pdx_shm_pool *p,
+					  uint32_t layer, uint32_t tensor,
+					  uint32_t block)
+{
+	const struct pdx_kv_layer *ly = &p->layout.layer[layer];
+
+	return p->base + ly->base[tensor].offset +
+	       (uint64_t)block * ly->block_stride;
+}
+
+#endif

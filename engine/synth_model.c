@@ -1,0 +1,131 @@
+/* KV contents, their check, and the next token; the rules are in
+ * synth_model.h. */
+#include "engine/synth_model.h"
+
+#define WORD_STEP 0x9e3779b97f4a7c15ULL
+
+static inline uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+void pdx_synth_hashes(uint64_t prev, const uint32_t *tokens, size_t n,
+		      uint64_t *out)
+{
+	for (size_t i = 0; i < n; i++) {
+		prev = mix64(prev ^ ((uint64_t)tokens[i] + WORD_STEP));
+		out[i] = prev;
+	}
+}
+
+pdx_status_t pdx_synth_layout_check(const struct pdx_kv_layout *l)
+{
+	uint64_t slot = (uint64_t)l->kv_heads * l->head_dim * l->dtype_bytes;
+
+	if (l->order != PDX_KV_NHD || l->tensors < 1 || l->tensors > 2 ||
+	    !l->layer || l->block_tokens == 0 || slot == 0 || slot % 8)
+		return PDX_EINVAL;
+	for (uint32_t i = 0; i < l->layers; i++)
+		for (uint32_t t = 0; t < l->tensors; t++)
+			if (l->layer[i].base[t].region != 0)
+				return PDX_EINVAL;
+	return PDX_OK;
+}
+
+static inline uint64_t slot_words(const struct pdx_kv_layout *l)
+{
+	return (uint64_t)l->kv_heads * l->head_dim * l->dtype_bytes / 8;
+}
+
+static inline uint64_t *slot_at(const struct pdx_synth_seq *s, uint32_t layer,
+				uint32_t tensor, uint32_t p)
+{
+	const struct pdx_kv_layout *l = s->layout;
+	const struct pdx_kv_layer *ly = &l->layer[layer];
+	uint32_t block = s->blocks[p / l->block_tokens];
+
+	return (uint64_t *)(s->base + ly->base[tensor].offset +
+			    (uint64_t)block * ly->block_stride) +
+	       (uint64_t)(p % l->block_tokens) * slot_words(l);
+}
+
+static inline uint64_t salt(uint32_t layer, uint32_t tensor, uint32_t p)
+{
+	return mix64((uint64_t)p | (uint64_t)tensor << 32 |
+		     (uint64_t)layer << 33);
+}
+
+static inline uint64_t slot_key(const struct pdx_synth_seq *s, uint32_t layer,
+				uint32_t tensor, uint32_t p)
+{
+	return mix64(s->hash[p] ^ salt(layer, tensor, p));
+}
+
+void pdx_synth_fill(const struct pdx_synth_seq *s, uint32_t layer, uint32_t a,
+		    uint32_t b)
+{
+	uint64_t words = slot_words(s->layout);
+
+	for (uint32_t t = 0; t < s->layout->tensors; t++) {
+		for (uint32_t p = a; p < b; p++) {
+			uint64_t *w = slot_at(s, layer, t, p);
+			uint64_t key = slot_key(s, layer, t, p);
+
+			for (uint64_t i = 0; i < words; i++)
+				w[i] = key + i * WORD_STEP;
+		}
+	}
+}
+
+/* OR of the differences: zero when the slot matches (vectorizes). */
+static uint64_t slot_diff(const uint64_t *w, uint64_t words, uint64_t key)
+{
+	uint64_t d = 0;
+
+	for (uint64_t i = 0; i < words; i++)
+		d |= w[i] ^ (key + i * WORD_STEP);
+	return d;
+}
+
+bool pdx_synth_check(const struct pdx_synth_seq *s, uint32_t a, uint32_t b,
+		     uint32_t *bad)
+{
+	const struct pdx_kv_layout *l = s->layout;
+	uint64_t words = slot_words(l);
+
+	for (uint32_t p = a; p < b; p++) {
+		for (uint32_t layer = 0; layer < l->layers; layer++) {
+			for (uint32_t t = 0; t < l->tensors; t++) {
+				if (!slot_diff(slot_at(s, layer, t, p), words,
+					       slot_key(s, layer, t, p)))
+					continue;
+				*bad = p;
+				return false;
+			}
+		}
+	}
+	return true;
+}
+
+uint32_t pdx_synth_next_token(const struct pdx_synth_seq *s, uint32_t n,
+			      uint32_t vocab)
+{
+	const struct pdx_kv_layout *l = s->layout;
+	uint32_t bt = l->block_tokens, off = (n - 1) % bt;
+	uint64_t last = slot_words(l) - 1, sum = 0;
+
+	for (uint32_t p = off; p < n; p += bt) {
+		for (uint32_t layer = 0; layer < l->layers; layer++) {
+			for (uint32_t t = 0; t < l->tensors; t++) {
+				const uint64_t *w = slot_at(s, layer, t, p);
+				uint64_t tail = w[last] << 32 | w[last] >> 32;
+
+				/* a sum, not a xor: equal terms never cancel */
+				sum += mix64(w[0] ^ tail ^ salt(layer, t, p));
+			}
+		}
+	}
+	return (uint32_t)(mix64(sum ^ n) % vocab);
+}

@@ -1,0 +1,150 @@
+/* The KV pool: a shared-memory object another process can map, laid out
+ * as registered, gone when freed; refusals with a reason. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/kv_pool.h"
+#include "tests/check.h"
+
+static char name[64];
+
+/* The object as an agent sees it: opened by name, its size. */
+static long long shm_size(void)
+{
+	struct stat st;
+	int fd = shm_open(name, O_RDONLY, 0);
+
+	if (fd < 0)
+		return -errno;
+	fstat(fd, &st);
+	close(fd);
+	return (long long)st.st_size;
+}
+
+static void layout(void)
+{
+	const struct pdx_model *m = pdx_model_find("tiny");
+	struct pdx_kv_pool_params pp = { .shm_name = name, .model = m,
+					 .blocks = 32 };
+	const struct pdx_shm_pool *shm;
+	struct pdx_block_stats bs;
+	struct pdx_kv_pool *pool;
+	char err[128];
+	uint64_t size;
+
+	/* a stale object of that name (a run that died) is replaced */
+	close(shm_open(name, O_CREAT | O_RDWR, 0600));
+	CHECK_EQ(pdx_kv_pool_new(&pp, &pool, err, sizeof(err)), PDX_OK);
+	shm = pdx_kv_pool_shm(pool);
+	size = 32ULL * 256 * m->layers * m->tensors; /* 256 B a tiny block */
+	CHECK_EQ(shm->size, size);
+	CHECK_EQ(shm_size(), size);
+	CHECK(!strcmp(shm->region.shm_name, name));
+	CHECK_EQ(shm->region.size, size);
+	CHECK_EQ(shm->block_bytes, 256);
+	CHECK_EQ(pdx_kv_layout_check(&shm->layout, &size, 1, err, sizeof(err)),
+		 PDX_OK);
+	/* layer-major, K then V */
+	CHECK_EQ(shm->layout.layer[1].base[0].offset, 2 * 32 * 256);
+	CHECK_EQ(shm->layout.layer[1].base[1].offset, 3 * 32 * 256);
+	CHECK_EQ(shm->layout.layer[3].block_stride, 256);
+	pdx_block_alloc_stats(pdx_kv_pool_blocks(pool), &bs);
+	CHECK_EQ(bs.total, 32);
+	CHECK_EQ(bs.free, 32);
+	pdx_kv_pool_free(pool);
+	CHECK_EQ(shm_size(), -ENOENT);
+	pdx_kv_pool_free(NULL);
+}
+
+/* What the engine writes, a second mapping of the object (the agent's)
+ * reads: the pool is the memory the transfer moves. */
+static void shared_bytes(void)
+{
+	struct pdx_kv_pool_params pp = { .shm_name = name,
+					 .model = pdx_model_find("tiny"),
+					 .blocks = 16,
+					 .prefault = true };
+	struct pdx_kv_pool *pool;
+	struct pdx_synth_seq seq;
+	uint32_t blocks[2], tokens[8] = { 1, 2, 3, 4, 5, 6, 7, 8 }, bad;
+	uint64_t hash[8];
+	uint8_t *other;
+	char err[128];
+	int fd;
+
+	CHECK_EQ(pdx_kv_pool_new(&pp, &pool, err, sizeof(err)), PDX_OK);
+	CHECK_EQ(pdx_block_alloc_get(pdx_kv_pool_blocks(pool), 2, blocks),
+		 PDX_OK);
+	pdx_synth_hashes(PDX_SYNTH_HASH_SEED, tokens, 8, hash);
+	seq = pdx_kv_pool_seq(pool, blocks, hash);
+	for (uint32_t l = 0; l < 4; l++)
+		pdx_synth_fill(&seq, l, 0, 8);
+	fd = shm_open(name, O_RDWR, 0);
+	other = mmap(NULL, pdx_kv_pool_shm(pool)->size, PROT_READ | PROT_WRITE,
+		     MAP_SHARED, fd, 0);
+	close(fd);
+	CHECK(other != MAP_FAILED);
+	if (other != MAP_FAILED) {
+		CHECK(!memcmp(other, pdx_kv_pool_shm(pool)->base,
+			      pdx_kv_pool_shm(pool)->size));
+		other[pdx_kv_pool_shm(pool)->layout.layer[2].base[1].offset +
+		      256 * blocks[1] + 64 * 2] ^= 0x80;
+		CHECK(!pdx_synth_check(&seq, 0, 8, &bad));
+		CHECK_EQ(bad, 6);
+		munmap(other, pdx_kv_pool_shm(pool)->size);
+	}
+	pdx_kv_pool_free(pool);
+}
+
+static void refusals(void)
+{
+	struct pdx_kv_pool_params pp = { .shm_name = name,
+					 .model = pdx_model_find("tiny") };
+	struct pdx_kv_pool *pool = NULL;
+	char err[128] = "";
+
+	CHECK_EQ(pdx_kv_pool_new(&pp, &pool, err, sizeof(err)), PDX_EINVAL);
+	CHECK(err[0] != '\0');
+	pp.blocks = 4;
+	pp.shm_name = "/a-name-longer-than-the-sixty-four-bytes-a-pool-"
+		      "keeps-for-it-so-refused";
+	CHECK_EQ(pdx_kv_pool_new(&pp, &pool, err, sizeof(err)), PDX_EINVAL);
+	pp.shm_name = name;
+	pp.model = NULL;
+	CHECK_EQ(pdx_kv_pool_new(&pp, &pool, err, sizeof(err)), PDX_EINVAL);
+	CHECK(pool == NULL);
+	CHECK_EQ(shm_size(), -ENOENT);
+}
+
+/* Every model of the table makes a pool the synthetic model can fill. */
+static void every_model(void)
+{
+	const struct pdx_model *m;
+	char err[128];
+
+	for (unsigned i = 0; (m = pdx_model_at(i)); i++) {
+		struct pdx_kv_pool_params pp = { .shm_name = name,
+						 .model = m,
+						 .blocks = 1 };
+		struct pdx_kv_pool *pool = NULL;
+
+		CHECK_EQ(pdx_kv_pool_new(&pp, &pool, err, sizeof(err)),
+			 PDX_OK);
+		pdx_kv_pool_free(pool);
+	}
+}
+
+int main(void)
+{
+	snprintf(name, sizeof(name), "/pdx-unit-kv-pool-%d", (int)getpid());
+	layout();
+	shared_bytes();
+	refusals();
+	every_model();
+	CHECK_DONE();
+}
