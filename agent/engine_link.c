@@ -278,6 +278,7 @@ static struct xfer *announce(struct agent *a, const msgpack_object *m,
 		x->peer = NULL;
 		free(x->remote_blocks);
 		x->remote_blocks = NULL;
+		x->n_remote = 0;
 		pdx_xfer_sm_init(&x->sm, a->reg.layout.layers);
 	}
 	if (role == XFER_SEND && x->sm.layers != a->reg.layout.layers) {
