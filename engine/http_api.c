@@ -1,0 +1,183 @@
+/* The evhttp server: binding, routing, errors, and the routes that only
+ * read state (/v1/models, /health, /metrics). */
+#define PDX_LOG_TOPIC "http"
+#include "engine/http_internal.h"
+
+#include <event2/buffer.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/errbuf.h"
+#include "common/log.h"
+#include "engine/openai.h"
+
+/* An idle or silent connection is closed after this long. */
+#define HTTP_TIMEOUT_S 600
+#define HTTP_MAX_HEADERS (64u << 10)
+
+static void reply(struct evhttp_request *req, int status, const char *ctype,
+		  struct evbuffer *body)
+{
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+
+	evhttp_add_header(h, "Content-Type", ctype);
+	evhttp_send_reply(req, status, NULL, body);
+}
+
+static void reply_json(struct evhttp_request *req, int status, char *json)
+{
+	struct evbuffer *b = evbuffer_new();
+
+	if (!b || !json) {
+		evhttp_send_error(req, 500, "out of memory");
+	} else {
+		evbuffer_add(b, json, strlen(json));
+		reply(req, status, "application/json", b);
+	}
+	evbuffer_free(b);
+	free(json);
+}
+
+void pdx__http_error(struct pdx_http_api *api, struct evhttp_request *req,
+		     int status, const char *type, const char *message)
+{
+	api->p.metrics->req_rejected++;
+	log_debug("%d %s", status, message);
+	reply_json(req, status, pdx_oai_error_body(type, message, status));
+}
+
+static void get_models(struct pdx_http_api *api, struct evhttp_request *req)
+{
+	json_t *o =
+	    json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:I}]}", "object", "list",
+		      "data", "id", api->p.model->name, "object", "model",
+		      "created", (json_int_t)api->started, "owned_by", "pdx",
+		      "max_model_len", (json_int_t)api->p.max_model_len);
+
+	reply_json(req, 200, o ? json_dumps(o, JSON_COMPACT) : NULL);
+	json_decref(o);
+}
+
+static void get_metrics(struct pdx_http_api *api, struct evhttp_request *req)
+{
+	struct pdx_metrics_gauges g = {.model = api->p.model->name};
+	struct evbuffer *b = evbuffer_new();
+	struct pdx_sched_stats ss;
+	struct pdx_block_stats bs;
+
+	pdx_sched_stats(api->p.sched, &ss);
+	pdx_block_alloc_stats(pdx_kv_pool_blocks(api->p.pool), &bs);
+	g.running = ss.running;
+	g.waiting = ss.waiting;
+	g.kv_total = bs.total;
+	g.kv_free = bs.free;
+	if (!b || pdx_metrics_render(api->p.metrics, &g, b)) {
+		evhttp_send_error(req, 500, "out of memory");
+	} else {
+		reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", b);
+	}
+	evbuffer_free(b);
+}
+
+static void route(struct evhttp_request *req, void *arg)
+{
+	struct pdx_http_api *api = arg;
+	const char *path =
+	    evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+	bool post = cmd == EVHTTP_REQ_POST, get = cmd == EVHTTP_REQ_GET;
+	char msg[128];
+
+	if (!path)
+		path = "";
+	if (post && strcmp(path, "/v1/completions") == 0)
+		pdx__gen_handle(api, req, false);
+	else if (post && strcmp(path, "/v1/chat/completions") == 0)
+		pdx__gen_handle(api, req, true);
+	else if (get && strcmp(path, "/v1/models") == 0)
+		get_models(api, req);
+	else if (get && strcmp(path, "/health") == 0)
+		reply(req, 200, "text/plain", NULL);
+	else if (get && strcmp(path, "/metrics") == 0)
+		get_metrics(api, req);
+	else {
+		snprintf(msg, sizeof(msg), "no route %s %.80s",
+			 post  ? "POST"
+			 : get ? "GET"
+			       : "for this method on",
+			 path);
+		pdx__http_error(api, req, 404, "not_found_error", msg);
+	}
+}
+
+/* The port the bound socket got (asked for 0: the kernel's choice). */
+static uint16_t bound_port(struct evhttp_bound_socket *bs)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	evutil_socket_t fd = evhttp_bound_socket_get_fd(bs);
+
+	if (getsockname(fd, (struct sockaddr *)&ss, &len))
+		return 0;
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+pdx_status_t pdx_http_api_new(const struct pdx_http_api_params *p,
+			      struct pdx_http_api **out, char *err,
+			      size_t errlen)
+{
+	struct evhttp_bound_socket *bs;
+	struct pdx_http_api *api;
+
+	api = calloc(1, sizeof(*api));
+	if (!api)
+		return PDX_ENOMEM;
+	api->p = *p;
+	api->started = (long long)time(NULL);
+	api->id_seed = pdx_now_ns() ^ ((uint64_t)getpid() << 32);
+	LIST_INIT(&api->calls);
+	api->http = evhttp_new(p->base);
+	if (!api->http) {
+		free(api);
+		return PDX_ENOMEM;
+	}
+	evhttp_set_max_body_size(api->http, PDX_HTTP_MAX_BODY);
+	evhttp_set_max_headers_size(api->http, HTTP_MAX_HEADERS);
+	evhttp_set_timeout(api->http, HTTP_TIMEOUT_S);
+	evhttp_set_allowed_methods(api->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST);
+	evhttp_set_gencb(api->http, route, api);
+	bs = evhttp_bind_socket_with_handle(api->http, p->host, p->port);
+	if (!bs) {
+		pdx_errbuf_set(err, errlen, "cannot listen on %s:%u", p->host,
+			       p->port);
+		evhttp_free(api->http);
+		free(api);
+		return PDX_EIO;
+	}
+	api->port = bound_port(bs);
+	*out = api;
+	return PDX_OK;
+}
+
+uint16_t pdx_http_api_port(const struct pdx_http_api *api)
+{
+	return api->port;
+}
+
+void pdx_http_api_free(struct pdx_http_api *api)
+{
+	if (!api)
+		return;
+	pdx__gen_abort_all(api);
+	evhttp_free(api->http);
+	free(api);
+}

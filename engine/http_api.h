@@ -1,0 +1,57 @@
+/* pdx-engine's HTTP front: the OpenAI-compatible routes on an evhttp
+ * server in the engine's loop.
+ *
+ *   POST /v1/completions, /v1/chat/completions  (engine/openai.h; SSE when
+ *        "stream": true, one token per event, flushed as produced)
+ *   GET  /v1/models, /health, /metrics
+ *
+ * Every request is handed to the scheduler; a client that disconnects
+ * before the end has its request aborted, and so its KV blocks freed.
+ * Bodies over 8 MiB are refused by evhttp itself (413).
+ *
+ * One thread: the loop's.
+ */
+#ifndef PDX_ENGINE_HTTP_API_H
+#define PDX_ENGINE_HTTP_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <pdx/status.h>
+
+#include "common/models.h"
+#include "engine/kv_pool.h"
+#include "engine/metrics.h"
+#include "engine/scheduler.h"
+
+#define PDX_HTTP_MAX_BODY (8u << 20)
+
+struct pdx_http_api;
+
+/* Everything is borrowed and must outlive the server. */
+struct pdx_http_api_params {
+	struct event_base *base;
+	const char *host;
+	uint16_t port; /* 0: any free port (pdx_http_api_port()) */
+	const struct pdx_model *model;
+	uint32_t max_model_len;
+	struct pdx_sched *sched;
+	struct pdx_kv_pool *pool;
+	struct pdx_engine_metrics *metrics;
+};
+
+/* Binds and starts serving. On failure writes the reason to err and
+ * returns PDX_EIO or PDX_ENOMEM. */
+pdx_status_t pdx_http_api_new(const struct pdx_http_api_params *p,
+			      struct pdx_http_api **out, char *err,
+			      size_t errlen);
+
+/* The port it listens on. */
+uint16_t pdx_http_api_port(const struct pdx_http_api *api);
+
+/* Aborts every request in flight, closes every connection; NULL-safe.
+ * Call before pdx_sched_free(). */
+void pdx_http_api_free(struct pdx_http_api *api);
+
+#endif

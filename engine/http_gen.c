@@ -1,0 +1,336 @@
+/* The completion routes: a request body becomes a scheduler request, and
+ * its tokens become one JSON response or an SSE stream. */
+#define PDX_LOG_TOPIC "http"
+#include "engine/http_internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "engine/openai.h"
+#include "engine/tokenizer.h"
+
+/* A client's X-Request-Id is kept when it is this short and printable. */
+#define REQ_ID_MAX 128
+
+/* One completion in flight, from its accepted body to its last byte. */
+struct pdx__gen_call {
+	LIST_ENTRY(pdx__gen_call) link;
+	struct pdx_http_api *api;
+	struct evhttp_request *req;
+	struct evhttp_connection *conn;
+	struct pdx_sched_req *sreq;
+	struct event *watch; /* the client's socket, for its close */
+	struct pdx_oai_meta meta;
+	bool stream, include_usage;
+	struct pdx_oai_usage usage;
+	uint64_t arrival_ns;
+	struct evbuffer *out; /* the text (whole) or the next SSE frame */
+	char req_id[REQ_ID_MAX + 1];
+	char id[REQ_ID_MAX + 16]; /* "cmpl-" or "chatcmpl-" + req_id */
+};
+
+static bool req_id_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > REQ_ID_MAX)
+		return false;
+	for (; *s; s++) {
+		if (!isgraph((unsigned char)*s) || *s == '"' || *s == '\\')
+			return false;
+	}
+	return true;
+}
+
+static uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* The client's X-Request-Id, or 32 fresh hex digits; echoed back. */
+static void set_ids(struct pdx__gen_call *c, bool chat)
+{
+	struct pdx_http_api *api = c->api;
+	const char *h = evhttp_find_header(
+	    evhttp_request_get_input_headers(c->req), "X-Request-Id");
+
+	if (h && req_id_ok(h)) {
+		snprintf(c->req_id, sizeof(c->req_id), "%s", h);
+	} else {
+		uint64_t n = ++api->next_id;
+
+		snprintf(c->req_id, sizeof(c->req_id), "%016llx%016llx",
+			 (unsigned long long)mix64(api->id_seed ^ n),
+			 (unsigned long long)mix64(api->id_seed + n));
+	}
+	snprintf(c->id, sizeof(c->id), "%s%s", chat ? "chatcmpl-" : "cmpl-",
+		 c->req_id);
+	evhttp_add_header(evhttp_request_get_output_headers(c->req),
+			  "X-Request-Id", c->req_id);
+}
+
+static void call_free(struct pdx__gen_call *c)
+{
+	LIST_REMOVE(c, link);
+	if (c->watch)
+		event_free(c->watch);
+	evbuffer_free(c->out);
+	free(c);
+}
+
+/* Lets go of the connection before the last reply, which may close it
+ * (and would then call on_close for a call already over). */
+static void call_detach(struct pdx__gen_call *c)
+{
+	evhttp_connection_set_closecb(c->conn, NULL, NULL);
+}
+
+/* The connection is being freed. When evhttp found the client gone while
+ * writing a stream, it has already let go of the request (evcon NULL),
+ * which is then ours to free; otherwise the connection frees it. */
+static void on_close(struct evhttp_connection *conn, void *arg)
+{
+	struct pdx__gen_call *c = arg;
+
+	log_debug("%s: client left, aborting", c->req_id);
+	if (!evhttp_request_get_connection(c->req))
+		evhttp_request_free(c->req);
+	c->api->p.metrics->req_aborted++;
+	pdx_sched_abort(c->api->p.sched, c->sreq);
+	call_free(c);
+}
+
+/* evhttp (2.1) does not read a connection while its request is being
+ * answered, so it notices a client that left only when a write fails: a
+ * request still queued, or a whole response still being generated, would
+ * run to its end. The socket is watched here instead: end of file or an
+ * error means the client is gone, and freeing the connection runs
+ * on_close. Bytes (a pipelined request) end the watch. */
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+	struct pdx__gen_call *c = arg;
+	char byte;
+	ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	if (n > 0)
+		return;
+	if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+		event_add(c->watch, NULL);
+		return;
+	}
+	evhttp_connection_free(c->conn);
+}
+
+static int watch_client(struct pdx__gen_call *c)
+{
+	struct bufferevent *bev = evhttp_connection_get_bufferevent(c->conn);
+
+	c->watch = event_new(c->api->p.base, bufferevent_getfd(bev), EV_READ,
+			     on_readable, c);
+	return c->watch ? event_add(c->watch, NULL) : -1;
+}
+
+static void sse_send(struct pdx__gen_call *c, char *json)
+{
+	if (json) {
+		evbuffer_add_printf(c->out, "data: %s\n\n", json);
+		free(json);
+	}
+	evhttp_send_reply_chunk(c->req, c->out);
+}
+
+static void on_token(void *arg, uint32_t token, uint32_t index, bool last)
+{
+	struct pdx__gen_call *c = arg;
+	struct pdx_engine_metrics *m = c->api->p.metrics;
+	char piece[PDX_TOK_WORD_MAX + 1];
+
+	/* words joined by single spaces: the text encodes back to the ids */
+	piece[0] = ' ';
+	pdx_tok_word(token, piece + 1);
+	if (index == 0)
+		pdx_metrics_ttft(m,
+				 (double)(pdx_now_ns() - c->arrival_ns) / 1e9);
+	m->generation_tokens++;
+	c->usage.completion_tokens = index + 1;
+	if (c->stream)
+		sse_send(c, pdx_oai_chunk(&c->meta, piece + (index == 0),
+					  index == 0, last));
+	else
+		evbuffer_add(c->out, piece + (index == 0),
+			     strlen(piece + (index == 0)));
+}
+
+static void finish_stream(struct pdx__gen_call *c, pdx_status_t st)
+{
+	if (st != PDX_OK)
+		sse_send(c, pdx_oai_error_body("internal_error",
+					       pdx_status_str(st), 500));
+	else if (c->include_usage)
+		sse_send(c, pdx_oai_usage_chunk(&c->meta, &c->usage));
+	evbuffer_add_printf(c->out, "data: [DONE]\n\n");
+	evhttp_send_reply_chunk(c->req, c->out);
+	evhttp_send_reply_end(c->req);
+}
+
+static void finish_whole(struct pdx__gen_call *c, pdx_status_t st)
+{
+	struct evbuffer *b;
+	char *json;
+
+	if (st != PDX_OK) {
+		pdx__http_error(c->api, c->req, 500, "internal_error",
+				pdx_status_str(st));
+		return;
+	}
+	evbuffer_add(c->out, "", 1); /* NUL: the text as a C string */
+	json = pdx_oai_response(
+	    &c->meta, (const char *)evbuffer_pullup(c->out, -1), &c->usage);
+	b = evbuffer_new();
+	if (!json || !b) {
+		evhttp_send_error(c->req, 500, "out of memory");
+	} else {
+		evbuffer_add(b, json, strlen(json));
+		evhttp_add_header(evhttp_request_get_output_headers(c->req),
+				  "Content-Type", "application/json");
+		evhttp_send_reply(c->req, 200, "OK", b);
+	}
+	evbuffer_free(b);
+	free(json);
+}
+
+static void on_done(void *arg, pdx_status_t st)
+{
+	struct pdx__gen_call *c = arg;
+
+	if (st == PDX_OK)
+		c->api->p.metrics->req_finished++;
+	else
+		log_warn("%s: %s", c->req_id, pdx_status_str(st));
+	call_detach(c);
+	if (c->stream)
+		finish_stream(c, st);
+	else
+		finish_whole(c, st);
+	call_free(c);
+}
+
+static void refuse(struct pdx_http_api *api, struct evhttp_request *req,
+		   pdx_status_t st, const struct pdx_oai_req *r)
+{
+	struct pdx_block_stats bs;
+	char msg[256];
+
+	pdx_block_alloc_stats(pdx_kv_pool_blocks(api->p.pool), &bs);
+	if (st == PDX_ETOOBIG) {
+		snprintf(msg, sizeof(msg),
+			 "the request needs more KV blocks than the engine's "
+			 "pool of %u holds (%u prompt + %u output tokens)",
+			 bs.total, r->n_prompt, r->max_tokens);
+		pdx__http_error(api, req, 400, "invalid_request_error", msg);
+	} else if (st == PDX_EAGAIN) {
+		pdx__http_error(api, req, 503, "service_unavailable",
+				"the engine's queue is full; retry later");
+	} else {
+		pdx__http_error(api, req, 500, "internal_error",
+				pdx_status_str(st));
+	}
+}
+
+/* Reads the body into r; on failure replies and returns -1. */
+static int read_body(struct pdx_http_api *api, struct evhttp_request *req,
+		     bool chat, struct pdx_oai_req *r)
+{
+	struct evbuffer *in = evhttp_request_get_input_buffer(req);
+	const struct pdx_oai_limits lim = {
+	    .model = api->p.model->name,
+	    .vocab = api->p.model->vocab,
+	    .max_model_len = api->p.max_model_len,
+	};
+	size_t len = evbuffer_get_length(in);
+	struct pdx_oai_error err;
+	const char *body = (const char *)evbuffer_pullup(in, -1);
+
+	if (pdx_oai_parse(body ? body : "", len, chat, &lim, r, &err)) {
+		pdx__http_error(api, req, err.status, err.type, err.message);
+		return -1;
+	}
+	return 0;
+}
+
+void pdx__gen_handle(struct pdx_http_api *api, struct evhttp_request *req,
+		     bool chat)
+{
+	struct pdx_sched_sink sink = {on_token, on_done, NULL};
+	struct pdx__gen_call *c;
+	struct pdx_oai_req r;
+	pdx_status_t st;
+
+	if (read_body(api, req, chat, &r))
+		return;
+	c = calloc(1, sizeof(*c));
+	if (!c || !(c->out = evbuffer_new())) {
+		free(c);
+		pdx_oai_req_clear(&r);
+		pdx__http_error(api, req, 500, "internal_error",
+				"out of memory");
+		return;
+	}
+	c->api = api;
+	c->req = req;
+	c->conn = evhttp_request_get_connection(req);
+	c->arrival_ns = pdx_now_ns();
+	c->stream = r.stream;
+	c->include_usage = r.include_usage;
+	c->usage.prompt_tokens = r.n_prompt;
+	set_ids(c, chat);
+	c->meta = (struct pdx_oai_meta){.chat = chat,
+					.id = c->id,
+					.created = (long long)time(NULL),
+					.model = api->p.model->name};
+	LIST_INSERT_HEAD(&api->calls, c, link);
+	sink.arg = c;
+	st = pdx_sched_submit(api->p.sched, r.prompt, r.n_prompt, r.max_tokens,
+			      &sink, &c->sreq);
+	if (st != PDX_OK) {
+		refuse(api, req, st, &r);
+		pdx_oai_req_clear(&r);
+		call_free(c);
+		return;
+	}
+	api->p.metrics->prompt_tokens += r.n_prompt;
+	pdx_oai_req_clear(&r);
+	evhttp_connection_set_closecb(c->conn, on_close, c);
+	if (watch_client(c))
+		log_warn("%s: cannot watch the client's socket", c->req_id);
+	if (c->stream) {
+		struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+
+		evhttp_add_header(h, "Content-Type", "text/event-stream");
+		evhttp_add_header(h, "Cache-Control", "no-cache");
+		evhttp_send_reply_start(req, 200, "OK");
+	}
+}
+
+void pdx__gen_abort_all(struct pdx_http_api *api)
+{
+	struct pdx__gen_call *c;
+
+	while ((c = LIST_FIRST(&api->calls))) {
+		call_detach(c);
+		pdx_sched_abort(api->p.sched, c->sreq);
+		call_free(c);
+	}
+}

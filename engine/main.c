@@ -1,0 +1,139 @@
+/* pdx-engine: options, the KV pool, the scheduler and the HTTP front on
+ * one libevent loop; SIGTERM or SIGINT end it cleanly. */
+#define PDX_LOG_TOPIC "engine"
+#include <event2/event.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "engine/http_api.h"
+#include "engine/kv_pool.h"
+#include "engine/metrics.h"
+#include "engine/opts.h"
+#include "engine/scheduler.h"
+
+struct engine {
+	struct pdx_engine_opts o;
+	struct event_base *base;
+	struct event *sigterm, *sigint;
+	struct pdx_kv_pool *pool;
+	struct pdx_sched *sched;
+	struct pdx_http_api *http;
+	struct pdx_engine_metrics metrics;
+};
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct engine *e = arg;
+
+	log_info("signal %d: shutting down", (int)sig);
+	event_base_loopexit(e->base, NULL);
+}
+
+static int engine_start(struct engine *e)
+{
+	struct pdx_kv_pool_params pp = {
+	    .model = e->o.model, .blocks = e->o.kv_blocks, .prefault = true};
+	struct pdx_sched_params sp = {
+	    .model = e->o.model,
+	    .time_scale = e->o.time_scale,
+	    .max_num_seqs = e->o.max_num_seqs,
+	    .max_waiting = e->o.max_waiting,
+	    .max_prefill_tokens = e->o.max_prefill_tokens,
+	};
+	struct pdx_http_api_params hp = {
+	    .host = e->o.host,
+	    .port = e->o.port,
+	    .model = e->o.model,
+	    .max_model_len = e->o.max_model_len,
+	    .metrics = &e->metrics,
+	};
+	char shm_name[64], err[256];
+	pdx_status_t st;
+
+	e->base = event_base_new();
+	if (!e->base)
+		return -1;
+	e->sigterm = evsignal_new(e->base, SIGTERM, on_signal, e);
+	e->sigint = evsignal_new(e->base, SIGINT, on_signal, e);
+	if (!e->sigterm || !e->sigint || evsignal_add(e->sigterm, NULL) ||
+	    evsignal_add(e->sigint, NULL))
+		return -1;
+	snprintf(shm_name, sizeof(shm_name), "/pdx-engine-%d", (int)getpid());
+	pp.shm_name = shm_name;
+	st = pdx_kv_pool_new(&pp, &e->pool, err, sizeof(err));
+	if (st != PDX_OK) {
+		log_error("kv pool: %s", err);
+		return -1;
+	}
+	sp.base = e->base;
+	sp.pool = e->pool;
+	st = pdx_sched_new(&sp, &e->sched);
+	if (st != PDX_OK) {
+		log_error("scheduler: %s", pdx_status_str(st));
+		return -1;
+	}
+	hp.base = e->base;
+	hp.sched = e->sched;
+	hp.pool = e->pool;
+	st = pdx_http_api_new(&hp, &e->http, err, sizeof(err));
+	if (st != PDX_OK) {
+		log_error("http: %s", st == PDX_ENOMEM ? "out of memory" : err);
+		return -1;
+	}
+	log_info("model %s, %u kv blocks (%.1f MiB) in %s, time scale %g",
+		 e->o.model->name, e->o.kv_blocks,
+		 (double)pdx_kv_pool_shm(e->pool)->size / (1 << 20), shm_name,
+		 e->o.time_scale);
+	log_info("listening on http://%s:%u", e->o.host,
+		 pdx_http_api_port(e->http));
+	return 0;
+}
+
+/* Reverse order of engine_start(); the HTTP front first, as it aborts the
+ * scheduler's requests. */
+static void engine_stop(struct engine *e)
+{
+	pdx_http_api_free(e->http);
+	pdx_sched_free(e->sched);
+	pdx_kv_pool_free(e->pool);
+	if (e->sigint)
+		event_free(e->sigint);
+	if (e->sigterm)
+		event_free(e->sigterm);
+	if (e->base)
+		event_base_free(e->base);
+}
+
+int main(int argc, char **argv)
+{
+	struct engine e = {0};
+	char err[256];
+	int rc = 1;
+
+	switch (pdx_engine_opts_parse(argc, argv, &e.o, err, sizeof(err))) {
+	case PDX_OPTS_HELP:
+		pdx_engine_opts_usage(stdout);
+		return 0;
+	case PDX_OPTS_BAD:
+		fprintf(stderr, "pdx-engine: %s (see --help)\n", err);
+		return 2;
+	case PDX_OPTS_RUN:
+		break;
+	}
+	if (e.o.role != PDX_ROLE_BOTH) {
+		fprintf(stderr,
+			"pdx-engine: --role %s is not available yet; use "
+			"--role both\n",
+			e.o.role == PDX_ROLE_PREFILL ? "prefill" : "decode");
+		return 2;
+	}
+	pdx_log_prefix("engine");
+	signal(SIGPIPE, SIG_IGN);
+	if (engine_start(&e) == 0 && event_base_dispatch(e.base) == 0)
+		rc = 0;
+	engine_stop(&e);
+	return rc;
+}

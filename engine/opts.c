@@ -1,0 +1,219 @@
+#include "engine/opts.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/errbuf.h"
+#include "common/log.h"
+
+/* clang-format off */
+void pdx_engine_opts_usage(FILE *f)
+{
+	fprintf(f,
+"usage: pdx-engine [options]\n"
+"\n"
+"The reference engine: an OpenAI-compatible HTTP server over a synthetic\n"
+"model with a real paged KV cache in shared memory (docs/engine.md).\n"
+"\n"
+"  --host H                 listen address (default 127.0.0.1)\n"
+"  --port P                 listen port (default 8100; 0: any free port,\n"
+"                           printed as \"listening on H:P\")\n"
+"  --model M                model shape: %s (default tiny)\n"
+"  --role R                 both (colocated; the only role served so far)\n"
+"  --kv-blocks N            KV pool size in blocks (default: enough for\n"
+"                           16384 tokens; tiny: 4096 blocks, 8 MiB;\n"
+"                           llama3-8b: 1024 blocks, 2 GiB)\n"
+"  --max-num-seqs N         requests running at once (default 256)\n"
+"  --max-waiting N          requests queued beyond those; more get 503\n"
+"                           (default 1024)\n"
+"  --max-prefill-tokens N   prefill tokens per step, chunked (default 8192)\n"
+"  --max-model-len N        prompt plus output tokens (default 8192)\n"
+"  --time-scale X           multiplies the modeled compute time; 0: no\n"
+"                           sleeping (default 1)\n"
+"  --log-level L            error, warn, info, debug (default info)\n"
+"  --help                   this text\n",
+		pdx_model_names());
+}
+/* clang-format on */
+
+enum {
+	O_HOST = 256,
+	O_PORT,
+	O_MODEL,
+	O_ROLE,
+	O_KV_BLOCKS,
+	O_MAX_NUM_SEQS,
+	O_MAX_WAITING,
+	O_MAX_PREFILL,
+	O_MAX_MODEL_LEN,
+	O_TIME_SCALE,
+	O_LOG_LEVEL,
+	O_HELP,
+};
+
+static const struct option long_opts[] = {
+    {"host", required_argument, 0, O_HOST},
+    {"port", required_argument, 0, O_PORT},
+    {"model", required_argument, 0, O_MODEL},
+    {"role", required_argument, 0, O_ROLE},
+    {"kv-blocks", required_argument, 0, O_KV_BLOCKS},
+    {"max-num-seqs", required_argument, 0, O_MAX_NUM_SEQS},
+    {"max-waiting", required_argument, 0, O_MAX_WAITING},
+    {"max-prefill-tokens", required_argument, 0, O_MAX_PREFILL},
+    {"max-model-len", required_argument, 0, O_MAX_MODEL_LEN},
+    {"time-scale", required_argument, 0, O_TIME_SCALE},
+    {"log-level", required_argument, 0, O_LOG_LEVEL},
+    {"help", no_argument, 0, O_HELP},
+    {0, 0, 0, 0},
+};
+
+/* A whole decimal number in [lo, hi]. */
+static int parse_u32(const char *name, const char *s, unsigned long lo,
+		     unsigned long hi, uint32_t *out, char *err, size_t errlen)
+{
+	unsigned long long v;
+	char *end;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < lo || v > hi) {
+		pdx_errbuf_set(err, errlen,
+			       "--%s: want an integer in [%lu, %lu], got '%s'",
+			       name, lo, hi, s);
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_role(const char *s, enum pdx_engine_role *out, char *err,
+		      size_t errlen)
+{
+	if (strcmp(s, "both") == 0)
+		*out = PDX_ROLE_BOTH;
+	else if (strcmp(s, "prefill") == 0)
+		*out = PDX_ROLE_PREFILL;
+	else if (strcmp(s, "decode") == 0)
+		*out = PDX_ROLE_DECODE;
+	else {
+		pdx_errbuf_set(err, errlen,
+			       "--role: want both, prefill or decode, got '%s'",
+			       s);
+		return -1;
+	}
+	return 0;
+}
+
+static int parse_one(int c, const char *arg, struct pdx_engine_opts *o,
+		     char *err, size_t errlen)
+{
+	uint32_t v;
+	char *end;
+
+	switch (c) {
+	case O_HOST:
+		o->host = arg;
+		return 0;
+	case O_PORT:
+		if (parse_u32("port", arg, 0, 65535, &v, err, errlen))
+			return -1;
+		o->port = (uint16_t)v;
+		return 0;
+	case O_MODEL:
+		o->model = pdx_model_find(arg);
+		if (!o->model) {
+			pdx_errbuf_set(err, errlen,
+				       "--model: unknown '%s' (%s)", arg,
+				       pdx_model_names());
+			return -1;
+		}
+		return 0;
+	case O_ROLE:
+		return parse_role(arg, &o->role, err, errlen);
+	case O_KV_BLOCKS:
+		return parse_u32("kv-blocks", arg, 1, 1u << 24, &o->kv_blocks,
+				 err, errlen);
+	case O_MAX_NUM_SEQS:
+		return parse_u32("max-num-seqs", arg, 1, 65536,
+				 &o->max_num_seqs, err, errlen);
+	case O_MAX_WAITING:
+		return parse_u32("max-waiting", arg, 0, 1u << 20,
+				 &o->max_waiting, err, errlen);
+	case O_MAX_PREFILL:
+		return parse_u32("max-prefill-tokens", arg, 1, 1u << 24,
+				 &o->max_prefill_tokens, err, errlen);
+	case O_MAX_MODEL_LEN:
+		return parse_u32("max-model-len", arg, 2, 1u << 24,
+				 &o->max_model_len, err, errlen);
+	case O_TIME_SCALE:
+		errno = 0;
+		o->time_scale = strtod(arg, &end);
+		if (errno || end == arg || *end || !isfinite(o->time_scale) ||
+		    o->time_scale < 0 || o->time_scale > 1e6) {
+			pdx_errbuf_set(
+			    err, errlen,
+			    "--time-scale: want a number in [0, 1e6], got '%s'",
+			    arg);
+			return -1;
+		}
+		return 0;
+	case O_LOG_LEVEL:
+		if (pdx_log_set_level(arg) < 0) {
+			pdx_errbuf_set(err, errlen,
+				       "--log-level: want error, warn, info or "
+				       "debug, got '%s'",
+				       arg);
+			return -1;
+		}
+		o->log_level = arg;
+		return 0;
+	}
+	return -1;
+}
+
+enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
+						  struct pdx_engine_opts *o,
+						  char *err, size_t errlen)
+{
+	int c;
+
+	*o = (struct pdx_engine_opts){
+	    .host = "127.0.0.1",
+	    .port = 8100,
+	    .model = pdx_model_find("tiny"),
+	    .role = PDX_ROLE_BOTH,
+	    .max_num_seqs = 256,
+	    .max_waiting = 1024,
+	    .max_prefill_tokens = 8192,
+	    .max_model_len = 8192,
+	    .time_scale = 1.0,
+	    .log_level = "info",
+	};
+	optind = 0; /* glibc: full reinitialisation */
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
+		if (c == O_HELP)
+			return PDX_OPTS_HELP;
+		if (c == '?' || c == ':') {
+			pdx_errbuf_set(err, errlen,
+				       "unknown option or missing value: '%s'",
+				       argv[optind - 1]);
+			return PDX_OPTS_BAD;
+		}
+		if (parse_one(c, optarg, o, err, errlen))
+			return PDX_OPTS_BAD;
+	}
+	if (o->kv_blocks == 0)
+		o->kv_blocks = (PDX_ENGINE_DEFAULT_KV_TOKENS +
+				o->model->block_tokens - 1) /
+			       o->model->block_tokens;
+	if (optind < argc) {
+		pdx_errbuf_set(err, errlen, "unexpected argument '%s'",
+			       argv[optind]);
+		return PDX_OPTS_BAD;
+	}
+	return PDX_OPTS_RUN;
+}

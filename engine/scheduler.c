@@ -1,0 +1,264 @@
+/* Continuous batching: admission, one step's plan and real work, and the
+ * delivery of its outputs after the modeled time. */
+#define PDX_LOG_TOPIC "sched"
+#include "engine/scheduler.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "engine/kv_seq.h"
+
+enum req_phase { PHASE_QUEUED, PHASE_PREFILL, PHASE_DECODE };
+
+struct pdx_sched_req {
+	TAILQ_ENTRY(pdx_sched_req) link; /* waiting or running */
+	enum req_phase phase;
+	uint32_t *prompt; /* until admitted; then in seq */
+	uint32_t n_prompt, max_new;
+	struct pdx_kv_seq *seq;
+	uint32_t n_out;	     /* tokens delivered */
+	uint32_t last_token; /* the newest delivered one */
+	bool has_output;     /* this step yields a token ... */
+	uint32_t output;     /* ... this one */
+	struct pdx_sched_sink sink;
+};
+
+TAILQ_HEAD(req_list, pdx_sched_req);
+
+struct pdx_sched {
+	struct pdx_sched_params p;
+	struct event *step;
+	bool in_step; /* a step's outputs are due when the timer fires */
+	struct req_list waiting, running;
+	uint32_t n_waiting, n_running;
+};
+
+static void req_free(struct pdx_sched_req *r)
+{
+	pdx_kv_seq_free(r->seq);
+	free(r->prompt);
+	free(r);
+}
+
+/* Moves requests from the queue to the running set while a slot and all
+ * their blocks are free, in arrival order. */
+static void admit(struct pdx_sched *s)
+{
+	struct pdx_sched_req *r;
+	pdx_status_t st;
+
+	while ((r = TAILQ_FIRST(&s->waiting)) &&
+	       s->n_running < s->p.max_num_seqs) {
+		st = pdx_kv_seq_new(s->p.pool, r->prompt, r->n_prompt,
+				    r->max_new, &r->seq);
+		if (st == PDX_EAGAIN)
+			return;
+		TAILQ_REMOVE(&s->waiting, r, link);
+		s->n_waiting--;
+		if (st != PDX_OK) {
+			log_warn("admitting a request: %s", pdx_status_str(st));
+			r->sink.done(r->sink.arg, st);
+			req_free(r);
+			continue;
+		}
+		free(r->prompt);
+		r->prompt = NULL;
+		r->phase = PHASE_PREFILL;
+		TAILQ_INSERT_TAIL(&s->running, r, link);
+		s->n_running++;
+	}
+}
+
+/* The real work of one step: decode tokens for every request in decode,
+ * then prefill chunks within the token budget. Adds it to w. */
+static void step_work(struct pdx_sched *s, struct pdx_synth_work *w)
+{
+	uint32_t budget = s->p.max_prefill_tokens, vocab = s->p.model->vocab;
+	struct pdx_sched_req *r;
+
+	TAILQ_FOREACH(r, &s->running, link)
+	{
+		struct pdx_kv_seq *q = r->seq;
+
+		if (r->phase == PHASE_DECODE) {
+			pdx_kv_seq_push(q, r->last_token);
+			pdx_synth_work_decode(w, q->filled + 1);
+			pdx_kv_seq_fill(q, q->filled + 1);
+		} else if (budget > 0) {
+			uint32_t chunk = r->n_prompt - q->filled;
+
+			if (chunk > budget)
+				chunk = budget;
+			pdx_synth_work_prefill(w, q->filled, chunk);
+			pdx_kv_seq_fill(q, q->filled + chunk);
+			budget -= chunk;
+			if (q->filled < r->n_prompt)
+				continue;
+		} else {
+			continue;
+		}
+		r->output = pdx_kv_seq_next_token(q, vocab);
+		r->has_output = true;
+	}
+}
+
+/* Delivers the outputs of the step that just ended; ends finished
+ * requests. */
+static void step_deliver(struct pdx_sched *s)
+{
+	struct pdx_sched_req *r, *next;
+	bool last;
+
+	for (r = TAILQ_FIRST(&s->running); r; r = next) {
+		next = TAILQ_NEXT(r, link);
+		if (!r->has_output)
+			continue;
+		r->has_output = false;
+		r->phase = PHASE_DECODE;
+		r->last_token = r->output;
+		last = ++r->n_out == r->max_new;
+		r->sink.token(r->sink.arg, r->output, r->n_out - 1, last);
+		if (!last)
+			continue;
+		TAILQ_REMOVE(&s->running, r, link);
+		s->n_running--;
+		r->sink.done(r->sink.arg, PDX_OK);
+		req_free(r);
+	}
+}
+
+/* Starts a step if there is work: does its real work now and arms the
+ * timer for what is left of its modeled time. */
+static void step_start(struct pdx_sched *s)
+{
+	struct pdx_synth_work w = {0};
+	uint64_t t0 = pdx_now_ns(), model_ns = 0, spent;
+	struct timeval tv;
+
+	admit(s);
+	step_work(s, &w);
+	if (w.tokens == 0)
+		return;
+	if (s->p.time_scale > 0)
+		model_ns = pdx_synth_step_ns(s->p.model, &s->p.gpu, &w);
+	spent = pdx_now_ns() - t0;
+	model_ns = model_ns > spent ? model_ns - spent : 0;
+	tv.tv_sec = (time_t)(model_ns / 1000000000ULL);
+	tv.tv_usec = (suseconds_t)(model_ns % 1000000000ULL / 1000);
+	s->in_step = true;
+	evtimer_add(s->step, &tv);
+}
+
+static void on_step(evutil_socket_t fd, short what, void *arg)
+{
+	struct pdx_sched *s = arg;
+
+	if (s->in_step) {
+		s->in_step = false;
+		step_deliver(s);
+	}
+	step_start(s);
+}
+
+/* Runs a step soon unless one is under way: from the loop, not from the
+ * caller's stack, so submissions of one loop turn share a step. */
+static void kick(struct pdx_sched *s)
+{
+	static const struct timeval now = {0, 0};
+
+	if (!s->in_step && !evtimer_pending(s->step, NULL))
+		evtimer_add(s->step, &now);
+}
+
+pdx_status_t pdx_sched_new(const struct pdx_sched_params *p,
+			   struct pdx_sched **out)
+{
+	struct pdx_sched *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return PDX_ENOMEM;
+	s->p = *p;
+	s->p.gpu.scale = p->time_scale;
+	TAILQ_INIT(&s->waiting);
+	TAILQ_INIT(&s->running);
+	s->step = evtimer_new(p->base, on_step, s);
+	if (!s->step) {
+		free(s);
+		return PDX_ENOMEM;
+	}
+	*out = s;
+	return PDX_OK;
+}
+
+void pdx_sched_free(struct pdx_sched *s)
+{
+	struct pdx_sched_req *r;
+
+	if (!s)
+		return;
+	while ((r = TAILQ_FIRST(&s->waiting))) {
+		TAILQ_REMOVE(&s->waiting, r, link);
+		req_free(r);
+	}
+	while ((r = TAILQ_FIRST(&s->running))) {
+		TAILQ_REMOVE(&s->running, r, link);
+		req_free(r);
+	}
+	event_free(s->step);
+	free(s);
+}
+
+pdx_status_t pdx_sched_submit(struct pdx_sched *s, const uint32_t *prompt,
+			      uint32_t n_prompt, uint32_t max_new,
+			      const struct pdx_sched_sink *sink,
+			      struct pdx_sched_req **out)
+{
+	struct pdx_block_stats bs;
+	struct pdx_sched_req *r;
+
+	pdx_block_alloc_stats(pdx_kv_pool_blocks(s->p.pool), &bs);
+	if (pdx_kv_seq_blocks_for(s->p.pool, n_prompt, max_new) > bs.total)
+		return PDX_ETOOBIG;
+	/* the queue holds max_waiting beyond the free running slots */
+	if (s->n_waiting >= s->p.max_waiting + s->p.max_num_seqs - s->n_running)
+		return PDX_EAGAIN;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return PDX_ENOMEM;
+	r->prompt = malloc(sizeof(*prompt) * n_prompt);
+	if (!r->prompt) {
+		free(r);
+		return PDX_ENOMEM;
+	}
+	memcpy(r->prompt, prompt, sizeof(*prompt) * n_prompt);
+	r->n_prompt = n_prompt;
+	r->max_new = max_new;
+	r->sink = *sink;
+	r->phase = PHASE_QUEUED;
+	TAILQ_INSERT_TAIL(&s->waiting, r, link);
+	s->n_waiting++;
+	kick(s);
+	*out = r;
+	return PDX_OK;
+}
+
+void pdx_sched_abort(struct pdx_sched *s, struct pdx_sched_req *r)
+{
+	if (r->phase == PHASE_QUEUED) {
+		TAILQ_REMOVE(&s->waiting, r, link);
+		s->n_waiting--;
+	} else {
+		TAILQ_REMOVE(&s->running, r, link);
+		s->n_running--;
+	}
+	req_free(r);
+}
+
+void pdx_sched_stats(const struct pdx_sched *s, struct pdx_sched_stats *out)
+{
+	out->running = s->n_running;
+	out->waiting = s->n_waiting;
+}

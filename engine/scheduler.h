@@ -1,0 +1,95 @@
+/* The engine's scheduler: continuous batching of prefill chunks and decode
+ * steps on the engine's libevent loop.
+ *
+ * A request goes through these phases:
+ *   queued   waiting for a running slot (--max-num-seqs) and for all its
+ *            KV blocks (kv_seq.h), first come first served;
+ *   prefill  its prompt's KV is written chunk by chunk, at most
+ *            max_prefill_tokens prompt tokens per step over all requests;
+ *            the step that writes the last chunk yields the first token;
+ *   decode   one token per step: the newest token's KV is written, the
+ *            next is read from the KV;
+ *   done     after max_new tokens (no end-of-sequence token: every request
+ *            runs to its length), or aborted.
+ * A disaggregated decode engine (next step) slots in at admission: its
+ * request skips prefill and waits for its agent's "received" with the
+ * prompt's KV in its blocks, then decodes from the prefill side's first
+ * token; a prefill engine's request ends after its first token once its
+ * agent reports the blocks sent.
+ *
+ * A step is one modeled forward pass. The step's real work (hashing,
+ * writing and reading KV) runs when it starts; its outputs are delivered
+ * when the modeled time (engine/synth_time.h, times the scale; scale 0:
+ * none) has passed since it started, so a client sees the latency a GPU
+ * would give. The next step starts in the same callback. An idle
+ * scheduler arms no timer.
+ *
+ * One thread: the loop's. Sink callbacks run on it, from the step timer,
+ * and must not call pdx_sched_* themselves.
+ */
+#ifndef PDX_ENGINE_SCHEDULER_H
+#define PDX_ENGINE_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <pdx/status.h>
+
+#include "common/models.h"
+#include "engine/kv_pool.h"
+#include "engine/synth_time.h"
+
+struct pdx_sched;
+struct pdx_sched_req;
+
+struct pdx_sched_params {
+	struct event_base *base;
+	struct pdx_kv_pool *pool;      /* borrowed; outlives the scheduler */
+	const struct pdx_model *model; /* the pool's model */
+	struct pdx_synth_gpu gpu;      /* zero: one H100 */
+	double time_scale;	       /* 0: deliver outputs at once */
+	uint32_t max_num_seqs;	       /* requests admitted at once */
+	uint32_t max_waiting;	       /* requests queued beyond those */
+	uint32_t max_prefill_tokens;   /* prompt tokens per step */
+};
+
+/* Where a request's outputs go. */
+struct pdx_sched_sink {
+	/* Output token `index` (0 first); last: it is the request's final
+	 * one, and done follows at once. */
+	void (*token)(void *arg, uint32_t token, uint32_t index, bool last);
+	/* The request ended (PDX_OK: all its tokens were delivered) and is
+	 * freed right after the call. */
+	void (*done)(void *arg, pdx_status_t status);
+	void *arg;
+};
+
+struct pdx_sched_stats {
+	uint32_t running; /* admitted: prefill or decode */
+	uint32_t waiting; /* queued */
+};
+
+pdx_status_t pdx_sched_new(const struct pdx_sched_params *p,
+			   struct pdx_sched **out);
+
+/* Frees every request left without calling its sink; NULL-safe. */
+void pdx_sched_free(struct pdx_sched *s);
+
+/* Queues a request of prompt[0..n_prompt) (copied; n_prompt > 0) for
+ * max_new (>= 1) output tokens. *out is the handle for
+ * pdx_sched_abort(), valid until its sink's done returns.
+ * PDX_ETOOBIG: it needs more KV blocks than the pool has (never fits);
+ * PDX_EAGAIN: the queue is full; PDX_ENOMEM. */
+pdx_status_t pdx_sched_submit(struct pdx_sched *s, const uint32_t *prompt,
+			      uint32_t n_prompt, uint32_t max_new,
+			      const struct pdx_sched_sink *sink,
+			      struct pdx_sched_req **out);
+
+/* Ends a request now (its client left): its blocks are free again and its
+ * sink is never called again. */
+void pdx_sched_abort(struct pdx_sched *s, struct pdx_sched_req *r);
+
+void pdx_sched_stats(const struct pdx_sched *s, struct pdx_sched_stats *out);
+
+#endif

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# pdx-bench against pdx-engine: 20 random prompts at once all complete,
+# the result JSON has a positive mean TTFT, and every KV block is free
+# afterwards.
+#   bench.sh BUILD/engine/pdx-engine BUILD/bench/pdx-bench
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+ENGINE=$1 BENCH=$2
+
+# a small modeled time, so that requests overlap in batches
+engine_start "$ENGINE" --time-scale 20
+"$BENCH" --host 127.0.0.1 --port "$PORT" --model tiny --dataset-name random \
+	--random-input-len 64 --random-output-len 16 --num-prompts 20 \
+	--request-rate inf --save-result --result-dir "$E2E_TMP/res" \
+	>"$E2E_TMP/bench.out" 2>&1 || { cat "$E2E_TMP/bench.out"; fail "pdx-bench"; }
+f=$(ls "$E2E_TMP"/res/*.json) || fail "no result file"
+py "import json; r=json.load(open('$f')); assert r['completed'] == 20 and r['mean_ttft_ms'] > 0 and r['total_output_tokens'] == 320, {k: r.get(k) for k in ('completed', 'mean_ttft_ms', 'total_output_tokens')}" "result JSON"
+get /metrics >"$E2E_TMP/metrics"
+python3 "$HERE/promcheck.py" "$E2E_TMP/metrics" \
+	'pdx_engine_kv_blocks_used{model_name="tiny"}=0' \
+	'pdx_engine_requests_finished_total{model_name="tiny"}=20' \
+	'pdx_engine_prompt_tokens_total{model_name="tiny"}=1280' ||
+	fail "/metrics after the run"
+engine_stop
+echo ok
