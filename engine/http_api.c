@@ -1,5 +1,5 @@
 /* The evhttp server: binding, routing, errors, and the routes that only
- * read state (/v1/models, /health, /metrics). */
+ * read state (/v1/models, /health, /metrics, /v1/pdx/info). */
 #define PDX_LOG_TOPIC "http"
 #include "engine/http_internal.h"
 
@@ -86,6 +86,20 @@ static void get_metrics(struct pdx_http_api *api, struct evhttp_request *req)
 	evbuffer_free(b);
 }
 
+/* The engine's place in a disaggregated pair: what a proxy or a test
+ * needs to pair it (docs/engine.md). */
+static void get_info(struct pdx_http_api *api, struct evhttp_request *req)
+{
+	struct pdx_kv_link *l = api->p.link;
+	json_t *o =
+	    json_pack("{s:s, s:s, s:s?, s:s?}", "role", api->p.role, "model",
+		      api->p.model->name, "agent", api->p.agent, "peer_addr",
+		      l ? pdx_kv_link_peer(l) : NULL);
+
+	reply_json(req, 200, o ? json_dumps(o, JSON_COMPACT) : NULL);
+	json_decref(o);
+}
+
 static void route(struct evhttp_request *req, void *arg)
 {
 	struct pdx_http_api *api = arg;
@@ -105,6 +119,8 @@ static void route(struct evhttp_request *req, void *arg)
 		get_models(api, req);
 	else if (get && strcmp(path, "/health") == 0)
 		reply(req, 200, "text/plain", NULL);
+	else if (get && strcmp(path, "/v1/pdx/info") == 0)
+		get_info(api, req);
 	else if (get && strcmp(path, "/metrics") == 0)
 		get_metrics(api, req);
 	else {
@@ -145,6 +161,7 @@ pdx_status_t pdx_http_api_new(const struct pdx_http_api_params *p,
 	api->started = (long long)time(NULL);
 	api->id_seed = pdx_now_ns() ^ ((uint64_t)getpid() << 32);
 	LIST_INIT(&api->calls);
+	LIST_INIT(&api->kvs);
 	api->http = evhttp_new(p->base);
 	if (!api->http) {
 		free(api);

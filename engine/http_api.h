@@ -3,7 +3,8 @@
  *
  *   POST /v1/completions, /v1/chat/completions  (engine/openai.h; SSE when
  *        "stream": true, one token per event, flushed as produced)
- *   GET  /v1/models, /health, /metrics
+ *   GET  /v1/models, /health, /metrics, /v1/pdx/info (role, agent peer
+ *        address)
  *
  * Every request is handed to the scheduler; a client that disconnects
  * before the end has its request aborted, and so its KV blocks freed.
@@ -21,6 +22,7 @@
 #include <pdx/status.h>
 
 #include "common/models.h"
+#include "engine/kv_link.h"
 #include "engine/kv_pool.h"
 #include "engine/metrics.h"
 #include "engine/scheduler.h"
@@ -39,6 +41,10 @@ struct pdx_http_api_params {
 	struct pdx_sched *sched;
 	struct pdx_kv_pool *pool;
 	struct pdx_engine_metrics *metrics;
+	const char *role;	  /* "both", "prefill", "decode" */
+	const char *agent;	  /* --agent, or NULL */
+	struct pdx_kv_link *link; /* the agent link, or NULL: none */
+	uint32_t kv_timeout_ms;	  /* bound on a transfer's wait */
 };
 
 /* Binds and starts serving. On failure writes the reason to err and

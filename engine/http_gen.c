@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "engine/kv_seq.h"
 #include "engine/openai.h"
 #include "engine/tokenizer.h"
 
@@ -29,6 +30,8 @@ struct pdx__gen_call {
 	struct evhttp_request *req;
 	struct evhttp_connection *conn;
 	struct pdx_sched_req *sreq;
+	struct pdx__kv *kv; /* its KV transfer, or NULL */
+	uint32_t first_token;
 	struct event *watch; /* the client's socket, for its close */
 	struct pdx_oai_meta meta;
 	bool stream, include_usage;
@@ -108,6 +111,8 @@ static void on_close(struct evhttp_connection *conn, void *arg)
 	if (!evhttp_request_get_connection(c->req))
 		evhttp_request_free(c->req);
 	c->api->p.metrics->req_aborted++;
+	if (c->kv)
+		pdx__kv_call_end(c->kv);
 	pdx_sched_abort(c->api->p.sched, c->sreq);
 	call_free(c);
 }
@@ -161,6 +166,8 @@ static void on_token(void *arg, uint32_t token, uint32_t index, bool last)
 	piece[0] = ' ';
 	pdx_tok_word(token, piece + 1);
 	if (index == 0)
+		c->first_token = token;
+	if (index == 0)
 		pdx_metrics_ttft(m,
 				 (double)(pdx_now_ns() - c->arrival_ns) / 1e9);
 	m->generation_tokens++;
@@ -173,11 +180,11 @@ static void on_token(void *arg, uint32_t token, uint32_t index, bool last)
 			     strlen(piece + (index == 0)));
 }
 
-static void finish_stream(struct pdx__gen_call *c, pdx_status_t st)
+static void finish_stream(struct pdx__gen_call *c, pdx_status_t st,
+			  const char *why)
 {
 	if (st != PDX_OK)
-		sse_send(c, pdx_oai_error_body("internal_error",
-					       pdx_status_str(st), 500));
+		sse_send(c, pdx_oai_error_body("internal_error", why, 500));
 	else if (c->include_usage)
 		sse_send(c, pdx_oai_usage_chunk(&c->meta, &c->usage));
 	evbuffer_add_printf(c->out, "data: [DONE]\n\n");
@@ -185,19 +192,22 @@ static void finish_stream(struct pdx__gen_call *c, pdx_status_t st)
 	evhttp_send_reply_end(c->req);
 }
 
-static void finish_whole(struct pdx__gen_call *c, pdx_status_t st)
+static void finish_whole(struct pdx__gen_call *c, pdx_status_t st,
+			 const char *why)
 {
 	struct evbuffer *b;
 	char *json;
 
 	if (st != PDX_OK) {
-		pdx__http_error(c->api, c->req, 500, "internal_error",
-				pdx_status_str(st));
+		pdx__http_error(c->api, c->req, 500, "internal_error", why);
 		return;
 	}
 	evbuffer_add(c->out, "", 1); /* NUL: the text as a C string */
+	if (c->kv)
+		c->meta.kv_answer = pdx__kv_answer(c->kv, c->first_token);
 	json = pdx_oai_response(
 	    &c->meta, (const char *)evbuffer_pullup(c->out, -1), &c->usage);
+	json_decref(c->meta.kv_answer);
 	b = evbuffer_new();
 	if (!json || !b) {
 		evhttp_send_error(c->req, 500, "out of memory");
@@ -214,17 +224,77 @@ static void finish_whole(struct pdx__gen_call *c, pdx_status_t st)
 static void on_done(void *arg, pdx_status_t st)
 {
 	struct pdx__gen_call *c = arg;
+	const char *why = pdx_status_str(st), *reason = "";
+	pdx_status_t kst = c->kv ? pdx__kv_status(c->kv, &reason) : PDX_OK;
 
+	/* a prefill whose transfer failed is no use to its decode side */
+	if (st == PDX_OK && kst != PDX_OK)
+		st = kst;
+	if (st != PDX_OK && reason[0])
+		why = reason;
 	if (st == PDX_OK)
 		c->api->p.metrics->req_finished++;
 	else
 		log_warn("%s: %s", c->req_id, pdx_status_str(st));
 	call_detach(c);
 	if (c->stream)
-		finish_stream(c, st);
+		finish_stream(c, st, why);
 	else
-		finish_whole(c, st);
+		finish_whole(c, st, why);
+	if (c->kv)
+		pdx__kv_call_end(c->kv);
 	call_free(c);
+}
+
+static void on_admitted(void *arg, struct pdx_kv_seq *seq)
+{
+	pdx__kv_admitted(((struct pdx__gen_call *)arg)->kv, seq);
+}
+
+static void on_layer_done(void *arg, uint32_t layer)
+{
+	pdx__kv_layer_done(((struct pdx__gen_call *)arg)->kv, layer);
+}
+
+static bool on_hold(void *arg, struct pdx_kv_seq *seq)
+{
+	return pdx__kv_hold(((struct pdx__gen_call *)arg)->kv, seq);
+}
+
+/* A request with kv_transfer_params: checked against the engine's role,
+ * its transfer made and its sink given the KV hooks. -1: replied. */
+static int kv_setup(struct pdx__gen_call *c, struct pdx_oai_req *r,
+		    struct pdx_sched_sink *sink)
+{
+	struct pdx_http_api *api = c->api;
+	bool recv = r->kv.role == PDX_KV_RECV;
+	const char *bad = NULL;
+
+	if (!api->p.link)
+		bad = "kv_transfer_params: this engine has no --agent";
+	else if (recv && !strcmp(api->p.role, "prefill"))
+		bad = "do_remote_prefill: this is a prefill engine";
+	else if (!recv && !strcmp(api->p.role, "decode"))
+		bad = "do_remote_decode: this is a decode engine";
+	if (bad) {
+		pdx__http_error(api, c->req, 400, "invalid_request_error", bad);
+		return -1;
+	}
+	c->kv = pdx__kv_new(api, &r->kv, r->n_prompt);
+	if (!c->kv) {
+		pdx__http_error(api, c->req, 500, "internal_error",
+				"out of memory");
+		return -1;
+	}
+	/* the prefill side answers the first token; the decode side goes on */
+	if (!recv)
+		r->max_tokens = 1;
+	sink->remote_kv = recv;
+	sink->recompute = r->kv.recompute;
+	sink->admitted = on_admitted;
+	sink->layer_done = recv ? NULL : on_layer_done;
+	sink->hold = recv ? NULL : on_hold;
+	return 0;
 }
 
 static void refuse(struct pdx_http_api *api, struct evhttp_request *req,
@@ -273,7 +343,7 @@ static int read_body(struct pdx_http_api *api, struct evhttp_request *req,
 void pdx__gen_handle(struct pdx_http_api *api, struct evhttp_request *req,
 		     bool chat)
 {
-	struct pdx_sched_sink sink = {on_token, on_done, NULL};
+	struct pdx_sched_sink sink = {.token = on_token, .done = on_done};
 	struct pdx__gen_call *c;
 	struct pdx_oai_req r;
 	pdx_status_t st;
@@ -302,14 +372,23 @@ void pdx__gen_handle(struct pdx_http_api *api, struct evhttp_request *req,
 					.model = api->p.model->name};
 	LIST_INSERT_HEAD(&api->calls, c, link);
 	sink.arg = c;
+	if (r.kv.role != PDX_KV_NONE && kv_setup(c, &r, &sink)) {
+		pdx_oai_req_clear(&r);
+		call_free(c);
+		return;
+	}
 	st = pdx_sched_submit(api->p.sched, r.prompt, r.n_prompt, r.max_tokens,
 			      &sink, &c->sreq);
 	if (st != PDX_OK) {
 		refuse(api, req, st, &r);
 		pdx_oai_req_clear(&r);
+		if (c->kv)
+			pdx__kv_call_end(c->kv);
 		call_free(c);
 		return;
 	}
+	if (c->kv)
+		pdx__kv_set_req(c->kv, c->sreq);
 	api->p.metrics->prompt_tokens += r.n_prompt;
 	pdx_oai_req_clear(&r);
 	evhttp_connection_set_closecb(c->conn, on_close, c);
@@ -330,7 +409,10 @@ void pdx__gen_abort_all(struct pdx_http_api *api)
 
 	while ((c = LIST_FIRST(&api->calls))) {
 		call_detach(c);
+		if (c->kv)
+			pdx__kv_call_end(c->kv);
 		pdx_sched_abort(api->p.sched, c->sreq);
 		call_free(c);
 	}
+	pdx__kv_free_all(api);
 }

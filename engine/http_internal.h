@@ -8,10 +8,15 @@
 #include <sys/queue.h>
 
 #include <event2/http.h>
+#include <jansson.h>
 
 #include "engine/http_api.h"
+#include "engine/kv_params.h"
 
 struct pdx__gen_call;
+struct pdx__kv;
+struct pdx_kv_seq;
+struct pdx_sched_req;
 
 struct pdx_http_api {
 	struct pdx_http_api_params p;
@@ -21,6 +26,7 @@ struct pdx_http_api {
 	uint64_t next_id;  /* for request ids the client did not send */
 	uint64_t id_seed;
 	LIST_HEAD(, pdx__gen_call) calls; /* completions in flight */
+	LIST_HEAD(, pdx__kv) kvs; /* transfers of requests (http_kv.c) */
 };
 
 /* Sends an OpenAI error object with the given HTTP status. */
@@ -33,5 +39,27 @@ void pdx__gen_handle(struct pdx_http_api *api, struct evhttp_request *req,
 
 /* Ends every call in flight (their clients get nothing more). */
 void pdx__gen_abort_all(struct pdx_http_api *api);
+
+/* http_kv.c: one request's KV transfer (kv_transfer_params), from its
+ * admission to the agent's event, which may come after the request ended
+ * (the prefill side holds its blocks until they are sent). */
+
+/* A transfer for request sreq of n_prompt tokens; NULL: out of memory. */
+struct pdx__kv *pdx__kv_new(struct pdx_http_api *api,
+			    const struct pdx_kv_params *p, uint32_t n_prompt);
+void pdx__kv_set_req(struct pdx__kv *k, struct pdx_sched_req *sreq);
+/* The scheduler's KV hooks, forwarded by the request's sink. */
+void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq);
+void pdx__kv_layer_done(struct pdx__kv *k, uint32_t layer);
+bool pdx__kv_hold(struct pdx__kv *k, struct pdx_kv_seq *seq);
+/* The prefill side's kv_transfer_params answer (a new object), or NULL. */
+json_t *pdx__kv_answer(const struct pdx__kv *k, uint32_t first_token);
+/* Prefill side: PDX_OK, or why its transfer failed (its answer would be
+ * no use). Either side: the failure's reason in *reason, "" if none. */
+pdx_status_t pdx__kv_status(const struct pdx__kv *k, const char **reason);
+/* The request ended (done or aborted): a held transfer lives on. */
+void pdx__kv_call_end(struct pdx__kv *k);
+/* Shutdown: every transfer aborted, every held block freed. */
+void pdx__kv_free_all(struct pdx_http_api *api);
 
 #endif

@@ -91,6 +91,37 @@ void pdx_kv_seq_fill(struct pdx_kv_seq *s, uint32_t to)
 	s->filled = to;
 }
 
+static void hash_to(struct pdx_kv_seq *s, uint32_t to)
+{
+	uint64_t prev;
+
+	if (s->n_hashed >= to)
+		return;
+	prev = s->n_hashed ? s->hash[s->n_hashed - 1] : PDX_SYNTH_HASH_SEED;
+	pdx_synth_hashes(prev, s->tokens + s->n_hashed, to - s->n_hashed,
+			 s->hash + s->n_hashed);
+	s->n_hashed = to;
+}
+
+bool pdx_kv_seq_check_received(struct pdx_kv_seq *s, uint32_t n, uint32_t *bad)
+{
+	struct pdx_synth_seq view;
+	uint32_t bt = block_tokens(s->pool);
+
+	assert(n <= s->n_tokens);
+	hash_to(s, n);
+	view = pdx_kv_pool_seq(s->pool, s->blocks, s->hash);
+	for (uint32_t a = 0; a < n; a += bt) {
+		uint32_t b = a + bt < n ? a + bt : n;
+
+		if (!pdx_synth_check(&view, a, a + 1, bad) ||
+		    !pdx_synth_check(&view, b - 1, b, bad))
+			return false;
+	}
+	s->filled = n;
+	return true;
+}
+
 uint32_t pdx_kv_seq_next_token(const struct pdx_kv_seq *s, uint32_t vocab)
 {
 	struct pdx_synth_seq view =

@@ -8,8 +8,9 @@
  * are known (the prompt, then each generated token once it is pushed).
  *
  * Prefill (local): pdx_kv_seq_fill() up to the prompt's length, chunk by
- * chunk. Prefill (remote, a later step): the blocks are written by the
- * agent instead, then checked, and filled is set to the prompt's length.
+ * chunk. Prefill (remote): the blocks are written by the agent instead,
+ * then checked (pdx_kv_seq_check_received()), which sets filled to the
+ * prompt's length.
  * Decode: push the newest token, fill its position, read the next token.
  *
  * Owned by the caller; one thread (the engine's loop).
@@ -17,6 +18,7 @@
 #ifndef PDX_ENGINE_KV_SEQ_H
 #define PDX_ENGINE_KV_SEQ_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <pdx/status.h>
@@ -57,6 +59,12 @@ void pdx_kv_seq_fill(struct pdx_kv_seq *s, uint32_t to);
 /* The token after positions [0, filled) (filled > 0) in a vocabulary of
  * vocab ids, read from the KV. */
 uint32_t pdx_kv_seq_next_token(const struct pdx_kv_seq *s, uint32_t vocab);
+
+/* The agent wrote the KV of positions [0, n) (n = the prompt's length):
+ * hashes them and checks the first and last position of every block in
+ * every layer. True, and filled = n, when all match; else false and the
+ * lowest position found wrong in *bad. */
+bool pdx_kv_seq_check_received(struct pdx_kv_seq *s, uint32_t n, uint32_t *bad);
 
 /* Appends a generated token (n_tokens < cap). */
 void pdx_kv_seq_push(struct pdx_kv_seq *s, uint32_t token);

@@ -1,5 +1,6 @@
 /* pdx-engine: options, the KV pool, the scheduler and the HTTP front on
- * one libevent loop; SIGTERM or SIGINT end it cleanly. */
+ * one libevent loop, with the link to its pdx-agent (--agent); SIGTERM or
+ * SIGINT end it cleanly. */
 #define PDX_LOG_TOPIC "engine"
 #include <event2/event.h>
 #include <signal.h>
@@ -9,6 +10,7 @@
 
 #include "common/log.h"
 #include "engine/http_api.h"
+#include "engine/kv_link.h"
 #include "engine/kv_pool.h"
 #include "engine/metrics.h"
 #include "engine/opts.h"
@@ -20,6 +22,7 @@ struct engine {
 	struct event *sigterm, *sigint;
 	struct pdx_kv_pool *pool;
 	struct pdx_sched *sched;
+	struct pdx_kv_link *link; /* --agent */
 	struct pdx_http_api *http;
 	struct pdx_engine_metrics metrics;
 };
@@ -30,6 +33,13 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 	log_info("signal %d: shutting down", (int)sig);
 	event_base_loopexit(e->base, NULL);
+}
+
+static const char *role_name(enum pdx_engine_role r)
+{
+	return r == PDX_ROLE_PREFILL  ? "prefill"
+	       : r == PDX_ROLE_DECODE ? "decode"
+				      : "both";
 }
 
 static int engine_start(struct engine *e)
@@ -68,6 +78,16 @@ static int engine_start(struct engine *e)
 		log_error("kv pool: %s", err);
 		return -1;
 	}
+	if (e->o.agent) {
+		st = pdx_kv_link_new(e->base, e->o.agent, e->pool, &e->link,
+				     err, sizeof(err));
+		if (st != PDX_OK) {
+			log_error("agent: %s", err);
+			return -1;
+		}
+		log_info("agent %s, peer address %s", e->o.agent,
+			 pdx_kv_link_peer(e->link));
+	}
 	sp.base = e->base;
 	sp.pool = e->pool;
 	st = pdx_sched_new(&sp, &e->sched);
@@ -78,6 +98,10 @@ static int engine_start(struct engine *e)
 	hp.base = e->base;
 	hp.sched = e->sched;
 	hp.pool = e->pool;
+	hp.role = role_name(e->o.role);
+	hp.agent = e->o.agent;
+	hp.link = e->link;
+	hp.kv_timeout_ms = e->o.kv_timeout_ms;
 	st = pdx_http_api_new(&hp, &e->http, err, sizeof(err));
 	if (st != PDX_OK) {
 		log_error("http: %s", st == PDX_ENOMEM ? "out of memory" : err);
@@ -98,6 +122,7 @@ static void engine_stop(struct engine *e)
 {
 	pdx_http_api_free(e->http);
 	pdx_sched_free(e->sched);
+	pdx_kv_link_free(e->link);
 	pdx_kv_pool_free(e->pool);
 	if (e->sigint)
 		event_free(e->sigint);
@@ -122,13 +147,6 @@ int main(int argc, char **argv)
 		return 2;
 	case PDX_OPTS_RUN:
 		break;
-	}
-	if (e.o.role != PDX_ROLE_BOTH) {
-		fprintf(stderr,
-			"pdx-engine: --role %s is not available yet; use "
-			"--role both\n",
-			e.o.role == PDX_ROLE_PREFILL ? "prefill" : "decode");
-		return 2;
 	}
 	pdx_log_prefix("engine");
 	signal(SIGPIPE, SIG_IGN);

@@ -212,6 +212,7 @@ static int parse_options(json_t *root, const struct pdx_oai_limits *lim,
 			 struct pdx_oai_req *out, struct pdx_oai_error *err)
 {
 	json_t *v, *so;
+	char msg[sizeof(err->message)];
 
 	v = json_object_get(root, "model");
 	if (v && !json_is_string(v))
@@ -239,6 +240,9 @@ static int parse_options(json_t *root, const struct pdx_oai_limits *lim,
 			    "'stream_options.include_usage' must be a boolean");
 		out->include_usage = json_is_true(v);
 	}
+	if (pdx_kv_params_parse(json_object_get(root, "kv_transfer_params"),
+				lim->vocab, &out->kv, msg, sizeof(msg)))
+		return fail(err, 400, "%s", msg);
 	return 0;
 }
 
@@ -334,6 +338,11 @@ char *pdx_oai_response(const struct pdx_oai_meta *m, const char *text,
 		choice = json_pack("{s:i, s:s, s:n, s:s}", "index", 0, "text",
 				   text, "logprobs", "finish_reason", "length");
 	o = envelope(m, false, json_pack("[o]", choice));
+	if (o && m->kv_answer &&
+	    json_object_set(o, "kv_transfer_params", m->kv_answer)) {
+		json_decref(o);
+		return NULL;
+	}
 	if (o && json_object_set_new(o, "usage", usage_obj(u))) {
 		json_decref(o);
 		return NULL;

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/kv_params.h"
+
 #define PDX_OAI_DEFAULT_MAX_TOKENS 16
 
 struct pdx_oai_limits {
@@ -30,6 +32,7 @@ struct pdx_oai_req {
 	uint32_t *prompt;   /* token ids, malloc'd */
 	uint32_t n_prompt;
 	uint32_t max_tokens;
+	struct pdx_kv_params kv; /* kv_transfer_params */
 };
 
 /* Why a body was refused: the HTTP status and the OpenAI error type. */
@@ -53,6 +56,8 @@ struct pdx_oai_meta {
 	const char *id;	   /* "cmpl-..." or "chatcmpl-..." */
 	long long created; /* unix seconds */
 	const char *model;
+	/* the response's kv_transfer_params (not streamed), or NULL */
+	json_t *kv_answer;
 };
 
 struct pdx_oai_usage {

@@ -22,7 +22,13 @@ void pdx_engine_opts_usage(FILE *f)
 "  --port P                 listen port (default 8100; 0: any free port,\n"
 "                           printed as \"listening on H:P\")\n"
 "  --model M                model shape: %s (default tiny)\n"
-"  --role R                 both (colocated; the only role served so far)\n"
+"  --role R                 both (colocated, default), prefill or decode\n"
+"                           (disaggregated: need --agent)\n"
+"  --agent ADDR             this engine's pdx-agent, ipc://PATH: the KV\n"
+"                           pool is registered with it\n"
+"  --kv-timeout-ms N        bound on waiting for a transfer, decode side\n"
+"                           (received) and prefill side (sent); default\n"
+"                           30000\n"
 "  --kv-blocks N            KV pool size in blocks (default: enough for\n"
 "                           16384 tokens; tiny: 4096 blocks, 8 MiB;\n"
 "                           llama3-8b: 1024 blocks, 2 GiB)\n"
@@ -51,6 +57,8 @@ enum {
 	O_MAX_MODEL_LEN,
 	O_TIME_SCALE,
 	O_LOG_LEVEL,
+	O_AGENT,
+	O_KV_TIMEOUT,
 	O_HELP,
 };
 
@@ -66,6 +74,8 @@ static const struct option long_opts[] = {
     {"max-model-len", required_argument, 0, O_MAX_MODEL_LEN},
     {"time-scale", required_argument, 0, O_TIME_SCALE},
     {"log-level", required_argument, 0, O_LOG_LEVEL},
+    {"agent", required_argument, 0, O_AGENT},
+    {"kv-timeout-ms", required_argument, 0, O_KV_TIMEOUT},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -160,6 +170,18 @@ static int parse_one(int c, const char *arg, struct pdx_engine_opts *o,
 			return -1;
 		}
 		return 0;
+	case O_AGENT:
+		if (strncmp(arg, "ipc://", 6) != 0 || !arg[6]) {
+			pdx_errbuf_set(err, errlen,
+				       "--agent: want ipc://PATH, got '%s'",
+				       arg);
+			return -1;
+		}
+		o->agent = arg;
+		return 0;
+	case O_KV_TIMEOUT:
+		return parse_u32("kv-timeout-ms", arg, 1, 3600000,
+				 &o->kv_timeout_ms, err, errlen);
 	case O_LOG_LEVEL:
 		if (pdx_log_set_level(arg) < 0) {
 			pdx_errbuf_set(err, errlen,
@@ -191,6 +213,7 @@ enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
 	    .max_model_len = 8192,
 	    .time_scale = 1.0,
 	    .log_level = "info",
+	    .kv_timeout_ms = 30000,
 	};
 	optind = 0; /* glibc: full reinitialisation */
 	opterr = 0;
@@ -210,6 +233,12 @@ enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
 		o->kv_blocks = (PDX_ENGINE_DEFAULT_KV_TOKENS +
 				o->model->block_tokens - 1) /
 			       o->model->block_tokens;
+	if (o->role != PDX_ROLE_BOTH && !o->agent) {
+		pdx_errbuf_set(err, errlen, "--role %s needs --agent",
+			       o->role == PDX_ROLE_PREFILL ? "prefill"
+							   : "decode");
+		return PDX_OPTS_BAD;
+	}
 	if (optind < argc) {
 		pdx_errbuf_set(err, errlen, "unexpected argument '%s'",
 			       argv[optind]);

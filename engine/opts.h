@@ -14,7 +14,7 @@
 
 enum pdx_engine_role {
 	PDX_ROLE_BOTH,	  /* colocated: prefill and decode here */
-	PDX_ROLE_PREFILL, /* disaggregated roles: not served yet */
+	PDX_ROLE_PREFILL, /* disaggregated roles: need an agent */
 	PDX_ROLE_DECODE,
 };
 
@@ -33,6 +33,8 @@ struct pdx_engine_opts {
 	uint32_t max_model_len;	       /* prompt + output tokens: 8192 */
 	double time_scale;	       /* modeled time factor; 0: no sleep */
 	const char *log_level;	       /* info */
+	const char *agent;	/* ipc://PATH of its pdx-agent, or NULL */
+	uint32_t kv_timeout_ms; /* bound on a transfer's wait: 30000 */
 };
 
 enum pdx_engine_opts_result {

@@ -11,7 +11,14 @@
 #include "common/log.h"
 #include "engine/kv_seq.h"
 
-enum req_phase { PHASE_QUEUED, PHASE_PREFILL, PHASE_DECODE };
+enum req_phase {
+	PHASE_QUEUED,
+	PHASE_WAIT_KV,	/* remote_kv: the transfer is under way */
+	PHASE_KV_READY, /* ... it ended: kv_status */
+	PHASE_FIRST,	/* its first token is known: `first` */
+	PHASE_PREFILL,
+	PHASE_DECODE,
+};
 
 struct pdx_sched_req {
 	TAILQ_ENTRY(pdx_sched_req) link; /* waiting or running */
@@ -19,10 +26,13 @@ struct pdx_sched_req {
 	uint32_t *prompt; /* until admitted; then in seq */
 	uint32_t n_prompt, max_new;
 	struct pdx_kv_seq *seq;
-	uint32_t n_out;	     /* tokens delivered */
-	uint32_t last_token; /* the newest delivered one */
-	bool has_output;     /* this step yields a token ... */
-	uint32_t output;     /* ... this one */
+	uint32_t n_out;		/* tokens delivered */
+	uint32_t last_token;	/* the newest delivered one */
+	bool has_output;	/* this step yields a token ... */
+	uint32_t output;	/* ... this one */
+	pdx_status_t kv_status; /* PHASE_KV_READY */
+	int64_t first;		/* PHASE_KV_READY: the given first token */
+	bool posting;		/* its layers are being posted this step */
 	struct pdx_sched_sink sink;
 };
 
@@ -32,6 +42,11 @@ struct pdx_sched {
 	struct pdx_sched_params p;
 	struct event *step;
 	bool in_step; /* a step's outputs are due when the timer fires */
+	/* layer-wise posting of the step's finished prefills */
+	struct event *layer_ev;
+	bool posting;		   /* some request's r->posting is set */
+	uint32_t next_layer;	   /* layers [0, next_layer) posted */
+	uint64_t step_t0, step_ns; /* the step's start and modeled time */
 	struct req_list waiting, running;
 	uint32_t n_waiting, n_running;
 };
@@ -66,23 +81,84 @@ static void admit(struct pdx_sched *s)
 		}
 		free(r->prompt);
 		r->prompt = NULL;
-		r->phase = PHASE_PREFILL;
+		r->phase = r->sink.remote_kv ? PHASE_WAIT_KV : PHASE_PREFILL;
 		TAILQ_INSERT_TAIL(&s->running, r, link);
 		s->n_running++;
+		if (r->sink.admitted)
+			r->sink.admitted(r->sink.arg, r->seq);
+	}
+}
+
+static void end(struct pdx_sched *s, struct pdx_sched_req *r, pdx_status_t st)
+{
+	TAILQ_REMOVE(&s->running, r, link);
+	s->n_running--;
+	if (st == PDX_OK && r->sink.hold && r->sink.hold(r->sink.arg, r->seq))
+		r->seq = NULL;
+	r->sink.done(r->sink.arg, st);
+	req_free(r);
+}
+
+/* A remote_kv request whose transfer ended: check the KV it got and
+ * start from its first token, or apply its failure policy. */
+static void settle_one(struct pdx_sched *s, struct pdx_sched_req *r)
+{
+	struct pdx_kv_seq *q = r->seq;
+	pdx_status_t st = r->kv_status;
+	uint32_t bad;
+
+	if (st == PDX_OK && !pdx_kv_seq_check_received(q, r->n_prompt, &bad)) {
+		log_warn("received KV differs at position %u", bad);
+		st = PDX_EIO;
+	}
+	if (st == PDX_OK) {
+		uint32_t mine = pdx_kv_seq_next_token(q, s->p.model->vocab);
+
+		if (r->first >= 0 && (uint32_t)r->first != mine)
+			log_warn("first token %lld given, %u read from the KV",
+				 (long long)r->first, mine);
+		r->first = r->first >= 0 ? r->first : mine;
+		r->phase = PHASE_FIRST;
+	} else if (r->sink.recompute) {
+		log_info("transfer failed (%s): prefilling here",
+			 pdx_status_str(st));
+		q->filled = 0;
+		r->phase = PHASE_PREFILL;
+	} else {
+		end(s, r, st);
+	}
+}
+
+static void settle(struct pdx_sched *s)
+{
+	struct pdx_sched_req *r, *next;
+
+	for (r = TAILQ_FIRST(&s->running); r; r = next) {
+		next = TAILQ_NEXT(r, link);
+		if (r->phase == PHASE_KV_READY)
+			settle_one(s, r);
 	}
 }
 
 /* The real work of one step: decode tokens for every request in decode,
  * then prefill chunks within the token budget. Adds it to w. */
-static void step_work(struct pdx_sched *s, struct pdx_synth_work *w)
+static bool step_work(struct pdx_sched *s, struct pdx_synth_work *w)
 {
 	uint32_t budget = s->p.max_prefill_tokens, vocab = s->p.model->vocab;
 	struct pdx_sched_req *r;
+	bool any = false;
 
 	TAILQ_FOREACH(r, &s->running, link)
 	{
 		struct pdx_kv_seq *q = r->seq;
 
+		if (r->phase == PHASE_WAIT_KV || r->phase == PHASE_KV_READY)
+			continue;
+		if (r->phase == PHASE_FIRST) {
+			r->output = (uint32_t)r->first;
+			r->has_output = any = true;
+			continue;
+		}
 		if (r->phase == PHASE_DECODE) {
 			pdx_kv_seq_push(q, r->last_token);
 			pdx_synth_work_decode(w, q->filled + 1);
@@ -97,12 +173,56 @@ static void step_work(struct pdx_sched *s, struct pdx_synth_work *w)
 			budget -= chunk;
 			if (q->filled < r->n_prompt)
 				continue;
+			r->posting = r->sink.layer_done != NULL;
+			s->posting |= r->posting;
 		} else {
 			continue;
 		}
 		r->output = pdx_kv_seq_next_token(q, vocab);
-		r->has_output = true;
+		r->has_output = any = true;
 	}
+	return any || w->tokens > 0;
+}
+
+/* Posts every layer due by now (all of them when all), for the requests
+ * whose last prefill chunk is in this step: layer l is due when the
+ * step's modeled time reaches (l + 1) / layers. Arms the layer timer for
+ * the next. */
+static void post_layers(struct pdx_sched *s, bool all)
+{
+	uint32_t layers = s->p.model->layers;
+	uint64_t el = pdx_now_ns() - s->step_t0, due;
+	struct pdx_sched_req *r;
+	struct timeval tv;
+
+	if (!s->posting)
+		return; /* no finished prefill to announce: no timer */
+	for (; s->next_layer < layers; s->next_layer++) {
+		due = s->step_ns * (s->next_layer + 1) / layers;
+		if (!all && due > el) {
+			due -= el;
+			tv.tv_sec = (time_t)(due / 1000000000ULL);
+			tv.tv_usec = (suseconds_t)(due % 1000000000ULL / 1000);
+			evtimer_add(s->layer_ev, &tv);
+			return;
+		}
+		TAILQ_FOREACH(r, &s->running, link)
+		{
+			if (r->posting)
+				r->sink.layer_done(r->sink.arg, s->next_layer);
+		}
+	}
+	evtimer_del(s->layer_ev);
+	TAILQ_FOREACH(r, &s->running, link)
+	{
+		r->posting = false;
+	}
+	s->posting = false;
+}
+
+static void on_layer(evutil_socket_t fd, short what, void *arg)
+{
+	post_layers(arg, false);
 }
 
 /* Delivers the outputs of the step that just ended; ends finished
@@ -111,6 +231,8 @@ static void step_deliver(struct pdx_sched *s)
 {
 	struct pdx_sched_req *r, *next;
 	bool last;
+
+	post_layers(s, true);
 
 	for (r = TAILQ_FIRST(&s->running); r; r = next) {
 		next = TAILQ_NEXT(r, link);
@@ -123,10 +245,7 @@ static void step_deliver(struct pdx_sched *s)
 		r->sink.token(r->sink.arg, r->output, r->n_out - 1, last);
 		if (!last)
 			continue;
-		TAILQ_REMOVE(&s->running, r, link);
-		s->n_running--;
-		r->sink.done(r->sink.arg, PDX_OK);
-		req_free(r);
+		end(s, r, PDX_OK);
 	}
 }
 
@@ -139,10 +258,10 @@ static void step_start(struct pdx_sched *s)
 	struct timeval tv;
 
 	admit(s);
-	step_work(s, &w);
-	if (w.tokens == 0)
+	settle(s);
+	if (!step_work(s, &w))
 		return;
-	if (s->p.time_scale > 0)
+	if (s->p.time_scale > 0 && w.tokens > 0)
 		model_ns = pdx_synth_step_ns(s->p.model, &s->p.gpu, &w);
 	spent = pdx_now_ns() - t0;
 	model_ns = model_ns > spent ? model_ns - spent : 0;
@@ -150,6 +269,10 @@ static void step_start(struct pdx_sched *s)
 	tv.tv_usec = (suseconds_t)(model_ns % 1000000000ULL / 1000);
 	s->in_step = true;
 	evtimer_add(s->step, &tv);
+	s->step_t0 = t0;
+	s->step_ns = model_ns + spent;
+	s->next_layer = 0;
+	post_layers(s, false);
 }
 
 static void on_step(evutil_socket_t fd, short what, void *arg)
@@ -185,7 +308,10 @@ pdx_status_t pdx_sched_new(const struct pdx_sched_params *p,
 	TAILQ_INIT(&s->waiting);
 	TAILQ_INIT(&s->running);
 	s->step = evtimer_new(p->base, on_step, s);
-	if (!s->step) {
+	s->layer_ev = evtimer_new(p->base, on_layer, s);
+	if (!s->step || !s->layer_ev) {
+		if (s->step)
+			event_free(s->step);
 		free(s);
 		return PDX_ENOMEM;
 	}
@@ -208,6 +334,7 @@ void pdx_sched_free(struct pdx_sched *s)
 		req_free(r);
 	}
 	event_free(s->step);
+	event_free(s->layer_ev);
 	free(s);
 }
 
@@ -255,6 +382,17 @@ void pdx_sched_abort(struct pdx_sched *s, struct pdx_sched_req *r)
 		s->n_running--;
 	}
 	req_free(r);
+}
+
+void pdx_sched_kv_ready(struct pdx_sched *s, struct pdx_sched_req *r,
+			pdx_status_t status, int64_t first)
+{
+	if (r->phase != PHASE_WAIT_KV)
+		return;
+	r->phase = PHASE_KV_READY;
+	r->kv_status = status;
+	r->first = first;
+	kick(s);
 }
 
 void pdx_sched_stats(const struct pdx_sched *s, struct pdx_sched_stats *out)

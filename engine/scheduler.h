@@ -11,11 +11,19 @@
  *            next is read from the KV;
  *   done     after max_new tokens (no end-of-sequence token: every request
  *            runs to its length), or aborted.
- * A disaggregated decode engine (next step) slots in at admission: its
- * request skips prefill and waits for its agent's "received" with the
- * prompt's KV in its blocks, then decodes from the prefill side's first
- * token; a prefill engine's request ends after its first token once its
- * agent reports the blocks sent.
+ * Disaggregated requests slot in through the sink's KV hooks:
+ *   wait KV  (a decode engine's request, sink.remote_kv) after admission
+ *            it skips prefill until pdx_sched_kv_ready(): then its
+ *            prompt's KV is checked and it decodes from the given first
+ *            token (or the one its KV yields); on a failure it prefills
+ *            here (sink.recompute) or ends with the failure;
+ *   prefill  (a prefill engine's request) sink.admitted announces the
+ *            blocks to the agent; in the step that writes its last chunk
+ *            sink.layer_done(l) is called for each layer l when the
+ *            step's modeled time reaches (l + 1) / layers of the pass
+ *            (every layer, before the step's outputs); sink.hold takes
+ *            the KV when the request ends, to free it once the agent
+ *            has sent it.
  *
  * A step is one modeled forward pass. The step's real work (hashing,
  * writing and reading KV) runs when it starts; its outputs are delivered
@@ -42,6 +50,7 @@
 
 struct pdx_sched;
 struct pdx_sched_req;
+struct pdx_kv_seq;
 
 struct pdx_sched_params {
 	struct event_base *base;
@@ -63,6 +72,16 @@ struct pdx_sched_sink {
 	 * freed right after the call. */
 	void (*done)(void *arg, pdx_status_t status);
 	void *arg;
+	/* Optional KV hooks (NULL: none), for disaggregated requests. */
+	bool remote_kv; /* its prompt's KV comes from elsewhere */
+	bool recompute; /* ... and is computed here if that fails */
+	/* Admitted: seq's blocks are the request's from now on. */
+	void (*admitted)(void *arg, struct pdx_kv_seq *seq);
+	/* Layer `layer` of the whole prompt is computed (modeled time). */
+	void (*layer_done)(void *arg, uint32_t layer);
+	/* Called right before done(PDX_OK): returns true when it takes seq
+	 * (and frees it with pdx_kv_seq_free() later). */
+	bool (*hold)(void *arg, struct pdx_kv_seq *seq);
 };
 
 struct pdx_sched_stats {
@@ -89,6 +108,12 @@ pdx_status_t pdx_sched_submit(struct pdx_sched *s, const uint32_t *prompt,
 /* Ends a request now (its client left): its blocks are free again and its
  * sink is never called again. */
 void pdx_sched_abort(struct pdx_sched *s, struct pdx_sched_req *r);
+
+/* A remote_kv request's transfer ended: PDX_OK when its prompt's KV is in
+ * its blocks, with the prefill side's first token if first >= 0; else the
+ * failure. Acted on at the next step (from the loop, not this stack). */
+void pdx_sched_kv_ready(struct pdx_sched *s, struct pdx_sched_req *r,
+			pdx_status_t status, int64_t first);
 
 void pdx_sched_stats(const struct pdx_sched *s, struct pdx_sched_stats *out);
 

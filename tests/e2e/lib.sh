@@ -14,9 +14,14 @@ fail() {
 	exit 1
 }
 
+# Processes started by bg_start, killed at exit if still running.
+E2E_PIDS=""
+
 cleanup() {
 	[ -n "$ENGINE_PID" ] && kill "$ENGINE_PID" 2>/dev/null
 	[ -n "$ENGINE_PID" ] && wait "$ENGINE_PID" 2>/dev/null
+	for p in $E2E_PIDS; do kill "$p" 2>/dev/null; done
+	for p in $E2E_PIDS; do wait "$p" 2>/dev/null; done
 	rm -rf "$E2E_TMP"
 }
 trap cleanup EXIT
@@ -67,4 +72,50 @@ status_is() {
 # py CODE: runs python3 with stdin; the code asserts.
 py() {
 	python3 -c "$1" || fail "check failed: $2"
+}
+
+# A TCP port nobody listens on now.
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# bg_start NAME CMD...: runs CMD in the background, stderr in
+# $E2E_TMP/NAME.log; its pid in PID_NAME.
+bg_start() {
+	local name=$1
+	shift
+	"$@" 2>"$E2E_TMP/$name.log" >/dev/null &
+	eval "PID_$name=$!"
+	E2E_PIDS="$E2E_PIDS $!"
+}
+
+# named_engine_start NAME BIN [options...]: like engine_start for one of
+# several engines; its port in PORT_NAME.
+named_engine_start() {
+	local name=$1 pid port
+	shift
+	bg_start "$name" "$@" --port 0
+	pid=$(eval echo "\$PID_$name")
+	for _ in $(seq 100); do
+		port=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9]*\)$/\1/p' \
+			"$E2E_TMP/$name.log")
+		if [ -n "$port" ]; then
+			eval "PORT_$name=$port"
+			return 0
+		fi
+		kill -0 "$pid" 2>/dev/null ||
+			fail "$name exited at start: $(tail -5 "$E2E_TMP/$name.log")"
+		sleep 0.1
+	done
+	fail "$name did not start listening"
+}
+
+# named_stop NAME: SIGTERM, then the exit status must be 0.
+named_stop() {
+	local pid rc
+	pid=$(eval echo "\$PID_$1")
+	kill -TERM "$pid"
+	wait "$pid"
+	rc=$?
+	[ $rc -eq 0 ] || fail "$1 exited with $rc after SIGTERM: $(tail -5 "$E2E_TMP/$1.log")"
 }

@@ -1,0 +1,174 @@
+/* One request's KV transfer: the decode side waits (bounded) for its
+ * prompt's KV, the prefill side announces its blocks, posts its layers and
+ * holds the blocks (bounded) until its agent has sent them. */
+#define PDX_LOG_TOPIC "kv"
+#include "engine/http_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "engine/kv_seq.h"
+
+struct pdx__kv {
+	LIST_ENTRY(pdx__kv) link; /* api->kvs */
+	struct pdx_http_api *api;
+	struct pdx_kv_params p;
+	uint32_t n_prompt;
+	struct pdx_kv_waiter w;
+	struct event *timer;	    /* bounds the wait for the event */
+	struct pdx_sched_req *sreq; /* while the request lives */
+	struct pdx_kv_seq *held;    /* prefill: blocks held after the end */
+	bool call_gone;		    /* the request ended */
+	pdx_status_t status;	    /* the transfer's failure, if any */
+	char reason[PDX_REASON_MAX];
+};
+
+static void kv_free(struct pdx__kv *k)
+{
+	pdx_kv_link_cancel(k->api->p.link, &k->w);
+	LIST_REMOVE(k, link);
+	pdx_kv_seq_free(k->held);
+	event_free(k->timer);
+	free(k);
+}
+
+static void arm_timer(struct pdx__kv *k)
+{
+	uint32_t ms = k->api->p.kv_timeout_ms;
+	struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+
+	evtimer_add(k->timer, &tv);
+}
+
+/* The transfer is over (event, timeout or a failed start). */
+static void over(struct pdx__kv *k, pdx_status_t st, const char *reason)
+{
+	evtimer_del(k->timer);
+	if (st != PDX_OK && k->status == PDX_OK) {
+		k->status = st;
+		snprintf(k->reason, sizeof(k->reason), "KV transfer %s: %s",
+			 k->p.xfer_hex, reason);
+		log_warn("%s", k->reason);
+	}
+	if (k->p.role == PDX_KV_RECV) {
+		if (k->sreq)
+			pdx_sched_kv_ready(k->api->p.sched, k->sreq, st,
+					   k->p.first_token);
+	} else if (k->call_gone) {
+		kv_free(k); /* its held blocks are free again */
+	}
+}
+
+static void on_event(void *arg, const struct pdx_engine_event *ev)
+{
+	struct pdx__kv *k = arg;
+
+	log_debug("%s: event %d (%s)", k->p.xfer_hex, ev->kind, ev->reason);
+	if (ev->kind == PDX_EVENT_FAILED)
+		over(k, ev->status != PDX_OK ? ev->status : PDX_EIO,
+		     ev->reason[0] ? ev->reason : pdx_status_str(ev->status));
+	else
+		over(k, PDX_OK, "");
+}
+
+static void on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	struct pdx__kv *k = arg;
+
+	pdx_kv_link_cancel(k->api->p.link, &k->w);
+	over(k, PDX_ETIMEDOUT, "no event in time (--kv-timeout-ms)");
+}
+
+struct pdx__kv *pdx__kv_new(struct pdx_http_api *api,
+			    const struct pdx_kv_params *p, uint32_t n_prompt)
+{
+	struct pdx__kv *k = calloc(1, sizeof(*k));
+
+	if (!k)
+		return NULL;
+	k->timer = evtimer_new(api->p.base, on_timeout, k);
+	if (!k->timer) {
+		free(k);
+		return NULL;
+	}
+	k->api = api;
+	k->p = *p;
+	k->n_prompt = n_prompt;
+	k->w.xfer = p->xfer;
+	k->w.cb = on_event;
+	k->w.arg = k;
+	LIST_INSERT_HEAD(&api->kvs, k, link);
+	return k;
+}
+
+void pdx__kv_set_req(struct pdx__kv *k, struct pdx_sched_req *sreq)
+{
+	k->sreq = sreq;
+}
+
+void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq)
+{
+	uint32_t bt = pdx_kv_pool_shm(seq->pool)->layout.block_tokens;
+	uint32_t n = (k->n_prompt + bt - 1) / bt;
+	struct pdx_kv_link *l = k->api->p.link;
+	pdx_status_t st;
+
+	if (k->p.role == PDX_KV_RECV)
+		st = pdx_kv_link_recv(l, &k->w, k->p.remote_agent, seq->blocks,
+				      n);
+	else
+		st = pdx_kv_link_send(l, &k->w, k->p.remote_agent, seq->blocks,
+				      n);
+	if (st != PDX_OK) {
+		over(k, st, "the agent refused it");
+		return;
+	}
+	arm_timer(k);
+}
+
+void pdx__kv_layer_done(struct pdx__kv *k, uint32_t layer)
+{
+	if (k->w.active)
+		pdx_kv_link_layer_done(k->api->p.link, &k->w, layer);
+}
+
+bool pdx__kv_hold(struct pdx__kv *k, struct pdx_kv_seq *seq)
+{
+	if (k->p.role != PDX_KV_SEND || !k->w.active)
+		return false;
+	k->held = seq;
+	return true;
+}
+
+json_t *pdx__kv_answer(const struct pdx__kv *k, uint32_t first_token)
+{
+	if (k->p.role != PDX_KV_SEND)
+		return NULL;
+	return pdx_kv_params_answer(&k->p, pdx_kv_link_peer(k->api->p.link),
+				    first_token);
+}
+
+pdx_status_t pdx__kv_status(const struct pdx__kv *k, const char **reason)
+{
+	*reason = k->reason;
+	/* the decode side's failures are the scheduler's (on_failure) */
+	return k->p.role == PDX_KV_SEND ? k->status : PDX_OK;
+}
+
+void pdx__kv_call_end(struct pdx__kv *k)
+{
+	k->sreq = NULL;
+	k->call_gone = true;
+	if (!k->held)
+		kv_free(k); /* aborts a transfer still under way */
+}
+
+void pdx__kv_free_all(struct pdx_http_api *api)
+{
+	struct pdx__kv *k;
+
+	while ((k = LIST_FIRST(&api->kvs)))
+		kv_free(k);
+}

@@ -1,0 +1,71 @@
+/* The engine's link to its pdx-agent (include/pdx/engine.h) on the
+ * engine's libevent loop: the KV pool registered once, transfers announced
+ * with a waiter each, and every event handed to its waiter.
+ *
+ * Events are read from the link's fd in the loop, never from inside a
+ * pdx_kv_link_* call, so a waiter's callback never runs on its caller's
+ * stack. A waiter gets at most one callback, after which it is off the
+ * link; pdx_kv_link_cancel() takes it off earlier (and aborts the
+ * transfer at both agents).
+ *
+ * One thread: the loop's.
+ */
+#ifndef PDX_ENGINE_KV_LINK_H
+#define PDX_ENGINE_KV_LINK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include <event2/event.h>
+#include <pdx/engine.h>
+#include <pdx/status.h>
+
+#include "engine/kv_pool.h"
+
+struct pdx_kv_link;
+
+/* One announced transfer, owned (embedded) by the caller. */
+struct pdx_kv_waiter {
+	LIST_ENTRY(pdx_kv_waiter) link;
+	struct pdx_xfer_id xfer;
+	bool active; /* on the link: its event is still to come */
+	void (*cb)(void *arg, const struct pdx_engine_event *ev);
+	void *arg;
+};
+
+/* Connects to the agent at addr (ipc://PATH) and registers the pool;
+ * waits for the agent's answer (bounded). On failure writes the reason to
+ * err. */
+pdx_status_t pdx_kv_link_new(struct event_base *base, const char *addr,
+			     struct pdx_kv_pool *pool, struct pdx_kv_link **out,
+			     char *err, size_t errlen);
+
+/* Closes the link; the waiters left get no callback. NULL-safe. */
+void pdx_kv_link_free(struct pdx_kv_link *l);
+
+/* The agent's peer address: the one the other side of a transfer needs. */
+const char *pdx_kv_link_peer(const struct pdx_kv_link *l);
+
+/* Prefill side: pdx_engine_send(); w->cb gets "sent" or "failed". */
+pdx_status_t pdx_kv_link_send(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
+			      const char *peer, const uint32_t *blocks,
+			      size_t n_blocks);
+
+/* A layer of w's transfer is computed. */
+pdx_status_t pdx_kv_link_layer_done(struct pdx_kv_link *l,
+				    const struct pdx_kv_waiter *w,
+				    uint32_t layer);
+
+/* Decode side: pdx_engine_recv() from token 0; w->cb gets "received" or
+ * "failed". */
+pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
+			      const char *peer, const uint32_t *blocks,
+			      size_t n_blocks);
+
+/* Takes w off the link (no callback will come) and aborts its transfer
+ * when it was still active. NULL-safe for a waiter never announced. */
+void pdx_kv_link_cancel(struct pdx_kv_link *l, struct pdx_kv_waiter *w);
+
+#endif

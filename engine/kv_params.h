@@ -1,0 +1,52 @@
+/* The request field kv_transfer_params: what pairs a prefill engine's
+ * request with a decode engine's (docs/engine.md, "Disaggregated roles").
+ * Proxies pass the object through unchanged; the engine reads
+ *
+ *   xfer_id            32 hex digits, minted by whoever pairs the two
+ *   remote_agent       the other side's agent peer address
+ *   do_remote_prefill  true: decode side, the prompt's KV is received
+ *   do_remote_decode   true: prefill side, the prompt's KV is sent
+ *   first_token        decode side, optional: the prefill's first token
+ *   on_failure         decode side, optional: "fail" (default) or
+ *                      "recompute" (prefill here)
+ *
+ * and a prefill engine answers with the object a decode request needs:
+ * xfer_id, remote_agent (its own agent), do_remote_prefill: true,
+ * first_token.
+ *
+ * Pure (jansson only); any thread.
+ */
+#ifndef PDX_ENGINE_KV_PARAMS_H
+#define PDX_ENGINE_KV_PARAMS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <pdx/engine.h>
+
+enum pdx_kv_role {
+	PDX_KV_NONE = 0, /* no transfer: the request runs here, colocated */
+	PDX_KV_RECV,	 /* do_remote_prefill */
+	PDX_KV_SEND,	 /* do_remote_decode */
+};
+
+struct pdx_kv_params {
+	enum pdx_kv_role role;
+	struct pdx_xfer_id xfer;
+	char xfer_hex[33];
+	char remote_agent[PDX_ADDR_MAX];
+	int64_t first_token; /* -1: not given */
+	bool recompute;	     /* on_failure "recompute" */
+};
+
+/* Reads o (NULL or null: role NONE). 0, or -1 with the reason in msg. */
+int pdx_kv_params_parse(json_t *o, uint32_t vocab, struct pdx_kv_params *out,
+			char *msg, size_t msglen);
+
+/* The prefill side's answer: a new object, NULL when out of memory. */
+json_t *pdx_kv_params_answer(const struct pdx_kv_params *p,
+			     const char *own_agent, uint32_t first_token);
+
+#endif

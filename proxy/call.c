@@ -1,0 +1,280 @@
+/* Client calls and the relay of an engine's response (see call.h). */
+#define PDX_LOG_TOPIC "call"
+#include "proxy/call.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+/* Response headers of the engine's that the client gets too. */
+static const char *const relay_headers[] = {"Content-Type", "Content-Length",
+					    "Cache-Control"};
+
+static void call_free(struct pdx_call *c)
+{
+	struct pdx_proxy *px = c->px;
+
+	pdx_proxy_metrics_request(&px->metrics, c->status,
+				  (double)(pdx_now_ns() - c->t0_ns) / 1e9);
+	LIST_REMOVE(c, link);
+	px->ncalls--;
+	if (c->watch)
+		event_free(c->watch);
+	json_decref(c->body);
+	pdx_pool_put(c->inst);
+	pdx_pool_put(c->decode);
+	free(c);
+}
+
+/* Lets go of the connection before the last reply, which may close it
+ * (and would then call on_close for a call already over). */
+static void call_detach(struct pdx_call *c)
+{
+	evhttp_connection_set_closecb(c->conn, NULL, NULL);
+	if (c->watch)
+		event_del(c->watch);
+}
+
+/* The client's connection is being freed: the client left (or the proxy
+ * is shutting down). When evhttp found the client gone while writing a
+ * stream it has already let go of the request, which is then ours. */
+static void on_close(struct evhttp_connection *conn, void *arg)
+{
+	struct pdx_call *c = arg;
+
+	log_info("%s: client left, cancelling", c->req_id);
+	if (!evhttp_request_get_connection(c->req))
+		evhttp_request_free(c->req);
+	pdx_upstream_cancel(c->leg);
+	c->leg = NULL;
+	c->px->metrics.aborted++;
+	c->status = 499; /* nginx's "client closed request" */
+	call_free(c);
+}
+
+/* evhttp (2.1) does not read a connection while its request is being
+ * answered, so a client that left is noticed only when a write fails.
+ * The socket is watched instead: end of file or an error means the
+ * client is gone, and freeing the connection runs on_close. Bytes (a
+ * pipelined request) end the watch. */
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+	struct pdx_call *c = arg;
+	char byte;
+	ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	if (n > 0)
+		return;
+	if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+		event_add(c->watch, NULL);
+		return;
+	}
+	evhttp_connection_free(c->conn);
+}
+
+static bool req_id_usable(const char *s)
+{
+	size_t n = 0;
+
+	for (; s[n]; n++)
+		if (n == PDX_REQ_ID_MAX || !isgraph((unsigned char)s[n]))
+			return false;
+	return n > 0;
+}
+
+static void req_id_mint(char *out)
+{
+	static uint64_t seq;
+	uint64_t a = pdx_now_ns() ^ ((uint64_t)getpid() << 40);
+
+	snprintf(out, PDX_REQ_ID_MAX + 1, "%016llx%016llx",
+		 (unsigned long long)a, (unsigned long long)++seq);
+}
+
+struct pdx_call *pdx_call_new(struct pdx_proxy *px, struct evhttp_request *req)
+{
+	const char *id = evhttp_find_header(
+	    evhttp_request_get_input_headers(req), "X-Request-Id");
+	struct bufferevent *bev;
+	struct pdx_call *c;
+
+	if (px->ncalls >= px->o->max_inflight) {
+		pdx_proxy_metrics_request(&px->metrics, 503, 0);
+		pdx_proxy_send_error(req, 503, "server_busy",
+				     "too many requests in flight");
+		return NULL;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		evhttp_send_error(req, 500, "out of memory");
+		return NULL;
+	}
+	c->px = px;
+	c->req = req;
+	c->conn = evhttp_request_get_connection(req);
+	c->t0_ns = pdx_now_ns();
+	if (id && req_id_usable(id))
+		snprintf(c->req_id, sizeof(c->req_id), "%s", id);
+	else
+		req_id_mint(c->req_id);
+	LIST_INSERT_HEAD(&px->calls, c, link);
+	px->ncalls++;
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+			  "X-Request-Id", c->req_id);
+	bev = evhttp_connection_get_bufferevent(c->conn);
+	c->watch = event_new(px->base, bufferevent_getfd(bev), EV_READ,
+			     on_readable, c);
+	if (!c->watch || event_add(c->watch, NULL)) {
+		c->status = 500;
+		evhttp_send_error(req, 500, "out of memory");
+		call_free(c);
+		return NULL;
+	}
+	evhttp_connection_set_closecb(c->conn, on_close, c);
+	return c;
+}
+
+void pdx_call_reply_error(struct pdx_call *c, int status, const char *type,
+			  const char *msg)
+{
+	c->status = status;
+	call_detach(c);
+	pdx_proxy_send_error(c->req, status, type, msg);
+	call_free(c);
+}
+
+void pdx_call_reply(struct pdx_call *c, int status, struct evbuffer *body)
+{
+	c->status = status;
+	call_detach(c);
+	evhttp_add_header(evhttp_request_get_output_headers(c->req),
+			  "Content-Type", "application/json");
+	evhttp_send_reply(c->req, status, NULL, body);
+	call_free(c);
+}
+
+static void relay_head(struct pdx_upstream *u, int status, struct evkeyvalq *in,
+		       void *arg)
+{
+	struct pdx_call *c = arg;
+	struct evkeyvalq *out = evhttp_request_get_output_headers(c->req);
+
+	for (size_t i = 0; i < sizeof(relay_headers) / sizeof(*relay_headers);
+	     i++) {
+		const char *v = evhttp_find_header(in, relay_headers[i]);
+
+		if (v)
+			evhttp_add_header(out, relay_headers[i], v);
+	}
+	c->status = status;
+	c->replying = true;
+	evhttp_send_reply_start(c->req, status, NULL);
+}
+
+static void relay_chunk(struct pdx_upstream *u, struct evbuffer *data,
+			void *arg)
+{
+	struct pdx_call *c = arg;
+
+	evhttp_send_reply_chunk(c->req, data);
+}
+
+static void relay_end(struct pdx_upstream *u, int status, struct evbuffer *body,
+		      int err_status, const char *why, void *arg)
+{
+	struct pdx_call *c = arg;
+
+	c->leg = NULL;
+	if (!status && !c->replying) {
+		pdx_call_reply_error(c, err_status, "upstream_error", why);
+		return;
+	}
+	if (!status)
+		log_warn("%s: %s; stream cut short", c->req_id, why);
+	call_detach(c);
+	evhttp_send_reply_end(c->req);
+	call_free(c);
+}
+
+static int call_start(struct pdx_call *c, struct pdx_inst *inst,
+		      enum pdx_pool_role role, enum evhttp_cmd_type method,
+		      const char *path, const void *body, size_t len,
+		      bool stream, const struct pdx_upstream_cbs *cbs)
+{
+	const struct pdx_proxy_opts *o = c->px->o;
+	struct pdx_upstream_params p = {
+	    .base = c->px->base,
+	    .set = &c->px->legs,
+	    .method = method,
+	    .path = path,
+	    .request_id = c->req_id,
+	    .body = body,
+	    .body_len = len,
+	    .stream_body = stream,
+	    .connect_timeout_ms = o->connect_timeout_ms,
+	    .first_byte_timeout_ms = o->first_byte_timeout_ms,
+	    .idle_timeout_s = o->idle_timeout_s,
+	    .max_body = o->max_body,
+	};
+	char msg[96];
+
+	c->inst = inst ? inst : pdx_pool_pick(&c->px->pool[role]);
+	if (!c->inst) {
+		snprintf(msg, sizeof(msg), "no %s instance available",
+			 pdx_pool_role_name(role));
+		pdx_call_reply_error(c, 503, "service_unavailable", msg);
+		return -1;
+	}
+	p.inst = c->inst;
+	log_debug("%s: %s %s to %s", c->req_id, pdx_pool_role_name(role), path,
+		  c->inst->url);
+	if (pdx_upstream_start(&p, cbs, &c->leg)) {
+		pdx_call_reply_error(c, 500, "internal_error", "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+void pdx_call_relay(struct pdx_call *c, struct pdx_inst *inst,
+		    enum pdx_pool_role role, enum evhttp_cmd_type method,
+		    const char *path, const void *body, size_t len)
+{
+	static const struct pdx_upstream_cbs relay = {.on_head = relay_head,
+						      .on_chunk = relay_chunk,
+						      .on_end = relay_end};
+	struct pdx_upstream_cbs cbs = relay;
+
+	cbs.arg = c;
+	call_start(c, inst, role, method, path, body, len, true, &cbs);
+}
+
+int pdx_call_leg(struct pdx_call *c, struct pdx_inst *inst,
+		 enum pdx_pool_role role, const char *path, const void *body,
+		 size_t len, const struct pdx_upstream_cbs *cbs)
+{
+	return call_start(c, inst, role,
+			  body ? EVHTTP_REQ_POST : EVHTTP_REQ_GET, path, body,
+			  len, false, cbs);
+}
+
+void pdx_call_leg_done(struct pdx_call *c)
+{
+	c->leg = NULL;
+	pdx_pool_put(c->inst);
+	c->inst = NULL;
+}
+
+void pdx_call_abort(struct pdx_call *c)
+{
+	evhttp_connection_free(c->conn); /* runs on_close */
+}

@@ -1,0 +1,133 @@
+/* pdx-proxy: options, the two pools and the HTTP server on one libevent
+ * loop; SIGTERM or SIGINT end it cleanly (calls in flight are aborted,
+ * so engines see their client leave). */
+#define PDX_LOG_TOPIC "proxy"
+#include <event2/event.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/log.h"
+#include "proxy/proxy.h"
+
+struct proxy_main {
+	struct pdx_proxy_opts o;
+	struct pdx_proxy px;
+	struct event *sigterm, *sigint;
+};
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct proxy_main *m = arg;
+
+	log_info("signal %d: shutting down", (int)sig);
+	event_base_loopexit(m->px.base, NULL);
+}
+
+static int pools_fill(struct proxy_main *m)
+{
+	struct pdx_proxy *px = &m->px;
+	char err[192];
+
+	px->pool[PDX_POOL_PREFILL].role = PDX_POOL_PREFILL;
+	px->pool[PDX_POOL_PREFILL].policy = m->o.policy_p;
+	px->pool[PDX_POOL_DECODE].role = PDX_POOL_DECODE;
+	px->pool[PDX_POOL_DECODE].policy = m->o.policy_d;
+	for (unsigned i = 0; i < m->o.n_prefill; i++)
+		if (pdx_pool_add(&px->pool[PDX_POOL_PREFILL], m->o.prefill[i],
+				 err, sizeof(err)))
+			goto bad;
+	for (unsigned i = 0; i < m->o.n_decode; i++)
+		if (pdx_pool_add(&px->pool[PDX_POOL_DECODE], m->o.decode[i],
+				 err, sizeof(err)))
+			goto bad;
+	return 0;
+bad:
+	fprintf(stderr, "pdx-proxy: %s\n", err);
+	return -1;
+}
+
+static int proxy_start(struct proxy_main *m)
+{
+	struct pdx_proxy *px = &m->px;
+	char err[192];
+
+	px->base = event_base_new();
+	if (!px->base)
+		return -1;
+	m->sigterm = evsignal_new(px->base, SIGTERM, on_signal, m);
+	m->sigint = evsignal_new(px->base, SIGINT, on_signal, m);
+	if (!m->sigterm || !m->sigint || evsignal_add(m->sigterm, NULL) ||
+	    evsignal_add(m->sigint, NULL))
+		return -1;
+	if (pdx_proxy_listen(px, err, sizeof(err))) {
+		log_error("http: %s", err);
+		return -1;
+	}
+	log_info("flow %s, %u prefill (%s), %u decode (%s), admin api %s",
+		 pdx_proxy_flow_name(m->o.flow), px->pool[0].n,
+		 pdx_pool_policy_name(px->pool[0].policy), px->pool[1].n,
+		 pdx_pool_policy_name(px->pool[1].policy),
+		 m->o.admin_token ? "on" : "off");
+	log_info("listening on http://%s:%u", m->o.host, px->port);
+	return 0;
+}
+
+static void proxy_stop(struct proxy_main *m)
+{
+	pdx_proxy_close(&m->px);
+	pdx_upstreams_clear(&m->px.legs);
+	pdx_pool_clear(&m->px.pool[PDX_POOL_PREFILL]);
+	pdx_pool_clear(&m->px.pool[PDX_POOL_DECODE]);
+	if (m->sigint)
+		event_free(m->sigint);
+	if (m->sigterm)
+		event_free(m->sigterm);
+	if (m->px.base)
+		event_base_free(m->px.base);
+}
+
+int main(int argc, char **argv)
+{
+	static struct proxy_main m; /* the options hold the address tables */
+	char err[256];
+	int rc = 1;
+
+	switch (pdx_proxy_opts_parse(argc, argv, &m.o, err, sizeof(err))) {
+	case PDX_PROXY_OPTS_HELP:
+		pdx_proxy_opts_usage(stdout);
+		return 0;
+	case PDX_PROXY_OPTS_BAD:
+		fprintf(stderr, "pdx-proxy: %s (see --help)\n", err);
+		return 2;
+	case PDX_PROXY_OPTS_RUN:
+		break;
+	}
+	if (pdx_log_set_level(m.o.log_level) < 0) {
+		fprintf(stderr, "pdx-proxy: --log-level: unknown level '%s'\n",
+			m.o.log_level);
+		return 2;
+	}
+	if (m.o.flow != PDX_FLOW_SEQUENTIAL) {
+		fprintf(stderr,
+			"pdx-proxy: --flow %s needs the engines' prefill and "
+			"decode roles, which are not served yet; use --flow "
+			"sequential\n",
+			pdx_proxy_flow_name(m.o.flow));
+		return 2;
+	}
+	m.px.o = &m.o;
+	LIST_INIT(&m.px.calls);
+	LIST_INIT(&m.px.legs.legs);
+	if (pools_fill(&m)) {
+		pdx_pool_clear(&m.px.pool[0]);
+		pdx_pool_clear(&m.px.pool[1]);
+		return 2;
+	}
+	pdx_log_prefix("proxy");
+	signal(SIGPIPE, SIG_IGN);
+	if (proxy_start(&m) == 0 && event_base_dispatch(m.px.base) == 0)
+		rc = 0;
+	proxy_stop(&m);
+	return rc;
+}

@@ -1,0 +1,325 @@
+/* pdx-proxy's command line (see opts.h). Hand-rolled rather than
+ * getopt_long because vLLM's proxy flags take lists
+ * (--prefiller-hosts h1 h2 ...), which getopt cannot express. */
+#include "proxy/opts.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* clang-format off */
+void pdx_proxy_opts_usage(FILE *f)
+{
+	fprintf(f,
+"usage: pdx-proxy [options]\n"
+"\n"
+"An OpenAI-compatible front door for disaggregated prefill/decode: picks a\n"
+"prefill (P) and a decode (D) instance per request, drives both and streams\n"
+"D's answer back (docs/proxy.md).\n"
+"\n"
+"  --host H                    listen address (default 127.0.0.1)\n"
+"  --port P                    listen port (default 8000; 0: any free port,\n"
+"                              printed as \"listening on http://H:P\")\n"
+"  --prefill HOST:PORT         a prefill instance (repeatable)\n"
+"  --decode HOST:PORT          a decode instance (repeatable)\n"
+"  --prefiller-hosts H...      vLLM example-proxy style lists, paired with\n"
+"  --prefiller-ports P...        the ports in order (space or comma\n"
+"  --decoder-hosts H...          separated)\n"
+"  --decoder-ports P...\n"
+"  --flow F                    sequential (vLLM-compatible; the only flow\n"
+"                              served so far), concurrent, early-callback\n"
+"  --policy-p R, --policy-d R  round-robin (default) or least-loaded\n"
+"  --admin-token T             bearer token for /admin/*; without it the\n"
+"                              admin API answers 403 (or the environment\n"
+"                              variable PDX_PROXY_ADMIN_TOKEN)\n"
+"  --connect-timeout MS        connecting to an engine (default 5000)\n"
+"  --first-byte-timeout MS     until an engine's response starts\n"
+"                              (default 60000)\n"
+"  --idle-timeout S            between reads of a response (default 300)\n"
+"  --max-body BYTES            client request body; more gets 413\n"
+"                              (default 8388608)\n"
+"  --max-inflight N            client requests at once; more get 503\n"
+"                              (default 4096)\n"
+"  --on-prefill-failure F      fail (default): a prefill leg that fails\n"
+"                              fails the request; local: D gets the\n"
+"                              client's request as it came and prefills\n"
+"                              itself (also fronts colocated engines that\n"
+"                              refuse kv_transfer_params)\n"
+"  --log-level L               error, warn, info, debug (default info)\n"
+"  --help                      this text\n");
+}
+/* clang-format on */
+
+const char *pdx_proxy_flow_name(enum pdx_proxy_flow f)
+{
+	switch (f) {
+	case PDX_FLOW_SEQUENTIAL:
+		return "sequential";
+	case PDX_FLOW_CONCURRENT:
+		return "concurrent";
+	case PDX_FLOW_EARLY_CALLBACK:
+		return "early-callback";
+	}
+	return "?";
+}
+
+static int parse_ulong(const char *name, const char *s, unsigned long lo,
+		       unsigned long hi, unsigned long *out, char *err,
+		       size_t errlen)
+{
+	unsigned long long v;
+	char *end;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < lo || v > hi) {
+		snprintf(err, errlen, "%s: '%s' is not a number in [%lu, %lu]",
+			 name, s, lo, hi);
+		return -1;
+	}
+	*out = (unsigned long)v;
+	return 0;
+}
+
+/* A list option's values: the following arguments up to the next one
+ * starting with "--", each split at commas. */
+struct list {
+	unsigned n;
+	char v[PDX_PROXY_MAX_ARGS][PDX_POOL_ADDR_MAX];
+};
+
+static int list_take(const char *name, int argc, char **argv, int *k,
+		     struct list *l, char *err, size_t errlen)
+{
+	int first = *k + 1;
+
+	while (*k + 1 < argc && strncmp(argv[*k + 1], "--", 2)) {
+		char *s = argv[++*k];
+
+		while (*s) {
+			size_t len = strcspn(s, ",");
+
+			if (len) {
+				if (l->n == PDX_PROXY_MAX_ARGS ||
+				    len >= PDX_POOL_ADDR_MAX) {
+					snprintf(
+					    err, errlen,
+					    "%s: too many or too long values",
+					    name);
+					return -1;
+				}
+				memcpy(l->v[l->n], s, len);
+				l->v[l->n++][len] = '\0';
+			}
+			s += len + (s[len] == ',');
+		}
+	}
+	if (*k + 1 == first) {
+		snprintf(err, errlen, "%s needs at least one value", name);
+		return -1;
+	}
+	return 0;
+}
+
+static int add_addr(char (*dst)[PDX_POOL_ADDR_MAX], unsigned *n,
+		    const char *name, const char *v, char *err, size_t errlen)
+{
+	char host[PDX_POOL_ADDR_MAX];
+	uint16_t port;
+
+	if (pdx_pool_addr_parse(v, host, sizeof(host), &port, err, errlen))
+		return -1;
+	if (*n == PDX_PROXY_MAX_ARGS) {
+		snprintf(err, errlen, "%s: at most %d instances", name,
+			 PDX_PROXY_MAX_ARGS);
+		return -1;
+	}
+	snprintf(dst[(*n)++], PDX_POOL_ADDR_MAX, "%s", v);
+	return 0;
+}
+
+/* vLLM's lists: hosts and ports paired in order. */
+static int pair_lists(const char *what, struct list *hosts, struct list *ports,
+		      char (*dst)[PDX_POOL_ADDR_MAX], unsigned *n, char *err,
+		      size_t errlen)
+{
+	char addr[2 * PDX_POOL_ADDR_MAX + 8];
+
+	if (hosts->n != ports->n) {
+		snprintf(err, errlen,
+			 "--%s-hosts has %u values but --%s-ports %u", what,
+			 hosts->n, what, ports->n);
+		return -1;
+	}
+	for (unsigned i = 0; i < hosts->n; i++) {
+		snprintf(addr, sizeof(addr),
+			 strchr(hosts->v[i], ':') ? "[%s]:%s" : "%s:%s",
+			 hosts->v[i], ports->v[i]);
+		if (strlen(addr) >= PDX_POOL_ADDR_MAX) {
+			snprintf(err, errlen, "--%s-hosts: host too long",
+				 what);
+			return -1;
+		}
+		if (add_addr(dst, n, what, addr, err, errlen))
+			return -1;
+	}
+	return 0;
+}
+
+static void defaults(struct pdx_proxy_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->host = "127.0.0.1";
+	o->port = 8000;
+	o->log_level = "info";
+	o->connect_timeout_ms = 5000;
+	o->first_byte_timeout_ms = 60000;
+	o->idle_timeout_s = 300;
+	o->max_body = 8u << 20;
+	o->max_inflight = 4096;
+	/* from the environment, so the token need not show in ps */
+	o->admin_token = getenv("PDX_PROXY_ADMIN_TOKEN");
+	if (o->admin_token && !*o->admin_token)
+		o->admin_token = NULL;
+}
+
+enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
+						struct pdx_proxy_opts *o,
+						char *err, size_t errlen)
+{
+	static struct list ph, pp, dh, dp;
+	unsigned long v;
+
+	defaults(o);
+	memset(&ph, 0, sizeof(ph));
+	memset(&pp, 0, sizeof(pp));
+	memset(&dh, 0, sizeof(dh));
+	memset(&dp, 0, sizeof(dp));
+	for (int k = 1; k < argc; k++) {
+		const char *a = argv[k], *val = NULL;
+		char name[64];
+		const char *eq = strchr(a, '=');
+
+		if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+			return PDX_PROXY_OPTS_HELP;
+		if (strncmp(a, "--", 2) ||
+		    (eq && (size_t)(eq - a) >= sizeof(name))) {
+			snprintf(err, errlen, "unexpected argument '%s'", a);
+			return PDX_PROXY_OPTS_BAD;
+		}
+		snprintf(name, sizeof(name), "%.*s",
+			 eq ? (int)(eq - a) : (int)strlen(a), a);
+		if (!strcmp(name, "--prefiller-hosts") ||
+		    !strcmp(name, "--prefiller-ports") ||
+		    !strcmp(name, "--decoder-hosts") ||
+		    !strcmp(name, "--decoder-ports")) {
+			struct list *l =
+			    name[2] == 'p'
+				? (strstr(name, "hosts") ? &ph : &pp)
+				: (strstr(name, "hosts") ? &dh : &dp);
+			char *one[] = {NULL, (char *)(eq ? eq + 1 : NULL)};
+			int j = 0;
+
+			if (eq) { /* --x=a,b: the one value */
+				if (list_take(name, 2, one, &j, l, err, errlen))
+					return PDX_PROXY_OPTS_BAD;
+			} else if (list_take(name, argc, argv, &k, l, err,
+					     errlen)) {
+				return PDX_PROXY_OPTS_BAD;
+			}
+			continue;
+		}
+		if (eq) {
+			val = eq + 1;
+		} else if (k + 1 < argc) {
+			val = argv[++k];
+		} else {
+			snprintf(err, errlen, "%s needs a value", name);
+			return PDX_PROXY_OPTS_BAD;
+		}
+		if (!strcmp(name, "--host")) {
+			o->host = val;
+		} else if (!strcmp(name, "--port")) {
+			if (parse_ulong(name, val, 0, 65535, &v, err, errlen))
+				return PDX_PROXY_OPTS_BAD;
+			o->port = (uint16_t)v;
+		} else if (!strcmp(name, "--prefill")) {
+			if (add_addr(o->prefill, &o->n_prefill, name, val, err,
+				     errlen))
+				return PDX_PROXY_OPTS_BAD;
+		} else if (!strcmp(name, "--decode")) {
+			if (add_addr(o->decode, &o->n_decode, name, val, err,
+				     errlen))
+				return PDX_PROXY_OPTS_BAD;
+		} else if (!strcmp(name, "--flow")) {
+			if (!strcmp(val, "sequential"))
+				o->flow = PDX_FLOW_SEQUENTIAL;
+			else if (!strcmp(val, "concurrent"))
+				o->flow = PDX_FLOW_CONCURRENT;
+			else if (!strcmp(val, "early-callback"))
+				o->flow = PDX_FLOW_EARLY_CALLBACK;
+			else
+				goto bad_choice;
+		} else if (!strcmp(name, "--policy-p") ||
+			   !strcmp(name, "--policy-d")) {
+			if (pdx_pool_policy_parse(val, name[9] == 'p'
+							   ? &o->policy_p
+							   : &o->policy_d))
+				goto bad_choice;
+		} else if (!strcmp(name, "--admin-token")) {
+			if (!*val) {
+				snprintf(err, errlen, "--admin-token is empty");
+				return PDX_PROXY_OPTS_BAD;
+			}
+			o->admin_token = val;
+		} else if (!strcmp(name, "--log-level")) {
+			o->log_level = val;
+		} else if (!strcmp(name, "--connect-timeout")) {
+			if (parse_ulong(name, val, 1, 3600000, &v, err, errlen))
+				return PDX_PROXY_OPTS_BAD;
+			o->connect_timeout_ms = v;
+		} else if (!strcmp(name, "--first-byte-timeout")) {
+			if (parse_ulong(name, val, 1, 86400000, &v, err,
+					errlen))
+				return PDX_PROXY_OPTS_BAD;
+			o->first_byte_timeout_ms = v;
+		} else if (!strcmp(name, "--idle-timeout")) {
+			if (parse_ulong(name, val, 1, 86400, &v, err, errlen))
+				return PDX_PROXY_OPTS_BAD;
+			o->idle_timeout_s = v;
+		} else if (!strcmp(name, "--max-body")) {
+			if (parse_ulong(name, val, 1024, 1ul << 30, &v, err,
+					errlen))
+				return PDX_PROXY_OPTS_BAD;
+			o->max_body = v;
+		} else if (!strcmp(name, "--on-prefill-failure")) {
+			if (!strcmp(val, "fail"))
+				o->prefill_fallback = false;
+			else if (!strcmp(val, "local"))
+				o->prefill_fallback = true;
+			else
+				goto bad_choice;
+		} else if (!strcmp(name, "--max-inflight")) {
+			if (parse_ulong(name, val, 1, 1000000, &v, err, errlen))
+				return PDX_PROXY_OPTS_BAD;
+			o->max_inflight = v;
+		} else {
+			snprintf(err, errlen, "unknown option '%s'", name);
+			return PDX_PROXY_OPTS_BAD;
+		}
+		continue;
+	bad_choice:
+		snprintf(err, errlen, "%s: unknown value '%s'", name, val);
+		return PDX_PROXY_OPTS_BAD;
+	}
+	if (pair_lists("prefiller", &ph, &pp, o->prefill, &o->n_prefill, err,
+		       errlen) ||
+	    pair_lists("decoder", &dh, &dp, o->decode, &o->n_decode, err,
+		       errlen))
+		return PDX_PROXY_OPTS_BAD;
+	if (!strcmp(o->log_level, "")) {
+		snprintf(err, errlen, "--log-level is empty");
+		return PDX_PROXY_OPTS_BAD;
+	}
+	return PDX_PROXY_OPTS_RUN;
+}

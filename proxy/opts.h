@@ -1,0 +1,58 @@
+/* pdx-proxy's command line: parsed into plain values and checked, never
+ * logged here (the caller prints the reason and exits 2).
+ *
+ * Pure; one thread. Strings point into argv or into the struct itself.
+ */
+#ifndef PDX_PROXY_OPTS_H
+#define PDX_PROXY_OPTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "proxy/pool.h"
+
+/* Instances given on the command line, per role. */
+#define PDX_PROXY_MAX_ARGS 64
+
+enum pdx_proxy_flow {
+	PDX_FLOW_SEQUENTIAL,	 /* vLLM-compatible: P (max_tokens=1), then D */
+	PDX_FLOW_CONCURRENT,	 /* refused until the engine's roles land */
+	PDX_FLOW_EARLY_CALLBACK, /* refused until the engine's roles land */
+};
+
+struct pdx_proxy_opts {
+	const char *host;			 /* listen address: 127.0.0.1 */
+	uint16_t port;				 /* 8000; 0: any free port */
+	enum pdx_proxy_flow flow;		 /* sequential */
+	enum pdx_pool_policy policy_p, policy_d; /* round-robin */
+	const char *admin_token;     /* or $PDX_PROXY_ADMIN_TOKEN; NULL: 403 */
+	const char *log_level;	     /* info */
+	unsigned connect_timeout_ms; /* 5000 */
+	unsigned first_byte_timeout_ms; /* 60000 */
+	unsigned idle_timeout_s;	/* between reads of a response: 300 */
+	size_t max_body;		/* client request body: 8 MiB */
+	unsigned max_inflight;		/* client requests at once: 4096 */
+	bool prefill_fallback; /* --on-prefill-failure local: D prefills */
+	unsigned n_prefill, n_decode;
+	char prefill[PDX_PROXY_MAX_ARGS][PDX_POOL_ADDR_MAX]; /* "host:port" */
+	char decode[PDX_PROXY_MAX_ARGS][PDX_POOL_ADDR_MAX];
+};
+
+enum pdx_proxy_opts_result {
+	PDX_PROXY_OPTS_RUN = 0,
+	PDX_PROXY_OPTS_HELP = 1, /* --help: exit 0 */
+	PDX_PROXY_OPTS_BAD = -1, /* reason in err: exit 2 */
+};
+
+/* Fills o from argv, defaults first. */
+enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
+						struct pdx_proxy_opts *o,
+						char *err, size_t errlen);
+
+void pdx_proxy_opts_usage(FILE *f);
+
+const char *pdx_proxy_flow_name(enum pdx_proxy_flow f);
+
+#endif

@@ -1,0 +1,184 @@
+/* Instance pools and the picking policies (see pool.h). */
+#include "proxy/pool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int pdx_pool_addr_parse(const char *s, char *host, size_t hostlen,
+			uint16_t *port, char *err, size_t errlen)
+{
+	const char *h = s, *colon, *hend;
+	unsigned long v;
+	char *end;
+
+	if (!strncmp(h, "http://", 7))
+		h += 7;
+	if (*h == '[') {
+		hend = strchr(h, ']');
+		if (!hend || hend[1] != ':')
+			goto bad;
+		h++;
+		colon = hend + 1;
+	} else {
+		colon = strrchr(h, ':');
+		if (!colon)
+			goto bad;
+		hend = colon;
+	}
+	if (hend == h || (size_t)(hend - h) >= hostlen)
+		goto bad;
+	v = strtoul(colon + 1, &end, 10);
+	if (colon[1] == '\0' || (*end && strcmp(end, "/")) || v == 0 ||
+	    v > 65535)
+		goto bad;
+	memcpy(host, h, hend - h);
+	host[hend - h] = '\0';
+	*port = (uint16_t)v;
+	return 0;
+bad:
+	snprintf(err, errlen, "bad address '%s' (want HOST:PORT)", s);
+	return -1;
+}
+
+static struct pdx_inst *pool_find(struct pdx_pool *p, const char *host,
+				  uint16_t port, unsigned *idx)
+{
+	for (unsigned i = 0; i < p->n; i++) {
+		if (p->inst[i]->port == port &&
+		    !strcmp(p->inst[i]->host, host)) {
+			*idx = i;
+			return p->inst[i];
+		}
+	}
+	return NULL;
+}
+
+int pdx_pool_add(struct pdx_pool *p, const char *addr, char *err, size_t errlen)
+{
+	char host[PDX_POOL_ADDR_MAX];
+	struct pdx_inst *i;
+	uint16_t port;
+	unsigned idx;
+
+	if (pdx_pool_addr_parse(addr, host, sizeof(host), &port, err, errlen))
+		return -1;
+	if (pool_find(p, host, port, &idx)) {
+		snprintf(err, errlen, "%s instance %s:%u already in the pool",
+			 pdx_pool_role_name(p->role), host, port);
+		return -1;
+	}
+	if (p->n == PDX_POOL_MAX) {
+		snprintf(err, errlen, "%s pool full (%d instances)",
+			 pdx_pool_role_name(p->role), PDX_POOL_MAX);
+		return -1;
+	}
+	i = calloc(1, sizeof(*i));
+	if (!i) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	snprintf(i->host, sizeof(i->host), "%s", host);
+	i->port = port;
+	snprintf(i->url, sizeof(i->url),
+		 strchr(host, ':') ? "http://[%s]:%u" : "http://%s:%u", host,
+		 port);
+	i->role = p->role;
+	i->refs = 1; /* the pool's */
+	p->inst[p->n++] = i;
+	return 0;
+}
+
+int pdx_pool_remove(struct pdx_pool *p, const char *addr)
+{
+	char host[PDX_POOL_ADDR_MAX], err[8];
+	struct pdx_inst *i;
+	uint16_t port;
+	unsigned idx;
+
+	if (pdx_pool_addr_parse(addr, host, sizeof(host), &port, err,
+				sizeof(err)))
+		return -1;
+	i = pool_find(p, host, port, &idx);
+	if (!i)
+		return -1;
+	memmove(&p->inst[idx], &p->inst[idx + 1],
+		(p->n - idx - 1) * sizeof(p->inst[0]));
+	p->n--;
+	i->removed = true;
+	i->inflight++; /* balanced by the put below */
+	pdx_pool_put(i);
+	return 0;
+}
+
+struct pdx_inst *pdx_pool_pick(struct pdx_pool *p)
+{
+	struct pdx_inst *best;
+
+	if (!p->n)
+		return NULL;
+	if (p->policy == PDX_POLICY_ROUND_ROBIN) {
+		best = p->inst[p->rr++ % p->n];
+	} else {
+		/* ties go round-robin too, so equal loads spread out */
+		unsigned start = p->rr++ % p->n;
+
+		best = p->inst[start];
+		for (unsigned k = 1; k < p->n; k++) {
+			struct pdx_inst *i = p->inst[(start + k) % p->n];
+
+			if (i->inflight < best->inflight)
+				best = i;
+		}
+	}
+	pdx_pool_hold(best);
+	return best;
+}
+
+void pdx_pool_hold(struct pdx_inst *i)
+{
+	i->refs++;
+	i->inflight++;
+	i->requests++;
+}
+
+void pdx_pool_put(struct pdx_inst *i)
+{
+	if (!i)
+		return;
+	i->inflight--;
+	if (--i->refs == 0)
+		free(i);
+}
+
+void pdx_pool_clear(struct pdx_pool *p)
+{
+	while (p->n) {
+		struct pdx_inst *i = p->inst[--p->n];
+
+		i->removed = true;
+		if (--i->refs == 0)
+			free(i);
+	}
+}
+
+const char *pdx_pool_role_name(enum pdx_pool_role r)
+{
+	return r == PDX_POOL_PREFILL ? "prefill" : "decode";
+}
+
+const char *pdx_pool_policy_name(enum pdx_pool_policy p)
+{
+	return p == PDX_POLICY_ROUND_ROBIN ? "round-robin" : "least-loaded";
+}
+
+int pdx_pool_policy_parse(const char *s, enum pdx_pool_policy *out)
+{
+	if (!strcmp(s, "round-robin"))
+		*out = PDX_POLICY_ROUND_ROBIN;
+	else if (!strcmp(s, "least-loaded"))
+		*out = PDX_POLICY_LEAST_LOADED;
+	else
+		return -1;
+	return 0;
+}

@@ -1,0 +1,77 @@
+/* Pools of engine instances (one for prefill, one for decode) and the
+ * policies that pick one per request: round-robin, least-loaded (fewest
+ * requests in flight from this proxy).
+ *
+ * One thread (the proxy's loop). An instance is reference counted: a
+ * request holds the instance it picked until pdx_pool_put(), so removing
+ * an instance (admin API) never frees one still in use.
+ */
+#ifndef PDX_PROXY_POOL_H
+#define PDX_PROXY_POOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stddef.h>
+
+#define PDX_POOL_ADDR_MAX 128
+#define PDX_POOL_MAX 256 /* instances per pool */
+
+enum pdx_pool_role { PDX_POOL_PREFILL, PDX_POOL_DECODE };
+enum pdx_pool_policy { PDX_POLICY_ROUND_ROBIN, PDX_POLICY_LEAST_LOADED };
+
+struct pdx_inst {
+	char host[PDX_POOL_ADDR_MAX];
+	uint16_t port;
+	char url[PDX_POOL_ADDR_MAX + 16]; /* "http://host:port" */
+	enum pdx_pool_role role;
+	unsigned inflight; /* requests of this proxy on it now */
+	uint64_t requests; /* requests sent to it */
+	uint64_t failures; /* of those, failed to connect or answer */
+	unsigned refs;
+	bool removed;
+	/* the engine's agent peer address from GET /v1/pdx/info ("" if it
+	 * has none); asked once, when first needed */
+	bool peer_known;
+	char peer[PDX_POOL_ADDR_MAX];
+};
+
+struct pdx_pool {
+	enum pdx_pool_role role;
+	enum pdx_pool_policy policy;
+	unsigned n, rr;
+	struct pdx_inst *inst[PDX_POOL_MAX];
+};
+
+/* Parses "host:port", "http://host:port" or "[v6]:port" into host and
+ * port; -1 with the reason in err. Pure. */
+int pdx_pool_addr_parse(const char *s, char *host, size_t hostlen,
+			uint16_t *port, char *err, size_t errlen);
+
+/* Adds an instance; -1 with the reason in err (bad address, duplicate,
+ * pool full). */
+int pdx_pool_add(struct pdx_pool *p, const char *addr, char *err,
+		 size_t errlen);
+
+/* Removes the instance with this address ("h:p" or "http://h:p"); 0, or
+ * -1 if there is none. Requests holding it finish normally. */
+int pdx_pool_remove(struct pdx_pool *p, const char *addr);
+
+/* Picks an instance by the pool's policy and takes a reference and an
+ * in-flight slot; NULL when the pool is empty. */
+struct pdx_inst *pdx_pool_pick(struct pdx_pool *p);
+
+/* Takes a reference and an in-flight slot on an instance already held
+ * (a second leg to the same instance). */
+void pdx_pool_hold(struct pdx_inst *i);
+
+/* Gives back what pdx_pool_pick() or pdx_pool_hold() took; NULL-safe. */
+void pdx_pool_put(struct pdx_inst *i);
+
+/* Drops every instance (at exit, after all requests are gone). */
+void pdx_pool_clear(struct pdx_pool *p);
+
+const char *pdx_pool_role_name(enum pdx_pool_role r);
+const char *pdx_pool_policy_name(enum pdx_pool_policy p);
+int pdx_pool_policy_parse(const char *s, enum pdx_pool_policy *out);
+
+#endif

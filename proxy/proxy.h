@@ -1,0 +1,46 @@
+/* The proxy's shared state, as the request handlers see it: options, the
+ * two pools, metrics and the calls in flight. Internal to proxy/.
+ *
+ * One thread: everything here lives on the proxy's one event loop.
+ */
+#ifndef PDX_PROXY_PROXY_H
+#define PDX_PROXY_PROXY_H
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <sys/queue.h>
+
+#include "proxy/metrics.h"
+#include "proxy/opts.h"
+#include "proxy/pool.h"
+#include "proxy/upstream.h"
+
+struct pdx_call;
+
+struct pdx_proxy {
+	const struct pdx_proxy_opts *o;
+	struct event_base *base;
+	struct evhttp *http;
+	uint16_t port;		 /* the bound one */
+	struct pdx_pool pool[2]; /* [PDX_POOL_PREFILL], [PDX_POOL_DECODE] */
+	struct pdx_proxy_metrics metrics;
+	struct pdx_upstreams legs;   /* every engine leg */
+	LIST_HEAD(, pdx_call) calls; /* client requests in flight */
+	unsigned ncalls;
+};
+
+/* Starts the HTTP server on o->host:o->port; -1 with the reason in err. */
+int pdx_proxy_listen(struct pdx_proxy *px, char *err, size_t errlen);
+
+/* Aborts every call in flight and closes the server. */
+void pdx_proxy_close(struct pdx_proxy *px);
+
+/* The admin API: /admin/instances (admin.c). */
+void pdx_admin_handle(struct pdx_proxy *px, struct evhttp_request *req);
+
+/* Sends an OpenAI-style error body:
+ * {"error": {"message", "type", "code"}} */
+void pdx_proxy_send_error(struct evhttp_request *req, int status,
+			  const char *type, const char *msg);
+
+#endif

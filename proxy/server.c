@@ -1,0 +1,217 @@
+/* The proxy's HTTP server: binding, routing, and the small routes
+ * (/health, /ready, /metrics); completions go to the flow, /v1/models to
+ * a decode instance, /admin/... to admin.c. */
+#define PDX_LOG_TOPIC "server"
+#include <arpa/inet.h>
+#include <event2/buffer.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "common/log.h"
+#include "proxy/call.h"
+#include "proxy/flow_sequential.h"
+#include "proxy/proxy.h"
+
+#define HTTP_MAX_HEADERS (64u << 10)
+#define HTTP_CLIENT_TIMEOUT_S 600
+
+void pdx_proxy_send_error(struct evhttp_request *req, int status,
+			  const char *type, const char *msg)
+{
+	json_t *j = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message",
+			      msg, "type", type, "param", "code", status);
+	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	struct evbuffer *b = evbuffer_new();
+
+	json_decref(j);
+	if (!s || !b) {
+		free(s);
+		if (b)
+			evbuffer_free(b);
+		evhttp_send_error(req, 500, "out of memory");
+		return;
+	}
+	evbuffer_add(b, s, strlen(s));
+	free(s);
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+			  "Content-Type", "application/json");
+	evhttp_send_reply(req, status, NULL, b);
+	evbuffer_free(b);
+}
+
+static void reply_text(struct evhttp_request *req, int status,
+		       const char *ctype, const char *body)
+{
+	struct evbuffer *b = evbuffer_new();
+
+	if (!b) {
+		evhttp_send_error(req, 500, "out of memory");
+		return;
+	}
+	evbuffer_add(b, body, strlen(body));
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+			  "Content-Type", ctype);
+	evhttp_send_reply(req, status, NULL, b);
+	evbuffer_free(b);
+}
+
+/* Ready: a decode instance, and a prefill one if prefill instances were
+ * configured at start (without them the proxy runs decode-only). */
+static void get_ready(struct pdx_proxy *px, struct evhttp_request *req)
+{
+	bool ready = px->pool[PDX_POOL_DECODE].n > 0 &&
+		     (px->pool[PDX_POOL_PREFILL].n > 0 || !px->o->n_prefill);
+
+	reply_text(req, ready ? 200 : 503, "application/json",
+		   ready ? "{\"status\":\"ready\"}"
+			 : "{\"status\":\"not ready\"}");
+}
+
+static void get_metrics(struct pdx_proxy *px, struct evhttp_request *req)
+{
+	struct evbuffer *b = evbuffer_new();
+
+	if (!b || pdx_proxy_metrics_render(px, b)) {
+		if (b)
+			evbuffer_free(b);
+		evhttp_send_error(req, 500, "out of memory");
+		return;
+	}
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+			  "Content-Type", "text/plain; version=0.0.4");
+	evhttp_send_reply(req, 200, NULL, b);
+	evbuffer_free(b);
+}
+
+static void post_generate(struct pdx_proxy *px, struct evhttp_request *req,
+			  const char *path)
+{
+	struct evbuffer *in = evhttp_request_get_input_buffer(req);
+	struct pdx_call *c = pdx_call_new(px, req);
+	json_error_t jerr;
+	char msg[160];
+
+	if (!c)
+		return;
+	snprintf(c->path, sizeof(c->path), "%s", path);
+	c->body = json_loadb((const char *)evbuffer_pullup(in, -1),
+			     evbuffer_get_length(in), 0, &jerr);
+	if (!json_is_object(c->body)) {
+		snprintf(msg, sizeof(msg), "the body is not a JSON object%s%s",
+			 c->body ? "" : ": ", c->body ? "" : jerr.text);
+		pdx_call_reply_error(c, 400, "invalid_request_error", msg);
+		return;
+	}
+	pdx_flow_sequential(c);
+}
+
+static void get_models(struct pdx_proxy *px, struct evhttp_request *req)
+{
+	struct pdx_call *c = pdx_call_new(px, req);
+
+	if (c)
+		pdx_call_relay(c, NULL, PDX_POOL_DECODE, EVHTTP_REQ_GET,
+			       "/v1/models", NULL, 0);
+}
+
+static void route(struct evhttp_request *req, void *arg)
+{
+	struct pdx_proxy *px = arg;
+	const char *path =
+	    evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+	bool get = cmd == EVHTTP_REQ_GET, post = cmd == EVHTTP_REQ_POST;
+
+	if (!path)
+		path = "/";
+	if (!strcmp(path, "/v1/completions") ||
+	    !strcmp(path, "/v1/chat/completions")) {
+		if (post)
+			post_generate(px, req, path);
+		else
+			goto bad_method;
+	} else if (!strcmp(path, "/health")) {
+		if (get)
+			reply_text(req, 200, "application/json",
+				   "{\"status\":\"ok\"}");
+		else
+			goto bad_method;
+	} else if (!strcmp(path, "/ready")) {
+		if (get)
+			get_ready(px, req);
+		else
+			goto bad_method;
+	} else if (!strcmp(path, "/metrics")) {
+		if (get)
+			get_metrics(px, req);
+		else
+			goto bad_method;
+	} else if (!strcmp(path, "/v1/models")) {
+		if (get)
+			get_models(px, req);
+		else
+			goto bad_method;
+	} else if (!strncmp(path, "/admin/", 7)) {
+		pdx_admin_handle(px, req);
+	} else {
+		pdx_proxy_send_error(req, 404, "not_found", "no such route");
+	}
+	return;
+bad_method:
+	pdx_proxy_send_error(req, 405, "invalid_request_error",
+			     "method not allowed on this route");
+}
+
+static uint16_t bound_port(struct evhttp_bound_socket *bs)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	evutil_socket_t fd = evhttp_bound_socket_get_fd(bs);
+
+	if (getsockname(fd, (struct sockaddr *)&ss, &len))
+		return 0;
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+int pdx_proxy_listen(struct pdx_proxy *px, char *err, size_t errlen)
+{
+	struct evhttp_bound_socket *bs;
+
+	px->http = evhttp_new(px->base);
+	if (!px->http) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	evhttp_set_max_body_size(px->http, (ev_ssize_t)px->o->max_body);
+	evhttp_set_max_headers_size(px->http, HTTP_MAX_HEADERS);
+	evhttp_set_timeout(px->http, HTTP_CLIENT_TIMEOUT_S);
+	evhttp_set_allowed_methods(px->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
+						 EVHTTP_REQ_DELETE);
+	evhttp_set_gencb(px->http, route, px);
+	bs = evhttp_bind_socket_with_handle(px->http, px->o->host, px->o->port);
+	if (!bs) {
+		snprintf(err, errlen, "cannot listen on %s:%u", px->o->host,
+			 px->o->port);
+		evhttp_free(px->http);
+		px->http = NULL;
+		return -1;
+	}
+	px->port = bound_port(bs);
+	return 0;
+}
+
+void pdx_proxy_close(struct pdx_proxy *px)
+{
+	while (!LIST_EMPTY(&px->calls))
+		pdx_call_abort(LIST_FIRST(&px->calls));
+	if (px->http)
+		evhttp_free(px->http);
+	px->http = NULL;
+}

@@ -1,0 +1,72 @@
+/* One HTTP request from the proxy to an engine instance (a "leg"), on its
+ * own evhttp connection, with a connect and a first-byte deadline.
+ *
+ * One thread (the proxy's loop). Callbacks fire from that loop, never
+ * from inside pdx_upstream_start() or pdx_upstream_cancel():
+ *   on_head  once, when the response's status line and headers arrived;
+ *   on_chunk zero or more times with body bytes as they arrive (only when
+ *            stream_body is set; otherwise the body collects in the leg);
+ *   on_end   exactly once, unless the leg was cancelled: status 0 means
+ *            the leg failed (err_status says 502 or 504 and why).
+ * After on_end (or pdx_upstream_cancel) the leg is freed: do not touch it.
+ */
+#ifndef PDX_PROXY_UPSTREAM_H
+#define PDX_PROXY_UPSTREAM_H
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <stdbool.h>
+
+#include <sys/queue.h>
+
+struct pdx_inst;
+struct pdx_upstream;
+
+/* The legs of one loop, so that the ones still closing can be freed at
+ * exit. Zero-initialised (LIST_INIT) before use. */
+struct pdx_upstreams {
+	LIST_HEAD(, pdx_upstream) legs;
+};
+
+/* Frees every leg left (at exit, after the calls are gone). */
+void pdx_upstreams_clear(struct pdx_upstreams *set);
+
+struct pdx_upstream_cbs {
+	void (*on_head)(struct pdx_upstream *u, int status,
+			struct evkeyvalq *headers, void *arg);
+	void (*on_chunk)(struct pdx_upstream *u, struct evbuffer *data,
+			 void *arg);
+	/* status: the engine's, or 0 on failure; body: the whole body when
+	 * not streamed (else empty); why: on failure */
+	void (*on_end)(struct pdx_upstream *u, int status,
+		       struct evbuffer *body, int err_status, const char *why,
+		       void *arg);
+	void *arg;
+};
+
+struct pdx_upstream_params {
+	struct event_base *base;
+	struct pdx_upstreams *set;
+	struct pdx_inst *inst; /* borrowed; the caller holds a reference */
+	enum evhttp_cmd_type method;
+	const char *path;	/* "/v1/completions?x" */
+	const char *request_id; /* sent as X-Request-Id */
+	const void *body;	/* may be NULL */
+	size_t body_len;
+	bool stream_body; /* on_chunk instead of collecting */
+	unsigned connect_timeout_ms, first_byte_timeout_ms, idle_timeout_s;
+	size_t max_body; /* of a collected response */
+};
+
+/* Starts the leg; -1 if it could not even start (out of memory). */
+int pdx_upstream_start(const struct pdx_upstream_params *p,
+		       const struct pdx_upstream_cbs *cbs,
+		       struct pdx_upstream **out);
+
+/* Abandons the leg and closes its connection, so the engine sees its
+ * client leave; no callback fires. NULL-safe. Not from inside the leg's
+ * own callbacks. */
+void pdx_upstream_cancel(struct pdx_upstream *u);
+
+#endif

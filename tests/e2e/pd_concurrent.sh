@@ -1,0 +1,156 @@
+#!/bin/bash
+# Disaggregated prefill/decode with two engines, each with its pdx-agent:
+# this script plays the proxy. The decode engine's streamed text must equal
+# a colocated engine's for the same prompt, in the concurrent flow (D and P
+# posted together) and the sequential one (P's kv_transfer_params handed to
+# D); a transfer that never comes is recomputed or fails per on_failure;
+# every KV block is free afterwards.
+#   pd_concurrent.sh PDX_ENGINE PDX_AGENT
+. "$(dirname "$0")/lib.sh"
+ENGINE=$1
+AGENT=$2
+
+export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
+for side in p d; do
+	bg_start "agent_$side" "$AGENT" --engine "ipc://$E2E_TMP/$side.engine" \
+		--listen "tcp://127.0.0.1:$(free_port)" --xfer-timeout-ms 5000
+done
+for side in p d; do
+	for _ in $(seq 100); do
+		[ -S "$E2E_TMP/$side.engine" ] && break
+		sleep 0.1
+	done
+	[ -S "$E2E_TMP/$side.engine" ] || fail "agent $side did not start"
+done
+named_engine_start P "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p.engine" \
+	--time-scale 0 --max-prefill-tokens 7 --kv-timeout-ms 2000
+named_engine_start D "$ENGINE" --role decode --agent "ipc://$E2E_TMP/d.engine" \
+	--time-scale 0 --kv-timeout-ms 1500
+named_engine_start C "$ENGINE" --time-scale 0
+
+# The agent peer addresses from /v1/pdx/info.
+for e in P D C; do
+	curl -sS "http://127.0.0.1:$(eval echo "\$PORT_$e")/v1/pdx/info" >"$E2E_TMP/info$e" ||
+		fail "GET /v1/pdx/info"
+done
+PEER_P=$(sed -n 's/.*"peer_addr": *"\([^"]*\)".*/\1/p' "$E2E_TMP/infoP")
+PEER_D=$(sed -n 's/.*"peer_addr": *"\([^"]*\)".*/\1/p' "$E2E_TMP/infoD")
+case "$PEER_P $PEER_D" in tcp://*" "tcp://*) ;; *) fail "peer addresses: $PEER_P $PEER_D" ;; esac
+grep -q '"role": *"both"' "$E2E_TMP/infoC" && grep -q '"peer_addr": *null' "$E2E_TMP/infoC" ||
+	fail "colocated /v1/pdx/info: $(cat "$E2E_TMP/infoC")"
+
+# (python3 takes ~0.5 s to start here: the checks are batched)
+xid() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
+
+# body PROMPT MAX STREAM [KV_JSON]: prompts hold no JSON specials.
+body() {
+	printf '{"prompt": "%s", "max_tokens": %s, "stream": %s%s}' "$1" "$2" \
+		"$([ "$3" = 1 ] && echo true || echo false)" "${4:+, \"kv_transfer_params\": $4}"
+}
+kv() { printf '{"xfer_id": "%s", "remote_agent": "%s", "do_remote_%s": true%s}' "$@"; }
+
+# to PORT BODY OUT: POSTs a completion; body in OUT, status in OUT.code.
+to() {
+	curl -sS -N -o "$3" -w '%{http_code}' -H 'Content-Type: application/json' \
+		--data-binary "$2" "http://127.0.0.1:$1/v1/completions" >"$3.code" ||
+		echo 000 >"$3.code"
+}
+
+T=$E2E_TMP
+n=0
+for prompt in "Hello, world!" "The quick brown fox jumps over the lazy dog again and again" \
+	"a" "$(seq -s ' ' 1 100)"; do
+	n=$((n + 1))
+	max=$((n * 5))
+	to "$PORT_C" "$(body "$prompt" $max 0)" "$T/c$n"
+
+	# concurrent: D (streamed) and P at once, the same fresh xfer id
+	x=$(xid)
+	echo "$x $PEER_P" >"$T/x$n"
+	to "$PORT_D" "$(body "$prompt" $max 1 "$(kv "$x" "$PEER_P" prefill)")" "$T/d$n" &
+	dpid=$!
+	to "$PORT_P" "$(body "$prompt" $max 0 "$(kv "$x" "$PEER_D" decode)")" "$T/p$n"
+	wait $dpid
+
+	# sequential (vLLM's shape): P first, its kv_transfer_params to D
+	to "$PORT_P" "$(body "$prompt" $max 0 "$(kv "$(xid)" "$PEER_D" decode)")" "$T/ps$n"
+	to "$PORT_D" "$(body "$prompt" $max 0 \
+		"$(sed -n 's/.*"kv_transfer_params":\({[^}]*}\).*/\1/p' "$T/ps$n")")" "$T/ds$n"
+done
+
+# a transfer that never comes (P never asked): recomputed, or an error
+prompt="What happens when the prefill engine never sends anything?"
+to "$PORT_C" "$(body "$prompt" 6 0)" "$T/cf"
+to "$PORT_D" "$(body "$prompt" 6 1 "$(kv "$(xid)" "$PEER_P" prefill ', "on_failure": "recompute"')")" "$T/dr" &
+dpid=$!
+to "$PORT_D" "$(body "$prompt" 6 0 "$(kv "$(xid)" "$PEER_P" prefill ', "on_failure": "fail"')")" "$T/df"
+wait $dpid
+# a client that leaves while its decode waits for KV (aborted), and a
+# prefill whose decode side never asks (its blocks held until
+# --kv-timeout-ms)
+curl -sS -m 0.5 -o /dev/null -d "$(body "$prompt" 6 1 "$(kv "$(xid)" "$PEER_P" prefill)")" \
+	"http://127.0.0.1:$PORT_D/v1/completions" 2>/dev/null &
+dpid=$!
+curl -sS -m 0.5 -o /dev/null -d "$(body "$prompt" 6 0 "$(kv "$(xid)" "$PEER_D" decode)")" \
+	"http://127.0.0.1:$PORT_P/v1/completions" 2>/dev/null
+wait $dpid
+# bad parameters are refused
+to "$PORT_D" "$(body "$prompt" 6 0 "$(kv 12 tcp://x:1 prefill)")" "$T/bad1"
+to "$PORT_C" "$(body "$prompt" 6 0 "$(kv "$(xid)" "$PEER_P" prefill)")" "$T/bad2"
+
+python3 - "$T" "$n" <<'PY' || fail "checks above"
+import json, sys
+T, n = sys.argv[1], int(sys.argv[2])
+def rd(f): return open(f"{T}/{f}").read()
+def code(f): return rd(f + ".code").strip()
+def text(f):
+    raw = rd(f)
+    assert code(f) == "200", (f, code(f), raw)
+    if not raw.startswith("data:"):
+        return json.loads(raw)["choices"][0]["text"]
+    out = ""
+    for ev in raw.split("\n\n"):
+        if not ev.startswith("data: ") or ev == "data: [DONE]": continue
+        o = json.loads(ev[6:])
+        assert "error" not in o, (f, o)
+        out += o["choices"][0]["text"]
+    return out
+for i in range(1, n + 1):
+    want = text(f"c{i}")
+    x, peer = rd(f"x{i}").split()
+    k = json.loads(rd(f"p{i}"))["kv_transfer_params"]
+    assert k["xfer_id"] == x and k["remote_agent"] == peer, k
+    assert k["do_remote_prefill"] is True and isinstance(k["first_token"], int), k
+    assert text(f"p{i}") == want.split()[0], (i, rd(f"p{i}"), want)
+    assert text(f"d{i}") == want, (i, "concurrent", text(f"d{i}"), want)
+    assert text(f"ds{i}") == want, (i, "sequential", text(f"ds{i}"), want)
+assert text("dr") == text("cf"), ("recompute", text("dr"), text("cf"))
+assert code("df") == "500" and "KV transfer" in rd("df"), ("fail", rd("df"))
+assert code("bad1") == "400" and code("bad2") == "400", (rd("bad1"), rd("bad2"))
+PY
+
+# every block free again on both sides (P frees once its agent has sent)
+for port in "$PORT_P" "$PORT_D" "$PORT_C"; do
+	ok=
+	for _ in $(seq 50); do
+		if curl -sS "http://127.0.0.1:$port/metrics" | python3 -c 'import sys
+v = {}
+for l in sys.stdin:
+    if l.startswith("pdx_engine_kv_blocks_"):
+        name, val = l.split()
+        v[name.split("{")[0]] = float(val)
+assert v["pdx_engine_kv_blocks_free"] == v["pdx_engine_kv_blocks_total"], v' 2>/dev/null; then
+			ok=1
+			break
+		fi
+		sleep 0.1
+	done
+	[ -n "$ok" ] || fail "engine on $port holds KV blocks: $(curl -sS "http://127.0.0.1:$port/metrics" | grep kv_blocks)"
+done
+
+named_stop P
+named_stop D
+named_stop C
+named_stop agent_p
+named_stop agent_d
+echo "ok: P/D concurrent and sequential = colocated, recompute, fail, blocks free"

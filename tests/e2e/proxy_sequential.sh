@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# pdx-proxy in the sequential flow in front of two colocated engines, one
+# as the prefill instance, one as the decode instance. Colocated engines
+# refuse kv_transfer_params, so the proxy runs with --on-prefill-failure
+# local and D prefills itself: the text through the proxy, streamed and
+# not, equals the text from an engine directly. Also: the request id is
+# kept, the admin API with and without its token, valid /metrics, a
+# killed engine answered with 502/503 and an error JSON, and serving on
+# after the dead instance is removed; clients that leave get their
+# engine requests aborted (no KV held); bad command lines exit 2.
+#   proxy_sequential.sh BUILD/engine/pdx-engine BUILD/proxy/pdx-proxy
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+ENGINE=$1
+PROXY=$2
+PIDS=""
+trap 'for p in $PIDS; do kill $p 2>/dev/null; done; for p in $PIDS; do wait $p 2>/dev/null; done; cleanup' EXIT
+
+# start NAME CMD...: runs CMD --port 0 in the background; its port in
+# PORT_NAME and its pid in PID_NAME.
+start() {
+	local name=$1 pid port
+	shift
+	"$@" --port 0 2>"$E2E_TMP/$name.log" >/dev/null &
+	pid=$!
+	PIDS="$PIDS $pid"
+	eval "PID_$name=$pid"
+	for _ in $(seq 100); do
+		port=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9]*\)$/\1/p' \
+			"$E2E_TMP/$name.log")
+		[ -n "$port" ] && { eval "PORT_$name=$port"; return 0; }
+		kill -0 $pid 2>/dev/null ||
+			fail "$name exited at start: $(tail -3 "$E2E_TMP/$name.log")"
+		sleep 0.1
+	done
+	fail "$name did not start listening"
+}
+
+# stop NAME: SIGTERM; the exit status must be 0 (under ASan: no leaks).
+stop() {
+	local pid rc
+	pid=$(eval echo "\$PID_$1")
+	kill -TERM $pid
+	wait $pid
+	rc=$?
+	[ $rc -eq 0 ] || fail "$1 exited with $rc: $(tail -5 "$E2E_TMP/$1.log")"
+}
+
+# admin METHOD PATH [TOKEN] [BODY]: prints the body; status in
+# $E2E_TMP/status.
+admin() {
+	local auth=() data=()
+	[ -n "${3:-}" ] && auth=(-H "Authorization: Bearer $3")
+	[ -n "${4:-}" ] && data=(--data-binary "$4")
+	curl -sS -o "$E2E_TMP/body" -w '%{http_code}' -X "$1" "${auth[@]}" \
+		"${data[@]}" "http://127.0.0.1:$PORT$2" >"$E2E_TMP/status" ||
+		fail "curl $1 $2"
+	cat "$E2E_TMP/body"
+}
+
+start P "$ENGINE" --time-scale 0
+start D "$ENGINE" --time-scale 0
+start X "$PROXY" --prefill "127.0.0.1:$PORT_P" --decoder-hosts 127.0.0.1 \
+	--decoder-ports "$PORT_D" --on-prefill-failure local \
+	--admin-token s3cret --policy-d least-loaded
+PORT=$PORT_X
+
+get /health >/dev/null
+status_is 200 /health
+get /ready >/dev/null
+status_is 200 /ready
+get /v1/models | py 'import json,sys; m=json.load(sys.stdin); assert [d["id"] for d in m["data"]] == ["tiny"], m' "/v1/models through the proxy"
+
+# the same text through the proxy as from an engine directly
+for p in '"Hello, world!"' '[1, 2, 3, 4, 5, 6, 7, 8, 9]'; do
+	req="{\"model\": \"tiny\", \"prompt\": $p, \"max_tokens\": 12}"
+	PORT=$PORT_P post /v1/completions "$req" >"$E2E_TMP/direct.json"
+	PORT=$PORT_X
+	post /v1/completions "$req" >"$E2E_TMP/proxied.json"
+	status_is 200 "completion through the proxy"
+	py "import json; a=json.load(open('$E2E_TMP/direct.json')); b=json.load(open('$E2E_TMP/proxied.json')); assert a['choices'][0]['text'] == b['choices'][0]['text'], (a, b)" "proxied text equals direct text"
+	curl -sS -N -d "{\"prompt\": $p, \"max_tokens\": 12, \"stream\": true, \"stream_options\": {\"include_usage\": true}}" \
+		"http://127.0.0.1:$PORT/v1/completions" >"$E2E_TMP/proxied.sse" ||
+		fail "stream through the proxy"
+	python3 "$HERE/sse_check.py" "$E2E_TMP/direct.json" \
+		"$E2E_TMP/proxied.sse" text 12 >/dev/null || fail "proxied stream vs direct"
+done
+post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 5}' |
+	py 'import json,sys; r=json.load(sys.stdin); assert r["usage"]["completion_tokens"] == 5, r' "chat through the proxy"
+post /v1/completions 'not json' >/dev/null
+status_is 400 "invalid JSON"
+
+# the client's request id goes to the engine and comes back
+curl -sS -D "$E2E_TMP/headers" -o /dev/null -H 'X-Request-Id: my-req-7' \
+	-d '{"prompt": "hi", "max_tokens": 2}' "http://127.0.0.1:$PORT/v1/completions" ||
+	fail "request with an id"
+grep -qi '^x-request-id: my-req-7' "$E2E_TMP/headers" || fail "request id not echoed"
+
+# admin API
+admin GET /admin/instances >/dev/null
+status_is 401 "admin without a token"
+admin GET /admin/instances wrong >/dev/null
+status_is 401 "admin with a wrong token"
+admin GET /admin/instances s3cret |
+	py "import json,sys; r=json.load(sys.stdin); assert sorted((i['role'], i['url']) for i in r['instances']) == [('decode', 'http://127.0.0.1:$PORT_D'), ('prefill', 'http://127.0.0.1:$PORT_P')], r" "admin list"
+admin POST /admin/instances s3cret "{\"role\": \"decode\", \"url\": \"http://127.0.0.1:$PORT_P\"}" >/dev/null
+status_is 201 "admin add"
+admin POST /admin/instances s3cret "{\"role\": \"decode\", \"url\": \"http://127.0.0.1:$PORT_P\"}" >/dev/null
+status_is 409 "admin add twice"
+admin POST /admin/instances s3cret '{"role": "middle", "url": "http://127.0.0.1:1"}' >/dev/null
+status_is 400 "admin add with a bad role"
+admin GET /admin/instances s3cret |
+	py 'import json,sys; r=json.load(sys.stdin); assert len(r["instances"]) == 3, r' "admin list after add"
+
+get /metrics >"$E2E_TMP/metrics"
+python3 "$HERE/promcheck.py" "$E2E_TMP/metrics" 'pdx_proxy_requests_inflight=0' \
+	"pdx_proxy_instances{role=\"decode\"}=2" ||
+	fail "/metrics is not valid Prometheus text"
+
+# the decode engine dies: its requests get 502/503 with an error JSON
+kill -KILL "$PID_D"
+wait "$PID_D" 2>/dev/null
+PIDS=${PIDS/ $PID_D/}
+bad=0
+for _ in 1 2 3 4; do
+	post /v1/completions '{"prompt": "still?", "max_tokens": 3}' >"$E2E_TMP/r.json"
+	case $(cat "$E2E_TMP/status") in
+	200) ;;
+	502 | 503)
+		bad=$((bad + 1))
+		py "import json; e=json.load(open('$E2E_TMP/r.json'))['error']; assert e['type'] and e['message'] and e['code'] in (502, 503), e" "error JSON"
+		;;
+	*) fail "HTTP $(cat "$E2E_TMP/status") with a dead decode engine" ;;
+	esac
+done
+[ $bad -ge 1 ] || fail "no request met the dead engine"
+admin DELETE "/admin/instances?url=http://127.0.0.1:$PORT_D" s3cret >/dev/null
+status_is 200 "admin remove"
+admin DELETE "/admin/instances?url=http://127.0.0.1:$PORT_D" s3cret >/dev/null
+status_is 404 "admin remove twice"
+for _ in 1 2 3 4; do
+	post /v1/completions '{"prompt": "still?", "max_tokens": 3}' >/dev/null
+	status_is 200 "served by the other instance after the remove"
+done
+get /metrics >"$E2E_TMP/metrics"
+python3 "$HERE/promcheck.py" "$E2E_TMP/metrics" "pdx_proxy_requests_total{code=\"502\"}=$bad" ||
+	fail "/metrics after the failure"
+stop X
+
+# no admin token configured: the admin API is off
+start Y "$PROXY" --decode "127.0.0.1:$PORT_P"
+PORT=$PORT_Y
+admin GET /admin/instances anything >/dev/null
+status_is 403 "admin without a configured token"
+post /v1/completions '{"prompt": "decode only", "max_tokens": 3}' >/dev/null
+status_is 200 "decode-only proxy"
+stop Y
+
+# clients that leave mid-stream or mid-generation: the engine's requests
+# are aborted and their KV freed (tiny at scale 10000: ~10 ms a token)
+start S "$ENGINE" --time-scale 10000
+start Z "$PROXY" --decode "127.0.0.1:$PORT_S"
+long='{"prompt": "tell me a long story", "max_tokens": 1000'
+curl -sS -N --max-time 1 -d "$long, \"stream\": true}" \
+	"http://127.0.0.1:$PORT_Z/v1/completions" >"$E2E_TMP/s1" 2>/dev/null &
+c1=$!
+curl -sS --max-time 1 -d "$long}" \
+	"http://127.0.0.1:$PORT_Z/v1/completions" >/dev/null 2>&1 &
+c2=$!
+wait $c1 $c2
+grep -q '^data: {' "$E2E_TMP/s1" || fail "the proxied stream sent no token before the client left"
+sleep 0.3
+PORT=$PORT_S get /metrics >"$E2E_TMP/after"
+python3 "$HERE/promcheck.py" "$E2E_TMP/after" \
+	'pdx_engine_num_requests_running{model_name="tiny"}=0' \
+	'pdx_engine_kv_blocks_used{model_name="tiny"}=0' \
+	'pdx_engine_requests_aborted_total{model_name="tiny"}=2' ||
+	fail "the engine kept requests whose client left the proxy"
+PORT=$PORT_Z get /metrics >"$E2E_TMP/after"
+python3 "$HERE/promcheck.py" "$E2E_TMP/after" \
+	'pdx_proxy_requests_aborted_total=2' 'pdx_proxy_requests_inflight=0' ||
+	fail "proxy metrics after the clients left"
+stop Z
+stop S
+stop P
+
+# an engine that accepts and never answers: 504 at the first-byte deadline
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+print(s.getsockname()[1], flush=True); time.sleep(30)' >"$E2E_TMP/hole" &
+PIDS="$PIDS $!"
+for _ in $(seq 50); do [ -s "$E2E_TMP/hole" ] && break; sleep 0.1; done
+start H "$PROXY" --decode "127.0.0.1:$(cat "$E2E_TMP/hole")" --first-byte-timeout 300
+PORT=$PORT_H post /v1/completions '{"prompt": "anyone?", "max_tokens": 3}' >"$E2E_TMP/r.json"
+status_is 504 "an engine that never answers"
+py "import json; e=json.load(open('$E2E_TMP/r.json'))['error']; assert 'first byte' in e['message'], e" "504 error JSON"
+stop H
+
+# bad command lines exit 2
+"$PROXY" --flow concurrent 2>/dev/null
+[ $? -eq 2 ] || fail "--flow concurrent should be refused for now"
+"$PROXY" --prefiller-hosts a b --prefiller-ports 1 2>/dev/null
+[ $? -eq 2 ] || fail "unpaired vLLM lists should be refused"
+"$PROXY" --decode nope 2>/dev/null
+[ $? -eq 2 ] || fail "a bad address should be refused"
+echo ok
