@@ -15,27 +15,6 @@
 #include "common/log.h"
 #include "proxy/proxy.h"
 
-static void reply_json(struct evhttp_request *req, int status, json_t *j)
-{
-	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	struct evbuffer *b = evbuffer_new();
-
-	json_decref(j);
-	if (!s || !b) {
-		free(s);
-		if (b)
-			evbuffer_free(b);
-		evhttp_send_error(req, 500, "out of memory");
-		return;
-	}
-	evbuffer_add(b, s, strlen(s));
-	free(s);
-	evhttp_add_header(evhttp_request_get_output_headers(req),
-			  "Content-Type", "application/json");
-	evhttp_send_reply(req, status, NULL, b);
-	evbuffer_free(b);
-}
-
 /* Compares in time independent of where the strings differ. */
 static bool token_equal(const char *a, const char *b)
 {
@@ -87,7 +66,7 @@ static void list(struct pdx_proxy *px, struct evhttp_request *req)
 				      "failures",
 				      (json_int_t)p->inst[i]->failures));
 	}
-	reply_json(req, 200,
+	pdx_proxy_send_json(req, 200,
 		   json_pack("{s:o, s:s, s:s}", "instances", arr, "policy_p",
 			     pdx_pool_policy_name(px->pool[0].policy),
 			     "policy_d",
@@ -128,7 +107,7 @@ static void add(struct pdx_proxy *px, struct evhttp_request *req)
 	}
 	log_info("added %s instance %s", role,
 		 px->pool[r].inst[px->pool[r].n - 1]->url);
-	reply_json(req, 201,
+	pdx_proxy_send_json(req, 201,
 		   json_pack("{s:s, s:s}", "role", role, "url",
 			     px->pool[r].inst[px->pool[r].n - 1]->url));
 out:
@@ -166,7 +145,7 @@ static void del(struct pdx_proxy *px, struct evhttp_request *req)
 		goto out;
 	}
 	log_info("removed instance %s", url);
-	reply_json(req, 200,
+	pdx_proxy_send_json(req, 200,
 		   json_pack("{s:s, s:i}", "url", url, "removed", removed));
 out:
 	evhttp_clear_headers(&args);

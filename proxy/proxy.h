@@ -8,6 +8,7 @@
 
 #include <event2/event.h>
 #include <event2/http.h>
+#include <jansson.h>
 #include <sys/queue.h>
 
 #include "proxy/metrics.h"
@@ -40,6 +41,8 @@ void pdx_admin_handle(struct pdx_proxy *px, struct evhttp_request *req);
 
 /* Sends an OpenAI-style error body:
  * {"error": {"message", "type", "code"}} */
+/* Replies with j as the JSON body (j is consumed; NULL gives a 500). */
+void pdx_proxy_send_json(struct evhttp_request *req, int status, json_t *j);
 void pdx_proxy_send_error(struct evhttp_request *req, int status,
 			  const char *type, const char *msg);
 

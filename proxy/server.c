@@ -20,11 +20,8 @@
 #define HTTP_MAX_HEADERS (64u << 10)
 #define HTTP_CLIENT_TIMEOUT_S 600
 
-void pdx_proxy_send_error(struct evhttp_request *req, int status,
-			  const char *type, const char *msg)
+void pdx_proxy_send_json(struct evhttp_request *req, int status, json_t *j)
 {
-	json_t *j = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message",
-			      msg, "type", type, "param", "code", status);
 	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	struct evbuffer *b = evbuffer_new();
 
@@ -42,6 +39,15 @@ void pdx_proxy_send_error(struct evhttp_request *req, int status,
 			  "Content-Type", "application/json");
 	evhttp_send_reply(req, status, NULL, b);
 	evbuffer_free(b);
+}
+
+void pdx_proxy_send_error(struct evhttp_request *req, int status,
+			  const char *type, const char *msg)
+{
+	pdx_proxy_send_json(req, status,
+			    json_pack("{s:{s:s, s:s, s:n, s:i}}", "error",
+				      "message", msg, "type", type, "param",
+				      "code", status));
 }
 
 static void reply_text(struct evhttp_request *req, int status,
