@@ -40,50 +40,48 @@ static int family(struct evbuffer *out, const char *name, const char *type,
 				   help, name, type) < 0;
 }
 
-static int render_instances(const struct pdx_proxy *px, struct evbuffer *out)
+enum inst_field { INST_INFLIGHT, INST_REQUESTS, INST_FAILURES };
+
+static uint64_t inst_value(const struct pdx_inst *in, enum inst_field f)
 {
-	int bad = family(out, "pdx_proxy_instance_inflight", "gauge",
-			 "requests of this proxy in flight on an instance");
+	return f == INST_INFLIGHT ? in->inflight
+	       : f == INST_REQUESTS ? in->requests
+				    : in->failures;
+}
+
+/* One family with a sample per instance of both pools. */
+static int render_per_instance(const struct pdx_proxy *px,
+			       struct evbuffer *out, const char *name,
+			       const char *type, const char *help,
+			       enum inst_field f)
+{
+	int bad = family(out, name, type, help);
 
 	for (int r = 0; r < 2; r++) {
 		const struct pdx_pool *p = &px->pool[r];
 
 		for (unsigned i = 0; i < p->n; i++)
 			bad |= evbuffer_add_printf(
-				   out,
-				   "pdx_proxy_instance_inflight{role=\"%s\","
-				   "instance=\"%s\"} %u\n",
-				   pdx_pool_role_name(p->role), p->inst[i]->url,
-				   p->inst[i]->inflight) < 0;
+				       out, "%s{role=\"%s\",instance=\"%s\"} %llu\n",
+				       name, pdx_pool_role_name(p->role),
+				       p->inst[i]->url,
+				       (unsigned long long)inst_value(p->inst[i], f)) < 0;
 	}
-	bad |= family(out, "pdx_proxy_instance_requests_total", "counter",
-		      "requests sent to an instance");
-	for (int r = 0; r < 2; r++) {
-		const struct pdx_pool *p = &px->pool[r];
+	return bad;
+}
 
-		for (unsigned i = 0; i < p->n; i++)
-			bad |=
-			    evbuffer_add_printf(
-				out,
-				"pdx_proxy_instance_requests_total{role=\"%s\","
-				"instance=\"%s\"} %llu\n",
-				pdx_pool_role_name(p->role), p->inst[i]->url,
-				(unsigned long long)p->inst[i]->requests) < 0;
-	}
-	bad |= family(out, "pdx_proxy_instance_failures_total", "counter",
-		      "requests an instance failed to connect or answer");
-	for (int r = 0; r < 2; r++) {
-		const struct pdx_pool *p = &px->pool[r];
+static int render_instances(const struct pdx_proxy *px, struct evbuffer *out)
+{
+	int bad = render_per_instance(
+		px, out, "pdx_proxy_instance_inflight", "gauge",
+		"requests of this proxy in flight on an instance", INST_INFLIGHT);
 
-		for (unsigned i = 0; i < p->n; i++)
-			bad |=
-			    evbuffer_add_printf(
-				out,
-				"pdx_proxy_instance_failures_total{role=\"%s\","
-				"instance=\"%s\"} %llu\n",
-				pdx_pool_role_name(p->role), p->inst[i]->url,
-				(unsigned long long)p->inst[i]->failures) < 0;
-	}
+	bad |= render_per_instance(px, out, "pdx_proxy_instance_requests_total",
+				   "counter", "requests sent to an instance",
+				   INST_REQUESTS);
+	bad |= render_per_instance(
+		px, out, "pdx_proxy_instance_failures_total", "counter",
+		"requests an instance failed to connect or answer", INST_FAILURES);
 	bad |=
 	    family(out, "pdx_proxy_instances", "gauge", "instances in a pool");
 	for (int r = 0; r < 2; r++)
