@@ -9,7 +9,12 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "engine/http_post.h"
 #include "engine/kv_seq.h"
+
+/* Bounds the early callback's post (it matters only before the prefill
+ * ends, and the proxy does without it). */
+#define CALLBACK_TIMEOUT_S 10
 
 struct pdx__kv {
 	LIST_ENTRY(pdx__kv) link; /* api->kvs */
@@ -20,6 +25,7 @@ struct pdx__kv {
 	struct event *timer;	    /* bounds the wait for the event */
 	struct pdx_sched_req *sreq; /* while the request lives */
 	struct pdx_kv_seq *held;    /* prefill: blocks held after the end */
+	struct pdx_http_post *callback; /* prefill: to the metaserver */
 	bool call_gone;		    /* the request ended */
 	pdx_status_t status;	    /* the transfer's failure, if any */
 	char reason[PDX_REASON_MAX];
@@ -28,6 +34,7 @@ struct pdx__kv {
 static void kv_free(struct pdx__kv *k)
 {
 	pdx_kv_link_cancel(k->api->p.link, &k->w);
+	pdx_http_post_free(k->callback);
 	LIST_REMOVE(k, link);
 	pdx_kv_seq_free(k->held);
 	event_free(k->timer);
@@ -108,6 +115,27 @@ void pdx__kv_set_req(struct pdx__kv *k, struct pdx_sched_req *sreq)
 	k->sreq = sreq;
 }
 
+/* Early callback: the decode side's kv_transfer_params, posted to the
+ * proxy now that the prefill starts, so it dispatches the decode side. */
+static void post_callback(struct pdx__kv *k)
+{
+	json_t *o = pdx_kv_params_answer(
+	    &k->p, pdx_kv_link_peer(k->api->p.link), -1);
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	char err[128];
+
+	json_decref(o);
+	if (s)
+		k->callback = pdx_http_post_start(k->api->p.base,
+						  k->p.metaserver, s,
+						  CALLBACK_TIMEOUT_S, err,
+						  sizeof(err));
+	if (!k->callback)
+		log_warn("%s: early callback to %s: %s", k->p.xfer_hex,
+			 k->p.metaserver, s ? err : "out of memory");
+	free(s);
+}
+
 void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq)
 {
 	uint32_t bt = pdx_kv_pool_shm(seq->pool)->layout.block_tokens;
@@ -126,6 +154,8 @@ void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq)
 		return;
 	}
 	arm_timer(k);
+	if (k->p.metaserver[0])
+		post_callback(k);
 }
 
 void pdx__kv_layer_done(struct pdx__kv *k, uint32_t layer)

@@ -68,6 +68,25 @@ static int parse_decode_side(json_t *o, uint32_t vocab,
 	return 0;
 }
 
+static int parse_prefill_side(json_t *o, struct pdx_kv_params *out,
+			      char *msg, size_t msglen)
+{
+	json_t *v = json_object_get(o, "metaserver");
+	const char *s = json_string_value(v);
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!s || strncmp(s, "http://", 7) || strlen(s) >= PDX_KV_URL_MAX) {
+		snprintf(msg, msglen,
+			 "kv_transfer_params.metaserver: want an http:// URL "
+			 "shorter than %d bytes",
+			 PDX_KV_URL_MAX);
+		return -1;
+	}
+	strcpy(out->metaserver, s);
+	return 0;
+}
+
 int pdx_kv_params_parse(json_t *o, uint32_t vocab, struct pdx_kv_params *out,
 			char *msg, size_t msglen)
 {
@@ -109,14 +128,21 @@ int pdx_kv_params_parse(json_t *o, uint32_t vocab, struct pdx_kv_params *out,
 	strcpy(out->remote_agent, s);
 	if (out->role == PDX_KV_RECV)
 		return parse_decode_side(o, vocab, out, msg, msglen);
-	return 0;
+	return parse_prefill_side(o, out, msg, msglen);
 }
 
 json_t *pdx_kv_params_answer(const struct pdx_kv_params *p,
-			     const char *own_agent, uint32_t first_token)
+			     const char *own_agent, int64_t first_token)
 {
-	return json_pack("{s:s, s:s, s:b, s:b, s:I}", "xfer_id", p->xfer_hex,
-			 "remote_agent", own_agent, "do_remote_prefill", 1,
-			 "do_remote_decode", 0, "first_token",
-			 (json_int_t)first_token);
+	json_t *o = json_pack("{s:s, s:s, s:b, s:b}", "xfer_id", p->xfer_hex,
+			      "remote_agent", own_agent, "do_remote_prefill",
+			      1, "do_remote_decode", 0);
+
+	if (o && first_token >= 0 &&
+	    json_object_set_new(o, "first_token",
+				json_integer((json_int_t)first_token))) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
 }

@@ -9,10 +9,14 @@
  *   first_token        decode side, optional: the prefill's first token
  *   on_failure         decode side, optional: "fail" (default) or
  *                      "recompute" (prefill here)
+ *   metaserver         prefill side, optional: an http:// URL to post
+ *                      the decode side's object to when the prefill
+ *                      starts (the early-callback flow)
  *
- * and a prefill engine answers with the object a decode request needs:
- * xfer_id, remote_agent (its own agent), do_remote_prefill: true,
- * first_token.
+ * and a prefill engine answers (and posts to metaserver) the object a
+ * decode request needs: xfer_id, remote_agent (its own agent),
+ * do_remote_prefill: true, do_remote_decode: false, first_token (in the
+ * answer; not known yet when the prefill starts).
  *
  * Pure (jansson only); any thread.
  */
@@ -25,6 +29,8 @@
 
 #include <jansson.h>
 #include <pdx/engine.h>
+
+#define PDX_KV_URL_MAX 256
 
 enum pdx_kv_role {
 	PDX_KV_NONE = 0, /* no transfer: the request runs here, colocated */
@@ -39,14 +45,16 @@ struct pdx_kv_params {
 	char remote_agent[PDX_ADDR_MAX];
 	int64_t first_token; /* -1: not given */
 	bool recompute;	     /* on_failure "recompute" */
+	char metaserver[PDX_KV_URL_MAX]; /* "" when not given */
 };
 
 /* Reads o (NULL or null: role NONE). 0, or -1 with the reason in msg. */
 int pdx_kv_params_parse(json_t *o, uint32_t vocab, struct pdx_kv_params *out,
 			char *msg, size_t msglen);
 
-/* The prefill side's answer: a new object, NULL when out of memory. */
+/* The prefill side's answer (first_token < 0: left out, for the early
+ * callback): a new object, NULL when out of memory. */
 json_t *pdx_kv_params_answer(const struct pdx_kv_params *p,
-			     const char *own_agent, uint32_t first_token);
+			     const char *own_agent, int64_t first_token);
 
 #endif

@@ -20,19 +20,35 @@
 static const char *const relay_headers[] = {"Content-Type", "Content-Length",
 					    "Cache-Control"};
 
+/* The reply is over: counted once, when it ends (a side leg that
+ * finishes later does not stretch the request's duration). */
+static void call_count(struct pdx_call *c)
+{
+	if (c->over)
+		return;
+	c->over = true;
+	pdx_proxy_metrics_request(&c->px->metrics, c->status,
+				  (double)(pdx_now_ns() - c->t0_ns) / 1e9);
+}
+
 static void call_free(struct pdx_call *c)
 {
 	struct pdx_proxy *px = c->px;
 
-	pdx_proxy_metrics_request(&px->metrics, c->status,
-				  (double)(pdx_now_ns() - c->t0_ns) / 1e9);
+	call_count(c);
 	LIST_REMOVE(c, link);
 	px->ncalls--;
 	if (c->watch)
 		event_free(c->watch);
 	json_decref(c->body);
+	pdx_upstream_cancel(c->leg);
+	pdx_upstream_cancel(c->side);
 	pdx_pool_put(c->inst);
+	pdx_pool_put(c->side_inst);
 	pdx_pool_put(c->decode);
+	pdx_pool_put(c->prefill);
+	for (size_t i = 0; i < sizeof(c->head) / sizeof(*c->head); i++)
+		free(c->head[i]);
 	free(c);
 }
 
@@ -55,8 +71,6 @@ static void on_close(struct evhttp_connection *conn, void *arg)
 	log_info("%s: client left, cancelling", c->req_id);
 	if (!evhttp_request_get_connection(c->req))
 		evhttp_request_free(c->req);
-	pdx_upstream_cancel(c->leg);
-	c->leg = NULL;
 	c->px->metrics.aborted++;
 	c->status = 499; /* nginx's "client closed request" */
 	call_free(c);
@@ -167,18 +181,29 @@ static void relay_head(struct pdx_upstream *u, int status, struct evkeyvalq *in,
 		       void *arg)
 {
 	struct pdx_call *c = arg;
-	struct evkeyvalq *out = evhttp_request_get_output_headers(c->req);
 
 	for (size_t i = 0; i < sizeof(relay_headers) / sizeof(*relay_headers);
 	     i++) {
 		const char *v = evhttp_find_header(in, relay_headers[i]);
 
-		if (v)
-			evhttp_add_header(out, relay_headers[i], v);
+		free(c->head[i]);
+		c->head[i] = v ? strdup(v) : NULL;
 	}
-	c->status = status;
+	c->head_status = status;
+}
+
+/* The relayed response's head goes out with its first body bytes. */
+static void relay_start(struct pdx_call *c)
+{
+	struct evkeyvalq *out = evhttp_request_get_output_headers(c->req);
+
+	for (size_t i = 0; i < sizeof(relay_headers) / sizeof(*relay_headers);
+	     i++)
+		if (c->head[i])
+			evhttp_add_header(out, relay_headers[i], c->head[i]);
+	c->status = c->head_status;
 	c->replying = true;
-	evhttp_send_reply_start(c->req, status, NULL);
+	evhttp_send_reply_start(c->req, c->head_status, NULL);
 }
 
 static void relay_chunk(struct pdx_upstream *u, struct evbuffer *data,
@@ -186,6 +211,8 @@ static void relay_chunk(struct pdx_upstream *u, struct evbuffer *data,
 {
 	struct pdx_call *c = arg;
 
+	if (!c->replying)
+		relay_start(c);
 	evhttp_send_reply_chunk(c->req, data);
 }
 
@@ -199,11 +226,18 @@ static void relay_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 		pdx_call_reply_error(c, err_status, "upstream_error", why);
 		return;
 	}
-	if (!status)
+	if (!status) {
 		log_warn("%s: %s; stream cut short", c->req_id, why);
+		pdx_upstream_cancel(c->side);
+		c->side = NULL;
+	}
+	if (!c->replying)
+		relay_start(c);
 	call_detach(c);
 	evhttp_send_reply_end(c->req);
-	call_free(c);
+	call_count(c);
+	if (!c->side)
+		call_free(c);
 }
 
 static int call_start(struct pdx_call *c, struct pdx_inst *inst,
@@ -274,7 +308,68 @@ void pdx_call_leg_done(struct pdx_call *c)
 	c->inst = NULL;
 }
 
+struct pdx_inst *pdx_call_leg_cancel(struct pdx_call *c)
+{
+	struct pdx_inst *i = c->inst;
+
+	pdx_upstream_cancel(c->leg);
+	c->leg = NULL;
+	c->inst = NULL;
+	return i;
+}
+
+static void side_end(struct pdx_upstream *u, int status, struct evbuffer *body,
+		     int err_status, const char *why, void *arg)
+{
+	struct pdx_call *c = arg;
+
+	c->side = NULL;
+	pdx_pool_put(c->side_inst);
+	c->side_inst = NULL;
+	if (c->over) /* the reply ended before this leg */
+		call_free(c);
+	else
+		c->side_cbs.on_end(u, status, body, err_status, why,
+				   c->side_cbs.arg);
+}
+
+int pdx_call_side(struct pdx_call *c, struct pdx_inst *inst, const char *path,
+		  const void *body, size_t len,
+		  const struct pdx_upstream_cbs *cbs)
+{
+	const struct pdx_proxy_opts *o = c->px->o;
+	struct pdx_upstream_params p = {
+	    .base = c->px->base,
+	    .set = &c->px->legs,
+	    .inst = inst,
+	    .method = EVHTTP_REQ_POST,
+	    .path = path,
+	    .request_id = c->req_id,
+	    .body = body,
+	    .body_len = len,
+	    .connect_timeout_ms = o->connect_timeout_ms,
+	    .first_byte_timeout_ms = o->first_byte_timeout_ms,
+	    .idle_timeout_s = o->idle_timeout_s,
+	    .max_body = o->max_body,
+	};
+	static const struct pdx_upstream_cbs side = {.on_end = side_end};
+	struct pdx_upstream_cbs mine = side;
+
+	c->side_cbs = *cbs;
+	mine.arg = c;
+	log_debug("%s: prefill %s to %s (beside)", c->req_id, path, inst->url);
+	if (pdx_upstream_start(&p, &mine, &c->side)) {
+		pdx_pool_put(inst);
+		return -1;
+	}
+	c->side_inst = inst;
+	return 0;
+}
+
 void pdx_call_abort(struct pdx_call *c)
 {
-	evhttp_connection_free(c->conn); /* runs on_close */
+	if (c->over) /* replied; only a side leg left */
+		call_free(c);
+	else
+		evhttp_connection_free(c->conn); /* runs on_close */
 }

@@ -1,12 +1,19 @@
 /* A client request in flight ("call"): its request id, its lifetime, the
- * client watch that notices a client leaving, the one engine leg running
- * for it, and the relay of the final leg's response to
- * the client byte for byte as it arrives.
+ * client watch that notices a client leaving, its engine legs, and the
+ * relay of the final leg's response to the client byte for byte as it
+ * arrives.
  *
- * One thread. A call ends exactly once: by pdx_call_reply_error(), by
- * the end of a relayed leg, or by the client leaving (then its leg is
- * cancelled, so the engine sees its client go). After that the call is
- * freed.
+ * A call has at most two legs at once: the main leg (c->leg: /v1/pdx/info,
+ * a prefill whose answer the flow reads, or the relayed decode) and a side
+ * leg (c->side: the prefill that runs beside the relayed decode in the
+ * concurrent and early-callback flows).
+ *
+ * One thread. A call's reply ends exactly once: by pdx_call_reply_error(),
+ * by the end of a relayed leg, or by the client leaving. The client
+ * leaving or an error reply cancels every leg (so the engines see their
+ * client go and free the KV); a relay that ended well lets a side leg
+ * still running finish first (cancelling it would abort a transfer that
+ * served). Then the call is freed.
  */
 #ifndef PDX_PROXY_CALL_H
 #define PDX_PROXY_CALL_H
@@ -30,10 +37,23 @@ struct pdx_call {
 	char path[64];
 	uint64_t t0_ns;
 	json_t *body;		  /* the client's JSON body, or NULL */
-	struct pdx_upstream *leg; /* the leg running now */
-	struct pdx_inst *inst;	  /* its instance (a pool reference) */
-	struct pdx_inst *decode;  /* D, chosen before P (a reference) */
-	bool replying;		  /* the reply head went out */
+	struct pdx_upstream *leg;  /* the main leg running now */
+	struct pdx_inst *inst;	   /* its instance (a pool reference) */
+	struct pdx_upstream *side; /* the side leg running now */
+	struct pdx_inst *side_inst;
+	struct pdx_upstream_cbs side_cbs;
+	struct pdx_inst *decode;  /* D, picked first (a reference) */
+	struct pdx_inst *prefill; /* P, picked up front (a reference) */
+	void (*next)(struct pdx_call *c); /* after pdx_flow_learn_peer() */
+	char xfer_id[33];		  /* minted by the flow, or "" */
+	bool awaiting_callback; /* early-callback: D waits for P's post */
+	/* the relayed leg's response head, sent with its first body bytes
+	 * (so a decode leg that fails before it says anything can still be
+	 * replaced, or answered with an error) */
+	int head_status;
+	char *head[3];
+	bool replying; /* the reply head went out */
+	bool over;     /* replied; a side leg is finishing */
 	int status;
 };
 
@@ -68,6 +88,18 @@ int pdx_call_leg(struct pdx_call *c, struct pdx_inst *inst,
 
 /* The leg set by pdx_call_leg() ended: drop it and its instance. */
 void pdx_call_leg_done(struct pdx_call *c);
+
+/* Cancels the main leg (its engine sees its client go) and hands back its
+ * instance reference; nothing fires. */
+struct pdx_inst *pdx_call_leg_cancel(struct pdx_call *c);
+
+/* Starts the side leg, a POST to inst (a reference handed over) whose
+ * whole answer goes to cbs->on_end, unless the reply ended first: then
+ * the call waits for it and frees itself. -1: out of memory (inst is
+ * put, nothing replied). */
+int pdx_call_side(struct pdx_call *c, struct pdx_inst *inst, const char *path,
+		  const void *body, size_t len,
+		  const struct pdx_upstream_cbs *cbs);
 
 /* Aborts a call (proxy shutting down): cancels its leg, closes the
  * client's connection. */

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/log.h"
 #include "proxy/proxy.h"
@@ -47,6 +48,26 @@ bad:
 	return -1;
 }
 
+/* Where prefill engines post their early callback: the option, or this
+ * proxy's own route (a wildcard listen address is reached on loopback). */
+static void metaserver_url_set(struct pdx_proxy *px,
+			       const struct pdx_proxy_opts *o)
+{
+	const char *h = o->host;
+
+	if (o->metaserver_url) {
+		snprintf(px->metaserver_url, sizeof(px->metaserver_url), "%s",
+			 o->metaserver_url);
+		return;
+	}
+	if (!strcmp(h, "0.0.0.0") || !strcmp(h, "::") || !*h)
+		h = "127.0.0.1";
+	snprintf(px->metaserver_url, sizeof(px->metaserver_url),
+		 strchr(h, ':') ? "http://[%s]:%u/v1/metaserver"
+				: "http://%s:%u/v1/metaserver",
+		 h, px->port);
+}
+
 static int proxy_start(struct proxy_main *m)
 {
 	struct pdx_proxy *px = &m->px;
@@ -64,6 +85,7 @@ static int proxy_start(struct proxy_main *m)
 		log_error("http: %s", err);
 		return -1;
 	}
+	metaserver_url_set(px, &m->o);
 	log_info("flow %s, %u prefill (%s), %u decode (%s), admin api %s",
 		 pdx_proxy_flow_name(m->o.flow), px->pool[0].n,
 		 pdx_pool_policy_name(px->pool[0].policy), px->pool[1].n,
@@ -106,14 +128,6 @@ int main(int argc, char **argv)
 	if (pdx_log_set_level(m.o.log_level) < 0) {
 		fprintf(stderr, "pdx-proxy: --log-level: unknown level '%s'\n",
 			m.o.log_level);
-		return 2;
-	}
-	if (m.o.flow != PDX_FLOW_SEQUENTIAL) {
-		fprintf(stderr,
-			"pdx-proxy: --flow %s needs the engines' prefill and "
-			"decode roles, which are not served yet; use --flow "
-			"sequential\n",
-			pdx_proxy_flow_name(m.o.flow));
 		return 2;
 	}
 	m.px.o = &m.o;

@@ -26,8 +26,13 @@ void pdx_proxy_opts_usage(FILE *f)
 "  --prefiller-ports P...        the ports in order (space or comma\n"
 "  --decoder-hosts H...          separated)\n"
 "  --decoder-ports P...\n"
-"  --flow F                    sequential (vLLM-compatible; the only flow\n"
-"                              served so far), concurrent, early-callback\n"
+"  --flow F                    concurrent (default: P and D at once, KV\n"
+"                              pushed layer by layer), sequential\n"
+"                              (vLLM-compatible: P, then D), early-callback\n"
+"                              (D when P posts to /v1/metaserver)\n"
+"  --metaserver-url URL        where prefill engines post their early\n"
+"                              callback (default http://H:P/v1/metaserver\n"
+"                              of this proxy; 127.0.0.1 for a wildcard H)\n"
 "  --policy-p R, --policy-d R  round-robin (default) or least-loaded\n"
 "  --admin-token T             bearer token for /admin/*; without it the\n"
 "                              admin API answers 403 (or the environment\n"
@@ -260,6 +265,16 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 				o->flow = PDX_FLOW_EARLY_CALLBACK;
 			else
 				goto bad_choice;
+		} else if (!strcmp(name, "--metaserver-url")) {
+			if (strncmp(val, "http://", 7) ||
+			    strlen(val) >= PDX_PROXY_URL_MAX) {
+				snprintf(err, errlen,
+					 "%s: want an http:// URL shorter "
+					 "than %d bytes",
+					 name, PDX_PROXY_URL_MAX);
+				return PDX_PROXY_OPTS_BAD;
+			}
+			o->metaserver_url = val;
 		} else if (!strcmp(name, "--policy-p") ||
 			   !strcmp(name, "--policy-d")) {
 			if (pdx_pool_policy_parse(val, name[9] == 'p'

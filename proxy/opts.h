@@ -15,17 +15,19 @@
 
 /* Instances given on the command line, per role. */
 #define PDX_PROXY_MAX_ARGS 64
+#define PDX_PROXY_URL_MAX 160
 
 enum pdx_proxy_flow {
+	PDX_FLOW_CONCURRENT,	 /* P and D at once, layer-wise push */
 	PDX_FLOW_SEQUENTIAL,	 /* vLLM-compatible: P (max_tokens=1), then D */
-	PDX_FLOW_CONCURRENT,	 /* refused until the engine's roles land */
-	PDX_FLOW_EARLY_CALLBACK, /* refused until the engine's roles land */
+	PDX_FLOW_EARLY_CALLBACK, /* D when P posts to /v1/metaserver */
 };
 
 struct pdx_proxy_opts {
 	const char *host;			 /* listen address: 127.0.0.1 */
 	uint16_t port;				 /* 8000; 0: any free port */
-	enum pdx_proxy_flow flow;		 /* sequential */
+	enum pdx_proxy_flow flow;		 /* concurrent */
+	const char *metaserver_url; /* NULL: this proxy's /v1/metaserver */
 	enum pdx_pool_policy policy_p, policy_d; /* round-robin */
 	const char *admin_token;     /* or $PDX_PROXY_ADMIN_TOKEN; NULL: 403 */
 	const char *log_level;	     /* info */

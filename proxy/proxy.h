@@ -23,6 +23,7 @@ struct pdx_proxy {
 	struct event_base *base;
 	struct evhttp *http;
 	uint16_t port;		 /* the bound one */
+	char metaserver_url[PDX_PROXY_URL_MAX]; /* for the early callback */
 	struct pdx_pool pool[2]; /* [PDX_POOL_PREFILL], [PDX_POOL_DECODE] */
 	struct pdx_proxy_metrics metrics;
 	struct pdx_upstreams legs;   /* every engine leg */

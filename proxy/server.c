@@ -14,7 +14,7 @@
 
 #include "common/log.h"
 #include "proxy/call.h"
-#include "proxy/flow_sequential.h"
+#include "proxy/flow.h"
 #include "proxy/proxy.h"
 
 #define HTTP_MAX_HEADERS (64u << 10)
@@ -113,7 +113,7 @@ static void post_generate(struct pdx_proxy *px, struct evhttp_request *req,
 		pdx_call_reply_error(c, 400, "invalid_request_error", msg);
 		return;
 	}
-	pdx_flow_sequential(c);
+	pdx_flow_start(c);
 }
 
 static void get_models(struct pdx_proxy *px, struct evhttp_request *req)
@@ -139,6 +139,11 @@ static void route(struct evhttp_request *req, void *arg)
 	    !strcmp(path, "/v1/chat/completions")) {
 		if (post)
 			post_generate(px, req, path);
+		else
+			goto bad_method;
+	} else if (!strcmp(path, "/v1/metaserver")) {
+		if (post)
+			pdx_flow_metaserver(px, req);
 		else
 			goto bad_method;
 	} else if (!strcmp(path, "/health")) {

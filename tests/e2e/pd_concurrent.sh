@@ -11,17 +11,8 @@ ENGINE=$1
 AGENT=$2
 
 export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
-for side in p d; do
-	bg_start "agent_$side" "$AGENT" --engine "ipc://$E2E_TMP/$side.engine" \
-		--listen "tcp://127.0.0.1:$(free_port)" --xfer-timeout-ms 5000
-done
-for side in p d; do
-	for _ in $(seq 100); do
-		[ -S "$E2E_TMP/$side.engine" ] && break
-		sleep 0.1
-	done
-	[ -S "$E2E_TMP/$side.engine" ] || fail "agent $side did not start"
-done
+agent_start p
+agent_start d
 named_engine_start P "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p.engine" \
 	--time-scale 0 --max-prefill-tokens 7 --kv-timeout-ms 2000
 named_engine_start D "$ENGINE" --role decode --agent "ipc://$E2E_TMP/d.engine" \

@@ -13,38 +13,6 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
 ENGINE=$1
 PROXY=$2
-PIDS=""
-trap 'for p in $PIDS; do kill $p 2>/dev/null; done; for p in $PIDS; do wait $p 2>/dev/null; done; cleanup' EXIT
-
-# start NAME CMD...: runs CMD --port 0 in the background; its port in
-# PORT_NAME and its pid in PID_NAME.
-start() {
-	local name=$1 pid port
-	shift
-	"$@" --port 0 2>"$E2E_TMP/$name.log" >/dev/null &
-	pid=$!
-	PIDS="$PIDS $pid"
-	eval "PID_$name=$pid"
-	for _ in $(seq 100); do
-		port=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9]*\)$/\1/p' \
-			"$E2E_TMP/$name.log")
-		[ -n "$port" ] && { eval "PORT_$name=$port"; return 0; }
-		kill -0 $pid 2>/dev/null ||
-			fail "$name exited at start: $(tail -3 "$E2E_TMP/$name.log")"
-		sleep 0.1
-	done
-	fail "$name did not start listening"
-}
-
-# stop NAME: SIGTERM; the exit status must be 0 (under ASan: no leaks).
-stop() {
-	local pid rc
-	pid=$(eval echo "\$PID_$1")
-	kill -TERM $pid
-	wait $pid
-	rc=$?
-	[ $rc -eq 0 ] || fail "$1 exited with $rc: $(tail -5 "$E2E_TMP/$1.log")"
-}
 
 # admin METHOD PATH [TOKEN] [BODY]: prints the body; status in
 # $E2E_TMP/status.
@@ -58,11 +26,11 @@ admin() {
 	cat "$E2E_TMP/body"
 }
 
-start P "$ENGINE" --time-scale 0
-start D "$ENGINE" --time-scale 0
-start X "$PROXY" --prefill "127.0.0.1:$PORT_P" --decoder-hosts 127.0.0.1 \
+named_engine_start P "$ENGINE" --time-scale 0
+named_engine_start D "$ENGINE" --time-scale 0
+named_engine_start X "$PROXY" --prefill "127.0.0.1:$PORT_P" --decoder-hosts 127.0.0.1 \
 	--decoder-ports "$PORT_D" --on-prefill-failure local \
-	--admin-token s3cret --policy-d least-loaded
+	--admin-token s3cret --policy-d least-loaded --flow sequential
 PORT=$PORT_X
 
 get /health >/dev/null
@@ -120,7 +88,7 @@ python3 "$HERE/promcheck.py" "$E2E_TMP/metrics" 'pdx_proxy_requests_inflight=0' 
 # the decode engine dies: its requests get 502/503 with an error JSON
 kill -KILL "$PID_D"
 wait "$PID_D" 2>/dev/null
-PIDS=${PIDS/ $PID_D/}
+E2E_PIDS=${E2E_PIDS/ $PID_D/}
 bad=0
 for _ in 1 2 3 4; do
 	post /v1/completions '{"prompt": "still?", "max_tokens": 3}' >"$E2E_TMP/r.json"
@@ -145,21 +113,21 @@ done
 get /metrics >"$E2E_TMP/metrics"
 python3 "$HERE/promcheck.py" "$E2E_TMP/metrics" "pdx_proxy_requests_total{code=\"502\"}=$bad" ||
 	fail "/metrics after the failure"
-stop X
+named_stop X
 
 # no admin token configured: the admin API is off
-start Y "$PROXY" --decode "127.0.0.1:$PORT_P"
+named_engine_start Y "$PROXY" --decode "127.0.0.1:$PORT_P"
 PORT=$PORT_Y
 admin GET /admin/instances anything >/dev/null
 status_is 403 "admin without a configured token"
 post /v1/completions '{"prompt": "decode only", "max_tokens": 3}' >/dev/null
 status_is 200 "decode-only proxy"
-stop Y
+named_stop Y
 
 # clients that leave mid-stream or mid-generation: the engine's requests
 # are aborted and their KV freed (tiny at scale 10000: ~10 ms a token)
-start S "$ENGINE" --time-scale 10000
-start Z "$PROXY" --decode "127.0.0.1:$PORT_S"
+named_engine_start S "$ENGINE" --time-scale 10000
+named_engine_start Z "$PROXY" --decode "127.0.0.1:$PORT_S"
 long='{"prompt": "tell me a long story", "max_tokens": 1000'
 curl -sS -N --max-time 1 -d "$long, \"stream\": true}" \
 	"http://127.0.0.1:$PORT_Z/v1/completions" >"$E2E_TMP/s1" 2>/dev/null &
@@ -180,25 +148,27 @@ PORT=$PORT_Z get /metrics >"$E2E_TMP/after"
 python3 "$HERE/promcheck.py" "$E2E_TMP/after" \
 	'pdx_proxy_requests_aborted_total=2' 'pdx_proxy_requests_inflight=0' ||
 	fail "proxy metrics after the clients left"
-stop Z
-stop S
-stop P
+named_stop Z
+named_stop S
+named_stop P
 
 # an engine that accepts and never answers: 504 at the first-byte deadline
 python3 -c 'import socket, sys, time
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
 print(s.getsockname()[1], flush=True); time.sleep(30)' >"$E2E_TMP/hole" &
-PIDS="$PIDS $!"
+E2E_PIDS="$E2E_PIDS $!"
 for _ in $(seq 50); do [ -s "$E2E_TMP/hole" ] && break; sleep 0.1; done
-start H "$PROXY" --decode "127.0.0.1:$(cat "$E2E_TMP/hole")" --first-byte-timeout 300
+named_engine_start H "$PROXY" --decode "127.0.0.1:$(cat "$E2E_TMP/hole")" --first-byte-timeout 300
 PORT=$PORT_H post /v1/completions '{"prompt": "anyone?", "max_tokens": 3}' >"$E2E_TMP/r.json"
 status_is 504 "an engine that never answers"
 py "import json; e=json.load(open('$E2E_TMP/r.json'))['error']; assert 'first byte' in e['message'], e" "504 error JSON"
-stop H
+named_stop H
 
 # bad command lines exit 2
-"$PROXY" --flow concurrent 2>/dev/null
-[ $? -eq 2 ] || fail "--flow concurrent should be refused for now"
+"$PROXY" --flow parallel 2>/dev/null
+[ $? -eq 2 ] || fail "an unknown flow should be refused"
+"$PROXY" --metaserver-url ftp://x 2>/dev/null
+[ $? -eq 2 ] || fail "a metaserver URL that is not http:// should be refused"
 "$PROXY" --prefiller-hosts a b --prefiller-ports 1 2>/dev/null
 [ $? -eq 2 ] || fail "unpaired vLLM lists should be refused"
 "$PROXY" --decode nope 2>/dev/null

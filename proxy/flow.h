@@ -1,0 +1,84 @@
+/* The flows: how one client completion request is spread over a prefill
+ * (P) and a decode (D) instance. Each starts from a call whose c->body
+ * holds the client's JSON object and c->path the route, and ends the call
+ * in every case.
+ *
+ * sequential (vLLM-compatible; flow_sequential.c): P gets the request
+ *   with max_tokens=1, stream=false and kv_transfer_params.do_remote_decode
+ *   = true; P's returned kv_transfer_params go unchanged into D's request
+ *   (opaque to the proxy, so real vLLM engines with vLLM's own connectors
+ *   work behind it); D's response is relayed. P returning none sends D the
+ *   client's request as it came, and D prefills itself.
+ * concurrent (default; flow_concurrent.c): P and D get the request at
+ *   once, each with kv_transfer_params naming the other's agent and the
+ *   same xfer_id; P's agent pushes layer by layer while P computes, and
+ *   D's stream is relayed. Needs both engines' agents (GET /v1/pdx/info);
+ *   with either missing the request runs sequentially.
+ * early-callback (flow_early.c; vllm-ascend's layer-wise shape): P gets
+ *   the request with a kv_transfer_params.metaserver URL and posts its
+ *   decode-side kv_transfer_params there when its prefill starts; D is
+ *   dispatched with them at that moment. No post by P's answer: P's
+ *   answer is used, as in the sequential flow.
+ *
+ * In every flow D is picked first and P's kv_transfer_params name D's
+ * agent (remote_agent), so P's agent knows where to push; each transfer
+ * is named by an xfer_id (32 hex digits, 128 random bits) unless the
+ * client sent one. An empty prefill pool sends every request straight to
+ * D, and so does a failed prefill under --on-prefill-failure local.
+ *
+ * One thread.
+ */
+#ifndef PDX_PROXY_FLOW_H
+#define PDX_PROXY_FLOW_H
+
+#include <event2/http.h>
+#include <jansson.h>
+
+struct pdx_call;
+struct pdx_inst;
+struct pdx_proxy;
+
+/* Runs the proxy's configured flow. */
+void pdx_flow_start(struct pdx_call *c);
+
+void pdx_flow_sequential(struct pdx_call *c);
+void pdx_flow_concurrent(struct pdx_call *c);
+void pdx_flow_early_callback(struct pdx_call *c);
+
+/* The sequential flow from its prefill leg on (D picked, its agent
+ * known): where the other flows fall back to it. */
+void pdx_flow_sequential_prefill(struct pdx_call *c);
+
+/* POST /v1/metaserver: a prefill engine's early callback. */
+void pdx_flow_metaserver(struct pdx_proxy *px, struct evhttp_request *req);
+
+/* What the flows share (flow_common.c). */
+
+/* Picks D, and P when the prefill pool has instances (else c->prefill
+ * stays NULL); sets c->xfer_id. -1: the call got its 503. */
+int pdx_flow_pick(struct pdx_call *c);
+
+/* Runs c->next = next once inst's agent peer address is known (asked
+ * with GET /v1/pdx/info the first time; "" when the engine has none). */
+void pdx_flow_learn_peer(struct pdx_call *c, struct pdx_inst *inst,
+			 void (*next)(struct pdx_call *c));
+
+/* P's request body: the client's with max_tokens 1, no streaming, and
+ * do_remote_decode, the xfer_id, D's agent (when D has one and the client
+ * named none) and metaserver (when not NULL) merged into the client's
+ * kv_transfer_params. NULL: out of memory. */
+char *pdx_flow_prefill_body(struct pdx_call *c, const char *metaserver);
+
+/* Relays D's request to c->decode: the client's body with kv as its
+ * kv_transfer_params (copied unchanged), or byte for byte when kv is
+ * not an object. */
+void pdx_flow_send_decode(struct pdx_call *c, json_t *kv);
+
+/* A prefill leg failed (status 0: no answer) before D said anything:
+ * D prefills itself under --on-prefill-failure local, else the client
+ * gets P's error. */
+void pdx_flow_prefill_failed(struct pdx_call *c, int status,
+			     struct evbuffer *body, int err_status,
+			     const char *why);
+
+#endif

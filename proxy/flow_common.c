@@ -1,0 +1,201 @@
+/* What the flows share (see flow.h): picking the instances, learning their
+ * agents, building the legs' bodies, and a failed prefill. */
+#define PDX_LOG_TOPIC "flow"
+#include "proxy/flow.h"
+
+#include <event2/buffer.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <pdx/engine.h>
+
+#include "common/log.h"
+#include "proxy/call.h"
+
+void pdx_flow_start(struct pdx_call *c)
+{
+	switch (c->px->o->flow) {
+	case PDX_FLOW_CONCURRENT:
+		pdx_flow_concurrent(c);
+		break;
+	case PDX_FLOW_EARLY_CALLBACK:
+		pdx_flow_early_callback(c);
+		break;
+	default:
+		pdx_flow_sequential(c);
+	}
+}
+
+/* The client's own xfer_id, or a fresh one. */
+static int xfer_id_set(struct pdx_call *c)
+{
+	json_t *kv = json_object_get(c->body, "kv_transfer_params");
+	const char *s = json_string_value(json_object_get(kv, "xfer_id"));
+	struct pdx_xfer_id x;
+
+	if (s && strlen(s) < sizeof(c->xfer_id)) {
+		strcpy(c->xfer_id, s);
+		return 0;
+	}
+	if (pdx_xfer_id_random(&x) != PDX_OK)
+		return -1;
+	pdx_xfer_id_hex(&x, c->xfer_id);
+	return 0;
+}
+
+int pdx_flow_pick(struct pdx_call *c)
+{
+	struct pdx_pool *p = &c->px->pool[PDX_POOL_PREFILL];
+
+	c->decode = pdx_pool_pick(&c->px->pool[PDX_POOL_DECODE]);
+	if (!c->decode) {
+		pdx_call_reply_error(c, 503, "service_unavailable",
+				     "no decode instance available");
+		return -1;
+	}
+	if (p->n && !(c->prefill = pdx_pool_pick(p))) {
+		pdx_call_reply_error(c, 503, "service_unavailable",
+				     "no prefill instance available");
+		return -1;
+	}
+	if (xfer_id_set(c)) {
+		pdx_call_reply_error(c, 500, "internal_error",
+				     "no random bytes for an xfer_id");
+		return -1;
+	}
+	return 0;
+}
+
+/* GET /v1/pdx/info answered: the instance's agent peer address, if it
+ * has one. An engine without the route (404, e.g. vLLM) has none; an
+ * unreachable one is asked again next time (its own leg will say what is
+ * wrong). */
+static void info_end(struct pdx_upstream *u, int status, struct evbuffer *body,
+		     int err_status, const char *why, void *arg)
+{
+	struct pdx_call *c = arg;
+	struct pdx_inst *i = c->inst;
+
+	if (status == 200) {
+		json_t *j = json_loadb((const char *)evbuffer_pullup(body, -1),
+				       evbuffer_get_length(body), 0, NULL);
+		const char *peer =
+		    json_string_value(json_object_get(j, "peer_addr"));
+
+		snprintf(i->peer, sizeof(i->peer), "%s", peer ? peer : "");
+		json_decref(j);
+	}
+	if (status)
+		i->peer_known = true;
+	log_debug("%s: %s instance %s: agent %s", c->req_id,
+		  pdx_pool_role_name(i->role), i->url,
+		  i->peer[0] ? i->peer : "none");
+	pdx_call_leg_done(c);
+	c->next(c);
+}
+
+void pdx_flow_learn_peer(struct pdx_call *c, struct pdx_inst *inst,
+			 void (*next)(struct pdx_call *c))
+{
+	static const struct pdx_upstream_cbs info = {.on_end = info_end};
+	struct pdx_upstream_cbs cbs = info;
+
+	if (inst->peer_known) {
+		next(c);
+		return;
+	}
+	c->next = next;
+	cbs.arg = c;
+	pdx_pool_hold(inst);
+	pdx_call_leg(c, inst, inst->role, "/v1/pdx/info", NULL, 0, &cbs);
+}
+
+static int set_str(json_t *o, const char *key, const char *v)
+{
+	return json_object_set_new(o, key, json_string(v));
+}
+
+char *pdx_flow_prefill_body(struct pdx_call *c, const char *metaserver)
+{
+	json_t *p = json_deep_copy(c->body), *kv;
+	const char *d_peer = c->decode->peer;
+	char *s = NULL;
+
+	if (!p)
+		return NULL;
+	kv = json_object_get(p, "kv_transfer_params");
+	if (!json_is_object(kv)) {
+		kv = json_object();
+		if (json_object_set_new(p, "kv_transfer_params", kv))
+			goto out;
+	}
+	if (set_str(kv, "xfer_id", c->xfer_id) ||
+	    (*d_peer && !json_object_get(kv, "remote_agent") &&
+	     set_str(kv, "remote_agent", d_peer)) ||
+	    (metaserver && set_str(kv, "metaserver", metaserver)) ||
+	    json_object_set_new(kv, "do_remote_decode", json_true()) ||
+	    json_object_set_new(p, "max_tokens", json_integer(1)) ||
+	    json_object_set_new(p, "stream", json_false()))
+		goto out;
+	if (json_object_get(p, "max_completion_tokens"))
+		json_object_set_new(p, "max_completion_tokens",
+				    json_integer(1));
+	json_object_del(p, "stream_options");
+	s = json_dumps(p, JSON_COMPACT);
+out:
+	json_decref(p);
+	return s;
+}
+
+/* D is used once: its reference moves to the relayed leg. */
+static struct pdx_inst *decode_take(struct pdx_call *c)
+{
+	struct pdx_inst *d = c->decode;
+
+	c->decode = NULL;
+	return d;
+}
+
+void pdx_flow_send_decode(struct pdx_call *c, json_t *kv)
+{
+	struct evbuffer *in = evhttp_request_get_input_buffer(c->req);
+	json_t *d;
+	char *s;
+
+	if (!json_is_object(kv)) {
+		pdx_call_relay(c, decode_take(c), PDX_POOL_DECODE,
+			       EVHTTP_REQ_POST, c->path,
+			       evbuffer_pullup(in, -1),
+			       evbuffer_get_length(in));
+		return;
+	}
+	d = json_deep_copy(c->body);
+	s = d && !json_object_set(d, "kv_transfer_params", kv)
+		? json_dumps(d, JSON_COMPACT)
+		: NULL;
+	json_decref(d);
+	if (!s) {
+		pdx_call_reply_error(c, 500, "internal_error", "out of memory");
+		return;
+	}
+	pdx_call_relay(c, decode_take(c), PDX_POOL_DECODE, EVHTTP_REQ_POST,
+		       c->path, s, strlen(s));
+	free(s);
+}
+
+void pdx_flow_prefill_failed(struct pdx_call *c, int status,
+			     struct evbuffer *body, int err_status,
+			     const char *why)
+{
+	if (c->px->o->prefill_fallback) {
+		log_info("%s: prefill failed (%d%s%s); decode prefills itself",
+			 c->req_id, status ? status : err_status,
+			 why ? ": " : "", why ? why : "");
+		pdx_flow_send_decode(c, NULL);
+	} else if (!status) {
+		pdx_call_reply_error(c, err_status, "upstream_error", why);
+	} else { /* the engine's own error, e.g. a bad prompt */
+		pdx_call_reply(c, status, body);
+	}
+}

@@ -1,0 +1,97 @@
+/* The concurrent flow (see flow.h): P and D at once, the KV pushed layer
+ * by layer from P's agent to D's while P computes. */
+#define PDX_LOG_TOPIC "concurrent"
+#include "proxy/flow.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "proxy/call.h"
+
+/* P's answer is only looked at when P failed. If D has said nothing yet
+ * it is waiting for KV that will not come: it is cancelled (its engine
+ * aborts the transfer and frees its blocks), and the failure policy
+ * applies. Once D streams, its KV has arrived, and P's late trouble does
+ * not matter. */
+static void prefill_end(struct pdx_upstream *u, int status,
+			struct evbuffer *body, int err_status, const char *why,
+			void *arg)
+{
+	struct pdx_call *c = arg;
+
+	if (status == 200)
+		return;
+	if (c->replying) {
+		log_info("%s: prefill leg ended with %d after decode started",
+			 c->req_id, status ? status : err_status);
+		return;
+	}
+	pdx_pool_put(c->decode);
+	c->decode = pdx_call_leg_cancel(c);
+	pdx_flow_prefill_failed(c, status, body, err_status, why);
+}
+
+/* D's request: the client's, with do_remote_prefill, the xfer_id and
+ * P's agent merged into the client's kv_transfer_params. */
+static json_t *decode_kv(struct pdx_call *c)
+{
+	json_t *own = json_object_get(c->body, "kv_transfer_params");
+	json_t *kv = json_is_object(own) ? json_deep_copy(own) : json_object();
+
+	if (kv && !json_object_set_new(kv, "do_remote_prefill", json_true()) &&
+	    !json_object_set_new(kv, "xfer_id", json_string(c->xfer_id)) &&
+	    !json_object_set_new(kv, "remote_agent",
+				 json_string(c->prefill->peer)))
+		return kv;
+	json_decref(kv);
+	return NULL;
+}
+
+static void dispatch(struct pdx_call *c)
+{
+	static const struct pdx_upstream_cbs prefill = {.on_end = prefill_end};
+	struct pdx_upstream_cbs cbs = prefill;
+	struct pdx_inst *p = c->prefill;
+	char *body;
+	json_t *kv;
+
+	if (!c->decode->peer[0] || !p->peer[0]) {
+		log_debug("%s: %s has no agent; sequential", c->req_id,
+			  p->peer[0] ? c->decode->url : p->url);
+		pdx_flow_sequential_prefill(c);
+		return;
+	}
+	kv = decode_kv(c);
+	body = pdx_flow_prefill_body(c, NULL);
+	if (!kv || !body) {
+		json_decref(kv);
+		free(body);
+		pdx_call_reply_error(c, 500, "internal_error", "out of memory");
+		return;
+	}
+	c->prefill = NULL; /* the side leg's now */
+	cbs.arg = c;
+	if (pdx_call_side(c, p, c->path, body, strlen(body), &cbs))
+		pdx_call_reply_error(c, 500, "internal_error", "out of memory");
+	else
+		pdx_flow_send_decode(c, kv);
+	json_decref(kv);
+	free(body);
+}
+
+static void learn_prefill(struct pdx_call *c)
+{
+	pdx_flow_learn_peer(c, c->prefill, dispatch);
+}
+
+void pdx_flow_concurrent(struct pdx_call *c)
+{
+	if (pdx_flow_pick(c))
+		return;
+	if (!c->prefill) {
+		pdx_flow_send_decode(c, NULL);
+		return;
+	}
+	pdx_flow_learn_peer(c, c->decode, learn_prefill);
+}
