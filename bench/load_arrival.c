@@ -2,6 +2,7 @@
 #include "bench/load_rng.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #define RNG_STREAM_ARRIVAL 2
 
@@ -37,5 +38,31 @@ int pdx_load_arrivals(const struct pdx_load_arrival_params *ap, double *out)
 		for (i = 0; i < ap->n; i++)
 			out[i] *= factor;
 	}
+	return 0;
+}
+
+int pdx_load_session_arrivals(const struct pdx_load_arrival_params *ap,
+			      const bool *follows, double *out)
+{
+	struct pdx_load_arrival_params sp = *ap;
+	double *starts;
+	size_t i, k = 0;
+
+	sp.n = 0;
+	for (i = 0; i < ap->n; i++)
+		sp.n += !(follows && i && follows[i]);
+	if (sp.n == ap->n)
+		return pdx_load_arrivals(ap, out);
+	starts = malloc(sp.n * sizeof(*starts));
+	if (!starts || pdx_load_arrivals(&sp, starts)) {
+		free(starts);
+		return -1;
+	}
+	for (i = 0; i < ap->n; i++) {
+		if (!(i && follows[i]))
+			k++;
+		out[i] = starts[k - 1];
+	}
+	free(starts);
 	return 0;
 }

@@ -7,6 +7,7 @@
 #ifndef PDX_BENCH_LOAD_ARRIVAL_H
 #define PDX_BENCH_LOAD_ARRIVAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,5 +22,15 @@ struct pdx_load_arrival_params {
  * into out. Returns -1 (nothing written) on rate or burstiness <= 0 or
  * NaN. */
 int pdx_load_arrivals(const struct pdx_load_arrival_params *ap, double *out);
+
+/* The same for requests in sessions (multi-round chats): request i with
+ * follows[i] set belongs to the session of request i - 1. One arrival is
+ * drawn per session, as pdx_load_arrivals() would draw it for that many
+ * requests, and every request of the session gets it (the run sends a
+ * later round once the one before has ended); follows[0] is ignored.
+ * follows NULL, or no follower: exactly pdx_load_arrivals(). -1 also on
+ * out of memory. */
+int pdx_load_session_arrivals(const struct pdx_load_arrival_params *ap,
+			      const bool *follows, double *out);
 
 #endif

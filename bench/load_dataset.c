@@ -1,5 +1,6 @@
 #include "common/errbuf.h"
 #include "bench/load_dataset.h"
+#include "bench/load_dataset_int.h"
 #include "bench/load_rng.h"
 
 #include <ctype.h>
@@ -81,6 +82,23 @@ int pdx_load_dataset_kind_parse(const char *name,
 		*out = PDX_LOAD_DS_PREFIX_REPETITION;
 	else if (!strcmp(name, "file") || !strcmp(name, "custom"))
 		*out = PDX_LOAD_DS_FILE;
+	else if (!strcmp(name, "multi-round") || !strcmp(name, "multi_round"))
+		*out = PDX_LOAD_DS_MULTI_ROUND;
+	else if (!strcmp(name, "long-doc-qa") || !strcmp(name, "long_doc_qa"))
+		*out = PDX_LOAD_DS_LONG_DOC_QA;
+	else
+		return -1;
+	return 0;
+}
+
+int pdx_load_repeat_mode_parse(const char *name, enum pdx_load_repeat_mode *out)
+{
+	if (!strcmp(name, "random"))
+		*out = PDX_LOAD_REPEAT_RANDOM;
+	else if (!strcmp(name, "tile"))
+		*out = PDX_LOAD_REPEAT_TILE;
+	else if (!strcmp(name, "interleave"))
+		*out = PDX_LOAD_REPEAT_INTERLEAVE;
 	else
 		return -1;
 	return 0;
@@ -101,10 +119,9 @@ void pdx_load_dataset_free(struct pdx_load_dataset *ds)
 	ds->n = 0;
 }
 
-/* Concatenates prefix and body ids into a new request. */
-static int make_req(struct pdx_load_request *r, const uint32_t *prefix,
-		    size_t np, const uint32_t *body, size_t nb, int output_len,
-		    bool text)
+int pdx__load_req_make(struct pdx_load_request *r, const uint32_t *prefix,
+		       size_t np, const uint32_t *body, size_t nb,
+		       int output_len, bool text)
 {
 	r->ids = malloc((np + nb + 1) * sizeof(*r->ids));
 	if (!r->ids)
@@ -124,8 +141,8 @@ static int make_req(struct pdx_load_request *r, const uint32_t *prefix,
 	return 0;
 }
 
-static void random_ids(struct pdx_load_rng *rng, uint32_t *ids, size_t n,
-		       uint32_t vocab)
+void pdx__load_random_ids(struct pdx_load_rng *rng, uint32_t *ids, size_t n,
+			  uint32_t vocab)
 {
 	size_t i;
 
@@ -181,7 +198,7 @@ static int build_random(const struct pdx_load_dataset_params *dp,
 		goto out;
 	/* Same order of draws as vllm: prefix, input lengths, output
 	 * lengths, offsets. */
-	random_ids(rng, prefix, (size_t)plen, vocab);
+	pdx__load_random_ids(rng, prefix, (size_t)plen, vocab);
 	for (i = 0; i < n; i++)
 		ilens[i] =
 		    (int)pdx_load_rng_range(rng, ds->input_lo, ds->input_hi);
@@ -194,8 +211,8 @@ static int build_random(const struct pdx_load_dataset_params *dp,
 		for (k = 0; k < (size_t)ilens[i]; k++)
 			body[k] =
 			    (uint32_t)(((uint64_t)offs[i] + i + k) % vocab);
-		if (make_req(&ds->reqs[i], prefix, (size_t)plen, body,
-			     (size_t)ilens[i], olens[i], dp->text))
+		if (pdx__load_req_make(&ds->reqs[i], prefix, (size_t)plen, body,
+				       (size_t)ilens[i], olens[i], dp->text))
 			goto out;
 		ds->n = i + 1;
 	}
@@ -249,11 +266,12 @@ static int build_prefix_rep(const struct pdx_load_dataset_params *dp,
 	if (!prefix || !suffix || !ds->reqs)
 		goto out;
 	for (p = 0; p < np; p++) {
-		random_ids(rng, prefix, plen, vocab);
+		pdx__load_random_ids(rng, prefix, plen, vocab);
 		for (j = 0; j < per; j++) {
-			random_ids(rng, suffix, slen, vocab);
-			if (make_req(&ds->reqs[ds->n], prefix, plen, suffix,
-				     slen, dp->pr_output_len, dp->text))
+			pdx__load_random_ids(rng, suffix, slen, vocab);
+			if (pdx__load_req_make(&ds->reqs[ds->n], prefix, plen,
+					       suffix, slen, dp->pr_output_len,
+					       dp->text))
 				goto out;
 			ds->n++;
 		}
@@ -424,7 +442,8 @@ int pdx_load_dataset_build(const struct pdx_load_dataset_params *dp,
 
 	if (err && errlen)
 		err[0] = '\0';
-	if (dp->num_prompts == 0) {
+	if (dp->num_prompts == 0 && dp->kind != PDX_LOAD_DS_MULTI_ROUND &&
+	    dp->kind != PDX_LOAD_DS_LONG_DOC_QA) {
 		pdx_errbuf_set(err, errlen, "--num-prompts must be >= 1");
 		return -1;
 	}
@@ -438,6 +457,14 @@ int pdx_load_dataset_build(const struct pdx_load_dataset_params *dp,
 		break;
 	case PDX_LOAD_DS_FILE:
 		rc = build_file(dp, &ds, err, errlen);
+		break;
+	case PDX_LOAD_DS_MULTI_ROUND:
+		rc = pdx__load_build_multi_round(dp, vocab, &rng, &ds, err,
+						 errlen);
+		break;
+	case PDX_LOAD_DS_LONG_DOC_QA:
+		rc = pdx__load_build_long_doc(dp, vocab, &rng, &ds, err,
+					      errlen);
 		break;
 	}
 	if (rc) {

@@ -1,5 +1,6 @@
 #include "bench/load_http.h"
 #include "bench/load_openai.h"
+#include "bench/load_progress.h"
 #include "bench/load_sse.h"
 #include "common/clock.h"
 
@@ -17,6 +18,7 @@
 
 #define DEFAULT_TIMEOUT_S (6 * 3600.0) /* vllm's aiohttp total timeout */
 #define ERR_BODY_MAX 200
+#define PROGRESS_US 100000 /* redraw the progress line 10 times a second */
 
 struct runner;
 
@@ -28,8 +30,10 @@ struct lreq {
 	struct evhttp_request *req;
 	struct event *timer;
 	struct pdx_sse sse;
-	uint64_t arrival_ns, start_ns, last_ns, now_ns;
+	uint64_t ready_ns; /* arrived, and the request it follows ended */
+	uint64_t start_ns, last_ns, now_ns;
 	bool first, finished, bad_json, started;
+	bool parked;	/* arrived, waiting for the request it follows */
 	int http_error; /* enum evhttp_request_error + 1, or 0 */
 	double *itl;
 	size_t n_itl, cap_itl;
@@ -44,7 +48,7 @@ struct runner {
 	const struct pdx_load_run_params *p;
 	struct pdx_load_result *res;
 	struct event_base *base;
-	struct event *tick;
+	struct event *tick, *progress;
 	struct lreq *reqs;
 	uint64_t t0;
 	size_t next;		     /* next request to arrive */
@@ -54,7 +58,8 @@ struct runner {
 	struct evhttp_connection **idle, **all;
 	size_t n_idle, n_all;
 	char host_hdr[300];
-	uint64_t max_lag_ns, last_draw_ns;
+	uint64_t max_lag_ns;
+	int drawn; /* length of the progress line on screen */
 };
 
 static uint64_t arrival_ns(const struct runner *r, size_t i)
@@ -62,26 +67,26 @@ static uint64_t arrival_ns(const struct runner *r, size_t i)
 	return r->t0 + (uint64_t)llround(r->p->arrivals[i] * 1e9);
 }
 
+/* Redraws the line in place: back to its start, then blanks over what
+ * a longer line before left. */
 static void progress_draw(struct runner *r, bool final)
 {
-	uint64_t now = pdx_now_ns();
-	size_t n = r->p->n, done = r->finished, w = 30, fill, i;
-	char bar[64];
+	char line[160];
+	int len;
 
 	if (!r->p->progress)
 		return;
-	if (!final && now - r->last_draw_ns < 100000000ULL)
-		return;
-	r->last_draw_ns = now;
-	fill = n ? done * w / n : w;
-	for (i = 0; i < w; i++)
-		bar[i] = i < fill ? '#' : '.';
-	bar[w] = '\0';
-	fprintf(stderr, "\r%3zu%% [%s] %zu/%zu %.1fs", n ? done * 100 / n : 100,
-		bar, done, n, (double)(now - r->t0) / 1e9);
-	if (final)
-		fputc('\n', stderr);
+	len = pdx_load_progress_format(line, sizeof(line), r->finished, r->p->n,
+				       (double)(pdx_now_ns() - r->t0) / 1e9);
+	fprintf(stderr, "\r%s%*s%s", line, r->drawn > len ? r->drawn - len : 0,
+		"", final ? "\n" : "");
 	fflush(stderr);
+	r->drawn = len;
+}
+
+static void on_progress(evutil_socket_t fd, short what, void *arg)
+{
+	progress_draw(arg, false);
 }
 
 static const char *http_error_str(int e)
@@ -106,6 +111,25 @@ static const char *http_error_str(int e)
 
 static void dispatch(struct runner *r, uint64_t slot_ns);
 
+/* Request i may go once a slot is free, timed from ready_ns. */
+static void enqueue(struct runner *r, size_t i, uint64_t ready_ns)
+{
+	r->reqs[i].ready_ns = ready_ns;
+	r->queue[r->qtail++] = i;
+}
+
+/* The next round of a chat session, parked until this one ended. */
+static void release_follower(struct runner *r, size_t i, uint64_t now)
+{
+	const bool *follows = r->p->follows;
+
+	if (follows && i + 1 < r->p->n && follows[i + 1] &&
+	    r->reqs[i + 1].parked) {
+		r->reqs[i + 1].parked = false;
+		enqueue(r, i + 1, now);
+	}
+}
+
 static void finish(struct lreq *lr, bool ok, const char *fmt, ...)
 {
 	struct runner *r = lr->run;
@@ -118,7 +142,7 @@ static void finish(struct lreq *lr, bool ok, const char *fmt, ...)
 	lr->finished = true;
 	res->success = ok;
 	res->start = (double)(lr->start_ns - r->t0) / 1e9;
-	res->queue = (double)(lr->start_ns - lr->arrival_ns) / 1e9;
+	res->queue = (double)(lr->start_ns - lr->ready_ns) / 1e9;
 	res->prompt_len = lr->usage_prompt >= 0 ? (int)lr->usage_prompt
 						: r->p->prompt_lens[lr->idx];
 	if (ok) {
@@ -153,7 +177,7 @@ static void finish(struct lreq *lr, bool ok, const char *fmt, ...)
 	lr->req = NULL;
 	r->inflight--;
 	r->finished++;
-	progress_draw(r, false);
+	release_follower(r, lr->idx, pdx_now_ns());
 	if (r->finished == r->p->n)
 		event_base_loopexit(r->base, NULL);
 	else
@@ -331,7 +355,6 @@ static void start(struct runner *r, size_t i, uint64_t intended)
 	lr->run = r;
 	lr->idx = i;
 	lr->started = true;
-	lr->arrival_ns = arrival_ns(r, i);
 	lr->start_ns = intended;
 	lr->last_ns = intended;
 	lr->usage_completion = lr->usage_prompt = -1;
@@ -380,19 +403,28 @@ static void dispatch(struct runner *r, uint64_t slot_ns)
 	while (r->qhead < r->qtail && (r->p->max_concurrency <= 0 ||
 				       r->inflight < r->p->max_concurrency)) {
 		i = r->queue[r->qhead++];
-		a = arrival_ns(r, i);
+		a = r->reqs[i].ready_ns;
 		start(r, i, a > slot_ns ? a : slot_ns);
 	}
 }
 
+/* Queues what has arrived; a later round of a session waits, parked,
+ * for the round before it (finish() releases it). */
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	struct runner *r = arg;
+	const bool *follows = r->p->follows;
 	uint64_t now = pdx_now_ns(), wait;
 	struct timeval tv;
+	size_t i;
 
-	while (r->next < r->p->n && arrival_ns(r, r->next) <= now)
-		r->queue[r->qtail++] = r->next++;
+	while (r->next < r->p->n && arrival_ns(r, r->next) <= now) {
+		i = r->next++;
+		if (follows && i && follows[i] && !r->reqs[i - 1].finished)
+			r->reqs[i].parked = true;
+		else
+			enqueue(r, i, arrival_ns(r, i));
+	}
 	dispatch(r, 0);
 	if (r->next < r->p->n) {
 		wait = arrival_ns(r, r->next) - now;
@@ -431,7 +463,7 @@ int pdx_load_run(const struct pdx_load_run_params *p,
 		 char *err, size_t errlen)
 {
 	struct runner r = {0};
-	struct timeval zero = {0, 0};
+	struct timeval zero = {0, 0}, progress_tv = {0, PROGRESS_US};
 	uint64_t end;
 	size_t i;
 	int rc = -1;
@@ -450,7 +482,9 @@ int pdx_load_run(const struct pdx_load_run_params *p,
 		goto out;
 	}
 	r.tick = evtimer_new(r.base, on_tick, &r);
-	if (!r.tick) {
+	if (p->progress)
+		r.progress = event_new(r.base, -1, EV_PERSIST, on_progress, &r);
+	if (!r.tick || (p->progress && !r.progress)) {
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
@@ -461,9 +495,12 @@ int pdx_load_run(const struct pdx_load_run_params *p,
 		snprintf(r.host_hdr, sizeof(r.host_hdr), "%s:%d", p->host,
 			 p->port);
 	r.t0 = pdx_now_ns();
-	r.last_draw_ns = r.t0;
 	if (p->n) {
 		evtimer_add(r.tick, &zero);
+		if (r.progress) {
+			progress_draw(&r, false);
+			evtimer_add(r.progress, &progress_tv);
+		}
 		event_base_dispatch(r.base);
 	}
 	end = pdx_now_ns();
@@ -483,6 +520,8 @@ out:
 		evhttp_connection_free(r.all[i]);
 	if (r.tick)
 		event_free(r.tick);
+	if (r.progress)
+		event_free(r.progress);
 	if (r.base)
 		event_base_free(r.base);
 	free(r.reqs);

@@ -7,6 +7,9 @@
  * wait for one (that wait is reported as its client queue time). A
  * request the tool itself sends late is still timed from when it should
  * have gone (no coordinated omission); the worst such lag is reported.
+ * A request that follows another (a chat session's next round) becomes
+ * ready at the later of its arrival and the end of the one it follows,
+ * and is timed from then.
  * Runs one event loop on the calling thread until every request has
  * finished, failed or timed out. */
 #ifndef PDX_BENCH_LOAD_HTTP_H
@@ -26,10 +29,13 @@ struct pdx_load_run_params {
 	const size_t *body_lens;
 	const int *prompt_lens; /* per request, unless usage says otherwise */
 	const double *arrivals; /* seconds from the start, non-decreasing */
+	/* NULL, or per request: sent only after request i - 1 has ended
+	 * (follows[0] is ignored). */
+	const bool *follows;
 	size_t n;
 	int max_concurrency; /* 0: unlimited */
 	double timeout_s;    /* per request, from its send; <= 0: 6 hours */
-	bool progress;	     /* draw a progress bar on stderr */
+	bool progress;	     /* redraw a progress line on stderr every 0.1 s */
 	bool keep_text;	     /* keep generated text in the results */
 	const char *api_key; /* "Authorization: Bearer" when not NULL */
 };

@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,15 +37,17 @@ void pdx_load_opts_usage(FILE *f)
 "  $OPENAI_API_KEY          sent as a bearer token when set\n"
 "\n"
 "Dataset\n"
-"  --dataset-name D         random (default), prefix_repetition, or file\n"
-"                           (alias: custom)\n"
+"  --dataset-name D         random (default), prefix_repetition, file (alias:\n"
+"                           custom), multi-round, or long-doc-qa\n"
 "  --dataset-path F         the file dataset: JSON lines {\"prompt\": \"text\" or\n"
 "                           [token ids], \"output_len\": N}, or plain text, one\n"
 "                           prompt per line; cycled if shorter than\n"
 "                           --num-prompts\n"
-"  --num-prompts N          requests to send (default 1000)\n"
+"  --num-prompts N          requests to send (default 1000; multi-round and\n"
+"                           long-doc-qa: all of theirs, and at most that)\n"
 "  --input-len N            sets --random-input-len\n"
-"  --output-len N           sets every dataset's output length\n"
+"  --output-len N           sets every dataset's output length (multi-round's\n"
+"                           answer length too)\n"
 "  --random-input-len N     prompt tokens (default 1024)\n"
 "  --random-output-len N    max_tokens asked for (default 128)\n"
 "  --random-range-ratio R   lengths uniform in [L(1-R), L(1+R)], 0 <= R < 1\n"
@@ -58,6 +61,35 @@ void pdx_load_opts_usage(FILE *f)
 "  --prefix-repetition-output-len N   max_tokens (default 128)\n"
 "  --custom-output-len N    file prompts' max_tokens when the line has none\n"
 "                           (default 256)\n"
+"\n"
+"  multi-round (LMCache's multi-round QA): users in chat sessions. Round 1 of\n"
+"  a user is the shared system prefix, the user's own prefix and a question;\n"
+"  each next round adds the previous answer (output-len synthetic words) and\n"
+"  a new question, so the prompt grows by question-len + output-len a round\n"
+"  and every prompt is a prefix of the user's next one. A user's next round is\n"
+"  sent only once the previous one has ended (failed or not); --request-rate\n"
+"  staggers the users' first rounds (the last starts at users / R s; inf: all\n"
+"  at once). --max-concurrency caps rounds in flight, so active users.\n"
+"  --num-prompts N keeps the first N in round order (all users' round 1, then\n"
+"  round 2, ...).\n"
+"  --multi-round-num-users N          users, one session each (default 10)\n"
+"  --multi-round-num-rounds N         requests per user (default 5)\n"
+"  --multi-round-shared-prefix-len N  system prefix of every user (default 1000)\n"
+"  --multi-round-user-prefix-len N    each user's own prefix (default 2000)\n"
+"  --multi-round-question-len N       tokens of each question (default 50)\n"
+"  (answers: --output-len tokens, default 100)\n"
+"\n"
+"  long-doc-qa (LMCache's long-document QA): documents asked several times,\n"
+"  each request ending in its own 8-token question. --num-prompts N keeps\n"
+"  the first N in sending order.\n"
+"  --long-doc-num-documents N  distinct documents (default 20)\n"
+"  --long-doc-len N            tokens per document (default 10000)\n"
+"  --long-doc-repeat-count N   requests per document (default 2)\n"
+"  --long-doc-repeat-mode M    order of the requests: random (default,\n"
+"                              shuffled), tile (d1 d2 d3 d1 d2 d3) or\n"
+"                              interleave (d1 d1 d2 d2 d3 d3)\n"
+"  (max_tokens: --output-len, default 100)\n"
+"\n"
 "  --prompt-format F        text (default): N space-separated words, one word\n"
 "                           per token; ids: an array of N token ids\n"
 "                           (completions only)\n"
@@ -71,6 +103,7 @@ void pdx_load_opts_usage(FILE *f)
 "  --request-rate R         requests per second; inf (default) sends all at\n"
 "                           once. Gaps are gamma-distributed and rescaled so the\n"
 "                           last request arrives at num-prompts / R seconds\n"
+"                           (multi-round: the last user's first round)\n"
 "  --burstiness B           gamma shape of the gaps: 1 (default) is a Poisson\n"
 "                           process, < 1 burstier, > 1 more even, inf constant\n"
 "  --max-concurrency C      at most C requests in flight; the others wait in the\n"
@@ -97,12 +130,19 @@ void pdx_load_opts_usage(FILE *f)
 "  --result-filename F      default {label}-{rate}qps[-concurrency{C}]-\n"
 "                           {model}-{YYYYmmdd-HHMMSS}.json\n"
 "  --metadata KEY=VALUE ... extra keys for the result JSON\n"
-"  --disable-tqdm           no progress bar (it is drawn only on a terminal)\n"
-"  --plot FILE.png          not implemented yet\n"
+"  --disable-tqdm           no progress line on stderr (tqdm's: done/total,\n"
+"                           [elapsed<left, rate]; drawn only on a terminal,\n"
+"                           10 times a second)\n"
+"  --plot FILE.png          also draw the run into a PNG with gnuplot (Debian:\n"
+"                           gnuplot-nox; checked for before the run): CDFs of\n"
+"                           TTFT and ITL, and output tokens/s and requests\n"
+"                           completed/s over the run, in 1 s buckets (0.1 s\n"
+"                           for runs under 10 s)\n"
 "  -h, --help               this text\n"
 "\n"
-"Exit status: 0 when at least one request completed, 1 otherwise or on a bad\n"
-"option.\n",
+"Exit status: 0 when at least one request completed; 1 when none did, or the\n"
+"run could not take place (server, gnuplot, result file); 2 on a bad option\n"
+"or dataset.\n",
 	      f);
 }
 /* clang-format on */
@@ -151,6 +191,15 @@ enum {
 	O_METADATA,
 	O_NO_TQDM,
 	O_PLOT,
+	O_MR_USERS,
+	O_MR_ROUNDS,
+	O_MR_SHARED,
+	O_MR_USER_PREFIX,
+	O_MR_QUESTION,
+	O_LD_DOCS,
+	O_LD_LEN,
+	O_LD_REPEAT,
+	O_LD_MODE,
 };
 
 static const struct option long_opts[] = {
@@ -197,6 +246,15 @@ static const struct option long_opts[] = {
     {"metadata", required_argument, 0, O_METADATA},
     {"disable-tqdm", no_argument, 0, O_NO_TQDM},
     {"plot", required_argument, 0, O_PLOT},
+    {"multi-round-num-users", required_argument, 0, O_MR_USERS},
+    {"multi-round-num-rounds", required_argument, 0, O_MR_ROUNDS},
+    {"multi-round-shared-prefix-len", required_argument, 0, O_MR_SHARED},
+    {"multi-round-user-prefix-len", required_argument, 0, O_MR_USER_PREFIX},
+    {"multi-round-question-len", required_argument, 0, O_MR_QUESTION},
+    {"long-doc-num-documents", required_argument, 0, O_LD_DOCS},
+    {"long-doc-len", required_argument, 0, O_LD_LEN},
+    {"long-doc-repeat-count", required_argument, 0, O_LD_REPEAT},
+    {"long-doc-repeat-mode", required_argument, 0, O_LD_MODE},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -210,7 +268,16 @@ static int parse_long(const char *name, const char *s, long lo, long hi,
 	errno = 0;
 	v = strtol(s, &end, 10);
 	if (errno || end == s || *end || v < lo || v > hi) {
-		fprintf(stderr, "pdx-bench: --%s: bad value '%s'\n", name, s);
+		if (hi >= 1L << 30)
+			fprintf(stderr,
+				"pdx-bench: --%s: bad value '%s' (want an "
+				"integer >= %ld)\n",
+				name, s, lo);
+		else
+			fprintf(stderr,
+				"pdx-bench: --%s: bad value '%s' (want an "
+				"integer in [%ld, %ld])\n",
+				name, s, lo, hi);
 		return -1;
 	}
 	*out = v;
@@ -241,6 +308,42 @@ static int parse_double(const char *name, const char *s, double *out)
 	return 0;
 }
 
+/* The options of the multi-round and long-doc-qa datasets: each an
+ * int with its smallest value. */
+static const struct {
+	int opt, lo;
+	size_t off;
+} int_opts[] = {
+    {O_MR_USERS, 1, offsetof(struct pdx_load_opts, dp.mr_num_users)},
+    {O_MR_ROUNDS, 1, offsetof(struct pdx_load_opts, dp.mr_num_rounds)},
+    {O_MR_SHARED, 0, offsetof(struct pdx_load_opts, dp.mr_shared_prefix_len)},
+    {O_MR_USER_PREFIX, 0,
+     offsetof(struct pdx_load_opts, dp.mr_user_prefix_len)},
+    {O_MR_QUESTION, 0, offsetof(struct pdx_load_opts, dp.mr_question_len)},
+    {O_LD_DOCS, 1, offsetof(struct pdx_load_opts, dp.ld_num_documents)},
+    {O_LD_LEN, 1, offsetof(struct pdx_load_opts, dp.ld_doc_len)},
+    {O_LD_REPEAT, 1, offsetof(struct pdx_load_opts, dp.ld_repeat_count)},
+};
+
+/* 1 when c is one of int_opts (parsed into o, or -1 on a bad value). */
+static int parse_int_opt(int c, const char *arg, struct pdx_load_opts *o)
+{
+	const struct option *lo;
+	size_t i;
+
+	for (i = 0; i < sizeof(int_opts) / sizeof(int_opts[0]); i++) {
+		if (int_opts[i].opt != c)
+			continue;
+		for (lo = long_opts; lo->val != c; lo++)
+			;
+		if (parse_int(lo->name, arg, int_opts[i].lo,
+			      (int *)((char *)o + int_opts[i].off)))
+			return -1;
+		return 1;
+	}
+	return 0;
+}
+
 /* The next argument after an nargs="+" option (vllm's --goodput and
  * --metadata take several), up to the next option; -1 when none. */
 static int take_more(int argc, char **argv)
@@ -257,6 +360,11 @@ int pdx_load_opts_parse(int argc, char **argv, struct pdx_load_opts *o)
 	int c, i;
 
 	while ((c = getopt_long(argc, argv, "+h", long_opts, NULL)) != -1) {
+		i = parse_int_opt(c, optarg, o);
+		if (i < 0)
+			return -1;
+		if (i > 0)
+			continue;
 		switch (c) {
 		case O_BACKEND:
 			o->backend = optarg;
@@ -456,6 +564,15 @@ int pdx_load_opts_parse(int argc, char **argv, struct pdx_load_opts *o)
 		case O_PLOT:
 			o->plot = optarg;
 			break;
+		case O_LD_MODE:
+			if (pdx_load_repeat_mode_parse(optarg,
+						       &o->dp.ld_repeat_mode)) {
+				fprintf(stderr,
+					"pdx-bench: --long-doc-repeat-mode: "
+					"random, tile or interleave\n");
+				return -1;
+			}
+			break;
 		case 'h':
 			pdx_load_opts_usage(stdout);
 			exit(0);
@@ -479,7 +596,7 @@ void pdx_load_opts_defaults(struct pdx_load_opts *o)
 	o->port = 8000;
 	o->endpoint = "/v1/completions";
 	o->dataset_name = "random";
-	o->num_prompts = 1000;
+	o->num_prompts = 0; /* unset: 1000, or all of an LMCache set's */
 	o->input_len = o->output_len = -1;
 	o->request_rate = INFINITY;
 	o->burstiness = 1.0;
@@ -493,4 +610,15 @@ void pdx_load_opts_defaults(struct pdx_load_opts *o)
 	o->dp.pr_num_prefixes = 10;
 	o->dp.pr_output_len = 128;
 	o->dp.file_output_len = 256;
+	o->dp.mr_num_users = 10;
+	o->dp.mr_num_rounds = 5;
+	o->dp.mr_shared_prefix_len = 1000;
+	o->dp.mr_user_prefix_len = 2000;
+	o->dp.mr_question_len = 50;
+	o->dp.mr_output_len = 100;
+	o->dp.ld_num_documents = 20;
+	o->dp.ld_doc_len = 10000;
+	o->dp.ld_repeat_count = 2;
+	o->dp.ld_repeat_mode = PDX_LOAD_REPEAT_RANDOM;
+	o->dp.ld_output_len = 100;
 }

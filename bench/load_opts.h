@@ -1,6 +1,8 @@
 /* pdx-bench's command line: vllm bench serve's option names and defaults,
  * plus a few of pdx's own (--prompt-format, --vocab-size,
- * --request-timeout). Parsed once on the main thread. */
+ * --request-timeout, --plot) and the options of LMCache's multi-round QA
+ * and long-document QA shapes (--multi-round-*, --long-doc-*). Parsed
+ * once on the main thread. */
 #ifndef PDX_BENCH_LOAD_OPTS_H
 #define PDX_BENCH_LOAD_OPTS_H
 
@@ -17,7 +19,7 @@ struct pdx_load_opts {
 	int port;
 	double request_timeout;
 	const char *dataset_name, *dataset_path;
-	long num_prompts;
+	long num_prompts; /* 0: unset */
 	int input_len, output_len; /* -1: unset */
 	struct pdx_load_dataset_params dp;
 	bool ids;
@@ -38,7 +40,8 @@ struct pdx_load_opts {
 void pdx_load_opts_defaults(struct pdx_load_opts *o);
 void pdx_load_opts_usage(FILE *f);
 /* Parses argv into o (start from the defaults); prints --help and exits
- * 0 on -h; -1 with a message on stderr for a bad option. */
+ * 0 on -h; -1 with a message on stderr for a bad option (pdx-bench then
+ * exits 2, as argparse does). */
 int pdx_load_opts_parse(int argc, char **argv, struct pdx_load_opts *o);
 
 #endif

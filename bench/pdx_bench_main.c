@@ -8,6 +8,7 @@
 #include "bench/load_metrics.h"
 #include "bench/load_openai.h"
 #include "bench/load_opts.h"
+#include "bench/load_plot.h"
 #include "bench/load_report.h"
 
 #include <errno.h>
@@ -165,76 +166,74 @@ static int build_bodies(const struct pdx_load_opts *o,
 	return 0;
 }
 
-static int run(struct pdx_load_opts *o)
-{
-	struct pdx_load_dataset ds = {0};
-	struct pdx_load_run_params rp = {0};
-	struct pdx_load_run_stats st = {0};
-	struct pdx_load_arrival_params ap = {0};
-	struct pdx_load_metrics m;
-	struct pdx_load_report rep = {0};
-	struct pdx_load_result *res = NULL;
+/* What the options decide before anything is sent. */
+struct plan {
 	struct target t;
-	double pcts[PDX_LOAD_MAX_PCTS], *arrivals = NULL;
-	size_t npct = 0, i, nfail = 0;
-	char err[512], api_path[1024], date[32], rs[64], bs[64];
-	char **bodies = NULL, *model_owned = NULL;
-	size_t *lens = NULL;
-	int *plens = NULL;
-	unsigned mask = PDX_LOAD_M_DEFAULT;
-	const char *backend, *model, *label;
-	json_t *result = NULL;
+	char api_path[1024];
 	bool chat;
-	time_t now;
-	int rc = 1;
+	const char *backend;
+	unsigned mask; /* --percentile-metrics */
+	double pcts[PDX_LOAD_MAX_PCTS];
+	size_t npct;
+};
 
-	if (o->plot) {
-		fprintf(stderr, "pdx-bench: --plot is not implemented yet\n");
-		return 1;
-	}
+static bool lmcache_kind(enum pdx_load_dataset_kind k)
+{
+	return k == PDX_LOAD_DS_MULTI_ROUND || k == PDX_LOAD_DS_LONG_DOC_QA;
+}
+
+/* Checks the options against each other and fills the plan and the
+ * dataset parameters; -1 (exit 2) with the reason on stderr. */
+static int check_opts(struct pdx_load_opts *o, struct plan *pl)
+{
+	pl->mask = PDX_LOAD_M_DEFAULT;
 	if (o->percentile_metrics &&
-	    pdx_load_metric_names_parse(o->percentile_metrics, &mask)) {
+	    pdx_load_metric_names_parse(o->percentile_metrics, &pl->mask)) {
 		fprintf(stderr,
 			"pdx-bench: --percentile-metrics: unknown "
 			"metric in '%s'\n",
 			o->percentile_metrics);
-		return 1;
+		return -1;
 	}
-	if (pdx_load_percentiles_parse(o->metric_percentiles, pcts,
-				       PDX_LOAD_MAX_PCTS, &npct)) {
+	if (pdx_load_percentiles_parse(o->metric_percentiles, pl->pcts,
+				       PDX_LOAD_MAX_PCTS, &pl->npct)) {
 		fprintf(stderr, "pdx-bench: --metric-percentiles: want numbers "
 				"in [0, 100] separated by commas\n");
-		return 1;
+		return -1;
 	}
 	if (!(o->request_rate > 0) || !(o->burstiness > 0)) {
 		fprintf(stderr, "pdx-bench: --request-rate and --burstiness "
 				"must be > 0\n");
-		return 1;
+		return -1;
 	}
-	chat = ends_with(o->endpoint, "chat/completions");
-	backend = o->backend ? o->backend : chat ? "openai-chat" : "openai";
-	if (!strcmp(backend, "openai-chat")) {
-		chat = true;
-	} else if (!strcmp(backend, "openai")) {
-		chat = false;
+	pl->chat = ends_with(o->endpoint, "chat/completions");
+	pl->backend = o->backend ? o->backend
+		      : pl->chat ? "openai-chat"
+				 : "openai";
+	if (!strcmp(pl->backend, "openai-chat")) {
+		pl->chat = true;
+	} else if (!strcmp(pl->backend, "openai")) {
+		pl->chat = false;
 	} else {
 		fprintf(stderr,
 			"pdx-bench: --backend: openai or openai-chat\n");
-		return 1;
+		return -1;
 	}
-	if (chat && o->ids) {
+	if (pl->chat && o->ids) {
 		fprintf(stderr, "pdx-bench: chat requests need "
 				"--prompt-format text\n");
-		return 1;
+		return -1;
 	}
 	if (pdx_load_dataset_kind_parse(o->dataset_name, &o->dp.kind)) {
 		fprintf(stderr, "pdx-bench: --dataset-name: random, "
-				"prefix_repetition or file\n");
-		return 1;
+				"prefix_repetition, file, multi-round or "
+				"long-doc-qa\n");
+		return -1;
 	}
-	if (resolve_target(o, &t))
-		return 1;
-	snprintf(api_path, sizeof(api_path), "%s%s", t.prefix, o->endpoint);
+	if (resolve_target(o, &pl->t))
+		return -1;
+	snprintf(pl->api_path, sizeof(pl->api_path), "%s%s", pl->t.prefix,
+		 o->endpoint);
 
 	if (o->input_len >= 0)
 		o->dp.random_input_len = o->input_len;
@@ -242,63 +241,52 @@ static int run(struct pdx_load_opts *o)
 		o->dp.random_output_len = o->output_len;
 		o->dp.pr_output_len = o->output_len;
 		o->dp.file_output_len = o->output_len;
+		o->dp.mr_output_len = o->output_len;
+		o->dp.ld_output_len = o->output_len;
 	}
 	if (o->dp.kind == PDX_LOAD_DS_RANDOM)
 		o->ignore_eos = true;
+	if (!o->num_prompts && !lmcache_kind(o->dp.kind))
+		o->num_prompts = 1000;
 	o->dp.num_prompts = (size_t)o->num_prompts;
 	o->dp.path = o->dataset_path;
 	o->dp.text = !o->ids;
+	return 0;
+}
 
-	model = o->model;
-	if (!model) {
-		printf("Model not specified, fetching first model from "
-		       "server...\n");
-		model = model_owned = first_model(&t);
-		if (!model) {
-			fprintf(stderr,
-				"pdx-bench: no --model, and no model "
-				"from http://%s:%d%s/v1/models\n",
-				t.host, t.port, t.prefix);
-			return 1;
-		}
-		printf("First model name: %s, first model id: %s\n", model,
-		       model);
-	}
-	label = o->label ? o->label : backend;
+/* The line vllm prints about the sampled lengths, or what an LMCache set
+ * holds. */
+static void print_dataset(const struct pdx_load_opts *o,
+			  const struct pdx_load_dataset *ds)
+{
+	const struct pdx_load_dataset_params *dp = &o->dp;
+	int pre = dp->kind == PDX_LOAD_DS_RANDOM ? dp->random_prefix_len : 0;
 
-	if (pdx_load_dataset_build(&o->dp, &ds, err, sizeof(err))) {
-		fprintf(stderr, "pdx-bench: dataset: %s\n", err);
-		goto out;
-	}
-	if (o->dp.kind != PDX_LOAD_DS_FILE)
+	if (dp->kind == PDX_LOAD_DS_MULTI_ROUND)
+		printf("Multi-round: %d users x %d rounds (%zu requests), "
+		       "prompts of %d to %d tokens, answers of %d\n",
+		       dp->mr_num_users, dp->mr_num_rounds, ds->n, ds->input_lo,
+		       ds->input_hi, ds->output_hi);
+	else if (dp->kind == PDX_LOAD_DS_LONG_DOC_QA)
+		printf("Long-doc QA: %d documents of %d tokens, %d requests "
+		       "each (%zu sent), repeat mode %s, output %d\n",
+		       dp->ld_num_documents, dp->ld_doc_len,
+		       dp->ld_repeat_count, ds->n,
+		       dp->ld_repeat_mode == PDX_LOAD_REPEAT_TILE ? "tile"
+		       : dp->ld_repeat_mode == PDX_LOAD_REPEAT_INTERLEAVE
+			   ? "interleave"
+			   : "random",
+		       ds->output_hi);
+	else if (dp->kind != PDX_LOAD_DS_FILE)
 		printf("Sampling input_len from [%d, %d] and output_len from "
 		       "[%d, %d]\n",
-		       ds.input_lo + (o->dp.kind == PDX_LOAD_DS_RANDOM
-					  ? o->dp.random_prefix_len
-					  : 0),
-		       ds.input_hi + (o->dp.kind == PDX_LOAD_DS_RANDOM
-					  ? o->dp.random_prefix_len
-					  : 0),
-		       ds.output_lo, ds.output_hi);
-	bodies = calloc(ds.n, sizeof(*bodies));
-	lens = calloc(ds.n, sizeof(*lens));
-	plens = calloc(ds.n, sizeof(*plens));
-	arrivals = calloc(ds.n, sizeof(*arrivals));
-	res = calloc(ds.n, sizeof(*res));
-	if (!bodies || !lens || !plens || !arrivals || !res)
-		goto out;
-	if (build_bodies(o, &ds,
-			 o->served_model_name ? o->served_model_name : model,
-			 chat, bodies, lens))
-		goto out;
-	for (i = 0; i < ds.n; i++)
-		plens[i] = ds.reqs[i].prompt_len;
-	ap.n = ds.n;
-	ap.rate = o->request_rate;
-	ap.burstiness = o->burstiness;
-	ap.seed = o->dp.seed;
-	if (pdx_load_arrivals(&ap, arrivals))
-		goto out;
+		       ds->input_lo + pre, ds->input_hi + pre, ds->output_lo,
+		       ds->output_hi);
+}
+
+static void print_load(const struct pdx_load_opts *o)
+{
+	char rs[64], bs[64];
 
 	pdx_load_py_float(o->request_rate, rs, sizeof(rs));
 	pdx_load_py_float(o->burstiness, bs, sizeof(bs));
@@ -311,15 +299,151 @@ static int run(struct pdx_load_opts *o)
 	else
 		printf("Maximum request concurrency: None\n");
 	fflush(stdout);
+}
 
-	rp.host = t.host;
-	rp.port = t.port;
-	rp.path = api_path;
-	rp.chat = chat;
+/* Prints up to ten failures, as vllm does. */
+static void print_failures(const struct pdx_load_result *res, size_t n)
+{
+	size_t i, nfail = 0;
+
+	for (i = 0; i < n && nfail < 10; i++) {
+		if (res[i].success)
+			continue;
+		if (!nfail)
+			printf("Failed requests during benchmark run "
+			       "detected (capping to 10):\n");
+		printf("Error %zu: %s\n", nfail++,
+		       res[i].error ? res[i].error : "");
+	}
+}
+
+static int plot(const struct pdx_load_opts *o, const char *model,
+		const char *date, const struct pdx_load_result *res, size_t n,
+		double duration_s)
+{
+	char title[512], rate[64], conc[32] = "none", err[512];
+
+	pdx_load_py_float(o->request_rate, rate, sizeof(rate));
+	if (o->max_concurrency > 0)
+		snprintf(conc, sizeof(conc), "%d", o->max_concurrency);
+	snprintf(title, sizeof(title),
+		 "pdx-bench %s: %s, %zu requests, rate %s, max concurrency "
+		 "%s, model %s",
+		 date, o->dataset_name, n, rate, conc, model);
+	if (pdx_load_plot_write(o->plot, title, res, n, duration_s, err,
+				sizeof(err))) {
+		fprintf(stderr, "pdx-bench: --plot: %s\n", err);
+		return -1;
+	}
+	fprintf(stderr, "pdx-bench: plot written to %s\n", o->plot);
+	return 0;
+}
+
+/* The requests' sessions (multi-round) into *out, NULL when all stand
+ * alone; -1 on out of memory. */
+static int session_links(const struct pdx_load_dataset *ds, bool **out)
+{
+	bool *follows, any = false;
+	size_t i;
+
+	*out = NULL;
+	for (i = 0; i < ds->n; i++)
+		any |= ds->reqs[i].follows;
+	if (!any)
+		return 0;
+	follows = calloc(ds->n, sizeof(*follows));
+	if (!follows)
+		return -1;
+	for (i = 0; i < ds->n; i++)
+		follows[i] = ds->reqs[i].follows;
+	*out = follows;
+	return 0;
+}
+
+static int run(struct pdx_load_opts *o)
+{
+	struct pdx_load_dataset ds = {0};
+	struct pdx_load_run_params rp = {0};
+	struct pdx_load_run_stats st = {0};
+	struct pdx_load_arrival_params ap = {0};
+	struct pdx_load_metrics m;
+	struct pdx_load_report rep = {0};
+	struct pdx_load_result *res = NULL;
+	struct plan pl = {0};
+	double *arrivals = NULL;
+	size_t i;
+	char err[512], date[32];
+	char **bodies = NULL, *model_owned = NULL;
+	size_t *lens = NULL;
+	int *plens = NULL;
+	bool *follows = NULL;
+	const char *model, *label;
+	json_t *result = NULL;
+	time_t now;
+	int rc = 1;
+
+	if (check_opts(o, &pl))
+		return 2;
+	if (o->plot && pdx_load_plot_check(o->plot, err, sizeof(err))) {
+		fprintf(stderr, "pdx-bench: %s\n", err);
+		return 1;
+	}
+	if (pdx_load_dataset_build(&o->dp, &ds, err, sizeof(err))) {
+		fprintf(stderr, "pdx-bench: dataset: %s\n", err);
+		return 2;
+	}
+	if (!o->num_prompts)
+		o->num_prompts = (long)ds.n;
+
+	model = o->model;
+	if (!model) {
+		printf("Model not specified, fetching first model from "
+		       "server...\n");
+		model = model_owned = first_model(&pl.t);
+		if (!model) {
+			fprintf(stderr,
+				"pdx-bench: no --model, and no model "
+				"from http://%s:%d%s/v1/models\n",
+				pl.t.host, pl.t.port, pl.t.prefix);
+			goto out;
+		}
+		printf("First model name: %s, first model id: %s\n", model,
+		       model);
+	}
+	label = o->label ? o->label : pl.backend;
+
+	print_dataset(o, &ds);
+	bodies = calloc(ds.n, sizeof(*bodies));
+	lens = calloc(ds.n, sizeof(*lens));
+	plens = calloc(ds.n, sizeof(*plens));
+	arrivals = calloc(ds.n, sizeof(*arrivals));
+	res = calloc(ds.n, sizeof(*res));
+	if (!bodies || !lens || !plens || !arrivals || !res ||
+	    session_links(&ds, &follows))
+		goto out;
+	if (build_bodies(o, &ds,
+			 o->served_model_name ? o->served_model_name : model,
+			 pl.chat, bodies, lens))
+		goto out;
+	for (i = 0; i < ds.n; i++)
+		plens[i] = ds.reqs[i].prompt_len;
+	ap.n = ds.n;
+	ap.rate = o->request_rate;
+	ap.burstiness = o->burstiness;
+	ap.seed = o->dp.seed;
+	if (pdx_load_session_arrivals(&ap, follows, arrivals))
+		goto out;
+
+	print_load(o);
+	rp.host = pl.t.host;
+	rp.port = pl.t.port;
+	rp.path = pl.api_path;
+	rp.chat = pl.chat;
 	rp.bodies = bodies;
 	rp.body_lens = lens;
 	rp.prompt_lens = plens;
 	rp.arrivals = arrivals;
+	rp.follows = follows;
 	rp.n = ds.n;
 	rp.max_concurrency = o->max_concurrency;
 	rp.timeout_s = o->request_timeout;
@@ -330,17 +454,10 @@ static int run(struct pdx_load_opts *o)
 		fprintf(stderr, "pdx-bench: %s\n", err);
 		goto out;
 	}
-	if (pdx_load_metrics_compute(res, ds.n, st.duration_s, pcts, npct,
+	if (pdx_load_metrics_compute(res, ds.n, st.duration_s, pl.pcts, pl.npct,
 				     o->has_goodput ? &o->goodput : NULL, &m))
 		goto out;
-	for (i = 0; i < ds.n; i++)
-		if (!res[i].success && nfail < 10) {
-			if (!nfail)
-				printf("Failed requests during benchmark run "
-				       "detected (capping to 10):\n");
-			printf("Error %zu: %s\n", nfail++,
-			       res[i].error ? res[i].error : "");
-		}
+	print_failures(res, ds.n);
 	if (m.completed == 0)
 		fprintf(stderr, "pdx-bench: all requests failed\n");
 
@@ -352,11 +469,11 @@ static int run(struct pdx_load_opts *o)
 	rep.burstiness = o->burstiness;
 	rep.max_concurrency = o->max_concurrency;
 	rep.goodput = o->has_goodput;
-	rep.metrics = mask;
-	rep.pcts = pcts;
-	rep.npct = npct;
+	rep.metrics = pl.mask;
+	rep.pcts = pl.pcts;
+	rep.npct = pl.npct;
 	rep.date = date;
-	rep.backend = backend;
+	rep.backend = pl.backend;
 	rep.label = o->label;
 	rep.model_id = model;
 	rep.tokenizer_id = NULL;
@@ -380,6 +497,8 @@ static int run(struct pdx_load_opts *o)
 		if (!result || write_result(o, result, label, model, date))
 			goto out;
 	}
+	if (o->plot && plot(o, model, date, res, ds.n, st.duration_s))
+		goto out;
 	rc = m.completed > 0 ? 0 : 1;
 out:
 	json_decref(result);
@@ -392,6 +511,7 @@ out:
 	free(lens);
 	free(plens);
 	free(arrivals);
+	free(follows);
 	free(model_owned);
 	pdx_load_dataset_free(&ds);
 	return rc;
@@ -404,6 +524,6 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	pdx_load_opts_defaults(&o);
 	if (pdx_load_opts_parse(argc, argv, &o))
-		return 1;
+		return 2;
 	return run(&o);
 }

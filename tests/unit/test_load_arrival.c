@@ -1,4 +1,5 @@
-/* pdx-bench arrival times: vllm's gamma gaps and rescaling. */
+/* pdx-bench arrival times: vllm's gamma gaps and rescaling, and one
+ * arrival per multi-round session. */
 #include "bench/load_arrival.h"
 #include "tests/check.h"
 
@@ -20,6 +21,35 @@ static double gap_cv(const double *t, size_t n)
 	}
 	mean = sum / n;
 	return sqrt(sq / n - mean * mean) / mean;
+}
+
+/* Sessions of 3, 1 and 2 requests get the arrivals three stand-alone
+ * requests would; with no follower it is pdx_load_arrivals() itself. */
+static void test_sessions(void)
+{
+	struct pdx_load_arrival_params ap = {
+	    .n = 3, .rate = 2.0, .burstiness = 1.0, .seed = 11};
+	bool follows[6] = {true, true, true, false, false, true};
+	double starts[3], a[6], b[6];
+	size_t i;
+
+	CHECK_EQ(pdx_load_arrivals(&ap, starts), 0);
+	ap.n = 6;
+	CHECK_EQ(pdx_load_session_arrivals(&ap, follows, a), 0);
+	CHECK(a[0] == starts[0] && a[1] == starts[0] && a[2] == starts[0]);
+	CHECK(a[3] == starts[1]);
+	CHECK(a[4] == starts[2] && a[5] == starts[2]);
+	CHECK(fabs(a[5] - 3 / 2.0) < 1e-9); /* last session at n / rate */
+
+	CHECK_EQ(pdx_load_arrivals(&ap, b), 0);
+	CHECK_EQ(pdx_load_session_arrivals(&ap, NULL, a), 0);
+	CHECK(!memcmp(a, b, sizeof(a)));
+	for (i = 0; i < 6; i++)
+		follows[i] = false;
+	CHECK_EQ(pdx_load_session_arrivals(&ap, follows, a), 0);
+	CHECK(!memcmp(a, b, sizeof(a)));
+	ap.rate = -1.0;
+	CHECK_EQ(pdx_load_session_arrivals(&ap, follows, a), -1);
 }
 
 int main(void)
@@ -85,5 +115,6 @@ int main(void)
 	CHECK_EQ(pdx_load_arrivals(&ap, a), -1);
 	free(a);
 	free(b);
+	test_sessions();
 	CHECK_DONE();
 }

@@ -1,4 +1,5 @@
-/* pdx-bench datasets: lengths, determinism, shared prefixes, files. */
+/* pdx-bench datasets: lengths, determinism, shared prefixes, files, and
+ * the LMCache shapes (multi-round sessions, long-document repeats). */
 #include "bench/load_dataset.h"
 #include "tests/check.h"
 
@@ -272,18 +273,232 @@ static void test_file(void)
 	CHECK_EQ(pdx_load_dataset_build(&dp, &a, err, sizeof(err)), -1);
 }
 
+/* Whether text is longer and starts with the words of prefix. */
+static bool extends(const char *text, const char *prefix)
+{
+	size_t n = strlen(prefix);
+
+	return !strncmp(text, prefix, n) && text[n] == ' ';
+}
+
+static struct pdx_load_dataset_params multi_round_params(void)
+{
+	struct pdx_load_dataset_params dp = {0};
+
+	dp.kind = PDX_LOAD_DS_MULTI_ROUND;
+	dp.seed = 5;
+	dp.text = true;
+	dp.mr_num_users = 3;
+	dp.mr_num_rounds = 4;
+	dp.mr_shared_prefix_len = 5;
+	dp.mr_user_prefix_len = 7;
+	dp.mr_question_len = 3;
+	dp.mr_output_len = 2;
+	return dp;
+}
+
+static void test_multi_round(void)
+{
+	struct pdx_load_dataset_params dp = multi_round_params();
+	struct pdx_load_dataset a, b;
+	const struct pdx_load_request *r, *q;
+	size_t u, k;
+	char err[256];
+
+	/* Laid out user by user; round k has 5 + 7 + k * (3 + 2) + 3
+	 * tokens, asks for 2, and follows the round before it. */
+	CHECK_EQ(build(&dp, &a), 0);
+	CHECK_EQ(a.n, 12);
+	CHECK_EQ(a.input_lo, 15);
+	CHECK_EQ(a.input_hi, 30);
+	for (u = 0; u < 3; u++) {
+		for (k = 0; k < 4; k++) {
+			r = &a.reqs[u * 4 + k];
+			CHECK_EQ(r->prompt_len, 15 + 5 * (int)k);
+			CHECK_EQ(r->output_len, 2);
+			CHECK_EQ(r->follows, k > 0);
+			CHECK_EQ(pdx_load_count_words(r->text), r->prompt_len);
+			/* Every user shares the system prefix... */
+			CHECK(!memcmp(r->ids, a.reqs[0].ids, 5 * 4));
+			if (!k)
+				continue;
+			/* ...and each round extends the one before. */
+			q = &a.reqs[u * 4 + k - 1];
+			CHECK(!memcmp(r->ids, q->ids, q->prompt_len * 4));
+			CHECK(extends(r->text, q->text));
+		}
+	}
+	/* Users' own prefixes differ. */
+	CHECK(memcmp(a.reqs[0].ids + 5, a.reqs[4].ids + 5, 7 * 4) != 0);
+	CHECK(!extends(a.reqs[5].text, a.reqs[0].text));
+	CHECK(memcmp(a.reqs[4].ids + 5, a.reqs[8].ids + 5, 7 * 4) != 0);
+	/* Deterministic for a seed. */
+	CHECK_EQ(build(&dp, &b), 0);
+	CHECK(same_set(&a, &b));
+	pdx_load_dataset_free(&b);
+	dp.seed = 6;
+	CHECK_EQ(build(&dp, &b), 0);
+	CHECK(!same_set(&a, &b));
+	pdx_load_dataset_free(&b);
+
+	/* num_prompts 7 keeps rounds in sending order, round by round:
+	 * users 0, 1, 2 get 3, 2 and 2 rounds, the same prompts as in the
+	 * whole set. */
+	dp = multi_round_params();
+	dp.num_prompts = 7;
+	CHECK_EQ(build(&dp, &b), 0);
+	CHECK_EQ(b.n, 7);
+	{
+		static const size_t from[] = {0, 1, 2, 4, 5, 8, 9};
+
+		for (k = 0; k < 7; k++) {
+			CHECK(!strcmp(b.reqs[k].text, a.reqs[from[k]].text));
+			CHECK_EQ(b.reqs[k].follows, a.reqs[from[k]].follows);
+		}
+	}
+	pdx_load_dataset_free(&b);
+	pdx_load_dataset_free(&a);
+
+	/* More than users * rounds, and an empty first prompt, are
+	 * refused. */
+	dp.num_prompts = 13;
+	CHECK_EQ(pdx_load_dataset_build(&dp, &a, err, sizeof(err)), -1);
+	CHECK_STR_CONTAINS(err, "more than the 12");
+	dp = multi_round_params();
+	dp.mr_shared_prefix_len = dp.mr_user_prefix_len = 0;
+	dp.mr_question_len = 0;
+	CHECK_EQ(pdx_load_dataset_build(&dp, &a, err, sizeof(err)), -1);
+}
+
+static struct pdx_load_dataset_params long_doc_params(void)
+{
+	struct pdx_load_dataset_params dp = {0};
+
+	dp.kind = PDX_LOAD_DS_LONG_DOC_QA;
+	dp.seed = 9;
+	dp.text = true;
+	dp.ld_num_documents = 4;
+	dp.ld_doc_len = 30;
+	dp.ld_repeat_count = 3;
+	dp.ld_output_len = 11;
+	return dp;
+}
+
+/* Which of the first requests' documents request i asks about, -1 when
+ * none: documents are told apart by their 30 ids. */
+static int doc_of(const struct pdx_load_dataset *ds, size_t i,
+		  const uint32_t *const *docs, int ndocs)
+{
+	int d;
+
+	for (d = 0; d < ndocs; d++)
+		if (!memcmp(ds->reqs[i].ids, docs[d], 30 * 4))
+			return d;
+	return -1;
+}
+
+/* The document of each request, numbered in order of first use. */
+static void doc_sequence(const struct pdx_load_dataset *ds, int *seq)
+{
+	const uint32_t *docs[16];
+	int nd = 0;
+	size_t i;
+
+	for (i = 0; i < ds->n; i++) {
+		seq[i] = doc_of(ds, i, docs, nd);
+		if (seq[i] < 0 && nd < 16) {
+			docs[nd] = ds->reqs[i].ids;
+			seq[i] = nd++;
+		}
+	}
+}
+
+static void test_long_doc(void)
+{
+	struct pdx_load_dataset_params dp = long_doc_params();
+	struct pdx_load_dataset a, b;
+	int seq[12], count[4] = {0}, tiled = 1;
+	size_t i, j;
+	char err[256];
+
+	/* random: each of 4 documents asked 3 times, shuffled; every
+	 * request ends in its own 8-token question. */
+	CHECK_EQ(build(&dp, &a), 0);
+	CHECK_EQ(a.n, 12);
+	doc_sequence(&a, seq);
+	for (i = 0; i < a.n; i++) {
+		CHECK_EQ(a.reqs[i].prompt_len, 38);
+		CHECK_EQ(a.reqs[i].output_len, 11);
+		CHECK(!a.reqs[i].follows);
+		CHECK_EQ(pdx_load_count_words(a.reqs[i].text), 38);
+		CHECK(seq[i] >= 0 && seq[i] < 4);
+		count[seq[i] & 3]++;
+		tiled &= seq[i] == (int)(i % 4);
+		for (j = 0; j < i; j++)
+			CHECK(memcmp(a.reqs[i].ids + 30, a.reqs[j].ids + 30,
+				     8 * 4) != 0);
+	}
+	for (i = 0; i < 4; i++)
+		CHECK_EQ(count[i], 3);
+	CHECK(!tiled);
+	CHECK_EQ(build(&dp, &b), 0);
+	CHECK(same_set(&a, &b));
+	pdx_load_dataset_free(&b);
+	pdx_load_dataset_free(&a);
+
+	/* tile: d0 d1 d2 d3 d0 ...; interleave: d0 d0 d0 d1 ... */
+	dp.ld_repeat_mode = PDX_LOAD_REPEAT_TILE;
+	CHECK_EQ(build(&dp, &a), 0);
+	doc_sequence(&a, seq);
+	for (i = 0; i < a.n; i++)
+		CHECK_EQ(seq[i], (int)(i % 4));
+	pdx_load_dataset_free(&a);
+	dp.ld_repeat_mode = PDX_LOAD_REPEAT_INTERLEAVE;
+	CHECK_EQ(build(&dp, &a), 0);
+	doc_sequence(&a, seq);
+	for (i = 0; i < a.n; i++)
+		CHECK_EQ(seq[i], (int)(i / 3));
+	pdx_load_dataset_free(&a);
+
+	/* num_prompts keeps the first ones; more than all is refused. */
+	dp.num_prompts = 5;
+	CHECK_EQ(build(&dp, &a), 0);
+	CHECK_EQ(a.n, 5);
+	doc_sequence(&a, seq);
+	CHECK_EQ(seq[4], 1);
+	pdx_load_dataset_free(&a);
+	dp.num_prompts = 13;
+	CHECK_EQ(pdx_load_dataset_build(&dp, &a, err, sizeof(err)), -1);
+	CHECK_STR_CONTAINS(err, "more than the 12");
+	dp = long_doc_params();
+	dp.ld_doc_len = 0;
+	CHECK_EQ(pdx_load_dataset_build(&dp, &a, err, sizeof(err)), -1);
+}
+
 int main(void)
 {
 	enum pdx_load_dataset_kind k;
+	enum pdx_load_repeat_mode rm;
 
 	test_words();
 	test_random();
 	test_prefix_repetition();
 	test_file();
+	test_multi_round();
+	test_long_doc();
 	CHECK_EQ(pdx_load_dataset_kind_parse("prefix-repetition", &k), 0);
 	CHECK_EQ(k, PDX_LOAD_DS_PREFIX_REPETITION);
 	CHECK_EQ(pdx_load_dataset_kind_parse("custom", &k), 0);
 	CHECK_EQ(k, PDX_LOAD_DS_FILE);
 	CHECK_EQ(pdx_load_dataset_kind_parse("sharegpt", &k), -1);
+	CHECK_EQ(pdx_load_dataset_kind_parse("multi-round", &k), 0);
+	CHECK_EQ(k, PDX_LOAD_DS_MULTI_ROUND);
+	CHECK_EQ(pdx_load_dataset_kind_parse("long_doc_qa", &k), 0);
+	CHECK_EQ(k, PDX_LOAD_DS_LONG_DOC_QA);
+	CHECK_EQ(pdx_load_repeat_mode_parse("interleave", &rm), 0);
+	CHECK_EQ(rm, PDX_LOAD_REPEAT_INTERLEAVE);
+	CHECK_EQ(pdx_load_repeat_mode_parse("tile", &rm), 0);
+	CHECK_EQ(rm, PDX_LOAD_REPEAT_TILE);
+	CHECK_EQ(pdx_load_repeat_mode_parse("shuffle", &rm), -1);
 	CHECK_DONE();
 }
