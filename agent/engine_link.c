@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/layout_mp.h"
 #include "common/log.h"
+#include "common/prefault.h"
 #include "common/mp.h"
 
 #define MAX_BLOCKS (1u << 20)
@@ -107,6 +108,7 @@ static pdx_status_t region_map(struct agent *a, const msgpack_object *o,
 			 (unsigned long long)r->size);
 		return PDX_EIO;
 	}
+	pdx_prefault(r->addr, r->size);
 	st = pdx_ucx_mem_register(a->ucx, r->addr, r->size, &r->mem);
 	if (!st)
 		st = pdx_ucx_mem_rkey(a->ucx, r->mem, &r->rkey, &r->rkey_len);

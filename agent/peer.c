@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/layout_mp.h"
 #include "common/log.h"
+#include "common/prefault.h"
 #include "common/mp.h"
 
 #define MAX_BLOCKS (1u << 20)
@@ -232,6 +233,8 @@ static bool map_peer_regions(struct peer *p)
 				      MAP_SHARED | MAP_POPULATE, fd, 0);
 		if (fd >= 0)
 			close(fd);
+		if (r->map && r->map != MAP_FAILED)
+			pdx_prefault(r->map, r->size);
 		if (!r->map || r->map == MAP_FAILED) {
 			r->map = NULL;
 			for (uint32_t j = 0; j < i; j++) {

@@ -3,6 +3,7 @@
 #include "bench/load_progress.h"
 #include "bench/load_sse.h"
 #include "common/clock.h"
+#include "common/nodelay.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -390,7 +391,9 @@ static void start(struct runner *r, size_t i, uint64_t intended)
 		/* evhttp freed the request on failure. */
 		lr->req = NULL;
 		finish(lr, false, "could not send the request");
+		return;
 	}
+	pdx_evhttp_nodelay(lr->conn);
 }
 
 /* Starts queued requests while slots are free. slot_ns: when the slot

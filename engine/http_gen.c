@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/nodelay.h"
 #include "engine/kv_seq.h"
 #include "engine/openai.h"
 #include "engine/tokenizer.h"
@@ -142,6 +143,7 @@ static int watch_client(struct pdx__gen_call *c)
 {
 	struct bufferevent *bev = evhttp_connection_get_bufferevent(c->conn);
 
+	pdx_evhttp_nodelay(c->conn); /* tokens go out as they come */
 	c->watch = event_new(c->api->p.base, bufferevent_getfd(bev), EV_READ,
 			     on_readable, c);
 	return c->watch ? event_add(c->watch, NULL) : -1;
@@ -345,6 +347,7 @@ void pdx__gen_handle(struct pdx_http_api *api, struct evhttp_request *req,
 {
 	struct pdx_sched_sink sink = {.token = on_token, .done = on_done};
 	struct pdx__gen_call *c;
+	uint64_t arrival_ns = pdx_now_ns(); /* TTFT counts parsing too */
 	struct pdx_oai_req r;
 	pdx_status_t st;
 
@@ -361,7 +364,7 @@ void pdx__gen_handle(struct pdx_http_api *api, struct evhttp_request *req,
 	c->api = api;
 	c->req = req;
 	c->conn = evhttp_request_get_connection(req);
-	c->arrival_ns = pdx_now_ns();
+	c->arrival_ns = arrival_ns;
 	c->stream = r.stream;
 	c->include_usage = r.include_usage;
 	c->usage.prompt_tokens = r.n_prompt;

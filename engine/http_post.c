@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/nodelay.h"
 
 struct pdx_http_post {
 	struct evhttp_connection *conn; /* NULL once answered */
@@ -71,6 +72,7 @@ struct pdx_http_post *pdx_http_post_start(struct event_base *base,
 	    evhttp_make_request(p->conn, req, EVHTTP_REQ_POST,
 				path && *path ? path : "/"))
 		goto nomem; /* make_request frees req on failure */
+	pdx_evhttp_nodelay(p->conn);
 	return p;
 nomem:
 	if (req && p && !p->conn)

@@ -114,8 +114,8 @@ bool pdx_kv_seq_check_received(struct pdx_kv_seq *s, uint32_t n, uint32_t *bad)
 	for (uint32_t a = 0; a < n; a += bt) {
 		uint32_t b = a + bt < n ? a + bt : n;
 
-		if (!pdx_synth_check(&view, a, a + 1, bad) ||
-		    !pdx_synth_check(&view, b - 1, b, bad))
+		if (!pdx_synth_probe(&view, a, a + 1, bad) ||
+		    !pdx_synth_probe(&view, b - 1, b, bad))
 			return false;
 	}
 	s->filled = n;

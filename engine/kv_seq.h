@@ -61,8 +61,8 @@ void pdx_kv_seq_fill(struct pdx_kv_seq *s, uint32_t to);
 uint32_t pdx_kv_seq_next_token(const struct pdx_kv_seq *s, uint32_t vocab);
 
 /* The agent wrote the KV of positions [0, n) (n = the prompt's length):
- * hashes them and checks the first and last position of every block in
- * every layer. True, and filled = n, when all match; else false and the
+ * hashes them and probes the first and last position of every block in
+ * every layer (pdx_synth_probe()). True, and filled = n, when all match; else false and the
  * lowest position found wrong in *bad. */
 bool pdx_kv_seq_check_received(struct pdx_kv_seq *s, uint32_t n, uint32_t *bad);
 

@@ -264,10 +264,16 @@ static void step_start(struct pdx_sched *s)
 	if (s->p.time_scale > 0 && w.tokens > 0)
 		model_ns = pdx_synth_step_ns(s->p.model, &s->p.gpu, &w);
 	spent = pdx_now_ns() - t0;
+	log_debug("step: %llu tokens, modeled %.3f ms, real work %.3f ms",
+		  (unsigned long long)w.tokens, model_ns / 1e6, spent / 1e6);
 	model_ns = model_ns > spent ? model_ns - spent : 0;
 	tv.tv_sec = (time_t)(model_ns / 1000000000ULL);
 	tv.tv_usec = (suseconds_t)(model_ns % 1000000000ULL / 1000);
 	s->in_step = true;
+	/* libevent times a timer from the loop's cached clock, read before
+	 * this callback began: without a fresh one the step would end early
+	 * by the real work just done */
+	event_base_update_cache_time(s->p.base);
 	evtimer_add(s->step, &tv);
 	s->step_t0 = t0;
 	s->step_ns = model_ns + spent;

@@ -89,8 +89,19 @@ static uint64_t slot_diff(const uint64_t *w, uint64_t words, uint64_t key)
 	return d;
 }
 
-bool pdx_synth_check(const struct pdx_synth_seq *s, uint32_t a, uint32_t b,
-		     uint32_t *bad)
+/* The first, middle and last word of a slot: what pdx_synth_probe()
+ * compares. A misplaced, missing or foreign slot differs in all three. */
+static uint64_t slot_probe(const uint64_t *w, uint64_t words, uint64_t key)
+{
+	uint64_t mid = words / 2, last = words - 1;
+
+	return (w[0] ^ key) | (w[mid] ^ (key + mid * WORD_STEP)) |
+	       (w[last] ^ (key + last * WORD_STEP));
+}
+
+static bool check(const struct pdx_synth_seq *s, uint32_t a, uint32_t b,
+		  uint32_t *bad,
+		  uint64_t (*diff)(const uint64_t *, uint64_t, uint64_t))
 {
 	const struct pdx_kv_layout *l = s->layout;
 	uint64_t words = slot_words(l);
@@ -98,8 +109,8 @@ bool pdx_synth_check(const struct pdx_synth_seq *s, uint32_t a, uint32_t b,
 	for (uint32_t p = a; p < b; p++) {
 		for (uint32_t layer = 0; layer < l->layers; layer++) {
 			for (uint32_t t = 0; t < l->tensors; t++) {
-				if (!slot_diff(slot_at(s, layer, t, p), words,
-					       slot_key(s, layer, t, p)))
+				if (!diff(slot_at(s, layer, t, p), words,
+					  slot_key(s, layer, t, p)))
 					continue;
 				*bad = p;
 				return false;
@@ -107,6 +118,18 @@ bool pdx_synth_check(const struct pdx_synth_seq *s, uint32_t a, uint32_t b,
 		}
 	}
 	return true;
+}
+
+bool pdx_synth_check(const struct pdx_synth_seq *s, uint32_t a, uint32_t b,
+		     uint32_t *bad)
+{
+	return check(s, a, b, bad, slot_diff);
+}
+
+bool pdx_synth_probe(const struct pdx_synth_seq *s, uint32_t a, uint32_t b,
+		     uint32_t *bad)
+{
+	return check(s, a, b, bad, slot_probe);
 }
 
 uint32_t pdx_synth_next_token(const struct pdx_synth_seq *s, uint32_t n,

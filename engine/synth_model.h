@@ -71,6 +71,14 @@ void pdx_synth_fill(const struct pdx_synth_seq *s, uint32_t layer, uint32_t a,
 bool pdx_synth_check(const struct pdx_synth_seq *s, uint32_t a, uint32_t b,
 		     uint32_t *bad);
 
+/* As pdx_synth_check(), reading only the first, middle and last word of
+ * each slot: what a decode engine runs over received KV on its critical
+ * path (reading every byte of 8k tokens costs ~30 ms here; this ~1 ms).
+ * Finds a block misplaced, missing or from another sequence; a few
+ * flipped bytes inside a slot need pdx_synth_check(). */
+bool pdx_synth_probe(const struct pdx_synth_seq *s, uint32_t a, uint32_t b,
+		     uint32_t *bad);
+
 /* The token after positions [0, n) (n > 0, all filled), in [0, vocab). */
 uint32_t pdx_synth_next_token(const struct pdx_synth_seq *s, uint32_t n,
 			      uint32_t vocab);

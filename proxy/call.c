@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/nodelay.h"
 
 /* Response headers of the engine's that the client gets too. */
 static const char *const relay_headers[] = {"Content-Type", "Content-Length",
@@ -145,6 +146,7 @@ struct pdx_call *pdx_call_new(struct pdx_proxy *px, struct evhttp_request *req)
 	px->ncalls++;
 	evhttp_add_header(evhttp_request_get_output_headers(req),
 			  "X-Request-Id", c->req_id);
+	pdx_evhttp_nodelay(c->conn); /* chunks go out as they come */
 	bev = evhttp_connection_get_bufferevent(c->conn);
 	c->watch = event_new(px->base, bufferevent_getfd(bev), EV_READ,
 			     on_readable, c);

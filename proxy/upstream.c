@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 
 #include "common/log.h"
+#include "common/nodelay.h"
 #include "proxy/pool.h"
 
 struct pdx_upstream {
@@ -222,6 +223,7 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 	/* from here the connection owns the request */
 	if (evhttp_make_request(u->conn, u->req, p->method, p->path))
 		goto fail;
+	pdx_evhttp_nodelay(u->conn);
 	first = p->first_byte_timeout_ms;
 	u->connect_phase = true;
 	if (p->connect_timeout_ms < first) {

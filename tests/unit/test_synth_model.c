@@ -112,7 +112,18 @@ static void fill_and_check(struct side *s)
 	CHECK_EQ(bad, 13);
 	CHECK(pdx_synth_check(&s->seq, 0, 13, &bad));
 	CHECK(pdx_synth_check(&s->seq, 14, PROMPT, &bad));
+	/* the probe reads three words of a slot: byte 17 is not one */
+	CHECK(pdx_synth_probe(&s->seq, 0, PROMPT, &bad));
 	slot[17] ^= 1;
+	CHECK(pdx_synth_check(&s->seq, 0, PROMPT, &bad));
+
+	/* a slot cleared (a block never written) fails both */
+	memset(slot, 0, 64);
+	CHECK(!pdx_synth_probe(&s->seq, 0, PROMPT, &bad));
+	CHECK_EQ(bad, 13);
+	CHECK(!pdx_synth_check(&s->seq, 0, PROMPT, &bad));
+	pdx_synth_fill(&s->seq, 3, 13, 14);
+	CHECK(pdx_synth_probe(&s->seq, 0, PROMPT, &bad));
 	CHECK(pdx_synth_check(&s->seq, 0, PROMPT, &bad));
 }
 
