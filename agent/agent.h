@@ -108,6 +108,7 @@ struct xfer {
 	uint32_t inflight;     /* UCX operations referencing this transfer */
 	uint64_t bytes;        /* payload bytes moved */
 	uint64_t am_bytes;     /* receiver: bytes that arrived as messages */
+	int64_t first_token;   /* the prefill's first token, -1: not given */
 	uint64_t am_expected;  /* receiver: from "done" */
 	bool done_seen;        /* receiver: "done" arrived */
 	bool want_sent;        /* receiver: "want" went to the sender */
@@ -191,7 +192,7 @@ void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 void xfer_succeed(struct xfer *x);
 /* The fields an engine event and a notification share (docs/protocol.md):
  * xfer, kind, status, reason, bytes, t_first, t_last. */
-#define XFER_OUTCOME_FIELDS 7
+#define XFER_OUTCOME_FIELDS 8
 void xfer_pack_outcome(msgpack_packer *pk, const struct xfer *x,
 		       const char *kind);
 /* Once a finished transfer's operations drained: its event to the engine,

@@ -221,6 +221,9 @@ static int parse_event(const msgpack_object *m, struct pdx_engine_event *ev)
 	if (status < -100000 || status > 0)
 		return -1;
 	ev->status = (pdx_status_t)status;
+	if (pdx_mp_get_i64(m, "first_token", &ev->first_token) ||
+	    ev->first_token < 0 || ev->first_token > UINT32_MAX)
+		ev->first_token = -1; /* optional; older agents lack it */
 	/* a failure always carries a failure status */
 	if (ev->kind == PDX_EVENT_FAILED && ev->status == PDX_OK)
 		ev->status = PDX_EIO;
@@ -542,6 +545,21 @@ pdx_status_t pdx_engine_layer_done(struct pdx_engine *e, uint32_t layer,
 	msgpack_pack_array(&o.pk, n);
 	for (size_t i = 0; i < n; i++)
 		pdx_mp_bin(&o.pk, xfers[i].b, sizeof(xfers[i].b));
+	return send_out(e, &o);
+}
+
+pdx_status_t pdx_engine_token(struct pdx_engine *e,
+			      const struct pdx_xfer_id *xfer, uint32_t token)
+{
+	struct pdx_mp_out o;
+
+	if (!e || !xfer)
+		return PDX_EINVAL;
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, 3);
+	pdx_mp_kv_str(&o.pk, "op", "token");
+	pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
+	pdx_mp_kv_u64(&o.pk, "token", token);
 	return send_out(e, &o);
 }
 

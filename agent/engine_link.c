@@ -362,6 +362,24 @@ static void on_layer_done(struct agent *a, const msgpack_object *m)
 	}
 }
 
+/* The prefill's first token for a transfer: carried in "done", so the
+ * decode side starts from it without reading the KV first. */
+static void on_token(struct agent *a, const msgpack_object *m)
+{
+	struct pdx_xfer_id id;
+	uint64_t token;
+	struct xfer *x;
+
+	if (pdx_mp_get_xfer(m, "xfer", &id) ||
+	    pdx_mp_get_u64(m, "token", &token) || token > UINT32_MAX) {
+		log_warn("token needs xfer and a token id: ignored");
+		return;
+	}
+	x = xfer_find(a, &id);
+	if (x && x->role == XFER_SEND && x->announced && !x->finished)
+		x->first_token = (int64_t)token;
+}
+
 static void on_abort(struct agent *a, const msgpack_object *m)
 {
 	struct pdx_xfer_id id;
@@ -395,6 +413,8 @@ void engine_on_msg(struct agent *a, const void *id, size_t id_len,
 		on_recv(a, &msg.data);
 	else if (strcmp(op, "layer_done") == 0)
 		on_layer_done(a, &msg.data);
+	else if (strcmp(op, "token") == 0)
+		on_token(a, &msg.data);
 	else if (strcmp(op, "abort") == 0)
 		on_abort(a, &msg.data);
 	else

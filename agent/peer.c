@@ -497,6 +497,9 @@ static void on_done(struct agent *a, struct peer *p, const msgpack_object *m)
 		return;
 	}
 	pdx_mp_get_u64(m, "am_bytes", &am_bytes);
+	if (pdx_mp_get_i64(m, "first_token", &x->first_token) ||
+	    x->first_token < 0 || x->first_token > UINT32_MAX)
+		x->first_token = -1; /* optional */
 	log_debug("done from %s: %llu bytes", p->addr, (unsigned long long)bytes);
 	x->done_seen = true;
 	x->am_expected = am_bytes;

@@ -112,8 +112,9 @@ static void send_done(struct xfer *x)
 	struct pdx_mp_out o;
 
 	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, 5);
+	msgpack_pack_map(&o.pk, 6);
 	pdx_mp_kv_str(&o.pk, "op", "done");
+	pdx_mp_kv_i64(&o.pk, "first_token", x->first_token);
 	pdx_mp_kv_str(&o.pk, "from", x->agent->peer_addr);
 	pdx_mp_kv_xfer(&o.pk, "xfer", &x->id);
 	pdx_mp_kv_u64(&o.pk, "bytes", x->bytes);

@@ -67,6 +67,7 @@ struct xfer *xfer_new(struct agent *a, const struct pdx_xfer_id *id,
 	x->id = *id;
 	x->agent = a;
 	x->role = role;
+	x->first_token = -1;
 	x->timeout_ms = timeout_ms;
 	x->t_first_ns = pdx_now_ns();
 	snprintf(x->peer_addr, sizeof(x->peer_addr), "%s", peer_addr);
@@ -232,4 +233,5 @@ void xfer_pack_outcome(msgpack_packer *pk, const struct xfer *x,
 	pdx_mp_kv_u64(pk, "bytes", x->bytes);
 	pdx_mp_kv_u64(pk, "t_first", x->t_first_ns);
 	pdx_mp_kv_u64(pk, "t_last", pdx_now_ns());
+	pdx_mp_kv_i64(pk, "first_token", x->first_token);
 }

@@ -253,6 +253,11 @@ static void on_admitted(void *arg, struct pdx_kv_seq *seq)
 	pdx__kv_admitted(((struct pdx__gen_call *)arg)->kv, seq);
 }
 
+static void on_first_token(void *arg, uint32_t token)
+{
+	pdx__kv_first_token(((struct pdx__gen_call *)arg)->kv, token);
+}
+
 static void on_layer_done(void *arg, uint32_t layer)
 {
 	pdx__kv_layer_done(((struct pdx__gen_call *)arg)->kv, layer);
@@ -295,6 +300,7 @@ static int kv_setup(struct pdx__gen_call *c, struct pdx_oai_req *r,
 	sink->recompute = r->kv.recompute;
 	sink->admitted = on_admitted;
 	sink->layer_done = recv ? NULL : on_layer_done;
+	sink->first_token = recv ? NULL : on_first_token;
 	sink->hold = recv ? NULL : on_hold;
 	return 0;
 }

@@ -51,6 +51,7 @@ void pdx__kv_set_req(struct pdx__kv *k, struct pdx_sched_req *sreq);
 /* The scheduler's KV hooks, forwarded by the request's sink. */
 void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq);
 void pdx__kv_layer_done(struct pdx__kv *k, uint32_t layer);
+void pdx__kv_first_token(struct pdx__kv *k, uint32_t token);
 bool pdx__kv_hold(struct pdx__kv *k, struct pdx_kv_seq *seq);
 /* The prefill side's kv_transfer_params answer (a new object), or NULL. */
 json_t *pdx__kv_answer(const struct pdx__kv *k, uint32_t first_token);

@@ -28,6 +28,7 @@ struct pdx__kv {
 	struct pdx_http_post *callback; /* prefill: to the metaserver */
 	bool call_gone;		    /* the request ended */
 	pdx_status_t status;	    /* the transfer's failure, if any */
+	int64_t first_token;	    /* decode: the prefill's, -1: unknown */
 	char reason[PDX_REASON_MAX];
 };
 
@@ -62,7 +63,7 @@ static void over(struct pdx__kv *k, pdx_status_t st, const char *reason)
 	if (k->p.role == PDX_KV_RECV) {
 		if (k->sreq)
 			pdx_sched_kv_ready(k->api->p.sched, k->sreq, st,
-					   k->p.first_token);
+					   k->first_token);
 	} else if (k->call_gone) {
 		kv_free(k); /* its held blocks are free again */
 	}
@@ -76,8 +77,12 @@ static void on_event(void *arg, const struct pdx_engine_event *ev)
 	if (ev->kind == PDX_EVENT_FAILED)
 		over(k, ev->status != PDX_OK ? ev->status : PDX_EIO,
 		     ev->reason[0] ? ev->reason : pdx_status_str(ev->status));
-	else
+	else {
+		/* the request's own first_token, else the prefill's */
+		if (k->first_token < 0)
+			k->first_token = ev->first_token;
 		over(k, PDX_OK, "");
+	}
 }
 
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
@@ -103,6 +108,7 @@ struct pdx__kv *pdx__kv_new(struct pdx_http_api *api,
 	k->api = api;
 	k->p = *p;
 	k->n_prompt = n_prompt;
+	k->first_token = p->first_token;
 	k->w.xfer = p->xfer;
 	k->w.cb = on_event;
 	k->w.arg = k;
@@ -162,6 +168,12 @@ void pdx__kv_layer_done(struct pdx__kv *k, uint32_t layer)
 {
 	if (k->w.active)
 		pdx_kv_link_layer_done(k->api->p.link, &k->w, layer);
+}
+
+void pdx__kv_first_token(struct pdx__kv *k, uint32_t token)
+{
+	if (k->w.active)
+		pdx_kv_link_token(k->api->p.link, &k->w, token);
 }
 
 bool pdx__kv_hold(struct pdx__kv *k, struct pdx_kv_seq *seq)

@@ -147,6 +147,15 @@ pdx_status_t pdx_kv_link_layer_done(struct pdx_kv_link *l,
 	return st;
 }
 
+pdx_status_t pdx_kv_link_token(struct pdx_kv_link *l,
+			       const struct pdx_kv_waiter *w, uint32_t token)
+{
+	pdx_status_t st = pdx_engine_token(l->e, &w->xfer, token);
+
+	poke(l);
+	return st;
+}
+
 pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 			      const char *peer, const uint32_t *blocks,
 			      size_t n_blocks)

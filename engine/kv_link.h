@@ -58,6 +58,10 @@ pdx_status_t pdx_kv_link_layer_done(struct pdx_kv_link *l,
 				    const struct pdx_kv_waiter *w,
 				    uint32_t layer);
 
+/* Prefill side: the first token of w's transfer (pdx_engine_token()). */
+pdx_status_t pdx_kv_link_token(struct pdx_kv_link *l,
+			       const struct pdx_kv_waiter *w, uint32_t token);
+
 /* Decode side: pdx_engine_recv() from token 0; w->cb gets "received" or
  * "failed". */
 pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,

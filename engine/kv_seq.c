@@ -103,14 +103,20 @@ static void hash_to(struct pdx_kv_seq *s, uint32_t to)
 	s->n_hashed = to;
 }
 
-bool pdx_kv_seq_check_received(struct pdx_kv_seq *s, uint32_t n, uint32_t *bad)
+void pdx_kv_seq_received(struct pdx_kv_seq *s, uint32_t n)
 {
-	struct pdx_synth_seq view;
-	uint32_t bt = block_tokens(s->pool);
-
 	assert(n <= s->n_tokens);
 	hash_to(s, n);
-	view = pdx_kv_pool_seq(s->pool, s->blocks, s->hash);
+	s->filled = n;
+}
+
+bool pdx_kv_seq_probe(const struct pdx_kv_seq *s, uint32_t n, uint32_t *bad)
+{
+	struct pdx_synth_seq view =
+	    pdx_kv_pool_seq(s->pool, s->blocks, s->hash);
+	uint32_t bt = block_tokens(s->pool);
+
+	assert(n <= s->filled);
 	for (uint32_t a = 0; a < n; a += bt) {
 		uint32_t b = a + bt < n ? a + bt : n;
 
@@ -118,7 +124,6 @@ bool pdx_kv_seq_check_received(struct pdx_kv_seq *s, uint32_t n, uint32_t *bad)
 		    !pdx_synth_probe(&view, b - 1, b, bad))
 			return false;
 	}
-	s->filled = n;
 	return true;
 }
 

@@ -9,7 +9,7 @@
  *
  * Prefill (local): pdx_kv_seq_fill() up to the prompt's length, chunk by
  * chunk. Prefill (remote): the blocks are written by the agent instead,
- * then checked (pdx_kv_seq_check_received()), which sets filled to the
+ * then marked (pdx_kv_seq_received()), which sets filled to the
  * prompt's length.
  * Decode: push the newest token, fill its position, read the next token.
  *
@@ -61,10 +61,13 @@ void pdx_kv_seq_fill(struct pdx_kv_seq *s, uint32_t to);
 uint32_t pdx_kv_seq_next_token(const struct pdx_kv_seq *s, uint32_t vocab);
 
 /* The agent wrote the KV of positions [0, n) (n = the prompt's length):
- * hashes them and probes the first and last position of every block in
- * every layer (pdx_synth_probe()). True, and filled = n, when all match; else false and the
- * lowest position found wrong in *bad. */
-bool pdx_kv_seq_check_received(struct pdx_kv_seq *s, uint32_t n, uint32_t *bad);
+ * hashes them; filled = n. */
+void pdx_kv_seq_received(struct pdx_kv_seq *s, uint32_t n);
+
+/* Probes the first and last position of every block of [0, n) in every
+ * layer (pdx_synth_probe()); n <= filled. True when all match; else
+ * false and the lowest position found wrong in *bad. */
+bool pdx_kv_seq_probe(const struct pdx_kv_seq *s, uint32_t n, uint32_t *bad);
 
 /* Appends a generated token (n_tokens < cap). */
 void pdx_kv_seq_push(struct pdx_kv_seq *s, uint32_t token);

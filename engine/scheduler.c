@@ -32,6 +32,7 @@ struct pdx_sched_req {
 	uint32_t output;	/* ... this one */
 	pdx_status_t kv_status; /* PHASE_KV_READY */
 	int64_t first;		/* PHASE_KV_READY: the given first token */
+	bool verify;		/* its received KV is still to be checked */
 	bool posting;		/* its layers are being posted this step */
 	struct pdx_sched_sink sink;
 };
@@ -99,44 +100,70 @@ static void end(struct pdx_sched *s, struct pdx_sched_req *r, pdx_status_t st)
 	req_free(r);
 }
 
-/* A remote_kv request whose transfer ended: check the KV it got and
- * start from its first token, or apply its failure policy. */
-static void settle_one(struct pdx_sched *s, struct pdx_sched_req *r)
+/* The received KV of r's prompt matches its tokens (block edges probed)
+ * and gives r->first as the next token. */
+static bool received_ok(struct pdx_sched *s, struct pdx_sched_req *r)
 {
 	struct pdx_kv_seq *q = r->seq;
-	pdx_status_t st = r->kv_status;
-	uint32_t bad;
+	uint32_t bad, mine;
 
-	if (st == PDX_OK && !pdx_kv_seq_check_received(q, r->n_prompt, &bad)) {
+	if (!pdx_kv_seq_probe(q, r->n_prompt, &bad)) {
 		log_warn("received KV differs at position %u", bad);
+		return false;
+	}
+	mine = pdx_kv_seq_next_token(q, s->p.model->vocab);
+	if (r->first < 0)
+		r->first = mine;
+	else if ((uint32_t)r->first != mine)
+		log_warn("first token %lld given, %u read from the KV",
+			 (long long)r->first, mine);
+	return true;
+}
+
+/* A remote_kv request whose transfer ended. Given the prefill's first
+ * token, it streams that at once and the KV is checked at the start of
+ * the next step, under its modeled time (a real engine spends nothing
+ * here; reading 8k tokens' block edges costs ~10 ms on this machine).
+ * Else the KV is checked and read for the first token now. */
+static void settle_one(struct pdx_sched *s, struct pdx_sched_req *r)
+{
+	pdx_status_t st = r->kv_status;
+
+	if (st == PDX_OK) {
+		pdx_kv_seq_received(r->seq, r->n_prompt);
+		r->verify = r->first >= 0;
+		if (r->verify || received_ok(s, r)) {
+			r->phase = PHASE_FIRST;
+			return;
+		}
 		st = PDX_EIO;
 	}
-	if (st == PDX_OK) {
-		uint32_t mine = pdx_kv_seq_next_token(q, s->p.model->vocab);
-
-		if (r->first >= 0 && (uint32_t)r->first != mine)
-			log_warn("first token %lld given, %u read from the KV",
-				 (long long)r->first, mine);
-		r->first = r->first >= 0 ? r->first : mine;
-		r->phase = PHASE_FIRST;
-	} else if (r->sink.recompute) {
+	if (r->sink.recompute) {
 		log_info("transfer failed (%s): prefilling here",
 			 pdx_status_str(st));
-		q->filled = 0;
+		r->seq->filled = 0;
 		r->phase = PHASE_PREFILL;
 	} else {
 		end(s, r, st);
 	}
 }
 
+/* Before a step: transfers that ended, and KV streamed from before it
+ * was checked (a check that fails then ends the request: its first token
+ * is out). */
 static void settle(struct pdx_sched *s)
 {
 	struct pdx_sched_req *r, *next;
 
 	for (r = TAILQ_FIRST(&s->running); r; r = next) {
 		next = TAILQ_NEXT(r, link);
-		if (r->phase == PHASE_KV_READY)
+		if (r->phase == PHASE_KV_READY) {
 			settle_one(s, r);
+		} else if (r->verify && r->phase == PHASE_DECODE) {
+			r->verify = false;
+			if (!received_ok(s, r))
+				end(s, r, PDX_EIO);
+		}
 	}
 }
 
@@ -179,6 +206,8 @@ static bool step_work(struct pdx_sched *s, struct pdx_synth_work *w)
 			continue;
 		}
 		r->output = pdx_kv_seq_next_token(q, vocab);
+		if (r->posting && r->sink.first_token)
+			r->sink.first_token(r->sink.arg, r->output);
 		r->has_output = any = true;
 	}
 	return any || w->tokens > 0;

@@ -77,6 +77,8 @@ struct pdx_sched_sink {
 	bool recompute; /* ... and is computed here if that fails */
 	/* Admitted: seq's blocks are the request's from now on. */
 	void (*admitted)(void *arg, struct pdx_kv_seq *seq);
+	/* The first token is sampled (before layer_done's; prefill side). */
+	void (*first_token)(void *arg, uint32_t token);
 	/* Layer `layer` of the whole prompt is computed (modeled time). */
 	void (*layer_done)(void *arg, uint32_t layer);
 	/* Called right before done(PDX_OK): returns true when it takes seq

@@ -80,6 +80,8 @@ struct pdx_engine_event {
 	uint64_t bytes;        /* payload bytes moved */
 	uint64_t t_first_ns;   /* CLOCK_MONOTONIC: transfer announced */
 	uint64_t t_last_ns;    /* CLOCK_MONOTONIC: event emitted */
+	int64_t first_token;   /* received: the prefill's first token (see
+				  pdx_engine_token()), or -1 */
 	char reason[PDX_REASON_MAX];
 };
 
@@ -111,6 +113,12 @@ pdx_status_t pdx_engine_send(struct pdx_engine *e, const struct pdx_xfer_id *xfe
 /* Prefill side: layer is computed for these transfers. */
 pdx_status_t pdx_engine_layer_done(struct pdx_engine *e, uint32_t layer,
 				   const struct pdx_xfer_id *xfers, size_t n);
+
+/* Prefill side, optional: the first token sampled for xfer, carried to
+ * the receiver in its "received" event so the decode side starts from it
+ * at once. Call before the last layer_done. */
+pdx_status_t pdx_engine_token(struct pdx_engine *e,
+			      const struct pdx_xfer_id *xfer, uint32_t token);
 
 /* Decode side: receive xfer from the agent at peer into these blocks (in
  * token order, as many as the sender's). The first skip_tokens tokens are

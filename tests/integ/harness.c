@@ -226,6 +226,7 @@ void h_plan(struct h_env *env, struct h_xfer *x, size_t count, uint32_t n,
 		memset(&x[i], 0, sizeof(x[i]));
 		pdx_xfer_id_random(&x[i].id);
 		x[i].seed = pb_rand(&env->rng);
+		x[i].token = -1;
 		x[i].n = n ? n : 1 + (uint32_t)(pb_rand(&env->rng) % max_n);
 		total += x[i].n;
 	}
@@ -440,6 +441,12 @@ int h_expect_ok(struct h_env *env, const struct h_xfer *x, size_t count,
 				ok = false;
 				continue;
 			}
+			if (k == 1 && ev.first_token != x[i].token) {
+				h_note("%s: received first_token %lld, sent "
+				       "%lld", hex, (long long)ev.first_token,
+				       (long long)x[i].token);
+				ok = false;
+			}
 			if (ev.bytes != bytes) {
 				h_note("%s %s: event says %" PRIu64
 				       " bytes, expected %" PRIu64,
@@ -469,8 +476,20 @@ int h_run(struct h_env *env, struct h_xfer *x, size_t count)
 	h_prepare(env, x, count);
 	if (h_post_recv(env, x, count) || h_post_send(env, x, count))
 		return (int)count;
-	for (uint32_t l = 0; l < env->p.pool.layout.layers; l++)
+	for (uint32_t l = 0; l < env->p.pool.layout.layers; l++) {
+		/* half the transfers carry a first token to the receiver */
+		for (size_t i = 0; l == 0 && i < count; i++) {
+			x[i].token = i % 2 ? (int64_t)(x[i].seed % 100000) : -1;
+			if (x[i].token >= 0 &&
+			    pdx_engine_token(env->p.eng, &x[i].id,
+					     (uint32_t)x[i].token)) {
+				h_report(false, "pdx_engine_token failed");
+				h_failures++;
+				return (int)count;
+			}
+		}
 		if (h_layer_done(env, l, x, count))
 			return (int)count;
+	}
 	return h_expect_ok(env, x, count, 10000);
 }

@@ -75,6 +75,7 @@ struct h_xfer {
 	uint32_t n;              /* blocks, skipped ones included */
 	uint32_t skip_tokens;
 	uint32_t *src, *dst;
+	int64_t token; /* sent with pdx_engine_token() when >= 0 (h_run) */
 };
 
 /* Starts both agents (argv[1] is the agent binary), creates both pools,
