@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# scripts/demo at small scale (tiny model) with the binaries under test, in
+# each flow: it exits 0, its --json file holds both results with every
+# request completed, and it leaves no process behind. Then SIGTERM in the
+# middle of a run (Ctrl-C's SIGINT takes the same path, but a background
+# job of a script ignores SIGINT): exit 143, nothing left running.
+#   demo.sh BUILD_DIR
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+BUILD=$(cd "$1" && pwd)
+DEMO="$HERE/../../scripts/demo"
+
+left() { pgrep -f "ipc:///tmp/pdx-demo\." || true; }
+
+[ -z "$(left)" ] || fail "demo processes running before the test: $(left)"
+for flow in concurrent sequential early-callback; do
+	"$DEMO" --build "$BUILD" --model tiny --input-len 48 --output-len 6 \
+		--num-prompts 12 --max-concurrency 3 --flow "$flow" --quiet \
+		--out "$E2E_TMP/$flow" --json "$E2E_TMP/$flow.json" \
+		>"$E2E_TMP/$flow.txt" 2>"$E2E_TMP/$flow.err" ||
+		fail "demo --flow $flow: $(tail -5 "$E2E_TMP/$flow.err")"
+	grep -q "pdx demo: disaggregated ($flow flow) vs colocated" "$E2E_TMP/$flow.txt" ||
+		fail "demo --flow $flow printed no report"
+	py "import json; r = json.load(open('$E2E_TMP/$flow.json'))
+for k in ('disaggregated', 'colocated'):
+    assert r[k]['completed'] == 12 and r[k]['failed'] == 0, (k, r[k]['completed'], r[k]['failed'])
+    assert r[k]['mean_ttft_ms'] > 0 and r[k]['total_output_tokens'] == 72, r[k]" "demo --flow $flow: results"
+	[ -z "$(left)" ] || fail "demo --flow $flow left processes: $(left)"
+done
+
+# SIGTERM while pdx-bench runs: everything stops, exit 143
+"$DEMO" --build "$BUILD" --model tiny --input-len 48 --output-len 400 \
+	--num-prompts 400 --max-concurrency 2 --time-scale 200 \
+	--out "$E2E_TMP/int" >/dev/null 2>"$E2E_TMP/int.err" &
+pid=$!
+for _ in $(seq 300); do
+	grep -q "pdx-bench against" "$E2E_TMP/int.err" && break
+	sleep 0.1
+done
+grep -q "pdx-bench against" "$E2E_TMP/int.err" || fail "interrupt: the demo never reached pdx-bench"
+sleep 0.5
+kill -TERM $pid
+wait $pid
+rc=$?
+[ $rc -eq 143 ] || fail "terminated demo exited $rc, want 143"
+sleep 0.5
+[ -z "$(left)" ] || fail "interrupted demo left processes: $(left)"
+echo ok
