@@ -913,9 +913,10 @@ static void parse_opts(int argc, char **argv)
 	if (!o.model)
 		bad("--model: unknown model \"%s\" (known: %s)", o.model_name,
 		    pdx_model_names());
-	if (strcmp(o.data_path, "auto") && strcmp(o.data_path, "put") &&
-	    strcmp(o.data_path, "am"))
-		bad("--data-path: \"%s\" is none of auto, put, am", o.data_path);
+	if (strcmp(o.data_path, "auto") && strcmp(o.data_path, "ipc") &&
+	    strcmp(o.data_path, "put") && strcmp(o.data_path, "am"))
+		bad("--data-path: \"%s\" is none of auto, ipc, put, am",
+		    o.data_path);
 	if (o.skip_tokens / o.model->block_tokens >=
 	    (o.tokens + o.model->block_tokens - 1) / o.model->block_tokens)
 		bad("--skip-tokens %u leaves no block of the %u tokens to move",

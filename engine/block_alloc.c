@@ -82,7 +82,7 @@ pdx_status_t pdx_block_alloc_ref(struct pdx_block_alloc *a,
 pdx_status_t pdx_block_alloc_put(struct pdx_block_alloc *a,
 				 const uint32_t *ids, uint32_t n)
 {
-	uint32_t i;
+	uint32_t i, top = a->nfree;
 
 	/* Applied as it goes, since an id may repeat, and undone in reverse
 	 * on a bad one: the blocks it freed are then on top of the stack. */
@@ -95,6 +95,14 @@ pdx_status_t pdx_block_alloc_put(struct pdx_block_alloc *a,
 			a->shared--;
 		else if (a->refs[id] == 0)
 			a->free[a->nfree++] = id;
+	}
+	/* reversed, so the next get pops them in their order: a sequence's
+	 * blocks stay ascending and its transfers coalesce into runs */
+	for (uint32_t lo = top, hi = a->nfree; lo + 1 < hi; lo++, hi--) {
+		uint32_t t = a->free[lo];
+
+		a->free[lo] = a->free[hi - 1];
+		a->free[hi - 1] = t;
 	}
 	return PDX_OK;
 undo:

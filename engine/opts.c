@@ -20,7 +20,7 @@ void pdx_engine_opts_usage(FILE *f)
 "\n"
 "  --host H                 listen address (default 127.0.0.1)\n"
 "  --port P                 listen port (default 8100; 0: any free port,\n"
-"                           printed as \"listening on H:P\")\n"
+"                           printed as \"listening on http://H:P\")\n"
 "  --model M                model shape: %s (default tiny)\n"
 "  --role R                 both (colocated, default), prefill or decode\n"
 "                           (disaggregated: need --agent)\n"

@@ -40,6 +40,13 @@ static void basics(void)
 	CHECK_EQ(more[0], 2);
 	CHECK_EQ(pdx_block_alloc_put(a, ids, 4), PDX_OK);
 	CHECK_EQ(stats(a).free, 8);
+	/* a sequence freed and taken again keeps its order (runs coalesce) */
+	CHECK_EQ(pdx_block_alloc_get(a, 4, ids), PDX_OK);
+	CHECK_EQ(pdx_block_alloc_put(a, ids, 4), PDX_OK);
+	CHECK_EQ(pdx_block_alloc_get(a, 4, more), PDX_OK);
+	for (uint32_t i = 0; i < 4; i++)
+		CHECK_EQ(more[i], ids[i]);
+	CHECK_EQ(more[1], more[0] + 1);
 	pdx_block_alloc_free(a);
 	pdx_block_alloc_free(NULL);
 }
