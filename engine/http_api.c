@@ -6,25 +6,23 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/keyvalq_struct.h>
-#include <event2/listener.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/clock.h"
 #include "common/errbuf.h"
+#include "common/http_listen.h"
 #include "common/log.h"
 #include "engine/openai.h"
 
 /* An idle or silent connection is closed after this long. */
 #define HTTP_TIMEOUT_S 600
 #define HTTP_MAX_HEADERS (64u << 10)
-#define ACCEPT_PAUSE_MS 100
 
 static void reply(struct evhttp_request *req, int status, const char *ctype,
 		  struct evbuffer *body)
@@ -151,50 +149,6 @@ static uint16_t bound_port(struct evhttp_bound_socket *bs)
 	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
 }
 
-static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
-{
-	evconnlistener_enable(arg);
-}
-
-/* accept() failed in a way that trying again at once will not fix, above
- * all out of file descriptors (EMFILE). Without this callback libevent
- * logs a line and tries again at once, level-triggered, for as long as
- * it lasts. The listener rests instead; the clients wait in the backlog.
- * One listener per process, so the log rate's state is static. */
-static void on_accept_error(struct evconnlistener *lev, void *arg)
-{
-	static uint64_t logged_ns;
-	static unsigned pauses;
-	struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
-	int e = EVUTIL_SOCKET_ERROR();
-	uint64_t now = pdx_now_ns();
-
-	evconnlistener_disable(lev);
-	if (event_base_once(evconnlistener_get_base(lev), -1, EV_TIMEOUT,
-			    on_accept_resume, lev, &tv))
-		evconnlistener_enable(lev);
-	pauses++;
-	if (!logged_ns || now - logged_ns >= 1000000000ull) {
-		log_warn("accept: %s; not accepting for %d ms (%u pause(s) "
-			 "since the last message)",
-			 strerror(e), ACCEPT_PAUSE_MS, pauses);
-		logged_ns = now;
-		pauses = 0;
-	}
-}
-
-/* Accepted sockets inherit TCP_NODELAY from the listening one (Linux),
- * so it is set once here: tokens go out as they come. */
-static void listener_tune(struct evhttp_bound_socket *bs)
-{
-	int one = 1;
-
-	(void)setsockopt(evhttp_bound_socket_get_fd(bs), IPPROTO_TCP,
-			 TCP_NODELAY, &one, sizeof(one));
-	evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(bs),
-				    on_accept_error);
-}
-
 pdx_status_t pdx_http_api_new(const struct pdx_http_api_params *p,
 			      struct pdx_http_api **out, char *err,
 			      size_t errlen)
@@ -228,7 +182,7 @@ pdx_status_t pdx_http_api_new(const struct pdx_http_api_params *p,
 		free(api);
 		return PDX_EIO;
 	}
-	listener_tune(bs);
+	pdx_http_listen_tune(bs);
 	api->port = bound_port(bs);
 	*out = api;
 	return PDX_OK;

@@ -16,7 +16,6 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "common/nodelay.h"
 #include "engine/kv_seq.h"
 #include "engine/openai.h"
 #include "engine/tokenizer.h"
@@ -143,7 +142,6 @@ static int watch_client(struct pdx__gen_call *c)
 {
 	struct bufferevent *bev = evhttp_connection_get_bufferevent(c->conn);
 
-	pdx_evhttp_nodelay(c->conn); /* tokens go out as they come */
 	c->watch = event_new(c->api->p.base, bufferevent_getfd(bev), EV_READ,
 			     on_readable, c);
 	return c->watch ? event_add(c->watch, NULL) : -1;

@@ -6,9 +6,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
+#include "common/http_listen.h"
 #include "common/log.h"
 #include "engine/http_api.h"
 #include "engine/kv_link.h"
@@ -36,28 +36,6 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	event_base_loopexit(e->base, NULL);
 }
 
-/* Raises the soft limit on file descriptors to the hard one: a stream is
- * a socket, and a shell's 1024 is fewer than the streams an engine can
- * run. */
-static void nofile_raise(void)
-{
-	struct rlimit rl;
-	rlim_t before;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl))
-		return;
-	before = rl.rlim_cur;
-	if (rl.rlim_cur != rl.rlim_max) {
-		/* an unlimited hard limit still stops at fs.nr_open */
-		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? 1u << 20
-							   : rl.rlim_max;
-		if (setrlimit(RLIMIT_NOFILE, &rl))
-			rl.rlim_cur = before;
-	}
-	log_debug("file descriptors: limit %llu (was %llu, hard %llu)",
-		  (unsigned long long)rl.rlim_cur,
-		  (unsigned long long)before, (unsigned long long)rl.rlim_max);
-}
 
 static const char *role_name(enum pdx_engine_role r)
 {
@@ -173,7 +151,7 @@ int main(int argc, char **argv)
 		break;
 	}
 	pdx_log_prefix("engine");
-	nofile_raise();
+	pdx_nofile_raise();
 	signal(SIGPIPE, SIG_IGN);
 	if (engine_start(&e) == 0 && event_base_dispatch(e.base) == 0)
 		rc = 0;

@@ -15,7 +15,6 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "common/nodelay.h"
 
 /* Response headers of the engine's that the client gets too. */
 static const char *const relay_headers[] = {"Content-Type", "Content-Length",
@@ -109,8 +108,12 @@ static bool req_id_usable(const char *s)
 
 static void req_id_mint(char *out)
 {
-	static uint64_t seq;
-	uint64_t a = pdx_now_ns() ^ ((uint64_t)getpid() << 40);
+	static uint64_t seq, pid;
+	uint64_t a;
+
+	if (!pid)
+		pid = (uint64_t)getpid();
+	a = pdx_now_ns() ^ (pid << 40);
 
 	snprintf(out, PDX_REQ_ID_MAX + 1, "%016llx%016llx",
 		 (unsigned long long)a, (unsigned long long)++seq);
@@ -146,7 +149,6 @@ struct pdx_call *pdx_call_new(struct pdx_proxy *px, struct evhttp_request *req)
 	px->ncalls++;
 	evhttp_add_header(evhttp_request_get_output_headers(req),
 			  "X-Request-Id", c->req_id);
-	pdx_evhttp_nodelay(c->conn); /* chunks go out as they come */
 	bev = evhttp_connection_get_bufferevent(c->conn);
 	c->watch = event_new(px->base, bufferevent_getfd(bev), EV_READ,
 			     on_readable, c);
@@ -261,6 +263,8 @@ static int call_start(struct pdx_call *c, struct pdx_inst *inst,
 	    .first_byte_timeout_ms = o->first_byte_timeout_ms,
 	    .idle_timeout_s = o->idle_timeout_s,
 	    .max_body = o->max_body,
+	    .keepalive = o->keepalive,
+	    .keepalive_ms = o->keepalive_ms,
 	};
 	char msg[96];
 
@@ -353,6 +357,8 @@ int pdx_call_side(struct pdx_call *c, struct pdx_inst *inst, const char *path,
 	    .first_byte_timeout_ms = o->first_byte_timeout_ms,
 	    .idle_timeout_s = o->idle_timeout_s,
 	    .max_body = o->max_body,
+	    .keepalive = o->keepalive,
+	    .keepalive_ms = o->keepalive_ms,
 	};
 	static const struct pdx_upstream_cbs side = {.on_end = side_end};
 	struct pdx_upstream_cbs mine = side;

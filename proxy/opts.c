@@ -44,7 +44,14 @@ void pdx_proxy_opts_usage(FILE *f)
 "  --max-body BYTES            client request body; more gets 413\n"
 "                              (default 8388608)\n"
 "  --max-inflight N            client requests at once; more get 503\n"
-"                              (default 4096)\n"
+"                              (default 4096; lowered to what the file\n"
+"                              descriptor limit allows)\n"
+"  --keepalive N               idle connections kept per engine instance\n"
+"                              for reuse (default 64, at most 64; 0: a new\n"
+"                              connection per request)\n"
+"  --keepalive-timeout MS      an idle engine connection is closed after\n"
+"                              this (default 2000; keep it under the\n"
+"                              engines' own, e.g. 5000 for vLLM)\n"
 "  --on-prefill-failure F      fail (default): a prefill leg that fails\n"
 "                              fails the request; local: D gets the\n"
 "                              client's request as it came and prefills\n"
@@ -182,6 +189,8 @@ static void defaults(struct pdx_proxy_opts *o)
 	o->idle_timeout_s = 300;
 	o->max_body = 8u << 20;
 	o->max_inflight = 4096;
+	o->keepalive = PDX_POOL_IDLE_MAX;
+	o->keepalive_ms = 2000;
 	/* from the environment, so the token need not show in ps */
 	o->admin_token = getenv("PDX_PROXY_ADMIN_TOKEN");
 	if (o->admin_token && !*o->admin_token)
@@ -318,6 +327,15 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 			if (parse_ulong(name, val, 1, 1000000, &v, err, errlen))
 				return PDX_PROXY_OPTS_BAD;
 			o->max_inflight = v;
+		} else if (!strcmp(name, "--keepalive")) {
+			if (parse_ulong(name, val, 0, PDX_POOL_IDLE_MAX, &v,
+					err, errlen))
+				return PDX_PROXY_OPTS_BAD;
+			o->keepalive = v;
+		} else if (!strcmp(name, "--keepalive-timeout")) {
+			if (parse_ulong(name, val, 1, 3600000, &v, err, errlen))
+				return PDX_PROXY_OPTS_BAD;
+			o->keepalive_ms = v;
 		} else {
 			snprintf(err, errlen, "unknown option '%s'", name);
 			return PDX_PROXY_OPTS_BAD;

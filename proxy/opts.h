@@ -24,9 +24,9 @@ enum pdx_proxy_flow {
 };
 
 struct pdx_proxy_opts {
-	const char *host;			 /* listen address: 127.0.0.1 */
-	uint16_t port;				 /* 8000; 0: any free port */
-	enum pdx_proxy_flow flow;		 /* concurrent */
+	const char *host;	    /* listen address: 127.0.0.1 */
+	uint16_t port;		    /* 8000; 0: any free port */
+	enum pdx_proxy_flow flow;   /* concurrent */
 	const char *metaserver_url; /* NULL: this proxy's /v1/metaserver */
 	enum pdx_pool_policy policy_p, policy_d; /* round-robin */
 	const char *admin_token;     /* or $PDX_PROXY_ADMIN_TOKEN; NULL: 403 */
@@ -36,6 +36,8 @@ struct pdx_proxy_opts {
 	unsigned idle_timeout_s;	/* between reads of a response: 300 */
 	size_t max_body;		/* client request body: 8 MiB */
 	unsigned max_inflight;		/* client requests at once: 4096 */
+	unsigned keepalive;    /* idle engine connections per instance: 64 */
+	unsigned keepalive_ms; /* an idle engine connection expires: 2000 */
 	bool prefill_fallback; /* --on-prefill-failure local: D prefills */
 	unsigned n_prefill, n_decode;
 	char prefill[PDX_PROXY_MAX_ARGS][PDX_POOL_ADDR_MAX]; /* "host:port" */

@@ -1,9 +1,27 @@
 /* Instance pools and the picking policies (see pool.h). */
 #include "proxy/pool.h"
 
+#include <event2/event.h>
+#include <event2/http.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+void pdx_pool_idle_close(struct pdx_inst *i)
+{
+	while (i->n_idle)
+		evhttp_connection_free(i->idle[--i->n_idle].conn);
+	if (i->idle_timer)
+		event_del(i->idle_timer);
+}
+
+static void inst_free(struct pdx_inst *i)
+{
+	pdx_pool_idle_close(i);
+	if (i->idle_timer)
+		event_free(i->idle_timer);
+	free(i);
+}
 
 int pdx_pool_addr_parse(const char *s, char *host, size_t hostlen,
 			uint16_t *port, char *err, size_t errlen)
@@ -106,6 +124,7 @@ int pdx_pool_remove(struct pdx_pool *p, const char *addr)
 		(p->n - idx - 1) * sizeof(p->inst[0]));
 	p->n--;
 	i->removed = true;
+	pdx_pool_idle_close(i);
 	i->inflight++; /* balanced by the put below */
 	pdx_pool_put(i);
 	return 0;
@@ -147,8 +166,18 @@ void pdx_pool_put(struct pdx_inst *i)
 	if (!i)
 		return;
 	i->inflight--;
+	pdx_pool_unref(i);
+}
+
+void pdx_pool_ref(struct pdx_inst *i)
+{
+	i->refs++;
+}
+
+void pdx_pool_unref(struct pdx_inst *i)
+{
 	if (--i->refs == 0)
-		free(i);
+		inst_free(i);
 }
 
 void pdx_pool_clear(struct pdx_pool *p)
@@ -157,8 +186,8 @@ void pdx_pool_clear(struct pdx_pool *p)
 		struct pdx_inst *i = p->inst[--p->n];
 
 		i->removed = true;
-		if (--i->refs == 0)
-			free(i);
+		pdx_pool_idle_close(i);
+		pdx_pool_unref(i);
 	}
 }
 

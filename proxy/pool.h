@@ -3,8 +3,13 @@
  * requests in flight from this proxy).
  *
  * One thread (the proxy's loop). An instance is reference counted: a
- * request holds the instance it picked until pdx_pool_put(), so removing
- * an instance (admin API) never frees one still in use.
+ * request holds the instance it picked until pdx_pool_put(), and an
+ * engine leg holds its instance until the leg is freed, so removing an
+ * instance (admin API) never frees one still in use.
+ *
+ * An instance also owns its idle keep-alive connections (filled and
+ * emptied by upstream.c): they are closed when it is removed from its
+ * pool and when it is freed.
  */
 #ifndef PDX_PROXY_POOL_H
 #define PDX_PROXY_POOL_H
@@ -14,7 +19,11 @@
 #include <stddef.h>
 
 #define PDX_POOL_ADDR_MAX 128
-#define PDX_POOL_MAX 256 /* instances per pool */
+#define PDX_POOL_MAX 256     /* instances per pool */
+#define PDX_POOL_IDLE_MAX 64 /* idle connections kept per instance */
+
+struct event;
+struct evhttp_connection;
 
 enum pdx_pool_role { PDX_POOL_PREFILL, PDX_POOL_DECODE };
 enum pdx_pool_policy { PDX_POLICY_ROUND_ROBIN, PDX_POLICY_LEAST_LOADED };
@@ -33,6 +42,14 @@ struct pdx_inst {
 	 * has none); asked once, when first needed */
 	bool peer_known;
 	char peer[PDX_POOL_ADDR_MAX];
+	/* idle keep-alive connections, oldest first, and the timer that
+	 * closes them when they expire (upstream.c) */
+	struct {
+		struct evhttp_connection *conn;
+		uint64_t expires_ns; /* pdx_now_ns() */
+	} idle[PDX_POOL_IDLE_MAX];
+	unsigned n_idle;
+	struct event *idle_timer;
 };
 
 struct pdx_pool {
@@ -66,6 +83,14 @@ void pdx_pool_hold(struct pdx_inst *i);
 
 /* Gives back what pdx_pool_pick() or pdx_pool_hold() took; NULL-safe. */
 void pdx_pool_put(struct pdx_inst *i);
+
+/* A reference only, no in-flight slot (an engine leg's, so the instance
+ * and its idle list outlive the leg); pdx_pool_unref() gives it back. */
+void pdx_pool_ref(struct pdx_inst *i);
+void pdx_pool_unref(struct pdx_inst *i);
+
+/* Closes the instance's idle connections (removed, or freed). */
+void pdx_pool_idle_close(struct pdx_inst *i);
 
 /* Drops every instance (at exit, after all requests are gone). */
 void pdx_pool_clear(struct pdx_pool *p);

@@ -3,6 +3,7 @@
  * a decode instance, /admin/... to admin.c. */
 #define PDX_LOG_TOPIC "server"
 #include <arpa/inet.h>
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
@@ -12,6 +13,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "common/clock.h"
+#include "common/http_listen.h"
 #include "common/log.h"
 #include "proxy/call.h"
 #include "proxy/flow.h"
@@ -214,6 +217,7 @@ int pdx_proxy_listen(struct pdx_proxy *px, char *err, size_t errlen)
 		px->http = NULL;
 		return -1;
 	}
+	pdx_http_listen_tune(bs);
 	px->port = bound_port(bs);
 	return 0;
 }

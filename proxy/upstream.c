@@ -1,16 +1,28 @@
-/* One HTTP leg to an engine (see upstream.h). Each leg has its own
- * connection, freed by evhttp when the leg ends (free_on_completion), so
- * cancelling a leg closes its socket and the engine aborts the request.
+/* One HTTP leg to an engine (see upstream.h).
+ *
+ * Connections are kept alive (docs/proxy.md, "Connections"). A leg takes
+ * its instance's youngest idle connection, or makes a new one. A leg
+ * whose response ended completely (any status, its end known from its
+ * length or its chunks, and no "Connection: close") gives its connection
+ * back to the instance's idle list, at most keepalive of them. Every
+ * other end (cancelled, timed out, failed) frees the connection, which
+ * closes the socket, so the engine sees its client leave and aborts. An
+ * idle connection is closed keepalive_ms after it went idle (one timer
+ * per instance), and one that old is never taken, so the proxy rarely
+ * writes into a connection the engine is closing at that moment. A
+ * request that fails is never sent again (a prefill would run twice).
  *
  * evhttp (2.1) has one timeout for every read and write; it is used as
  * the idle timeout between reads. The connect and first-byte deadlines
  * are one timer of ours: at the connect deadline the socket must have a
  * peer, at the first-byte deadline the response head must have come.
  *
- * A leg's connection is freed by us, never by evhttp: at once when the
- * leg is cancelled or times out (no request callback runs then), and from
- * the timer, right after the loop has left evhttp's callbacks, when the
- * response ended. */
+ * A leg's connection is freed (or given back) by us, never by evhttp: at
+ * once when the leg is cancelled or times out (no request callback runs
+ * then), and from the timer, right after the loop has left evhttp's
+ * callbacks, when the response ended. evhttp fails a request inside
+ * evhttp_make_request() when it cannot even make a socket (out of file
+ * descriptors); that failure is told from the timer too. */
 #define PDX_LOG_TOPIC "upstream"
 #include "proxy/upstream.h"
 
@@ -22,6 +34,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/nodelay.h"
 #include "proxy/pool.h"
@@ -35,9 +48,14 @@ struct pdx_upstream {
 	struct event *timer;
 	unsigned first_byte_left_ms; /* after the connect deadline */
 	int err_status;		     /* 502 or 504, from the error callback */
-	char why[96];
+	char why[128];
+	unsigned keepalive;
+	uint64_t keepalive_ns;
 	bool connect_phase;
-	bool ended; /* the timer now frees the leg */
+	bool starting;	   /* inside evhttp_make_request() */
+	bool failed_early; /* failed in there: the timer tells */
+	bool ended;	   /* the timer now frees the leg */
+	bool reuse;	   /* the response ended completely */
 };
 
 static void tv_ms(struct timeval *tv, unsigned ms)
@@ -46,14 +64,96 @@ static void tv_ms(struct timeval *tv, unsigned ms)
 	tv->tv_usec = (ms % 1000) * 1000;
 }
 
-/* Frees the connection (and a request still on it, without callbacks). */
+static evutil_socket_t conn_fd(struct evhttp_connection *conn)
+{
+	struct bufferevent *bev = evhttp_connection_get_bufferevent(conn);
+
+	return bev ? bufferevent_getfd(bev) : -1;
+}
+
+static void idle_timer_arm(struct pdx_inst *i, uint64_t now)
+{
+	uint64_t due = i->idle[0].expires_ns;
+	uint64_t left = due > now ? due - now : 0;
+	struct timeval tv;
+
+	left += 1000000; /* 1 ms late rather than early */
+	tv.tv_sec = left / 1000000000;
+	tv.tv_usec = (left % 1000000000) / 1000;
+	evtimer_add(i->idle_timer, &tv);
+}
+
+/* Closes the instance's idle connections that expired (the oldest come
+ * first) and waits for the next one. */
+static void on_idle_timer(evutil_socket_t fd, short what, void *arg)
+{
+	struct pdx_inst *i = arg;
+	uint64_t now = pdx_now_ns();
+	unsigned n = 0;
+
+	while (n < i->n_idle && i->idle[n].expires_ns <= now)
+		evhttp_connection_free(i->idle[n++].conn);
+	if (n) {
+		i->n_idle -= n;
+		memmove(i->idle, i->idle + n, i->n_idle * sizeof(i->idle[0]));
+	}
+	if (i->n_idle)
+		idle_timer_arm(i, now);
+}
+
+/* The instance's youngest idle connection that is still open and has
+ * not expired, or NULL; the ones passed over are closed. */
+static struct evhttp_connection *idle_take(struct pdx_inst *i)
+{
+	uint64_t now = pdx_now_ns();
+
+	while (i->n_idle) {
+		i->n_idle--;
+		if (i->idle[i->n_idle].expires_ns > now &&
+		    conn_fd(i->idle[i->n_idle].conn) >= 0)
+			return i->idle[i->n_idle].conn;
+		evhttp_connection_free(i->idle[i->n_idle].conn);
+	}
+	return NULL;
+}
+
+/* Gives a connection whose response ended completely to its instance;
+ * false when it is not kept (the caller frees it): keep-alive off, the
+ * instance removed, its list full, or the engine closed it (it asked to,
+ * or evhttp saw it close). */
+static bool idle_put(struct pdx_upstream *u)
+{
+	struct pdx_inst *i = u->inst;
+	uint64_t now;
+
+	if (i->removed || i->n_idle >= u->keepalive || conn_fd(u->conn) < 0)
+		return false;
+	if (!i->idle_timer) {
+		i->idle_timer =
+		    evtimer_new(event_get_base(u->timer), on_idle_timer, i);
+		if (!i->idle_timer)
+			return false;
+	}
+	now = pdx_now_ns();
+	i->idle[i->n_idle].conn = u->conn;
+	i->idle[i->n_idle++].expires_ns = now + u->keepalive_ns;
+	/* a timer still set is due no later than this one's expiry */
+	if (!evtimer_pending(i->idle_timer, NULL))
+		idle_timer_arm(i, now);
+	return true;
+}
+
+/* Frees the leg. Its connection goes back to the instance when the
+ * response ended completely, else it is freed (closing the socket, and
+ * freeing a request still on it without callbacks). */
 static void leg_free(struct pdx_upstream *u)
 {
-	if (u->conn)
+	if (u->conn && !(u->reuse && idle_put(u)))
 		evhttp_connection_free(u->conn);
 	if (u->timer)
 		event_free(u->timer);
 	LIST_REMOVE(u, link);
+	pdx_pool_unref(u->inst);
 	free(u);
 }
 
@@ -74,10 +174,9 @@ static void leg_fail(struct pdx_upstream *u, int err_status, const char *why)
 
 static bool leg_connected(struct pdx_upstream *u)
 {
-	struct bufferevent *bev = evhttp_connection_get_bufferevent(u->conn);
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
-	evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+	evutil_socket_t fd = conn_fd(u->conn);
 
 	return fd >= 0 && getpeername(fd, (struct sockaddr *)&ss, &len) == 0;
 }
@@ -86,10 +185,16 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
 	struct pdx_upstream *u = arg;
 	struct timeval tv;
-	char why[96];
+	char why[160];
 
 	if (u->ended) {
 		leg_free(u);
+		return;
+	}
+	if (u->failed_early) {
+		u->inst->failures++;
+		log_warn("%s", u->why);
+		leg_fail(u, u->err_status, u->why);
 		return;
 	}
 	if (u->connect_phase && u->first_byte_left_ms && leg_connected(u)) {
@@ -130,8 +235,19 @@ static void on_error(enum evhttp_request_error err, void *arg)
 {
 	struct pdx_upstream *u = arg;
 	const char *what = "connection failed";
+	int e = errno; /* evhttp keeps the socket's error for us */
 
 	u->err_status = 502;
+	if (u->starting) { /* no socket, or no connect (evhttp says EOF) */
+		snprintf(u->why, sizeof(u->why),
+			 "%s instance %s: cannot connect%s%s",
+			 pdx_pool_role_name(u->inst->role), u->inst->url,
+			 e ? ": " : "",
+			 e == EMFILE || e == ENFILE ? "too many open files"
+			 : e			    ? strerror(e)
+						    : "");
+		return;
+	}
 	switch (err) {
 	case EVREQ_HTTP_TIMEOUT:
 		u->err_status = 504;
@@ -153,12 +269,33 @@ static void on_error(enum evhttp_request_error err, void *arg)
 		 pdx_pool_role_name(u->inst->role), u->inst->url, what);
 }
 
+/* The response's end was known from its head (a length, or chunks), not
+ * from the engine closing the connection. */
+static bool framed(struct evhttp_request *req)
+{
+	struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+
+	return evhttp_find_header(h, "Content-Length") ||
+	       evhttp_find_header(h, "Transfer-Encoding");
+}
+
 static void on_done(struct evhttp_request *req, void *arg)
 {
 	struct pdx_upstream *u = arg;
 	int status = req ? evhttp_request_get_response_code(req) : 0;
 
 	evtimer_del(u->timer);
+	if (u->starting) {
+		u->failed_early = true;
+		if (!u->err_status) {
+			u->err_status = 502;
+			snprintf(u->why, sizeof(u->why),
+				 "%s instance %s: cannot connect",
+				 pdx_pool_role_name(u->inst->role),
+				 u->inst->url);
+		}
+		return;
+	}
 	if (status == 0) {
 		if (!u->err_status) {
 			u->err_status = 502;
@@ -171,6 +308,7 @@ static void on_done(struct evhttp_request *req, void *arg)
 		log_warn("%s", u->why);
 		u->cbs.on_end(u, 0, NULL, u->err_status, u->why, u->cbs.arg);
 	} else {
+		u->reuse = u->keepalive && framed(req);
 		u->cbs.on_end(u, status, evhttp_request_get_input_buffer(req),
 			      0, NULL, u->cbs.arg);
 	}
@@ -185,6 +323,8 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 	struct evkeyvalq *h;
 	struct timeval tv;
 	unsigned first;
+	bool fresh = false;
+	int rc;
 	char hostport[PDX_POOL_ADDR_MAX + 8];
 
 	if (!u)
@@ -192,16 +332,25 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 	LIST_INSERT_HEAD(&p->set->legs, u, link);
 	u->cbs = *cbs;
 	u->inst = p->inst;
+	pdx_pool_ref(u->inst);
+	u->keepalive = p->keepalive;
+	u->keepalive_ns = (uint64_t)p->keepalive_ms * 1000000;
 	u->timer = evtimer_new(p->base, on_timer, u);
-	u->conn = evhttp_connection_base_new(p->base, NULL, p->inst->host,
-					     p->inst->port);
-	if (!u->timer || !u->conn)
+	if (!u->timer)
 		goto fail;
+	u->conn = idle_take(p->inst);
+	if (!u->conn) {
+		fresh = true;
+		u->conn = evhttp_connection_base_new(
+		    p->base, NULL, p->inst->host, p->inst->port);
+		if (!u->conn)
+			goto fail;
+	}
+	/* a reused connection still has the last leg's settings */
 	evhttp_connection_set_timeout(u->conn, (int)p->idle_timeout_s);
 	/* evhttp counts a streamed body too: bound only what is collected */
-	if (!p->stream_body)
-		evhttp_connection_set_max_body_size(u->conn,
-						    (ev_ssize_t)p->max_body);
+	evhttp_connection_set_max_body_size(
+	    u->conn, p->stream_body ? -1 : (ev_ssize_t)p->max_body);
 	u->req = evhttp_request_new(on_done, u);
 	if (!u->req)
 		goto fail;
@@ -221,9 +370,19 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 			     p->body_len);
 	}
 	/* from here the connection owns the request */
-	if (evhttp_make_request(u->conn, u->req, p->method, p->path))
+	u->starting = true;
+	rc = evhttp_make_request(u->conn, u->req, p->method, p->path);
+	u->starting = false;
+	if (rc)
 		goto fail;
-	pdx_evhttp_nodelay(u->conn);
+	if (u->failed_early) {
+		tv_ms(&tv, 0);
+		evtimer_add(u->timer, &tv);
+		*out = u;
+		return 0;
+	}
+	if (fresh) /* the socket is made: once per connection */
+		pdx_evhttp_nodelay(u->conn);
 	first = p->first_byte_timeout_ms;
 	u->connect_phase = true;
 	if (p->connect_timeout_ms < first) {
@@ -247,6 +406,10 @@ void pdx_upstream_cancel(struct pdx_upstream *u)
 
 void pdx_upstreams_clear(struct pdx_upstreams *set)
 {
-	while (!LIST_EMPTY(&set->legs))
-		leg_free(LIST_FIRST(&set->legs));
+	while (!LIST_EMPTY(&set->legs)) {
+		struct pdx_upstream *u = LIST_FIRST(&set->legs);
+
+		u->reuse = false; /* exiting */
+		leg_free(u);
+	}
 }

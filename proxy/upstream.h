@@ -1,5 +1,8 @@
-/* One HTTP request from the proxy to an engine instance (a "leg"), on its
- * own evhttp connection, with a connect and a first-byte deadline.
+/* One HTTP request from the proxy to an engine instance (a "leg"), with a
+ * connect and a first-byte deadline, on a keep-alive connection of the
+ * instance's (reused, or made for it). Only a leg whose response ended
+ * completely gives its connection back for reuse; a cancelled, failed or
+ * timed-out one closes it.
  *
  * One thread (the proxy's loop). Callbacks fire from that loop, never
  * from inside pdx_upstream_start() or pdx_upstream_cancel():
@@ -48,7 +51,7 @@ struct pdx_upstream_cbs {
 struct pdx_upstream_params {
 	struct event_base *base;
 	struct pdx_upstreams *set;
-	struct pdx_inst *inst; /* borrowed; the caller holds a reference */
+	struct pdx_inst *inst; /* the leg takes a reference of its own */
 	enum evhttp_cmd_type method;
 	const char *path;	/* "/v1/completions?x" */
 	const char *request_id; /* sent as X-Request-Id */
@@ -56,7 +59,9 @@ struct pdx_upstream_params {
 	size_t body_len;
 	bool stream_body; /* on_chunk instead of collecting */
 	unsigned connect_timeout_ms, first_byte_timeout_ms, idle_timeout_s;
-	size_t max_body; /* of a collected response */
+	size_t max_body;       /* of a collected response */
+	unsigned keepalive;    /* idle connections kept per instance; 0: none */
+	unsigned keepalive_ms; /* an idle connection is closed after this */
 };
 
 /* Starts the leg; -1 if it could not even start (out of memory). */

@@ -7,7 +7,11 @@
 # kept, the admin API with and without its token, valid /metrics, a
 # killed engine answered with 502/503 and an error JSON, and serving on
 # after the dead instance is removed; clients that leave get their
-# engine requests aborted (no KV held); bad command lines exit 2.
+# engine requests aborted (no KV held), also on a reused connection;
+# engine connections are kept alive, expire, and a request that meets a
+# connection the engine closed is answered 502 and not sent again; out
+# of file descriptors, the proxy answers 502 with the reason and does
+# not spin on accept(); bad command lines exit 2.
 #   proxy_sequential.sh BUILD/engine/pdx-engine BUILD/proxy/pdx-proxy
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -24,6 +28,23 @@ admin() {
 		"${data[@]}" "http://127.0.0.1:$PORT$2" >"$E2E_TMP/status" ||
 		fail "curl $1 $2"
 	cat "$E2E_TMP/body"
+}
+
+# established_to PORT: TCP connections open to PORT on this host
+established_to() {
+	python3 - "$1" <<'PYEOF'
+import sys
+n = 0
+for f in ('/proc/net/tcp', '/proc/net/tcp6'):
+    try:
+        rows = open(f).read().splitlines()[1:]
+    except OSError:
+        continue
+    for r in rows:
+        x = r.split()
+        n += int(x[2].rsplit(':', 1)[1], 16) == int(sys.argv[1]) and x[3] == '01'
+print(n)
+PYEOF
 }
 
 named_engine_start P "$ENGINE" --time-scale 0
@@ -116,18 +137,137 @@ python3 "$HERE/promcheck.py" "$E2E_TMP/metrics" "pdx_proxy_requests_total{code=\
 named_stop X
 
 # no admin token configured: the admin API is off
-named_engine_start Y "$PROXY" --decode "127.0.0.1:$PORT_P"
+named_engine_start Y "$PROXY" --decode "127.0.0.1:$PORT_P" --keepalive-timeout 1000
 PORT=$PORT_Y
 admin GET /admin/instances anything >/dev/null
 status_is 403 "admin without a configured token"
 post /v1/completions '{"prompt": "decode only", "max_tokens": 3}' >/dev/null
 status_is 200 "decode-only proxy"
+
+# one keep-alive connection to the engine serves requests one after
+# another, and is closed once idle for --keepalive-timeout
+for _ in $(seq 10); do
+	post /v1/completions '{"prompt": "again", "max_tokens": 2}' >/dev/null
+	status_is 200 "request on a kept connection"
+done
+n=$(established_to "$PORT_P")
+[ "$n" = 1 ] || fail "$n connections to the engine after 11 requests one by one, want 1"
+sleep 1.5
+n=$(established_to "$PORT_P")
+[ "$n" = 0 ] || fail "$n connections to the engine left after --keepalive-timeout"
 named_stop Y
+
+# out of file descriptors (ulimit -n 32): --max-inflight is lowered; a
+# request whose engine leg gets no socket is answered 502 with the
+# reason; accept() failing is not retried in a loop; the proxy serves
+# again once descriptors are free
+bg_start F bash -c 'ulimit -n 32 && exec "$@" --port 0' _ "$PROXY" --decode "127.0.0.1:$PORT_P"
+for _ in $(seq 100); do
+	PORT_F=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9]*\)$/\1/p' "$E2E_TMP/F.log")
+	[ -n "$PORT_F" ] && break
+	sleep 0.1
+done
+[ -n "$PORT_F" ] || fail "proxy under ulimit -n 32 did not start: $(tail -3 "$E2E_TMP/F.log")"
+grep -q -- '--max-inflight 4096 lowered to' "$E2E_TMP/F.log" ||
+	fail "--max-inflight not lowered under ulimit -n 32"
+python3 - "$PORT_F" >"$E2E_TMP/emfile" <<'PYEOF' || fail "client holding descriptors"
+import socket, sys, time
+port = int(sys.argv[1])
+socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(60)]
+time.sleep(0.6)
+body = b'{"prompt": "hi", "max_tokens": 2}'
+socks[0].sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\n'
+                 b'Content-Type: application/json\r\nContent-Length: %d\r\n\r\n'
+                 % len(body) + body)
+socks[0].settimeout(10)
+data = b''
+while b'\r\n\r\n' not in data or not data.rstrip().endswith(b'}'):
+    d = socks[0].recv(65536)
+    if not d:
+        break
+    data += d
+print(data.split(b' ')[1].decode(), data.partition(b'\r\n\r\n')[2].decode())
+for s in socks:
+    s.close()
+PYEOF
+read -r code body <"$E2E_TMP/emfile"
+[ "$code" = 502 ] || fail "out of descriptors: HTTP $code, want 502: $body"
+echo "$body" | grep -q 'cannot connect: too many open files' ||
+	fail "out of descriptors: the 502 does not say why: $body"
+n=$(grep -c 'accept:' "$E2E_TMP/F.log")
+[ "$n" -ge 1 ] && [ "$n" -le 5 ] ||
+	fail "$n accept() error lines in 0.6 s, want 1..5: $(grep 'accept:' "$E2E_TMP/F.log" | head -3)"
+sleep 0.3
+PORT=$PORT_F post /v1/completions '{"prompt": "room again", "max_tokens": 2}' >/dev/null
+status_is 200 "served again once descriptors are free"
+named_stop F
+
+# an engine that closes a kept connection instead of answering the next
+# request on it: that request gets 502 and is not sent again (a prefill
+# must not run twice); the next one gets a new connection
+python3 - "$E2E_TMP/closer.log" >"$E2E_TMP/closer" <<'PYEOF' &
+import socket, sys, threading
+log = open(sys.argv[1], 'a', buffering=1)
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(16)
+print(s.getsockname()[1], flush=True)
+
+def serve(c, k):
+    buf = b''
+    for n in (1, 2):
+        while b'\r\n\r\n' not in buf:
+            d = c.recv(65536)
+            if not d:
+                c.close()
+                return
+            buf += d
+        head, _, buf = buf.partition(b'\r\n\r\n')
+        lines = head.decode().split('\r\n')
+        clen = 0
+        for l in lines[1:]:
+            name, _, v = l.partition(':')
+            if name.strip().lower() == 'content-length':
+                clen = int(v)
+        while len(buf) < clen:
+            buf += c.recv(65536)
+        body, buf = buf[:clen], buf[clen:]
+        log.write('%d %d %s\n' % (k, n, body.decode()))
+        if n == 1:
+            out = b'{"choices": [{"text": "ok"}]}'
+            c.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n'
+                      b'Content-Length: %d\r\n\r\n' % len(out) + out)
+    c.close()
+
+k = 0
+while True:
+    c, _ = s.accept()
+    k += 1
+    threading.Thread(target=serve, args=(c, k), daemon=True).start()
+PYEOF
+E2E_PIDS="$E2E_PIDS $!"
+for _ in $(seq 50); do [ -s "$E2E_TMP/closer" ] && break; sleep 0.1; done
+named_engine_start C "$PROXY" --decode "127.0.0.1:$(cat "$E2E_TMP/closer")"
+PORT=$PORT_C
+post /v1/completions '{"prompt": "first", "max_tokens": 2}' >/dev/null
+status_is 200 "first request to the closing engine"
+post /v1/completions '{"prompt": "second", "max_tokens": 2}' >"$E2E_TMP/r.json"
+status_is 502 "a request on a connection the engine closed"
+py "import json; e=json.load(open('$E2E_TMP/r.json'))['error']; assert 'closed early' in e['message'], e" "502 error JSON"
+post /v1/completions '{"prompt": "third", "max_tokens": 2}' >/dev/null
+status_is 200 "the request after, on a new connection"
+[ "$(grep -c second "$E2E_TMP/closer.log")" = 1 ] ||
+	fail "the request was sent $(grep -c second "$E2E_TMP/closer.log") times: $(cat "$E2E_TMP/closer.log")"
+grep -q '^1 2 .*second' "$E2E_TMP/closer.log" ||
+	fail "the second request did not go on the kept connection: $(cat "$E2E_TMP/closer.log")"
+named_stop C
 
 # clients that leave mid-stream or mid-generation: the engine's requests
 # are aborted and their KV freed (tiny at scale 10000: ~10 ms a token)
 named_engine_start S "$ENGINE" --time-scale 10000
 named_engine_start Z "$PROXY" --decode "127.0.0.1:$PORT_S"
+PORT=$PORT_Z post /v1/completions '{"prompt": "warm", "max_tokens": 2}' >/dev/null
+status_is 200 "a request that leaves a kept connection"
 long='{"prompt": "tell me a long story", "max_tokens": 1000'
 curl -sS -N --max-time 1 -d "$long, \"stream\": true}" \
 	"http://127.0.0.1:$PORT_Z/v1/completions" >"$E2E_TMP/s1" 2>/dev/null &
@@ -148,6 +288,8 @@ PORT=$PORT_Z get /metrics >"$E2E_TMP/after"
 python3 "$HERE/promcheck.py" "$E2E_TMP/after" \
 	'pdx_proxy_requests_aborted_total=2' 'pdx_proxy_requests_inflight=0' ||
 	fail "proxy metrics after the clients left"
+PORT=$PORT_Z post /v1/completions '{"prompt": "after", "max_tokens": 2}' >/dev/null
+status_is 200 "a request after the clients left"
 named_stop Z
 named_stop S
 named_stop P

@@ -1,0 +1,75 @@
+/* The HTTP servers' listener and descriptor limit (see http_listen.h). */
+#define PDX_LOG_TOPIC "http"
+#include "common/http_listen.h"
+
+#include <errno.h>
+#include <event2/listener.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+#define ACCEPT_PAUSE_MS 100
+
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+	evconnlistener_enable(arg);
+}
+
+static void on_accept_error(struct evconnlistener *lev, void *arg)
+{
+	static uint64_t logged_ns;
+	static unsigned pauses;
+	struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
+	int e = EVUTIL_SOCKET_ERROR();
+	uint64_t now = pdx_now_ns();
+
+	evconnlistener_disable(lev);
+	if (event_base_once(evconnlistener_get_base(lev), -1, EV_TIMEOUT,
+			    on_accept_resume, lev, &tv))
+		evconnlistener_enable(lev);
+	pauses++;
+	if (!logged_ns || now - logged_ns >= 1000000000ull) {
+		log_warn("accept: %s; not accepting for %d ms (%u pause(s) "
+			 "since the last message)",
+			 e == EMFILE || e == ENFILE ? "too many open files"
+						    : strerror(e),
+			 ACCEPT_PAUSE_MS, pauses);
+		logged_ns = now;
+		pauses = 0;
+	}
+}
+
+void pdx_http_listen_tune(struct evhttp_bound_socket *bs)
+{
+	int one = 1;
+
+	(void)setsockopt(evhttp_bound_socket_get_fd(bs), IPPROTO_TCP,
+			 TCP_NODELAY, &one, sizeof(one));
+	evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(bs),
+				    on_accept_error);
+}
+
+rlim_t pdx_nofile_raise(void)
+{
+	struct rlimit rl;
+	rlim_t before;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return 1024;
+	before = rl.rlim_cur;
+	if (rl.rlim_cur != rl.rlim_max) {
+		/* an unlimited hard limit still stops at fs.nr_open */
+		rl.rlim_cur =
+		    rl.rlim_max == RLIM_INFINITY ? 1u << 20 : rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			rl.rlim_cur = before;
+	}
+	log_debug("file descriptors: limit %llu (was %llu, hard %llu)",
+		  (unsigned long long)rl.rlim_cur, (unsigned long long)before,
+		  (unsigned long long)rl.rlim_max);
+	return rl.rlim_cur;
+}
