@@ -142,6 +142,7 @@ char *pdx_flow_prefill_body(struct pdx_call *c, const char *metaserver)
 		json_object_set_new(p, "max_completion_tokens",
 				    json_integer(1));
 	json_object_del(p, "stream_options");
+	json_object_del(p, "min_tokens"); /* would contradict max_tokens 1 */
 	s = json_dumps(p, JSON_COMPACT);
 out:
 	json_decref(p);

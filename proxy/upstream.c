@@ -364,6 +364,8 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 	evhttp_add_header(h, "Host", hostport);
 	if (p->request_id)
 		evhttp_add_header(h, "X-Request-Id", p->request_id);
+	if (p->authorization) /* engines started with an API key want it */
+		evhttp_add_header(h, "Authorization", p->authorization);
 	if (p->body) {
 		evhttp_add_header(h, "Content-Type", "application/json");
 		evbuffer_add(evhttp_request_get_output_buffer(u->req), p->body,

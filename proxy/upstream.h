@@ -55,6 +55,7 @@ struct pdx_upstream_params {
 	enum evhttp_cmd_type method;
 	const char *path;	/* "/v1/completions?x" */
 	const char *request_id; /* sent as X-Request-Id */
+	const char *authorization; /* the client's, passed on (or NULL) */
 	const void *body;	/* may be NULL */
 	size_t body_len;
 	bool stream_body; /* on_chunk instead of collecting */

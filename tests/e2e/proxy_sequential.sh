@@ -224,15 +224,17 @@ def serve(c, k):
             buf += d
         head, _, buf = buf.partition(b'\r\n\r\n')
         lines = head.decode().split('\r\n')
-        clen = 0
+        clen, auth = 0, '-'
         for l in lines[1:]:
             name, _, v = l.partition(':')
             if name.strip().lower() == 'content-length':
                 clen = int(v)
+            if name.strip().lower() == 'authorization':
+                auth = v.strip().replace(' ', '_')
         while len(buf) < clen:
             buf += c.recv(65536)
         body, buf = buf[:clen], buf[clen:]
-        log.write('%d %d %s\n' % (k, n, body.decode()))
+        log.write('%d %d %s %s\n' % (k, n, auth, body.decode()))
         if n == 1:
             out = b'{"choices": [{"text": "ok"}]}'
             c.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n'
@@ -254,8 +256,12 @@ status_is 200 "first request to the closing engine"
 post /v1/completions '{"prompt": "second", "max_tokens": 2}' >"$E2E_TMP/r.json"
 status_is 502 "a request on a connection the engine closed"
 py "import json; e=json.load(open('$E2E_TMP/r.json'))['error']; assert 'closed early' in e['message'], e" "502 error JSON"
-post /v1/completions '{"prompt": "third", "max_tokens": 2}' >/dev/null
+curl -sS -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer k3y' \
+	-d '{"prompt": "third", "max_tokens": 2}' \
+	"http://127.0.0.1:$PORT/v1/completions" >"$E2E_TMP/status"
 status_is 200 "the request after, on a new connection"
+grep third "$E2E_TMP/closer.log" | grep -q "Bearer_k3y" ||
+	fail "the client's Authorization did not reach the engine: $(cat "$E2E_TMP/closer.log")"
 [ "$(grep -c second "$E2E_TMP/closer.log")" = 1 ] ||
 	fail "the request was sent $(grep -c second "$E2E_TMP/closer.log") times: $(cat "$E2E_TMP/closer.log")"
 grep -q '^1 2 .*second' "$E2E_TMP/closer.log" ||
