@@ -36,7 +36,8 @@ struct pdx__gen_call {
 	struct pdx_oai_meta meta;
 	bool stream, include_usage;
 	struct pdx_oai_usage usage;
-	uint64_t arrival_ns;
+	uint64_t arrival_ns, admitted_ns, first_ns; /* for Server-Timing */
+	bool head_sent; /* a stream's head goes out with its first token */
 	struct evbuffer *out; /* the text (whole) or the next SSE frame */
 	char req_id[REQ_ID_MAX + 1];
 	char id[REQ_ID_MAX + 16]; /* "cmpl-" or "chatcmpl-" + req_id */
@@ -147,8 +148,51 @@ static int watch_client(struct pdx__gen_call *c)
 	return c->watch ? event_add(c->watch, NULL) : -1;
 }
 
+/* Server-Timing (W3C): where the time to the first token went, in ms:
+ * queue (arrival to admission: a running slot and all blocks), then
+ * prefill (admission to the first token, computed here) or kv (admission
+ * to the received KV, decode side), and ttft (arrival to first token).
+ * pdx-proxy reads it into its phase histograms. */
+static void add_timing(struct pdx__gen_call *c)
+{
+	uint64_t adm = c->admitted_ns ? c->admitted_ns : c->arrival_ns;
+	uint64_t kv = c->kv ? pdx__kv_done_ns(c->kv) : 0;
+	char v[160];
+
+	if (!c->first_ns)
+		return;
+	if (kv > adm && pdx__kv_receives(c->kv))
+		snprintf(v, sizeof(v),
+			 "queue;dur=%.3f, kv;dur=%.3f, ttft;dur=%.3f",
+			 (adm - c->arrival_ns) / 1e6, (kv - adm) / 1e6,
+			 (c->first_ns - c->arrival_ns) / 1e6);
+	else
+		snprintf(v, sizeof(v),
+			 "queue;dur=%.3f, prefill;dur=%.3f, ttft;dur=%.3f",
+			 (adm - c->arrival_ns) / 1e6,
+			 (c->first_ns - adm) / 1e6,
+			 (c->first_ns - c->arrival_ns) / 1e6);
+	evhttp_add_header(evhttp_request_get_output_headers(c->req),
+			  "Server-Timing", v);
+}
+
+/* A stream's head waits for its first token, so it can carry the timing
+ * and a request that fails before any token gets a plain HTTP error. */
+static void stream_head(struct pdx__gen_call *c)
+{
+	struct evkeyvalq *h = evhttp_request_get_output_headers(c->req);
+
+	evhttp_add_header(h, "Content-Type", "text/event-stream");
+	evhttp_add_header(h, "Cache-Control", "no-cache");
+	add_timing(c);
+	evhttp_send_reply_start(c->req, 200, "OK");
+	c->head_sent = true;
+}
+
 static void sse_send(struct pdx__gen_call *c, char *json)
 {
+	if (!c->head_sent)
+		stream_head(c);
 	if (json) {
 		evbuffer_add_printf(c->out, "data: %s\n\n", json);
 		free(json);
@@ -167,9 +211,10 @@ static void on_token(void *arg, uint32_t token, uint32_t index, bool last)
 	pdx_tok_word(token, piece + 1);
 	if (index == 0)
 		c->first_token = token;
-	if (index == 0)
-		pdx_metrics_ttft(m,
-				 (double)(pdx_now_ns() - c->arrival_ns) / 1e9);
+	if (index == 0) {
+		c->first_ns = pdx_now_ns();
+		pdx_metrics_ttft(m, (double)(c->first_ns - c->arrival_ns) / 1e9);
+	}
 	m->generation_tokens++;
 	c->usage.completion_tokens = index + 1;
 	if (c->stream)
@@ -183,6 +228,10 @@ static void on_token(void *arg, uint32_t token, uint32_t index, bool last)
 static void finish_stream(struct pdx__gen_call *c, pdx_status_t st,
 			  const char *why)
 {
+	if (st != PDX_OK && !c->head_sent) {
+		pdx__http_error(c->api, c->req, 500, "internal_error", why);
+		return;
+	}
 	if (st != PDX_OK)
 		sse_send(c, pdx_oai_error_body("internal_error", why, 500));
 	else if (c->include_usage)
@@ -215,6 +264,7 @@ static void finish_whole(struct pdx__gen_call *c, pdx_status_t st,
 		evbuffer_add(b, json, strlen(json));
 		evhttp_add_header(evhttp_request_get_output_headers(c->req),
 				  "Content-Type", "application/json");
+		add_timing(c);
 		evhttp_send_reply(c->req, 200, "OK", b);
 	}
 	evbuffer_free(b);
@@ -248,7 +298,11 @@ static void on_done(void *arg, pdx_status_t st)
 
 static void on_admitted(void *arg, struct pdx_kv_seq *seq)
 {
-	pdx__kv_admitted(((struct pdx__gen_call *)arg)->kv, seq);
+	struct pdx__gen_call *c = arg;
+
+	c->admitted_ns = pdx_now_ns();
+	if (c->kv)
+		pdx__kv_admitted(c->kv, seq);
 }
 
 static void on_first_token(void *arg, uint32_t token)
@@ -296,7 +350,6 @@ static int kv_setup(struct pdx__gen_call *c, struct pdx_oai_req *r,
 		r->max_tokens = 1;
 	sink->remote_kv = recv;
 	sink->recompute = r->kv.recompute;
-	sink->admitted = on_admitted;
 	sink->layer_done = recv ? NULL : on_layer_done;
 	sink->first_token = recv ? NULL : on_first_token;
 	sink->hold = recv ? NULL : on_hold;
@@ -349,7 +402,8 @@ static int read_body(struct pdx_http_api *api, struct evhttp_request *req,
 void pdx__gen_handle(struct pdx_http_api *api, struct evhttp_request *req,
 		     bool chat)
 {
-	struct pdx_sched_sink sink = {.token = on_token, .done = on_done};
+	struct pdx_sched_sink sink = {
+	    .token = on_token, .done = on_done, .admitted = on_admitted};
 	struct pdx__gen_call *c;
 	uint64_t arrival_ns = pdx_now_ns(); /* TTFT counts parsing too */
 	struct pdx_oai_req r;
@@ -401,13 +455,6 @@ void pdx__gen_handle(struct pdx_http_api *api, struct evhttp_request *req,
 	evhttp_connection_set_closecb(c->conn, on_close, c);
 	if (watch_client(c))
 		log_warn("%s: cannot watch the client's socket", c->req_id);
-	if (c->stream) {
-		struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-
-		evhttp_add_header(h, "Content-Type", "text/event-stream");
-		evhttp_add_header(h, "Cache-Control", "no-cache");
-		evhttp_send_reply_start(req, 200, "OK");
-	}
 }
 
 void pdx__gen_abort_all(struct pdx_http_api *api)

@@ -52,6 +52,10 @@ void pdx__kv_set_req(struct pdx__kv *k, struct pdx_sched_req *sreq);
 void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq);
 void pdx__kv_layer_done(struct pdx__kv *k, uint32_t layer);
 void pdx__kv_first_token(struct pdx__kv *k, uint32_t token);
+/* When the transfer ended here (CLOCK_MONOTONIC ns; 0: not yet), and
+ * whether this side receives. */
+uint64_t pdx__kv_done_ns(const struct pdx__kv *k);
+bool pdx__kv_receives(const struct pdx__kv *k);
 bool pdx__kv_hold(struct pdx__kv *k, struct pdx_kv_seq *seq);
 /* The prefill side's kv_transfer_params answer (a new object), or NULL. */
 json_t *pdx__kv_answer(const struct pdx__kv *k, uint32_t first_token);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "engine/http_post.h"
 #include "engine/kv_seq.h"
@@ -29,6 +30,7 @@ struct pdx__kv {
 	bool call_gone;		    /* the request ended */
 	pdx_status_t status;	    /* the transfer's failure, if any */
 	int64_t first_token;	    /* decode: the prefill's, -1: unknown */
+	uint64_t done_ns;	    /* when the transfer ended here */
 	char reason[PDX_REASON_MAX];
 };
 
@@ -54,6 +56,7 @@ static void arm_timer(struct pdx__kv *k)
 static void over(struct pdx__kv *k, pdx_status_t st, const char *reason)
 {
 	evtimer_del(k->timer);
+	k->done_ns = pdx_now_ns();
 	if (st != PDX_OK && k->status == PDX_OK) {
 		k->status = st;
 		snprintf(k->reason, sizeof(k->reason), "KV transfer %s: %s",
@@ -168,6 +171,16 @@ void pdx__kv_layer_done(struct pdx__kv *k, uint32_t layer)
 {
 	if (k->w.active)
 		pdx_kv_link_layer_done(k->api->p.link, &k->w, layer);
+}
+
+uint64_t pdx__kv_done_ns(const struct pdx__kv *k)
+{
+	return k->done_ns;
+}
+
+bool pdx__kv_receives(const struct pdx__kv *k)
+{
+	return k->p.role == PDX_KV_RECV;
 }
 
 void pdx__kv_first_token(struct pdx__kv *k, uint32_t token)

@@ -49,6 +49,8 @@ static void call_free(struct pdx_call *c)
 	pdx_pool_put(c->prefill);
 	for (size_t i = 0; i < sizeof(c->head) / sizeof(*c->head); i++)
 		free(c->head[i]);
+	free(c->d_timing);
+	free(c->p_timing);
 	free(c);
 }
 
@@ -185,15 +187,64 @@ static void relay_head(struct pdx_upstream *u, int status, struct evkeyvalq *in,
 		       void *arg)
 {
 	struct pdx_call *c = arg;
+	const char *v;
 
 	for (size_t i = 0; i < sizeof(relay_headers) / sizeof(*relay_headers);
 	     i++) {
-		const char *v = evhttp_find_header(in, relay_headers[i]);
+		v = evhttp_find_header(in, relay_headers[i]);
 
 		free(c->head[i]);
 		c->head[i] = v ? strdup(v) : NULL;
 	}
 	c->head_status = status;
+	v = evhttp_find_header(in, "Server-Timing");
+	if (status == 200 && v && !c->d_timing) {
+		c->d_timing = strdup(v);
+		pdx_proxy_metrics_timing(&c->px->metrics, v, false);
+	}
+}
+
+/* A prefill leg's head: its engine's Server-Timing. */
+static void prefill_head(struct pdx_upstream *u, int status,
+			 struct evkeyvalq *in, void *arg)
+{
+	struct pdx_call *c = arg;
+	const char *v = evhttp_find_header(in, "Server-Timing");
+
+	if (status != 200 || !v || c->p_timing)
+		return;
+	c->p_timing = strdup(v);
+	pdx_proxy_metrics_timing(&c->px->metrics, v, true);
+}
+
+/* The client's Server-Timing: D's entries, P's as p_NAME, and the
+ * proxy's own first byte (proxy;dur=MS from the request's arrival). */
+static void timing_header(struct pdx_call *c, struct evkeyvalq *out)
+{
+	double ms = (pdx_now_ns() - c->t0_ns) / 1e6;
+	struct evbuffer *b = evbuffer_new();
+	const char *p = c->p_timing;
+
+	pdx_proxy_metrics_phase(&c->px->metrics, PDX_PHASE_FIRST_TOKEN,
+				ms / 1e3);
+	if (!b)
+		return;
+	if (c->d_timing)
+		evbuffer_add_printf(b, "%s, ", c->d_timing);
+	while (p && *p) { /* "a;dur=1, b;dur=2" -> "p_a;dur=1, p_b;dur=2" */
+		size_t n;
+
+		p += strspn(p, " ,");
+		n = strcspn(p, ",");
+		if (n)
+			evbuffer_add_printf(b, "p_%.*s, ", (int)n, p);
+		p += n;
+	}
+	evbuffer_add_printf(b, "proxy;dur=%.3f", ms);
+	evbuffer_add(b, "", 1);
+	evhttp_add_header(out, "Server-Timing",
+			  (const char *)evbuffer_pullup(b, -1));
+	evbuffer_free(b);
 }
 
 /* The relayed response's head goes out with its first body bytes. */
@@ -205,6 +256,7 @@ static void relay_start(struct pdx_call *c)
 	     i++)
 		if (c->head[i])
 			evhttp_add_header(out, relay_headers[i], c->head[i]);
+	timing_header(c, out);
 	c->status = c->head_status;
 	c->replying = true;
 	evhttp_send_reply_start(c->req, c->head_status, NULL);
@@ -249,6 +301,7 @@ static int call_start(struct pdx_call *c, struct pdx_inst *inst,
 		      const char *path, const void *body, size_t len,
 		      bool stream, const struct pdx_upstream_cbs *cbs)
 {
+	struct pdx_upstream_cbs mine;
 	const struct pdx_proxy_opts *o = c->px->o;
 	struct pdx_upstream_params p = {
 	    .base = c->px->base,
@@ -280,7 +333,10 @@ static int call_start(struct pdx_call *c, struct pdx_inst *inst,
 	p.inst = c->inst;
 	log_debug("%s: %s %s to %s", c->req_id, pdx_pool_role_name(role), path,
 		  c->inst->url);
-	if (pdx_upstream_start(&p, cbs, &c->leg)) {
+	mine = *cbs;
+	if (!stream && role == PDX_POOL_PREFILL && !mine.on_head)
+		mine.on_head = prefill_head; /* every flow's arg is the call */
+	if (pdx_upstream_start(&p, &mine, &c->leg)) {
 		pdx_call_reply_error(c, 500, "internal_error", "out of memory");
 		return -1;
 	}
@@ -364,7 +420,8 @@ int pdx_call_side(struct pdx_call *c, struct pdx_inst *inst, const char *path,
 	    .keepalive = o->keepalive,
 	    .keepalive_ms = o->keepalive_ms,
 	};
-	static const struct pdx_upstream_cbs side = {.on_end = side_end};
+	static const struct pdx_upstream_cbs side = {.on_head = prefill_head,
+						     .on_end = side_end};
 	struct pdx_upstream_cbs mine = side;
 
 	c->side_cbs = *cbs;

@@ -52,6 +52,8 @@ struct pdx_call {
 	 * replaced, or answered with an error) */
 	int head_status;
 	char *head[3];
+	char *d_timing; /* D's Server-Timing, P's (from its answer's head) */
+	char *p_timing;
 	bool replying; /* the reply head went out */
 	bool over;     /* replied; a side leg is finishing */
 	int status;

@@ -2,11 +2,24 @@
 #include "proxy/metrics.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "proxy/proxy.h"
 
 static const double lat_le[PDX_PROXY_LAT_BUCKETS] = {
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+
+static void hist_observe(struct pdx_hist *h, double seconds)
+{
+	h->count++;
+	h->sum += seconds;
+	for (int i = 0; i < PDX_PROXY_LAT_BUCKETS; i++) {
+		if (seconds <= lat_le[i]) {
+			h->bucket[i]++;
+			break;
+		}
+	}
+}
 
 void pdx_proxy_metrics_request(struct pdx_proxy_metrics *m, int status,
 			       double seconds)
@@ -23,14 +36,74 @@ void pdx_proxy_metrics_request(struct pdx_proxy_metrics *m, int status,
 			m->status[m->nstatus++].code = status;
 	}
 	m->status[i].n++;
-	m->lat_count++;
-	m->lat_sum += seconds;
-	for (i = 0; i < PDX_PROXY_LAT_BUCKETS; i++) {
-		if (seconds <= lat_le[i]) {
-			m->lat_bucket[i]++;
-			break;
+	hist_observe(&m->lat, seconds);
+}
+
+void pdx_proxy_metrics_phase(struct pdx_proxy_metrics *m,
+			     enum pdx_proxy_phase ph, double seconds)
+{
+	hist_observe(&m->phase[ph], seconds);
+}
+
+void pdx_proxy_metrics_timing(struct pdx_proxy_metrics *m, const char *v,
+			      bool prefill)
+{
+	while (v && *v) {
+		char name[16];
+		double ms;
+		int n = 0;
+
+		v += strspn(v, " ,");
+		if (sscanf(v, "%15[a-z_];dur=%lf%n", name, &ms, &n) == 2 &&
+		    ms >= 0) {
+			double s = ms / 1e3;
+
+			if (!strcmp(name, "queue"))
+				pdx_proxy_metrics_phase(
+				    m,
+				    prefill ? PDX_PHASE_PREFILL_QUEUE
+					    : PDX_PHASE_DECODE_QUEUE,
+				    s);
+			else if (!strcmp(name, "prefill") && prefill)
+				pdx_proxy_metrics_phase(m, PDX_PHASE_PREFILL,
+							s);
+			else if (!strcmp(name, "kv") && !prefill)
+				pdx_proxy_metrics_phase(m, PDX_PHASE_KV_WAIT,
+							s);
 		}
+		v = strchr(v, ',');
 	}
+}
+
+static const char *const phase_names[PDX_PHASES] = {
+    "prefill_queue", "prefill", "decode_queue", "kv_wait", "first_token"};
+
+/* One histogram's lines; phase "" for none. */
+static int hist_render(struct evbuffer *out, const char *name,
+		       const char *phase, const struct pdx_hist *h)
+{
+	char lab[48] = "";
+	uint64_t cum = 0;
+	int bad = 0;
+
+	if (*phase)
+		snprintf(lab, sizeof(lab), "phase=\"%s\",", phase);
+	for (int i = 0; i < PDX_PROXY_LAT_BUCKETS; i++) {
+		cum += h->bucket[i];
+		bad |= evbuffer_add_printf(out, "%s_bucket{%sle=\"%g\"} %llu\n",
+					   name, lab, lat_le[i],
+					   (unsigned long long)cum) < 0;
+	}
+	lab[strlen(lab) ? strlen(lab) - 1 : 0] = '\0'; /* no trailing comma */
+	bad |= evbuffer_add_printf(
+		   out,
+		   "%s_bucket{%s%sle=\"+Inf\"} %llu\n%s_sum%s%s%s %.6f\n"
+		   "%s_count%s%s%s %llu\n",
+		   name, lab, *lab ? "," : "", (unsigned long long)h->count,
+		   name, *lab ? "{" : "", lab, *lab ? "}" : "", h->sum, name,
+		   *lab ? "{" : "", lab, *lab ? "}" : "",
+		   (unsigned long long)h->count) < 0;
+	return bad;
 }
 
 static int family(struct evbuffer *out, const char *name, const char *type,
@@ -95,7 +168,6 @@ static int render_instances(const struct pdx_proxy *px, struct evbuffer *out)
 int pdx_proxy_metrics_render(const struct pdx_proxy *px, struct evbuffer *out)
 {
 	const struct pdx_proxy_metrics *m = &px->metrics;
-	uint64_t cum = 0;
 	int bad;
 
 	bad = family(out, "pdx_proxy_requests_total", "counter",
@@ -118,22 +190,14 @@ int pdx_proxy_metrics_render(const struct pdx_proxy *px, struct evbuffer *out)
 	bad |= render_instances(px, out);
 	bad |= family(out, "pdx_proxy_request_duration_seconds", "histogram",
 		      "time from a client request's arrival to its end");
-	for (int i = 0; i < PDX_PROXY_LAT_BUCKETS; i++) {
-		cum += m->lat_bucket[i];
-		bad |=
-		    evbuffer_add_printf(
-			out,
-			"pdx_proxy_request_duration_seconds_bucket{le=\"%g\"} "
-			"%llu\n",
-			lat_le[i], (unsigned long long)cum) < 0;
-	}
-	bad |=
-	    evbuffer_add_printf(
-		out,
-		"pdx_proxy_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n"
-		"pdx_proxy_request_duration_seconds_sum %.6f\n"
-		"pdx_proxy_request_duration_seconds_count %llu\n",
-		(unsigned long long)m->lat_count, m->lat_sum,
-		(unsigned long long)m->lat_count) < 0;
+	bad |= hist_render(out, "pdx_proxy_request_duration_seconds", "",
+			   &m->lat);
+	bad |= family(out, "pdx_proxy_request_phase_seconds", "histogram",
+		      "where the time to first token went: prefill_queue and "
+		      "prefill (P's Server-Timing), decode_queue and kv_wait "
+		      "(D's), first_token (the proxy's clock)");
+	for (int p = 0; p < PDX_PHASES; p++)
+		bad |= hist_render(out, "pdx_proxy_request_phase_seconds",
+				   phase_names[p], &m->phase[p]);
 	return bad ? -1 : 0;
 }

@@ -8,9 +8,27 @@
 #define PDX_PROXY_METRICS_H
 
 #include <event2/buffer.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define PDX_PROXY_LAT_BUCKETS 14
+
+/* Where a request's time to first token went, from the engines'
+ * Server-Timing headers and the proxy's own clock. */
+enum pdx_proxy_phase {
+	PDX_PHASE_PREFILL_QUEUE, /* P: arrival to admission */
+	PDX_PHASE_PREFILL,	 /* P: admission to its first token */
+	PDX_PHASE_DECODE_QUEUE,	 /* D: arrival to admission */
+	PDX_PHASE_KV_WAIT,	 /* D: admission to the KV received */
+	PDX_PHASE_FIRST_TOKEN,	 /* proxy: arrival to D's first byte out */
+	PDX_PHASES
+};
+
+struct pdx_hist {
+	uint64_t bucket[PDX_PROXY_LAT_BUCKETS]; /* not cumulative */
+	uint64_t count;
+	double sum;
+};
 #define PDX_PROXY_STATUS_MAX 24 /* distinct status codes counted */
 
 struct pdx_proxy_metrics {
@@ -20,10 +38,18 @@ struct pdx_proxy_metrics {
 		int code;
 		uint64_t n;
 	} status[PDX_PROXY_STATUS_MAX];
-	uint64_t lat_bucket[PDX_PROXY_LAT_BUCKETS]; /* not cumulative */
-	uint64_t lat_count;
-	double lat_sum;
+	struct pdx_hist lat;
+	struct pdx_hist phase[PDX_PHASES];
 };
+
+void pdx_proxy_metrics_phase(struct pdx_proxy_metrics *m,
+			     enum pdx_proxy_phase ph, double seconds);
+
+/* Observes the phases in an engine's Server-Timing value ("queue;dur=MS,
+ * prefill;dur=MS, kv;dur=MS, ttft;dur=MS"), from P's answer (prefill)
+ * or D's. Unknown entries are skipped. */
+void pdx_proxy_metrics_timing(struct pdx_proxy_metrics *m, const char *v,
+			      bool prefill);
 
 /* Counts one finished request (status 499: the client left). */
 void pdx_proxy_metrics_request(struct pdx_proxy_metrics *m, int status,

@@ -63,14 +63,18 @@ def check(text):
         if name.endswith("_bucket") and types[fam] == "histogram":
             le = re.search(r'le="([^"]*)"', labels)
             assert le, "bucket without le: " + where
-            hist.setdefault(fam, []).append((value(le.group(1)), v))
-    for fam, buckets in hist.items():
+            # one series per label set other than le
+            rest = re.sub(r',?le="[^"]*"', "", labels).replace("{,", "{")
+            rest = "" if rest == "{}" else rest
+            hist.setdefault((fam, rest), []).append((value(le.group(1)), v))
+    for (fam, rest), buckets in hist.items():
+        what = fam + rest
         les = [b[0] for b in buckets]
-        assert les == sorted(les) and les[-1] == math.inf, fam + ": le order"
+        assert les == sorted(les) and les[-1] == math.inf, what + ": le order"
         counts = [b[1] for b in buckets]
-        assert counts == sorted(counts), fam + ": buckets not cumulative"
-        cnt = [v for k, v in samples.items() if k.startswith(fam + "_count")]
-        assert cnt == [counts[-1]], fam + ": _count != +Inf bucket"
+        assert counts == sorted(counts), what + ": buckets not cumulative"
+        cnt = samples.get(fam + "_count" + rest)
+        assert cnt == counts[-1], what + ": _count != +Inf bucket"
     return samples
 
 

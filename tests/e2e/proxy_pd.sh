@@ -51,6 +51,20 @@ for x in XC XS XE; do
 	same $x /v1/chat/completions \
 		'{"messages": [{"role": "user", "content": "Tell me about KV caches"}], "max_tokens": 7' chat 7
 done
+# the breakdown: D's Server-Timing (queue, kv, ttft), P's as p_*, the
+# proxy's own; and the phase histograms
+curl -sS -N -D "$E2E_TMP/head" -o /dev/null \
+	-d '{"prompt": "where did the time go", "max_tokens": 3, "stream": true}' \
+	"http://127.0.0.1:$PORT_XS/v1/completions" || fail "timing request"
+grep -i "^server-timing: queue;dur=[0-9.]*, kv;dur=[0-9.]*, ttft;dur=[0-9.]*, p_queue;dur=[0-9.]*, p_prefill;dur=[0-9.]*, p_ttft;dur=[0-9.]*, proxy;dur=[0-9.]*" \
+	"$E2E_TMP/head" >/dev/null || fail "Server-Timing: $(grep -i timing "$E2E_TMP/head")"
+PORT=$PORT_XC get /metrics >"$E2E_TMP/mphase"
+for ph in prefill_queue prefill decode_queue kv_wait first_token; do
+	python3 -c "import sys, re
+n = [float(v) for v in re.findall(r'^pdx_proxy_request_phase_seconds_count\{phase=\"$ph\"\} (\S+)', open(sys.argv[1]).read(), re.M)]
+assert n and n[0] >= 10, n" "$E2E_TMP/mphase" || fail "phase histogram $ph"
+done
+
 grep -q "prefill started; decode dispatched" "$E2E_TMP/XE.log" ||
 	fail "early-callback: no prefill engine called back"
 
@@ -72,8 +86,10 @@ blocks_free() {
 }
 blocks_free P D
 for x in XC XS XE; do
+	n=10
+	[ $x = XS ] && n=11 # and the timing request
 	PORT=$(eval echo "\$PORT_$x") get /metrics >"$E2E_TMP/m$x"
-	python3 "$HERE/promcheck.py" "$E2E_TMP/m$x" 'pdx_proxy_requests_total{code="200"}=10' ||
+	python3 "$HERE/promcheck.py" "$E2E_TMP/m$x" "pdx_proxy_requests_total{code=\"200\"}=$n" ||
 		fail "$x: proxy metrics"
 done
 
