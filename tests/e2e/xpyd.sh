@@ -33,7 +33,8 @@ launch() {
 		sleep 0.1
 	done
 	grep -qx ready "$E2E_TMP/$tag.out" || fail "$tag: not ready in 40 s: $(cat "$E2E_TMP/$tag.err")"
-	XURL=$(awk '$1 == "proxy" { print $3 }' "$E2E_TMP/$tag.out")
+	XURL=$(awk '$1 == "proxy" { for (i = 2; i <= NF; i++) if ($i ~ /^http:/) print $i }' \
+		"$E2E_TMP/$tag.out")
 	awk '$2 == "prefill" || $2 == "decode" { print $1, $2, $3 }' "$E2E_TMP/$tag.out" \
 		>"$E2E_TMP/$tag.inst"
 	[ -n "$XURL" ] || fail "$tag: no proxy URL in the table: $(cat "$E2E_TMP/$tag.out")"
@@ -45,50 +46,67 @@ colocated() {
 		"http://127.0.0.1:$PORT_C$1" || fail "colocated engine: $2"
 }
 
-# same TAG ROUTE REQUEST KIND MAX_TOKENS: the proxy answers as the
-# colocated engine does, whole and streamed (REQUEST lacks its closing }).
+# same TAG ROUTE REQUEST KIND MAX_TOKENS: the proxy's answer to REQUEST
+# (without its closing }), whole and streamed, and the colocated engine's,
+# listed in $E2E_TMP/TAG.pairs for check_pairs.
 same() {
 	local tag=$1 route=$2 req=$3 kind=$4 n=$5 f=$E2E_TMP/$1_$RANDOM
 	colocated "$route" "$req}" "$f.c.json"
 	curl -sS -f -o "$f.x.json" -H 'Content-Type: application/json' \
 		--data-binary "$req}" "$XURL$route" || fail "$tag: $req"
-	py "import json; a=json.load(open('$f.c.json'))['choices'][0]; b=json.load(open('$f.x.json'))['choices'][0]; assert a.get('text', a.get('message')) == b.get('text', b.get('message')), (a, b)" \
-		"$tag: disaggregated equals colocated: $req"
 	curl -sS -f -N -H 'Content-Type: application/json' \
 		-d "$req, \"stream\": true, \"stream_options\": {\"include_usage\": true}}" \
 		"$XURL$route" >"$f.x.sse" || fail "$tag: stream $req"
-	python3 "$HERE/sse_check.py" "$f.c.json" "$f.x.sse" "$kind" "$n" >/dev/null ||
-		fail "$tag: stream vs colocated: $req"
+	echo "$f.c.json $f.x.json" >>"$E2E_TMP/$tag.pairs"
+	echo "$f.c.json $f.x.sse $kind $n" >>"$E2E_TMP/$tag.pairs"
 	SENT=$((SENT + 2))
 }
 
-# at_once TAG N: N different completions through the proxy at once, each
-# with the colocated text.
+# at_once TAG N: N different completions through the proxy at once.
 at_once() {
-	local tag=$1 n=$2 i pids=""
+	local tag=$1 n=$2 i pids="" f
 	for i in $(seq "$n"); do
-		echo "{\"prompt\": \"at once $i $RANDOM\", \"max_tokens\": $((i + 2))}" \
-			>"$E2E_TMP/$tag.once$i.req"
-		colocated /v1/completions "$(cat "$E2E_TMP/$tag.once$i.req")" "$E2E_TMP/$tag.once$i.c.json"
+		f=$E2E_TMP/$tag.once$i
+		echo "{\"prompt\": \"at once $i $RANDOM\", \"max_tokens\": $((i + 2))}" >"$f.req"
+		colocated /v1/completions "$(cat "$f.req")" "$f.c.json"
+		echo "$f.c.json $f.x.json" >>"$E2E_TMP/$tag.pairs"
 	done
 	for i in $(seq "$n"); do
-		curl -sS -f -o "$E2E_TMP/$tag.once$i.x.json" -H 'Content-Type: application/json' \
-			--data-binary "$(cat "$E2E_TMP/$tag.once$i.req")" "$XURL/v1/completions" &
+		f=$E2E_TMP/$tag.once$i
+		curl -sS -f -o "$f.x.json" -H 'Content-Type: application/json' \
+			--data-binary "@$f.req" "$XURL/v1/completions" &
 		pids="$pids $!"
 	done
 	for i in $pids; do wait "$i" || fail "$tag: a request sent at once failed"; done
-	for i in $(seq "$n"); do
-		py "import json; a=json.load(open('$E2E_TMP/$tag.once$i.c.json'))['choices'][0]['text']; b=json.load(open('$E2E_TMP/$tag.once$i.x.json'))['choices'][0]['text']; assert a == b, (a, b)" \
-			"$tag: request $i of $n sent at once equals colocated"
-	done
 	SENT=$((SENT + n))
 }
 
-# requests TAG: the set of requests, each checked against the colocated
-# engine; their number in SENT.
+# check_pairs TAG: each answer through the proxy has the colocated text
+# (a stream: sse_check.py). One python3 for all: it can be slow to start.
+check_pairs() {
+	python3 - "$HERE/sse_check.py" "$E2E_TMP/$1.pairs" <<'PY' || fail "$1: disaggregated differs from colocated"
+import contextlib, io, json, runpy, sys
+sse, pairs = sys.argv[1:3]
+for line in open(pairs):
+    f = line.split()
+    if len(f) == 2:
+        a, b = (json.load(open(x))["choices"][0] for x in f)
+        assert a.get("text", a.get("message")) == b.get("text", b.get("message")), (f, a, b)
+    else:
+        sys.argv = [sse] + f
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                runpy.run_path(sse, run_name="__main__")
+        except AssertionError as e:
+            sys.exit("%s: %r" % (f[1], e))
+PY
+}
+
+# requests TAG: the set of requests; their number in SENT.
 requests() {
 	local tag=$1 k=0 p
 	SENT=0
+	: >"$E2E_TMP/$tag.pairs"
 	for p in '"Hello, world!"' '"The quick brown fox jumps over the lazy dog again and again"' \
 		'[1, 2, 3, 4, 5, 6, 7, 8, 9]' '"a"'; do
 		k=$((k + 1))
@@ -97,34 +115,53 @@ requests() {
 	same "$tag" /v1/chat/completions \
 		'{"messages": [{"role": "user", "content": "Tell me about KV caches"}], "max_tokens": 7' chat 7
 	at_once "$tag" 6
+	check_pairs "$tag"
 }
 
 # served TAG: every instance finished requests and, once they are done,
-# holds no KV block; the proxy answered every request with 200.
+# holds no KV block (promcheck.py); the proxy answered every request
+# with 200.
 served() {
-	local tag=$1 name role url m
-	while read -r name role url; do
-		m=$E2E_TMP/$tag.$name.metrics
-		for _ in $(seq 50); do
-			curl -sS -f -o "$m" "$url/metrics" || fail "$tag: $name: GET $url/metrics"
-			python3 "$HERE/promcheck.py" "$m" 'pdx_engine_kv_blocks_used{model_name="tiny"}=0' \
-				2>/dev/null && break
-			sleep 0.1
-		done
-		python3 "$HERE/promcheck.py" "$m" 'pdx_engine_kv_blocks_used{model_name="tiny"}=0' ||
-			fail "$tag: $role engine $name holds KV blocks after the requests"
-		py "import re; v = re.search(r'^pdx_engine_requests_finished_total\{model_name=\"tiny\"\} (\S+)$', open('$m').read(), re.M); assert v and float(v.group(1)) > 0, v" \
-			"$tag: $role engine $name served requests"
-	done <"$E2E_TMP/$tag.inst"
-	curl -sS -f -o "$E2E_TMP/$tag.proxy.metrics" "$XURL/metrics" || fail "$tag: proxy metrics"
-	python3 "$HERE/promcheck.py" "$E2E_TMP/$tag.proxy.metrics" \
-		"pdx_proxy_requests_total{code=\"200\"}=$SENT" || fail "$tag: proxy metrics"
+	python3 - "$HERE/promcheck.py" "$E2E_TMP/$1" "$XURL" "$SENT" <<'PY' ||
+import re, runpy, sys, time, urllib.request
+check, base, xurl, sent = sys.argv[1:5]
+n = 0
+
+def metrics(url, path, *want):
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+        open(path, "wb").write(r.read())
+    sys.argv = [check, path] + list(want)
+    runpy.run_path(check, run_name="__main__")
+    return open(path).read()
+
+for line in open(base + ".inst"):
+    name, role, url = line.split()
+    n += 1
+    for i in range(50):
+        try:
+            text = metrics(url, base + "." + name + ".metrics",
+                           'pdx_engine_kv_blocks_used{model_name="tiny"}=0')
+            break
+        except AssertionError as e:
+            if i == 49:
+                sys.exit("%s engine %s holds KV blocks after the requests: %s" % (role, name, e))
+            time.sleep(0.1)
+    v = re.search(r'^pdx_engine_requests_finished_total\{model_name="tiny"\} (\S+)$', text, re.M)
+    assert v and float(v.group(1)) > 0, "%s engine %s served no request" % (role, name)
+assert n > 0, "no instances"
+try:
+    metrics(xurl, base + ".proxy.metrics", 'pdx_proxy_requests_total{code="200"}=' + sent)
+except AssertionError as e:
+    sys.exit("proxy: %s" % e)
+PY
+		fail "$1: engines' and proxy's metrics"
 }
 
 # stop TAG: SIGTERM: exit 143, every process it started gone, no process
 # reported as failing (under ASan a leak is an exit status).
 stop() {
 	local tag=$1 kids rc p
+	kill -0 "$XPID" 2>/dev/null || { wait "$XPID"; fail "$tag: launch-xpyd exited early ($?): $(tail -8 "$E2E_TMP/$tag.err")"; }
 	kids=$(pgrep -P "$XPID" | tr '\n' ' ')
 	[ -n "$kids" ] || fail "$tag: launch-xpyd has no children"
 	kill -TERM "$XPID"
@@ -132,7 +169,7 @@ stop() {
 	rc=$?
 	[ $rc -eq 143 ] || fail "$tag: launch-xpyd exited $rc after SIGTERM, want 143: $(tail -5 "$E2E_TMP/$tag.err")"
 	for p in $kids; do
-		! kill -0 "$p" 2>/dev/null || fail "$tag: process $p ($(cat /proc/"$p"/cmdline | tr '\0' ' ')) left running"
+		! kill -0 "$p" 2>/dev/null || fail "$tag: process $p ($(tr '\0' ' ' </proc/"$p"/cmdline)) left running"
 	done
 	[ -z "$(left)" ] || fail "$tag: processes left: $(left)"
 	! grep -E "exited with|did not stop" "$E2E_TMP/$tag.err" ||
@@ -147,10 +184,17 @@ requests xpyd
 served xpyd
 stop xpyd
 
-# --netns: only as root with ip netns that works
-probe=pdxyprobe$$
-if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null && ip netns add $probe 2>/dev/null; then
+# --netns: only as root where ip netns works
+netns_works() {
+	local probe=pdxyprobe$$ rc
+	[ "$(id -u)" -eq 0 ] && command -v ip >/dev/null || return 1
+	ip netns add $probe 2>/dev/null || return 1
+	ip netns exec $probe true 2>/dev/null
+	rc=$?
 	ip netns del $probe
+	return $rc
+}
+if netns_works; then
 	launch netns --netns --prefill 1 --decode 1
 	grep -q '^p0 .*http://10\.77\.[0-9]*\.1:[0-9]* *tcp://10\.77\.[0-9]*\.1:7100 ' "$E2E_TMP/netns.out" ||
 		fail "netns: p0 is not in its namespace: $(cat "$E2E_TMP/netns.out")"
@@ -162,8 +206,8 @@ if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null && ip netns add $probe 2>/de
 			fail "netns: agent $s did not meet its peer over UCX tcp: $(grep peer "$E2E_TMP/netns/$s.agent.log")"
 	done
 	stop netns
-	[ -z "$(ip netns list | grep "^pdxy$XPID-")" ] || fail "netns: namespaces left: $(ip netns list)"
-	[ -z "$(ip -o link | grep "pdxy$XPID")" ] || fail "netns: links left: $(ip -o link | grep "pdxy$XPID")"
+	! ip netns list | grep -q "^pdxy$XPID-" || fail "netns: namespaces left: $(ip netns list)"
+	! ip -o link | grep -q "pdxy$XPID" || fail "netns: links left: $(ip -o link | grep "pdxy$XPID")"
 else
 	echo "skip: --netns needs root and working ip netns"
 fi
