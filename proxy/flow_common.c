@@ -118,18 +118,18 @@ static int set_str(json_t *o, const char *key, const char *v)
 
 char *pdx_flow_prefill_body(struct pdx_call *c, const char *metaserver)
 {
-	json_t *p = json_deep_copy(c->body), *kv;
+	/* shallow: the prompt (maybe thousands of ids) is shared, not
+	 * copied; only top-level keys and the kv object are new */
+	json_t *p = json_copy(c->body), *own, *kv;
 	const char *d_peer = c->decode->peer;
 	char *s = NULL;
 
 	if (!p)
 		return NULL;
-	kv = json_object_get(p, "kv_transfer_params");
-	if (!json_is_object(kv)) {
-		kv = json_object();
-		if (json_object_set_new(p, "kv_transfer_params", kv))
-			goto out;
-	}
+	own = json_object_get(p, "kv_transfer_params");
+	kv = json_is_object(own) ? json_deep_copy(own) : json_object();
+	if (json_object_set_new(p, "kv_transfer_params", kv))
+		goto out;
 	if (set_str(kv, "xfer_id", c->xfer_id) ||
 	    (*d_peer && !json_object_get(kv, "remote_agent") &&
 	     set_str(kv, "remote_agent", d_peer)) ||
@@ -171,7 +171,7 @@ void pdx_flow_send_decode(struct pdx_call *c, json_t *kv)
 			       evbuffer_get_length(in));
 		return;
 	}
-	d = json_deep_copy(c->body);
+	d = json_copy(c->body); /* shallow: kv replaces a top-level key */
 	s = d && !json_object_set(d, "kv_transfer_params", kv)
 		? json_dumps(d, JSON_COMPACT)
 		: NULL;
