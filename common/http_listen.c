@@ -2,10 +2,13 @@
 #define PDX_LOG_TOPIC "http"
 #include "common/http_listen.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <event2/bufferevent.h>
 #include <event2/listener.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -51,6 +54,66 @@ void pdx_http_listen_tune(struct evhttp_bound_socket *bs)
 			 TCP_NODELAY, &one, sizeof(one));
 	evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(bs),
 				    on_accept_error);
+}
+
+uint16_t pdx_http_bound_port(struct evhttp_bound_socket *bs)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	evutil_socket_t fd = evhttp_bound_socket_get_fd(bs);
+
+	if (getsockname(fd, (struct sockaddr *)&ss, &len))
+		return 0;
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+struct pdx_client_watch {
+	struct event *ev;
+	struct evhttp_connection *conn;
+};
+
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+	struct pdx_client_watch *w = arg;
+	char byte;
+	ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	if (n > 0)
+		return;
+	if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+		event_add(w->ev, NULL);
+		return;
+	}
+	evhttp_connection_free(w->conn);
+}
+
+struct pdx_client_watch *pdx_client_watch_new(struct event_base *base,
+					      struct evhttp_connection *conn)
+{
+	struct bufferevent *bev = evhttp_connection_get_bufferevent(conn);
+	struct pdx_client_watch *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return NULL;
+	w->conn = conn;
+	w->ev =
+	    event_new(base, bufferevent_getfd(bev), EV_READ, on_readable, w);
+	if (!w->ev || event_add(w->ev, NULL)) {
+		pdx_client_watch_free(w);
+		return NULL;
+	}
+	return w;
+}
+
+void pdx_client_watch_free(struct pdx_client_watch *w)
+{
+	if (!w)
+		return;
+	if (w->ev)
+		event_free(w->ev);
+	free(w);
 }
 
 rlim_t pdx_nofile_raise(void)

@@ -1,14 +1,16 @@
-/* What every HTTP server of pdx (engine, proxy) does to its listening
- * socket and its process: TCP_NODELAY once on the listener, a pause
- * instead of a busy loop when accept() fails, and the file-descriptor
- * limit raised.
+/* What every HTTP server of pdx (engine, proxy) shares: TCP_NODELAY once
+ * on the listener, a pause instead of a busy loop when accept() fails,
+ * the port it got, the file-descriptor limit raised, and a watch that
+ * notices a client leaving while its request is answered.
  *
  * One thread (the server's loop). One listener per process.
  */
 #ifndef PDX_COMMON_HTTP_LISTEN_H
 #define PDX_COMMON_HTTP_LISTEN_H
 
+#include <event2/event.h>
 #include <event2/http.h>
+#include <stdint.h>
 #include <sys/resource.h>
 
 /* Accepted sockets inherit TCP_NODELAY from the listening one (Linux),
@@ -18,6 +20,25 @@
  * the listener rests 100 ms instead, the clients wait in the backlog,
  * and a warning goes out at most once a second. */
 void pdx_http_listen_tune(struct evhttp_bound_socket *bs);
+
+/* The port the bound socket got (asked for 0: the kernel's choice); 0
+ * when unknown. */
+uint16_t pdx_http_bound_port(struct evhttp_bound_socket *bs);
+
+/* evhttp (2.1) does not read a connection while its request is being
+ * answered, so it notices a client that left only when a write fails: a
+ * request still queued or a response still being generated would run to
+ * its end. The watch reads the socket instead: end of file or an error
+ * means the client is gone, and the connection is freed, which runs its
+ * close callback. Bytes (a pipelined request) end the watch. */
+struct pdx_client_watch;
+
+/* NULL when out of memory. */
+struct pdx_client_watch *pdx_client_watch_new(struct event_base *base,
+					      struct evhttp_connection *conn);
+
+/* Stops and frees the watch; NULL-safe. */
+void pdx_client_watch_free(struct pdx_client_watch *w);
 
 /* Raises the soft limit on file descriptors to the hard one (a shell's
  * 1024 is fewer than the streams a server can run) and returns the

@@ -9,8 +9,6 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -135,19 +133,6 @@ static void route(struct evhttp_request *req, void *arg)
 	}
 }
 
-/* The port the bound socket got (asked for 0: the kernel's choice). */
-static uint16_t bound_port(struct evhttp_bound_socket *bs)
-{
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	evutil_socket_t fd = evhttp_bound_socket_get_fd(bs);
-
-	if (getsockname(fd, (struct sockaddr *)&ss, &len))
-		return 0;
-	if (ss.ss_family == AF_INET6)
-		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
-}
 
 pdx_status_t pdx_http_api_new(const struct pdx_http_api_params *p,
 			      struct pdx_http_api **out, char *err,
@@ -183,7 +168,7 @@ pdx_status_t pdx_http_api_new(const struct pdx_http_api_params *p,
 		return PDX_EIO;
 	}
 	pdx_http_listen_tune(bs);
-	api->port = bound_port(bs);
+	api->port = pdx_http_bound_port(bs);
 	*out = api;
 	return PDX_OK;
 }

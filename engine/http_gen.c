@@ -4,17 +4,15 @@
 #include "engine/http_internal.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/keyvalq_struct.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/http_listen.h"
 #include "common/log.h"
 #include "engine/kv_seq.h"
 #include "engine/openai.h"
@@ -32,7 +30,7 @@ struct pdx__gen_call {
 	struct pdx_sched_req *sreq;
 	struct pdx__kv *kv; /* its KV transfer, or NULL */
 	uint32_t first_token;
-	struct event *watch; /* the client's socket, for its close */
+	struct pdx_client_watch *watch; /* notices the client leaving */
 	struct pdx_oai_meta meta;
 	bool stream, include_usage;
 	struct pdx_oai_usage usage;
@@ -88,8 +86,7 @@ static void set_ids(struct pdx__gen_call *c, bool chat)
 static void call_free(struct pdx__gen_call *c)
 {
 	LIST_REMOVE(c, link);
-	if (c->watch)
-		event_free(c->watch);
+	pdx_client_watch_free(c->watch);
 	evbuffer_free(c->out);
 	free(c);
 }
@@ -118,35 +115,6 @@ static void on_close(struct evhttp_connection *conn, void *arg)
 	call_free(c);
 }
 
-/* evhttp (2.1) does not read a connection while its request is being
- * answered, so it notices a client that left only when a write fails: a
- * request still queued, or a whole response still being generated, would
- * run to its end. The socket is watched here instead: end of file or an
- * error means the client is gone, and freeing the connection runs
- * on_close. Bytes (a pipelined request) end the watch. */
-static void on_readable(evutil_socket_t fd, short what, void *arg)
-{
-	struct pdx__gen_call *c = arg;
-	char byte;
-	ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-
-	if (n > 0)
-		return;
-	if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-		event_add(c->watch, NULL);
-		return;
-	}
-	evhttp_connection_free(c->conn);
-}
-
-static int watch_client(struct pdx__gen_call *c)
-{
-	struct bufferevent *bev = evhttp_connection_get_bufferevent(c->conn);
-
-	c->watch = event_new(c->api->p.base, bufferevent_getfd(bev), EV_READ,
-			     on_readable, c);
-	return c->watch ? event_add(c->watch, NULL) : -1;
-}
 
 /* Server-Timing (W3C): where the time to the first token went, in ms:
  * queue (arrival to admission: a running slot and all blocks), then
@@ -453,7 +421,8 @@ void pdx__gen_handle(struct pdx_http_api *api, struct evhttp_request *req,
 	api->p.metrics->prompt_tokens += r.n_prompt;
 	pdx_oai_req_clear(&r);
 	evhttp_connection_set_closecb(c->conn, on_close, c);
-	if (watch_client(c))
+	c->watch = pdx_client_watch_new(api->p.base, c->conn);
+	if (!c->watch)
 		log_warn("%s: cannot watch the client's socket", c->req_id);
 }
 

@@ -105,12 +105,10 @@ static int chat_template(json_t *messages, struct strbuf *b,
 	return 0;
 }
 
-static int tokenize(const char *text, size_t len,
-		    const struct pdx_oai_limits *lim, struct pdx_oai_req *out,
-		    struct pdx_oai_error *err)
+/* Room for a prompt of n tokens, refused past the model's length. */
+static int prompt_alloc(size_t n, const struct pdx_oai_limits *lim,
+			struct pdx_oai_req *out, struct pdx_oai_error *err)
 {
-	size_t n = pdx_tok_encode(text, len, lim->vocab, NULL, 0);
-
 	if (n > lim->max_model_len)
 		return fail(err, 400,
 			    "the prompt has %zu tokens, more than this model's "
@@ -119,6 +117,17 @@ static int tokenize(const char *text, size_t len,
 	out->prompt = malloc(sizeof(*out->prompt) * (n ? n : 1));
 	if (!out->prompt)
 		return fail(err, 400, "out of memory");
+	return 0;
+}
+
+static int tokenize(const char *text, size_t len,
+		    const struct pdx_oai_limits *lim, struct pdx_oai_req *out,
+		    struct pdx_oai_error *err)
+{
+	size_t n = pdx_tok_encode(text, len, lim->vocab, NULL, 0);
+
+	if (prompt_alloc(n, lim, out, err))
+		return -1;
 	pdx_tok_encode(text, len, lim->vocab, out->prompt, n);
 	out->n_prompt = (uint32_t)n;
 	return 0;
@@ -134,14 +143,8 @@ static int token_ids(json_t *arr, const struct pdx_oai_limits *lim,
 		return fail(err, 400,
 			    "a list of prompts is not supported; send one "
 			    "prompt per request");
-	if (n > lim->max_model_len)
-		return fail(err, 400,
-			    "the prompt has %zu tokens, more than this model's "
-			    "maximum context length of %u",
-			    n, lim->max_model_len);
-	out->prompt = malloc(sizeof(*out->prompt) * (n ? n : 1));
-	if (!out->prompt)
-		return fail(err, 400, "out of memory");
+	if (prompt_alloc(n, lim, out, err))
+		return -1;
 	json_array_foreach(arr, i, v)
 	{
 		if (!json_is_integer(v) ||

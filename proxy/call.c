@@ -3,17 +3,15 @@
 #include "proxy/call.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/keyvalq_struct.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/http_listen.h"
 #include "common/log.h"
 
 /* Response headers of the engine's that the client gets too. */
@@ -38,8 +36,7 @@ static void call_free(struct pdx_call *c)
 	call_count(c);
 	LIST_REMOVE(c, link);
 	px->ncalls--;
-	if (c->watch)
-		event_free(c->watch);
+	pdx_client_watch_free(c->watch);
 	json_decref(c->body);
 	pdx_upstream_cancel(c->leg);
 	pdx_upstream_cancel(c->side);
@@ -59,8 +56,8 @@ static void call_free(struct pdx_call *c)
 static void call_detach(struct pdx_call *c)
 {
 	evhttp_connection_set_closecb(c->conn, NULL, NULL);
-	if (c->watch)
-		event_del(c->watch);
+	pdx_client_watch_free(c->watch);
+	c->watch = NULL;
 }
 
 /* The client's connection is being freed: the client left (or the proxy
@@ -76,26 +73,6 @@ static void on_close(struct evhttp_connection *conn, void *arg)
 	c->px->metrics.aborted++;
 	c->status = 499; /* nginx's "client closed request" */
 	call_free(c);
-}
-
-/* evhttp (2.1) does not read a connection while its request is being
- * answered, so a client that left is noticed only when a write fails.
- * The socket is watched instead: end of file or an error means the
- * client is gone, and freeing the connection runs on_close. Bytes (a
- * pipelined request) end the watch. */
-static void on_readable(evutil_socket_t fd, short what, void *arg)
-{
-	struct pdx_call *c = arg;
-	char byte;
-	ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-
-	if (n > 0)
-		return;
-	if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-		event_add(c->watch, NULL);
-		return;
-	}
-	evhttp_connection_free(c->conn);
 }
 
 static bool req_id_usable(const char *s)
@@ -125,7 +102,6 @@ struct pdx_call *pdx_call_new(struct pdx_proxy *px, struct evhttp_request *req)
 {
 	const char *id = evhttp_find_header(
 	    evhttp_request_get_input_headers(req), "X-Request-Id");
-	struct bufferevent *bev;
 	struct pdx_call *c;
 
 	if (px->ncalls >= px->o->max_inflight) {
@@ -151,10 +127,8 @@ struct pdx_call *pdx_call_new(struct pdx_proxy *px, struct evhttp_request *req)
 	px->ncalls++;
 	evhttp_add_header(evhttp_request_get_output_headers(req),
 			  "X-Request-Id", c->req_id);
-	bev = evhttp_connection_get_bufferevent(c->conn);
-	c->watch = event_new(px->base, bufferevent_getfd(bev), EV_READ,
-			     on_readable, c);
-	if (!c->watch || event_add(c->watch, NULL)) {
+	c->watch = pdx_client_watch_new(px->base, c->conn);
+	if (!c->watch) {
 		c->status = 500;
 		evhttp_send_error(req, 500, "out of memory");
 		call_free(c);
@@ -296,16 +270,19 @@ static void relay_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 		call_free(c);
 }
 
-static int call_start(struct pdx_call *c, struct pdx_inst *inst,
-		      enum pdx_pool_role role, enum evhttp_cmd_type method,
-		      const char *path, const void *body, size_t len,
-		      bool stream, const struct pdx_upstream_cbs *cbs)
+/* A leg of c with the proxy's timeouts and limits, its request id and
+ * the client's Authorization. */
+static struct pdx_upstream_params
+leg_params(struct pdx_call *c, struct pdx_inst *inst,
+	   enum evhttp_cmd_type method, const char *path, const void *body,
+	   size_t len, bool stream)
 {
-	struct pdx_upstream_cbs mine;
 	const struct pdx_proxy_opts *o = c->px->o;
-	struct pdx_upstream_params p = {
+
+	return (struct pdx_upstream_params){
 	    .base = c->px->base,
 	    .set = &c->px->legs,
+	    .inst = inst,
 	    .method = method,
 	    .path = path,
 	    .request_id = c->req_id,
@@ -321,6 +298,16 @@ static int call_start(struct pdx_call *c, struct pdx_inst *inst,
 	    .keepalive = o->keepalive,
 	    .keepalive_ms = o->keepalive_ms,
 	};
+}
+
+static int call_start(struct pdx_call *c, struct pdx_inst *inst,
+		      enum pdx_pool_role role, enum evhttp_cmd_type method,
+		      const char *path, const void *body, size_t len,
+		      bool stream, const struct pdx_upstream_cbs *cbs)
+{
+	struct pdx_upstream_cbs mine;
+	struct pdx_upstream_params p =
+	    leg_params(c, NULL, method, path, body, len, stream);
 	char msg[96];
 
 	c->inst = inst ? inst : pdx_pool_pick(&c->px->pool[role]);
@@ -401,25 +388,8 @@ int pdx_call_side(struct pdx_call *c, struct pdx_inst *inst, const char *path,
 		  const void *body, size_t len,
 		  const struct pdx_upstream_cbs *cbs)
 {
-	const struct pdx_proxy_opts *o = c->px->o;
-	struct pdx_upstream_params p = {
-	    .base = c->px->base,
-	    .set = &c->px->legs,
-	    .inst = inst,
-	    .method = EVHTTP_REQ_POST,
-	    .path = path,
-	    .request_id = c->req_id,
-	    .authorization = evhttp_find_header(
-		evhttp_request_get_input_headers(c->req), "Authorization"),
-	    .body = body,
-	    .body_len = len,
-	    .connect_timeout_ms = o->connect_timeout_ms,
-	    .first_byte_timeout_ms = o->first_byte_timeout_ms,
-	    .idle_timeout_s = o->idle_timeout_s,
-	    .max_body = o->max_body,
-	    .keepalive = o->keepalive,
-	    .keepalive_ms = o->keepalive_ms,
-	};
+	struct pdx_upstream_params p =
+	    leg_params(c, inst, EVHTTP_REQ_POST, path, body, len, false);
 	static const struct pdx_upstream_cbs side = {.on_head = prefill_head,
 						     .on_end = side_end};
 	struct pdx_upstream_cbs mine = side;

@@ -25,6 +25,8 @@
 #include "proxy/proxy.h"
 #include "proxy/upstream.h"
 
+struct pdx_client_watch;
+
 #define PDX_REQ_ID_MAX 64
 
 struct pdx_call {
@@ -32,7 +34,7 @@ struct pdx_call {
 	struct pdx_proxy *px;
 	struct evhttp_request *req;
 	struct evhttp_connection *conn;
-	struct event *watch;
+	struct pdx_client_watch *watch;
 	char req_id[PDX_REQ_ID_MAX + 1];
 	char path[64];
 	uint64_t t0_ns;

@@ -2,16 +2,13 @@
  * (/health, /ready, /metrics); completions go to the flow, /v1/models to
  * a decode instance, /admin/... to admin.c. */
 #define PDX_LOG_TOPIC "server"
-#include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "common/clock.h"
 #include "common/http_listen.h"
@@ -181,18 +178,6 @@ bad_method:
 			     "method not allowed on this route");
 }
 
-static uint16_t bound_port(struct evhttp_bound_socket *bs)
-{
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	evutil_socket_t fd = evhttp_bound_socket_get_fd(bs);
-
-	if (getsockname(fd, (struct sockaddr *)&ss, &len))
-		return 0;
-	if (ss.ss_family == AF_INET6)
-		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
-}
 
 int pdx_proxy_listen(struct pdx_proxy *px, char *err, size_t errlen)
 {
@@ -218,7 +203,7 @@ int pdx_proxy_listen(struct pdx_proxy *px, char *err, size_t errlen)
 		return -1;
 	}
 	pdx_http_listen_tune(bs);
-	px->port = bound_port(bs);
+	px->port = pdx_http_bound_port(bs);
 	return 0;
 }
 
