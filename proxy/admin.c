@@ -58,10 +58,11 @@ static void list(struct pdx_proxy *px, struct evhttp_request *req)
 		for (unsigned i = 0; i < p->n; i++)
 			json_array_append_new(
 			    arr,
-			    json_pack("{s:s, s:s, s:i, s:I, s:I}", "role",
+			    json_pack("{s:s, s:s, s:i, s:i, s:I, s:I}", "role",
 				      pdx_pool_role_name(p->role), "url",
 				      p->inst[i]->url, "inflight",
-				      (int)p->inst[i]->inflight, "requests",
+				      (int)p->inst[i]->inflight, "transfers",
+				      (int)p->inst[i]->xfers, "requests",
 				      (json_int_t)p->inst[i]->requests,
 				      "failures",
 				      (json_int_t)p->inst[i]->failures));

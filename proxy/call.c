@@ -310,7 +310,7 @@ static int call_start(struct pdx_call *c, struct pdx_inst *inst,
 	    leg_params(c, NULL, method, path, body, len, stream);
 	char msg[96];
 
-	c->inst = inst ? inst : pdx_pool_pick(&c->px->pool[role]);
+	c->inst = inst ? inst : pdx_pool_pick(&c->px->pool[role], 0);
 	if (!c->inst) {
 		snprintf(msg, sizeof(msg), "no %s instance available",
 			 pdx_pool_role_name(role));

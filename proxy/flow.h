@@ -69,6 +69,10 @@ void pdx_flow_learn_peer(struct pdx_call *c, struct pdx_inst *inst,
  * kv_transfer_params. NULL: out of memory. */
 char *pdx_flow_prefill_body(struct pdx_call *c, const char *metaserver);
 
+/* P's leg to p is going out: its transfer counts in p's and D's load
+ * until their agents report it (transfers.h). */
+void pdx_flow_count_transfer(struct pdx_call *c, struct pdx_inst *p);
+
 /* Relays D's request to c->decode: the client's body with kv as its
  * kv_transfer_params (copied unchanged), or byte for byte when kv is
  * not an object. */

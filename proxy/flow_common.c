@@ -44,17 +44,87 @@ static int xfer_id_set(struct pdx_call *c)
 	return 0;
 }
 
+/* Feeds at most *left bytes of p into the key. */
+static uint64_t key_add(uint64_t h, const void *p, size_t n, size_t *left)
+{
+	n = n < *left ? n : *left;
+	*left -= n;
+	return pdx_pool_key_add(h, p, n);
+}
+
+static uint64_t key_add_str(uint64_t h, const json_t *s, size_t *left)
+{
+	return json_is_string(s) ? key_add(h, json_string_value(s),
+					   json_string_length(s), left)
+				 : h;
+}
+
+/* The start of a prompt: text, token ids (4 bytes each, little-endian)
+ * or, in a batch, its first prompt. */
+static uint64_t key_prompt(uint64_t h, const json_t *prompt, size_t *left)
+{
+	size_t k;
+	json_t *v;
+
+	if (!json_is_array(prompt))
+		return key_add_str(h, prompt, left);
+	v = json_array_get(prompt, 0);
+	if (json_is_string(v) || json_is_array(v))
+		return key_prompt(h, v, left);
+	json_array_foreach(prompt, k, v) {
+		uint32_t id = (uint32_t)json_integer_value(v);
+		unsigned char le[4] = {id, id >> 8, id >> 16, id >> 24};
+
+		if (!*left)
+			break;
+		h = key_add(h, le, sizeof(le), left);
+	}
+	return h;
+}
+
+/* prefix-aware's key: the first --prefix-len bytes of the prompt, or of
+ * the chat's roles and texts in order. */
+static uint64_t prefix_key(const json_t *body, size_t len)
+{
+	const json_t *msgs = json_object_get(body, "messages");
+	uint64_t h = PDX_POOL_KEY_INIT;
+	size_t k, left = len;
+	json_t *m;
+
+	if (!json_is_array(msgs))
+		return key_prompt(h, json_object_get(body, "prompt"), &left);
+	json_array_foreach(msgs, k, m) {
+		const json_t *content = json_object_get(m, "content");
+		size_t j;
+		json_t *part;
+
+		h = key_add_str(h, json_object_get(m, "role"), &left);
+		if (!json_is_array(content)) {
+			h = key_add_str(h, content, &left);
+			continue;
+		}
+		json_array_foreach(content, j, part)
+			h = key_add_str(h, json_object_get(part, "text"), &left);
+	}
+	return h;
+}
+
 int pdx_flow_pick(struct pdx_call *c)
 {
 	struct pdx_pool *p = &c->px->pool[PDX_POOL_PREFILL];
+	struct pdx_pool *d = &c->px->pool[PDX_POOL_DECODE];
+	uint64_t key = p->policy == PDX_POLICY_PREFIX_AWARE ||
+			       d->policy == PDX_POLICY_PREFIX_AWARE
+			   ? prefix_key(c->body, c->px->o->prefix_len)
+			   : 0;
 
-	c->decode = pdx_pool_pick(&c->px->pool[PDX_POOL_DECODE]);
+	c->decode = pdx_pool_pick(d, key);
 	if (!c->decode) {
 		pdx_call_reply_error(c, 503, "service_unavailable",
 				     "no decode instance available");
 		return -1;
 	}
-	if (p->n && !(c->prefill = pdx_pool_pick(p))) {
+	if (p->n && !(c->prefill = pdx_pool_pick(p, key))) {
 		pdx_call_reply_error(c, 503, "service_unavailable",
 				     "no prefill instance available");
 		return -1;
@@ -149,6 +219,12 @@ out:
 	return s;
 }
 
+void pdx_flow_count_transfer(struct pdx_call *c, struct pdx_inst *p)
+{
+	pdx_transfers_start(&c->px->xfers, c->xfer_id, p,
+			    c->decode->peer[0] ? c->decode : NULL);
+}
+
 /* D is used once: its reference moves to the relayed leg. */
 static struct pdx_inst *decode_take(struct pdx_call *c)
 {
@@ -164,7 +240,8 @@ void pdx_flow_send_decode(struct pdx_call *c, json_t *kv)
 	json_t *d;
 	char *s;
 
-	if (!json_is_object(kv)) {
+	if (!json_is_object(kv)) { /* D prefills: no transfer */
+		pdx_transfers_forget(&c->px->xfers, c->xfer_id);
 		pdx_call_relay(c, decode_take(c), PDX_POOL_DECODE,
 			       EVHTTP_REQ_POST, c->path,
 			       evbuffer_pullup(in, -1),
@@ -189,6 +266,7 @@ void pdx_flow_prefill_failed(struct pdx_call *c, int status,
 			     struct evbuffer *body, int err_status,
 			     const char *why)
 {
+	pdx_transfers_forget(&c->px->xfers, c->xfer_id);
 	if (c->px->o->prefill_fallback) {
 		log_info("%s: prefill failed (%d%s%s); decode prefills itself",
 			 c->req_id, status ? status : err_status,

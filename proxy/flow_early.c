@@ -54,6 +54,7 @@ static void send_prefill(struct pdx_call *c)
 		pdx_call_reply_error(c, 500, "internal_error", "out of memory");
 		return;
 	}
+	pdx_flow_count_transfer(c, p);
 	c->prefill = NULL; /* the side leg's now */
 	cbs.arg = c;
 	c->awaiting_callback = true;

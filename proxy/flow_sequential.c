@@ -48,6 +48,7 @@ void pdx_flow_sequential_prefill(struct pdx_call *c)
 		return;
 	}
 	cbs.arg = c;
+	pdx_flow_count_transfer(c, p);
 	c->prefill = NULL; /* the leg's now */
 	pdx_call_leg(c, p, PDX_POOL_PREFILL, c->path, body, strlen(body),
 		     &cbs);

@@ -124,6 +124,15 @@ static int proxy_start(struct proxy_main *m)
 		return -1;
 	}
 	metaserver_url_set(px, &m->o);
+	if (m->o.notify_bind) {
+		if (pdx_transfers_open(&px->xfers, px->base, m->o.notify_bind,
+				       m->o.transfer_timeout_s, err,
+				       sizeof(err))) {
+			log_error("--notify-bind: %s", err);
+			return -1;
+		}
+		log_info("transfer notifications on %s", px->xfers.endpoint);
+	}
 	log_info("flow %s, %u prefill (%s), %u decode (%s), admin api %s",
 		 pdx_proxy_flow_name(m->o.flow), px->pool[0].n,
 		 pdx_pool_policy_name(px->pool[0].policy), px->pool[1].n,
@@ -137,6 +146,7 @@ static void proxy_stop(struct proxy_main *m)
 {
 	pdx_proxy_close(&m->px);
 	pdx_upstreams_clear(&m->px.legs);
+	pdx_transfers_close(&m->px.xfers);
 	pdx_pool_clear(&m->px.pool[PDX_POOL_PREFILL]);
 	pdx_pool_clear(&m->px.pool[PDX_POOL_DECODE]);
 	if (m->sigint)

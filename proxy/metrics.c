@@ -113,13 +113,20 @@ static int family(struct evbuffer *out, const char *name, const char *type,
 				   help, name, type) < 0;
 }
 
-enum inst_field { INST_INFLIGHT, INST_REQUESTS, INST_FAILURES };
+enum inst_field { INST_INFLIGHT, INST_XFERS, INST_REQUESTS, INST_FAILURES };
 
 static uint64_t inst_value(const struct pdx_inst *in, enum inst_field f)
 {
-	return f == INST_INFLIGHT ? in->inflight
-	       : f == INST_REQUESTS ? in->requests
-				    : in->failures;
+	switch (f) {
+	case INST_INFLIGHT:
+		return in->inflight;
+	case INST_XFERS:
+		return in->xfers;
+	case INST_REQUESTS:
+		return in->requests;
+	default:
+		return in->failures;
+	}
 }
 
 /* One family with a sample per instance of both pools. */
@@ -149,6 +156,11 @@ static int render_instances(const struct pdx_proxy *px, struct evbuffer *out)
 		px, out, "pdx_proxy_instance_inflight", "gauge",
 		"requests of this proxy in flight on an instance", INST_INFLIGHT);
 
+	bad |= render_per_instance(
+		px, out, "pdx_proxy_instance_transfers", "gauge",
+		"transfers this proxy set up on an instance that its agent has "
+		"not reported finished (needs --notify-bind)",
+		INST_XFERS);
 	bad |= render_per_instance(px, out, "pdx_proxy_instance_requests_total",
 				   "counter", "requests sent to an instance",
 				   INST_REQUESTS);
@@ -162,6 +174,34 @@ static int render_instances(const struct pdx_proxy *px, struct evbuffer *out)
 			   out, "pdx_proxy_instances{role=\"%s\"} %u\n",
 			   pdx_pool_role_name(px->pool[r].role),
 			   px->pool[r].n) < 0;
+	return bad;
+}
+
+static int render_transfers(const struct pdx_transfers *t,
+			    struct evbuffer *out)
+{
+	int bad = family(out, "pdx_proxy_transfer_notifications_total",
+			 "counter",
+			 "agents' notifications received, by what they were "
+			 "about: a transfer counted here, an unknown one, or "
+			 "not an xfer_event");
+
+	bad |= evbuffer_add_printf(
+		   out,
+		   "pdx_proxy_transfer_notifications_total{about=\"counted\"} "
+		   "%llu\n"
+		   "pdx_proxy_transfer_notifications_total{about=\"unknown\"} "
+		   "%llu\n"
+		   "pdx_proxy_transfer_notifications_total{about=\"bad\"} "
+		   "%llu\n",
+		   (unsigned long long)(t->events - t->unknown),
+		   (unsigned long long)t->unknown,
+		   (unsigned long long)t->bad) < 0;
+	bad |= family(out, "pdx_proxy_transfers_expired_total", "counter",
+		      "transfers no agent reported within --transfer-timeout");
+	bad |= evbuffer_add_printf(out,
+				   "pdx_proxy_transfers_expired_total %llu\n",
+				   (unsigned long long)t->expired) < 0;
 	return bad;
 }
 
@@ -188,6 +228,7 @@ int pdx_proxy_metrics_render(const struct pdx_proxy *px, struct evbuffer *out)
 	bad |= evbuffer_add_printf(out, "pdx_proxy_requests_inflight %u\n",
 				   px->ncalls) < 0;
 	bad |= render_instances(px, out);
+	bad |= render_transfers(&px->xfers, out);
 	bad |= family(out, "pdx_proxy_request_duration_seconds", "histogram",
 		      "time from a client request's arrival to its end");
 	bad |= hist_render(out, "pdx_proxy_request_duration_seconds", "",

@@ -33,7 +33,20 @@ void pdx_proxy_opts_usage(FILE *f)
 "  --metaserver-url URL        where prefill engines post their early\n"
 "                              callback (default http://H:P/v1/metaserver\n"
 "                              of this proxy; 127.0.0.1 for a wildcard H)\n"
-"  --policy-p R, --policy-d R  round-robin (default) or least-loaded\n"
+"  --policy-p R, --policy-d R  round-robin (default), least-loaded (fewest\n"
+"                              requests in flight plus transfers not yet\n"
+"                              reported finished) or prefix-aware (one\n"
+"                              instance per prompt prefix while it is not\n"
+"                              much busier than the rest)\n"
+"  --prefix-len BYTES          how much of a prompt's start prefix-aware\n"
+"                              looks at: text bytes, 4 per token id\n"
+"                              (default 1024)\n"
+"  --notify-bind ADDR          receive the agents' transfer notifications\n"
+"                              (agents' --notify) on this ZeroMQ address,\n"
+"                              tcp://HOST:PORT; without it least-loaded\n"
+"                              counts requests only\n"
+"  --transfer-timeout S        a transfer no agent reported finished is\n"
+"                              no longer counted after this (default 60)\n"
 "  --admin-token T             bearer token for /admin/*; without it the\n"
 "                              admin API answers 403 (or the environment\n"
 "                              variable PDX_PROXY_ADMIN_TOKEN)\n"
@@ -191,6 +204,8 @@ static void defaults(struct pdx_proxy_opts *o)
 	o->max_inflight = 4096;
 	o->keepalive = PDX_POOL_IDLE_MAX;
 	o->keepalive_ms = 2000;
+	o->prefix_len = 1024;
+	o->transfer_timeout_s = 60;
 	/* from the environment, so the token need not show in ps */
 	o->admin_token = getenv("PDX_PROXY_ADMIN_TOKEN");
 	if (o->admin_token && !*o->admin_token)
@@ -290,6 +305,23 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 							   ? &o->policy_p
 							   : &o->policy_d))
 				goto bad_choice;
+		} else if (!strcmp(name, "--prefix-len")) {
+			if (parse_ulong(name, val, 1, 1u << 20, &v, err,
+					errlen))
+				return PDX_PROXY_OPTS_BAD;
+			o->prefix_len = v;
+		} else if (!strcmp(name, "--notify-bind")) {
+			if (strncmp(val, "tcp://", 6) && strncmp(val, "ipc://", 6)) {
+				snprintf(err, errlen,
+					 "%s: want tcp://HOST:PORT or ipc://PATH",
+					 name);
+				return PDX_PROXY_OPTS_BAD;
+			}
+			o->notify_bind = val;
+		} else if (!strcmp(name, "--transfer-timeout")) {
+			if (parse_ulong(name, val, 1, 86400, &v, err, errlen))
+				return PDX_PROXY_OPTS_BAD;
+			o->transfer_timeout_s = v;
 		} else if (!strcmp(name, "--admin-token")) {
 			if (!*val) {
 				snprintf(err, errlen, "--admin-token is empty");

@@ -29,6 +29,9 @@ struct pdx_proxy_opts {
 	enum pdx_proxy_flow flow;   /* concurrent */
 	const char *metaserver_url; /* NULL: this proxy's /v1/metaserver */
 	enum pdx_pool_policy policy_p, policy_d; /* round-robin */
+	size_t prefix_len;	/* prefix-aware's key: 1024 bytes */
+	const char *notify_bind; /* agents' notifications; NULL: none */
+	unsigned transfer_timeout_s; /* an unreported transfer: 60 */
 	const char *admin_token;     /* or $PDX_PROXY_ADMIN_TOKEN; NULL: 403 */
 	const char *log_level;	     /* info */
 	unsigned connect_timeout_ms; /* 5000 */

@@ -102,6 +102,8 @@ int pdx_pool_add(struct pdx_pool *p, const char *addr, char *err, size_t errlen)
 		 strchr(host, ':') ? "http://[%s]:%u" : "http://%s:%u", host,
 		 port);
 	i->role = p->role;
+	i->url_hash = pdx_pool_key_add(PDX_POOL_KEY_INIT, i->url,
+				       strlen(i->url));
 	i->refs = 1; /* the pool's */
 	p->inst[p->n++] = i;
 	return 0;
@@ -130,25 +132,81 @@ int pdx_pool_remove(struct pdx_pool *p, const char *addr)
 	return 0;
 }
 
-struct pdx_inst *pdx_pool_pick(struct pdx_pool *p)
+uint64_t pdx_pool_key_add(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	for (size_t k = 0; k < n; k++)
+		h = (h ^ b[k]) * 0x100000001b3ull;
+	return h;
+}
+
+unsigned pdx_pool_load(const struct pdx_inst *i)
+{
+	return i->inflight + i->xfers;
+}
+
+/* splitmix64's finalizer: the instance's weight for a prefix, so that
+ * each prefix orders the instances differently */
+static uint64_t mix(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static struct pdx_inst *least_loaded(struct pdx_pool *p)
+{
+	/* ties go round-robin too, so equal loads spread out */
+	unsigned start = p->rr++ % p->n;
+	struct pdx_inst *best = p->inst[start];
+
+	for (unsigned k = 1; k < p->n; k++) {
+		struct pdx_inst *i = p->inst[(start + k) % p->n];
+
+		if (pdx_pool_load(i) < pdx_pool_load(best))
+			best = i;
+	}
+	return best;
+}
+
+/* The prefix's favourite among the instances loaded at most the least
+ * load plus the slack. */
+static struct pdx_inst *prefix_aware(struct pdx_pool *p, uint64_t key)
+{
+	unsigned bound = pdx_pool_load(least_loaded(p)) + PDX_POOL_PREFIX_SLACK;
+	struct pdx_inst *best = NULL;
+	uint64_t best_w = 0;
+
+	for (unsigned k = 0; k < p->n; k++) {
+		struct pdx_inst *i = p->inst[k];
+		uint64_t w = mix(key ^ i->url_hash);
+
+		if (pdx_pool_load(i) <= bound && (!best || w > best_w)) {
+			best = i;
+			best_w = w;
+		}
+	}
+	return best;
+}
+
+struct pdx_inst *pdx_pool_pick(struct pdx_pool *p, uint64_t key)
 {
 	struct pdx_inst *best;
 
 	if (!p->n)
 		return NULL;
-	if (p->policy == PDX_POLICY_ROUND_ROBIN) {
+	switch (p->policy) {
+	case PDX_POLICY_LEAST_LOADED:
+		best = least_loaded(p);
+		break;
+	case PDX_POLICY_PREFIX_AWARE:
+		best = prefix_aware(p, key);
+		break;
+	default:
 		best = p->inst[p->rr++ % p->n];
-	} else {
-		/* ties go round-robin too, so equal loads spread out */
-		unsigned start = p->rr++ % p->n;
-
-		best = p->inst[start];
-		for (unsigned k = 1; k < p->n; k++) {
-			struct pdx_inst *i = p->inst[(start + k) % p->n];
-
-			if (i->inflight < best->inflight)
-				best = i;
-		}
 	}
 	pdx_pool_hold(best);
 	return best;
@@ -196,18 +254,25 @@ const char *pdx_pool_role_name(enum pdx_pool_role r)
 	return r == PDX_POOL_PREFILL ? "prefill" : "decode";
 }
 
+static const char *const policy_names[] = {
+	[PDX_POLICY_ROUND_ROBIN] = "round-robin",
+	[PDX_POLICY_LEAST_LOADED] = "least-loaded",
+	[PDX_POLICY_PREFIX_AWARE] = "prefix-aware",
+};
+
 const char *pdx_pool_policy_name(enum pdx_pool_policy p)
 {
-	return p == PDX_POLICY_ROUND_ROBIN ? "round-robin" : "least-loaded";
+	return policy_names[p];
 }
 
 int pdx_pool_policy_parse(const char *s, enum pdx_pool_policy *out)
 {
-	if (!strcmp(s, "round-robin"))
-		*out = PDX_POLICY_ROUND_ROBIN;
-	else if (!strcmp(s, "least-loaded"))
-		*out = PDX_POLICY_LEAST_LOADED;
-	else
-		return -1;
-	return 0;
+	for (unsigned k = 0; k < sizeof(policy_names) / sizeof(*policy_names);
+	     k++) {
+		if (!strcmp(s, policy_names[k])) {
+			*out = (enum pdx_pool_policy)k;
+			return 0;
+		}
+	}
+	return -1;
 }

@@ -1,6 +1,16 @@
 /* Pools of engine instances (one for prefill, one for decode) and the
- * policies that pick one per request: round-robin, least-loaded (fewest
- * requests in flight from this proxy).
+ * policies that pick one per request:
+ *   round-robin;
+ *   least-loaded: the smallest load, where an instance's load is this
+ *     proxy's requests in flight on it plus the transfers it set up there
+ *     that the agents have not reported finished (transfers.h): a prefill
+ *     instance still holds a finished request's KV until it is sent;
+ *   prefix-aware: each prompt prefix has its own order of the instances
+ *     (rendezvous hashing of the prefix key and the instance's URL), and
+ *     gets the first one in that order whose load is at most the least
+ *     load plus PDX_POOL_PREFIX_SLACK, so the requests that share a prefix
+ *     meet its KV in one engine's prefix cache while no instance is
+ *     swamped; adding or removing an instance moves only its share.
  *
  * One thread (the proxy's loop). An instance is reference counted: a
  * request holds the instance it picked until pdx_pool_put(), and an
@@ -21,19 +31,28 @@
 #define PDX_POOL_ADDR_MAX 128
 #define PDX_POOL_MAX 256     /* instances per pool */
 #define PDX_POOL_IDLE_MAX 64 /* idle connections kept per instance */
+/* how much more loaded than the least loaded instance a prefix's own
+ * instance may be and still get it */
+#define PDX_POOL_PREFIX_SLACK 4
 
 struct event;
 struct evhttp_connection;
 
 enum pdx_pool_role { PDX_POOL_PREFILL, PDX_POOL_DECODE };
-enum pdx_pool_policy { PDX_POLICY_ROUND_ROBIN, PDX_POLICY_LEAST_LOADED };
+enum pdx_pool_policy {
+	PDX_POLICY_ROUND_ROBIN,
+	PDX_POLICY_LEAST_LOADED,
+	PDX_POLICY_PREFIX_AWARE,
+};
 
 struct pdx_inst {
 	char host[PDX_POOL_ADDR_MAX];
 	uint16_t port;
 	char url[PDX_POOL_ADDR_MAX + 16]; /* "http://host:port" */
 	enum pdx_pool_role role;
+	uint64_t url_hash; /* its place in each prefix's order */
 	unsigned inflight; /* requests of this proxy on it now */
+	unsigned xfers;	   /* transfers set up and not reported finished */
 	uint64_t requests; /* requests sent to it */
 	uint64_t failures; /* of those, failed to connect or answer */
 	unsigned refs;
@@ -74,8 +93,17 @@ int pdx_pool_add(struct pdx_pool *p, const char *addr, char *err,
 int pdx_pool_remove(struct pdx_pool *p, const char *addr);
 
 /* Picks an instance by the pool's policy and takes a reference and an
- * in-flight slot; NULL when the pool is empty. */
-struct pdx_inst *pdx_pool_pick(struct pdx_pool *p);
+ * in-flight slot; NULL when the pool is empty. key: the request's prompt
+ * prefix key (pdx_pool_prefix_key), read by prefix-aware only. */
+struct pdx_inst *pdx_pool_pick(struct pdx_pool *p, uint64_t key);
+
+/* An instance's load: in-flight requests plus unfinished transfers. */
+unsigned pdx_pool_load(const struct pdx_inst *i);
+
+/* The prefix key of n bytes (FNV-1a 64), fed in pieces: start with
+ * h = PDX_POOL_KEY_INIT and pass the running value back in. */
+#define PDX_POOL_KEY_INIT 0xcbf29ce484222325ull
+uint64_t pdx_pool_key_add(uint64_t h, const void *p, size_t n);
 
 /* Takes a reference and an in-flight slot on an instance already held
  * (a second leg to the same instance). */

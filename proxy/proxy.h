@@ -14,6 +14,7 @@
 #include "proxy/metrics.h"
 #include "proxy/opts.h"
 #include "proxy/pool.h"
+#include "proxy/transfers.h"
 #include "proxy/upstream.h"
 
 struct pdx_call;
@@ -26,6 +27,7 @@ struct pdx_proxy {
 	char metaserver_url[PDX_PROXY_URL_MAX]; /* for the early callback */
 	struct pdx_pool pool[2]; /* [PDX_POOL_PREFILL], [PDX_POOL_DECODE] */
 	struct pdx_proxy_metrics metrics;
+	struct pdx_transfers xfers;  /* the agents' notifications */
 	struct pdx_upstreams legs;   /* every engine leg */
 	LIST_HEAD(, pdx_call) calls; /* client requests in flight */
 	unsigned ncalls;

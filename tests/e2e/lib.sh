@@ -120,12 +120,14 @@ named_stop() {
 	[ $rc -eq 0 ] || fail "$1 exited with $rc after SIGTERM: $(tail -5 "$E2E_TMP/$1.log")"
 }
 
-# agent_start SIDE: a pdx-agent ($AGENT) for engine SIDE, its engine
-# socket at $E2E_TMP/SIDE.engine, its peer link on a free loopback port.
+# agent_start SIDE [AGENT_OPTION...]: a pdx-agent ($AGENT) for engine
+# SIDE, its engine socket at $E2E_TMP/SIDE.engine, its peer link on a
+# free loopback port.
 agent_start() {
 	local side=$1
+	shift
 	bg_start "agent_$side" "$AGENT" --engine "ipc://$E2E_TMP/$side.engine" \
-		--listen "tcp://127.0.0.1:$(free_port)" --xfer-timeout-ms 5000
+		--listen "tcp://127.0.0.1:$(free_port)" --xfer-timeout-ms 5000 "$@"
 	for _ in $(seq 100); do
 		[ -S "$E2E_TMP/$side.engine" ] && return 0
 		sleep 0.1

@@ -15,13 +15,15 @@ AGENT=$2
 PROXY=$3
 
 export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
-agent_start p
-agent_start d
+notify="tcp://127.0.0.1:$(free_port)" # the concurrent proxy's collector
+agent_start p --notify "$notify"
+agent_start d --notify "$notify"
 named_engine_start P "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p.engine" --time-scale 0
 named_engine_start D "$ENGINE" --role decode --agent "ipc://$E2E_TMP/d.engine" --time-scale 0
 named_engine_start C "$ENGINE" --time-scale 0
 pools=(--prefill "127.0.0.1:$PORT_P" --decode "127.0.0.1:$PORT_D")
-named_engine_start XC "$PROXY" "${pools[@]}" --flow concurrent
+named_engine_start XC "$PROXY" "${pools[@]}" --flow concurrent \
+	--notify-bind "$notify" --policy-p least-loaded
 named_engine_start XS "$PROXY" "${pools[@]}" --flow sequential
 named_engine_start XE "$PROXY" "${pools[@]}" --flow early-callback --log-level debug
 
@@ -64,6 +66,22 @@ for ph in prefill_queue prefill decode_queue kv_wait first_token; do
 n = [float(v) for v in re.findall(r'^pdx_proxy_request_phase_seconds_count\{phase=\"$ph\"\} (\S+)', open(sys.argv[1]).read(), re.M)]
 assert n and n[0] >= 10, n" "$E2E_TMP/mphase" || fail "phase histogram $ph"
 done
+
+# the concurrent proxy heard both agents report each of its 10 transfers
+# (the other proxies' are unknown to it) and counts none as unfinished
+for _ in $(seq 50); do
+	PORT=$PORT_XC get /metrics >"$E2E_TMP/mxfer"
+	grep -q '^pdx_proxy_transfer_notifications_total{about="counted"} 20$' \
+		"$E2E_TMP/mxfer" && break
+	sleep 0.1
+done
+python3 -c "import sys, re
+t = open(sys.argv[1]).read()
+assert re.search(r'^pdx_proxy_transfer_notifications_total\{about=\"counted\"\} 20$', t, re.M), t
+g = re.findall(r'^pdx_proxy_instance_transfers\{.*\} (\d+)$', t, re.M)
+assert g == ['0', '0'], g
+assert re.search(r'^pdx_proxy_transfer_notifications_total\{about=\"bad\"\} 0$', t, re.M)" \
+	"$E2E_TMP/mxfer" || fail "transfer notifications: $(grep transfer "$E2E_TMP/mxfer")"
 
 grep -q "prefill started; decode dispatched" "$E2E_TMP/XE.log" ||
 	fail "early-callback: no prefill engine called back"

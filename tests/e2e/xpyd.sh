@@ -2,8 +2,10 @@
 # scripts/launch-xpyd with the binaries under test: 2 prefill + 2 decode
 # instances behind the proxy answer completions and chat, whole, streamed
 # and several at once, with a colocated engine's text; every engine served
-# requests and holds no KV block afterwards; SIGTERM stops it all (exit
-# 143, no process left). Then 1P1D with --netns, when root can make
+# requests and holds no KV block afterwards, and the agents reported every
+# transfer to the proxy; SIGTERM stops it all (exit 143, no process left).
+# Prefix-aware routing keeps each prompt prefix on one prefill instance
+# and spreads the prefixes. Then 1P1D with --netns, when root can make
 # network namespaces: the agents meet over TCP, as separate hosts would,
 # and the namespaces and links are gone afterwards.
 #   xpyd.sh BUILD_DIR
@@ -153,6 +155,16 @@ try:
     metrics(xurl, base + ".proxy.metrics", 'pdx_proxy_requests_total{code="200"}=' + sent)
 except AssertionError as e:
     sys.exit("proxy: %s" % e)
+# each transfer reported by both agents: none left counted
+for i in range(50):
+    text = metrics(xurl, base + ".proxy.metrics")
+    left = [int(v) for v in re.findall(r'^pdx_proxy_instance_transfers\{.*\} (\d+)$', text, re.M)]
+    heard = re.search(r'^pdx_proxy_transfer_notifications_total\{about="counted"\} (\d+)$', text, re.M)
+    if left and not any(left) and heard and int(heard.group(1)) >= 2 * int(sent):
+        break
+    if i == 49:
+        sys.exit("proxy: transfers not all reported: %s, %s" % (left, heard and heard.group(0)))
+    time.sleep(0.1)
 PY
 		fail "$1: engines' and proxy's metrics"
 }
@@ -183,6 +195,37 @@ launch xpyd --prefill 2 --decode 2
 requests xpyd
 served xpyd
 stop xpyd
+
+# prefix-aware: 12 prefixes (longer than the proxy's 1024-byte key), 3
+# requests each with different endings, one at a time; which prefill
+# instance served a request is read from its finished-requests counter
+launch prefix --prefill 2 --decode 1 --policy-p prefix-aware
+python3 - "$XURL" "$E2E_TMP/prefix.inst" <<'PY' || fail "prefix-aware routing"
+import json, re, sys, urllib.request
+xurl, inst = sys.argv[1:3]
+ps = [l.split()[2] for l in open(inst) if l.split()[1] == "prefill"]
+
+def finished(url):
+    text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+    return float(re.search(r'^pdx_engine_requests_finished_total\{[^}]*\} (\S+)$', text, re.M).group(1))
+
+used = set()
+for k in range(12):
+    prefix = ("system prompt %d: " % k) + "be brief and exact. " * 60
+    where = set()
+    for j in range(3):
+        before = [finished(u) for u in ps]
+        body = json.dumps({"prompt": prefix + "question %d" % j, "max_tokens": 2}).encode()
+        urllib.request.urlopen(urllib.request.Request(xurl + "/v1/completions", body,
+            {"Content-Type": "application/json"}), timeout=10).read()
+        grew = [i for i, u in enumerate(ps) if finished(u) > before[i]]
+        assert len(grew) == 1, grew
+        where.add(grew[0])
+    assert len(where) == 1, "prefix %d went to %s" % (k, where)
+    used |= where
+assert used == {0, 1}, "every prefix on one instance: %s" % used
+PY
+stop prefix
 
 # --netns: only as root where ip netns works
 netns_works() {

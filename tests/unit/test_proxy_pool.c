@@ -1,0 +1,121 @@
+/* The proxy's picking policies (proxy/pool.c): least-loaded counts
+ * transfers beside requests; prefix-aware keeps a prefix on one instance,
+ * spreads different prefixes, yields to load, and moves only the removed
+ * instance's prefixes. */
+#include <stdio.h>
+#include <string.h>
+
+#include "proxy/pool.h"
+#include "tests/check.h"
+
+#define N 4
+#define KEYS 4000
+
+static void pool_init(struct pdx_pool *p, enum pdx_pool_policy policy)
+{
+	char err[128], addr[32];
+
+	memset(p, 0, sizeof(*p));
+	p->policy = policy;
+	for (int k = 0; k < N; k++) {
+		snprintf(addr, sizeof(addr), "127.0.0.1:%d", 9000 + k);
+		CHECK_EQ(pdx_pool_add(p, addr, err, sizeof(err)), 0);
+	}
+}
+
+static uint64_t key_of(unsigned k)
+{
+	char s[32];
+
+	snprintf(s, sizeof(s), "prompt prefix %u", k);
+	return pdx_pool_key_add(PDX_POOL_KEY_INIT, s, strlen(s));
+}
+
+/* Picks and at once gives back: a pick on an idle pool. */
+static struct pdx_inst *pick_idle(struct pdx_pool *p, uint64_t key)
+{
+	struct pdx_inst *i = pdx_pool_pick(p, key);
+
+	pdx_pool_put(i);
+	return i;
+}
+
+static void least_loaded(void)
+{
+	struct pdx_pool p;
+	struct pdx_inst *i;
+
+	pool_init(&p, PDX_POLICY_LEAST_LOADED);
+	p.inst[0]->inflight = 1;
+	p.inst[1]->xfers = 2; /* a prefill still sending two requests' KV */
+	p.inst[2]->inflight = 1;
+	p.inst[2]->xfers = 1;
+	i = pick_idle(&p, 0);
+	CHECK(i == p.inst[3]);
+	p.inst[3]->xfers = 3;
+	CHECK_EQ(pdx_pool_load(p.inst[3]), 3);
+	i = pick_idle(&p, 0);
+	CHECK(i == p.inst[0]); /* load 1, the only one */
+	p.inst[0]->inflight = 0;
+	pdx_pool_clear(&p);
+}
+
+static void prefix_aware(void)
+{
+	struct pdx_pool p;
+	struct pdx_inst *first[KEYS], *i;
+	unsigned per[N] = {0}, moved = 0, lost = 0;
+	uint16_t port[KEYS];
+
+	pool_init(&p, PDX_POLICY_PREFIX_AWARE);
+	for (unsigned k = 0; k < KEYS; k++) {
+		first[k] = pick_idle(&p, key_of(k));
+		CHECK(pick_idle(&p, key_of(k)) == first[k]); /* stable */
+		port[k] = first[k]->port;
+		for (int j = 0; j < N; j++)
+			per[j] += first[k] == p.inst[j];
+	}
+	for (int j = 0; j < N; j++) /* spread: each near a quarter */
+		CHECK(per[j] > KEYS / N * 8 / 10 && per[j] < KEYS / N * 12 / 10);
+
+	/* a prefix's instance keeps it up to the slack, then yields */
+	i = first[0];
+	i->inflight = PDX_POOL_PREFIX_SLACK;
+	CHECK(pick_idle(&p, key_of(0)) == i);
+	i->inflight = PDX_POOL_PREFIX_SLACK + 1;
+	CHECK(pick_idle(&p, key_of(0)) != i);
+	i->inflight = 0;
+
+	/* removing an instance moves its prefixes only */
+	CHECK_EQ(pdx_pool_remove(&p, "127.0.0.1:9001"), 0);
+	for (unsigned k = 0; k < KEYS; k++) {
+		i = pick_idle(&p, key_of(k));
+		if (port[k] == 9001)
+			lost++;
+		else if (i->port != port[k])
+			moved++;
+	}
+	CHECK(lost > 0);
+	CHECK_EQ(moved, 0);
+	pdx_pool_clear(&p);
+}
+
+static void policy_names(void)
+{
+	enum pdx_pool_policy p;
+
+	CHECK_EQ(pdx_pool_policy_parse("prefix-aware", &p), 0);
+	CHECK_EQ(p, PDX_POLICY_PREFIX_AWARE);
+	CHECK(!strcmp(pdx_pool_policy_name(p), "prefix-aware"));
+	CHECK_EQ(pdx_pool_policy_parse("least-loaded", &p), 0);
+	CHECK_EQ(p, PDX_POLICY_LEAST_LOADED);
+	CHECK_EQ(pdx_pool_policy_parse("random", &p), -1);
+}
+
+int main(void)
+{
+	least_loaded();
+	prefix_aware();
+	policy_names();
+	CHECK_DONE();
+}
