@@ -180,6 +180,7 @@ static void on_token(void *arg, uint32_t token, uint32_t index, bool last)
 	if (index == 0)
 		c->first_token = token;
 	if (index == 0) {
+		log_debug("%s: first token", c->id);
 		c->first_ns = pdx_now_ns();
 		pdx_metrics_ttft(m, (double)(c->first_ns - c->arrival_ns) / 1e9);
 	}
@@ -395,6 +396,8 @@ void pdx__gen_handle(struct pdx_http_api *api, struct evhttp_request *req,
 	c->include_usage = r.include_usage;
 	c->usage.prompt_tokens = r.n_prompt;
 	set_ids(c, chat);
+	log_debug("%s: %u prompt tokens, read in %.3f ms", c->id, r.n_prompt,
+		  (pdx_now_ns() - arrival_ns) / 1e6);
 	c->meta = (struct pdx_oai_meta){.chat = chat,
 					.id = c->id,
 					.created = (long long)time(NULL),

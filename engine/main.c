@@ -66,7 +66,9 @@ static int engine_start(struct engine *e)
 	pdx_status_t st;
 
 	e->base = event_base_new();
-	if (!e->base)
+	/* three priorities: everything at the default (1) but the
+	 * scheduler's steps (2, scheduler.h) */
+	if (!e->base || event_base_priority_init(e->base, 3))
 		return -1;
 	e->sigterm = evsignal_new(e->base, SIGTERM, on_signal, e);
 	e->sigint = evsignal_new(e->base, SIGINT, on_signal, e);

@@ -310,6 +310,12 @@ static void step_start(struct pdx_sched *s)
 	post_layers(s, false);
 }
 
+static const struct timeval now = {0, 0};
+
+/* A step ends: its outputs are delivered, and the next step starts one
+ * loop turn later, after the writes they queued (the step timer has the
+ * lowest priority): else the next step's real work, milliseconds at long
+ * contexts, would hold every token it follows, the first one too. */
 static void on_step(evutil_socket_t fd, short what, void *arg)
 {
 	struct pdx_sched *s = arg;
@@ -317,6 +323,8 @@ static void on_step(evutil_socket_t fd, short what, void *arg)
 	if (s->in_step) {
 		s->in_step = false;
 		step_deliver(s);
+		evtimer_add(s->step, &now);
+		return;
 	}
 	step_start(s);
 }
@@ -325,8 +333,6 @@ static void on_step(evutil_socket_t fd, short what, void *arg)
  * caller's stack, so submissions of one loop turn share a step. */
 static void kick(struct pdx_sched *s)
 {
-	static const struct timeval now = {0, 0};
-
 	if (!s->in_step && !evtimer_pending(s->step, NULL))
 		evtimer_add(s->step, &now);
 }
@@ -350,6 +356,9 @@ pdx_status_t pdx_sched_new(const struct pdx_sched_params *p,
 		free(s);
 		return PDX_ENOMEM;
 	}
+	if (event_base_get_npriorities(p->base) > 1)
+		event_priority_set(s->step,
+				   event_base_get_npriorities(p->base) - 1);
 	*out = s;
 	return PDX_OK;
 }

@@ -53,6 +53,9 @@ struct pdx_sched_req;
 struct pdx_kv_seq;
 
 struct pdx_sched_params {
+	/* With more than one priority (event_base_priority_init) steps get
+	 * the lowest, so the loop writes what a step delivered before the
+	 * next step's real work holds it. */
 	struct event_base *base;
 	struct pdx_kv_pool *pool;      /* borrowed; outlives the scheduler */
 	const struct pdx_model *model; /* the pool's model */

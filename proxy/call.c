@@ -125,6 +125,7 @@ struct pdx_call *pdx_call_new(struct pdx_proxy *px, struct evhttp_request *req)
 		req_id_mint(c->req_id);
 	LIST_INSERT_HEAD(&px->calls, c, link);
 	px->ncalls++;
+	log_debug("%s: arrived", c->req_id);
 	evhttp_add_header(evhttp_request_get_output_headers(req),
 			  "X-Request-Id", c->req_id);
 	c->watch = pdx_client_watch_new(px->base, c->conn);
@@ -231,6 +232,7 @@ static void relay_start(struct pdx_call *c)
 		if (c->head[i])
 			evhttp_add_header(out, relay_headers[i], c->head[i]);
 	timing_header(c, out);
+	log_debug("%s: relaying from %s", c->req_id, c->inst->url);
 	c->status = c->head_status;
 	c->replying = true;
 	evhttp_send_reply_start(c->req, c->head_status, NULL);
