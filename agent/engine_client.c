@@ -566,14 +566,23 @@ pdx_status_t pdx_engine_token(struct pdx_engine *e,
 pdx_status_t pdx_engine_abort(struct pdx_engine *e,
 			      const struct pdx_xfer_id *xfer)
 {
+	return pdx_engine_abort_at(e, xfer, NULL);
+}
+
+pdx_status_t pdx_engine_abort_at(struct pdx_engine *e,
+				 const struct pdx_xfer_id *xfer,
+				 const char *peer)
+{
 	struct pdx_mp_out o;
 
-	if (!e || !xfer)
+	if (!e || !xfer || (peer && strlen(peer) >= PDX_ADDR_MAX))
 		return PDX_EINVAL;
 	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, 2);
+	msgpack_pack_map(&o.pk, peer ? 3 : 2);
 	pdx_mp_kv_str(&o.pk, "op", "abort");
 	pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
+	if (peer)
+		pdx_mp_kv_str(&o.pk, "peer", peer);
 	return send_out(e, &o);
 }
 

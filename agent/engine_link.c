@@ -382,14 +382,23 @@ static void on_token(struct agent *a, const msgpack_object *m)
 
 static void on_abort(struct agent *a, const msgpack_object *m)
 {
+	char peer[PDX_ADDR_MAX];
 	struct pdx_xfer_id id;
 	struct xfer *x;
 
 	if (pdx_mp_get_xfer(m, "xfer", &id))
 		return;
 	x = xfer_find(a, &id);
-	if (x && x->announced && !x->finished)
-		xfer_fail(x, PDX_ECANCELED, true, "aborted by engine");
+	if (x && x->announced) {
+		if (!x->finished)
+			xfer_fail(x, PDX_ECANCELED, true, "aborted by engine");
+		return;
+	}
+	/* never announced here: the peer that waits for it is told */
+	if (!pdx_mp_get_str(m, "peer", peer, sizeof(peer)) &&
+	    !strncmp(peer, "tcp://", 6))
+		peer_send_to_addr(a, peer, "abort", &id,
+				  "aborted by its engine before it began");
 }
 
 void engine_on_msg(struct agent *a, const void *id, size_t id_len,

@@ -28,6 +28,7 @@ struct pdx__kv {
 	struct pdx_kv_seq *held;    /* prefill: blocks held after the end */
 	struct pdx_http_post *callback; /* prefill: to the metaserver */
 	bool call_gone;		    /* the request ended */
+	bool announced;		    /* to the agent (send or recv) */
 	pdx_status_t status;	    /* the transfer's failure, if any */
 	int64_t first_token;	    /* decode: the prefill's, -1: unknown */
 	uint64_t done_ns;	    /* when the transfer ended here */
@@ -36,6 +37,12 @@ struct pdx__kv {
 
 static void kv_free(struct pdx__kv *k)
 {
+	/* A transfer the other side announced and this one never did (a
+	 * request that left while queued): its peer frees its blocks now,
+	 * not at its timeout. */
+	if (!k->announced && k->p.remote_agent[0])
+		pdx_kv_link_abort_at(k->api->p.link, &k->p.xfer,
+				     k->p.remote_agent);
 	pdx_kv_link_cancel(k->api->p.link, &k->w);
 	pdx_http_post_free(k->callback);
 	LIST_REMOVE(k, link);
@@ -162,6 +169,7 @@ void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq)
 		over(k, st, "the agent refused it");
 		return;
 	}
+	k->announced = true;
 	arm_timer(k);
 	if (k->p.metaserver[0])
 		post_callback(k);

@@ -171,6 +171,13 @@ pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 	return st;
 }
 
+void pdx_kv_link_abort_at(struct pdx_kv_link *l,
+			  const struct pdx_xfer_id *xfer, const char *peer)
+{
+	pdx_engine_abort_at(l->e, xfer, peer);
+	poke(l);
+}
+
 void pdx_kv_link_cancel(struct pdx_kv_link *l, struct pdx_kv_waiter *w)
 {
 	if (!w->active)

@@ -72,4 +72,9 @@ pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
  * when it was still active. NULL-safe for a waiter never announced. */
 void pdx_kv_link_cancel(struct pdx_kv_link *l, struct pdx_kv_waiter *w);
 
+/* For a transfer never announced here: the agent at peer is told to
+ * abort it (pdx_engine_abort_at()). */
+void pdx_kv_link_abort_at(struct pdx_kv_link *l,
+			  const struct pdx_xfer_id *xfer, const char *peer);
+
 #endif

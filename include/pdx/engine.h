@@ -131,6 +131,14 @@ pdx_status_t pdx_engine_recv(struct pdx_engine *e, const struct pdx_xfer_id *xfe
 pdx_status_t pdx_engine_abort(struct pdx_engine *e,
 			      const struct pdx_xfer_id *xfer);
 
+/* Either side, for a transfer never announced here (no pdx_engine_send or
+ * pdx_engine_recv; e.g. a decode request that left while queued): the
+ * agent tells the agent at peer to abort it, so the peer's engine frees
+ * its blocks now rather than at its timeout. */
+pdx_status_t pdx_engine_abort_at(struct pdx_engine *e,
+				 const struct pdx_xfer_id *xfer,
+				 const char *peer);
+
 /* Readable (edge-triggered) when events may be waiting. */
 int pdx_engine_fd(const struct pdx_engine *e);
 

@@ -1,0 +1,340 @@
+#!/usr/bin/env bash
+# Clients that leave pdx-proxy at each phase of a disaggregated request,
+# in each flow (concurrent, sequential, early-callback), in front of a
+# prefill engine and a decode engine with their pdx-agents: while P
+# prefills (before D said anything), mid-stream, and during a generation
+# that is not streamed. After each, within a few seconds, neither engine
+# holds a KV block or runs or queues a request, the engines counted the
+# aborts (a request whose client left is never sent on to D), the proxy
+# has nothing in flight and counted a 499, and a new request gets the
+# same text as before. Then the admin API under load: pdx-bench runs
+# through a proxy while a decode instance that has requests running is
+# removed (it gets no new ones; those on it finish), added back, and a
+# third one added: no request fails, every instance served, no KV block
+# is left held. Last, clients that leave while their decode request is
+# queued behind a full decode engine, P's answer given: P must not keep
+# the prompt's KV blocks until the transfer times out.
+#   proxy_abort.sh PDX_ENGINE PDX_AGENT PDX_PROXY PDX_BENCH
+# shellcheck disable=SC2046 # settle takes idle's checks as words
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+ENGINE=$1
+# shellcheck disable=SC2034 # agent_start (lib.sh) reads it
+AGENT=$2
+PROXY=$3
+BENCH=$4
+PY=/usr/bin/python3 # python3 on PATH may be a slow shim
+[ -x $PY ] || PY=python3
+
+export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
+# tiny at scale 10000: a decode step takes ~10 ms; P prefills in chunks
+# of 32 tokens, so the 2000-token prompt below takes ~0.8 s there
+agent_start p
+agent_start d
+named_engine_start P "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p.engine" \
+	--time-scale 10000 --max-prefill-tokens 32
+named_engine_start D "$ENGINE" --role decode --agent "ipc://$E2E_TMP/d.engine" \
+	--time-scale 10000
+named_engine_start C "$ENGINE" --time-scale 0
+pools=(--prefill "127.0.0.1:$PORT_P" --decode "127.0.0.1:$PORT_D")
+named_engine_start XC "$PROXY" "${pools[@]}" --flow concurrent
+named_engine_start XS "$PROXY" "${pools[@]}" --flow sequential
+named_engine_start XE "$PROXY" "${pools[@]}" --flow early-callback
+
+# The client (abort) and the waits (settle), in one python file.
+cat >"$E2E_TMP/abort.py" <<'PYEOF'
+import json, select, socket, sys, time
+import urllib.request
+
+def metrics(port):
+    with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=5) as r:
+        text = r.read().decode()
+    return dict(l.rsplit(" ", 1) for l in text.splitlines() if l and l[0] != "#")
+
+def eng(port, name):
+    return int(metrics(port).get('pdx_engine_%s{model_name="tiny"}' % name, "0"))
+
+def until(what, cond, seconds=10):
+    end = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > end:
+            sys.exit("timed out waiting until " + what)
+        time.sleep(0.02)
+
+def abort(proxy, phase, p, d, flow, prompt):
+    """Sends a request and leaves at PHASE: prefill (P prefills; in the
+    concurrent and early-callback flows D waits for the KV), stream (two
+    tokens streamed), whole (not streamed, P done, D decoding) or queued
+    (P done, D's request queued behind a full engine)."""
+    p_fin = eng(p, "requests_finished_total")
+    body = json.dumps({"prompt": prompt, "max_tokens": 1000,
+                       "stream": phase == "stream"}).encode()
+    s = socket.create_connection(("127.0.0.1", int(proxy)))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+              % len(body) + body)
+    got = b""
+    if phase == "prefill":
+        d_has = flow != "sequential"
+        until("P prefills and D %s" % ("waits" if d_has else "has nothing"),
+              lambda: eng(p, "num_requests_running") == 1 and
+              eng(d, "num_requests_running") == int(d_has))
+    elif phase == "stream":
+        s.settimeout(10)
+        while got.count(b"data: {") < 2:
+            b = s.recv(65536)
+            if not b:
+                sys.exit("the stream ended early: %r" % got)
+            got += b
+        assert b" 200 " in got.split(b"\r\n")[0], got
+        got = b""
+    elif phase == "queued":
+        until("P answered and D queued the request",
+              lambda: eng(p, "requests_finished_total") == p_fin + 1 and
+              eng(d, "num_requests_waiting") == 1)
+    else:
+        until("P answered and sent the KV, and D decodes",
+              lambda: eng(p, "requests_finished_total") == p_fin + 1 and
+              eng(p, "kv_blocks_used") == 0 and
+              eng(d, "num_requests_running") == 1)
+        time.sleep(0.2)  # 20 of D's 1000 tokens
+    if select.select([s], [], [], 0)[0]:
+        got += s.recv(65536)
+    if got:
+        sys.exit("the proxy answered before the client left: %r" % got[:200])
+    s.close()
+
+def settle(seconds, checks):
+    """Waits until every PORT/NAME=VALUE (or PORT/NAME>=VALUE) holds; on
+    timeout prints the ones that do not."""
+    end = time.monotonic() + float(seconds)
+    while True:
+        bad, seen = [], {}
+        for c in checks:
+            port, _, rest = c.partition("/")
+            name, _, want = rest.rpartition("=")
+            at_least = name.endswith(">")
+            name = name.rstrip(">")
+            if port not in seen:
+                try:
+                    seen[port] = metrics(port)
+                except OSError as e:
+                    seen[port] = {}
+                    bad.append("%s: /metrics: %s" % (port, e))
+            v = seen[port].get(name, "absent")
+            if v == "absent" or not (float(v) >= float(want) if at_least
+                                     else float(v) == float(want)):
+                bad.append("%s: %s is %s, want %s%s" % (port, name, v,
+                                                       ">=" if at_least else "", want))
+        if not bad:
+            return
+        if time.monotonic() > end:
+            sys.exit("after %s s: %s" % (seconds, "; ".join(bad)))
+        time.sleep(0.05)
+
+if sys.argv[1] == "abort":
+    abort(*sys.argv[2:])
+else:
+    settle(sys.argv[2], sys.argv[3:])
+PYEOF
+
+# val PORT NAME: one sample of PORT's /metrics, 0 when absent.
+val() {
+	curl -sS "http://127.0.0.1:$1/metrics" |
+		awk -v n="$2" '$1 == n { v = $2 } END { print v == "" ? 0 : v }'
+}
+e() { echo "pdx_engine_$1{model_name=\"tiny\"}"; }
+
+# settle SECONDS PORT/NAME=VALUE...
+settle() {
+	$PY "$E2E_TMP/abort.py" settle "$@"
+}
+
+# idle PROXY ENGINE...: checks for settle: the proxy (PORT_PROXY) has
+# no request in flight, on no engine; the engines (PORT_ENGINE) hold no
+# KV block and run or queue no request.
+idle() {
+	local x p role
+	x=$(eval echo "\$PORT_$1")
+	echo "$x/pdx_proxy_requests_inflight=0"
+	shift
+	for p in "$@"; do
+		role=decode
+		[ "$p" = P ] && role=prefill
+		p=$(eval echo "\$PORT_$p")
+		echo "$x/pdx_proxy_instance_inflight{role=\"$role\",instance=\"http://127.0.0.1:$p\"}=0"
+		echo "$p/$(e kv_blocks_used)=0 $p/$(e num_requests_running)=0 $p/$(e num_requests_waiting)=0"
+	done
+}
+
+# logs NAME...: the last lines of these processes' logs, for a failure.
+logs() {
+	local n
+	for n in "$@"; do
+		echo "--- $n:"
+		tail -5 "$E2E_TMP/$n.log"
+	done
+}
+
+# text PORT BODY: the text of a completion through PORT.
+text() {
+	curl -sS -f -H 'Content-Type: application/json' --data-binary "$2" \
+		"http://127.0.0.1:$1/v1/completions" >"$E2E_TMP/text.json" ||
+		fail "completion through $1: $2"
+	$PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' \
+		"$E2E_TMP/text.json" || fail "no text from $1: $(cat "$E2E_TMP/text.json")"
+}
+
+long=$($PY -c "print(' '.join('w%d' % i for i in range(2000)))")
+check='{"prompt": "after the client left, '"${long:0:600}"'", "max_tokens": 12}'
+want=$(text "$PORT_C" "$check")
+[ -n "$want" ] || fail "the colocated engine answered no text"
+
+for xf in XC:concurrent XS:sequential XE:early-callback; do
+	X=${xf%%:*}
+	x=$(eval echo "\$PORT_$X")
+	flow=${xf#*:}
+	got=$(text "$x" "$check")
+	[ "$got" = "$want" ] || fail "$flow: text before the aborts: '$got', colocated '$want'"
+	for phase in prefill stream whole; do
+		p_ab=$(val "$PORT_P" "$(e requests_aborted_total)")
+		p_fin=$(val "$PORT_P" "$(e requests_finished_total)")
+		d_ab=$(val "$PORT_D" "$(e requests_aborted_total)")
+		d_fin=$(val "$PORT_D" "$(e requests_finished_total)")
+		d_tok=$(val "$PORT_D" "$(e prompt_tokens_total)")
+		x_ab=$(val "$x" pdx_proxy_requests_aborted_total)
+		x_499=$(val "$x" 'pdx_proxy_requests_total{code="499"}')
+		$PY "$E2E_TMP/abort.py" abort "$x" $phase "$PORT_P" "$PORT_D" $flow "$long" ||
+			fail "$flow: a client leaving at $phase $(logs $X P D)"
+		# P was aborted mid-prefill, or had answered; D was aborted,
+		# or in the sequential flow never got the request
+		if [ $phase = prefill ]; then
+			p_ab=$((p_ab + 1))
+			[ $flow = sequential ] || d_ab=$((d_ab + 1))
+		else
+			p_fin=$((p_fin + 1))
+			d_ab=$((d_ab + 1))
+		fi
+		settle 5 $(idle $X P D) \
+			"$x/pdx_proxy_requests_aborted_total=$((x_ab + 1))" \
+			"$x/pdx_proxy_requests_total{code=\"499\"}=$((x_499 + 1))" \
+			"$PORT_P/$(e requests_aborted_total)=$p_ab" \
+			"$PORT_P/$(e requests_finished_total)=$p_fin" \
+			"$PORT_D/$(e requests_aborted_total)=$d_ab" \
+			"$PORT_D/$(e requests_finished_total)=$d_fin" ||
+			fail "$flow: after a client left at $phase $(logs $X P D)"
+		[ $flow != sequential ] || [ $phase != prefill ] ||
+			[ "$(val "$PORT_D" "$(e prompt_tokens_total)")" = "$d_tok" ] ||
+			fail "$flow: D got the request of a client that left during its prefill"
+		got=$(text "$x" "$check")
+		[ "$got" = "$want" ] ||
+			fail "$flow: text after a client left at $phase: '$got', want '$want'"
+	done
+done
+for x in XC XS XE; do named_stop $x; done
+
+# The admin API under load: while pdx-bench sends 240 requests, D2 is
+# removed with requests running on it, added back, and D3 is added.
+agent_start d2
+agent_start d3
+for x in D2 D3; do
+	named_engine_start $x "$ENGINE" --role decode --time-scale 10000 \
+		--agent "ipc://$E2E_TMP/$(echo $x | tr A-Z a-z).engine"
+done
+named_engine_start XA "$PROXY" "${pools[@]}" --decode "127.0.0.1:$PORT_D2" \
+	--admin-token s3cret
+u1=http://127.0.0.1:$PORT_D
+u2=http://127.0.0.1:$PORT_D2
+u3=http://127.0.0.1:$PORT_D3
+
+# admin METHOD PATH [BODY]: the HTTP status; the body in $E2E_TMP/body.
+admin() {
+	curl -sS -o "$E2E_TMP/body" -w '%{http_code}' -X "$1" \
+		-H 'Authorization: Bearer s3cret' ${3:+--data-binary "$3"} \
+		"http://127.0.0.1:$PORT_XA$2" || fail "admin $1 $2"
+}
+# decoders: the decode pool's URLs, sorted, on one line.
+decoders() {
+	[ "$(admin GET /admin/instances)" = 200 ] || fail "admin list: $(cat "$E2E_TMP/body")"
+	$PY -c 'import json, sys; print(" ".join(sorted(i["url"] for i in json.load(open(sys.argv[1]))["instances"] if i["role"] == "decode")))' \
+		"$E2E_TMP/body"
+}
+sorted() { echo "$@" | tr ' ' '\n' | sort | tr '\n' ' ' | sed 's/ $//'; }
+fin() { val "$(eval echo "\$PORT_$1")" "$(e requests_finished_total)"; }
+
+n=240
+d_fin0=$(fin D)
+"$BENCH" --host 127.0.0.1 --port "$PORT_XA" --model tiny --dataset-name random \
+	--random-input-len 32 --random-output-len 16 --num-prompts $n \
+	--request-rate 40 --max-concurrency 16 --disable-tqdm \
+	--save-result --result-dir "$E2E_TMP/res" >"$E2E_TMP/bench.out" 2>&1 &
+bench=$!
+E2E_PIDS="$E2E_PIDS $bench"
+
+settle 10 "$PORT_D2/$(e num_requests_running)>=1" || fail "D2 runs no request under load"
+[ "$(admin DELETE "/admin/instances?url=$u2")" = 200 ] || fail "remove D2: $(cat "$E2E_TMP/body")"
+[ "$(decoders)" = "$u1" ] || fail "decode pool after the remove: $(decoders)"
+# what runs on D2 finishes; then D2 gets nothing while D serves on
+settle 5 "$PORT_D2/$(e num_requests_running)=0" "$PORT_D2/$(e num_requests_waiting)=0" ||
+	fail "D2's requests did not finish after the remove"
+d2_tok=$(val "$PORT_D2" "$(e prompt_tokens_total)")
+settle 10 "$PORT_D/$(e requests_finished_total)>=$(($(fin D) + 10))" ||
+	fail "D served no more requests after D2 was removed"
+[ "$(val "$PORT_D2" "$(e prompt_tokens_total)")" = "$d2_tok" ] ||
+	fail "D2 got requests after it was removed"
+[ "$(admin POST /admin/instances "{\"role\": \"decode\", \"url\": \"$u2\"}")" = 201 ] ||
+	fail "add D2 back: $(cat "$E2E_TMP/body")"
+[ "$(admin POST /admin/instances "{\"role\": \"decode\", \"url\": \"$u3\"}")" = 201 ] ||
+	fail "add D3: $(cat "$E2E_TMP/body")"
+[ "$(decoders)" = "$(sorted $u1 $u2 $u3)" ] || fail "decode pool after the adds: $(decoders)"
+settle 10 "$PORT_D2/$(e requests_finished_total)>=$(($(fin D2) + 5))" \
+	"$PORT_D3/$(e requests_finished_total)>=5" ||
+	fail "D2 added back and D3 added did not both serve"
+
+wait $bench || fail "pdx-bench exited $?: $(tail -20 "$E2E_TMP/bench.out")"
+f=$(ls "$E2E_TMP"/res/*.json) || fail "no pdx-bench result file"
+$PY -c "import json; r = json.load(open('$f')); assert r['completed'] == $n and r['failed'] == 0, {k: r.get(k) for k in ('completed', 'failed', 'errors')}" ||
+	fail "requests failed while decode instances were removed and added"
+# each request finished once, on one of the decode engines
+[ $(($(fin D) - d_fin0 + $(fin D2) + $(fin D3))) = $n ] ||
+	fail "decode engines finished $(($(fin D) - d_fin0)) + $(fin D2) + $(fin D3) requests, want $n"
+settle 5 $(idle XA P D D2 D3) \
+	"$PORT_XA/pdx_proxy_requests_total{code=\"200\"}=$n" ||
+	fail "after the load"
+named_stop XA
+for x in D D2 D3 C; do named_stop $x; done
+
+# A client that leaves while its decode request waits in the queue of a
+# full decode engine (DQ runs one request at a time and is busy), after
+# P prefilled and answered: DQ drops the queued request, and P, which
+# holds the prompt's KV for a transfer that cannot happen any more, frees
+# it too: DQ's engine has its agent abort the transfer it never announced
+# at P's agent (not only when the transfer times out: 5 s here, 30 s by
+# default).
+agent_start dq
+named_engine_start DQ "$ENGINE" --role decode --agent "ipc://$E2E_TMP/dq.engine" \
+	--time-scale 10000 --max-num-seqs 1
+curl -sS -o /dev/null -d '{"prompt": "the one that runs", "max_tokens": 4000}' \
+	"http://127.0.0.1:$PORT_DQ/v1/completions" 2>/dev/null &
+busy=$!
+E2E_PIDS="$E2E_PIDS $busy"
+settle 5 "$PORT_DQ/$(e num_requests_running)=1" || fail "DQ runs no request"
+for xf in QC:concurrent QS:sequential QE:early-callback; do
+	X=${xf%%:*}
+	flow=${xf#*:}
+	named_engine_start $X "$PROXY" --prefill "127.0.0.1:$PORT_P" \
+		--decode "127.0.0.1:$PORT_DQ" --flow $flow
+	x=$(eval echo "\$PORT_$X")
+	$PY "$E2E_TMP/abort.py" abort "$x" queued "$PORT_P" "$PORT_DQ" $flow "$long" ||
+		fail "$flow: a client leaving while D queues its request $(logs $X P DQ)"
+	settle 2 $(idle $X P) "$PORT_DQ/$(e num_requests_waiting)=0" \
+		"$x/pdx_proxy_requests_aborted_total=1" ||
+		fail "$flow: held 2 s after a client left while D queued its request"
+	named_stop $X
+done
+kill $busy
+wait $busy 2>/dev/null
+settle 5 "$PORT_DQ/$(e kv_blocks_used)=0" "$PORT_DQ/$(e num_requests_running)=0" ||
+	fail "DQ runs on the request whose client left"
+for x in DQ P; do named_stop $x; done
+echo ok
