@@ -176,9 +176,14 @@ static struct pdx_inst *least_loaded(struct pdx_pool *p)
  * load plus the slack. */
 static struct pdx_inst *prefix_aware(struct pdx_pool *p, uint64_t key)
 {
-	unsigned bound = pdx_pool_load(least_loaded(p)) + PDX_POOL_PREFIX_SLACK;
+	unsigned bound = pdx_pool_load(p->inst[0]);
 	struct pdx_inst *best = NULL;
 	uint64_t best_w = 0;
+
+	for (unsigned k = 1; k < p->n; k++)
+		if (pdx_pool_load(p->inst[k]) < bound)
+			bound = pdx_pool_load(p->inst[k]);
+	bound += PDX_POOL_PREFIX_SLACK;
 
 	for (unsigned k = 0; k < p->n; k++) {
 		struct pdx_inst *i = p->inst[k];

@@ -4,7 +4,6 @@
 #include "proxy/transfers.h"
 
 #include <event2/event.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
