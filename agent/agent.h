@@ -28,6 +28,11 @@ struct agent_config {
 	enum data_path data_path;
 	uint32_t xfer_timeout_ms;
 	uint32_t handshake_timeout_ms;
+	uint32_t lease_ms;	   /* sender: KV kept for a receiver that has
+				    * not asked yet, renewed by its holds */
+	uint32_t layer_timeout_ms; /* sender: bound between computed layers */
+	uint32_t heartbeat_ms;	   /* ping period to peers we transfer with */
+	uint32_t peer_timeout_ms;  /* silence that declares such a peer dead */
 	uint32_t max_xfers; /* bound on live transfers, pending wants included */
 };
 
@@ -79,6 +84,9 @@ struct peer {
 	struct remote_region *regions;
 	uint32_t n_regions;
 	uint64_t hello_sent_ns;
+	uint64_t heard_ns; /* the last message from it */
+	bool watched;	   /* we had transfers with it at the last beat */
+	bool busy;	   /* scratch of a beat: transfers with it now */
 };
 
 enum xfer_role { XFER_SEND, XFER_RECV };
@@ -89,6 +97,7 @@ struct xfer {
 	struct agent *agent;
 	enum xfer_role role;
 	bool announced;   /* our engine named it (send/recv) */
+	bool held;        /* receiver: our engine queued it (hold) */
 	bool finished;    /* outcome decided; freed when inflight drains */
 	bool event_sent;
 	bool released;    /* out of the table, on the dead list */
@@ -114,6 +123,9 @@ struct xfer {
 	bool want_sent;        /* receiver: "want" went to the sender */
 	uint32_t timeout_ms;
 	struct event *timer;
+	uint64_t begun_ns;    /* the current phase began (xfer_arm) */
+	uint64_t lease_ns;    /* sender before "want": kept until then */
+	uint64_t progress_ns; /* sender: the last layer computed */
 	uint64_t t_first_ns;
 	pdx_status_t status;
 	char reason[PDX_REASON_MAX];
@@ -128,6 +140,8 @@ struct agent {
 	void *peer_sock;   /* ROUTER, tcp:// */
 	void *notify_sock; /* PUSH, optional */
 	struct event *engine_ev, *peer_ev, *ucx_ev, *sig_int, *sig_term;
+	struct event *beat_ev; /* heartbeat timer (liveness.c) */
+	uint64_t beat_ns;      /* when it last ran */
 	struct pdx_ucx *ucx;
 	char peer_addr[PDX_ADDR_MAX];
 	char host_id[192];
@@ -170,6 +184,8 @@ void registration_clear(struct agent *a);
 
 /* peer.c */
 struct peer *peer_get(struct agent *a, const char *addr);
+/* We hold a working handshake with p (it may be being refreshed). */
+bool peer_known(const struct peer *p);
 void peer_on_msg(struct agent *a, const void *buf, size_t len);
 /* Sends a message built by fill() to peer: {"op", "from", ...fields}. */
 int peer_send(struct agent *a, struct peer *p, const char *op,
@@ -190,6 +206,12 @@ struct xfer *xfer_new(struct agent *a, const struct pdx_xfer_id *id,
 void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 	       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void xfer_succeed(struct xfer *x);
+/* x entered a new phase (announced, "want" known, held): its bounds
+ * count from now. */
+void xfer_begin_phase(struct xfer *x);
+/* Re-arms x's timer for the nearest of its bounds: the phase's timeout,
+ * the sender's lease before "want", the sender's gap between layers. */
+void xfer_arm(struct xfer *x);
 /* The fields an engine event and a notification share (docs/protocol.md):
  * xfer, kind, status, reason, bytes, t_first, t_last. */
 #define XFER_OUTCOME_FIELDS 8
@@ -213,6 +235,13 @@ void push_try(struct xfer *x);
 void push_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
 		     size_t len, bool rndv);
 void recv_try_complete(struct xfer *x);
+
+/* liveness.c: heartbeats, leases, dead peers (docs/protocol.md) */
+int liveness_start(struct agent *a);
+void liveness_stop(struct agent *a);
+/* Any message from p: it is alive. */
+void peer_heard(struct peer *p);
+void on_ping(struct agent *a, const char *from, const msgpack_object *m);
 
 /* notify.c */
 void notify_xfer(struct agent *a, struct xfer *x, const char *kind);

@@ -563,13 +563,8 @@ pdx_status_t pdx_engine_token(struct pdx_engine *e,
 	return send_out(e, &o);
 }
 
-pdx_status_t pdx_engine_abort(struct pdx_engine *e,
-			      const struct pdx_xfer_id *xfer)
-{
-	return pdx_engine_abort_at(e, xfer, NULL);
-}
-
-pdx_status_t pdx_engine_abort_at(struct pdx_engine *e,
+/* {op, xfer, peer?}: the messages about a transfer by id alone. */
+static pdx_status_t send_xfer_op(struct pdx_engine *e, const char *op,
 				 const struct pdx_xfer_id *xfer,
 				 const char *peer)
 {
@@ -579,11 +574,32 @@ pdx_status_t pdx_engine_abort_at(struct pdx_engine *e,
 		return PDX_EINVAL;
 	pdx_mp_out_init(&o);
 	msgpack_pack_map(&o.pk, peer ? 3 : 2);
-	pdx_mp_kv_str(&o.pk, "op", "abort");
+	pdx_mp_kv_str(&o.pk, "op", op);
 	pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
 	if (peer)
 		pdx_mp_kv_str(&o.pk, "peer", peer);
 	return send_out(e, &o);
+}
+
+pdx_status_t pdx_engine_hold(struct pdx_engine *e,
+			     const struct pdx_xfer_id *xfer, const char *peer)
+{
+	if (!peer)
+		return PDX_EINVAL;
+	return send_xfer_op(e, "hold", xfer, peer);
+}
+
+pdx_status_t pdx_engine_abort(struct pdx_engine *e,
+			      const struct pdx_xfer_id *xfer)
+{
+	return send_xfer_op(e, "abort", xfer, NULL);
+}
+
+pdx_status_t pdx_engine_abort_at(struct pdx_engine *e,
+				 const struct pdx_xfer_id *xfer,
+				 const char *peer)
+{
+	return send_xfer_op(e, "abort", xfer, peer);
 }
 
 int pdx_engine_fd(const struct pdx_engine *e)

@@ -251,6 +251,8 @@ static struct xfer *announce(struct agent *a, const msgpack_object *m,
 		}
 	}
 	x->announced = true;
+	x->timeout_ms = (uint32_t)timeout;
+	xfer_begin_phase(x);
 	x->reg_generation = a->reg.generation;
 	x->t_first_ns = x->t_first_ns ? x->t_first_ns : pdx_now_ns();
 	if (!a->reg.ok) {
@@ -358,6 +360,7 @@ static void on_layer_done(struct agent *a, const msgpack_object *m)
 				  (unsigned long long)layer, x->sm.layers);
 			continue;
 		}
+		x->progress_ns = pdx_now_ns();
 		push_try(x);
 	}
 }
@@ -380,6 +383,33 @@ static void on_token(struct agent *a, const msgpack_object *m)
 		x->first_token = (int64_t)token;
 }
 
+/* Decode side: our engine queued a request whose KV the peer holds. Until
+ * the engine announces it (recv) or aborts it, our heartbeats renew the
+ * sender's lease, bounded by the transfer timeout; the handshake starts
+ * now, while the request waits. */
+static void on_hold(struct agent *a, const msgpack_object *m)
+{
+	char peer[PDX_ADDR_MAX];
+	struct pdx_xfer_id id;
+	struct xfer *x;
+
+	if (pdx_mp_get_xfer(m, "xfer", &id) ||
+	    pdx_mp_get_str(m, "peer", peer, sizeof(peer)) ||
+	    strncmp(peer, "tcp://", 6) != 0) {
+		log_warn("hold needs xfer and a tcp:// peer: ignored");
+		return;
+	}
+	if (xfer_find(a, &id) || !a->reg.ok)
+		return; /* known already, or recv will fail it */
+	x = xfer_new(a, &id, XFER_RECV, peer, a->cfg.xfer_timeout_ms);
+	if (!x)
+		return;
+	x->held = true;
+	x->peer = peer_get(a, peer);
+	if (!x->peer)
+		xfer_fail(x, PDX_EPEER, false, "cannot reach %s", peer);
+}
+
 static void on_abort(struct agent *a, const msgpack_object *m)
 {
 	char peer[PDX_ADDR_MAX];
@@ -389,9 +419,10 @@ static void on_abort(struct agent *a, const msgpack_object *m)
 	if (pdx_mp_get_xfer(m, "xfer", &id))
 		return;
 	x = xfer_find(a, &id);
-	if (x && x->announced) {
+	if (x && (x->announced || x->held)) {
 		if (!x->finished)
-			xfer_fail(x, PDX_ECANCELED, true, "aborted by engine");
+			xfer_fail(x, PDX_ECANCELED, true, "aborted by engine%s",
+				  x->announced ? "" : " while it queued it");
 		return;
 	}
 	/* never announced here: the peer that waits for it is told */
@@ -420,6 +451,8 @@ void engine_on_msg(struct agent *a, const void *id, size_t id_len,
 		on_send(a, &msg.data);
 	else if (strcmp(op, "recv") == 0)
 		on_recv(a, &msg.data);
+	else if (strcmp(op, "hold") == 0)
+		on_hold(a, &msg.data);
 	else if (strcmp(op, "layer_done") == 0)
 		on_layer_done(a, &msg.data);
 	else if (strcmp(op, "token") == 0)

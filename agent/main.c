@@ -35,6 +35,13 @@ static void usage(FILE *f)
 		"  --data-path MODE        auto (default), ipc, put or am; see docs/architecture.md\n"
 		"  --xfer-timeout-ms N     bound on one transfer (default 30000)\n"
 		"  --handshake-timeout-ms N bound on a handshake (default 5000)\n"
+		"  --lease-ms N            a sent prompt's KV is kept this long for a\n"
+		"                          receiver that has not asked for it, renewed\n"
+		"                          while its engine queues it (default 10000)\n"
+		"  --layer-timeout-ms N    bound between two computed layers (default 10000)\n"
+		"  --heartbeat-ms N        ping period to peers with transfers (default 1000)\n"
+		"  --peer-timeout-ms N     silence that declares such a peer dead\n"
+		"                          (default 5000)\n"
 		"  --max-xfers N           live transfers at most (default 4096)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n"
 		"  -h, --help              this text\n"
@@ -66,6 +73,10 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 		{ "data-path", required_argument, NULL, 'd' },
 		{ "xfer-timeout-ms", required_argument, NULL, 't' },
 		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
+		{ "lease-ms", required_argument, NULL, 'E' },
+		{ "layer-timeout-ms", required_argument, NULL, 'Y' },
+		{ "heartbeat-ms", required_argument, NULL, 'B' },
+		{ "peer-timeout-ms", required_argument, NULL, 'P' },
 		{ "max-xfers", required_argument, NULL, 'm' },
 		{ "log-level", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
@@ -75,6 +86,10 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 
 	*c = (struct agent_config){ .xfer_timeout_ms = 30000,
 				    .handshake_timeout_ms = 5000,
+				    .lease_ms = 10000,
+				    .layer_timeout_ms = 10000,
+				    .heartbeat_ms = 1000,
+				    .peer_timeout_ms = 5000,
 				    .max_xfers = 4096 };
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
@@ -98,9 +113,17 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 			break;
 		case 't':
 		case 'H':
+		case 'E':
+		case 'Y':
+		case 'B':
+		case 'P':
 		case 'm': {
 			uint32_t *dst = o == 't'   ? &c->xfer_timeout_ms
 					: o == 'H' ? &c->handshake_timeout_ms
+					: o == 'E' ? &c->lease_ms
+					: o == 'Y' ? &c->layer_timeout_ms
+					: o == 'B' ? &c->heartbeat_ms
+					: o == 'P' ? &c->peer_timeout_ms
 						   : &c->max_xfers;
 			if (parse_u32(optarg, dst) || *dst == 0) {
 				fprintf(stderr, "pdx-agent: %s needs a positive integer\n",
@@ -125,6 +148,10 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 	}
 	if (optind < argc) {
 		fprintf(stderr, "pdx-agent: unexpected argument %s\n", argv[optind]);
+		return -1;
+	}
+	if (c->peer_timeout_ms <= c->heartbeat_ms) {
+		fprintf(stderr, "pdx-agent: --peer-timeout-ms must exceed --heartbeat-ms\n");
 		return -1;
 	}
 	if (!c->engine_addr || strncmp(c->engine_addr, "ipc://", 6) != 0 ||
@@ -332,11 +359,12 @@ static int agent_start(struct agent *a)
 		return -1;
 	event_add(a->sig_int, NULL);
 	event_add(a->sig_term, NULL);
-	return 0;
+	return liveness_start(a);
 }
 
 static void agent_stop(struct agent *a)
 {
+	liveness_stop(a);
 	xfers_free(a);
 	peers_free(a);
 	registration_clear(a);

@@ -39,8 +39,7 @@ static void peer_reset(struct agent *a, struct peer *p)
 	p->instance = 0;
 }
 
-/* We hold a working handshake with p (it may be being refreshed). */
-static bool peer_known(const struct peer *p)
+bool peer_known(const struct peer *p)
 {
 	return p && p->ep && !p->ep_failed;
 }
@@ -459,8 +458,10 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 	x->skip = (uint32_t)skip;
 	x->peer_instance = p->instance;
 	pdx_xfer_sm_blocks_known(&x->sm);
-	if (x->announced)
+	if (x->announced) {
+		xfer_begin_phase(x); /* the lease ends, the transfer begins */
 		push_try(x);
+	}
 }
 
 static struct xfer *peer_xfer(struct agent *a, struct peer *p,
@@ -541,7 +542,13 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len)
 		msgpack_unpacked_destroy(&msg);
 		return;
 	}
-	if (strcmp(op, "hello") == 0 || strcmp(op, "hello_ack") == 0) {
+	if ((p = peer_lookup(a, from, false)) != NULL)
+		peer_heard(p);
+	if (strcmp(op, "ping") == 0) {
+		on_ping(a, from, &msg.data);
+	} else if (strcmp(op, "pong") == 0) {
+		/* heard: that is all it says */
+	} else if (strcmp(op, "hello") == 0 || strcmp(op, "hello_ack") == 0) {
 		on_hello(a, from, &msg.data, op[5] == '_');
 	} else if (strcmp(op, "hello_nack") == 0) {
 		if ((p = peer_lookup(a, from, false)) != NULL)

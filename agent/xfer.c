@@ -22,9 +22,12 @@ static const char *xfer_stage(const struct xfer *x)
 {
 	if (x->peer && x->peer->state != PEER_READY)
 		return "waiting for the handshake";
-	if (x->role == XFER_RECV)
+	if (x->role == XFER_RECV) {
+		if (!x->announced)
+			return "held while our engine queued it";
 		return x->done_seen ? "receiving the last bytes"
 				    : "waiting for the sender";
+	}
 	if (!x->announced)
 		return "waiting for our engine to announce it";
 	if (!x->sm.blocks_known)
@@ -34,13 +37,79 @@ static const char *xfer_stage(const struct xfer *x)
 	return "pushing the last layers";
 }
 
+enum bound { BOUND_PHASE, BOUND_LEASE, BOUND_LAYER };
+
+static uint64_t ms_ns(uint32_t ms)
+{
+	return (uint64_t)ms * 1000000ULL;
+}
+
+/* When x must end unless something moves it on, and which bound that is.
+ * Renewals and computed layers only move these later, so they write their
+ * field and the timer, when it fires early, sleeps again. */
+static uint64_t xfer_deadline(const struct xfer *x, enum bound *which)
+{
+	const struct agent_config *c = &x->agent->cfg;
+	uint64_t d = x->begun_ns + ms_ns(x->timeout_ms);
+
+	*which = BOUND_PHASE;
+	if (x->role != XFER_SEND || !x->announced)
+		return d;
+	if (!x->sm.blocks_known) {
+		/* The receiver has not asked: its holds keep the KV. */
+		*which = BOUND_LEASE;
+		return x->lease_ns;
+	}
+	if (x->sm.pushed_count < x->sm.layers &&
+	    x->progress_ns + ms_ns(c->layer_timeout_ms) < d) {
+		*which = BOUND_LAYER;
+		d = x->progress_ns + ms_ns(c->layer_timeout_ms);
+	}
+	return d;
+}
+
+void xfer_arm(struct xfer *x)
+{
+	enum bound which;
+	uint64_t now = pdx_now_ns(), d = xfer_deadline(x, &which);
+	uint64_t left = d > now ? d - now : 0;
+	struct timeval tv = { (time_t)(left / 1000000000ULL),
+			      (suseconds_t)(left % 1000000000ULL / 1000) };
+
+	if (!x->finished)
+		evtimer_add(x->timer, &tv);
+}
+
+void xfer_begin_phase(struct xfer *x)
+{
+	x->begun_ns = x->progress_ns = pdx_now_ns();
+	if (x->role == XFER_SEND && x->announced && !x->sm.blocks_known)
+		x->lease_ns = x->begun_ns + ms_ns(x->agent->cfg.lease_ms);
+	xfer_arm(x);
+}
+
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
 	struct xfer *x = arg;
 	struct agent *a = x->agent;
+	enum bound which;
 
-	xfer_fail(x, PDX_ETIMEDOUT, true, "timed out after %u ms %s",
-		  x->timeout_ms, xfer_stage(x));
+	if (xfer_deadline(x, &which) > pdx_now_ns()) {
+		xfer_arm(x); /* moved later since armed */
+		return;
+	}
+	if (which == BOUND_LEASE)
+		xfer_fail(x, PDX_ETIMEDOUT, true,
+			  "lease expired: %s asked for no blocks and held "
+			  "none for %u ms", x->peer_addr, a->cfg.lease_ms);
+	else if (which == BOUND_LAYER)
+		xfer_fail(x, PDX_ETIMEDOUT, true,
+			  "no layer computed for %u ms (%u of %u pushed)",
+			  a->cfg.layer_timeout_ms, x->sm.pushed_count,
+			  x->sm.layers);
+	else
+		xfer_fail(x, PDX_ETIMEDOUT, true, "timed out after %u ms %s",
+			  x->timeout_ms, xfer_stage(x));
 	agent_settle(a);
 }
 
@@ -48,7 +117,6 @@ struct xfer *xfer_new(struct agent *a, const struct pdx_xfer_id *id,
 		      enum xfer_role role, const char *peer_addr,
 		      uint32_t timeout_ms)
 {
-	struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
 	struct xfer *x;
 
 	if (a->n_xfers >= a->cfg.max_xfers) {
@@ -72,7 +140,7 @@ struct xfer *xfer_new(struct agent *a, const struct pdx_xfer_id *id,
 	x->t_first_ns = pdx_now_ns();
 	snprintf(x->peer_addr, sizeof(x->peer_addr), "%s", peer_addr);
 	pdx_xfer_sm_init(&x->sm, a->reg.ok ? a->reg.layout.layers : 0);
-	evtimer_add(x->timer, &tv);
+	xfer_begin_phase(x);
 	HASH_ADD(hh, a->xfers, id.b, sizeof(x->id.b), x);
 	a->n_xfers++;
 	return x;
@@ -143,10 +211,14 @@ void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 	pdx_xfer_id_hex(&x->id, hex);
 	log_info("xfer %s %s %s failed: %s", hex,
 		 x->role == XFER_SEND ? "to" : "from", x->peer_addr, x->reason);
-	if (tell_peer && x->peer_addr[0])
-		peer_send_to_addr(x->agent, x->peer_addr,
-				  x->announced ? "abort" : "error", &x->id,
-				  x->announced ? x->reason : "unknown transfer");
+	/* A transfer our engine named (or queued) is aborted; one only the
+	 * peer named is unknown here. */
+	if (tell_peer && x->peer_addr[0]) {
+		bool ours = x->announced || x->held;
+
+		peer_send_to_addr(x->agent, x->peer_addr, ours ? "abort" : "error",
+				  &x->id, ours ? x->reason : "unknown transfer");
+	}
 	if (x->announced)
 		notify_xfer(x->agent, x, "failed");
 	xfer_maybe_release(x);

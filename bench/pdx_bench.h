@@ -67,6 +67,8 @@ struct pb_agent_opts {
 	const char *notify;    /* --notify ADDR; NULL: not passed */
 	const char *netns;     /* run under `ip netns exec NETNS`; NULL: no */
 	const char *env[8];    /* more "KEY=VALUE" for the agent; NULL-ended */
+	const char *args[12];  /* more arguments, e.g. "--lease-ms", "500";
+				* NULL-ended */
 };
 
 struct pb_agent {
@@ -75,7 +77,7 @@ struct pb_agent {
 	struct pb_agent_opts o;
 	/* copies the opts point into */
 	char bin[4096], engine[4200], listen[256], tls[64], data_path[16],
-		notify[256], netns[64], env[8][256];
+		notify[256], netns[64], env[8][256], args[12][256];
 };
 
 /* Starts an agent (its stdout goes to stderr); o is copied. */

@@ -278,12 +278,15 @@ int pb_agent_start(struct pb_agent *a, const struct pb_agent_opts *o)
 	a->o.xfer_timeout_ms = o->xfer_timeout_ms;
 	for (int i = 0; i < 7 && o->env[i]; i++)
 		copy_opt(&a->o.env[i], a->env[i], sizeof(a->env[i]), o->env[i]);
+	for (int i = 0; i < 11 && o->args[i]; i++)
+		copy_opt(&a->o.args[i], a->args[i], sizeof(a->args[i]),
+			 o->args[i]);
 	return pb_agent_restart(a);
 }
 
 int pb_agent_restart(struct pb_agent *a)
 {
-	const char *argv[48];
+	const char *argv[64];
 	char tmo[16], wrapper[512];
 	const char *w = getenv("PDX_AGENT_WRAPPER");
 	int n = 0;
@@ -327,6 +330,8 @@ int pb_agent_restart(struct pb_agent *a)
 		argv[n++] = "--xfer-timeout-ms";
 		argv[n++] = tmo;
 	}
+	for (int i = 0; i < 11 && a->o.args[i]; i++)
+		argv[n++] = a->o.args[i];
 	argv[n] = NULL;
 
 	fflush(NULL);

@@ -129,6 +129,9 @@ struct pdx__kv *pdx__kv_new(struct pdx_http_api *api,
 void pdx__kv_set_req(struct pdx__kv *k, struct pdx_sched_req *sreq)
 {
 	k->sreq = sreq;
+	/* Queued: the prefill side keeps its KV while we wait for room. */
+	if (k->p.role == PDX_KV_RECV && !k->announced && k->p.remote_agent[0])
+		pdx_kv_link_hold(k->api->p.link, &k->p.xfer, k->p.remote_agent);
 }
 
 /* Early callback: the decode side's kv_transfer_params, posted to the

@@ -171,6 +171,13 @@ pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 	return st;
 }
 
+void pdx_kv_link_hold(struct pdx_kv_link *l, const struct pdx_xfer_id *xfer,
+		      const char *peer)
+{
+	pdx_engine_hold(l->e, xfer, peer);
+	poke(l);
+}
+
 void pdx_kv_link_abort_at(struct pdx_kv_link *l,
 			  const struct pdx_xfer_id *xfer, const char *peer)
 {

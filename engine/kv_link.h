@@ -72,6 +72,11 @@ pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
  * when it was still active. NULL-safe for a waiter never announced. */
 void pdx_kv_link_cancel(struct pdx_kv_link *l, struct pdx_kv_waiter *w);
 
+/* Decode side: xfer's request waits in the queue; the agent keeps the
+ * sender's KV for it (pdx_engine_hold()). */
+void pdx_kv_link_hold(struct pdx_kv_link *l, const struct pdx_xfer_id *xfer,
+		      const char *peer);
+
 /* For a transfer never announced here: the agent at peer is told to
  * abort it (pdx_engine_abort_at()). */
 void pdx_kv_link_abort_at(struct pdx_kv_link *l,

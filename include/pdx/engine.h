@@ -127,6 +127,14 @@ pdx_status_t pdx_engine_recv(struct pdx_engine *e, const struct pdx_xfer_id *xfe
 			     const char *peer, const uint32_t *blocks,
 			     size_t n_blocks, uint32_t skip_tokens);
 
+/* Decode side, optional: a request whose KV comes from the agent at peer
+ * waits in our queue (no blocks yet). Until pdx_engine_recv() or an abort,
+ * the agent renews the sender's lease on that KV with its heartbeats, for
+ * at most the agent's --xfer-timeout-ms. Without it, the sender keeps the
+ * KV --lease-ms after announcing it. */
+pdx_status_t pdx_engine_hold(struct pdx_engine *e,
+			     const struct pdx_xfer_id *xfer, const char *peer);
+
 /* Either side: abort the transfer here and at the peer. */
 pdx_status_t pdx_engine_abort(struct pdx_engine *e,
 			      const struct pdx_xfer_id *xfer);

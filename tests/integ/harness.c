@@ -80,6 +80,7 @@ static int side_start(struct h_env *env, struct h_side *s, const char *host,
 	ao.data_path = env->o.data_path;
 	ao.notify = env->o.notify;
 	ao.xfer_timeout_ms = env->o.xfer_timeout_ms;
+	memcpy(ao.args, env->o.agent_args, sizeof(ao.args));
 	ao.netns = netns;
 	for (int i = 0; i < 4 && extra_env[i]; i++)
 		ao.env[i] = extra_env[i];

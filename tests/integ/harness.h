@@ -56,6 +56,7 @@ struct h_opts {
 	const char *host_p, *host_d;   /* listen host; default 127.0.0.1 */
 	const char *netns_p, *netns_d; /* run the agents there; NULL: here */
 	const char *env_p[4], *env_d[4]; /* extra agent environment */
+	const char *agent_args[12]; /* more options for both agents; NULL-ended */
 	uint32_t d_head_dim;     /* decode pool head_dim; 0: the model's */
 };
 

@@ -14,6 +14,7 @@
 #include "tests/integ/harness.h"
 
 #define TMO_MS 1500
+#define TMO_STR "1500"
 
 static void expect_timeout(struct h_side *s, const struct pdx_xfer_id *id,
 			   uint64_t t0, const char *what)
@@ -47,6 +48,9 @@ int main(int argc, char **argv)
 
 	h_note("unknown_xfer: transfers the other side never announces");
 	o.xfer_timeout_ms = TMO_MS;
+	/* the sender's wait for a receiver that never asks is its lease */
+	o.agent_args[0] = "--lease-ms";
+	o.agent_args[1] = TMO_STR;
 	if (h_setup(&env, argc, argv, &o)) {
 		h_failures++;
 		return h_finish(&env);

@@ -1,0 +1,155 @@
+/* Liveness: heartbeats, leases and dead peers (docs/protocol.md, "ping").
+ *
+ * Every --heartbeat-ms an agent pings each peer it has transfers with. The
+ * ping lists the transfers our engine holds queued for that peer, which
+ * renews their senders' leases: the prefill side keeps a prompt's KV as
+ * long as a live decode side still means to ask for it, and frees it soon
+ * after one that does not. A peer that says nothing at all for
+ * --peer-timeout-ms while transfers with it are under way is dead: they
+ * fail (and it is told, should it be only slow), and the next transfer
+ * with it begins with a fresh hello, so a restarted peer is met afresh. */
+#define PDX_LOG_TOPIC "peer"
+#include <stdlib.h>
+
+#include "agent/agent.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+void peer_heard(struct peer *p)
+{
+	p->heard_ns = pdx_now_ns();
+}
+
+struct ping_ctx {
+	struct agent *a;
+	struct peer *p;
+	uint32_t n_held;
+};
+
+static bool held_for(const struct xfer *x, const struct peer *p)
+{
+	return x->peer == p && x->role == XFER_RECV && x->held &&
+	       !x->announced && !x->finished;
+}
+
+static void fill_ping(msgpack_packer *pk, void *arg)
+{
+	struct ping_ctx *c = arg;
+	struct xfer *x, *tmp;
+
+	pdx_mp_str(pk, "hold");
+	msgpack_pack_array(pk, c->n_held);
+	HASH_ITER(hh, c->a->xfers, x, tmp) {
+		if (held_for(x, c->p))
+			pdx_mp_bin(pk, x->id.b, sizeof(x->id.b));
+	}
+}
+
+static void peer_silent(struct agent *a, struct peer *p, uint64_t silent_ns)
+{
+	struct xfer *x, *tmp;
+	uint32_t ms = (uint32_t)(silent_ns / 1000000);
+
+	log_warn("peer %s silent for %u ms: its transfers fail", p->addr, ms);
+	/* Its handshake is no longer trusted: the next use says hello. */
+	p->state = PEER_NEW;
+	p->watched = false;
+	HASH_ITER(hh, a->xfers, x, tmp) {
+		if (x->peer == p && !x->finished)
+			xfer_fail(x, PDX_EPEER, true,
+				  "peer %s silent for %u ms (heartbeats "
+				  "unanswered)", p->addr, ms);
+	}
+}
+
+static void on_beat(evutil_socket_t fd, short what, void *arg)
+{
+	struct agent *a = arg;
+	uint64_t now = pdx_now_ns();
+	uint64_t bound = (uint64_t)a->cfg.peer_timeout_ms * 1000000ULL;
+	uint64_t period = (uint64_t)a->cfg.heartbeat_ms * 1000000ULL;
+	/* We did not run for a while (stopped, swapped out): whoever looked
+	 * silent could not be heard. Their silence counts from now. */
+	bool we_stalled = a->beat_ns && now - a->beat_ns > 2 * period;
+	struct peer *p, *ptmp;
+	struct xfer *x, *xtmp;
+
+	if (we_stalled)
+		log_warn("no heartbeat for %llu ms: silences count from now",
+			 (unsigned long long)((now - a->beat_ns) / 1000000));
+	a->beat_ns = now;
+	HASH_ITER(hh, a->peers, p, ptmp)
+		p->busy = false;
+	HASH_ITER(hh, a->xfers, x, xtmp) {
+		if (x->peer && !x->finished)
+			x->peer->busy = true;
+	}
+	HASH_ITER(hh, a->peers, p, ptmp) {
+		struct ping_ctx c = { a, p, 0 };
+
+		if (!p->busy) {
+			p->watched = false;
+			continue;
+		}
+		if (!p->watched || we_stalled) {
+			/* Its silence counts from now, not from long ago. */
+			p->watched = true;
+			p->heard_ns = now;
+		}
+		if (now - p->heard_ns > bound) {
+			peer_silent(a, p, now - p->heard_ns);
+			continue;
+		}
+		HASH_ITER(hh, a->xfers, x, xtmp)
+			c.n_held += held_for(x, p);
+		peer_send(a, p, "ping", NULL, NULL, fill_ping, 1, &c);
+	}
+	agent_settle(a);
+}
+
+void on_ping(struct agent *a, const char *from, const msgpack_object *m)
+{
+	struct peer *p = peer_get(a, from);
+	const msgpack_object *hold = pdx_mp_get(m, "hold");
+	uint64_t lease_end;
+
+	if (!p)
+		return;
+	peer_send(a, p, "pong", NULL, NULL, NULL, 0, NULL);
+	/* Renewals count only from a peer we shook hands with (it may have
+	 * restarted and lost them); peer_get() sent it a hello if not. */
+	if (!peer_known(p) || !hold || hold->type != MSGPACK_OBJECT_ARRAY)
+		return;
+	lease_end = pdx_now_ns() + (uint64_t)a->cfg.lease_ms * 1000000ULL;
+	for (uint32_t i = 0; i < hold->via.array.size; i++) {
+		struct pdx_xfer_id id;
+		struct xfer *x;
+
+		if (pdx_mp_obj_xfer(&hold->via.array.ptr[i], &id))
+			continue;
+		/* Unknown here: our engine has not announced it, and its
+		 * lease starts in full when it does. */
+		x = xfer_find(a, &id);
+		if (x && x->role == XFER_SEND && x->peer == p && !x->finished &&
+		    lease_end > x->lease_ns)
+			x->lease_ns = lease_end;
+	}
+}
+
+int liveness_start(struct agent *a)
+{
+	struct timeval tv = { a->cfg.heartbeat_ms / 1000,
+			      (a->cfg.heartbeat_ms % 1000) * 1000 };
+
+	a->beat_ev = event_new(a->base, -1, EV_PERSIST, on_beat, a);
+	if (!a->beat_ev || event_add(a->beat_ev, &tv))
+		return -1;
+	return 0;
+}
+
+void liveness_stop(struct agent *a)
+{
+	if (a->beat_ev)
+		event_free(a->beat_ev);
+	a->beat_ev = NULL;
+}

@@ -1,0 +1,103 @@
+#!/bin/bash
+# Leases, end to end: the agents keep a prompt's KV for a decode request
+# that waits in a full decode engine's queue far longer than the lease
+# (its agent's heartbeats renew it), and free KV that no decode side holds
+# or asks for soon after the lease, long before the engines' own bound.
+#   lease.sh PDX_ENGINE PDX_AGENT
+. "$(dirname "$0")/lib.sh"
+ENGINE=$1
+AGENT=$2
+LEASE_MS=800
+
+export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
+for side in p d; do
+	agent_start $side --lease-ms $LEASE_MS --heartbeat-ms 200 \
+		--peer-timeout-ms 3000 --xfer-timeout-ms 20000
+done
+# One running decode request at a time, ~5 ms per token (tiny, scaled): a request
+# queued behind a 800-token one waits ~4 s, several leases.
+named_engine_start P "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p.engine" \
+	--kv-timeout-ms 20000
+named_engine_start D "$ENGINE" --role decode --agent "ipc://$E2E_TMP/d.engine" \
+	--kv-timeout-ms 20000 --max-num-seqs 1 --time-scale 5000
+named_engine_start C "$ENGINE" --time-scale 0
+
+peer() {
+	curl -sS "http://127.0.0.1:$1/v1/pdx/info" |
+		sed -n 's/.*"peer_addr": *"\([^"]*\)".*/\1/p'
+}
+PEER_P=$(peer "$PORT_P")
+PEER_D=$(peer "$PORT_D")
+case "$PEER_P $PEER_D" in tcp://*" "tcp://*) ;; *) fail "peer addresses: $PEER_P $PEER_D" ;; esac
+
+xid() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
+body() {
+	printf '{"prompt": "%s", "max_tokens": %s, "stream": false%s}' "$1" "$2" \
+		"${3:+, \"kv_transfer_params\": $3}"
+}
+kv() { printf '{"xfer_id": "%s", "remote_agent": "%s", "do_remote_%s": true%s}' "$@"; }
+to() {
+	curl -sS -o "$3" -w '%{http_code}' -H 'Content-Type: application/json' \
+		--data-binary "$2" "http://127.0.0.1:$1/v1/completions" >"$3.code" ||
+		echo 000 >"$3.code"
+}
+used() {
+	curl -sS "http://127.0.0.1:$1/metrics" |
+		sed -n 's/^pdx_engine_kv_blocks_used\({[^}]*}\)\? \([0-9.e+]*\)$/\2/p'
+}
+T=$E2E_TMP
+
+# The decode engine busy for ~4 s with a request of its own (concurrent
+# flow: its KV from P too).
+busy="a long answer keeps the decode engine busy"
+x=$(xid)
+to "$PORT_D" "$(body "$busy" 800 "$(kv "$x" "$PEER_P" prefill)")" "$T/busy" &
+bpid=$!
+to "$PORT_P" "$(body "$busy" 800 "$(kv "$x" "$PEER_D" decode)")" "$T/busyp"
+sleep 0.3
+
+# Sequential flow: P prefills and keeps the KV; D queues the request.
+prompt="the queued request still finds its prompt's KV"
+to "$PORT_C" "$(body "$prompt" 12)" "$T/c"
+t0=$(date +%s%N)
+to "$PORT_P" "$(body "$prompt" 12 "$(kv "$(xid)" "$PEER_D" decode)")" "$T/p"
+to "$PORT_D" "$(body "$prompt" 12 \
+	"$(sed -n 's/.*"kv_transfer_params":\({[^}]*}\).*/\1/p' "$T/p" |
+		sed 's/}$/, "on_failure": "fail"}/')")" "$T/d"
+t1=$(date +%s%N)
+wait $bpid
+waited=$(((t1 - t0) / 1000000))
+
+# KV nobody asks for: P's blocks are free again after about one lease.
+to "$PORT_P" "$(body "nobody will ask for this" 4 "$(kv "$(xid)" "$PEER_D" decode)")" "$T/orphan"
+t2=$(date +%s%N)
+freed=
+for _ in $(seq 100); do
+	[ "$(used "$PORT_P")" = 0 ] && { freed=$((($(date +%s%N) - t2) / 1000000)); break; }
+	sleep 0.05
+done
+
+python3 - "$T" "$waited" "$LEASE_MS" "${freed:-none}" <<'PY' || fail "checks above"
+import json, sys
+T, waited, lease, freed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+def rd(f): return open(f"{T}/{f}").read()
+def text(f):
+    assert rd(f + ".code").strip() == "200", (f, rd(f + ".code"), rd(f))
+    return json.loads(rd(f))["choices"][0]["text"]
+text("busy")
+assert waited > 3 * lease, f"the decode request waited only {waited} ms: nothing to renew"
+assert text("d") == text("c"), ("queued request", text("d"), text("c"))
+print(f"ok: a decode request queued {waited} ms (lease {lease} ms) got its KV; "
+      f"the same text as colocated")
+assert rd("orphan.code").strip() == "200", rd("orphan")
+assert freed != "none", "P still holds the orphan's blocks after 5 s"
+assert int(freed) <= lease + 1500, f"orphan freed after {freed} ms"
+print(f"ok: KV nobody asked for was freed {freed} ms after its prefill")
+PY
+grep -q "lease expired" "$E2E_TMP/agent_p.log" ||
+	fail "the prefill agent's log does not say why it freed the orphan"
+[ "$(grep -c "lease expired" "$E2E_TMP/agent_p.log")" = 1 ] ||
+	fail "more than the orphan's lease expired: $(grep "lease expired" "$E2E_TMP/agent_p.log")"
+
+for e in P D C agent_p agent_d; do named_stop $e; done
+echo "ok: leases renewed while queued, expired when nobody asks"

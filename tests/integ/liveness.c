@@ -1,0 +1,205 @@
+/* liveness: leases, heartbeats and the gap between layers.
+ *
+ * The agents run with short bounds (heartbeat 200 ms, a peer silent for
+ * 1000 ms is dead, lease 800 ms, 2500 ms between layers) and a transfer
+ * timeout long enough (20 s) that only those bounds can end a transfer:
+ *  - a decode request queued for three leases (pdx_engine_hold) still gets
+ *    its KV: the heartbeats renewed the lease;
+ *  - KV no receiver holds or asks for is freed once its lease expires;
+ *  - a held request that leaves frees the sender's KV at once;
+ *  - a stopped (SIGSTOP) receiver or sender agent is declared dead by the
+ *    other within the silence bound, and after it resumes every transfer
+ *    works again;
+ *  - a prefill engine that stops producing layers fails its transfer at
+ *    the layer bound, on both sides.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "tests/integ/harness.h"
+
+#define BEAT_MS 200
+#define SILENT_MS 1000
+#define LEASE_MS 800
+#define LAYER_MS 2500
+#define SLACK_MS 1500
+
+static double since_ms(uint64_t t0)
+{
+	return (double)(pdx_now_ns() - t0) / 1e6;
+}
+
+/* The event about x on side s is "failed" with status, within
+ * [lo, bound + SLACK_MS] ms of t0, and its reason holds `says`. */
+static void expect_failed(struct h_side *s, const struct h_xfer *x,
+			  pdx_status_t status, const char *says, uint64_t t0,
+			  int lo, int bound, const char *what)
+{
+	struct pdx_engine_event ev;
+	double ms;
+
+	if (h_wait(s, &x->id, bound + SLACK_MS, &ev)) {
+		CHECK(false, "%s: the %s engine hears within %d ms", what,
+		      s->role, bound + SLACK_MS);
+		return;
+	}
+	ms = since_ms(t0);
+	CHECK(ev.kind == PDX_EVENT_FAILED && ev.status == status &&
+		      strstr(ev.reason, says),
+	      "%s: the %s engine gets failed, %s, \"%s\" (got %s, %s: %s)",
+	      what, s->role, pdx_status_str(status), says, h_kind(ev.kind),
+	      pdx_status_str(ev.status), ev.reason);
+	CHECK(ms >= lo && ms <= bound + SLACK_MS,
+	      "%s: after %.0f ms (bound %d ms)", what, ms, bound);
+}
+
+static void all_layers(struct h_env *env, struct h_xfer *x)
+{
+	for (uint32_t l = 0; l < env->p.pool.layout.layers; l++)
+		h_layer_done(env, l, x, 1);
+}
+
+static void works_again(struct h_env *env, const char *after)
+{
+	struct h_xfer ok[4];
+
+	h_plan(env, ok, 4, 0, 8, true);
+	CHECK(h_run(env, ok, 4) == 0, "transfers after %s work", after);
+	h_plan_free(ok, 4);
+}
+
+static void held_past_lease(struct h_env *env)
+{
+	struct h_xfer x[1];
+
+	h_plan(env, x, 1, 6, 0, true);
+	h_prepare(env, x, 1);
+	h_post_send(env, x, 1);
+	all_layers(env, x);
+	CHECK(pdx_engine_hold(env->d.eng, &x->id, env->p.peer) == PDX_OK,
+	      "the decode engine holds the request");
+	CHECK(h_quiet(&env->p, &x->id, 3 * LEASE_MS) == 0,
+	      "held for three leases: the prefill side keeps its KV");
+	h_post_recv(env, x, 1);
+	CHECK(h_expect_ok(env, x, 1, 5000) == 0,
+	      "the held request then gets every byte");
+	h_plan_free(x, 1);
+}
+
+static void lease_expires(struct h_env *env)
+{
+	struct h_xfer x[1];
+	uint64_t t0;
+
+	h_plan(env, x, 1, 6, 0, true);
+	h_prepare(env, x, 1);
+	t0 = pdx_now_ns();
+	h_post_send(env, x, 1);
+	all_layers(env, x);
+	expect_failed(&env->p, x, PDX_ETIMEDOUT, "lease expired", t0,
+		      LEASE_MS - 100, LEASE_MS, "nobody asks");
+	CHECK(h_quiet(&env->d, &x->id, 0) == 0,
+	      "nobody asks: the decode engine hears nothing");
+	h_plan_free(x, 1);
+}
+
+static void held_then_left(struct h_env *env)
+{
+	struct h_xfer x[1];
+	uint64_t t0;
+
+	h_plan(env, x, 1, 6, 0, true);
+	h_prepare(env, x, 1);
+	h_post_send(env, x, 1);
+	pdx_engine_hold(env->d.eng, &x->id, env->p.peer);
+	h_sleep_ms(3 * BEAT_MS);
+	t0 = pdx_now_ns();
+	pdx_engine_abort_at(env->d.eng, &x->id, env->p.peer);
+	expect_failed(&env->p, x, PDX_ECANCELED, "queued", t0, 0, 200,
+		      "a held request leaves");
+	CHECK(h_quiet(&env->d, &x->id, 0) == 0,
+	      "a held request leaves: no event on the decode side");
+	h_plan_free(x, 1);
+}
+
+/* SIGSTOP the agent of `stopped` mid-transfer: the other side fails the
+ * transfer by silence; then it resumes. */
+static void agent_stalls(struct h_env *env, struct h_side *stopped)
+{
+	struct h_side *other = stopped == &env->d ? &env->p : &env->d;
+	struct pdx_engine_event ev;
+	struct h_xfer x[1];
+	char what[64];
+	uint64_t t0;
+
+	snprintf(what, sizeof(what), "the %s agent stops", stopped->role);
+	h_plan(env, x, 1, 6, 0, true);
+	h_prepare(env, x, 1);
+	h_post_recv(env, x, 1);
+	h_post_send(env, x, 1);
+	h_layer_done(env, 0, x, 1);
+	h_sleep_ms(100); /* "want" is through: the transfer is under way */
+	t0 = pdx_now_ns();
+	kill(stopped->agent.pid, SIGSTOP);
+	expect_failed(other, x, PDX_EPEER, "silent", t0, SILENT_MS - 100,
+		      SILENT_MS + BEAT_MS, what);
+	kill(stopped->agent.pid, SIGCONT);
+	if (h_wait(stopped, &x->id, SILENT_MS + SLACK_MS, &ev) == 0)
+		CHECK(ev.kind == PDX_EVENT_FAILED,
+		      "%s: resumed, its engine gets failed (%s: %s)", what,
+		      pdx_status_str(ev.status), ev.reason);
+	else
+		CHECK(false, "%s: resumed, its engine hears", what);
+	h_plan_free(x, 1);
+	works_again(env, what);
+}
+
+static void layers_stop(struct h_env *env)
+{
+	struct h_xfer x[1];
+	uint64_t t0;
+
+	h_plan(env, x, 1, 6, 0, true);
+	h_prepare(env, x, 1);
+	h_post_recv(env, x, 1);
+	h_post_send(env, x, 1);
+	t0 = pdx_now_ns();
+	h_layer_done(env, 0, x, 1);
+	expect_failed(&env->p, x, PDX_ETIMEDOUT, "no layer computed", t0,
+		      LAYER_MS - 100, LAYER_MS, "layers stop");
+	expect_failed(&env->d, x, PDX_ECANCELED, "no layer computed", t0,
+		      LAYER_MS - 100, LAYER_MS, "layers stop");
+	h_plan_free(x, 1);
+}
+
+int main(int argc, char **argv)
+{
+	struct h_opts o = { 0 };
+	struct h_env env;
+
+	h_note("liveness: leases, heartbeats, the gap between layers");
+	o.xfer_timeout_ms = 20000;
+	o.agent_args[0] = "--heartbeat-ms";
+	o.agent_args[1] = "200";
+	o.agent_args[2] = "--peer-timeout-ms";
+	o.agent_args[3] = "1000";
+	o.agent_args[4] = "--lease-ms";
+	o.agent_args[5] = "800";
+	o.agent_args[6] = "--layer-timeout-ms";
+	o.agent_args[7] = "2500";
+	if (h_setup(&env, argc, argv, &o)) {
+		h_failures++;
+		return h_finish(&env);
+	}
+	works_again(&env, "setup");
+	held_past_lease(&env);
+	lease_expires(&env);
+	held_then_left(&env);
+	agent_stalls(&env, &env.d);
+	agent_stalls(&env, &env.p);
+	layers_stop(&env);
+	works_again(&env, "all of it");
+	return h_finish(&env);
+}
