@@ -13,6 +13,7 @@
 #include <pdx/layout.h>
 
 #include "agent/coalesce.h"
+#include "agent/ended.h"
 #include "common/mp.h"
 #include "agent/xfer_sm.h"
 #include "transport/ucx.h"
@@ -150,6 +151,7 @@ struct agent {
 	struct peer *peers;
 	struct xfer *xfers;
 	struct xfer *dead; /* released, freed by xfers_reap() */
+	struct pdx_ended *ended; /* recently ended transfers, with why */
 	uint32_t n_xfers;
 	uint64_t ops_inflight; /* UCX operations of all transfers */
 	uint64_t notify_dropped;

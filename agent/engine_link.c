@@ -215,6 +215,7 @@ static struct xfer *announce(struct agent *a, const msgpack_object *m,
 	uint32_t *blocks = NULL;
 	size_t n = 0;
 	uint64_t timeout = a->cfg.xfer_timeout_ms;
+	const char *ended;
 	struct xfer *x;
 
 	if (pdx_mp_get_xfer(m, "xfer", &id)) {
@@ -294,6 +295,9 @@ static struct xfer *announce(struct agent *a, const msgpack_object *m,
 	}
 	snprintf(x->peer_addr, sizeof(x->peer_addr), "%s", peer);
 	x->peer = peer_get(a, peer);
+	if (!x->peer_abort[0] && (ended = pdx_ended_find(a->ended, &id, peer)) != NULL)
+		snprintf(x->peer_abort, sizeof(x->peer_abort),
+			 "ended before our engine announced it: %s", ended);
 	if (x->peer_abort[0]) {
 		free(blocks);
 		xfer_fail(x, PDX_ECANCELED, false, "%s", x->peer_abort);

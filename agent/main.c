@@ -359,6 +359,9 @@ static int agent_start(struct agent *a)
 		return -1;
 	event_add(a->sig_int, NULL);
 	event_add(a->sig_term, NULL);
+	a->ended = pdx_ended_new(a->cfg.max_xfers);
+	if (!a->ended)
+		return -1;
 	return liveness_start(a);
 }
 
@@ -366,6 +369,7 @@ static void agent_stop(struct agent *a)
 {
 	liveness_stop(a);
 	xfers_free(a);
+	pdx_ended_free(a->ended);
 	peers_free(a);
 	registration_clear(a);
 	if (a->ucx)

@@ -414,6 +414,7 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 	uint32_t *blocks = NULL;
 	size_t n = 0;
 	uint64_t skip = 0;
+	const char *why;
 
 	if (pdx_mp_get_xfer(m, "xfer", &id))
 		return;
@@ -440,6 +441,14 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 		log_warn("want from %s refused: transfer is not for it", p->addr);
 		peer_send(a, p, "error", &id, "transfer is not for this agent",
 			  NULL, 0, NULL);
+		return;
+	}
+	if (!x && (why = pdx_ended_find(a->ended, &id, p->addr)) != NULL) {
+		char reason[PDX_REASON_MAX];
+
+		free(blocks);
+		snprintf(reason, sizeof(reason), "transfer ended here: %s", why);
+		peer_send(a, p, "error", &id, reason, NULL, 0, NULL);
 		return;
 	}
 	if (!x) {
@@ -512,11 +521,19 @@ static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
 		     bool refused)
 {
 	struct xfer *x = peer_xfer(a, p, m, "abort");
-	char reason[PDX_REASON_MAX] = "no reason given";
+	char reason[PDX_REASON_MAX] = "no reason given", why[PDX_REASON_MAX];
+	struct pdx_xfer_id id;
 
+	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
+	if (!x && !refused && pdx_mp_get_xfer(m, "xfer", &id) == 0 &&
+	    !xfer_find(a, &id)) {
+		/* Before our engine heard of it: when it announces it, it
+		 * fails at once. */
+		snprintf(why, sizeof(why), "aborted by %s: %s", p->addr, reason);
+		pdx_ended_add(a->ended, &id, p->addr, why);
+	}
 	if (!x)
 		return;
-	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
 	if (!x->announced) {
 		/* Our engine has not announced it yet: remember, so that it
 		 * fails at once when it does instead of waiting for blocks

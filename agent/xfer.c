@@ -188,6 +188,8 @@ void xfer_maybe_release(struct xfer *x)
 					: x->role == XFER_SEND ? "sent"
 							       : "received");
 	}
+	pdx_ended_add(a->ended, &x->id, x->peer_addr,
+		  x->status ? x->reason : "it completed");
 	xfer_unlink(a, x);
 }
 

@@ -5,7 +5,8 @@
  * timeout long enough (20 s) that only those bounds can end a transfer:
  *  - a decode request queued for three leases (pdx_engine_hold) still gets
  *    its KV: the heartbeats renewed the lease;
- *  - KV no receiver holds or asks for is freed once its lease expires;
+ *  - KV no receiver holds or asks for is freed once its lease expires,
+ *    and a receiver that asks later hears why at once;
  *  - a held request that leaves frees the sender's KV at once;
  *  - a stopped (SIGSTOP) receiver or sender agent is declared dead by the
  *    other within the silence bound, and after it resumes every transfer
@@ -102,6 +103,10 @@ static void lease_expires(struct h_env *env)
 		      LEASE_MS - 100, LEASE_MS, "nobody asks");
 	CHECK(h_quiet(&env->d, &x->id, 0) == 0,
 	      "nobody asks: the decode engine hears nothing");
+	t0 = pdx_now_ns();
+	h_post_recv(env, x, 1);
+	expect_failed(&env->d, x, PDX_ECANCELED, "lease expired", t0, 0, 0,
+		      "asking after the lease");
 	h_plan_free(x, 1);
 }
 
