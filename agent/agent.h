@@ -186,6 +186,10 @@ void registration_clear(struct agent *a);
 
 /* peer.c */
 struct peer *peer_get(struct agent *a, const char *addr);
+/* Drops p's handshake: its regions, rkeys and UCX endpoint (closed by
+ * force, so nothing more of ours lands there or of theirs here); the next
+ * use says hello. */
+void peer_reset(struct agent *a, struct peer *p);
 /* We hold a working handshake with p (it may be being refreshed). */
 bool peer_known(const struct peer *p);
 void peer_on_msg(struct agent *a, const void *buf, size_t len);

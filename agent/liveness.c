@@ -51,8 +51,6 @@ static void peer_silent(struct agent *a, struct peer *p, uint64_t silent_ns)
 	uint32_t ms = (uint32_t)(silent_ns / 1000000);
 
 	log_warn("peer %s silent for %u ms: its transfers fail", p->addr, ms);
-	/* Its handshake is no longer trusted: the next use says hello. */
-	p->state = PEER_NEW;
 	p->watched = false;
 	HASH_ITER(hh, a->xfers, x, tmp) {
 		if (x->peer == p && !x->finished)
@@ -60,6 +58,12 @@ static void peer_silent(struct agent *a, struct peer *p, uint64_t silent_ns)
 				  "peer %s silent for %u ms (heartbeats "
 				  "unanswered)", p->addr, ms);
 	}
+	/* Data still on its way over a dead link must not land in blocks
+	 * our engine may reuse now, nor hold ours: the endpoint goes. A
+	 * hello goes out at once, so a peer that was only stopped finds a
+	 * fresh handshake waiting when it runs again. */
+	peer_reset(a, p);
+	peer_get(a, p->addr);
 }
 
 static void on_beat(evutil_socket_t fd, short what, void *arg)

@@ -20,7 +20,7 @@
 
 #define MAX_BLOCKS (1u << 20)
 
-static void peer_reset(struct agent *a, struct peer *p)
+void peer_reset(struct agent *a, struct peer *p)
 {
 	for (uint32_t i = 0; i < p->n_regions; i++) {
 		pdx_ucx_rkey_free(p->regions[i].rkey);

@@ -1,16 +1,20 @@
 /* netns: the two agents in two network namespaces joined by a veth pair
  * (10.77.0.1/24 and 10.77.0.2/24), UCX over TCP; the engines stay in this
  * namespace (ipc:// paths work across network namespaces). Transfers are
- * byte-exact. Needs root and `ip netns`; exits 77 when namespaces cannot
+ * byte-exact; a link cut mid-transfer fails it on both sides within the
+ * heartbeats' bound, and transfers work once it is back. Needs root and `ip netns`; exits 77 when namespaces cannot
  * be made.
  */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "tests/integ/harness.h"
 
 #define N 8
+#define SILENT_MS 1000
+#define SILENT_STR "1000"
 
 static char ns_a[32], ns_b[32], veth_a[16], veth_b[16];
 static bool made_a, made_b;
@@ -60,6 +64,47 @@ static int ns_setup(void)
 	return 0;
 }
 
+/* The link goes down mid-transfer: both engines hear "failed" once the
+ * heartbeats go unanswered; with the link back, transfers work again. */
+static void link_cut(struct h_env *env)
+{
+	struct pdx_engine_event ev;
+	struct h_xfer x[1], ok[4];
+	uint64_t t0;
+	double ms;
+
+	h_plan(env, x, 1, 16, 0, true);
+	h_prepare(env, x, 1);
+	h_post_recv(env, x, 1);
+	h_post_send(env, x, 1);
+	h_layer_done(env, 0, x, 1);
+	h_sleep_ms(200);
+	t0 = pdx_now_ns();
+	CHECK(ip("-n", ns_a, "link", "set", veth_a, "down", NULL, NULL) == 0,
+	      "link cut: %s down", veth_a);
+	for (uint32_t l = 1; l < env->p.pool.layout.layers; l++)
+		h_layer_done(env, l, x, 1);
+	for (int side = 0; side < 2; side++) {
+		struct h_side *s = side ? &env->p : &env->d;
+
+		if (h_wait(s, &x->id, SILENT_MS + 3000, &ev)) {
+			CHECK(false, "link cut: the %s engine hears within %d ms",
+			      s->role, SILENT_MS + 3000);
+			continue;
+		}
+		ms = (double)(pdx_now_ns() - t0) / 1e6;
+		CHECK(ev.kind == PDX_EVENT_FAILED && ms <= SILENT_MS + 3000,
+		      "link cut: the %s engine gets failed after %.0f ms (%s: %s)",
+		      s->role, ms, pdx_status_str(ev.status), ev.reason);
+	}
+	h_plan_free(x, 1);
+	CHECK(ip("-n", ns_a, "link", "set", veth_a, "up", NULL, NULL) == 0,
+	      "link cut: %s up again", veth_a);
+	h_plan(env, ok, 4, 0, 16, true);
+	CHECK(h_run(env, ok, 4) == 0, "link cut: transfers after it work");
+	h_plan_free(ok, 4);
+}
+
 int main(int argc, char **argv)
 {
 	struct h_opts o = { 0 };
@@ -82,6 +127,10 @@ int main(int argc, char **argv)
 	o.host_p = "10.77.0.1";
 	o.host_d = "10.77.0.2";
 	o.xfer_timeout_ms = 10000;
+	o.agent_args[0] = "--heartbeat-ms";
+	o.agent_args[1] = "200";
+	o.agent_args[2] = "--peer-timeout-ms";
+	o.agent_args[3] = SILENT_STR;
 	if (h_setup(&env, argc, argv, &o)) {
 		h_failures++;
 	} else {
@@ -98,6 +147,7 @@ int main(int argc, char **argv)
 		CHECK(bad == 0, "%d contiguous transfers across namespaces are byte-exact",
 		      N);
 		h_plan_free(x, N);
+		link_cut(&env);
 	}
 	bad = h_finish(&env); /* stops the agents first */
 	ns_teardown();
