@@ -62,6 +62,16 @@ static void all_layers(struct h_env *env, struct h_xfer *x)
 		h_layer_done(env, l, x, 1);
 }
 
+/* One transfer announced and computed on the prefill side, nobody on the
+ * decode side asking yet. */
+static void sent_unasked(struct h_env *env, struct h_xfer *x)
+{
+	h_plan(env, x, 1, 6, 0, true);
+	h_prepare(env, x, 1);
+	h_post_send(env, x, 1);
+	all_layers(env, x);
+}
+
 static void works_again(struct h_env *env, const char *after)
 {
 	struct h_xfer ok[4];
@@ -75,10 +85,7 @@ static void held_past_lease(struct h_env *env)
 {
 	struct h_xfer x[1];
 
-	h_plan(env, x, 1, 6, 0, true);
-	h_prepare(env, x, 1);
-	h_post_send(env, x, 1);
-	all_layers(env, x);
+	sent_unasked(env, x);
 	CHECK(pdx_engine_hold(env->d.eng, &x->id, env->p.peer) == PDX_OK,
 	      "the decode engine holds the request");
 	CHECK(h_quiet(&env->p, &x->id, 3 * LEASE_MS) == 0,
@@ -94,11 +101,8 @@ static void lease_expires(struct h_env *env)
 	struct h_xfer x[1];
 	uint64_t t0;
 
-	h_plan(env, x, 1, 6, 0, true);
-	h_prepare(env, x, 1);
 	t0 = pdx_now_ns();
-	h_post_send(env, x, 1);
-	all_layers(env, x);
+	sent_unasked(env, x);
 	expect_failed(&env->p, x, PDX_ETIMEDOUT, "lease expired", t0,
 		      LEASE_MS - 100, LEASE_MS, "nobody asks");
 	CHECK(h_quiet(&env->d, &x->id, 0) == 0,
@@ -115,9 +119,7 @@ static void held_then_left(struct h_env *env)
 	struct h_xfer x[1];
 	uint64_t t0;
 
-	h_plan(env, x, 1, 6, 0, true);
-	h_prepare(env, x, 1);
-	h_post_send(env, x, 1);
+	sent_unasked(env, x);
 	pdx_engine_hold(env->d.eng, &x->id, env->p.peer);
 	h_sleep_ms(3 * BEAT_MS);
 	t0 = pdx_now_ns();
