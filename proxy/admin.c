@@ -58,14 +58,18 @@ static void list(struct pdx_proxy *px, struct evhttp_request *req)
 		for (unsigned i = 0; i < p->n; i++)
 			json_array_append_new(
 			    arr,
-			    json_pack("{s:s, s:s, s:i, s:i, s:I, s:I}", "role",
-				      pdx_pool_role_name(p->role), "url",
-				      p->inst[i]->url, "inflight",
+			    json_pack("{s:s, s:s, s:i, s:i, s:I, s:I, s:b, s:s}",
+				      "role", pdx_pool_role_name(p->role),
+				      "url", p->inst[i]->url, "inflight",
 				      (int)p->inst[i]->inflight, "transfers",
 				      (int)p->inst[i]->xfers, "requests",
 				      (json_int_t)p->inst[i]->requests,
 				      "failures",
-				      (json_int_t)p->inst[i]->failures));
+				      (json_int_t)p->inst[i]->failures,
+				      "healthy", !p->inst[i]->unhealthy,
+				      "breaker",
+				      pdx_breaker_state_name(
+					  p->inst[i]->breaker.state)));
 	}
 	pdx_proxy_send_json(req, 200,
 		   json_pack("{s:o, s:s, s:s}", "instances", arr, "policy_p",

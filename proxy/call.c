@@ -14,6 +14,9 @@
 #include "common/http_listen.h"
 #include "common/log.h"
 
+/* After draining, how long the loop runs on for the last replies. */
+#define DRAIN_FLUSH_MS 100
+
 /* Response headers of the engine's that the client gets too. */
 static const char *const relay_headers[] = {"Content-Type", "Content-Length",
 					    "Cache-Control"};
@@ -44,11 +47,50 @@ static void call_free(struct pdx_call *c)
 	pdx_pool_put(c->side_inst);
 	pdx_pool_put(c->decode);
 	pdx_pool_put(c->prefill);
+	for (int r = 0; r < 2; r++)
+		if (c->avoid[r])
+			pdx_pool_unref(c->avoid[r]);
 	for (size_t i = 0; i < sizeof(c->head) / sizeof(*c->head); i++)
 		free(c->head[i]);
 	free(c->d_timing);
 	free(c->p_timing);
 	free(c);
+	/* draining (SIGTERM): the last request is done. evhttp writes its
+	 * reply's last bytes on a later loop turn, so the loop ends a moment
+	 * after, not at once (which would cut them off). */
+	if (px->draining && !px->ncalls)
+		event_base_loopexit(px->base,
+				    &(struct timeval){0, DRAIN_FLUSH_MS * 1000});
+}
+
+void pdx_call_reset(struct pdx_call *c)
+{
+	pdx_upstream_cancel(c->leg);
+	pdx_upstream_cancel(c->side);
+	c->leg = c->side = NULL;
+	pdx_pool_put(c->inst);
+	pdx_pool_put(c->side_inst);
+	pdx_pool_put(c->decode);
+	pdx_pool_put(c->prefill);
+	c->inst = c->side_inst = c->decode = c->prefill = NULL;
+	for (size_t i = 0; i < sizeof(c->head) / sizeof(*c->head); i++) {
+		free(c->head[i]);
+		c->head[i] = NULL;
+	}
+	free(c->d_timing);
+	free(c->p_timing);
+	c->d_timing = c->p_timing = NULL;
+	c->head_status = 0;
+	c->awaiting_callback = false;
+	c->discard = false;
+}
+
+bool pdx_call_may_retry(const struct pdx_call *c,
+			const struct pdx_inst *failed, int status)
+{
+	return c->retry && (!status || status >= 500) && !c->replying &&
+	       c->retries < c->px->o->retries &&
+	       pdx_pool_has_usable(&c->px->pool[failed->role], failed);
 }
 
 /* Lets go of the connection before the last reply, which may close it
@@ -104,9 +146,21 @@ struct pdx_call *pdx_call_new(struct pdx_proxy *px, struct evhttp_request *req)
 	    evhttp_request_get_input_headers(req), "X-Request-Id");
 	struct pdx_call *c;
 
-	if (px->ncalls >= px->o->max_inflight) {
+	/* 503: this proxy will not serve it (look for another); 429: it
+	 * is full now (try again soon) */
+	if (px->draining) {
 		pdx_proxy_metrics_request(&px->metrics, 503, 0);
-		pdx_proxy_send_error(req, 503, "server_busy",
+		evhttp_add_header(evhttp_request_get_output_headers(req),
+				  "Connection", "close");
+		pdx_proxy_send_error(req, 503, "service_unavailable",
+				     "the proxy is shutting down");
+		return NULL;
+	}
+	if (px->ncalls >= px->o->max_inflight) {
+		pdx_proxy_metrics_request(&px->metrics, 429, 0);
+		evhttp_add_header(evhttp_request_get_output_headers(req),
+				  "Retry-After", "1");
+		pdx_proxy_send_error(req, 429, "server_busy",
 				     "too many requests in flight");
 		return NULL;
 	}
@@ -148,6 +202,22 @@ void pdx_call_reply_error(struct pdx_call *c, int status, const char *type,
 	call_free(c);
 }
 
+void pdx_call_reply_no_instance(struct pdx_call *c, enum pdx_pool_role role)
+{
+	const struct pdx_pool *p = &c->px->pool[role];
+	char msg[160];
+
+	if (p->n)
+		snprintf(msg, sizeof(msg),
+			 "no usable %s instance: all %u unhealthy or with "
+			 "their circuit breaker open",
+			 pdx_pool_role_name(role), p->n);
+	else
+		snprintf(msg, sizeof(msg), "no %s instance in the pool",
+			 pdx_pool_role_name(role));
+	pdx_call_reply_error(c, 503, "service_unavailable", msg);
+}
+
 void pdx_call_reply(struct pdx_call *c, int status, struct evbuffer *body)
 {
 	c->status = status;
@@ -164,6 +234,12 @@ static void relay_head(struct pdx_upstream *u, int status, struct evkeyvalq *in,
 	struct pdx_call *c = arg;
 	const char *v;
 
+	if (status >= 500 &&
+	    pdx_call_may_retry(c, pdx_upstream_inst(u), status)) {
+		c->discard = true; /* its body is dropped; relay_end retries */
+		c->head_status = status;
+		return;
+	}
 	for (size_t i = 0; i < sizeof(relay_headers) / sizeof(*relay_headers);
 	     i++) {
 		v = evhttp_find_header(in, relay_headers[i]);
@@ -243,6 +319,10 @@ static void relay_chunk(struct pdx_upstream *u, struct evbuffer *data,
 {
 	struct pdx_call *c = arg;
 
+	if (c->discard) {
+		evbuffer_drain(data, evbuffer_get_length(data));
+		return;
+	}
 	if (!c->replying)
 		relay_start(c);
 	evhttp_send_reply_chunk(c->req, data);
@@ -252,9 +332,20 @@ static void relay_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 		      int err_status, const char *why, void *arg)
 {
 	struct pdx_call *c = arg;
+	char msg[160];
 
 	c->leg = NULL;
-	if (!status && !c->replying) {
+	if (c->discard || (!status && !c->replying)) {
+		if (c->retry &&
+		    c->retry(c, u, c->discard ? c->head_status : 0, why))
+			return;
+		if (c->discard) { /* no other instance left since its head */
+			snprintf(msg, sizeof(msg), "%s instance %s answered %d",
+				 pdx_pool_role_name(c->inst->role),
+				 c->inst->url, c->head_status);
+			why = msg;
+			err_status = 502;
+		}
 		pdx_call_reply_error(c, err_status, "upstream_error", why);
 		return;
 	}
@@ -310,13 +401,11 @@ static int call_start(struct pdx_call *c, struct pdx_inst *inst,
 	struct pdx_upstream_cbs mine;
 	struct pdx_upstream_params p =
 	    leg_params(c, NULL, method, path, body, len, stream);
-	char msg[96];
 
-	c->inst = inst ? inst : pdx_pool_pick(&c->px->pool[role], 0);
+	c->inst = inst ? inst
+		       : pdx_pool_pick(&c->px->pool[role], 0, c->avoid[role]);
 	if (!c->inst) {
-		snprintf(msg, sizeof(msg), "no %s instance available",
-			 pdx_pool_role_name(role));
-		pdx_call_reply_error(c, 503, "service_unavailable", msg);
+		pdx_call_reply_no_instance(c, role);
 		return -1;
 	}
 	p.inst = c->inst;

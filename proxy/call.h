@@ -59,6 +59,15 @@ struct pdx_call {
 	bool replying; /* the reply head went out */
 	bool over;     /* replied; a side leg is finishing */
 	int status;
+	/* starting over (--retries): the flow's way to (flow.h,
+	 * pdx_flow_retry; NULL: not retried), how often it did, and the
+	 * instances that failed, one per role (references), which the next
+	 * pick avoids */
+	bool (*retry)(struct pdx_call *c, struct pdx_upstream *u, int status,
+		      const char *why);
+	unsigned retries;
+	struct pdx_inst *avoid[2];
+	bool discard; /* D answered a 5xx: dropped, the call starts over */
 };
 
 /* Takes a client request on: a request id (the client's X-Request-Id if
@@ -69,6 +78,23 @@ struct pdx_call *pdx_call_new(struct pdx_proxy *px, struct evhttp_request *req);
 /* Ends the call with this status and body (JSON), e.g. an engine's
  * error passed on. */
 void pdx_call_reply(struct pdx_call *c, int status, struct evbuffer *body);
+
+/* Ends the call with 503: the pool of this role has no instance, or
+ * none usable (unhealthy, or its circuit breaker open). */
+void pdx_call_reply_no_instance(struct pdx_call *c, enum pdx_pool_role role);
+
+/* May the call start over after a leg to failed ended with status (0:
+ * no answer)? Only a failure (no answer, a timeout, a 5xx), before the
+ * client got any byte, with retries left and another usable instance in
+ * failed's pool. */
+bool pdx_call_may_retry(const struct pdx_call *c,
+			const struct pdx_inst *failed, int status);
+
+/* Drops what the call started: cancels its legs (their engines see
+ * their client leave, abort, and free the request's KV), gives back its
+ * instances, forgets the head and timings of a response not relayed. The
+ * call itself, its client and its body stay, for a new start. */
+void pdx_call_reset(struct pdx_call *c);
 
 /* Ends the call with an OpenAI-style error. */
 void pdx_call_reply_error(struct pdx_call *c, int status, const char *type,

@@ -20,6 +20,16 @@
  *   dispatched with them at that moment. No post by P's answer: P's
  *   answer is used, as in the sequential flow.
  *
+ * Retries (--retries): a leg that fails before the client got any byte
+ * (no connection, a timeout, a 5xx; P's leg or D's) starts the whole
+ * request over as a unit (pdx_flow_retry): every leg is cancelled, the
+ * transfer is dropped, and D and P are picked again, the failed instance
+ * avoided, under a fresh xfer_id. As a unit because the legs share one
+ * transfer: in the concurrent flow D was dispatched with P's transfer
+ * before P failed and waits for KV that will not come (or that a dead
+ * process half wrote), and a failed D had P's KV pushed toward it, so
+ * neither leg can be redone alone without reusing stale parameters.
+ *
  * In every flow D is picked first and P's kv_transfer_params name D's
  * agent (remote_agent), so P's agent knows where to push; each transfer
  * is named by an xfer_id (32 hex digits, 128 random bits) unless the
@@ -33,10 +43,12 @@
 
 #include <event2/http.h>
 #include <jansson.h>
+#include <stdbool.h>
 
 struct pdx_call;
 struct pdx_inst;
 struct pdx_proxy;
+struct pdx_upstream;
 
 /* Runs the proxy's configured flow. */
 void pdx_flow_start(struct pdx_call *c);
@@ -77,6 +89,13 @@ void pdx_flow_count_transfer(struct pdx_call *c, struct pdx_inst *p);
  * kv_transfer_params (copied unchanged), or byte for byte when kv is
  * not an object. */
 void pdx_flow_send_decode(struct pdx_call *c, json_t *kv);
+
+/* Leg u of c ended with status (0: no answer; why says what) before
+ * the client got a byte: starts the call over (see above) and returns
+ * true when pdx_call_may_retry() allows it, else returns false and the
+ * caller ends the call as without retries. */
+bool pdx_flow_retry(struct pdx_call *c, struct pdx_upstream *u, int status,
+		    const char *why);
 
 /* A prefill leg failed (status 0: no answer) before D said anything:
  * D prefills itself under --on-prefill-failure local, else the client

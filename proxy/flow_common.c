@@ -15,6 +15,7 @@
 
 void pdx_flow_start(struct pdx_call *c)
 {
+	c->retry = pdx_flow_retry;
 	switch (c->px->o->flow) {
 	case PDX_FLOW_CONCURRENT:
 		pdx_flow_concurrent(c);
@@ -27,21 +28,27 @@ void pdx_flow_start(struct pdx_call *c)
 	}
 }
 
+static int xfer_id_mint(struct pdx_call *c)
+{
+	struct pdx_xfer_id x;
+
+	if (pdx_xfer_id_random(&x) != PDX_OK)
+		return -1;
+	pdx_xfer_id_hex(&x, c->xfer_id);
+	return 0;
+}
+
 /* The client's own xfer_id, or a fresh one. */
 static int xfer_id_set(struct pdx_call *c)
 {
 	json_t *kv = json_object_get(c->body, "kv_transfer_params");
 	const char *s = json_string_value(json_object_get(kv, "xfer_id"));
-	struct pdx_xfer_id x;
 
 	if (s && strlen(s) < sizeof(c->xfer_id)) {
 		strcpy(c->xfer_id, s);
 		return 0;
 	}
-	if (pdx_xfer_id_random(&x) != PDX_OK)
-		return -1;
-	pdx_xfer_id_hex(&x, c->xfer_id);
-	return 0;
+	return xfer_id_mint(c);
 }
 
 /* Feeds at most *left bytes of p into the key. */
@@ -118,18 +125,23 @@ int pdx_flow_pick(struct pdx_call *c)
 			   ? prefix_key(c->body, c->px->o->prefix_len)
 			   : 0;
 
-	c->decode = pdx_pool_pick(d, key);
+	c->decode = pdx_pool_pick(d, key, c->avoid[PDX_POOL_DECODE]);
 	if (!c->decode) {
-		pdx_call_reply_error(c, 503, "service_unavailable",
-				     "no decode instance available");
+		pdx_call_reply_no_instance(c, PDX_POOL_DECODE);
 		return -1;
 	}
-	if (p->n && !(c->prefill = pdx_pool_pick(p, key))) {
-		pdx_call_reply_error(c, 503, "service_unavailable",
-				     "no prefill instance available");
-		return -1;
+	if (p->n) {
+		c->prefill = pdx_pool_pick(p, key, c->avoid[PDX_POOL_PREFILL]);
+		if (!c->prefill && !c->px->o->prefill_fallback) {
+			pdx_call_reply_no_instance(c, PDX_POOL_PREFILL);
+			return -1;
+		}
+		if (!c->prefill)
+			log_info("%s: no usable prefill instance; decode "
+				 "prefills itself",
+				 c->req_id);
 	}
-	if (xfer_id_set(c)) {
+	if (!c->xfer_id[0] && xfer_id_set(c)) { /* a retry has its own */
 		pdx_call_reply_error(c, 500, "internal_error",
 				     "no random bytes for an xfer_id");
 		return -1;
@@ -260,6 +272,43 @@ void pdx_flow_send_decode(struct pdx_call *c, json_t *kv)
 	pdx_call_relay(c, decode_take(c), PDX_POOL_DECODE, EVHTTP_REQ_POST,
 		       c->path, s, strlen(s));
 	free(s);
+}
+
+bool pdx_flow_retry(struct pdx_call *c, struct pdx_upstream *u, int status,
+		    const char *why)
+{
+	struct pdx_inst *failed = pdx_upstream_inst(u);
+	enum pdx_pool_role r = failed->role;
+	char old[sizeof(c->xfer_id)], said[PDX_POOL_ADDR_MAX + 48];
+
+	if (!pdx_call_may_retry(c, failed, status))
+		return false;
+	/* the old transfer is over everywhere: its legs are cancelled (each
+	 * engine sees its client leave, aborts, and frees the KV it wrote or
+	 * waited for) and it counts in no load; a fresh xfer_id keeps any
+	 * late write or notification of it apart from the new one */
+	pdx_transfers_forget(&c->px->xfers, c->xfer_id);
+	pdx_call_reset(c);
+	snprintf(old, sizeof(old), "%s", c->xfer_id);
+	if (xfer_id_mint(c)) {
+		pdx_call_reply_error(c, 500, "internal_error",
+				     "no random bytes for an xfer_id");
+		return true;
+	}
+	if (c->avoid[r])
+		pdx_pool_unref(c->avoid[r]);
+	pdx_pool_ref(failed);
+	c->avoid[r] = failed;
+	c->retries++;
+	c->px->metrics.retries[r]++;
+	snprintf(said, sizeof(said), "%s instance %s answered %d",
+		 pdx_pool_role_name(r), failed->url, status);
+	log_warn("%s: %s; retry %u of %u on other instances, transfer %s "
+		 "(was %s)",
+		 c->req_id, status ? said : why, c->retries,
+		 c->px->o->retries, c->xfer_id, old[0] ? old : "none");
+	pdx_flow_start(c);
+	return true;
 }
 
 void pdx_flow_prefill_failed(struct pdx_call *c, int status,

@@ -10,8 +10,9 @@
 #include "proxy/call.h"
 
 /* P's answer is only looked at when P failed. If D has said nothing yet
- * it is waiting for KV that will not come: it is cancelled (its engine
- * aborts the transfer and frees its blocks), and the failure policy
+ * it is waiting for KV that will not come: the request starts over on
+ * another P with a new transfer (--retries), or D is cancelled (its
+ * engine aborts the transfer and frees its blocks) and the failure policy
  * applies. Once D streams, its KV has arrived, and P's late trouble does
  * not matter. */
 static void prefill_end(struct pdx_upstream *u, int status,
@@ -27,6 +28,8 @@ static void prefill_end(struct pdx_upstream *u, int status,
 			 c->req_id, status ? status : err_status);
 		return;
 	}
+	if (pdx_flow_retry(c, u, status, why))
+		return;
 	pdx_pool_put(c->decode);
 	c->decode = pdx_call_leg_cancel(c);
 	pdx_flow_prefill_failed(c, status, body, err_status, why);

@@ -12,7 +12,8 @@
 
 /* P answered. Still no callback: P's answer is D's request, as in the
  * sequential flow. Else as in the concurrent flow: only a failure before
- * D said anything matters. */
+ * D said anything matters. A failure starts the request over when
+ * --retries allows (flow.h). */
 static void prefill_end(struct pdx_upstream *u, int status,
 			struct evbuffer *body, int err_status, const char *why,
 			void *arg)
@@ -22,6 +23,8 @@ static void prefill_end(struct pdx_upstream *u, int status,
 
 	if (c->awaiting_callback) {
 		c->awaiting_callback = false;
+		if (status != 200 && pdx_flow_retry(c, u, status, why))
+			return;
 		if (status != 200) {
 			pdx_flow_prefill_failed(c, status, body, err_status,
 						why);
@@ -36,7 +39,7 @@ static void prefill_end(struct pdx_upstream *u, int status,
 		json_decref(resp);
 		return;
 	}
-	if (status == 200 || c->replying)
+	if (status == 200 || c->replying || pdx_flow_retry(c, u, status, why))
 		return;
 	pdx_pool_put(c->decode);
 	c->decode = pdx_call_leg_cancel(c);

@@ -18,6 +18,8 @@ static void prefill_end(struct pdx_upstream *u, int status,
 	json_t *resp;
 
 	pdx_call_leg_done(c);
+	if (status != 200 && pdx_flow_retry(c, u, status, why))
+		return;
 	if (status != 200) {
 		pdx_flow_prefill_failed(c, status, body, err_status, why);
 		return;

@@ -1,6 +1,8 @@
-/* pdx-proxy: options, the two pools and the HTTP server on one libevent
- * loop; SIGTERM or SIGINT end it cleanly (calls in flight are aborted,
- * so engines see their client leave). */
+/* pdx-proxy: options, the two pools, their health checks and the HTTP
+ * server on one libevent loop. SIGTERM or SIGINT drain it: new requests
+ * get 503, those in flight finish (up to --drain-timeout, then they are
+ * aborted, so engines see their client leave); a second signal ends it
+ * at once. */
 #define PDX_LOG_TOPIC "proxy"
 #include <event2/event.h>
 #include <signal.h>
@@ -15,15 +17,40 @@
 struct proxy_main {
 	struct pdx_proxy_opts o;
 	struct pdx_proxy px;
-	struct event *sigterm, *sigint;
+	struct event *sigterm, *sigint, *drain_timer;
 };
 
-static void on_signal(evutil_socket_t sig, short what, void *arg)
+static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
 {
 	struct proxy_main *m = arg;
 
-	log_info("signal %d: shutting down", (int)sig);
+	log_warn("--drain-timeout: %u requests still in flight are aborted",
+		 m->px.ncalls);
 	event_base_loopexit(m->px.base, NULL);
+}
+
+/* The first signal drains (call.c ends the loop when the last call is
+ * freed), the second ends the loop at once; the calls left are aborted
+ * in proxy_stop(). */
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct proxy_main *m = arg;
+	struct pdx_proxy *px = &m->px;
+	struct timeval tv = {m->o.drain_timeout_s, 0};
+
+	if (px->draining || !px->ncalls || !m->o.drain_timeout_s ||
+	    !(m->drain_timer = evtimer_new(px->base, on_drain_timeout, m)) ||
+	    evtimer_add(m->drain_timer, &tv)) {
+		log_info("signal %d: shutting down, %u requests in flight "
+			 "aborted",
+			 (int)sig, px->ncalls);
+		event_base_loopexit(px->base, NULL);
+		return;
+	}
+	px->draining = true;
+	log_info("signal %d: draining: new requests get 503, %u in flight "
+		 "may finish within %u s (a second signal ends them now)",
+		 (int)sig, px->ncalls, m->o.drain_timeout_s);
 }
 
 static int pools_fill(struct proxy_main *m)
@@ -35,6 +62,11 @@ static int pools_fill(struct proxy_main *m)
 	px->pool[PDX_POOL_PREFILL].policy = m->o.policy_p;
 	px->pool[PDX_POOL_DECODE].role = PDX_POOL_DECODE;
 	px->pool[PDX_POOL_DECODE].policy = m->o.policy_d;
+	for (int r = 0; r < 2; r++) {
+		px->pool[r].breaker_failures = m->o.breaker_failures;
+		px->pool[r].breaker_open_ns =
+		    (uint64_t)m->o.breaker_open_ms * 1000000;
+	}
 	for (unsigned i = 0; i < m->o.n_prefill; i++)
 		if (pdx_pool_add(&px->pool[PDX_POOL_PREFILL], m->o.prefill[i],
 				 err, sizeof(err)))
@@ -133,6 +165,11 @@ static int proxy_start(struct proxy_main *m)
 		}
 		log_info("transfer notifications on %s", px->xfers.endpoint);
 	}
+	if (m->o.health_interval_ms &&
+	    pdx_health_start(&px->health, px->base, px->pool,
+			     m->o.health_interval_ms, m->o.health_timeout_ms,
+			     m->o.unhealthy_after, m->o.healthy_after))
+		return -1;
 	log_info("flow %s, %u prefill (%s), %u decode (%s), admin api %s",
 		 pdx_proxy_flow_name(m->o.flow), px->pool[0].n,
 		 pdx_pool_policy_name(px->pool[0].policy), px->pool[1].n,
@@ -145,10 +182,13 @@ static int proxy_start(struct proxy_main *m)
 static void proxy_stop(struct proxy_main *m)
 {
 	pdx_proxy_close(&m->px);
+	pdx_health_stop(&m->px.health);
 	pdx_upstreams_clear(&m->px.legs);
 	pdx_transfers_close(&m->px.xfers);
 	pdx_pool_clear(&m->px.pool[PDX_POOL_PREFILL]);
 	pdx_pool_clear(&m->px.pool[PDX_POOL_DECODE]);
+	if (m->drain_timer)
+		event_free(m->drain_timer);
 	if (m->sigint)
 		event_free(m->sigint);
 	if (m->sigterm)

@@ -113,7 +113,14 @@ static int family(struct evbuffer *out, const char *name, const char *type,
 				   help, name, type) < 0;
 }
 
-enum inst_field { INST_INFLIGHT, INST_XFERS, INST_REQUESTS, INST_FAILURES };
+enum inst_field {
+	INST_INFLIGHT,
+	INST_XFERS,
+	INST_REQUESTS,
+	INST_FAILURES,
+	INST_HEALTHY,
+	INST_BREAKER,
+};
 
 static uint64_t inst_value(const struct pdx_inst *in, enum inst_field f)
 {
@@ -124,6 +131,10 @@ static uint64_t inst_value(const struct pdx_inst *in, enum inst_field f)
 		return in->xfers;
 	case INST_REQUESTS:
 		return in->requests;
+	case INST_HEALTHY:
+		return !in->unhealthy;
+	case INST_BREAKER:
+		return in->breaker.state;
 	default:
 		return in->failures;
 	}
@@ -150,6 +161,33 @@ static int render_per_instance(const struct pdx_proxy *px,
 	return bad;
 }
 
+static int render_breaker_transitions(const struct pdx_proxy *px,
+				      struct evbuffer *out)
+{
+	const char *name = "pdx_proxy_instance_breaker_transitions_total";
+	int bad = family(out, name, "counter",
+			 "an instance's circuit breaker turning open, "
+			 "half_open or closed");
+	static const char *const to[PDX_BREAKER_STATES] = {"closed", "open",
+							   "half_open"};
+
+	for (int r = 0; r < 2; r++) {
+		const struct pdx_pool *p = &px->pool[r];
+
+		for (unsigned i = 0; i < p->n; i++)
+			for (int s = 0; s < PDX_BREAKER_STATES; s++)
+				bad |= evbuffer_add_printf(
+					   out,
+					   "%s{role=\"%s\",instance=\"%s\","
+					   "to=\"%s\"} %llu\n",
+					   name, pdx_pool_role_name(p->role),
+					   p->inst[i]->url, to[s],
+					   (unsigned long long)p->inst[i]
+					       ->breaker.entered[s]) < 0;
+	}
+	return bad;
+}
+
 static int render_instances(const struct pdx_proxy *px, struct evbuffer *out)
 {
 	int bad = render_per_instance(
@@ -166,7 +204,17 @@ static int render_instances(const struct pdx_proxy *px, struct evbuffer *out)
 				   INST_REQUESTS);
 	bad |= render_per_instance(
 		px, out, "pdx_proxy_instance_failures_total", "counter",
-		"requests an instance failed to connect or answer", INST_FAILURES);
+		"requests to an instance that failed: no answer, a timeout or a "
+		"5xx", INST_FAILURES);
+	bad |= render_per_instance(
+		px, out, "pdx_proxy_instance_healthy", "gauge",
+		"1 while an instance passes its health checks (or is not "
+		"checked), 0 while it is out of rotation", INST_HEALTHY);
+	bad |= render_per_instance(
+		px, out, "pdx_proxy_instance_breaker_state", "gauge",
+		"an instance's circuit breaker: 0 closed, 1 open, 2 half-open",
+		INST_BREAKER);
+	bad |= render_breaker_transitions(px, out);
 	bad |=
 	    family(out, "pdx_proxy_instances", "gauge", "instances in a pool");
 	for (int r = 0; r < 2; r++)
@@ -227,6 +275,19 @@ int pdx_proxy_metrics_render(const struct pdx_proxy *px, struct evbuffer *out)
 		      "client requests in flight");
 	bad |= evbuffer_add_printf(out, "pdx_proxy_requests_inflight %u\n",
 				   px->ncalls) < 0;
+	bad |= family(out, "pdx_proxy_retries_total", "counter",
+		      "client requests started over after a leg failed before "
+		      "any byte reached the client, by the failed leg");
+	for (int r = 0; r < 2; r++)
+		bad |= evbuffer_add_printf(
+			   out, "pdx_proxy_retries_total{leg=\"%s\"} %llu\n",
+			   pdx_pool_role_name(r),
+			   (unsigned long long)m->retries[r]) < 0;
+	bad |= family(out, "pdx_proxy_draining", "gauge",
+		      "1 after SIGTERM or SIGINT while requests in flight "
+		      "finish");
+	bad |= evbuffer_add_printf(out, "pdx_proxy_draining %d\n",
+				   px->draining) < 0;
 	bad |= render_instances(px, out);
 	bad |= render_transfers(&px->xfers, out);
 	bad |= family(out, "pdx_proxy_request_duration_seconds", "histogram",

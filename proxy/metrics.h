@@ -1,6 +1,7 @@
 /* The proxy's Prometheus metrics: requests by HTTP status, aborted
- * requests, a request latency histogram, and (read from the pools when
- * rendered) in-flight requests overall and per instance.
+ * requests, retries, a request latency histogram, and (read from the
+ * pools when rendered) in-flight requests overall and per instance, each
+ * instance's health and circuit breaker.
  *
  * One thread. Plain counters; rendering reads the proxy's state.
  */
@@ -33,6 +34,7 @@ struct pdx_hist {
 
 struct pdx_proxy_metrics {
 	uint64_t aborted; /* clients that left before the end */
+	uint64_t retries[2]; /* starts over, by the failed leg's role */
 	unsigned nstatus;
 	struct {
 		int code;

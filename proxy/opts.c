@@ -4,6 +4,7 @@
 #include "proxy/opts.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,7 +57,7 @@ void pdx_proxy_opts_usage(FILE *f)
 "  --idle-timeout S            between reads of a response (default 300)\n"
 "  --max-body BYTES            client request body; more gets 413\n"
 "                              (default 8388608)\n"
-"  --max-inflight N            client requests at once; more get 503\n"
+"  --max-inflight N            client requests at once; more get 429\n"
 "                              (default 4096; lowered to what the file\n"
 "                              descriptor limit allows)\n"
 "  --keepalive N               idle connections kept per engine instance\n"
@@ -70,6 +71,29 @@ void pdx_proxy_opts_usage(FILE *f)
 "                              client's request as it came and prefills\n"
 "                              itself (also fronts colocated engines that\n"
 "                              refuse kv_transfer_params)\n"
+"  --retries N                 a request whose prefill or decode leg\n"
+"                              fails before the client got a byte (no\n"
+"                              connection, a timeout, a 5xx) starts over\n"
+"                              on other instances with a new transfer, at\n"
+"                              most N times (default 1; 0: never)\n"
+"  --health-interval MS        GET /health of every instance this often\n"
+"                              (default 2000; 0: no health checks)\n"
+"  --health-timeout MS         one health check's bound (default 1000)\n"
+"  --unhealthy-after K         failed checks in a row that take an\n"
+"                              instance out of rotation (default 2)\n"
+"  --healthy-after K           passed checks in a row that bring it back\n"
+"                              (default 2)\n"
+"  --breaker-failures N        failed requests in a row (no answer, a\n"
+"                              timeout, a 5xx) that open an instance's\n"
+"                              circuit breaker (default 5; 0: never)\n"
+"  --breaker-open-ms MS        how long an open breaker sends nothing to\n"
+"                              its instance before one trial request\n"
+"                              (default 5000)\n"
+"  --drain-timeout S           after SIGTERM or SIGINT: new requests get\n"
+"                              503, those in flight may finish for S\n"
+"                              seconds, then the rest are aborted; a\n"
+"                              second signal exits at once (default 30;\n"
+"                              0: abort at once)\n"
 "  --log-level L               error, warn, info, debug (default info)\n"
 "  --help                      this text\n");
 }
@@ -191,6 +215,50 @@ static int pair_lists(const char *what, struct list *hosts, struct list *ports,
 	return 0;
 }
 
+/* The resilience options: plain numbers in a range. */
+static const struct {
+	const char *name;
+	size_t off;
+	unsigned long lo, hi;
+} uint_options[] = {
+    {"--retries", offsetof(struct pdx_proxy_opts, retries), 0, 10},
+    {"--health-interval", offsetof(struct pdx_proxy_opts, health_interval_ms),
+     0, 3600000},
+    {"--health-timeout", offsetof(struct pdx_proxy_opts, health_timeout_ms), 1,
+     600000},
+    {"--unhealthy-after", offsetof(struct pdx_proxy_opts, unhealthy_after), 1,
+     100},
+    {"--healthy-after", offsetof(struct pdx_proxy_opts, healthy_after), 1, 100},
+    {"--breaker-failures", offsetof(struct pdx_proxy_opts, breaker_failures), 0,
+     1000},
+    {"--breaker-open-ms", offsetof(struct pdx_proxy_opts, breaker_open_ms), 1,
+     3600000},
+    {"--drain-timeout", offsetof(struct pdx_proxy_opts, drain_timeout_s), 0,
+     86400},
+};
+
+/* Sets the option name if it is one of uint_options (true); *bad says
+ * whether its value was refused (the reason in err). */
+static bool uint_option(const char *name, const char *val,
+			struct pdx_proxy_opts *o, bool *bad, char *err,
+			size_t errlen)
+{
+	unsigned long v;
+
+	for (size_t k = 0; k < sizeof(uint_options) / sizeof(*uint_options);
+	     k++) {
+		if (strcmp(name, uint_options[k].name))
+			continue;
+		*bad = parse_ulong(name, val, uint_options[k].lo,
+				   uint_options[k].hi, &v, err, errlen) != 0;
+		if (!*bad)
+			*(unsigned *)((char *)o + uint_options[k].off) =
+			    (unsigned)v;
+		return true;
+	}
+	return false;
+}
+
 static void defaults(struct pdx_proxy_opts *o)
 {
 	memset(o, 0, sizeof(*o));
@@ -206,6 +274,14 @@ static void defaults(struct pdx_proxy_opts *o)
 	o->keepalive_ms = 2000;
 	o->prefix_len = 1024;
 	o->transfer_timeout_s = 60;
+	o->retries = 1;
+	o->health_interval_ms = 2000;
+	o->health_timeout_ms = 1000;
+	o->unhealthy_after = 2;
+	o->healthy_after = 2;
+	o->breaker_failures = 5;
+	o->breaker_open_ms = 5000;
+	o->drain_timeout_s = 30;
 	/* from the environment, so the token need not show in ps */
 	o->admin_token = getenv("PDX_PROXY_ADMIN_TOKEN");
 	if (o->admin_token && !*o->admin_token)
@@ -218,6 +294,7 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 {
 	static struct list ph, pp, dh, dp;
 	unsigned long v;
+	bool bad;
 
 	defaults(o);
 	memset(&ph, 0, sizeof(ph));
@@ -368,6 +445,9 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 			if (parse_ulong(name, val, 1, 3600000, &v, err, errlen))
 				return PDX_PROXY_OPTS_BAD;
 			o->keepalive_ms = v;
+		} else if (uint_option(name, val, o, &bad, err, errlen)) {
+			if (bad)
+				return PDX_PROXY_OPTS_BAD;
 		} else {
 			snprintf(err, errlen, "unknown option '%s'", name);
 			return PDX_PROXY_OPTS_BAD;

@@ -42,6 +42,14 @@ struct pdx_proxy_opts {
 	unsigned keepalive;    /* idle engine connections per instance: 64 */
 	unsigned keepalive_ms; /* an idle engine connection expires: 2000 */
 	bool prefill_fallback; /* --on-prefill-failure local: D prefills */
+	unsigned retries; /* starts over after a failure before any byte: 1 */
+	unsigned health_interval_ms; /* between health checks: 2000; 0: off */
+	unsigned health_timeout_ms;  /* one health check: 1000 */
+	unsigned unhealthy_after;    /* failed checks in a row: 2 */
+	unsigned healthy_after;	     /* passed checks in a row: 2 */
+	unsigned breaker_failures;   /* failed requests in a row: 5; 0: off */
+	unsigned breaker_open_ms;    /* 5000 */
+	unsigned drain_timeout_s;    /* after SIGTERM: 30; 0: abort at once */
 	unsigned n_prefill, n_decode;
 	char prefill[PDX_PROXY_MAX_ARGS][PDX_POOL_ADDR_MAX]; /* "host:port" */
 	char decode[PDX_PROXY_MAX_ARGS][PDX_POOL_ADDR_MAX];

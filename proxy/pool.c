@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
+
 void pdx_pool_idle_close(struct pdx_inst *i)
 {
 	while (i->n_idle)
@@ -102,6 +104,8 @@ int pdx_pool_add(struct pdx_pool *p, const char *addr, char *err, size_t errlen)
 		 strchr(host, ':') ? "http://[%s]:%u" : "http://%s:%u", host,
 		 port);
 	i->role = p->role;
+	i->breaker.failures = p->breaker_failures;
+	i->breaker.open_ns = p->breaker_open_ns;
 	i->url_hash = pdx_pool_key_add(PDX_POOL_KEY_INIT, i->url,
 				       strlen(i->url));
 	i->refs = 1; /* the pool's */
@@ -157,14 +161,46 @@ static uint64_t mix(uint64_t x)
 	return x ^ (x >> 31);
 }
 
-static struct pdx_inst *least_loaded(struct pdx_pool *p)
+bool pdx_pool_usable(const struct pdx_inst *i, uint64_t now)
+{
+	return !i->unhealthy && pdx_breaker_usable(&i->breaker, now);
+}
+
+bool pdx_pool_has_usable(const struct pdx_pool *p,
+			 const struct pdx_inst *avoid)
+{
+	uint64_t now = pdx_now_ns();
+
+	for (unsigned k = 0; k < p->n; k++)
+		if (p->inst[k] != avoid && pdx_pool_usable(p->inst[k], now))
+			return true;
+	return false;
+}
+
+/* The instances a pick may take, in pool order (so round-robin and the
+ * tie-breaks keep their meaning); returns how many. */
+static unsigned candidates(const struct pdx_pool *p,
+			   const struct pdx_inst *avoid,
+			   struct pdx_inst **out)
+{
+	uint64_t now = pdx_now_ns();
+	unsigned n = 0;
+
+	for (unsigned k = 0; k < p->n; k++)
+		if (p->inst[k] != avoid && pdx_pool_usable(p->inst[k], now))
+			out[n++] = p->inst[k];
+	return n;
+}
+
+static struct pdx_inst *least_loaded(struct pdx_pool *p,
+				     struct pdx_inst **c, unsigned n)
 {
 	/* ties go round-robin too, so equal loads spread out */
-	unsigned start = p->rr++ % p->n;
-	struct pdx_inst *best = p->inst[start];
+	unsigned start = p->rr++ % n;
+	struct pdx_inst *best = c[start];
 
-	for (unsigned k = 1; k < p->n; k++) {
-		struct pdx_inst *i = p->inst[(start + k) % p->n];
+	for (unsigned k = 1; k < n; k++) {
+		struct pdx_inst *i = c[(start + k) % n];
 
 		if (pdx_pool_load(i) < pdx_pool_load(best))
 			best = i;
@@ -174,19 +210,20 @@ static struct pdx_inst *least_loaded(struct pdx_pool *p)
 
 /* The prefix's favourite among the instances loaded at most the least
  * load plus the slack. */
-static struct pdx_inst *prefix_aware(struct pdx_pool *p, uint64_t key)
+static struct pdx_inst *prefix_aware(struct pdx_inst **c, unsigned n,
+				     uint64_t key)
 {
-	unsigned bound = pdx_pool_load(p->inst[0]);
+	unsigned bound = pdx_pool_load(c[0]);
 	struct pdx_inst *best = NULL;
 	uint64_t best_w = 0;
 
-	for (unsigned k = 1; k < p->n; k++)
-		if (pdx_pool_load(p->inst[k]) < bound)
-			bound = pdx_pool_load(p->inst[k]);
+	for (unsigned k = 1; k < n; k++)
+		if (pdx_pool_load(c[k]) < bound)
+			bound = pdx_pool_load(c[k]);
 	bound += PDX_POOL_PREFIX_SLACK;
 
-	for (unsigned k = 0; k < p->n; k++) {
-		struct pdx_inst *i = p->inst[k];
+	for (unsigned k = 0; k < n; k++) {
+		struct pdx_inst *i = c[k];
 		uint64_t w = mix(key ^ i->url_hash);
 
 		if (pdx_pool_load(i) <= bound && (!best || w > best_w)) {
@@ -197,24 +234,51 @@ static struct pdx_inst *prefix_aware(struct pdx_pool *p, uint64_t key)
 	return best;
 }
 
-struct pdx_inst *pdx_pool_pick(struct pdx_pool *p, uint64_t key)
+struct pdx_inst *pdx_pool_pick(struct pdx_pool *p, uint64_t key,
+			       const struct pdx_inst *avoid)
 {
-	struct pdx_inst *best;
+	struct pdx_inst *c[PDX_POOL_MAX], *best;
+	unsigned n = candidates(p, avoid, c);
 
-	if (!p->n)
+	if (!n)
 		return NULL;
 	switch (p->policy) {
 	case PDX_POLICY_LEAST_LOADED:
-		best = least_loaded(p);
+		best = least_loaded(p, c, n);
 		break;
 	case PDX_POLICY_PREFIX_AWARE:
-		best = prefix_aware(p, key);
+		best = prefix_aware(c, n, key);
 		break;
 	default:
-		best = p->inst[p->rr++ % p->n];
+		best = c[p->rr++ % n];
 	}
+	pdx_breaker_admit(&best->breaker, pdx_now_ns());
 	pdx_pool_hold(best);
 	return best;
+}
+
+bool pdx_pool_result(struct pdx_inst *i, bool ok)
+{
+	if (!ok)
+		i->failures++;
+	return pdx_breaker_result(&i->breaker, ok, pdx_now_ns());
+}
+
+bool pdx_pool_health(struct pdx_inst *i, bool ok, unsigned down_after,
+		     unsigned up_after)
+{
+	bool was = i->unhealthy;
+
+	if (ok) {
+		i->health_fails = 0;
+		if (++i->health_oks >= up_after)
+			i->unhealthy = false;
+	} else {
+		i->health_oks = 0;
+		if (++i->health_fails >= down_after)
+			i->unhealthy = true;
+	}
+	return was != i->unhealthy;
 }
 
 void pdx_pool_hold(struct pdx_inst *i)

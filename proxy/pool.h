@@ -12,6 +12,10 @@
  *     meet its KV in one engine's prefix cache while no instance is
  *     swamped; adding or removing an instance moves only its share.
  *
+ * Every policy picks among the usable instances only (pdx_pool_usable):
+ * those that pass their health checks (health.c) and whose circuit
+ * breaker lets a request through (breaker.h).
+ *
  * One thread (the proxy's loop). An instance is reference counted: a
  * request holds the instance it picked until pdx_pool_put(), and an
  * engine leg holds its instance until the leg is freed, so removing an
@@ -28,6 +32,8 @@
 #include <stdint.h>
 #include <stddef.h>
 
+#include "proxy/breaker.h"
+
 #define PDX_POOL_ADDR_MAX 128
 #define PDX_POOL_MAX 256     /* instances per pool */
 #define PDX_POOL_IDLE_MAX 64 /* idle connections kept per instance */
@@ -36,6 +42,7 @@
 #define PDX_POOL_PREFIX_SLACK 4
 
 struct event;
+struct pdx_probe;
 struct evhttp_connection;
 
 enum pdx_pool_role { PDX_POOL_PREFILL, PDX_POOL_DECODE };
@@ -54,7 +61,13 @@ struct pdx_inst {
 	unsigned inflight; /* requests of this proxy on it now */
 	unsigned xfers;	   /* transfers set up and not reported finished */
 	uint64_t requests; /* requests sent to it */
-	uint64_t failures; /* of those, failed to connect or answer */
+	uint64_t failures; /* of those: no answer, a timeout or a 5xx */
+	struct pdx_breaker breaker;
+	/* health checks (health.c): failed or passed ones in a row, and
+	 * the verdict; a new instance counts as healthy */
+	unsigned health_fails, health_oks;
+	bool unhealthy;
+	struct pdx_probe *probe; /* health.c's, while it checks this one */
 	unsigned refs;
 	bool removed;
 	/* the engine's agent peer address from GET /v1/pdx/info ("" if it
@@ -76,6 +89,10 @@ struct pdx_pool {
 	enum pdx_pool_policy policy;
 	unsigned n, rr;
 	struct pdx_inst *inst[PDX_POOL_MAX];
+	/* new instances' breaker settings: failures in a row that open it
+	 * (0: never), and for how long */
+	unsigned breaker_failures;
+	uint64_t breaker_open_ns;
 };
 
 /* Parses "host:port", "http://host:port" or "[v6]:port" into host and
@@ -92,10 +109,31 @@ int pdx_pool_add(struct pdx_pool *p, const char *addr, char *err,
  * -1 if there is none. Requests holding it finish normally. */
 int pdx_pool_remove(struct pdx_pool *p, const char *addr);
 
-/* Picks an instance by the pool's policy and takes a reference and an
- * in-flight slot; NULL when the pool is empty. key: the request's prompt
- * prefix key (pdx_pool_prefix_key), read by prefix-aware only. */
-struct pdx_inst *pdx_pool_pick(struct pdx_pool *p, uint64_t key);
+/* Picks a usable instance other than avoid (NULL: none to avoid) by the
+ * pool's policy, and takes a reference and an in-flight slot; NULL when
+ * there is none. key: the request's prompt prefix key
+ * (pdx_pool_prefix_key), read by prefix-aware only. A breaker past its
+ * open time lets this pick through as its trial. */
+struct pdx_inst *pdx_pool_pick(struct pdx_pool *p, uint64_t key,
+			       const struct pdx_inst *avoid);
+
+/* May a request go to i now: healthy, and its breaker not open? */
+bool pdx_pool_usable(const struct pdx_inst *i, uint64_t now);
+
+/* Is there a usable instance in p other than avoid? */
+bool pdx_pool_has_usable(const struct pdx_pool *p,
+			 const struct pdx_inst *avoid);
+
+/* A request to i ended: ok, or failed (no answer, a timeout, a 5xx).
+ * Counts the failure and feeds the breaker; returns whether the
+ * breaker's state changed (the caller logs it). */
+bool pdx_pool_result(struct pdx_inst *i, bool ok);
+
+/* A health check of i passed or failed. After down_after failures in a
+ * row i is unhealthy, after up_after passes in a row healthy again;
+ * returns whether that verdict changed. */
+bool pdx_pool_health(struct pdx_inst *i, bool ok, unsigned down_after,
+		     unsigned up_after);
 
 /* An instance's load: in-flight requests plus unfinished transfers. */
 unsigned pdx_pool_load(const struct pdx_inst *i);

@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <sys/queue.h>
 
+#include "proxy/health.h"
 #include "proxy/metrics.h"
 #include "proxy/opts.h"
 #include "proxy/pool.h"
@@ -29,8 +30,12 @@ struct pdx_proxy {
 	struct pdx_proxy_metrics metrics;
 	struct pdx_transfers xfers;  /* the agents' notifications */
 	struct pdx_upstreams legs;   /* every engine leg */
+	struct pdx_health health;    /* the instances' health checks */
 	LIST_HEAD(, pdx_call) calls; /* client requests in flight */
 	unsigned ncalls;
+	/* SIGTERM: new requests get 503, /ready 503; the loop ends when the
+	 * last call is freed (main.c) */
+	bool draining;
 };
 
 /* Starts the HTTP server on o->host:o->port; -1 with the reason in err. */

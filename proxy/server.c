@@ -66,16 +66,20 @@ static void reply_text(struct evhttp_request *req, int status,
 	evbuffer_free(b);
 }
 
-/* Ready: a decode instance, and a prefill one if prefill instances were
- * configured at start (without them the proxy runs decode-only). */
+/* Ready: not draining, a usable decode instance, and a usable prefill
+ * one if prefill instances were configured at start (without them the
+ * proxy runs decode-only). */
 static void get_ready(struct pdx_proxy *px, struct evhttp_request *req)
 {
-	bool ready = px->pool[PDX_POOL_DECODE].n > 0 &&
-		     (px->pool[PDX_POOL_PREFILL].n > 0 || !px->o->n_prefill);
+	const struct pdx_pool *p = &px->pool[PDX_POOL_PREFILL];
+	bool ready = !px->draining &&
+		     pdx_pool_has_usable(&px->pool[PDX_POOL_DECODE], NULL) &&
+		     (pdx_pool_has_usable(p, NULL) || !px->o->n_prefill);
 
 	reply_text(req, ready ? 200 : 503, "application/json",
-		   ready ? "{\"status\":\"ready\"}"
-			 : "{\"status\":\"not ready\"}");
+		   ready	   ? "{\"status\":\"ready\"}"
+		   : px->draining ? "{\"status\":\"draining\"}"
+				  : "{\"status\":\"not ready\"}");
 }
 
 static void get_metrics(struct pdx_proxy *px, struct evhttp_request *req)

@@ -166,6 +166,25 @@ static void leg_end_later(struct pdx_upstream *u)
 	evtimer_add(u->timer, &now);
 }
 
+/* The leg's result goes to its instance's failure count and breaker:
+ * no answer, a timeout or a 5xx is a failure. */
+static void leg_result(struct pdx_upstream *u, bool ok)
+{
+	struct pdx_inst *i = u->inst;
+
+	if (!pdx_pool_result(i, ok))
+		return;
+	if (i->breaker.state == PDX_BREAKER_OPEN)
+		log_warn("%s instance %s: circuit breaker open, no requests for "
+			 "%llu ms",
+			 pdx_pool_role_name(i->role), i->url,
+			 (unsigned long long)(i->breaker.open_ns / 1000000));
+	else
+		log_info("%s instance %s: circuit breaker closed, a request "
+			 "succeeded",
+			 pdx_pool_role_name(i->role), i->url);
+}
+
 static void leg_fail(struct pdx_upstream *u, int err_status, const char *why)
 {
 	u->cbs.on_end(u, 0, NULL, err_status, why, u->cbs.arg);
@@ -192,7 +211,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	if (u->failed_early) {
-		u->inst->failures++;
+		leg_result(u, false);
 		log_warn("%s", u->why);
 		leg_fail(u, u->err_status, u->why);
 		return;
@@ -207,7 +226,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 		 pdx_pool_role_name(u->inst->role), u->inst->url,
 		 u->connect_phase && !leg_connected(u) ? "connect"
 						       : "first byte");
-	u->inst->failures++;
+	leg_result(u, false);
 	log_warn("%s", why);
 	leg_fail(u, 504, why);
 }
@@ -304,11 +323,12 @@ static void on_done(struct evhttp_request *req, void *arg)
 				 pdx_pool_role_name(u->inst->role),
 				 u->inst->url);
 		}
-		u->inst->failures++;
+		leg_result(u, false);
 		log_warn("%s", u->why);
 		u->cbs.on_end(u, 0, NULL, u->err_status, u->why, u->cbs.arg);
 	} else {
 		u->reuse = u->keepalive && framed(req);
+		leg_result(u, status < 500);
 		u->cbs.on_end(u, status, evhttp_request_get_input_buffer(req),
 			      0, NULL, u->cbs.arg);
 	}
@@ -398,6 +418,11 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 fail:
 	leg_free(u);
 	return -1;
+}
+
+struct pdx_inst *pdx_upstream_inst(const struct pdx_upstream *u)
+{
+	return u->inst;
 }
 
 void pdx_upstream_cancel(struct pdx_upstream *u)

@@ -11,6 +11,9 @@
  *            stream_body is set; otherwise the body collects in the leg);
  *   on_end   exactly once, unless the leg was cancelled: status 0 means
  *            the leg failed (err_status says 502 or 504 and why).
+ * Each leg that ends (not a cancelled one) counts for or against its
+ * instance's circuit breaker (pdx_pool_result): no answer, a timeout or
+ * a 5xx against it.
  * After on_end (or pdx_upstream_cancel) the leg is freed: do not touch it.
  */
 #ifndef PDX_PROXY_UPSTREAM_H
@@ -69,6 +72,10 @@ struct pdx_upstream_params {
 int pdx_upstream_start(const struct pdx_upstream_params *p,
 		       const struct pdx_upstream_cbs *cbs,
 		       struct pdx_upstream **out);
+
+/* The instance the leg goes to (the leg holds a reference until it is
+ * freed, so it is valid inside the leg's callbacks). */
+struct pdx_inst *pdx_upstream_inst(const struct pdx_upstream *u);
 
 /* Abandons the leg and closes its connection, so the engine sees its
  * client leave; no callback fires. NULL-safe. Not from inside the leg's

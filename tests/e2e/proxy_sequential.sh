@@ -51,7 +51,7 @@ named_engine_start P "$ENGINE" --time-scale 0
 named_engine_start D "$ENGINE" --time-scale 0
 named_engine_start X "$PROXY" --prefill "127.0.0.1:$PORT_P" --decoder-hosts 127.0.0.1 \
 	--decoder-ports "$PORT_D" --on-prefill-failure local \
-	--admin-token s3cret --policy-d least-loaded --flow sequential
+	--admin-token s3cret --policy-d least-loaded --flow sequential --retries 0
 PORT=$PORT_X
 
 get /health >/dev/null
@@ -107,6 +107,7 @@ python3 "$HERE/promcheck.py" "$E2E_TMP/metrics" 'pdx_proxy_requests_inflight=0' 
 	fail "/metrics is not valid Prometheus text"
 
 # the decode engine dies: its requests get 502/503 with an error JSON
+# (this proxy does not retry them on the other; proxy_resilience.sh does)
 kill -KILL "$PID_D"
 wait "$PID_D" 2>/dev/null
 E2E_PIDS=${E2E_PIDS/ $PID_D/}
@@ -138,7 +139,9 @@ python3 "$HERE/promcheck.py" "$E2E_TMP/metrics" "pdx_proxy_requests_total{code=\
 named_stop X
 
 # no admin token configured: the admin API is off
-named_engine_start Y "$PROXY" --decode "127.0.0.1:$PORT_P" --keepalive-timeout 1000
+# (no health checks: their connections would be counted below)
+named_engine_start Y "$PROXY" --decode "127.0.0.1:$PORT_P" --keepalive-timeout 1000 \
+	--health-interval 0
 PORT=$PORT_Y
 admin GET /admin/instances anything >/dev/null
 status_is 403 "admin without a configured token"
@@ -250,7 +253,8 @@ while True:
 PYEOF
 E2E_PIDS="$E2E_PIDS $!"
 for _ in $(seq 50); do [ -s "$E2E_TMP/closer" ] && break; sleep 0.1; done
-named_engine_start C "$PROXY" --decode "127.0.0.1:$(cat "$E2E_TMP/closer")"
+named_engine_start C "$PROXY" --decode "127.0.0.1:$(cat "$E2E_TMP/closer")" \
+	--retries 0 --health-interval 0
 PORT=$PORT_C
 post /v1/completions '{"prompt": "first", "max_tokens": 2}' >/dev/null
 status_is 200 "first request to the closing engine"
@@ -307,7 +311,8 @@ s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
 print(s.getsockname()[1], flush=True); time.sleep(30)' >"$E2E_TMP/hole" &
 E2E_PIDS="$E2E_PIDS $!"
 for _ in $(seq 50); do [ -s "$E2E_TMP/hole" ] && break; sleep 0.1; done
-named_engine_start H "$PROXY" --decode "127.0.0.1:$(cat "$E2E_TMP/hole")" --first-byte-timeout 300
+named_engine_start H "$PROXY" --decode "127.0.0.1:$(cat "$E2E_TMP/hole")" --first-byte-timeout 300 \
+	--health-interval 0
 PORT=$PORT_H post /v1/completions '{"prompt": "anyone?", "max_tokens": 3}' >"$E2E_TMP/r.json"
 status_is 504 "an engine that never answers"
 py "import json; e=json.load(open('$E2E_TMP/r.json'))['error']; assert 'first byte' in e['message'], e" "504 error JSON"

@@ -34,7 +34,7 @@ static uint64_t key_of(unsigned k)
 /* Picks and at once gives back: a pick on an idle pool. */
 static struct pdx_inst *pick_idle(struct pdx_pool *p, uint64_t key)
 {
-	struct pdx_inst *i = pdx_pool_pick(p, key);
+	struct pdx_inst *i = pdx_pool_pick(p, key, NULL);
 
 	pdx_pool_put(i);
 	return i;

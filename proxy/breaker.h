@@ -1,0 +1,51 @@
+/* A circuit breaker per engine instance: after `failures` requests in a
+ * row failed (no answer, a timeout, a 5xx), the instance gets no requests
+ * for `open` time; then one trial request goes (half-open): its success
+ * closes the breaker, its failure opens it again.
+ *
+ *   closed --failures in a row--> open --open time over, a trial picked-->
+ *   half-open --trial ok--> closed
+ *             --trial failed--> open
+ *
+ * A trial whose result never comes (its client left, its call ended
+ * before the leg started) does not wedge the breaker: another trial may
+ * go once `open` time has passed since the last one.
+ *
+ * Pure: time comes in as an argument (pdx_now_ns()). One thread.
+ */
+#ifndef PDX_PROXY_BREAKER_H
+#define PDX_PROXY_BREAKER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum pdx_breaker_state {
+	PDX_BREAKER_CLOSED,
+	PDX_BREAKER_OPEN,
+	PDX_BREAKER_HALF_OPEN,
+	PDX_BREAKER_STATES
+};
+
+struct pdx_breaker {
+	unsigned failures; /* in a row that open it; 0: never opens */
+	uint64_t open_ns;  /* how long it stays open */
+	enum pdx_breaker_state state;
+	unsigned fails;	   /* consecutive failures while closed */
+	uint64_t until_ns; /* open, half-open: when a trial may go */
+	uint64_t entered[PDX_BREAKER_STATES]; /* transitions into each */
+};
+
+/* May a request go to the instance now? */
+bool pdx_breaker_usable(const struct pdx_breaker *b, uint64_t now);
+
+/* A request was given to the instance (pdx_breaker_usable() said yes):
+ * past the open time it is the trial, and the breaker turns half-open. */
+void pdx_breaker_admit(struct pdx_breaker *b, uint64_t now);
+
+/* A request's result. Results that come while open (requests sent before
+ * it opened) change nothing. Returns whether the state changed. */
+bool pdx_breaker_result(struct pdx_breaker *b, bool ok, uint64_t now);
+
+const char *pdx_breaker_state_name(enum pdx_breaker_state s);
+
+#endif

@@ -1,0 +1,148 @@
+/* Active health checks (see health.h). */
+#define PDX_LOG_TOPIC "health"
+#include "proxy/health.h"
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/log.h"
+#include "proxy/pool.h"
+
+/* One instance's check: a reference on it, and its connection. */
+struct pdx_probe {
+	LIST_ENTRY(pdx_probe) link;
+	struct pdx_health *h;
+	struct pdx_inst *inst;
+	struct evhttp_connection *conn;
+	bool busy; /* a check in flight */
+};
+
+static void probe_free(struct pdx_probe *pr)
+{
+	LIST_REMOVE(pr, link);
+	if (pr->conn) /* frees a check in flight, without its callback */
+		evhttp_connection_free(pr->conn);
+	pr->inst->probe = NULL;
+	pdx_pool_unref(pr->inst);
+	free(pr);
+}
+
+/* A check ended: req NULL or a status other than 200 is a failure. It
+ * may run inside evhttp_make_request() (no socket), so it only counts. */
+static void on_done(struct evhttp_request *req, void *arg)
+{
+	struct pdx_probe *pr = arg;
+	struct pdx_inst *i = pr->inst;
+	int status = req ? evhttp_request_get_response_code(req) : 0;
+	bool ok = status == 200;
+
+	pr->busy = false;
+	if (!pdx_pool_health(i, ok, pr->h->down_after, pr->h->up_after))
+		return;
+	if (i->unhealthy)
+		log_warn("%s instance %s unhealthy: %u health checks failed in "
+			 "a row (last: %s); it gets no new requests",
+			 pdx_pool_role_name(i->role), i->url, i->health_fails,
+			 status ? "not 200" : "no answer in time");
+	else
+		log_info("%s instance %s healthy again after %u checks; "
+			 "re-admitted",
+			 pdx_pool_role_name(i->role), i->url, i->health_oks);
+}
+
+static void probe_send(struct pdx_probe *pr)
+{
+	struct pdx_inst *i = pr->inst;
+	struct evhttp_request *req;
+	struct timeval tv = {pr->h->timeout_ms / 1000,
+			     (pr->h->timeout_ms % 1000) * 1000};
+	char host[PDX_POOL_ADDR_MAX + 8];
+
+	if (!pr->conn) {
+		pr->conn = evhttp_connection_base_new(pr->h->base, NULL,
+						      i->host, i->port);
+		if (!pr->conn)
+			return;
+		/* bounds the connect and each read and write */
+		evhttp_connection_set_timeout_tv(pr->conn, &tv);
+	}
+	req = evhttp_request_new(on_done, pr);
+	if (!req)
+		return;
+	snprintf(host, sizeof(host), "%s:%u", i->host, i->port);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Host", host);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Connection",
+			  "close");
+	pr->busy = true;
+	if (evhttp_make_request(pr->conn, req, EVHTTP_REQ_GET, "/health") &&
+	    pr->busy)
+		on_done(NULL, pr); /* failed without telling */
+}
+
+static void round_pool(struct pdx_health *h, struct pdx_pool *p)
+{
+	for (unsigned k = 0; k < p->n; k++) {
+		struct pdx_inst *i = p->inst[k];
+		struct pdx_probe *pr = i->probe;
+
+		if (!pr) {
+			pr = calloc(1, sizeof(*pr));
+			if (!pr)
+				continue;
+			pr->h = h;
+			pr->inst = i;
+			pdx_pool_ref(i);
+			i->probe = pr;
+			LIST_INSERT_HEAD(&h->probes, pr, link);
+		}
+		if (!pr->busy) /* else still within its timeout */
+			probe_send(pr);
+	}
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+	struct pdx_health *h = arg;
+	struct pdx_probe *pr, *next;
+
+	/* instances removed from their pool: no more checks */
+	for (pr = LIST_FIRST(&h->probes); pr; pr = next) {
+		next = LIST_NEXT(pr, link);
+		if (pr->inst->removed)
+			probe_free(pr);
+	}
+	round_pool(h, &h->pools[0]);
+	round_pool(h, &h->pools[1]);
+}
+
+int pdx_health_start(struct pdx_health *h, struct event_base *base,
+		     struct pdx_pool *pools, unsigned interval_ms,
+		     unsigned timeout_ms, unsigned down_after,
+		     unsigned up_after)
+{
+	struct timeval tv = {interval_ms / 1000, (interval_ms % 1000) * 1000};
+
+	h->base = base;
+	h->pools = pools;
+	h->timeout_ms = timeout_ms;
+	h->down_after = down_after;
+	h->up_after = up_after;
+	LIST_INIT(&h->probes);
+	h->tick = event_new(base, -1, EV_PERSIST, on_tick, h);
+	if (!h->tick || event_add(h->tick, &tv))
+		return -1;
+	return 0;
+}
+
+void pdx_health_stop(struct pdx_health *h)
+{
+	if (!h->tick)
+		return;
+	while (!LIST_EMPTY(&h->probes))
+		probe_free(LIST_FIRST(&h->probes));
+	event_free(h->tick);
+	h->tick = NULL;
+}

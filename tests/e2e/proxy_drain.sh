@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# pdx-proxy's shutdown and admission, in front of a colocated engine that
+# streams a token every ~10 ms:
+#  * SIGTERM during a stream: /ready answers 503 at once, a new request
+#    gets 503, the stream runs to its [DONE], and the proxy exits 0;
+#  * a second signal during the drain ends it at once (exit 0, the
+#    stream cut, the engine aborts its request);
+#  * --drain-timeout ends a drain that lasts too long;
+#  * at --max-inflight a request gets 429 with Retry-After; a body over
+#    --max-body gets 413.
+#   proxy_drain.sh PDX_ENGINE PDX_PROXY
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+ENGINE=$1
+PROXY=$2
+
+named_engine_start S "$ENGINE" --time-scale 10000
+e() { echo "pdx_engine_$1{model_name=\"tiny\"}"; }
+val() {
+	curl -sS "http://127.0.0.1:$1/metrics" |
+		awk -v n="$2" '$1 == n { v = $2 } END { print v == "" ? 0 : v }'
+}
+
+# stream NAME MAX_TOKENS: a streamed completion through the proxy
+# PORT_NAME in the background (curl's pid in $c, the SSE in
+# $E2E_TMP/NAME.sse); returns once its first token came.
+stream() {
+	local port
+	port=$(eval echo "\$PORT_$1")
+	curl -sS -N -d "{\"prompt\": \"drain me\", \"max_tokens\": $2, \"stream\": true}" \
+		"http://127.0.0.1:$port/v1/completions" >"$E2E_TMP/$1.sse" 2>/dev/null &
+	c=$!
+	for _ in $(seq 200); do
+		grep -q '^data: {' "$E2E_TMP/$1.sse" && return 0
+		sleep 0.02
+	done
+	fail "$1: no first token"
+}
+
+# exited NAME: waits for the proxy; its exit status must be 0. How many
+# ms it took in $ms.
+exited() {
+	local pid rc t0
+	pid=$(eval echo "\$PID_$1")
+	t0=$(date +%s%N)
+	wait "$pid"
+	rc=$?
+	E2E_PIDS=${E2E_PIDS/ $pid/}
+	[ $rc = 0 ] || fail "$1 exited with $rc: $(tail -3 "$E2E_TMP/$1.log")"
+	ms=$((($(date +%s%N) - t0) / 1000000))
+}
+
+# SIGTERM mid-stream: the stream finishes, nothing new is taken
+named_engine_start W "$PROXY" --decode "127.0.0.1:$PORT_S" --health-interval 0
+stream W 150
+kill -TERM "$PID_W"
+PORT=$PORT_W get /ready >/dev/null
+status_is 503 "/ready while draining"
+grep -q draining "$E2E_TMP/body" || fail "/ready body: $(cat "$E2E_TMP/body")"
+[ "$(val "$PORT_W" pdx_proxy_draining)" = 1 ] || fail "pdx_proxy_draining is not 1"
+PORT=$PORT_W post /v1/completions '{"prompt": "too late", "max_tokens": 2}' >/dev/null
+status_is 503 "a new request while draining"
+grep -q 'shutting down' "$E2E_TMP/body" || fail "503 body: $(cat "$E2E_TMP/body")"
+wait $c || fail "the stream did not finish cleanly while draining (curl $?)"
+grep -q '^data: \[DONE\]' "$E2E_TMP/W.sse" || fail "the drained stream has no [DONE]"
+[ "$(grep -c '^data: {' "$E2E_TMP/W.sse")" -ge 150 ] ||
+	fail "the drained stream has $(grep -c '^data: {' "$E2E_TMP/W.sse") chunks, want 150"
+exited W
+[ "$ms" -lt 5000 ] || fail "the proxy took $ms ms to exit after its last request"
+
+# a second signal while draining: out at once, the stream cut, the
+# engine's request aborted
+ab=$(val "$PORT_S" "$(e requests_aborted_total)")
+named_engine_start W2 "$PROXY" --decode "127.0.0.1:$PORT_S" --health-interval 0
+stream W2 3000
+kill -TERM "$PID_W2"
+sleep 0.3
+kill -INT "$PID_W2"
+exited W2
+[ "$ms" -lt 2000 ] || fail "a second signal: the proxy took $ms ms to exit"
+wait $c && fail "the stream ended cleanly although the proxy was stopped"
+! grep -q '\[DONE\]' "$E2E_TMP/W2.sse" || fail "a cut stream ended with [DONE]"
+for _ in $(seq 100); do
+	[ "$(val "$PORT_S" "$(e requests_aborted_total)")" -gt "$ab" ] &&
+		[ "$(val "$PORT_S" "$(e num_requests_running)")" = 0 ] && break
+	sleep 0.05
+done
+[ "$(val "$PORT_S" "$(e num_requests_running)")" = 0 ] ||
+	fail "the engine still runs the request of a proxy that exited"
+
+# --drain-timeout: a stream longer than it is cut when it passes
+named_engine_start W3 "$PROXY" --decode "127.0.0.1:$PORT_S" --health-interval 0 \
+	--drain-timeout 1
+stream W3 3000
+kill -TERM "$PID_W3"
+exited W3
+[ "$ms" -ge 700 ] && [ "$ms" -lt 3000 ] || fail "--drain-timeout 1: exited after $ms ms"
+grep -q 'drain-timeout: 1 requests still in flight are aborted' "$E2E_TMP/W3.log" ||
+	fail "drain timeout not logged: $(tail -3 "$E2E_TMP/W3.log")"
+wait $c && fail "a stream past --drain-timeout ended cleanly"
+
+# admission: 429 with Retry-After at --max-inflight, 413 over --max-body
+named_engine_start W4 "$PROXY" --decode "127.0.0.1:$PORT_S" --health-interval 0 \
+	--max-inflight 1 --max-body 1024
+stream W4 100
+curl -sS -D "$E2E_TMP/head" -o "$E2E_TMP/body" -w '%{http_code}' \
+	-d '{"prompt": "one more", "max_tokens": 2}' \
+	"http://127.0.0.1:$PORT_W4/v1/completions" >"$E2E_TMP/status" || fail "curl"
+status_is 429 "a request over --max-inflight"
+grep -qi '^retry-after: 1' "$E2E_TMP/head" || fail "429 without Retry-After: $(cat "$E2E_TMP/head")"
+/usr/bin/python3 -c 'import json, sys; e = json.load(open(sys.argv[1]))["error"]; assert e["code"] == 429 and "in flight" in e["message"], e' \
+	"$E2E_TMP/body" || fail "429 body: $(cat "$E2E_TMP/body")"
+wait $c || fail "the stream beside the 429"
+PORT=$PORT_W4 post /v1/completions '{"prompt": "room again", "max_tokens": 2}' >/dev/null
+status_is 200 "a request once the one in flight ended"
+big=$(head -c 2000 /dev/zero | tr '\0' a)
+PORT=$PORT_W4 post /v1/completions "{\"prompt\": \"$big\", \"max_tokens\": 2}" >/dev/null
+status_is 413 "a body over --max-body"
+[ "$(val "$PORT_W4" 'pdx_proxy_requests_total{code="429"}')" = 1 ] || fail "429 not counted"
+named_stop W4
+named_stop S
+echo ok

@@ -1,0 +1,303 @@
+#!/usr/bin/env bash
+# pdx-proxy when engines fail, in front of two prefill engines and a
+# decode engine with their pdx-agents, checked against a colocated
+# engine's text:
+#  * a prefill engine stopped (SIGSTOP): its leg's first byte times out
+#    and the request starts over on the other P (sequential flow);
+#  * the stopped engine fails its health checks: unhealthy in the admin
+#    list and /metrics, no request goes to it (no more retries); after
+#    SIGCONT it passes them and is re-admitted (it serves again);
+#  * a prefill engine killed (SIGKILL) mid-prefill while D waits for its
+#    KV (concurrent flow): D's request is aborted (its engine counts it)
+#    and the request starts over on the other P under a new xfer_id; no
+#    KV block stays held; the killed engine turns unhealthy;
+#  * no usable prefill instance left: 503 at once, not a hang, and
+#    /ready answers 503;
+#  * a decode instance answering 500: retried on the other (the client
+#    never sees the 500); its circuit breaker opens after
+#    --breaker-failures, lets one trial through after --breaker-open-ms
+#    (failed: open again), and closes when the trial succeeds;
+#  * the timeouts on the decode leg: connect (a listener whose backlog is
+#    full) answered 504, and a stream whose engine stops mid-way cut at
+#    --idle-timeout.
+#   proxy_resilience.sh PDX_ENGINE PDX_AGENT PDX_PROXY
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+ENGINE=$1
+# shellcheck disable=SC2034 # agent_start (lib.sh) reads it
+AGENT=$2
+PROXY=$3
+PY=/usr/bin/python3 # python3 on PATH may be a slow shim
+[ -x $PY ] || PY=python3
+
+export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
+agent_start p1
+agent_start p2
+agent_start d
+# tiny at scale 10000: P prefills in chunks of 32 tokens, so the long
+# prompt below takes ~0.8 s there; a short one a step or two
+slow=(--time-scale 10000 --max-prefill-tokens 32)
+named_engine_start P1 "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p1.engine" "${slow[@]}"
+named_engine_start P2 "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p2.engine" "${slow[@]}"
+named_engine_start D "$ENGINE" --role decode --agent "ipc://$E2E_TMP/d.engine" --time-scale 0
+named_engine_start C "$ENGINE" --time-scale 0
+# health checks every 300 ms, out after 2 failed, back after 2 passed;
+# the breaker off here (it has its own proxy below)
+pools=(--prefill "127.0.0.1:$PORT_P1" --prefill "127.0.0.1:$PORT_P2"
+	--decode "127.0.0.1:$PORT_D" --retries 1 --health-interval 300
+	--health-timeout 200 --unhealthy-after 2 --healthy-after 2
+	--breaker-failures 0 --admin-token t)
+named_engine_start X "$PROXY" "${pools[@]}" --flow concurrent
+named_engine_start XS "$PROXY" "${pools[@]}" --flow sequential --first-byte-timeout 1000
+pp1="http://127.0.0.1:$PORT_P1"
+pp2="http://127.0.0.1:$PORT_P2"
+
+# val PORT NAME: one sample of PORT's /metrics, 0 when absent.
+val() {
+	curl -sS "http://127.0.0.1:$1/metrics" |
+		awk -v n="$2" '$1 == n { v = $2 } END { print v == "" ? 0 : v }'
+}
+e() { echo "pdx_engine_$1{model_name=\"tiny\"}"; }
+healthy() { echo "pdx_proxy_instance_healthy{role=\"prefill\",instance=\"$1\"}"; }
+retries() { val "$1" 'pdx_proxy_retries_total{leg="prefill"}'; }
+
+# wait_val SECONDS PORT NAME VALUE: until the sample has the value.
+wait_val() {
+	local end v
+	end=$(($(date +%s%N) + $1 * 1000000000))
+	while v=$(val "$2" "$3"); [ "$v" != "$4" ]; do
+		[ "$(date +%s%N)" -lt $end ] ||
+			fail "after $1 s $3 is $v, want $4 (port $2): $(tail -5 "$E2E_TMP/X.log")"
+		sleep 0.05
+	done
+}
+
+# burst PORT N PROMPT: N completions at once; prints "STATUS TEXT" each.
+burst() {
+	$PY - "$@" <<'PYEOF'
+import json, sys, threading, urllib.request, urllib.error
+port, n, prompt = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out = [None] * n
+def one(k):
+    req = urllib.request.Request("http://127.0.0.1:%s/v1/completions" % port,
+        data=json.dumps({"prompt": prompt, "max_tokens": 6}).encode(),
+        headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            out[k] = "%d %s" % (r.status, json.load(r)["choices"][0]["text"])
+    except urllib.error.HTTPError as e:
+        out[k] = "%d %s" % (e.code, e.read().decode())
+    except Exception as e:
+        out[k] = "000 %s" % e
+ts = [threading.Thread(target=one, args=(k,)) for k in range(n)]
+for t in ts: t.start()
+for t in ts: t.join()
+print("\n".join(out))
+PYEOF
+}
+
+# colocated PROMPT: the colocated engine's text.
+colocated() {
+	burst "$PORT_C" 1 "$1" | sed -n 's/^200 //p'
+}
+
+# all_ok PORT N PROMPT WHAT: N at once, each 200 with the colocated text;
+# the last burst's output in $E2E_TMP/burst.
+all_ok() {
+	local line want
+	want=$(colocated "$3")
+	[ -n "$want" ] || fail "no text from the colocated engine"
+	burst "$1" "$2" "$3" >"$E2E_TMP/burst"
+	while read -r line; do
+		[ "$line" = "200 $want" ] ||
+			fail "$4: '$line', want '200 $want': $(tail -5 "$E2E_TMP/X.log")"
+	done <"$E2E_TMP/burst"
+}
+
+short="resilience, a short prompt"
+long=$($PY -c "print(' '.join('w%d' % i for i in range(2000)))")
+all_ok "$PORT_X" 4 "$short" "warm-up through both prefill engines"
+all_ok "$PORT_XS" 2 "$short" "warm-up, sequential flow"
+[ "$(retries "$PORT_X")" = 0 ] || fail "retries before any failure"
+
+# P2 stops: one of two requests meets it, its first byte times out and
+# the request starts over on P1 with a new transfer
+kill -STOP "$PID_P2"
+all_ok "$PORT_XS" 2 "$short" "a prefill engine stopped"
+[ "$(retries "$PORT_XS")" = 1 ] || fail "$(retries "$PORT_XS") retries after a prefill engine stopped, want 1"
+grep -q "prefill instance $pp2: first byte timed out; retry 1 of 1 on other instances, transfer [0-9a-f]\{32\} (was [0-9a-f]\{32\})" "$E2E_TMP/XS.log" ||
+	fail "no retry logged: $(grep -i retry "$E2E_TMP/XS.log")"
+wait_val 3 "$PORT_X" "$(healthy "$pp2")" 0
+PORT=$PORT_X get /ready >/dev/null
+status_is 200 "/ready with one prefill instance unhealthy"
+curl -sS -H 'Authorization: Bearer t' "http://127.0.0.1:$PORT_X/admin/instances" |
+	$PY -c "import json, sys
+i = {x['url']: x for x in json.load(sys.stdin)['instances']}
+assert i['$pp2']['healthy'] is False and i['$pp1']['healthy'] is True, i
+assert i['$pp2']['breaker'] == 'closed', i" || fail "admin list: P2 unhealthy, P1 healthy"
+all_ok "$PORT_X" 4 "$short" "P2 out of rotation"
+[ "$(retries "$PORT_X")" = 0 ] || fail "a request went to the unhealthy prefill instance"
+
+# P2 comes back: re-admitted after two passed checks, and serves
+kill -CONT "$PID_P2"
+wait_val 3 "$PORT_X" "$(healthy "$pp2")" 1
+n2=$(val "$PORT_X" "pdx_proxy_instance_requests_total{role=\"prefill\",instance=\"$pp2\"}")
+all_ok "$PORT_X" 4 "$short" "P2 re-admitted"
+[ "$(val "$PORT_X" "pdx_proxy_instance_requests_total{role=\"prefill\",instance=\"$pp2\"}")" -gt "$n2" ] ||
+	fail "the re-admitted prefill instance got no request"
+grep -q "prefill instance $pp2 healthy again" "$E2E_TMP/X.log" || fail "re-admission not logged"
+
+# P1 is killed mid-prefill while D waits for its KV: D's request is
+# aborted, the request starts over on P2 under a new transfer
+d_ab=$(val "$PORT_D" "$(e requests_aborted_total)")
+burst "$PORT_X" 2 "$long" >"$E2E_TMP/burst" &
+b=$!
+for _ in $(seq 200); do
+	[ "$(val "$PORT_P1" "$(e num_requests_running)")" = 1 ] &&
+		[ "$(val "$PORT_D" "$(e num_requests_running)")" = 2 ] && break
+	sleep 0.02
+done
+[ "$(val "$PORT_D" "$(e num_requests_running)")" = 2 ] || fail "D does not wait for both transfers"
+kill -KILL "$PID_P1"
+wait "$PID_P1" 2>/dev/null
+E2E_PIDS=${E2E_PIDS/ $PID_P1/}
+rm -f "/dev/shm/pdx-engine-$PID_P1" # its KV pool, left by the kill
+wait $b
+want=$(colocated "$long")
+[ "$(grep -c "^200 $want\$" "$E2E_TMP/burst")" = 2 ] ||
+	fail "prefill killed mid-prefill: $(cut -c1-200 "$E2E_TMP/burst"), want 200 '$want'"
+[ "$(retries "$PORT_X")" = 1 ] || fail "$(retries "$PORT_X") retries after a prefill engine was killed, want 1"
+[ "$(val "$PORT_D" "$(e requests_aborted_total)")" -gt "$d_ab" ] ||
+	fail "the decode engine did not abort the request of the killed prefill"
+sed -n 's/.*transfer \([0-9a-f]*\) (was \([0-9a-f]*\))$/\1 \2/p' "$E2E_TMP/X.log" "$E2E_TMP/XS.log" >"$E2E_TMP/ids"
+[ "$(wc -l <"$E2E_TMP/ids")" = 2 ] || fail "retries logged: $(cat "$E2E_TMP/ids")"
+while read -r new old; do
+	[ "$new" != "$old" ] || fail "a retry reused transfer $old"
+done <"$E2E_TMP/ids"
+wait_val 3 "$PORT_X" "$(healthy "$pp1")" 0
+wait_val 5 "$PORT_D" "$(e kv_blocks_used)" 0
+wait_val 5 "$PORT_P2" "$(e kv_blocks_used)" 0
+
+# no usable prefill instance: 503 at once, and not ready
+kill -STOP "$PID_P2"
+wait_val 3 "$PORT_X" "$(healthy "$pp2")" 0
+t0=$(date +%s%N)
+PORT=$PORT_X post /v1/completions "{\"prompt\": \"$short\", \"max_tokens\": 6}" >"$E2E_TMP/r.json"
+ms=$((($(date +%s%N) - t0) / 1000000))
+status_is 503 "no usable prefill instance"
+grep -q 'no usable prefill instance' "$E2E_TMP/r.json" || fail "503 body: $(cat "$E2E_TMP/r.json")"
+[ $ms -lt 1000 ] || fail "the 503 took $ms ms"
+PORT=$PORT_X get /ready >/dev/null
+status_is 503 "/ready with no usable prefill instance"
+kill -CONT "$PID_P2"
+named_stop X
+named_stop XS
+
+# a decode instance that passes health checks but answers completions
+# with 500 (until the file ok exists), beside a good one
+cat >"$E2E_TMP/flaky.py" <<'PYEOF'
+import os, socketserver, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def reply(self, code, body):
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        self.reply(200, b'{"status":"ok"}')
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        ok = os.path.exists(sys.argv[1] + "/ok")
+        with open(sys.argv[1] + "/posts", "a") as f:
+            f.write("200\n" if ok else "500\n")
+        if ok:
+            self.reply(200, b'{"choices": [{"index": 0, "text": "flaky"}]}')
+        else:
+            self.reply(500, b'{"error": {"message": "broken"}}')
+    def log_message(self, *a):
+        pass
+class S(socketserver.ThreadingMixIn, HTTPServer):
+    daemon_threads = True
+s = S(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+PYEOF
+$PY "$E2E_TMP/flaky.py" "$E2E_TMP" >"$E2E_TMP/flaky.port" &
+E2E_PIDS="$E2E_PIDS $!"
+for _ in $(seq 50); do [ -s "$E2E_TMP/flaky.port" ] && break; sleep 0.1; done
+fl="http://127.0.0.1:$(cat "$E2E_TMP/flaky.port")"
+named_engine_start B "$PROXY" --decode "$fl" --decode "127.0.0.1:$PORT_C" \
+	--retries 1 --breaker-failures 3 --breaker-open-ms 1000 --health-interval 0
+prompt=$short
+state() { val "$PORT_B" "pdx_proxy_instance_breaker_state{role=\"decode\",instance=\"$fl\"}"; }
+to() { val "$PORT_B" "pdx_proxy_instance_breaker_transitions_total{role=\"decode\",instance=\"$fl\",to=\"$1\"}"; }
+posts() { grep -c "^$1" "$E2E_TMP/posts"; }
+for k in $(seq 8); do
+	PORT=$PORT_B post /v1/completions "{\"prompt\": \"$prompt\", \"max_tokens\": 6}" >"$E2E_TMP/r.json"
+	status_is 200 "request $k with a decode instance answering 500"
+done
+[ "$(posts 500)" = 3 ] || fail "$(posts 500) requests reached the failing instance, want 3 (then its breaker opens)"
+[ "$(val "$PORT_B" 'pdx_proxy_retries_total{leg="decode"}')" = 3 ] || fail "decode retries"
+[ "$(state)" = 1 ] && [ "$(to open)" = 1 ] || fail "breaker state $(state), opened $(to open) times"
+# open for 1 s, then one trial: it fails, the breaker opens again
+sleep 1.1
+for k in 1 2 3 4; do
+	PORT=$PORT_B post /v1/completions "{\"prompt\": \"$prompt\", \"max_tokens\": 6}" >/dev/null
+	status_is 200 "request $k while the breaker is half-open"
+done
+[ "$(posts 500)" = 4 ] || fail "$(posts 500) requests reached the failing instance, want 4 (one trial)"
+[ "$(state)" = 1 ] && [ "$(to half_open)" = 1 ] && [ "$(to open)" = 2 ] ||
+	fail "after a failed trial: state $(state), half-open $(to half_open), open $(to open)"
+# the instance works again: the next trial closes the breaker
+touch "$E2E_TMP/ok"
+sleep 1.1
+for k in 1 2 3 4; do
+	PORT=$PORT_B post /v1/completions "{\"prompt\": \"$prompt\", \"max_tokens\": 6}" >/dev/null
+	status_is 200 "request $k once the instance works"
+done
+[ "$(posts 200)" -ge 2 ] && [ "$(state)" = 0 ] && [ "$(to closed)" = 1 ] ||
+	fail "after a good trial: $(posts 200) served, state $(state), closed $(to closed)"
+PORT=$PORT_B get /metrics >"$E2E_TMP/metrics"
+$PY "$HERE/promcheck.py" "$E2E_TMP/metrics" || fail "/metrics is not valid Prometheus text"
+named_stop B
+
+# connect timeout: a listener whose accept queue is full drops the SYN
+$PY -c 'import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(0)
+cs = []
+for _ in range(4):
+    c = socket.socket(); c.setblocking(False); c.connect_ex(s.getsockname()); cs.append(c)
+print(s.getsockname()[1], flush=True); time.sleep(60)' >"$E2E_TMP/full" &
+E2E_PIDS="$E2E_PIDS $!"
+for _ in $(seq 50); do [ -s "$E2E_TMP/full" ] && break; sleep 0.1; done
+named_engine_start T "$PROXY" --decode "127.0.0.1:$(cat "$E2E_TMP/full")" \
+	--connect-timeout 300 --health-interval 0
+PORT=$PORT_T post /v1/completions '{"prompt": "anyone?", "max_tokens": 3}' >"$E2E_TMP/r.json"
+status_is 504 "a connect that never completes"
+grep -q 'connect timed out' "$E2E_TMP/r.json" || fail "504 body: $(cat "$E2E_TMP/r.json")"
+named_stop T
+
+# idle timeout: the engine stops mid-stream; the stream ends within
+# --idle-timeout (1 s), without [DONE]
+named_engine_start S "$ENGINE" --time-scale 10000
+named_engine_start I "$PROXY" --decode "127.0.0.1:$PORT_S" --idle-timeout 1 --health-interval 0
+curl -sS -N -d '{"prompt": "a long story", "max_tokens": 1000, "stream": true}' \
+	"http://127.0.0.1:$PORT_I/v1/completions" >"$E2E_TMP/idle.sse" 2>/dev/null &
+c=$!
+for _ in $(seq 100); do grep -q '^data: {' "$E2E_TMP/idle.sse" && break; sleep 0.05; done
+kill -STOP "$PID_S"
+t0=$(date +%s%N)
+wait $c
+ms=$((($(date +%s%N) - t0) / 1000000))
+kill -CONT "$PID_S"
+grep -q '^data: {' "$E2E_TMP/idle.sse" || fail "no token before the engine stopped"
+! grep -q '\[DONE\]' "$E2E_TMP/idle.sse" || fail "a stream cut short ended with [DONE]"
+[ $ms -ge 500 ] && [ $ms -lt 3000 ] || fail "the stream ended $ms ms after the engine stopped, want ~1000"
+grep -q 'idle timeout; stream cut short' "$E2E_TMP/I.log" || fail "idle timeout not logged: $(tail -3 "$E2E_TMP/I.log")"
+named_stop I
+named_stop S
+for x in P2 D C; do named_stop $x; done
+echo ok
