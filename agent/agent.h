@@ -13,6 +13,7 @@
 #include <pdx/layout.h>
 
 #include "agent/coalesce.h"
+#include "agent/curve.h"
 #include "agent/ended.h"
 #include "common/mp.h"
 #include "agent/xfer_sm.h"
@@ -35,6 +36,8 @@ struct agent_config {
 	uint32_t heartbeat_ms;	   /* ping period to peers we transfer with */
 	uint32_t peer_timeout_ms;  /* silence that declares such a peer dead */
 	uint32_t max_xfers; /* bound on live transfers, pending wants included */
+	const char *curve_key;	 /* our CURVE certificate; NULL: no CURVE */
+	const char *curve_peers; /* members: address and public key */
 };
 
 /* One registered region of the engine's memory, mapped here. */
@@ -152,6 +155,9 @@ struct agent {
 	struct xfer *xfers;
 	struct xfer *dead; /* released, freed by xfers_reap() */
 	struct pdx_ended *ended; /* recently ended transfers, with why */
+	struct pdx_curve *curve; /* NULL: the peer link is not secured */
+	void *zap_sock;		 /* REP: CURVE's ZAP handler */
+	struct event *zap_ev;
 	uint32_t n_xfers;
 	uint64_t ops_inflight; /* UCX operations of all transfers */
 	uint64_t notify_dropped;
@@ -192,7 +198,9 @@ struct peer *peer_get(struct agent *a, const char *addr);
 void peer_reset(struct agent *a, struct peer *p);
 /* We hold a working handshake with p (it may be being refreshed). */
 bool peer_known(const struct peer *p);
-void peer_on_msg(struct agent *a, const void *buf, size_t len);
+/* user: with CURVE, the address listed for the sender's key. */
+void peer_on_msg(struct agent *a, const void *buf, size_t len,
+		 const char *user);
 /* Sends a message built by fill() to peer: {"op", "from", ...fields}. */
 int peer_send(struct agent *a, struct peer *p, const char *op,
 	      const struct pdx_xfer_id *xfer, const char *reason,

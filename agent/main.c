@@ -43,6 +43,11 @@ static void usage(FILE *f)
 		"  --peer-timeout-ms N     silence that declares such a peer dead\n"
 		"                          (default 5000)\n"
 		"  --max-xfers N           live transfers at most (default 4096)\n"
+		"  --curve-key FILE        secure the peer link with CURVE: our key\n"
+		"                          pair (docs/security.md); needs --curve-peers\n"
+		"  --curve-peers FILE      members: lines \"tcp://HOST:PORT PUBLIC-KEY\"\n"
+		"  --curve-keygen FILE     write a new key pair to FILE, print its\n"
+		"                          public key, and exit\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n"
 		"  -h, --help              this text\n"
 		"\n"
@@ -78,6 +83,9 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 		{ "heartbeat-ms", required_argument, NULL, 'B' },
 		{ "peer-timeout-ms", required_argument, NULL, 'P' },
 		{ "max-xfers", required_argument, NULL, 'm' },
+		{ "curve-key", required_argument, NULL, 'K' },
+		{ "curve-peers", required_argument, NULL, 'M' },
+		{ "curve-keygen", required_argument, NULL, 'G' },
 		{ "log-level", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -97,6 +105,17 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 		case 'l': c->listen_addr = optarg; break;
 		case 'a': c->advertise = optarg; break;
 		case 'n': c->notify_addr = optarg; break;
+		case 'K': c->curve_key = optarg; break;
+		case 'M': c->curve_peers = optarg; break;
+		case 'G': {
+			char err[512];
+
+			if (pdx_curve_keygen(optarg, err, sizeof(err))) {
+				fprintf(stderr, "pdx-agent: %s\n", err);
+				exit(1);
+			}
+			exit(0);
+		}
 		case 'd':
 			if (strcmp(optarg, "auto") == 0)
 				c->data_path = DATA_AUTO;
@@ -148,6 +167,10 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 	}
 	if (optind < argc) {
 		fprintf(stderr, "pdx-agent: unexpected argument %s\n", argv[optind]);
+		return -1;
+	}
+	if (!c->curve_key != !c->curve_peers) {
+		fprintf(stderr, "pdx-agent: --curve-key and --curve-peers go together\n");
 		return -1;
 	}
 	if (c->peer_timeout_ms <= c->heartbeat_ms) {
@@ -208,7 +231,9 @@ static int drain_router(struct agent *a, void *sock, bool engine)
 			engine_on_msg(a, zmq_msg_data(&id), zmq_msg_size(&id),
 				      zmq_msg_data(&body), zmq_msg_size(&body));
 		else
-			peer_on_msg(a, zmq_msg_data(&body), zmq_msg_size(&body));
+			peer_on_msg(a, zmq_msg_data(&body), zmq_msg_size(&body),
+				    a->curve ? zmq_msg_gets(&body, "User-Id")
+					     : NULL);
 		zmq_msg_close(&id);
 		zmq_msg_close(&body);
 		n++;
@@ -222,7 +247,8 @@ void agent_settle(struct agent *a)
 	int n;
 
 	do {
-		n = drain_router(a, a->engine_sock, true);
+		n = a->zap_sock ? pdx_curve_zap_drain(a->curve, a->zap_sock) : 0;
+		n += drain_router(a, a->engine_sock, true);
 		n += drain_router(a, a->peer_sock, false);
 		pdx_ucx_progress(a->ucx, a->ops_inflight ? SPIN_NS : 0);
 	} while (n > 0);
@@ -271,7 +297,8 @@ static void host_identity(char *out, size_t len)
 		 (unsigned long)pid.st_ino);
 }
 
-static void *zsock(struct agent *a, int type, const char *bind_addr)
+static void *zsock(struct agent *a, int type, const char *bind_addr,
+		   bool curve)
 {
 	void *s = zmq_socket(a->zctx, type);
 	int linger = 0, hwm = 10000;
@@ -283,6 +310,12 @@ static void *zsock(struct agent *a, int type, const char *bind_addr)
 	zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max));
+	if (curve && pdx_curve_server(a->curve, s)) {
+		log_error("CURVE options on %s: %s", bind_addr,
+			  zmq_strerror(zmq_errno()));
+		zmq_close(s);
+		return NULL;
+	}
 	if (bind_addr && zmq_bind(s, bind_addr) < 0) {
 		log_error("cannot bind %s: %s", bind_addr, zmq_strerror(zmq_errno()));
 		zmq_close(s);
@@ -309,6 +342,30 @@ static int zfd(void *sock)
 	return fd;
 }
 
+/* CURVE on the peer link: keys, members, and the ZAP handler that vets
+ * each connection (bound before the peer link, so none goes unvetted). */
+static int curve_start(struct agent *a)
+{
+	char err[512];
+
+	if (pdx_curve_new(a->cfg.curve_key, a->cfg.curve_peers, &a->curve, err,
+			  sizeof(err))) {
+		log_error("%s", err);
+		return -1;
+	}
+	a->zap_sock = zmq_socket(a->zctx, ZMQ_REP);
+	if (!a->zap_sock || zmq_bind(a->zap_sock, "inproc://zeromq.zap.01") < 0) {
+		log_error("ZAP handler: %s", zmq_strerror(zmq_errno()));
+		return -1;
+	}
+	a->zap_ev = watch_fd(a, zfd(a->zap_sock));
+	if (!a->zap_ev)
+		return -1;
+	log_info("peer link secured with CURVE (members in %s)",
+		 a->cfg.curve_peers);
+	return 0;
+}
+
 static int agent_start(struct agent *a)
 {
 	pdx_status_t st;
@@ -332,14 +389,16 @@ static int agent_start(struct agent *a)
 		log_error("ucx active-message handler: %s", pdx_status_str(st));
 		return -1;
 	}
-	a->engine_sock = zsock(a, ZMQ_ROUTER, a->cfg.engine_addr);
-	a->peer_sock = zsock(a, ZMQ_ROUTER, a->cfg.listen_addr);
+	if (a->cfg.curve_key && curve_start(a))
+		return -1;
+	a->engine_sock = zsock(a, ZMQ_ROUTER, a->cfg.engine_addr, false);
+	a->peer_sock = zsock(a, ZMQ_ROUTER, a->cfg.listen_addr, a->curve);
 	if (!a->engine_sock || !a->peer_sock)
 		return -1;
 	if (a->cfg.notify_addr) {
 		int hwm = 1000;
 
-		a->notify_sock = zsock(a, ZMQ_PUSH, NULL);
+		a->notify_sock = zsock(a, ZMQ_PUSH, NULL, false);
 		if (!a->notify_sock)
 			return -1;
 		zmq_setsockopt(a->notify_sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
@@ -371,6 +430,10 @@ static void agent_stop(struct agent *a)
 	xfers_free(a);
 	pdx_ended_free(a->ended);
 	peers_free(a);
+	if (a->zap_ev)
+		event_free(a->zap_ev);
+	if (a->zap_sock)
+		zmq_close(a->zap_sock);
 	registration_clear(a);
 	if (a->ucx)
 		pdx_ucx_progress(a->ucx, 0);
@@ -383,6 +446,7 @@ static void agent_stop(struct agent *a)
 		zmq_close(a->engine_sock);
 	if (a->peer_sock)
 		zmq_close(a->peer_sock);
+	pdx_curve_free(a->curve);
 	if (a->notify_sock)
 		zmq_close(a->notify_sock);
 	if (a->zctx)

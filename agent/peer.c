@@ -62,6 +62,10 @@ static struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
 		goto free_p;
 	zmq_setsockopt(p->dealer, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_setsockopt(p->dealer, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+	if (a->curve && pdx_curve_client(a->curve, p->dealer, addr)) {
+		zmq_close(p->dealer);
+		goto free_p;
+	}
 	if (zmq_connect(p->dealer, addr) < 0) {
 		log_warn("cannot connect to peer %s: %s", addr,
 			 zmq_strerror(zmq_errno()));
@@ -546,7 +550,8 @@ static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
 		  refused ? "refused" : "aborted", p->addr, reason);
 }
 
-void peer_on_msg(struct agent *a, const void *buf, size_t len)
+void peer_on_msg(struct agent *a, const void *buf, size_t len,
+		 const char *user)
 {
 	msgpack_unpacked msg;
 	char op[32], from[PDX_ADDR_MAX];
@@ -556,6 +561,13 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len)
 	    pdx_mp_get_str(&msg.data, "from", from, sizeof(from)) ||
 	    strncmp(from, "tcp://", 6) != 0) {
 		log_warn("malformed peer message (%zu bytes): ignored", len);
+		msgpack_unpacked_destroy(&msg);
+		return;
+	}
+	/* With CURVE a member speaks only for the address its key has. */
+	if (a->curve && (!user || strcmp(user, from) != 0)) {
+		log_warn("%s claiming to be from %s, but its key is %s's: "
+			 "dropped", op, from, user ? user : "nobody");
 		msgpack_unpacked_destroy(&msg);
 		return;
 	}

@@ -59,11 +59,11 @@ const char *h_kind(enum pdx_event_kind k)
 
 static int side_start(struct h_env *env, struct h_side *s, const char *host,
 		      const char *netns, const char *const *extra_env,
-		      char tag)
+		      const char *const *extra_args, char tag)
 {
 	struct pb_agent_opts ao = { 0 };
 	char path[4200];
-	int port = pb_free_port(host);
+	int port = pb_free_port(host), n = 0;
 
 	if (port < 0) {
 		h_note("no free port on %s", host);
@@ -80,7 +80,10 @@ static int side_start(struct h_env *env, struct h_side *s, const char *host,
 	ao.data_path = env->o.data_path;
 	ao.notify = env->o.notify;
 	ao.xfer_timeout_ms = env->o.xfer_timeout_ms;
-	memcpy(ao.args, env->o.agent_args, sizeof(ao.args));
+	for (int i = 0; i < 11 && env->o.agent_args[i]; i++)
+		ao.args[n++] = env->o.agent_args[i];
+	for (int i = 0; i < 4 && extra_args[i] && n < 11; i++)
+		ao.args[n++] = extra_args[i];
 	ao.netns = netns;
 	for (int i = 0; i < 4 && extra_env[i]; i++)
 		ao.env[i] = extra_env[i];
@@ -168,9 +171,9 @@ int h_setup(struct h_env *env, int argc, char **argv, const struct h_opts *o)
 	if (pb_pool_create(&env->d.pool, name, &dm, env->o.pool_blocks))
 		return -1;
 	if (side_start(env, &env->p, env->o.host_p, env->o.netns_p,
-		       env->o.env_p, 'p') ||
+		       env->o.env_p, env->o.args_p, 'p') ||
 	    side_start(env, &env->d, env->o.host_d, env->o.netns_d,
-		       env->o.env_d, 'd'))
+		       env->o.env_d, env->o.args_d, 'd'))
 		return -1;
 	if (h_register(env, &env->p) || h_register(env, &env->d))
 		return -1;

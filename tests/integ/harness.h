@@ -57,6 +57,7 @@ struct h_opts {
 	const char *netns_p, *netns_d; /* run the agents there; NULL: here */
 	const char *env_p[4], *env_d[4]; /* extra agent environment */
 	const char *agent_args[12]; /* more options for both agents; NULL-ended */
+	const char *args_p[4], *args_d[4]; /* and for one of them */
 	uint32_t d_head_dim;     /* decode pool head_dim; 0: the model's */
 };
 
