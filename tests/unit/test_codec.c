@@ -3,6 +3,7 @@
 
 #include "common/layout_mp.h"
 #include "common/mp.h"
+#include "common/utf8.h"
 #include "tests/check.h"
 
 static struct pdx_kv_layer layers[3] = {
@@ -170,11 +171,29 @@ static void container_bombs(void)
 	msgpack_unpacked_destroy(&msg);
 }
 
+/* Error messages quoting a client's bytes stay JSON-able. */
+static void utf8_clean(void)
+{
+	char out[16];
+
+	CHECK_STR_CONTAINS(pdx_utf8_clean("gpt-\xc3\xa9", out, sizeof(out)),
+			   "gpt-\xc3\xa9");
+	CHECK_EQ(strcmp(pdx_utf8_clean("a\xd0\x93\xd0", out, sizeof(out)),
+			"a\xd0\x93?"), 0); /* cut mid-character */
+	CHECK_EQ(strcmp(pdx_utf8_clean("\xed\xa0\x80!", out, sizeof(out)),
+			"???" "!"), 0); /* a surrogate */
+	CHECK_EQ(strcmp(pdx_utf8_clean("\xc0\xaf\xf5", out, sizeof(out)),
+			"???"), 0); /* overlong, past U+10FFFF */
+	CHECK_EQ(strcmp(pdx_utf8_clean("\xe2\x82\xac\xe2\x82\xac", out, 6),
+			"\xe2\x82\xac"), 0); /* cut on a boundary */
+}
+
 int main(void)
 {
 	layout_round_trip();
 	message_round_trip();
 	layout_checks();
 	container_bombs();
+	utf8_clean();
 	CHECK_DONE();
 }
