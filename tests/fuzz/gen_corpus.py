@@ -302,6 +302,28 @@ def sse():
     return c
 
 
+def proxy_notify():
+    def note(x, kind, agent, status=0):
+        return rec(0, mp({"op": "xfer_event", "agent": agent, "peer": PEER,
+                          "xfer": x, "kind": kind, "status": status,
+                          "reason": "" if not status else "timed out",
+                          "bytes": 4096, "t_first": 1, "t_last": 2,
+                          "first_token": -1}))
+    start = rec(1, X1.hex().encode())
+    c = {}
+    c["sent_received"] = start + note(X1, "sent", "tcp://p1:7000") + \
+        note(X1, "received", "tcp://d1:7000")
+    c["failed_both"] = start + note(X1, "failed", "tcp://d1:7000", -3) + \
+        note(X1, "failed", "tcp://p1:7000", -3)
+    c["unknown"] = note(X2, "sent", "tcp://p1:7000")
+    c["reused_forgotten"] = start + start + rec(2, X1.hex().encode()) + \
+        note(X1, "sent", "tcp://p1:7000")
+    c["decode_only"] = rec(1, b"5" + X2.hex().encode()[1:]) + \
+        note(X2, "received", "tcp://d1:7000")
+    c["not_an_event"] = start + rec(0, mp({"op": "event", "xfer": X1}))
+    return c
+
+
 def write(target, seeds):
     d = os.path.join(HERE, "corpus", target)
     os.makedirs(d, exist_ok=True)
@@ -359,9 +381,14 @@ def main():
     write("kv_params", kv_params())
     write("proxy_request", proxy_request())
     write("sse", sse())
+    write("proxy_notify", proxy_notify())
     for t in ("engine_link", "peer_link"):
         dict_file(t, mp_dict())
     dict_file("layout", [mp(w) for w in MP_WORDS[20:31]])
+    dict_file("proxy_notify", [mp(w) for w in (
+        "op", "xfer_event", "agent", "peer", "xfer", "kind", "sent",
+        "received", "failed", "status", "reason")] + [mp(X1), X1.hex()
+                                                      .encode()])
     dict_file("engine_client", [mp(w) for w in (
         "op", "event", "xfer", "kind", "sent", "received", "failed",
         "status", "reason", "bytes", "t_first", "t_last", "first_token",
