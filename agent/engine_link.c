@@ -101,9 +101,11 @@ static pdx_status_t region_map(struct agent *a, const msgpack_object *o,
 	}
 	/* past the object's end a page faults with SIGBUS */
 	if (fstat(fd, &sb) || (uint64_t)sb.st_size < r->size) {
-		snprintf(err, errlen, "shm %s holds %lld bytes, fewer than the region's %llu",
-			 r->shm_name, (long long)sb.st_size,
-			 (unsigned long long)r->size);
+		snprintf(
+		    err, errlen,
+		    "shm %s holds %lld bytes, fewer than the region's %llu",
+		    r->shm_name, (long long)sb.st_size,
+		    (unsigned long long)r->size);
 		close(fd);
 		return PDX_ERANGE;
 	}

@@ -72,10 +72,12 @@ void pdx_mp_kv_u32s(msgpack_packer *pk, const char *key, const uint32_t *v,
 static int mp_header(const uint8_t *p, size_t left, size_t *hdr, uint64_t *body,
 		     uint64_t *items)
 {
-	static const uint8_t fixed[] = {
-		/* 0xc0..0xdf: header bytes, 0 for a length-prefixed type */
-		1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 5, 9, 2, 3, 5, 9,
-		2, 3, 5, 9, 3, 4, 6, 10, 18, 0, 0, 0, 0, 0, 0, 0,
+	/* 0xc0..0xdf: header bytes, 0 for a length-prefixed type */
+	static const uint8_t fixed[32] = {
+	    1,	0, 1, 1, 0, 0, 0, 0,  /* nil, -, false, true, bin, ext */
+	    0,	0, 5, 9, 2, 3, 5, 9,  /* ext, float, uint */
+	    2,	3, 5, 9, 3, 4, 6, 10, /* int, fixext */
+	    18, 0, 0, 0, 0, 0, 0, 0,  /* fixext 16, str, array, map */
 	};
 	uint8_t b = p[0];
 	size_t n = 0;
@@ -106,12 +108,31 @@ static int mp_header(const uint8_t *p, size_t left, size_t *hdr, uint64_t *body,
 	}
 	/* str, bin, ext, array, map: a big-endian length */
 	switch (b) {
-	case 0xc4: case 0xd9: n = 1; break;
-	case 0xc5: case 0xda: case 0xdc: case 0xde: n = 2; break;
-	case 0xc6: case 0xdb: case 0xdd: case 0xdf: n = 4; break;
-	case 0xc7: n = 1; break; /* ext 8: length, then type */
-	case 0xc8: n = 2; break;
-	case 0xc9: n = 4; break;
+	case 0xc4:
+	case 0xd9:
+		n = 1;
+		break;
+	case 0xc5:
+	case 0xda:
+	case 0xdc:
+	case 0xde:
+		n = 2;
+		break;
+	case 0xc6:
+	case 0xdb:
+	case 0xdd:
+	case 0xdf:
+		n = 4;
+		break;
+	case 0xc7: /* ext 8: length, then type */
+		n = 1;
+		break;
+	case 0xc8:
+		n = 2;
+		break;
+	case 0xc9:
+		n = 4;
+		break;
 	}
 	*hdr = 1 + n + (b >= 0xc7 && b <= 0xc9);
 	if (*hdr > left)
@@ -130,7 +151,7 @@ static int mp_header(const uint8_t *p, size_t left, size_t *hdr, uint64_t *body,
 int pdx_mp_check(const void *buf, size_t len)
 {
 	/* objects still to read at each open level; level 0 is the root */
-	uint64_t todo[PDX_MP_MAX_DEPTH + 1] = { 1 };
+	uint64_t todo[PDX_MP_MAX_DEPTH + 1] = {1};
 	const uint8_t *p = buf;
 	size_t pos = 0;
 	int depth = 0;
@@ -143,7 +164,8 @@ int pdx_mp_check(const void *buf, size_t len)
 			depth--;
 			continue;
 		}
-		if (pos >= len || mp_header(p + pos, len - pos, &hdr, &body, &items))
+		if (pos >= len ||
+		    mp_header(p + pos, len - pos, &hdr, &body, &items))
 			return -1;
 		todo[depth]--;
 		pos += hdr;

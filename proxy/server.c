@@ -47,14 +47,15 @@ json_t *pdx_proxy_error_obj(int status, const char *type, const char *msg)
 	char clean[512];
 
 	return json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message",
-			 pdx_utf8_clean(msg, clean, sizeof(clean)), "type", type,
-			 "param", "code", status);
+			 pdx_utf8_clean(msg, clean, sizeof(clean)), "type",
+			 type, "param", "code", status);
 }
 
 void pdx_proxy_send_error(struct evhttp_request *req, int status,
 			  const char *type, const char *msg)
 {
-	pdx_proxy_send_json(req, status, pdx_proxy_error_obj(status, type, msg));
+	pdx_proxy_send_json(req, status,
+			    pdx_proxy_error_obj(status, type, msg));
 }
 
 static void reply_text(struct evhttp_request *req, int status,

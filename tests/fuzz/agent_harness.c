@@ -173,7 +173,7 @@ static pdx_status_t op_add(struct pdx_ucx_ep *ep, pdx_ucx_done_cb cb, void *arg)
 		return PDX_EPEER;
 	if (n_ops == MAX_OPS)
 		die("more than %d transport operations pending", MAX_OPS);
-	ops[n_ops++] = (struct op){ cb, arg, ep, PDX_OK };
+	ops[n_ops++] = (struct op){cb, arg, ep, PDX_OK};
 	return PDX_OK;
 }
 
@@ -219,7 +219,8 @@ static void check_remote(const struct pdx_ucx_rkey *rkey, uint64_t addr,
 {
 	struct peer *p, *tmp;
 
-	HASH_ITER(hh, cur->peers, p, tmp) {
+	HASH_ITER(hh, cur->peers, p, tmp)
+	{
 		for (uint32_t i = 0; i < p->n_regions; i++) {
 			const struct remote_region *r = &p->regions[i];
 
@@ -227,7 +228,8 @@ static void check_remote(const struct pdx_ucx_rkey *rkey, uint64_t addr,
 				continue;
 			if (addr < r->addr || len > r->size ||
 			    addr - r->addr > r->size - len)
-				die("put of %zu bytes outside the peer's region",
+				die("put of %zu bytes outside the peer's "
+				    "region",
 				    len);
 			return;
 		}
@@ -347,7 +349,7 @@ pdx_status_t pdx_ucx_put(struct pdx_ucx_ep *ep, const void *src, size_t len,
 	check_local(src, len, "put source");
 	if (!src_mem || (const uint8_t *)src < (uint8_t *)src_mem->addr ||
 	    (size_t)((const uint8_t *)src - (uint8_t *)src_mem->addr) + len >
-		    src_mem->len)
+		src_mem->len)
 		die("put source outside its memory handle");
 	check_remote(rkey, remote_addr, len);
 	return op_add(ep, cb, arg);
@@ -364,8 +366,7 @@ pdx_status_t pdx_ucx_am_send(struct pdx_ucx_ep *ep, unsigned id,
 	return op_add(ep, cb, arg);
 }
 
-pdx_status_t pdx_ucx_flush(struct pdx_ucx_ep *ep, pdx_ucx_done_cb cb,
-			   void *arg)
+pdx_status_t pdx_ucx_flush(struct pdx_ucx_ep *ep, pdx_ucx_done_cb cb, void *arg)
 {
 	return op_add(ep, cb, arg);
 }
@@ -405,23 +406,28 @@ void fa_layout(struct pdx_kv_layout *l)
 {
 	static struct pdx_kv_layer layer[4];
 
-	*l = (struct pdx_kv_layout){ .layers = 4, .tensors = 2, .blocks = 64,
-				     .block_tokens = 4, .kv_heads = 2,
-				     .head_dim = 4, .dtype_bytes = 2,
-				     .order = PDX_KV_NHD, .layer = layer };
+	*l = (struct pdx_kv_layout){.layers = 4,
+				    .tensors = 2,
+				    .blocks = 64,
+				    .block_tokens = 4,
+				    .kv_heads = 2,
+				    .head_dim = 4,
+				    .dtype_bytes = 2,
+				    .order = PDX_KV_NHD,
+				    .layer = layer};
 	for (uint32_t i = 0; i < 4; i++) {
 		layer[i].block_stride = 64;
 		for (uint32_t t = 0; t < 2; t++)
 			layer[i].base[t] =
-			    (struct pdx_kv_ref){ 0, (i * 2 + t) * 64 * 64 };
+			    (struct pdx_kv_ref){0, (i * 2 + t) * 64 * 64};
 	}
 }
 
 void fa_init(struct agent *a, uint8_t cfg)
 {
 	static struct event_base *base;
-	static const enum data_path path[4] = { DATA_AUTO, DATA_IPC, DATA_PUT,
-						DATA_AM };
+	static const enum data_path path[4] = {DATA_AUTO, DATA_IPC, DATA_PUT,
+					       DATA_AM};
 
 	if (!base) {
 		/* PDX_FUZZ_LOG=debug shows what an input does */
@@ -433,10 +439,10 @@ void fa_init(struct agent *a, uint8_t cfg)
 			die("event_base_new");
 	}
 	memset(a, 0, sizeof(*a));
-	a->cfg = (struct agent_config){ .xfer_timeout_ms = 30000,
-					.handshake_timeout_ms = 5000,
-					.max_xfers = 64,
-					.data_path = path[cfg & 3] };
+	a->cfg = (struct agent_config){.xfer_timeout_ms = 30000,
+				       .handshake_timeout_ms = 5000,
+				       .max_xfers = 64,
+				       .data_path = path[cfg & 3]};
 	a->base = base;
 	a->engine_sock = &a->engine_sock; /* never read: agent_zsend is ours */
 	a->instance = 1;
@@ -463,7 +469,8 @@ void fa_free(struct agent *a)
 
 static void engine_frame(struct agent *a, struct pdx_mp_out *o)
 {
-	engine_on_msg(a, ENGINE_ID, strlen(ENGINE_ID), o->buf.data, o->buf.size);
+	engine_on_msg(a, ENGINE_ID, strlen(ENGINE_ID), o->buf.data,
+		      o->buf.size);
 	pdx_mp_out_free(o);
 	agent_settle(a);
 }
@@ -529,7 +536,7 @@ void fa_hello(struct agent *a)
 static void am_deliver(struct agent *a, const uint8_t *p, size_t n, bool rndv)
 {
 	size_t hdr_len = n < 24 ? n : 24;
-	struct rndv r = { p + hdr_len, n - hdr_len, false };
+	struct rndv r = {p + hdr_len, n - hdr_len, false};
 
 	/* the handler may write into the payload when eager; give it a copy */
 	if (rndv) {
@@ -551,7 +558,8 @@ static void fire_timers(struct agent *a)
 {
 	struct xfer *x, *tmp;
 
-	HASH_ITER(hh, a->xfers, x, tmp) {
+	HASH_ITER(hh, a->xfers, x, tmp)
+	{
 		if (!x->finished)
 			event_active(x->timer, EV_TIMEOUT, 1);
 	}
@@ -585,7 +593,8 @@ void fa_feed(struct agent *a, const uint8_t *data, size_t size)
 		memcpy(frame, data, n);
 		switch (ch) {
 		case 0:
-			engine_on_msg(a, ENGINE_ID, strlen(ENGINE_ID), frame, n);
+			engine_on_msg(a, ENGINE_ID, strlen(ENGINE_ID), frame,
+				      n);
 			break;
 		case 1:
 			peer_on_msg(a, frame, n);

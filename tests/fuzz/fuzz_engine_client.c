@@ -26,7 +26,7 @@ static void check_event(const struct pdx_engine_event *ev)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct pdx_engine e = { 0 };
+	struct pdx_engine e = {0};
 	struct pdx_engine_event ev;
 
 	pdx_log_level = PDX_LOG_ERROR;

@@ -30,8 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		    p.first_token >= 32000 ||
 		    (p.metaserver[0] && strncmp(p.metaserver, "http://", 7)))
 			abort();
-		answer = pdx_kv_params_answer(&p, "tcp://self:1",
-					      p.first_token);
+		answer =
+		    pdx_kv_params_answer(&p, "tcp://self:1", p.first_token);
 		if (!json_is_object(answer))
 			abort();
 		json_decref(answer);

@@ -38,7 +38,7 @@ static void roundtrip(const struct pdx_kv_layout *l)
 	pdx_layout_pack(&o.pk, l);
 	msgpack_unpacked_init(&msg);
 	if (msgpack_unpack_next(&msg, o.buf.data, o.buf.size, &off) !=
-		    MSGPACK_UNPACK_SUCCESS ||
+		MSGPACK_UNPACK_SUCCESS ||
 	    pdx_layout_unpack(&msg.data, &back, err, sizeof(err)) != PDX_OK)
 		abort();
 	same(l, &back);
@@ -50,15 +50,20 @@ static void roundtrip(const struct pdx_kv_layout *l)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const struct pdx_kv_layer ref_layer[2] = {
-		{ { { 0, 0 }, { 0, 4096 } }, 64 },
-		{ { { 0, 8192 }, { 0, 12288 } }, 64 },
+	    {{{0, 0}, {0, 4096}}, 64},
+	    {{{0, 8192}, {0, 12288}}, 64},
 	};
-	const struct pdx_kv_layout ref = {
-		.layers = 2, .tensors = 2, .blocks = 64, .block_tokens = 4,
-		.kv_heads = 2, .head_dim = 4, .dtype_bytes = 2,
-		.order = PDX_KV_NHD, .layer = (struct pdx_kv_layer *)ref_layer
-	};
-	uint64_t sizes[4] = { 16384, 1 << 20, UINT64_MAX, 0 };
+	const struct pdx_kv_layout ref = {.layers = 2,
+					  .tensors = 2,
+					  .blocks = 64,
+					  .block_tokens = 4,
+					  .kv_heads = 2,
+					  .head_dim = 4,
+					  .dtype_bytes = 2,
+					  .order = PDX_KV_NHD,
+					  .layer =
+					      (struct pdx_kv_layer *)ref_layer};
+	uint64_t sizes[4] = {16384, 1 << 20, UINT64_MAX, 0};
 	struct pdx_kv_layout l;
 	msgpack_unpacked msg;
 	char err[256], diff[64];
@@ -71,7 +76,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	msgpack_unpacked_init(&msg);
 	if (pdx_mp_check(data + 1, size - 1) == 0 &&
 	    msgpack_unpack_next(&msg, (const char *)data + 1, size - 1, &off) ==
-		    MSGPACK_UNPACK_SUCCESS &&
+		MSGPACK_UNPACK_SUCCESS &&
 	    pdx_layout_unpack(&msg.data, &l, err, sizeof(err)) == PDX_OK) {
 		pdx_kv_layout_check(&l, sizes, 1 + data[0] % 4, err,
 				    sizeof(err));
@@ -79,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		/* a short buffer: the diff must stay inside it */
 		if (pdx_kv_layout_diff(&ref, &l, diff, sizeof(diff)) == 0 &&
 		    pdx_kv_layout_compat_hash(&ref) !=
-			    pdx_kv_layout_compat_hash(&l))
+			pdx_kv_layout_compat_hash(&l))
 			abort();
 		pdx_kv_layout_block_bytes_all(&l);
 		roundtrip(&l);

@@ -27,9 +27,11 @@ static void check_json(char *s)
 
 static void answers(const struct pdx_oai_req *r)
 {
-	struct pdx_oai_meta m = { .chat = r->chat, .id = "cmpl-fuzz",
-				  .created = 1, .model = "fuzz-model" };
-	struct pdx_oai_usage u = { r->n_prompt, r->max_tokens };
+	struct pdx_oai_meta m = {.chat = r->chat,
+				 .id = "cmpl-fuzz",
+				 .created = 1,
+				 .model = "fuzz-model"};
+	struct pdx_oai_usage u = {r->n_prompt, r->max_tokens};
 
 	if (r->kv.role == PDX_KV_SEND) {
 		m.kv_answer = pdx_kv_params_answer(&r->kv, "tcp://self:1", 3);
@@ -45,25 +47,25 @@ static void answers(const struct pdx_oai_req *r)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const uint32_t vocab[4] = { 1, 256, 32000, 128256 };
-	static const uint32_t max_len[4] = { 1, 16, 2048, 131072 };
+	static const uint32_t vocab[4] = {1, 256, 32000, 128256};
+	static const uint32_t max_len[4] = {1, 16, 2048, 131072};
 	struct pdx_oai_limits lim;
 	struct pdx_oai_error err;
 	struct pdx_oai_req r;
 
 	if (size < 1)
 		return 0;
-	lim = (struct pdx_oai_limits){ "fuzz-model", vocab[data[0] >> 1 & 3],
-				       max_len[data[0] >> 3 & 3] };
+	lim = (struct pdx_oai_limits){"fuzz-model", vocab[data[0] >> 1 & 3],
+				      max_len[data[0] >> 3 & 3]};
 	if (pdx_oai_parse((const char *)data + 1, size - 1, data[0] & 1, &lim,
 			  &r, &err)) {
 		if ((err.status != 400 && err.status != 404) || !err.type ||
 		    strnlen(err.message, sizeof(err.message)) ==
-			    sizeof(err.message) ||
+			sizeof(err.message) ||
 		    r.prompt)
 			abort();
-		check_json(pdx_oai_error_body(err.type, err.message,
-					      err.status));
+		check_json(
+		    pdx_oai_error_body(err.type, err.message, err.status));
 		return 0;
 	}
 	if (!r.n_prompt || !r.max_tokens ||

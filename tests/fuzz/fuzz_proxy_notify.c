@@ -31,15 +31,17 @@ static void pools(void)
 /* Each instance counts exactly the table's transfers that name it. */
 static void check(struct pdx_transfers *t)
 {
-	unsigned want[3] = { 0 }, n = 0;
-	struct pdx_inst *inst[3] = { pool[0].inst[0], pool[0].inst[1],
-				     pool[1].inst[0] };
+	unsigned want[3] = {0}, n = 0;
+	struct pdx_inst *inst[3] = {pool[0].inst[0], pool[0].inst[1],
+				    pool[1].inst[0]};
 	struct pdx_transfer *x, *tmp;
 
-	HASH_ITER(hh, t->table, x, tmp) {
+	HASH_ITER(hh, t->table, x, tmp)
+	{
 		n++;
 		for (int k = 0; k < 3; k++)
-			want[k] += x->side[0] == inst[k] || x->side[1] == inst[k];
+			want[k] +=
+			    x->side[0] == inst[k] || x->side[1] == inst[k];
 	}
 	if (n != t->n)
 		abort();
@@ -50,7 +52,7 @@ static void check(struct pdx_transfers *t)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct pdx_transfers t = { 0 };
+	struct pdx_transfers t = {0};
 	struct pdx_transfer *x, *tmp;
 	char sock;
 
@@ -83,14 +85,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				pdx_transfers_forget(&t, id);
 			else
 				pdx_transfers_start(
-				    &t, id, pick & 1 ? NULL : pool[0].inst[pick >> 1 & 1],
+				    &t, id,
+				    pick & 1 ? NULL
+					     : pool[0].inst[pick >> 1 & 1],
 				    pick & 4 ? NULL : pool[1].inst[0]);
 		}
 		check(&t);
 		data += n;
 		size -= n;
 	}
-	HASH_ITER(hh, t.table, x, tmp) {
+	HASH_ITER(hh, t.table, x, tmp)
+	{
 		transfer_free(&t, x);
 	}
 	check(&t);

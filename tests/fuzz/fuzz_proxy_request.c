@@ -64,9 +64,9 @@ static void check_prefill(const char *s, const char *xfer_id)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const size_t prefix[4] = { 0, 1, 16, 1024 };
+	static const size_t prefix[4] = {0, 1, 16, 1024};
 	struct pdx_proxy *px = proxy();
-	struct pdx_call c = { 0 };
+	struct pdx_call c = {0};
 	json_error_t jerr;
 	char *s, msg[160];
 

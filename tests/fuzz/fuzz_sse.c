@@ -59,7 +59,7 @@ static int run(const char *buf, size_t len, uint32_t cut, struct seen *s)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct seen whole = { 0 }, cut = { 0 };
+	struct seen whole = {0}, cut = {0};
 	int a, b;
 
 	if (size < 1)
@@ -68,8 +68,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	a = run((const char *)data + 1, size - 1, 0, &whole);
 	b = run((const char *)data + 1, size - 1, data[0] | 1, &cut);
 	/* an over-long event fails either way, maybe after other events */
-	if (a != b || (!a && (whole.hash != cut.hash ||
-			      whole.events != cut.events)))
+	if (a != b ||
+	    (!a && (whole.hash != cut.hash || whole.events != cut.events)))
 		abort();
 	free(whole.text);
 	free(cut.text);

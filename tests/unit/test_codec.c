@@ -145,16 +145,16 @@ static void container_bombs(void)
 		size_t len;
 		int ok;
 	} c[] = {
-		{ "\x81\xa2op\xa1x", 6, 0 },		  /* {"op": "x"} */
-		{ "\x90", 1, 0 },			  /* [] */
-		{ "\x92\xc0\xd4\x01\x02", 5, 0 },	  /* [nil, fixext1] */
-		{ "\xdd\xff\xff\xff\xff", 5, -1 },  /* array of 2^32 - 1 */
-		{ "\xdf\x00\x01\x00\x00", 5, -1 },  /* map of 65536 */
-		{ "\x92\x01", 2, -1 },		  /* 2 announced, 1 there */
-		{ "\x81\xa2op", 4, -1 },		  /* key without a value */
-		{ "\xdb\x7f\xff\xff\xff", 5, -1 },  /* str past the end */
-		{ "\xc1", 1, -1 },			  /* never used */
-		{ "\xcf\x00", 2, -1 },		  /* uint64 cut short */
+	    {"\x81\xa2op\xa1x", 6, 0},	     /* {"op": "x"} */
+	    {"\x90", 1, 0},		     /* [] */
+	    {"\x92\xc0\xd4\x01\x02", 5, 0},  /* [nil, fixext1] */
+	    {"\xdd\xff\xff\xff\xff", 5, -1}, /* array of 2^32 - 1 */
+	    {"\xdf\x00\x01\x00\x00", 5, -1}, /* map of 65536 */
+	    {"\x92\x01", 2, -1},	     /* 2 announced, 1 there */
+	    {"\x81\xa2op", 4, -1},	     /* key without a value */
+	    {"\xdb\x7f\xff\xff\xff", 5, -1}, /* str past the end */
+	    {"\xc1", 1, -1},		     /* never used */
+	    {"\xcf\x00", 2, -1},	     /* uint64 cut short */
 	};
 	char deep[40];
 	msgpack_unpacked msg;
@@ -167,7 +167,8 @@ static void container_bombs(void)
 	CHECK_EQ(pdx_mp_check(deep, sizeof(deep)), -1);
 	CHECK_EQ(pdx_mp_check(deep + 8, sizeof(deep) - 8), 0);
 	CHECK_EQ(pdx_mp_parse("\x81\xa2op\xdd\xff\xff\xff\xff", 9, &msg, op,
-			      sizeof(op)), -1);
+			      sizeof(op)),
+		 -1);
 	msgpack_unpacked_destroy(&msg);
 }
 
@@ -179,13 +180,17 @@ static void utf8_clean(void)
 	CHECK_STR_CONTAINS(pdx_utf8_clean("gpt-\xc3\xa9", out, sizeof(out)),
 			   "gpt-\xc3\xa9");
 	CHECK_EQ(strcmp(pdx_utf8_clean("a\xd0\x93\xd0", out, sizeof(out)),
-			"a\xd0\x93?"), 0); /* cut mid-character */
-	CHECK_EQ(strcmp(pdx_utf8_clean("\xed\xa0\x80!", out, sizeof(out)),
-			"???" "!"), 0); /* a surrogate */
-	CHECK_EQ(strcmp(pdx_utf8_clean("\xc0\xaf\xf5", out, sizeof(out)),
-			"???"), 0); /* overlong, past U+10FFFF */
+			"a\xd0\x93?"),
+		 0); /* cut mid-character */
+	CHECK_EQ(strcmp(pdx_utf8_clean("\xed\xa0\x80!", out, sizeof(out)), "???"
+									   "!"),
+		 0); /* a surrogate */
+	CHECK_EQ(
+	    strcmp(pdx_utf8_clean("\xc0\xaf\xf5", out, sizeof(out)), "???"),
+	    0); /* overlong, past U+10FFFF */
 	CHECK_EQ(strcmp(pdx_utf8_clean("\xe2\x82\xac\xe2\x82\xac", out, 6),
-			"\xe2\x82\xac"), 0); /* cut on a boundary */
+			"\xe2\x82\xac"),
+		 0); /* cut on a boundary */
 }
 
 int main(void)
