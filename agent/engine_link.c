@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agent/agent.h"
@@ -76,6 +77,7 @@ static pdx_status_t region_map(struct agent *a, const msgpack_object *o,
 			       struct region *r, char *err, size_t errlen)
 {
 	char type[16];
+	struct stat sb = { 0 };
 	pdx_status_t st;
 	int fd;
 
@@ -96,6 +98,16 @@ static pdx_status_t region_map(struct agent *a, const msgpack_object *o,
 	if (fd < 0) {
 		snprintf(err, errlen, "shm_open %s: %m", r->shm_name);
 		return PDX_EIO;
+	}
+	/* past the object's end a page faults with SIGBUS */
+	if (fstat(fd, &sb) || (uint64_t)sb.st_size < r->size) {
+		snprintf(
+		    err, errlen,
+		    "shm %s holds %lld bytes, fewer than the region's %llu",
+		    r->shm_name, (long long)sb.st_size,
+		    (unsigned long long)r->size);
+		close(fd);
+		return PDX_ERANGE;
 	}
 	/* Populated now, once, so the first transfer does not fault in every
 	 * page of the pool on its way. */

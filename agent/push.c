@@ -74,10 +74,16 @@ static pdx_status_t push_run(struct xfer *x, uint32_t layer, uint32_t t,
 	if (p->path == DATA_IPC || p->path == DATA_PUT) {
 		const struct pdx_kv_layer *rl = &p->layout.layer[layer];
 		uint32_t ri = rl->base[t].region;
-		uint64_t off = rl->base[t].offset + (uint64_t)r->dst * rl->block_stride;
+		/* the peer's numbers: 128 bits, so none can wrap past its
+		 * region */
+		unsigned __int128 end =
+		    (unsigned __int128)rl->base[t].offset +
+		    (unsigned __int128)r->dst * rl->block_stride + len;
+		uint64_t off;
 
-		if (ri >= p->n_regions || off + len > p->regions[ri].size)
+		if (ri >= p->n_regions || end > p->regions[ri].size)
 			return PDX_ERANGE;
+		off = (uint64_t)(end - len);
 		if (p->path == DATA_IPC) {
 			memcpy(p->regions[ri].map + off, src, len);
 			x->bytes += len;

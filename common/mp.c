@@ -67,12 +67,128 @@ void pdx_mp_kv_u32s(msgpack_packer *pk, const char *key, const uint32_t *v,
 		msgpack_pack_uint32(pk, v[i]);
 }
 
+/* The size of the header at p[0..left) and what follows it: *body bytes of
+ * payload, *items elements. -1 when the header itself is cut short. */
+static int mp_header(const uint8_t *p, size_t left, size_t *hdr, uint64_t *body,
+		     uint64_t *items)
+{
+	/* 0xc0..0xdf: header bytes, 0 for a length-prefixed type */
+	static const uint8_t fixed[32] = {
+	    1,	0, 1, 1, 0, 0, 0, 0,  /* nil, -, false, true, bin, ext */
+	    0,	0, 5, 9, 2, 3, 5, 9,  /* ext, float, uint */
+	    2,	3, 5, 9, 3, 4, 6, 10, /* int, fixext */
+	    18, 0, 0, 0, 0, 0, 0, 0,  /* fixext 16, str, array, map */
+	};
+	uint8_t b = p[0];
+	size_t n = 0;
+	uint64_t v = 0;
+
+	*body = 0;
+	*items = 0;
+	*hdr = 1;
+	if (b <= 0x7f || b >= 0xe0)
+		return 0; /* fixint */
+	if (b <= 0x8f) {
+		*items = 2 * (uint64_t)(b & 0x0f);
+		return 0;
+	}
+	if (b <= 0x9f) {
+		*items = b & 0x0f;
+		return 0;
+	}
+	if (b <= 0xbf) {
+		*body = b & 0x1f;
+		return 0;
+	}
+	if (b == 0xc1)
+		return -1; /* never used */
+	if (fixed[b - 0xc0]) {
+		*hdr = fixed[b - 0xc0];
+		return *hdr > left ? -1 : 0;
+	}
+	/* str, bin, ext, array, map: a big-endian length */
+	switch (b) {
+	case 0xc4:
+	case 0xd9:
+		n = 1;
+		break;
+	case 0xc5:
+	case 0xda:
+	case 0xdc:
+	case 0xde:
+		n = 2;
+		break;
+	case 0xc6:
+	case 0xdb:
+	case 0xdd:
+	case 0xdf:
+		n = 4;
+		break;
+	case 0xc7: /* ext 8: length, then type */
+		n = 1;
+		break;
+	case 0xc8:
+		n = 2;
+		break;
+	case 0xc9:
+		n = 4;
+		break;
+	}
+	*hdr = 1 + n + (b >= 0xc7 && b <= 0xc9);
+	if (*hdr > left)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		v = v << 8 | p[1 + i];
+	if (b == 0xdc || b == 0xdd)
+		*items = v;
+	else if (b == 0xde || b == 0xdf)
+		*items = 2 * v;
+	else
+		*body = v;
+	return 0;
+}
+
+int pdx_mp_check(const void *buf, size_t len)
+{
+	/* objects still to read at each open level; level 0 is the root */
+	uint64_t todo[PDX_MP_MAX_DEPTH + 1] = {1};
+	const uint8_t *p = buf;
+	size_t pos = 0;
+	int depth = 0;
+
+	while (depth >= 0) {
+		uint64_t body, items;
+		size_t hdr;
+
+		if (todo[depth] == 0) {
+			depth--;
+			continue;
+		}
+		if (pos >= len ||
+		    mp_header(p + pos, len - pos, &hdr, &body, &items))
+			return -1;
+		todo[depth]--;
+		pos += hdr;
+		if (body > len - pos)
+			return -1;
+		pos += (size_t)body;
+		if (items) {
+			if (items > len - pos || depth == PDX_MP_MAX_DEPTH)
+				return -1;
+			todo[++depth] = items;
+		}
+	}
+	return 0;
+}
+
 int pdx_mp_parse(const void *buf, size_t len, msgpack_unpacked *msg, char *op,
 		 size_t opsize)
 {
 	size_t off = 0;
 
 	msgpack_unpacked_init(msg);
+	if (pdx_mp_check(buf, len))
+		return -1;
 	if (msgpack_unpack_next(msg, buf, len, &off) != MSGPACK_UNPACK_SUCCESS)
 		return -1;
 	if (off != len || msg->data.type != MSGPACK_OBJECT_MAP)

@@ -30,9 +30,18 @@ void pdx_mp_kv_xfer(msgpack_packer *pk, const char *key,
 void pdx_mp_kv_u32s(msgpack_packer *pk, const char *key, const uint32_t *v,
 		    size_t n);
 
+/* Checks that buf holds msgpack whose every array and map announces no
+ * more elements than bytes follow it (each element takes at least one), at
+ * most PDX_MP_MAX_DEPTH deep. msgpack-c allocates a container's elements
+ * up front, so without this a 5-byte frame announcing 2^32 elements makes
+ * it allocate 96 GiB. 0 when sane, -1 otherwise; trailing bytes are
+ * allowed. */
+#define PDX_MP_MAX_DEPTH 32
+int pdx_mp_check(const void *buf, size_t len);
+
 /* Unpacks buf into *msg (whose zone the caller destroys with
  * msgpack_unpacked_destroy) and checks that it is a map with a str "op".
- * Writes the op into op[opsize]. */
+ * Writes the op into op[opsize]. Runs pdx_mp_check() first. */
 int pdx_mp_parse(const void *buf, size_t len, msgpack_unpacked *msg,
 		 char *op, size_t opsize);
 

@@ -79,7 +79,8 @@ char *pdx_oai_chunk(const struct pdx_oai_meta *m, const char *text, bool first,
 char *pdx_oai_usage_chunk(const struct pdx_oai_meta *m,
 			  const struct pdx_oai_usage *u);
 
-/* {"error": {"message", "type", "param": null, "code": status}}. */
+/* {"error": {"message", "type", "param": null, "code": status}}; bytes of
+ * message that are not UTF-8 (a client's, quoted) become '?'. */
 char *pdx_oai_error_body(const char *type, const char *message, int status);
 
 #endif

@@ -53,5 +53,8 @@ void pdx_admin_handle(struct pdx_proxy *px, struct evhttp_request *req);
 void pdx_proxy_send_json(struct evhttp_request *req, int status, json_t *j);
 void pdx_proxy_send_error(struct evhttp_request *req, int status,
 			  const char *type, const char *msg);
+/* That error body as an object; bytes of msg that are not UTF-8 (a
+ * client's, quoted) become '?'. NULL when out of memory. */
+json_t *pdx_proxy_error_obj(int status, const char *type, const char *msg);
 
 #endif

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/http_listen.h"
 #include "common/log.h"
+#include "common/utf8.h"
 #include "proxy/call.h"
 #include "proxy/flow.h"
 #include "proxy/proxy.h"
@@ -41,13 +42,20 @@ void pdx_proxy_send_json(struct evhttp_request *req, int status, json_t *j)
 	evbuffer_free(b);
 }
 
+json_t *pdx_proxy_error_obj(int status, const char *type, const char *msg)
+{
+	char clean[512];
+
+	return json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message",
+			 pdx_utf8_clean(msg, clean, sizeof(clean)), "type",
+			 type, "param", "code", status);
+}
+
 void pdx_proxy_send_error(struct evhttp_request *req, int status,
 			  const char *type, const char *msg)
 {
 	pdx_proxy_send_json(req, status,
-			    json_pack("{s:{s:s, s:s, s:n, s:i}}", "error",
-				      "message", msg, "type", type, "param",
-				      "code", status));
+			    pdx_proxy_error_obj(status, type, msg));
 }
 
 static void reply_text(struct evhttp_request *req, int status,

@@ -3,6 +3,7 @@
 
 #include "common/layout_mp.h"
 #include "common/mp.h"
+#include "common/utf8.h"
 #include "tests/check.h"
 
 static struct pdx_kv_layer layers[3] = {
@@ -134,10 +135,70 @@ static void layout_checks(void)
 	CHECK(pdx_kv_layout_compat_hash(&l) != pdx_kv_layout_compat_hash(&m));
 }
 
+/* A few bytes announcing a huge array or map are refused before msgpack-c
+ * allocates room for its elements (found by fuzzing: a 5-byte frame made
+ * it ask for 96 GiB). */
+static void container_bombs(void)
+{
+	static const struct {
+		const char *bytes;
+		size_t len;
+		int ok;
+	} c[] = {
+	    {"\x81\xa2op\xa1x", 6, 0},	     /* {"op": "x"} */
+	    {"\x90", 1, 0},		     /* [] */
+	    {"\x92\xc0\xd4\x01\x02", 5, 0},  /* [nil, fixext1] */
+	    {"\xdd\xff\xff\xff\xff", 5, -1}, /* array of 2^32 - 1 */
+	    {"\xdf\x00\x01\x00\x00", 5, -1}, /* map of 65536 */
+	    {"\x92\x01", 2, -1},	     /* 2 announced, 1 there */
+	    {"\x81\xa2op", 4, -1},	     /* key without a value */
+	    {"\xdb\x7f\xff\xff\xff", 5, -1}, /* str past the end */
+	    {"\xc1", 1, -1},		     /* never used */
+	    {"\xcf\x00", 2, -1},	     /* uint64 cut short */
+	};
+	char deep[40];
+	msgpack_unpacked msg;
+	char op[8];
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
+		CHECK_EQ(pdx_mp_check(c[i].bytes, c[i].len), c[i].ok);
+	memset(deep, 0x91, sizeof(deep) - 1); /* [[[...[1]...]]] */
+	deep[sizeof(deep) - 1] = 1;
+	CHECK_EQ(pdx_mp_check(deep, sizeof(deep)), -1);
+	CHECK_EQ(pdx_mp_check(deep + 8, sizeof(deep) - 8), 0);
+	CHECK_EQ(pdx_mp_parse("\x81\xa2op\xdd\xff\xff\xff\xff", 9, &msg, op,
+			      sizeof(op)),
+		 -1);
+	msgpack_unpacked_destroy(&msg);
+}
+
+/* Error messages quoting a client's bytes stay JSON-able. */
+static void utf8_clean(void)
+{
+	char out[16];
+
+	CHECK_STR_CONTAINS(pdx_utf8_clean("gpt-\xc3\xa9", out, sizeof(out)),
+			   "gpt-\xc3\xa9");
+	CHECK_EQ(strcmp(pdx_utf8_clean("a\xd0\x93\xd0", out, sizeof(out)),
+			"a\xd0\x93?"),
+		 0); /* cut mid-character */
+	CHECK_EQ(strcmp(pdx_utf8_clean("\xed\xa0\x80!", out, sizeof(out)), "???"
+									   "!"),
+		 0); /* a surrogate */
+	CHECK_EQ(
+	    strcmp(pdx_utf8_clean("\xc0\xaf\xf5", out, sizeof(out)), "???"),
+	    0); /* overlong, past U+10FFFF */
+	CHECK_EQ(strcmp(pdx_utf8_clean("\xe2\x82\xac\xe2\x82\xac", out, 6),
+			"\xe2\x82\xac"),
+		 0); /* cut on a boundary */
+}
+
 int main(void)
 {
 	layout_round_trip();
 	message_round_trip();
 	layout_checks();
+	container_bombs();
+	utf8_clean();
 	CHECK_DONE();
 }

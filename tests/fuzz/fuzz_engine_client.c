@@ -1,0 +1,74 @@
+/* The engine client's side of the engine link (agent/engine_client.c):
+ * frames from the agent classified as the client does (events parsed and
+ * queued as while a register waits, answers to register read), checking
+ * what an engine would be handed. The file is included so its static
+ * readers are reachable; its sockets are never opened.
+ *
+ * Input: records of u16 length (little-endian) and that many bytes, each
+ * one frame; the byte after a length picks the register answer's buffer
+ * size. */
+#include "agent/engine_client.c"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_event(const struct pdx_engine_event *ev)
+{
+	if (ev->kind != PDX_EVENT_SENT && ev->kind != PDX_EVENT_RECEIVED &&
+	    ev->kind != PDX_EVENT_FAILED)
+		abort();
+	if (ev->status > 0 || (ev->kind == PDX_EVENT_FAILED && !ev->status))
+		abort();
+	if (ev->first_token < -1 || ev->first_token > UINT32_MAX)
+		abort();
+	if (strnlen(ev->reason, sizeof(ev->reason)) == sizeof(ev->reason))
+		abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct pdx_engine e = {0};
+	struct pdx_engine_event ev;
+
+	pdx_log_level = PDX_LOG_ERROR;
+	while (size >= 3) {
+		size_t n = (size_t)data[0] | (size_t)data[1] << 8;
+		size_t plen = data[2];
+		char peer[256];
+		msgpack_unpacked up;
+		zmq_msg_t msg;
+		pdx_status_t st = 1;
+		char op[32];
+
+		data += 3;
+		size -= 3;
+		n = n < size ? n : size;
+		if (zmq_msg_init_size(&msg, n))
+			abort();
+		memcpy(zmq_msg_data(&msg), data, n);
+		switch (classify(&msg, &up, op, sizeof(op), &ev)) {
+		case MSG_EVENT:
+			check_event(&ev);
+			queue_push(&e, &ev);
+			break;
+		case MSG_OTHER:
+			if (register_answer(&up.data, op, plen ? peer : NULL,
+					    plen, &st)) {
+				if (st > 0 || st < -100000)
+					abort();
+				if (!st && plen && strnlen(peer, plen) == plen)
+					abort();
+			}
+			break;
+		case MSG_SKIP:
+			break;
+		}
+		msgpack_unpacked_destroy(&up);
+		zmq_msg_close(&msg);
+		data += n;
+		size -= n;
+	}
+	while (queue_pop(&e, &ev))
+		check_event(&ev);
+	free(e.q);
+	return 0;
+}
