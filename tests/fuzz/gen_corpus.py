@@ -352,7 +352,8 @@ MP_WORDS = ["op", "v", "layout", "regions", "type", "name", "size", "shm",
             "strides", "hello", "hello_ack", "hello_nack", "want", "done",
             "error", "from", "instance", "host", "compat", "ucx", "addr",
             "rkey", "skip", "bytes", "am_bytes", "first_token", "reason",
-            "/fuzz-kv", "/fuzz-peer", PEER, HOST, "tcp://"]
+            "/fuzz-kv", "/fuzz-peer", PEER, HOST, "tcp://", "hold", "ping",
+            "pong"]
 
 
 def mp_dict():
