@@ -358,6 +358,21 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 			return st;
 		}
 	}
+	/* Its layout must fit the regions it offers: refused here with a
+	 * reason, not found out at the first push. */
+	{
+		uint64_t sizes[PDX_MAX_REGIONS];
+		char why[PDX_REASON_MAX];
+
+		for (uint32_t i = 0; i < p->n_regions; i++)
+			sizes[i] = p->regions[i].size;
+		if (pdx_kv_layout_check(&p->layout, sizes, p->n_regions, why,
+					sizeof(why))) {
+			snprintf(err, errlen, "layout of %s does not fit its "
+				 "regions: %s", p->addr, why);
+			return PDX_EINVAL;
+		}
+	}
 	p->path = choose_path(a, p);
 	p->state = PEER_READY;
 	log_info("peer %s ready: %s, data by %s", p->addr,
