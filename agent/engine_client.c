@@ -2,11 +2,17 @@
  * section 1) over a ZeroMQ DEALER carrying one msgpack map per frame.
  *
  * The socket is created with ZMQ_IMMEDIATE, so a message is queued only on
- * a completed connection: a call made while the agent is away waits (up to
- * timeout_ms) for it instead of parking the message in a pipe that a later
- * agent would read. A register that timed out therefore cannot be answered
+ * a completed connection: a register made while the agent is away waits
+ * (up to timeout_ms) for it, and any other call fails at once (PDX_EPEER),
+ * instead of parking the message in a pipe that a later agent would read. A register that timed out therefore cannot be answered
  * by a stale "registered" much later, except when the agent got it but
  * answered too late; pdx_engine_register() drains such leftovers first.
+ *
+ * An agent that restarts (same address) has forgotten the registration.
+ * A socket monitor counts the link's connections: the first call that
+ * talks to the agent after a new one registers again (the same message,
+ * waited for like pdx_engine_register()), so the restarted agent serves
+ * the engine's next transfer instead of failing it "not registered".
  */
 #define PDX_LOG_TOPIC "engine"
 
@@ -28,6 +34,7 @@
 #define DEFAULT_TIMEOUT_MS 10000
 #define EVENT_QUEUE_MAX (1u << 20) /* events parked during register */
 #define RCV_HWM 100000
+#define SND_HWM 100000 /* a full queue means a stuck agent, not a burst */
 #define SHM_NAME_MAX 255           /* NAME_MAX for shm_open() */
 
 struct pdx_engine {
@@ -35,6 +42,10 @@ struct pdx_engine {
 	void *sock;
 	int timeout_ms;
 	uint32_t xfer_timeout_ms;
+	void *mon;         /* PAIR: the socket monitor's connection events */
+	void *reg;         /* the last accepted register message, to resend */
+	size_t reg_len;
+	char peer[PDX_ADDR_MAX]; /* what that register answered */
 	/* FIFO of events that arrived while register waited for its answer */
 	struct pdx_engine_event *q;
 	size_t q_cap;
@@ -116,8 +127,12 @@ static bool queue_pop(struct pdx_engine *e, struct pdx_engine_event *ev)
 
 /* ---- the socket ---- */
 
-/* Sends one frame; waits up to timeout_ms for room (or a connection). */
-static pdx_status_t send_frame(struct pdx_engine *e, const void *buf, size_t len)
+/* Sends one frame. register waits up to timeout_ms for room (or a
+ * connection); everything else returns at once, PDX_EPEER when the agent
+ * is away: an engine calls these on its event loop, which must not stop
+ * for timeout_ms per message while its agent is dead. */
+static pdx_status_t send_frame(struct pdx_engine *e, const void *buf, size_t len,
+			       bool wait)
 {
 	uint64_t deadline = pdx_now_ns() + (uint64_t)e->timeout_ms * 1000000ULL;
 
@@ -133,6 +148,11 @@ static pdx_status_t send_frame(struct pdx_engine *e, const void *buf, size_t len
 			log_error("send to agent: %s", zmq_strerror(errno));
 			return PDX_EIO;
 		}
+		if (!wait) {
+			log_warn("send to agent: not connected, or %d messages queued",
+				 SND_HWM);
+			return PDX_EPEER;
+		}
 		left = remaining_ms(deadline);
 		if (left == 0) {
 			log_warn("send to agent: not connected or queue full after %d ms",
@@ -146,9 +166,15 @@ static pdx_status_t send_frame(struct pdx_engine *e, const void *buf, size_t len
 	}
 }
 
+static void relink(struct pdx_engine *e);
+
+/* Every message but register: after a reconnection, register first. */
 static pdx_status_t send_out(struct pdx_engine *e, struct pdx_mp_out *o)
 {
-	pdx_status_t st = send_frame(e, o->buf.data, o->buf.size);
+	pdx_status_t st;
+
+	relink(e);
+	st = send_frame(e, o->buf.data, o->buf.size, false);
 
 	pdx_mp_out_free(o);
 	return st;
@@ -259,7 +285,8 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 				struct pdx_engine **out)
 {
 	struct pdx_engine *e;
-	int linger = 0, immediate = 1, hwm = RCV_HWM;
+	int linger = 0, immediate = 1, hwm = RCV_HWM, shwm = SND_HWM;
+	char mon[64];
 
 	if (!out)
 		return PDX_EINVAL;
@@ -282,8 +309,19 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 	if (!e->sock ||
 	    zmq_setsockopt(e->sock, ZMQ_LINGER, &linger, sizeof(linger)) ||
 	    zmq_setsockopt(e->sock, ZMQ_IMMEDIATE, &immediate, sizeof(immediate)) ||
-	    zmq_setsockopt(e->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm))) {
+	    zmq_setsockopt(e->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm)) ||
+	    zmq_setsockopt(e->sock, ZMQ_SNDHWM, &shwm, sizeof(shwm))) {
 		log_error("engine socket: %s", zmq_strerror(errno));
+		pdx_engine_free(e);
+		return PDX_EIO;
+	}
+	snprintf(mon, sizeof(mon), "inproc://pdx-engine-monitor-%p", (void *)e);
+	e->mon = zmq_socket(e->ctx, ZMQ_PAIR);
+	if (!e->mon ||
+	    zmq_setsockopt(e->mon, ZMQ_LINGER, &linger, sizeof(linger)) ||
+	    zmq_socket_monitor(e->sock, mon, ZMQ_EVENT_CONNECTED) ||
+	    zmq_connect(e->mon, mon)) {
+		log_error("engine socket monitor: %s", zmq_strerror(errno));
 		pdx_engine_free(e);
 		return PDX_EIO;
 	}
@@ -302,11 +340,16 @@ void pdx_engine_free(struct pdx_engine *e)
 {
 	if (!e)
 		return;
-	if (e->sock)
+	if (e->mon)
+		zmq_close(e->mon);
+	if (e->sock) {
+		zmq_socket_monitor(e->sock, NULL, 0);
 		zmq_close(e->sock);
+	}
 	if (e->ctx)
 		zmq_ctx_term(e->ctx);
 	free(e->q);
+	free(e->reg);
 	free(e);
 }
 
@@ -399,56 +442,52 @@ static int register_answer(const msgpack_object *m, const char *op,
 	return 0;
 }
 
-pdx_status_t pdx_engine_register(struct pdx_engine *e,
-				 const struct pdx_kv_layout *layout,
-				 const struct pdx_engine_region *regions,
-				 size_t n_regions, char *peer_addr,
-				 size_t peer_addr_len)
+/* Connections of the link made since the last call (the monitor's
+ * ZMQ_EVENT_CONNECTED: two frames each, the event and the endpoint). */
+static int new_connections(struct pdx_engine *e)
 {
-	struct pdx_mp_out o;
-	uint64_t *sizes, deadline;
-	char err[256];
+	int n = 0;
+
+	for (;;) {
+		zmq_msg_t msg;
+		int more = 0;
+		size_t sz = sizeof(more);
+		uint16_t ev = 0;
+
+		zmq_msg_init(&msg);
+		if (zmq_msg_recv(&msg, e->mon, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&msg);
+			if (errno == EINTR)
+				continue;
+			return n;
+		}
+		if (zmq_msg_size(&msg) >= sizeof(ev))
+			memcpy(&ev, zmq_msg_data(&msg), sizeof(ev));
+		if (zmq_getsockopt(e->mon, ZMQ_RCVMORE, &more, &sz) == 0 && more)
+			zmq_msg_recv(&msg, e->mon, 0); /* the endpoint */
+		zmq_msg_close(&msg);
+		if (ev == ZMQ_EVENT_CONNECTED)
+			n++;
+	}
+}
+
+/* Sends a packed register and waits for its answer; events that come
+ * meanwhile are queued. */
+static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
+				      size_t len, char *peer_addr,
+				      size_t peer_addr_len)
+{
+	uint64_t deadline = pdx_now_ns() + (uint64_t)e->timeout_ms * 1000000ULL;
 	pdx_status_t st;
 
-	if (!e || !layout || !layout->layer || !regions || n_regions == 0 ||
-	    n_regions > PDX_MAX_REGIONS || (peer_addr && peer_addr_len == 0))
-		return PDX_EINVAL;
-	sizes = calloc(n_regions, sizeof(*sizes));
-	if (!sizes)
-		return PDX_ENOMEM;
-	st = check_regions(regions, n_regions, sizes);
-	if (st == PDX_OK) {
-		st = pdx_kv_layout_check(layout, sizes, n_regions, err, sizeof(err));
-		if (st != PDX_OK)
-			log_error("register: layout refused: %s", err);
-	}
-	free(sizes);
-	if (st != PDX_OK)
-		return st;
-
 	st = drain_to_queue(e);
+	if (st == PDX_OK)
+		st = send_frame(e, buf, len, true);
 	if (st != PDX_OK)
 		return st;
-
-	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, 4);
-	pdx_mp_kv_str(&o.pk, "op", "register");
-	pdx_mp_kv_u64(&o.pk, "v", PROTOCOL_VERSION);
-	pdx_mp_str(&o.pk, "layout");
-	pdx_layout_pack(&o.pk, layout);
-	pdx_mp_str(&o.pk, "regions");
-	msgpack_pack_array(&o.pk, n_regions);
-	for (size_t i = 0; i < n_regions; i++) {
-		msgpack_pack_map(&o.pk, 3);
-		pdx_mp_kv_str(&o.pk, "type", "shm");
-		pdx_mp_kv_str(&o.pk, "name", regions[i].shm_name);
-		pdx_mp_kv_u64(&o.pk, "size", regions[i].size);
-	}
-	deadline = pdx_now_ns() + (uint64_t)e->timeout_ms * 1000000ULL;
-	st = send_out(e, &o);
-	if (st != PDX_OK)
-		return st;
-
+	/* the connection the register went out on is the current one (the
+	 * socket sends only on a completed connection, reported before) */
+	new_connections(e);
 	for (;;) {
 		zmq_pollitem_t it = { e->sock, 0, ZMQ_POLLIN, 0 };
 		struct pdx_engine_event ev;
@@ -480,15 +519,94 @@ pdx_status_t pdx_engine_register(struct pdx_engine *e,
 				log_error("event queue full: an event was lost");
 			break;
 		case MSG_OTHER:
-			rc = register_answer(&up.data, op, peer_addr,
-					     peer_addr_len, &st);
+			rc = register_answer(&up.data, op, e->peer,
+					     sizeof(e->peer), &st);
 			break;
 		}
 		msgpack_unpacked_destroy(&up);
 		zmq_msg_close(&msg);
-		if (rc)
-			return st;
+		if (!rc)
+			continue;
+		if (st == PDX_OK && peer_addr) {
+			if (strlen(e->peer) >= peer_addr_len)
+				return PDX_ETOOBIG;
+			memcpy(peer_addr, e->peer, strlen(e->peer) + 1);
+		}
+		return st;
 	}
+}
+
+/* Registers again on a new connection to the agent (it restarted): the
+ * restarted agent has no registration, and would fail what we say next. */
+static void relink(struct pdx_engine *e)
+{
+	char was[PDX_ADDR_MAX];
+	pdx_status_t st;
+
+	if (!e->reg || new_connections(e) == 0)
+		return;
+	log_info("the agent link connected again: registering again");
+	memcpy(was, e->peer, sizeof(was));
+	st = register_exchange(e, e->reg, e->reg_len, NULL, 0);
+	if (st != PDX_OK)
+		log_error("registering again: %s", pdx_status_str(st));
+	else if (strcmp(was, e->peer) != 0)
+		log_warn("the agent's peer address is now %s (was %s)", e->peer,
+			 was);
+}
+
+pdx_status_t pdx_engine_register(struct pdx_engine *e,
+				 const struct pdx_kv_layout *layout,
+				 const struct pdx_engine_region *regions,
+				 size_t n_regions, char *peer_addr,
+				 size_t peer_addr_len)
+{
+	struct pdx_mp_out o;
+	uint64_t *sizes;
+	char err[256];
+	pdx_status_t st;
+
+	if (!e || !layout || !layout->layer || !regions || n_regions == 0 ||
+	    n_regions > PDX_MAX_REGIONS || (peer_addr && peer_addr_len == 0))
+		return PDX_EINVAL;
+	sizes = calloc(n_regions, sizeof(*sizes));
+	if (!sizes)
+		return PDX_ENOMEM;
+	st = check_regions(regions, n_regions, sizes);
+	if (st == PDX_OK) {
+		st = pdx_kv_layout_check(layout, sizes, n_regions, err, sizeof(err));
+		if (st != PDX_OK)
+			log_error("register: layout refused: %s", err);
+	}
+	free(sizes);
+	if (st != PDX_OK)
+		return st;
+
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, 4);
+	pdx_mp_kv_str(&o.pk, "op", "register");
+	pdx_mp_kv_u64(&o.pk, "v", PROTOCOL_VERSION);
+	pdx_mp_str(&o.pk, "layout");
+	pdx_layout_pack(&o.pk, layout);
+	pdx_mp_str(&o.pk, "regions");
+	msgpack_pack_array(&o.pk, n_regions);
+	for (size_t i = 0; i < n_regions; i++) {
+		msgpack_pack_map(&o.pk, 3);
+		pdx_mp_kv_str(&o.pk, "type", "shm");
+		pdx_mp_kv_str(&o.pk, "name", regions[i].shm_name);
+		pdx_mp_kv_u64(&o.pk, "size", regions[i].size);
+	}
+	st = register_exchange(e, o.buf.data, o.buf.size, peer_addr,
+			       peer_addr_len);
+	if (st == PDX_OK) {
+		free(e->reg);
+		e->reg = malloc(o.buf.size);
+		e->reg_len = e->reg ? o.buf.size : 0;
+		if (e->reg)
+			memcpy(e->reg, o.buf.data, o.buf.size);
+	}
+	pdx_mp_out_free(&o);
+	return st;
 }
 
 static pdx_status_t announce(struct pdx_engine *e, const char *op,
@@ -617,6 +735,9 @@ pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
 {
 	if (!e || !ev)
 		return PDX_EINVAL;
+	/* a new connection wakes the link's fd too: a restarted agent gets
+	 * the registration at once, before its peers ask it for our KV */
+	relink(e);
 	if (queue_pop(e, ev))
 		return PDX_OK;
 	for (;;) {

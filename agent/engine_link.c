@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -141,6 +142,28 @@ static void fail_registration_xfers(struct agent *a)
 	}
 }
 
+/* The engine registered again (it restarted, say): its memory, so the
+ * regions, addresses and rkeys our peers cached from our hello, changed.
+ * To them we are a new agent: a new instance, in a hello sent to every
+ * known peer now, so that a sender never writes into the old engine's
+ * memory by its cached handshake, and a peer's next transfer with us
+ * begins with the new instance (the old one's transfers failed here
+ * already, and the peer fails them too on that hello). */
+static void renew_instance(struct agent *a)
+{
+	struct peer *p, *tmp;
+	uint64_t was = a->instance;
+
+	if (getrandom(&a->instance, sizeof(a->instance), 0) !=
+		    sizeof(a->instance) ||
+	    a->instance == was)
+		a->instance = was + 1;
+	HASH_ITER(hh, a->peers, p, tmp) {
+		p->stale = true;
+		peer_get(a, p->addr); /* sends the hello */
+	}
+}
+
 static void on_register(struct agent *a, const void *id, size_t id_len,
 			const msgpack_object *m)
 {
@@ -149,6 +172,7 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 	uint64_t *sizes = NULL;
 	char err[PDX_REASON_MAX] = "";
 	pdx_status_t st = PDX_EINVAL;
+	bool again;
 	uint64_t v;
 
 	layout = pdx_mp_get(m, "layout");
@@ -187,6 +211,7 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 		goto refuse;
 
 	fail_registration_xfers(a);
+	again = a->reg.ok;
 	registration_clear(a);
 	g.ok = true;
 	g.generation = a->reg.generation + 1;
@@ -198,6 +223,8 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 		 g.layout.layers, g.layout.tensors, g.layout.blocks,
 		 (unsigned long long)pdx_kv_layout_block_bytes(&g.layout),
 		 g.n_regions);
+	if (again)
+		renew_instance(a);
 	{
 		struct pdx_mp_out o;
 

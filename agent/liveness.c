@@ -7,7 +7,9 @@
  * after one that does not. A peer that says nothing at all for
  * --peer-timeout-ms while transfers with it are under way is dead: they
  * fail (and it is told, should it be only slow), and the next transfer
- * with it begins with a fresh hello, so a restarted peer is met afresh. */
+ * with it begins with a fresh hello, so a restarted peer is met afresh.
+ * Idle peers we hold a handshake with are pinged too, so that one that
+ * restarts or dies between transfers is noticed before the next one. */
 #define PDX_LOG_TOPIC "peer"
 #include <stdlib.h>
 
@@ -91,7 +93,12 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 	HASH_ITER(hh, a->peers, p, ptmp) {
 		struct ping_ctx c = { a, p, 0 };
 
-		if (!p->busy) {
+		/* Idle peers we hold a handshake with are pinged too: one
+		 * that restarted answers with a hello (its new instance), so
+		 * our next transfer with it does not go by the old one's
+		 * handshake; one that died loses its handshake, so the next
+		 * transfer meets it afresh. */
+		if (!p->busy && !peer_known(p)) {
 			p->watched = false;
 			continue;
 		}
@@ -100,8 +107,16 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 			p->watched = true;
 			p->heard_ns = now;
 		}
-		if (now - p->heard_ns > bound) {
+		if (now - p->heard_ns > bound && p->busy) {
 			peer_silent(a, p, now - p->heard_ns);
+			continue;
+		}
+		if (now - p->heard_ns > bound) {
+			log_info("peer %s silent for %llu ms: its handshake is dropped",
+				 p->addr,
+				 (unsigned long long)((now - p->heard_ns) / 1000000));
+			p->watched = false;
+			peer_reset(a, p);
 			continue;
 		}
 		HASH_ITER(hh, a->xfers, x, xtmp)

@@ -169,7 +169,8 @@ void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq)
 		st = pdx_kv_link_send(l, &k->w, k->p.remote_agent, seq->blocks,
 				      n);
 	if (st != PDX_OK) {
-		over(k, st, "the agent refused it");
+		over(k, st, st == PDX_EPEER ? "cannot reach the agent"
+					    : "the agent refused it");
 		return;
 	}
 	k->announced = true;

@@ -328,6 +328,33 @@ static void relay_chunk(struct pdx_upstream *u, struct evbuffer *data,
 	evhttp_send_reply_chunk(c->req, data);
 }
 
+/* A relayed SSE stream that breaks off (the engine died, an idle
+ * timeout) ends with an error event, OpenAI's error object, and no
+ * "[DONE]": a client sees why it stopped, not a clean end that looks
+ * complete. A body of another type just ends (its length tells). */
+static void sse_error(struct pdx_call *c, const char *why)
+{
+	struct evbuffer *b;
+	json_t *o;
+	char *s;
+
+	if (!c->head[0] || strncmp(c->head[0], "text/event-stream", 17) != 0)
+		return;
+	o = json_pack("{s:{s:s+, s:s, s:n, s:i}}", "error", "message",
+		      why ? why : "the engine's stream broke off",
+		      "; stream cut short", "type", "upstream_error", "param",
+		      "code", 502);
+	s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	b = s ? evbuffer_new() : NULL;
+	if (b) {
+		evbuffer_add_printf(b, "data: %s\n\n", s);
+		evhttp_send_reply_chunk(c->req, b);
+		evbuffer_free(b);
+	}
+	free(s);
+	json_decref(o);
+}
+
 static void relay_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 		      int err_status, const char *why, void *arg)
 {
@@ -353,6 +380,7 @@ static void relay_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 		log_warn("%s: %s; stream cut short", c->req_id, why);
 		pdx_upstream_cancel(c->side);
 		c->side = NULL;
+		sse_error(c, why);
 	}
 	if (!c->replying)
 		relay_start(c);

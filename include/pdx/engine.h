@@ -6,7 +6,10 @@
  *
  * Threading: a struct pdx_engine belongs to one thread at a time.
  * Calls that announce or abort transfers return at once; their outcome
- * arrives later as an event. Events are read with pdx_engine_next_event();
+ * arrives later as an event. When the agent is away (dead, restarting)
+ * they fail at once with PDX_EPEER. After the agent restarted (the link
+ * connected again), the next call registers again first, as the last
+ * pdx_engine_register() did, and waits for that answer (bounded). Events are read with pdx_engine_next_event();
  * pdx_engine_fd() becomes readable when events may be waiting. Like
  * ZeroMQ's own fd it is edge-triggered: after it fires, and after any call
  * of this API (which may read the socket and queue events), call

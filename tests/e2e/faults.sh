@@ -1,0 +1,292 @@
+#!/usr/bin/env bash
+# Fault injection: SIGKILL each process of a disaggregated request — the
+# prefill engine (P), the prefill agent (p), the decode engine (D), the
+# decode agent (d) — at each phase, and the proxy mid-stream, in front of
+# pdx-proxy (concurrent flow, the agents reporting to its --notify-bind):
+#  * before the handshake: both agents freshly started, the process
+#    killed just before the pair's first request, which meets it dead;
+#  * mid-transfer: after P's agent pushed layer 1 of 4, before "done";
+#  * after "done": while D streams the decode (two tokens out).
+# For every case: the client's streamed request ends within BOUND_MS,
+# either whole (200, [DONE], the colocated engine's text) or with a clear
+# error (an HTTP error status with an error JSON, or an SSE error event);
+# within SETTLE_S every survivor engine holds no KV block and runs or
+# queues no request, and the proxy has nothing in flight and counts no
+# transfer; the process restarted on the same address, a new request
+# gets the colocated text. One line per case, a Markdown table row:
+#   FAULT | P agent SIGKILL | mid-transfer | client: 502 error | ended after 1234 ms | blocks held: 0 | survivors: ok
+#   faults.sh PDX_ENGINE PDX_AGENT PDX_PROXY
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+ENGINE=$1
+AGENT=$2
+PROXY=$3
+PY=/usr/bin/python3 # python3 on PATH may be a slow shim
+[ -x $PY ] || PY=python3
+T=$E2E_TMP
+BOUND_MS=8000 # a request's end after the kill
+SETTLE_S=8    # survivors idle after the request ended
+
+export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
+for v in P D C X p d n; do eval "PORT_$v=$(free_port)"; done
+AOPTS=(--heartbeat-ms 200 --peer-timeout-ms 1000 --lease-ms 1500
+	--layer-timeout-ms 3000 --xfer-timeout-ms 5000
+	--notify "tcp://127.0.0.1:$PORT_n" --log-level debug)
+# tiny (4 layers); P at scale 300000 computes the 1200-token prompt in one
+# step of ~1.5 s and posts layer l at (l+1)/4 of it, so the transfer runs
+# for about a second; D at scale 10000 decodes a token in ~10 ms
+EOPTS_P=(--role prefill --agent "ipc://$T/p.engine" --time-scale 300000
+	--kv-timeout-ms 4000)
+EOPTS_D=(--role decode --agent "ipc://$T/d.engine" --time-scale 10000
+	--kv-timeout-ms 4000)
+XOPTS=(--flow concurrent --prefill "127.0.0.1:$PORT_P" --decode "127.0.0.1:$PORT_D"
+	--notify-bind "tcp://127.0.0.1:$PORT_n" --transfer-timeout 5
+	--health-interval 200 --health-timeout 500 --unhealthy-after 2
+	--healthy-after 1 --breaker-failures 0)
+
+# start NAME CMD...: in the background, stderr appended to NAME.log.
+start() {
+	local name=$1
+	shift
+	echo "--- start" >>"$T/$name.log"
+	"$@" 2>>"$T/$name.log" >/dev/null &
+	eval "PID_$name=$!"
+	E2E_PIDS="$E2E_PIDS $!"
+}
+pid() { eval echo "\${PID_$1:-}"; }
+
+# up_http NAME: until NAME's /health answers 200.
+up_http() {
+	local port
+	port=$(eval echo "\$PORT_$1")
+	for _ in $(seq 150); do
+		[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")" = 200 ] &&
+			return 0
+		kill -0 "$(pid "$1")" 2>/dev/null || fail "$1 exited at start: $(tail -5 "$T/$1.log")"
+		sleep 0.1
+	done
+	fail "$1 does not answer /health"
+}
+
+# start_agent p|d: its engine (if it runs) registers again at once.
+start_agent() {
+	local n
+	rm -f "$T/$1.engine"
+	start "$1" "$AGENT" --engine "ipc://$T/$1.engine" \
+		--listen "tcp://127.0.0.1:$(eval echo "\$PORT_$1")" "${AOPTS[@]}"
+	n=$(pid "$(echo "$1" | tr pd PD)")
+	[ -n "$n" ] && kill -0 "$n" 2>/dev/null && n=1 || n=0
+	for _ in $(seq 100); do
+		[ -S "$T/$1.engine" ] &&
+			[ "$(sed -n '/^--- start/h; /^--- start/!H; ${x; p}' "$T/$1.log" |
+				grep -c 'engine registered')" -ge $n ] && return 0
+		sleep 0.05
+	done
+	fail "agent $1 did not start (or its engine did not register again): $(tail -3 "$T/$1.log")"
+}
+start_engine() { # P, D or C
+	case $1 in
+	P) start P "$ENGINE" --port "$PORT_P" "${EOPTS_P[@]}" ;;
+	D) start D "$ENGINE" --port "$PORT_D" "${EOPTS_D[@]}" ;;
+	C) start C "$ENGINE" --port "$PORT_C" --time-scale 0 ;;
+	esac
+	up_http "$1"
+}
+start_proxy() {
+	start X "$PROXY" --port "$PORT_X" "${XOPTS[@]}"
+	up_http X
+}
+start_any() {
+	case $1 in
+	p | d) start_agent "$1" ;;
+	X) start_proxy ;;
+	*) start_engine "$1" ;;
+	esac
+}
+
+# kill9 NAME: SIGKILL; an engine's KV pool, left behind, is removed.
+kill9() {
+	local p
+	p=$(pid "$1")
+	kill -KILL "$p"
+	wait "$p" 2>/dev/null
+	E2E_PIDS=${E2E_PIDS/ $p/}
+	rm -f "/dev/shm/pdx-engine-$p"
+}
+
+# registered SIDE N: until agent SIDE's log has N "engine registered".
+registered() {
+	for _ in $(seq 100); do
+		[ "$(grep -c 'engine registered' "$T/$1.log")" -ge "$2" ] && return 0
+		sleep 0.05
+	done
+	fail "the engine did not register with agent $1: $(tail -5 "$T/$1.log")"
+}
+
+e() { echo "pdx_engine_$1{model_name=\"tiny\"}"; }
+# idle NAME...: the checks that these survivors are idle.
+idle() {
+	local n p role
+	for n in "$@"; do
+		case $n in
+		X)
+			echo "$PORT_X/pdx_proxy_requests_inflight=0"
+			for role in prefill:P decode:D; do
+				p=$(eval echo "\$PORT_${role#*:}")
+				echo "$PORT_X/pdx_proxy_instance_inflight{role=\"${role%:*}\",instance=\"http://127.0.0.1:$p\"}=0"
+				echo "$PORT_X/pdx_proxy_instance_transfers{role=\"${role%:*}\",instance=\"http://127.0.0.1:$p\"}=0"
+			done
+			;;
+		P | D)
+			p=$(eval echo "\$PORT_$n")
+			echo "$p/$(e kv_blocks_used)=0 $p/$(e num_requests_running)=0 $p/$(e num_requests_waiting)=0"
+			;;
+		esac
+	done
+}
+settle() { $PY "$HERE/faults.py" settle "$@"; }
+blocks_held() { # NAME...: the sum of their kv_blocks_used
+	local n s=0 v
+	for n in "$@"; do
+		v=$(curl -s "http://127.0.0.1:$(eval echo "\$PORT_$n")/metrics" |
+			awk -v k="$(e kv_blocks_used)" '$1 == k { print $2 }')
+		s=$((s + ${v:-0}))
+	done
+	echo $s
+}
+
+long=$($PY -c "print(' '.join('w%d' % i for i in range(1200)))")
+short="after the fault, the pair serves again"
+NTOK=100 # D streams them in ~1 s
+
+for n in p d; do start_agent $n; done
+for n in P D C; do start_engine $n; done
+start_proxy
+want_long=$($PY "$HERE/faults.py" text "$PORT_C" "$long" $NTOK) || fail "colocated text"
+want_short=$($PY "$HERE/faults.py" text "$PORT_C" "$short" 12) || fail "colocated text"
+
+# serves WHAT: a new request through the proxy gets the colocated text.
+serves() {
+	local got
+	settle 10 "$PORT_X/pdx_proxy_instance_healthy{role=\"prefill\",instance=\"http://127.0.0.1:$PORT_P\"}=1" \
+		"$PORT_X/pdx_proxy_instance_healthy{role=\"decode\",instance=\"http://127.0.0.1:$PORT_D\"}=1" ||
+		fail "$1: the proxy does not take P and D back"
+	got=$($PY "$HERE/faults.py" text "$PORT_X" "$short" 12) ||
+		fail "$1: no answer through the proxy $(tail -3 "$T/X.log")"
+	[ "$got" = "$want_short" ] || fail "$1: '$got', colocated '$want_short'"
+}
+serves "the first request"
+
+# fault NAME LABEL PHASE: one case; prints its FAULT line.
+fault() {
+	local X=$1 label=$2 phase=$3 out=$T/r.json mark t0 ms outcome survivors end kp kd k
+	local all="P D X" s
+	rm -f "$out" "$out.tokens"
+	survivors=${all/$X/}
+	case $phase in
+	before)
+		# a fresh pair of agents: no handshake between them yet
+		for s in p d; do
+			[ "$X" = $s ] && continue
+			kill -TERM "$(pid $s)"
+			wait "$(pid $s)"
+			start_agent $s
+		done
+		kp=$(grep -c '' "$T/p.log") kd=$(grep -c '' "$T/d.log")
+		kill9 "$X"
+		t0=$(date +%s%N)
+		$PY "$HERE/faults.py" stream "$PORT_X" "$long" $NTOK "$out" &
+		;;
+	mid)
+		mark=$(grep -c . "$T/p.log")
+		$PY "$HERE/faults.py" stream "$PORT_X" "$long" $NTOK "$out" &
+		end=$(($(date +%s%N) + 6000000000))
+		until tail -n +"$((mark + 1))" "$T/p.log" | grep -q 'push layer 1'; do
+			[ "$(date +%s%N)" -lt $end ] ||
+				fail "$label mid-transfer: P's agent pushed no layer 1 in 6 s"
+			sleep 0.02
+		done
+		! tail -n +"$((mark + 1))" "$T/p.log" | grep -q 'done sent' ||
+			fail "$label mid-transfer: the transfer was over before the kill"
+		kp=$(grep -c '' "$T/p.log") kd=$(grep -c '' "$T/d.log")
+		kill9 "$X"
+		t0=$(date +%s%N)
+		;;
+	after)
+		$PY "$HERE/faults.py" stream "$PORT_X" "$long" $NTOK "$out" &
+		end=$(($(date +%s%N) + 6000000000))
+		until [ "$(cat "$out.tokens" 2>/dev/null)" -ge 2 ] 2>/dev/null; do
+			[ "$(date +%s%N)" -lt $end ] ||
+				fail "$label after done: no token streamed in 6 s"
+			sleep 0.02
+		done
+		kp=$(grep -c '' "$T/p.log") kd=$(grep -c '' "$T/d.log")
+		kill9 "$X"
+		t0=$(date +%s%N)
+		;;
+	esac
+	until [ -f "$out" ]; do
+		[ $((($(date +%s%N) - t0) / 1000000)) -lt $BOUND_MS ] ||
+			fail "$label $phase: the request did not end within $BOUND_MS ms"
+		sleep 0.05
+	done
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	outcome=$($PY - "$out" "$want_long" "$X" <<'PYEOF'
+import json, sys
+r, want, x = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+if x == "X" and r.get("transport"):
+    print("connection reset after %d tokens" % r["tokens"])
+elif r["status"] == 200 and r["done"] and not r["error"]:
+    if r["text"].strip() != want:
+        sys.exit("a whole answer with the wrong text: %r" % r["text"][:80])
+    print("200 whole, colocated text")
+elif r["status"] >= 400 and r["error"]:
+    print("%d error (%s)" % (r["status"], r["error"][:60]))
+elif r["status"] == 200 and r["error"] and not r["done"]:
+    print("200 + SSE error event after %d tokens (%s)" % (r["tokens"], r["error"][:50]))
+else:
+    sys.exit("neither whole nor a clear error: %s" % json.dumps(r)[:300])
+PYEOF
+	) || fail "$label $phase: $outcome $(tail -3 "$T/X.log")"
+	# the survivors settle
+	settle $SETTLE_S $(idle $survivors) ||
+		fail "$label $phase: survivors not idle $(for s in $survivors p d; do echo "--- $s"; tail -4 "$T/$s.log"; done)"
+	local held other
+	held=$(blocks_held ${survivors/X/})
+	start_any "$X"
+	case $X$phase in
+	pmid | pafter | dmid | dafter)
+		# the other agent, which held a handshake with the killed
+		# one, pings the restarted one and gets its hello, or dropped
+		# the handshake after the silence: no stale one is left
+		other=$(echo "$X" | tr pd dp)
+		k=$(eval echo "\$k$other")
+		end=$(($(date +%s%N) + 5000000000))
+		until tail -n +"$((k + 1))" "$T/$other.log" |
+			grep -q "peer tcp://127.0.0.1:$(eval echo "\$PORT_$X") \(ready\|silent\)"; do
+			[ "$(date +%s%N)" -lt $end ] ||
+				fail "$label $phase: agent $other did not meet the restarted $X again"
+			sleep 0.05
+		done
+		;;
+	esac
+	serves "after $label $phase"
+	settle $SETTLE_S $(idle P D X) || fail "after $label $phase and a new request: not idle"
+	case $phase in
+	before) phase="before the handshake" ;;
+	mid) phase="mid-transfer" ;;
+	after) phase="after done (D streams)" ;;
+	esac
+	[ "$X" = X ] && phase="mid-stream"
+	printf 'FAULT | %s SIGKILL | %s | client: %s | ended after %d ms | blocks held: %s | survivors: ok\n' \
+		"$label" "$phase" "$outcome" "$ms" "$held"
+}
+
+for phase in before mid after; do
+	for X in P:"P engine" p:"P agent" D:"D engine" d:"D agent"; do
+		fault "${X%%:*}" "${X#*:}" $phase
+	done
+done
+fault X proxy after
+for n in X P D C p d; do named_stop $n; done
+echo ok

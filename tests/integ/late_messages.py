@@ -1,0 +1,423 @@
+#!/usr/bin/python3
+"""late_messages: duplicated, late and stray control messages on the peer
+link of a real pdx-agent (A), sent by a peer written in Python (F) that
+reads every answer A sends it (docs/protocol.md, sections 2 and
+"Late messages").
+
+F is a real handshaken peer of A: it gets a valid hello (a UCX worker
+address, the layout, the regions) from a second real agent B by pinging
+it ("a ping from an agent without a cached handshake ... the answerer
+sends it a hello"), and presents that hello to A under its own address.
+G does the same under a third address; H never shakes hands.
+
+Checked: no crash (A exits 0 on SIGTERM at the end); the documented
+`error` answers; no event reaches A's engine for a transfer it did not
+announce, and no second event for one it did; transfers work afterwards
+(one between F and A, and a real one between B and A, byte for byte).
+
+    late_messages.py PATH-TO-pdx-agent
+
+Exits 0 (pass), 1 (fail) or 77 (skip: pyzmq or msgpack missing).
+"""
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    import msgpack
+    import zmq
+    from multiprocessing import shared_memory
+except ImportError as e:
+    print(f"# skip: {e}")
+    sys.exit(77)
+
+LAYERS, TENSORS, BLOCKS = 4, 2, 64
+BLOCK_TOKENS, KV_HEADS, HEAD_DIM, DTYPE = 4, 2, 16, 2
+BLOCK_BYTES = BLOCK_TOKENS * KV_HEADS * HEAD_DIM * DTYPE
+LEASE_MS = 800
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    failures += 0 if ok else 1
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def layout():
+    return {
+        "layers": LAYERS, "tensors": TENSORS, "blocks": BLOCKS,
+        "block_tokens": BLOCK_TOKENS, "kv_heads": KV_HEADS,
+        "head_dim": HEAD_DIM, "dtype_bytes": DTYPE, "order": "NHD",
+        "bases": [[[0, (TENSORS * l + t) * BLOCKS * BLOCK_BYTES]
+                   for t in range(TENSORS)] for l in range(LAYERS)],
+        "strides": [BLOCK_BYTES] * LAYERS,
+    }
+
+
+def block_at(buf, layer, tensor, block):
+    off = (TENSORS * layer + tensor) * BLOCKS * BLOCK_BYTES + block * BLOCK_BYTES
+    return bytes(buf[off:off + BLOCK_BYTES])
+
+
+def pack(m):
+    return msgpack.packb(m, use_bin_type=True)
+
+
+class Engine:
+    """An engine: a KV pool in shared memory, a DEALER to its agent; every
+    event it gets is kept, by transfer."""
+
+    def __init__(self, ctx, name, agent_addr):
+        self.shm = shared_memory.SharedMemory(
+            create=True, size=LAYERS * TENSORS * BLOCKS * BLOCK_BYTES, name=name)
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(agent_addr)
+        self.events = {}
+
+    def send(self, msg):
+        self.sock.send(pack(msg))
+
+    def register(self):
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            self.send({"op": "register", "v": 1, "layout": layout(),
+                       "regions": [{"type": "shm", "name": "/" + self.shm.name,
+                                    "size": self.shm.size}]})
+            if self.sock.poll(1000):
+                r = msgpack.unpackb(self.sock.recv(), raw=False)
+                if r.get("op") == "registered":
+                    return r["peer"]
+        return None
+
+    def pump(self, ms):
+        """Reads events for ms milliseconds."""
+        end = time.time() + ms / 1000
+        while True:
+            left = int((end - time.time()) * 1000)
+            if left <= 0 or not self.sock.poll(left):
+                return
+            m = msgpack.unpackb(self.sock.recv(), raw=False)
+            if m.get("op") == "event":
+                self.events.setdefault(m["xfer"], []).append(m)
+
+    def event(self, xfer, ms=5000):
+        end = time.time() + ms / 1000
+        while not self.events.get(xfer) and time.time() < end:
+            self.pump(50)
+        evs = self.events.get(xfer) or [None]
+        return evs[0]
+
+    def n_events(self, xfer):
+        return len(self.events.get(xfer, []))
+
+    def close(self):
+        self.sock.close()
+        self.shm.close()
+        self.shm.unlink()
+
+
+class Peer:
+    """A peer written here: a ROUTER at its own address, a DEALER to each
+    agent it talks to; every message is {"from": addr, ...}."""
+
+    def __init__(self, ctx, addr):
+        self.ctx, self.addr = ctx, addr
+        self.router = ctx.socket(zmq.ROUTER)
+        self.router.setsockopt(zmq.LINGER, 0)
+        self.router.bind(addr)
+        self.dealers = {}
+        self.kept = []
+        self.hello = None  # what this peer shows in hello and hello_ack
+
+    def to(self, agent, msg):
+        if agent not in self.dealers:
+            d = self.ctx.socket(zmq.DEALER)
+            d.setsockopt(zmq.LINGER, 0)
+            d.connect(agent)
+            self.dealers[agent] = d
+        self.dealers[agent].send(pack(dict(msg, **{"from": self.addr})))
+
+    def expect(self, op, xfer=None, ms=3000, sender=None):
+        """The next message with this op (and xfer) from sender, within
+        ms; pings and pongs are answered or dropped, others kept."""
+        for i, m in enumerate(self.kept):
+            if m["op"] == op and (xfer is None or m.get("xfer") == xfer) and \
+                    (sender is None or m["from"] == sender):
+                return self.kept.pop(i)
+        end = time.time() + ms / 1000
+        while True:
+            left = int((end - time.time()) * 1000)
+            if left <= 0 or not self.router.poll(left):
+                return None
+            _, frame = self.router.recv_multipart()
+            m = msgpack.unpackb(frame, raw=False)
+            if m["op"] == op and (xfer is None or m.get("xfer") == xfer) and \
+                    (sender is None or m["from"] == sender):
+                return m
+            if m["op"] == "ping":
+                self.to(m["from"], {"op": "pong"})
+            elif m["op"] == "hello" and self.hello:
+                # A marks a peer stale after a transfer with it timed out
+                # (a lease, here) and greets it again: answer like an agent
+                self.to(m["from"], dict(self.hello, op="hello_ack"))
+            elif m["op"] != "pong":
+                self.kept.append(m)
+
+    def quiet(self, xfer, ms):
+        """True when nothing about xfer arrives within ms."""
+        end = time.time() + ms / 1000
+        while time.time() < end:
+            for m in self.kept:
+                if m.get("xfer") == xfer:
+                    return False
+            self.expect("nothing", ms=50)
+        return not any(m.get("xfer") == xfer for m in self.kept)
+
+    def close(self):
+        for d in self.dealers.values():
+            d.close()
+        self.router.close()
+
+
+def xid():
+    return os.urandom(16)
+
+
+def main():
+    agent_bin = sys.argv[1]
+    tmp = tempfile.mkdtemp(prefix="pdx-late-")
+    env = dict(os.environ, UCX_TLS="sm,self", UCX_WARN_UNUSED_ENV_VARS="n")
+    ctx = zmq.Context()
+    agents, engines, peers = [], [], []
+    try:
+        addr = {}
+        for side in "AB":
+            eng = f"ipc://{tmp}/{side}.engine"
+            # a long silence bound: F and G answer pings only while they
+            # read, and no transfer here may end by silence
+            agents.append(subprocess.Popen(
+                [agent_bin, "--engine", eng, "--listen",
+                 f"tcp://127.0.0.1:{free_port()}", "--xfer-timeout-ms", "5000",
+                 "--lease-ms", str(LEASE_MS), "--peer-timeout-ms", "60000"],
+                env=env, stdout=subprocess.DEVNULL))
+            engines.append(Engine(ctx, f"pdx-late-{os.getpid()}-{side}", eng))
+        EA, EB = engines
+        for side, e in zip("AB", engines):
+            addr[side] = e.register()
+            check(addr[side] is not None, f"engine {side} registers ({addr[side]})")
+        A, B = addr["A"], addr["B"]
+
+        F = Peer(ctx, f"tcp://127.0.0.1:{free_port()}")
+        G = Peer(ctx, f"tcp://127.0.0.1:{free_port()}")
+        H = Peer(ctx, f"tcp://127.0.0.1:{free_port()}")
+        peers += [F, G, H]
+
+        # B's hello, for F and G to show A
+        F.to(B, {"op": "ping", "hold": []})
+        hello = F.expect("hello", sender=B)
+        check(hello is not None and "ucx" in hello,
+              "a ping to an agent that does not know us brings its hello")
+        for P in (F, G):
+            P.hello = dict(hello, instance=random.getrandbits(63))
+            P.to(A, dict(P.hello, op="hello"))
+            ack = P.expect("hello_ack", sender=A)
+            check(ack is not None and ack["from"] == A,
+                  f"A answers {P.addr}'s hello with hello_ack")
+        # A's own hello, for the receiver side of F's transfers
+        P_blocks = [3, 4, 5]
+
+        def recv_from_f(x, blocks=(10, 11, 12)):
+            """A's engine announces a transfer from F; A asks F for it."""
+            EA.send({"op": "recv", "xfer": x, "peer": F.addr, "blocks": list(blocks)})
+            w = F.expect("want", x)
+            check(w is not None and w["blocks"] == list(blocks),
+                  f"A sends want to F for {x.hex()[:8]}")
+            return w
+
+        def done(P, x):
+            P.to(A, {"op": "done", "xfer": x, "bytes": LAYERS * TENSORS * 3 * BLOCK_BYTES,
+                     "am_bytes": 0, "first_token": 7})
+
+        # 1. a transfer from F, then its "done" twice
+        x1 = xid()
+        recv_from_f(x1)
+        done(F, x1)
+        ev = EA.event(x1)
+        check(ev is not None and ev["kind"] == "received" and ev["first_token"] == 7,
+              f"done: A's engine gets received ({ev and ev['kind']})")
+        done(F, x1)
+        err = F.expect("error", x1)
+        check(err is not None and err["reason"] == "unknown transfer",
+              f"a duplicated done is answered error 'unknown transfer' ({err})")
+        EA.pump(300)
+        check(EA.n_events(x1) == 1, "no second event for a duplicated done")
+
+        # 2. done for a transfer A's engine never announced
+        x0 = xid()
+        done(F, x0)
+        err = F.expect("error", x0)
+        check(err is not None and err["reason"] == "unknown transfer",
+              "done for a transfer never announced: error 'unknown transfer'")
+        EA.pump(300)
+        check(EA.n_events(x0) == 0, "no event reaches A's engine for it")
+
+        # 3. a stale done from another peer address, with and without a
+        # handshake: refused, and the transfer (from F) goes on
+        x2 = xid()
+        recv_from_f(x2)
+        done(G, x2)
+        err = G.expect("error", x2)
+        check(err is not None and err["reason"] == "unknown transfer",
+              f"done from G for F's transfer: error to G ({err and err['reason']})")
+        done(H, x2)
+        err = H.expect("error", x2)
+        check(err is not None and "no handshake" in err["reason"],
+              f"done from H, no handshake: error to H ({err and err['reason']})")
+        EA.pump(300)
+        check(EA.n_events(x2) == 0, "no event for the others' done")
+        done(F, x2)
+        ev = EA.event(x2)
+        check(ev is not None and ev["kind"] == "received",
+              "F's own done then completes it")
+
+        # 4. A sends to F; a want after the transfer completed
+        x3 = xid()
+        EA.send({"op": "send", "xfer": x3, "peer": F.addr, "blocks": P_blocks})
+        for layer in range(LAYERS):
+            EA.send({"op": "layer_done", "layer": layer, "xfers": [x3]})
+        F.to(A, {"op": "want", "xfer": x3, "blocks": [20, 21, 22], "skip": 0})
+        d = F.expect("done", x3)
+        check(d is not None and d["bytes"] == LAYERS * TENSORS * 3 * BLOCK_BYTES,
+              f"A pushes to F and sends done ({d and d['bytes']} bytes)")
+        ev = EA.event(x3)
+        check(ev is not None and ev["kind"] == "sent", "A's engine gets sent")
+        F.to(A, {"op": "want", "xfer": x3, "blocks": [20, 21, 22], "skip": 0})
+        err = F.expect("error", x3)
+        check(err is not None and err["reason"].startswith("transfer ended here"),
+              f"a want after the transfer completed: error ({err and err['reason']})")
+        check(F.quiet(x3, 300), "and no second done")
+        EA.pump(200)
+        check(EA.n_events(x3) == 1, "no second event for it")
+
+        # 5. a want after the lease expired
+        x4 = xid()
+        EA.send({"op": "send", "xfer": x4, "peer": F.addr, "blocks": P_blocks})
+        for layer in range(LAYERS):
+            EA.send({"op": "layer_done", "layer": layer, "xfers": [x4]})
+        ev = EA.event(x4, LEASE_MS + 3000)
+        check(ev is not None and ev["kind"] == "failed" and "lease expired" in ev["reason"],
+              f"nobody asks: the lease expires ({ev and ev['reason']})")
+        t0 = time.time()
+        F.to(A, {"op": "want", "xfer": x4, "blocks": [20, 21, 22], "skip": 0})
+        err = F.expect("error", x4)
+        check(err is not None and "lease expired" in err["reason"] and
+              time.time() - t0 < 1,
+              f"a want after the lease: error at once ({err and err['reason']})")
+        EA.pump(200)
+        check(EA.n_events(x4) == 1, "no second event for it")
+
+        # 6. abort for a transfer A never heard of: no answer, no event;
+        # when A's engine announces it later, it fails at once
+        x5 = xid()
+        F.to(A, {"op": "abort", "xfer": x5, "reason": "gone"})
+        check(F.quiet(x5, 300), "an abort for an unknown transfer is not answered")
+        EA.pump(100)
+        check(EA.n_events(x5) == 0, "and reaches no engine")
+        EA.send({"op": "recv", "xfer": x5, "peer": F.addr, "blocks": [30, 31]})
+        ev = EA.event(x5, 1000)
+        check(ev is not None and ev["kind"] == "failed" and
+              "ended before our engine announced it" in ev["reason"],
+              f"announced after it: fails at once ({ev and ev['reason']})")
+        x5b = xid()
+        H.to(A, {"op": "abort", "xfer": x5b, "reason": "who?"})
+        check(H.quiet(x5b, 300), "an abort from a stranger is not answered either")
+
+        # 7. hello again: with a new instance (F restarted) it fails what
+        # began with the old one, once; repeated with the same instance
+        # it is answered and changes nothing in flight
+        x6 = xid()
+        recv_from_f(x6)
+        F.hello = dict(hello, instance=random.getrandbits(63))
+        F.to(A, dict(F.hello, op="hello"))
+        check(F.expect("hello_ack", sender=A) is not None, "a new instance's hello is answered")
+        ev = EA.event(x6, 2000)
+        check(ev is not None and ev["kind"] == "failed" and "restarted" in ev["reason"],
+              f"a new instance fails the transfer begun with the old one ({ev and ev['reason']})")
+        x7 = xid()
+        recv_from_f(x7)
+        for _ in range(2):
+            F.to(A, dict(F.hello, op="hello"))
+            check(F.expect("hello_ack", sender=A) is not None,
+                  "a repeated hello is answered with hello_ack")
+        EA.pump(300)
+        check(EA.n_events(x7) == 0 and EA.n_events(x6) == 1,
+              "a repeated hello fails nothing, no second event")
+        done(F, x7)
+        ev = EA.event(x7)
+        check(ev is not None and ev["kind"] == "received",
+              "the transfer completes after the repeated hello")
+
+        # 8. a ping with holds A never heard of: pong, nothing else
+        F.to(A, {"op": "ping", "hold": [xid(), xid()]})
+        check(F.expect("pong", sender=A) is not None, "a ping with unknown holds gets pong")
+        H.to(A, {"op": "ping", "hold": [xid()]})
+        check(H.expect("pong", sender=A) is not None,
+              "a ping from a stranger gets pong (and A's hello)")
+        check(H.expect("hello", sender=A) is not None, "... and A's hello")
+
+        # 9. afterwards: a transfer from F, and a real one from B, byte for byte
+        x8 = xid()
+        recv_from_f(x8)
+        done(F, x8)
+        ev = EA.event(x8)
+        check(ev is not None and ev["kind"] == "received", "a transfer from F works after all that")
+        src = random.sample(range(BLOCKS), 5)
+        dst = random.sample(range(BLOCKS), 5)
+        EB.shm.buf[:] = os.urandom(EB.shm.size)
+        x9 = xid()
+        EA.send({"op": "recv", "xfer": x9, "peer": B, "blocks": dst})
+        EB.send({"op": "send", "xfer": x9, "peer": A, "blocks": src})
+        for layer in range(LAYERS):
+            EB.send({"op": "layer_done", "layer": layer, "xfers": [x9]})
+        ea, eb = EA.event(x9), EB.event(x9)
+        check(ea is not None and ea["kind"] == "received" and eb is not None and
+              eb["kind"] == "sent", f"a real transfer B -> A works ({ea and ea['reason']})")
+        same = all(block_at(EB.shm.buf, l, t, s) == block_at(EA.shm.buf, l, t, d)
+                   for l in range(LAYERS) for t in range(TENSORS)
+                   for s, d in zip(src, dst))
+        check(same, "every byte of it arrived")
+        check(all(a.poll() is None for a in agents), "both agents still run")
+    finally:
+        for p in peers:
+            p.close()
+        for e in engines:
+            e.close()
+        for a in agents:
+            a.terminate()
+        for a in agents:
+            try:
+                rc = a.wait(10)
+            except subprocess.TimeoutExpired:
+                a.kill()
+                rc = a.wait()
+            check(rc == 0, f"agent exits cleanly ({rc})")
+        ctx.term()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
