@@ -90,6 +90,10 @@ void pdx_flow_count_transfer(struct pdx_call *c, struct pdx_inst *p);
  * not an object. */
 void pdx_flow_send_decode(struct pdx_call *c, json_t *kv);
 
+/* D's kv_transfer_params get the proxy's --on-transfer-failure as
+ * on_failure, unless the client's request chose one. -1: out of memory. */
+int pdx_flow_failure_policy(struct pdx_call *c, json_t *kv);
+
 /* Leg u of c ended with status (0: no answer; why says what) before
  * the client got a byte: starts the call over (see above) and returns
  * true when pdx_call_may_retry() allows it, else returns false and the

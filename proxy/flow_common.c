@@ -231,6 +231,14 @@ out:
 	return s;
 }
 
+int pdx_flow_failure_policy(struct pdx_call *c, json_t *kv)
+{
+	if (json_object_get(kv, "on_failure"))
+		return 0; /* the client chose */
+	return set_str(kv, "on_failure",
+		       c->px->o->transfer_recompute ? "recompute" : "fail");
+}
+
 void pdx_flow_count_transfer(struct pdx_call *c, struct pdx_inst *p)
 {
 	pdx_transfers_start(&c->px->xfers, c->xfer_id, p,

@@ -45,7 +45,8 @@ static json_t *decode_kv(struct pdx_call *c)
 	if (kv && !json_object_set_new(kv, "do_remote_prefill", json_true()) &&
 	    !json_object_set_new(kv, "xfer_id", json_string(c->xfer_id)) &&
 	    !json_object_set_new(kv, "remote_agent",
-				 json_string(c->prefill->peer)))
+				 json_string(c->prefill->peer)) &&
+	    !pdx_flow_failure_policy(c, kv))
 		return kv;
 	json_decref(kv);
 	return NULL;

@@ -114,6 +114,7 @@ void pdx_flow_metaserver(struct pdx_proxy *px, struct evhttp_request *req)
 	log_debug("%s: prefill started; decode dispatched", c->req_id);
 	c->awaiting_callback = false;
 	json_object_del(kv, "request_id"); /* vllm-ascend's; not D's */
+	pdx_flow_failure_policy(c, kv);
 	pdx_proxy_send_json(req, 200, json_pack("{s:s}", "status", "ok"));
 	pdx_flow_send_decode(c, kv);
 	json_decref(kv);

@@ -71,6 +71,11 @@ void pdx_proxy_opts_usage(FILE *f)
 "                              client's request as it came and prefills\n"
 "                              itself (also fronts colocated engines that\n"
 "                              refuse kv_transfer_params)\n"
+"  --on-transfer-failure F     fail (default): a decode request whose KV\n"
+"                              transfer fails ends with an error;\n"
+"                              recompute: D prefills it itself (concurrent\n"
+"                              and early-callback flows; the sequential\n"
+"                              flow passes P's parameters unchanged)\n"
 "  --retries N                 a request whose prefill or decode leg\n"
 "                              fails before the client got a byte (no\n"
 "                              connection, a timeout, a 5xx) starts over\n"
@@ -430,6 +435,13 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 				o->prefill_fallback = false;
 			else if (!strcmp(val, "local"))
 				o->prefill_fallback = true;
+			else
+				goto bad_choice;
+		} else if (!strcmp(name, "--on-transfer-failure")) {
+			if (!strcmp(val, "fail"))
+				o->transfer_recompute = false;
+			else if (!strcmp(val, "recompute"))
+				o->transfer_recompute = true;
 			else
 				goto bad_choice;
 		} else if (!strcmp(name, "--max-inflight")) {

@@ -42,6 +42,7 @@ struct pdx_proxy_opts {
 	unsigned keepalive;    /* idle engine connections per instance: 64 */
 	unsigned keepalive_ms; /* an idle engine connection expires: 2000 */
 	bool prefill_fallback; /* --on-prefill-failure local: D prefills */
+	bool transfer_recompute; /* --on-transfer-failure recompute */
 	unsigned retries; /* starts over after a failure before any byte: 1 */
 	unsigned health_interval_ms; /* between health checks: 2000; 0: off */
 	unsigned health_timeout_ms;  /* one health check: 1000 */

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# --on-transfer-failure: the decode agent dies; behind a proxy with
+# `recompute` the decode engine prefills the request itself and the client
+# gets the colocated engine's text; behind one with the default `fail` the
+# client gets a clear 500. The prefill side frees the KV it held for the
+# dead agent once that agent is silent.
+#   proxy_recompute.sh PDX_ENGINE PDX_AGENT PDX_PROXY
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+ENGINE=$1
+AGENT=$2
+PROXY=$3
+
+export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
+for side in p d; do
+	agent_start $side --heartbeat-ms 200 --peer-timeout-ms 1000 --lease-ms 2000
+done
+named_engine_start P "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p.engine" --time-scale 0
+named_engine_start D "$ENGINE" --role decode --agent "ipc://$E2E_TMP/d.engine" --time-scale 0
+named_engine_start C "$ENGINE" --time-scale 0
+pools=(--prefill "127.0.0.1:$PORT_P" --decode "127.0.0.1:$PORT_D" --retries 0
+	--health-interval 0)
+named_engine_start XR "$PROXY" "${pools[@]}" --on-transfer-failure recompute
+named_engine_start XF "$PROXY" "${pools[@]}"
+
+req='{"prompt": "what happens when the decode agent dies", "max_tokens": 9}'
+want=$(PORT=$PORT_C post /v1/completions "$req")
+status_is 200 "colocated"
+# text PORT: the completion's text through that proxy (status in $E2E_TMP)
+text() {
+	PORT=$1 post /v1/completions "$req" | python3 -c \
+		'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null
+}
+want=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["choices"][0]["text"])' "$want")
+[ "$(text "$PORT_XR")" = "$want" ] || fail "before the fault: not the colocated text"
+
+kill -9 "$PID_agent_d"
+wait "$PID_agent_d" 2>/dev/null
+got=$(text "$PORT_XR")
+status_is 200 "recompute: the decode agent is dead"
+[ "$got" = "$want" ] || fail "recompute: '$got', want '$want'"
+PORT=$PORT_XF post /v1/completions "$req" >/dev/null
+status_is 500 "fail: the decode agent is dead"
+grep -q "KV transfer" "$E2E_TMP/body" || fail "fail: unclear error: $(cat "$E2E_TMP/body")"
+
+# the prefill side frees what it held for the dead agent
+for port in "$PORT_P" "$PORT_D"; do
+	for _ in $(seq 100); do
+		used=$(curl -sS "http://127.0.0.1:$port/metrics" |
+			sed -n 's/^pdx_engine_kv_blocks_used\({[^}]*}\)\? \([0-9.e+]*\)$/\2/p')
+		[ "$used" = 0 ] && break
+		sleep 0.1
+	done
+	[ "$used" = 0 ] || fail "engine on $port holds $used KV blocks"
+done
+for name in XR XF P D C agent_p; do
+	named_stop "$name"
+done
+echo "ok: a dead decode agent: recompute gives the colocated text, fail a clear 500"
