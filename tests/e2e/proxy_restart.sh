@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The proxy killed (SIGKILL) and restarted on the same port: before any
+# request reached the engines (their agents have not shaken hands yet),
+# and mid-transfer (while the prefill engine computes and the decode
+# engine waits for its KV). The client's request ends at once with a
+# broken connection; both engines see their client leave, abort the
+# request and free every block; the restarted proxy serves the colocated
+# engine's text.
+#   proxy_restart.sh PDX_ENGINE PDX_AGENT PDX_PROXY
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+ENGINE=$1
+AGENT=$2
+PROXY=$3
+
+export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
+agent_start p
+agent_start d
+# tiny's prefill scaled to about a second, so "mid-transfer" is wide
+named_engine_start P "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p.engine" \
+	--time-scale 300000
+named_engine_start D "$ENGINE" --role decode --agent "ipc://$E2E_TMP/d.engine" --time-scale 0
+named_engine_start C "$ENGINE" --time-scale 0
+XPORT=$(free_port)
+proxy_up() {
+	bg_start X "$PROXY" --prefill "127.0.0.1:$PORT_P" --decode "127.0.0.1:$PORT_D" \
+		--port "$XPORT"
+	for _ in $(seq 100); do
+		curl -sS -f -o /dev/null "http://127.0.0.1:$XPORT/ready" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	fail "the proxy did not come up on $XPORT: $(tail -5 "$E2E_TMP/X.log")"
+}
+proxy_kill() {
+	kill -9 "$PID_X"
+	wait "$PID_X" 2>/dev/null
+}
+req='{"prompt": "the proxy goes away and comes back", "max_tokens": 6}'
+want=$(PORT=$PORT_C post /v1/completions "$req" | python3 -c \
+	'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])')
+served() {
+	local got
+	got=$(PORT=$XPORT post /v1/completions "$req" | python3 -c \
+		'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null)
+	status_is 200 "$1"
+	[ "$got" = "$want" ] || fail "$1: '$got', want '$want'"
+}
+# idle WHAT: both engines hold no block and run or queue no request
+# (within 10 s).
+idle() {
+	local port m ok
+	for port in "$PORT_P" "$PORT_D"; do
+		ok=
+		for _ in $(seq 100); do
+			m=$(curl -sS "http://127.0.0.1:$port/metrics")
+			if python3 -c 'import sys
+v = {}
+for l in sys.argv[1].splitlines():
+    if l.startswith("pdx_engine_"):
+        k, x = l.rsplit(" ", 1)
+        v[k.split("{")[0]] = float(x)
+assert v["pdx_engine_kv_blocks_used"] == 0
+assert v["pdx_engine_num_requests_running"] == 0
+assert v["pdx_engine_num_requests_waiting"] == 0' "$m" 2>/dev/null; then
+				ok=1
+				break
+			fi
+			sleep 0.1
+		done
+		[ -n "$ok" ] ||
+			fail "$1: engine on $port not idle: $(echo "$m" | grep -E 'blocks_used|requests_(running|waiting)')"
+	done
+}
+
+# before the handshake: killed with nothing sent, restarted
+proxy_up
+proxy_kill
+proxy_up
+served "restarted before any request"
+
+# mid-transfer
+proxy_kill
+proxy_up
+t0=$(date +%s%N)
+long="{\"prompt\": \"$(seq -s ' ' 1 400)\", \"max_tokens\": 6}"
+curl -sS -o /dev/null -d "$long" "http://127.0.0.1:$XPORT/v1/completions" 2>/dev/null &
+cpid=$!
+# the prefill is under way (P runs it), the decode waits (D queues it)
+for _ in $(seq 200); do
+	curl -sS "http://127.0.0.1:$PORT_P/metrics" |
+		grep -q '^pdx_engine_num_requests_running\({[^}]*}\)\? [1-9]' && break
+	sleep 0.02
+done
+sleep 0.2
+curl -sS "http://127.0.0.1:$PORT_P/metrics" |
+	grep -q '^pdx_engine_num_requests_running\({[^}]*}\)\? [1-9]' ||
+	fail "mid-transfer: the prefill ended before the kill (make it longer)"
+proxy_kill
+wait $cpid && fail "mid-transfer: the client's request succeeded through a killed proxy"
+ended=$((($(date +%s%N) - t0) / 1000000))
+idle "mid-transfer"
+echo "proxy SIGKILL mid-transfer: the client's request ended after $ended ms; both engines idle, no block held"
+proxy_up
+served "restarted mid-transfer"
+
+for name in X P D C agent_p agent_d; do
+	named_stop "$name"
+done
+echo "ok: proxy killed before any request and mid-transfer; engines idle; restarted proxy serves"
