@@ -191,14 +191,25 @@ struct peer *peer_get(struct agent *a, const char *addr)
 {
 	struct peer *p = peer_lookup(a, addr, true);
 	uint64_t bound = (uint64_t)a->cfg.handshake_timeout_ms * 1000000ULL;
+	uint64_t now = pdx_now_ns();
+	uint64_t quiet = 2ULL * a->cfg.heartbeat_ms * 1000000ULL;
 
 	if (!p || !a->reg.ok)
 		return p;
 	/* A hello that got no answer in time is sent again; so is one to a
-	 * peer that stopped answering (it may have restarted). */
-	if (p->state == PEER_NEW || (p->state == PEER_READY && p->stale) ||
-	    (p->state == PEER_HELLO_SENT &&
-	     pdx_now_ns() - p->hello_sent_ns > bound))
+	 * peer that stopped answering (it may have restarted), and to one
+	 * we have not heard from for two heartbeat periods (one we have
+	 * transfers with answers our pings every period). Heartbeats watch
+	 * only peers with transfers: one killed while we had none with it
+	 * and restarted on the same address would otherwise get our next
+	 * "want" on its dead predecessor's handshake, and its hello crossing
+	 * that want would fail the transfer as begun with the old one
+	 * (found by scripts/soak: the first request to a restarted prefill
+	 * instance failed, and that instance kept the KV for a lease). The
+	 * hello costs a round trip, only after a quiet spell. */
+	if (p->state == PEER_NEW ||
+	    (p->state == PEER_READY && (p->stale || now - p->heard_ns > quiet)) ||
+	    (p->state == PEER_HELLO_SENT && now - p->hello_sent_ns > bound))
 		send_hello(a, p, "hello");
 	return p;
 }
@@ -389,6 +400,7 @@ static void on_hello(struct agent *a, const char *from, const msgpack_object *m,
 
 	if (!p)
 		return;
+	peer_heard(p); /* first met through its hello: heard now */
 	log_debug("%s from %s (state %d)", is_ack ? "hello_ack" : "hello", from,
 		  p->state);
 	if (!a->reg.ok) {

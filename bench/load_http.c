@@ -35,6 +35,8 @@ struct lreq {
 	uint64_t start_ns, last_ns, now_ns;
 	bool first, finished, bad_json, started;
 	bool parked;	/* arrived, waiting for the request it follows */
+	bool aborts;	/* the timer is the client's abort, not the timeout */
+	double abort_s; /* then: its delay from the send */
 	int http_error; /* enum evhttp_request_error + 1, or 0 */
 	double *itl;
 	size_t n_itl, cap_itl;
@@ -305,6 +307,8 @@ static void on_done(struct evhttp_request *req, void *arg)
 		finish(lr, true, NULL);
 }
 
+/* The request's timeout, or the client's planned abort: either way its
+ * connection is closed, which tells the server the client left. */
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
 	struct lreq *lr = arg;
@@ -317,6 +321,12 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 	if (req)
 		evhttp_cancel_request(req);
 	lr->finished = false;
+	if (lr->aborts) {
+		lr->run->res[lr->idx].aborted = true;
+		finish(lr, false, "aborted by the client after %.3f s",
+		       lr->abort_s);
+		return;
+	}
 	finish(lr, false, "request timed out after %.3f s",
 	       lr->run->p->timeout_s > 0 ? lr->run->p->timeout_s
 					 : DEFAULT_TIMEOUT_S);
@@ -359,6 +369,10 @@ static void start(struct runner *r, size_t i, uint64_t intended)
 	lr->start_ns = intended;
 	lr->last_ns = intended;
 	lr->usage_completion = lr->usage_prompt = -1;
+	lr->abort_s = p->abort_after ? p->abort_after[i] : -1.0;
+	lr->aborts = lr->abort_s >= 0.0 && lr->abort_s < t;
+	if (lr->aborts)
+		t = lr->abort_s;
 	pdx_sse_init(&lr->sse, 0);
 	r->inflight++;
 	lr->conn = get_conn(r);

@@ -10,8 +10,11 @@
  * A request that follows another (a chat session's next round) becomes
  * ready at the later of its arrival and the end of the one it follows,
  * and is timed from then.
+ * A request may also be cancelled on purpose: the client closes its
+ * connection a given delay after sending it, if it has not ended by then
+ * (the server sees a client that left); it is counted as aborted.
  * Runs one event loop on the calling thread until every request has
- * finished, failed or timed out. */
+ * finished, failed, timed out or been aborted. */
 #ifndef PDX_BENCH_LOAD_HTTP_H
 #define PDX_BENCH_LOAD_HTTP_H
 
@@ -35,6 +38,10 @@ struct pdx_load_run_params {
 	size_t n;
 	int max_concurrency; /* 0: unlimited */
 	double timeout_s;    /* per request, from its send; <= 0: 6 hours */
+	/* NULL, or per request: seconds from its send after which the
+	 * client closes the connection unless the request has ended; < 0:
+	 * never (bench/load_abort.h draws them). */
+	const double *abort_after;
 	bool progress;	     /* redraw a progress line on stderr every 0.1 s */
 	bool keep_text;	     /* keep generated text in the results */
 	const char *api_key; /* "Authorization: Bearer" when not NULL */

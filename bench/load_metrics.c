@@ -254,7 +254,10 @@ int pdx_load_metrics_compute(const struct pdx_load_result *res, size_t n,
 		int olen = r->output_tokens;
 
 		if (!r->success) {
-			m.failed++;
+			if (r->aborted)
+				m.aborted++;
+			else
+				m.failed++;
 			continue;
 		}
 		if (olen <= 0)

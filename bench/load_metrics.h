@@ -16,6 +16,7 @@
 /* One request's outcome. Times in seconds. */
 struct pdx_load_result {
 	bool success;
+	bool aborted;	/* the client cancelled it (--abort-fraction) */
 	double start;	/* when it was meant to be sent, from the run start */
 	double queue;	/* waited for a --max-concurrency slot */
 	double ttft;	/* first token chunk - start */
@@ -43,6 +44,7 @@ struct pdx_load_goodput {
 
 struct pdx_load_metrics {
 	int completed, failed;
+	int aborted; /* cancelled by the client: neither completed nor failed */
 	long total_input, total_output;
 	double request_throughput, request_goodput, output_throughput,
 	    total_token_throughput;

@@ -110,6 +110,13 @@ void pdx_load_opts_usage(FILE *f)
 "                           client queue. Latencies count from the intended send\n"
 "                           time (arrival, or when a slot freed), never from a\n"
 "                           late actual send\n"
+"  --abort-fraction F       the client cancels this fraction of the requests,\n"
+"                           0 to 1 (default 0), chosen at random (--seed):\n"
+"                           it closes the connection, as a user who left,\n"
+"  --abort-within-ms MS     a delay uniform in [0, MS] ms after sending each\n"
+"                           (default 2000), unless the request ended first.\n"
+"                           Counted as aborted: neither completed nor failed,\n"
+"                           and left out of every latency metric\n"
 "\n"
 "Metrics (as vllm: TTFT = first SSE chunk with choices; TPOT = (E2EL - TTFT) /\n"
 "(output tokens - 1); ITL = every gap between chunks; E2EL = last chunk; output\n"
@@ -181,6 +188,8 @@ enum {
 	O_RATE,
 	O_BURST,
 	O_MAXC,
+	O_ABORT_FRACTION,
+	O_ABORT_WITHIN,
 	O_PCT_METRICS,
 	O_METRIC_PCTS,
 	O_GOODPUT,
@@ -236,6 +245,8 @@ static const struct option long_opts[] = {
     {"request-rate", required_argument, 0, O_RATE},
     {"burstiness", required_argument, 0, O_BURST},
     {"max-concurrency", required_argument, 0, O_MAXC},
+    {"abort-fraction", required_argument, 0, O_ABORT_FRACTION},
+    {"abort-within-ms", required_argument, 0, O_ABORT_WITHIN},
     {"percentile-metrics", required_argument, 0, O_PCT_METRICS},
     {"metric-percentiles", required_argument, 0, O_METRIC_PCTS},
     {"goodput", required_argument, 0, O_GOODPUT},
@@ -513,6 +524,28 @@ int pdx_load_opts_parse(int argc, char **argv, struct pdx_load_opts *o)
 				      &o->max_concurrency))
 				return -1;
 			break;
+		case O_ABORT_FRACTION:
+			if (parse_double("abort-fraction", optarg,
+					 &o->abort_fraction))
+				return -1;
+			if (!(o->abort_fraction >= 0.0 &&
+			      o->abort_fraction <= 1.0)) {
+				fprintf(stderr, "pdx-bench: --abort-fraction: "
+						"want a number in [0, 1]\n");
+				return -1;
+			}
+			break;
+		case O_ABORT_WITHIN:
+			if (parse_double("abort-within-ms", optarg,
+					 &o->abort_within_ms))
+				return -1;
+			if (!(o->abort_within_ms >= 0.0) ||
+			    isinf(o->abort_within_ms)) {
+				fprintf(stderr, "pdx-bench: --abort-within-ms: "
+						"want a number >= 0\n");
+				return -1;
+			}
+			break;
 		case O_PCT_METRICS:
 			o->percentile_metrics = optarg;
 			break;
@@ -603,6 +636,7 @@ void pdx_load_opts_defaults(struct pdx_load_opts *o)
 	o->temperature = o->top_p = NAN;
 	o->top_k = -1;
 	o->metric_percentiles = "99";
+	o->abort_within_ms = 2000.0;
 	o->dp.random_input_len = 1024;
 	o->dp.random_output_len = 128;
 	o->dp.pr_prefix_len = 256;

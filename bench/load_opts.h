@@ -1,6 +1,6 @@
 /* pdx-bench's command line: vllm bench serve's option names and defaults,
  * plus a few of pdx's own (--prompt-format, --vocab-size,
- * --request-timeout, --plot) and the options of LMCache's multi-round QA
+ * --request-timeout, --plot, --abort-fraction, --abort-within-ms) and the options of LMCache's multi-round QA
  * and long-document QA shapes (--multi-round-*, --long-doc-*). Parsed
  * once on the main thread. */
 #ifndef PDX_BENCH_LOAD_OPTS_H
@@ -25,6 +25,7 @@ struct pdx_load_opts {
 	bool ids;
 	double request_rate, burstiness;
 	int max_concurrency;
+	double abort_fraction, abort_within_ms; /* client aborts */
 	bool ignore_eos;
 	double temperature, top_p;
 	int top_k;

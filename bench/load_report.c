@@ -157,6 +157,8 @@ void pdx_load_report_print(FILE *f, const struct pdx_load_report *r)
 	centred(f, " Serving Benchmark Result ", '=');
 	row_int(f, "Successful requests:", m->completed);
 	row_int(f, "Failed requests:", m->failed);
+	if (r->aborts)
+		row_int(f, "Aborted requests:", m->aborted);
 	if (r->max_concurrency > 0)
 		row_int(f, "Maximum request concurrency:", r->max_concurrency);
 	if (!isinf(r->request_rate))
@@ -302,6 +304,8 @@ json_t *pdx_load_report_json(const struct pdx_load_report *r)
 	err |= set(o, "duration", json_real(r->duration_s));
 	err |= set(o, "completed", json_integer(m->completed));
 	err |= set(o, "failed", json_integer(m->failed));
+	if (r->aborts)
+		err |= set(o, "aborted", json_integer(m->aborted));
 	err |= set(o, "total_input_tokens", json_integer(m->total_input));
 	err |= set(o, "total_output_tokens", json_integer(m->total_output));
 	err |= set(o, "request_throughput", json_real(m->request_throughput));

@@ -46,6 +46,8 @@ struct pdx_load_report {
 	size_t n_res;
 	bool detailed;
 	double max_send_lag_ms; /* pdx: how late the tool sent, at worst */
+	bool aborts; /* pdx: --abort-fraction > 0: "Aborted requests:" and
+		      * "aborted" */
 };
 
 /* "p99", "p99.9": vllm's percentile word. buf of at least 32 bytes. */

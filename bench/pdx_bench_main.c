@@ -2,6 +2,7 @@
  * pdx-engine, the pdx-proxy, or vLLM itself) with streaming requests and
  * reports what a client feels, with the options, metric definitions,
  * console block and result-JSON keys of `vllm bench serve`. */
+#include "bench/load_abort.h"
 #include "bench/load_arrival.h"
 #include "bench/load_dataset.h"
 #include "bench/load_http.h"
@@ -298,16 +299,20 @@ static void print_load(const struct pdx_load_opts *o)
 		printf("Maximum request concurrency: %d\n", o->max_concurrency);
 	else
 		printf("Maximum request concurrency: None\n");
+	if (o->abort_fraction > 0)
+		printf("Client aborts: %g%% of requests, within %g ms of their "
+		       "send\n",
+		       o->abort_fraction * 100.0, o->abort_within_ms);
 	fflush(stdout);
 }
 
-/* Prints up to ten failures, as vllm does. */
+/* Prints up to ten failures, as vllm does (aborts are not failures). */
 static void print_failures(const struct pdx_load_result *res, size_t n)
 {
 	size_t i, nfail = 0;
 
 	for (i = 0; i < n && nfail < 10; i++) {
-		if (res[i].success)
+		if (res[i].success || res[i].aborted)
 			continue;
 		if (!nfail)
 			printf("Failed requests during benchmark run "
@@ -366,11 +371,12 @@ static int run(struct pdx_load_opts *o)
 	struct pdx_load_run_params rp = {0};
 	struct pdx_load_run_stats st = {0};
 	struct pdx_load_arrival_params ap = {0};
+	struct pdx_load_abort_params abp = {0};
 	struct pdx_load_metrics m;
 	struct pdx_load_report rep = {0};
 	struct pdx_load_result *res = NULL;
 	struct plan pl = {0};
-	double *arrivals = NULL;
+	double *arrivals = NULL, *aborts = NULL;
 	size_t i;
 	char err[512], date[32];
 	char **bodies = NULL, *model_owned = NULL;
@@ -433,6 +439,15 @@ static int run(struct pdx_load_opts *o)
 	ap.seed = o->dp.seed;
 	if (pdx_load_session_arrivals(&ap, follows, arrivals))
 		goto out;
+	if (o->abort_fraction > 0) {
+		abp.n = ds.n;
+		abp.fraction = o->abort_fraction;
+		abp.within_s = o->abort_within_ms / 1000.0;
+		abp.seed = o->dp.seed;
+		aborts = calloc(ds.n + 1, sizeof(*aborts));
+		if (!aborts || pdx_load_aborts(&abp, aborts))
+			goto out;
+	}
 
 	print_load(o);
 	rp.host = pl.t.host;
@@ -447,6 +462,7 @@ static int run(struct pdx_load_opts *o)
 	rp.n = ds.n;
 	rp.max_concurrency = o->max_concurrency;
 	rp.timeout_s = o->request_timeout;
+	rp.abort_after = aborts;
 	rp.progress = !o->disable_tqdm && isatty(STDERR_FILENO);
 	rp.keep_text = o->save_detailed;
 	rp.api_key = getenv("OPENAI_API_KEY");
@@ -482,6 +498,7 @@ static int run(struct pdx_load_opts *o)
 	rep.n_res = ds.n;
 	rep.detailed = o->save_detailed;
 	rep.max_send_lag_ms = st.max_send_lag_s * 1000.0;
+	rep.aborts = o->abort_fraction > 0;
 	pdx_load_report_print(stdout, &rep);
 	fflush(stdout);
 	if (o->save_result || o->save_detailed) {
@@ -511,6 +528,7 @@ out:
 	free(lens);
 	free(plens);
 	free(arrivals);
+	free(aborts);
 	free(follows);
 	free(model_owned);
 	pdx_load_dataset_free(&ds);

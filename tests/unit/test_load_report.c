@@ -199,6 +199,51 @@ static void test_json(void)
 	json_decref(j);
 }
 
+/* Client aborts (--abort-fraction): neither completed nor failed, left
+ * out of the latencies, a row and a key of their own only when asked
+ * for, so a run without them prints what vllm prints. */
+static void test_aborted(void)
+{
+	struct pdx_load_result ab[] = {
+	    res[0],
+	    res[1],
+	    {.aborted = true, .ttft = 5.0, .latency = 9.0, .prompt_len = 10},
+	};
+	double pcts[] = {99};
+	struct pdx_load_metrics m;
+	struct pdx_load_report r;
+	json_t *j;
+	char *out;
+
+	CHECK_EQ(pdx_load_metrics_compute(ab, 3, 1.0, pcts, 1, NULL, &m), 0);
+	CHECK_EQ(m.completed, 1);
+	CHECK_EQ(m.failed, 1);
+	CHECK_EQ(m.aborted, 1);
+	CHECK_EQ(m.total_input, 10);
+	CHECK(fabs(m.ttft.mean - 50) < 1e-9);
+	CHECK_EQ(m.max_concurrent_requests, 1);
+	r = base(&m, pcts, 1);
+	r.res = ab;
+	r.n_res = 3;
+	out = print(&r);
+	CHECK(strstr(out, "Aborted") == NULL);
+	free(out);
+	j = pdx_load_report_json(&r);
+	CHECK(json_object_get(j, "aborted") == NULL);
+	json_decref(j);
+
+	r.aborts = true;
+	out = print(&r);
+	CHECK_STR_CONTAINS(out, "\nFailed requests:                         "
+				"1         \nAborted requests:                 "
+				"       1         \n");
+	free(out);
+	j = pdx_load_report_json(&r);
+	CHECK_EQ(json_integer_value(json_object_get(j, "aborted")), 1);
+	CHECK_EQ(json_integer_value(json_object_get(j, "failed")), 1);
+	json_decref(j);
+}
+
 static void test_names(void)
 {
 	char b[64];
@@ -232,6 +277,7 @@ int main(void)
 {
 	test_console();
 	test_json();
+	test_aborted();
 	test_names();
 	CHECK_DONE();
 }
