@@ -7,7 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct pdx_kv_layer *layer_major(const struct pdx_model *m,
@@ -62,7 +66,15 @@ static pdx_status_t map_pool(struct pdx_shm_pool *p, uint64_t size,
 			 p->name, size, strerror(errno));
 		goto unlink;
 	}
-	close(fd);
+	/* Held until the pool is destroyed, and by the kernel no longer
+	 * once this process dies: pdx_shm_pool_sweep() tells an object left
+	 * by a dead process from a live one by it. */
+	if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+		p->lock_fd = fd;
+		p->has_lock = true;
+	} else {
+		close(fd);
+	}
 	p->base = base;
 	p->size = size;
 	return PDX_OK;
@@ -130,6 +142,40 @@ void pdx_shm_pool_destroy(struct pdx_shm_pool *p)
 		munmap(p->base, p->size);
 	if (p->name[0])
 		shm_unlink(p->name);
+	if (p->has_lock)
+		close(p->lock_fd);
 	free(p->layout.layer);
 	memset(p, 0, sizeof(*p));
+}
+
+int pdx_shm_pool_sweep(const char *prefix, int min_age_s)
+{
+	DIR *d = opendir("/dev/shm");
+	size_t plen = strlen(prefix);
+	struct dirent *e;
+	int removed = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d)) != NULL) {
+		char name[300];
+		struct stat st;
+		int fd;
+
+		if (strncmp(e->d_name, prefix, plen) != 0)
+			continue;
+		snprintf(name, sizeof(name), "/%s", e->d_name);
+		fd = shm_open(name, O_RDWR, 0);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) == 0 &&
+		    time(NULL) - st.st_ctime >= min_age_s &&
+		    flock(fd, LOCK_EX | LOCK_NB) == 0) {
+			shm_unlink(name);
+			removed++;
+		}
+		close(fd);
+	}
+	closedir(d);
+	return removed;
 }

@@ -13,6 +13,7 @@
 #ifndef PDX_COMMON_SHM_POOL_H
 #define PDX_COMMON_SHM_POOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +30,8 @@ struct pdx_shm_pool {
 	uint64_t block_bytes; /* one block of one tensor of one layer */
 	struct pdx_kv_layout layout;
 	struct pdx_engine_region region; /* for pdx_engine_register() */
+	int lock_fd;    /* holds flock(LOCK_EX) while the pool lives */
+	bool has_lock;  /* lock_fd is open */
 };
 
 /* Creates (replacing a stale object of that name), sizes, maps and
@@ -42,6 +45,17 @@ pdx_status_t pdx_shm_pool_create(struct pdx_shm_pool *p, const char *shm_name,
 
 /* Unmaps and unlinks; safe on a zeroed or destroyed pool. */
 void pdx_shm_pool_destroy(struct pdx_shm_pool *p);
+
+/* A pool being created is younger than this; one left by a dead process
+ * is as old as that process was. */
+#define PDX_SHM_SWEEP_MIN_AGE_S 5
+
+/* Removes the shared-memory objects named `prefix`* (e.g. "pdx-engine-")
+ * that were left by a process that died without destroying its pool: no
+ * process holds their lock, and they are at least min_age_s old (so a
+ * pool being created is not taken for one). Works across PID namespaces
+ * that share /dev/shm. Returns how many it removed. */
+int pdx_shm_pool_sweep(const char *prefix, int min_age_s);
 
 /* The first byte of block `block` of tensor `tensor` of layer `layer`. */
 static inline uint8_t *pdx_shm_pool_block(const struct pdx_shm_pool *p,

@@ -64,6 +64,7 @@ static int engine_start(struct engine *e)
 	};
 	char shm_name[64], err[256];
 	pdx_status_t st;
+	int swept;
 
 	e->base = event_base_new();
 	/* three priorities: everything at the default (1) but the
@@ -75,6 +76,10 @@ static int engine_start(struct engine *e)
 	if (!e->sigterm || !e->sigint || evsignal_add(e->sigterm, NULL) ||
 	    evsignal_add(e->sigint, NULL))
 		return -1;
+	swept = pdx_shm_pool_sweep("pdx-engine-", PDX_SHM_SWEEP_MIN_AGE_S);
+	if (swept)
+		log_info("removed %d KV pool(s) left in /dev/shm by engines "
+			 "that died", swept);
 	snprintf(shm_name, sizeof(shm_name), "/pdx-engine-%d", (int)getpid());
 	pp.shm_name = shm_name;
 	st = pdx_kv_pool_new(&pp, &e->pool, err, sizeof(err));

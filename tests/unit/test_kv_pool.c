@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "engine/kv_pool.h"
@@ -139,6 +141,54 @@ static void every_model(void)
 	}
 }
 
+/* A pool whose process died (SIGKILL: nothing destroyed it) is swept; a
+ * live one is not, nor one younger than the minimum age. */
+static void sweep(void)
+{
+	char prefix[64], dead[80], live[80];
+	struct pdx_kv_pool_params pp = { .model = pdx_model_find("tiny"),
+					 .blocks = 4 };
+	struct pdx_kv_pool *mine = NULL;
+	char err[256];
+	pid_t child;
+	int fd = -1;
+
+	snprintf(prefix, sizeof(prefix), "pdx-unit-sweep-%d-", (int)getpid());
+	snprintf(dead, sizeof(dead), "/%sdead", prefix);
+	snprintf(live, sizeof(live), "/%slive", prefix);
+	child = fork();
+	if (child == 0) {
+		struct pdx_kv_pool *p = NULL;
+
+		pp.shm_name = dead;
+		if (pdx_kv_pool_new(&pp, &p, err, sizeof(err)) != PDX_OK)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	pp.shm_name = live;
+	CHECK_EQ(pdx_kv_pool_new(&pp, &mine, err, sizeof(err)), PDX_OK);
+	for (int i = 0; i < 500 && fd < 0; i++) {
+		fd = shm_open(dead, O_RDONLY, 0);
+		if (fd < 0)
+			usleep(10000);
+	}
+	CHECK(fd >= 0);
+	if (fd >= 0)
+		close(fd);
+	CHECK_EQ(pdx_shm_pool_sweep(prefix, 0), 0); /* both alive */
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	CHECK_EQ(pdx_shm_pool_sweep(prefix, 3600), 0); /* too young */
+	CHECK_EQ(pdx_shm_pool_sweep(prefix, 0), 1);
+	CHECK(shm_open(dead, O_RDONLY, 0) < 0 && errno == ENOENT);
+	fd = shm_open(live, O_RDONLY, 0);
+	CHECK(fd >= 0);
+	if (fd >= 0)
+		close(fd);
+	pdx_kv_pool_free(mine);
+}
+
 int main(void)
 {
 	snprintf(name, sizeof(name), "/pdx-unit-kv-pool-%d", (int)getpid());
@@ -146,5 +196,6 @@ int main(void)
 	shared_bytes();
 	refusals();
 	every_model();
+	sweep();
 	CHECK_DONE();
 }
