@@ -21,8 +21,6 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ENGINE=$1
 AGENT=$2
 PROXY=$3
-PY=/usr/bin/python3 # python3 on PATH may be a slow shim
-[ -x $PY ] || PY=python3
 T=$E2E_TMP
 BOUND_MS=8000 # a request's end after the kill
 SETTLE_S=8    # survivors idle after the request ended
@@ -44,15 +42,6 @@ XOPTS=(--flow concurrent --prefill "127.0.0.1:$PORT_P" --decode "127.0.0.1:$PORT
 	--health-interval 200 --health-timeout 500 --unhealthy-after 2
 	--healthy-after 1 --breaker-failures 0)
 
-# start NAME CMD...: in the background, stderr appended to NAME.log.
-start() {
-	local name=$1
-	shift
-	echo "--- start" >>"$T/$name.log"
-	"$@" 2>>"$T/$name.log" >/dev/null &
-	eval "PID_$name=$!"
-	E2E_PIDS="$E2E_PIDS $!"
-}
 pid() { eval echo "\${PID_$1:-}"; }
 
 # up_http NAME: until NAME's /health answers 200.
@@ -72,7 +61,7 @@ up_http() {
 start_agent() {
 	local n
 	rm -f "$T/$1.engine"
-	start "$1" "$AGENT" --engine "ipc://$T/$1.engine" \
+	bg_start "$1" "$AGENT" --engine "ipc://$T/$1.engine" \
 		--listen "tcp://127.0.0.1:$(eval echo "\$PORT_$1")" "${AOPTS[@]}"
 	n=$(pid "$(echo "$1" | tr pd PD)")
 	[ -n "$n" ] && kill -0 "$n" 2>/dev/null && n=1 || n=0
@@ -86,14 +75,14 @@ start_agent() {
 }
 start_engine() { # P, D or C
 	case $1 in
-	P) start P "$ENGINE" --port "$PORT_P" "${EOPTS_P[@]}" ;;
-	D) start D "$ENGINE" --port "$PORT_D" "${EOPTS_D[@]}" ;;
-	C) start C "$ENGINE" --port "$PORT_C" --time-scale 0 ;;
+	P) bg_start P "$ENGINE" --port "$PORT_P" "${EOPTS_P[@]}" ;;
+	D) bg_start D "$ENGINE" --port "$PORT_D" "${EOPTS_D[@]}" ;;
+	C) bg_start C "$ENGINE" --port "$PORT_C" --time-scale 0 ;;
 	esac
 	up_http "$1"
 }
 start_proxy() {
-	start X "$PROXY" --port "$PORT_X" "${XOPTS[@]}"
+	bg_start X "$PROXY" --port "$PORT_X" "${XOPTS[@]}"
 	up_http X
 }
 start_any() {
@@ -102,16 +91,6 @@ start_any() {
 	X) start_proxy ;;
 	*) start_engine "$1" ;;
 	esac
-}
-
-# kill9 NAME: SIGKILL; an engine's KV pool, left behind, is removed.
-kill9() {
-	local p
-	p=$(pid "$1")
-	kill -KILL "$p"
-	wait "$p" 2>/dev/null
-	E2E_PIDS=${E2E_PIDS/ $p/}
-	rm -f "/dev/shm/pdx-engine-$p"
 }
 
 # registered SIDE N: until agent SIDE's log has N "engine registered".
@@ -123,34 +102,26 @@ registered() {
 	fail "the engine did not register with agent $1: $(tail -5 "$T/$1.log")"
 }
 
-e() { echo "pdx_engine_$1{model_name=\"tiny\"}"; }
-# idle NAME...: the checks that these survivors are idle.
+# idle NAME...: the checks that these survivors are idle; the proxy
+# counts no transfer either.
 idle() {
-	local n p role
+	local n i
 	for n in "$@"; do
 		case $n in
 		X)
-			echo "$PORT_X/pdx_proxy_requests_inflight=0"
-			for role in prefill:P decode:D; do
-				p=$(eval echo "\$PORT_${role#*:}")
-				echo "$PORT_X/pdx_proxy_instance_inflight{role=\"${role%:*}\",instance=\"http://127.0.0.1:$p\"}=0"
-				echo "$PORT_X/pdx_proxy_instance_transfers{role=\"${role%:*}\",instance=\"http://127.0.0.1:$p\"}=0"
+			proxy_idle X P D
+			for i in P D; do
+				echo "$PORT_X/pdx_proxy_instance_transfers{$(instance $i)}=0"
 			done
 			;;
-		P | D)
-			p=$(eval echo "\$PORT_$n")
-			echo "$p/$(e kv_blocks_used)=0 $p/$(e num_requests_running)=0 $p/$(e num_requests_waiting)=0"
-			;;
+		P | D) engine_idle "$n" ;;
 		esac
 	done
 }
-settle() { $PY "$HERE/faults.py" settle "$@"; }
 blocks_held() { # NAME...: the sum of their kv_blocks_used
-	local n s=0 v
+	local n s=0
 	for n in "$@"; do
-		v=$(curl -s "http://127.0.0.1:$(eval echo "\$PORT_$n")/metrics" |
-			awk -v k="$(e kv_blocks_used)" '$1 == k { print $2 }')
-		s=$((s + ${v:-0}))
+		s=$((s + $(val "$(eval echo "\$PORT_$n")" "$(e kv_blocks_used)")))
 	done
 	echo $s
 }
@@ -162,16 +133,16 @@ NTOK=100 # D streams them in ~1 s
 for n in p d; do start_agent $n; done
 for n in P D C; do start_engine $n; done
 start_proxy
-want_long=$($PY "$HERE/faults.py" text "$PORT_C" "$long" $NTOK) || fail "colocated text"
-want_short=$($PY "$HERE/faults.py" text "$PORT_C" "$short" 12) || fail "colocated text"
+want_long=$(text "$PORT_C" "$long" $NTOK) || fail "colocated text"
+want_short=$(text "$PORT_C" "$short" 12) || fail "colocated text"
 
 # serves WHAT: a new request through the proxy gets the colocated text.
 serves() {
 	local got
-	settle 10 "$PORT_X/pdx_proxy_instance_healthy{role=\"prefill\",instance=\"http://127.0.0.1:$PORT_P\"}=1" \
-		"$PORT_X/pdx_proxy_instance_healthy{role=\"decode\",instance=\"http://127.0.0.1:$PORT_D\"}=1" ||
+	settle 10 "$PORT_X/pdx_proxy_instance_healthy{$(instance P)}=1" \
+		"$PORT_X/pdx_proxy_instance_healthy{$(instance D)}=1" ||
 		fail "$1: the proxy does not take P and D back"
-	got=$($PY "$HERE/faults.py" text "$PORT_X" "$short" 12) ||
+	got=$(text "$PORT_X" "$short" 12) ||
 		fail "$1: no answer through the proxy $(tail -3 "$T/X.log")"
 	[ "$got" = "$want_short" ] || fail "$1: '$got', colocated '$want_short'"
 }
@@ -195,11 +166,11 @@ fault() {
 		kp=$(grep -c '' "$T/p.log") kd=$(grep -c '' "$T/d.log")
 		kill9 "$X"
 		t0=$(date +%s%N)
-		$PY "$HERE/faults.py" stream "$PORT_X" "$long" $NTOK "$out" &
+		$PY "$E2E_DIR/client.py" stream "$PORT_X" "$long" $NTOK "$out" &
 		;;
 	mid)
 		mark=$(grep -c . "$T/p.log")
-		$PY "$HERE/faults.py" stream "$PORT_X" "$long" $NTOK "$out" &
+		$PY "$E2E_DIR/client.py" stream "$PORT_X" "$long" $NTOK "$out" &
 		end=$(($(date +%s%N) + 6000000000))
 		until tail -n +"$((mark + 1))" "$T/p.log" | grep -q 'push layer 1'; do
 			[ "$(date +%s%N)" -lt $end ] ||
@@ -213,7 +184,7 @@ fault() {
 		t0=$(date +%s%N)
 		;;
 	after)
-		$PY "$HERE/faults.py" stream "$PORT_X" "$long" $NTOK "$out" &
+		$PY "$E2E_DIR/client.py" stream "$PORT_X" "$long" $NTOK "$out" &
 		end=$(($(date +%s%N) + 6000000000))
 		until [ "$(cat "$out.tokens" 2>/dev/null)" -ge 2 ] 2>/dev/null; do
 			[ "$(date +%s%N)" -lt $end ] ||

@@ -9,17 +9,12 @@ ENGINE=$1
 AGENT=$2
 LEASE_MS=800
 
-export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
-for side in p d; do
-	agent_start $side --lease-ms $LEASE_MS --heartbeat-ms 200 \
-		--peer-timeout-ms 3000 --xfer-timeout-ms 20000
-done
+AGENT_OPTS+=(--lease-ms "$LEASE_MS" --heartbeat-ms 200 --peer-timeout-ms 3000
+	--xfer-timeout-ms 20000)
 # One running decode request at a time, ~5 ms per token (tiny, scaled): a request
 # queued behind a 800-token one waits ~4 s, several leases.
-named_engine_start P "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p.engine" \
-	--kv-timeout-ms 20000
-named_engine_start D "$ENGINE" --role decode --agent "ipc://$E2E_TMP/d.engine" \
-	--kv-timeout-ms 20000 --max-num-seqs 1 --time-scale 5000
+pd_engine_start P prefill --kv-timeout-ms 20000
+pd_engine_start D decode --kv-timeout-ms 20000 --max-num-seqs 1 --time-scale 5000
 named_engine_start C "$ENGINE" --time-scale 0
 
 peer() {
@@ -40,10 +35,6 @@ to() {
 	curl -sS -o "$3" -w '%{http_code}' -H 'Content-Type: application/json' \
 		--data-binary "$2" "http://127.0.0.1:$1/v1/completions" >"$3.code" ||
 		echo 000 >"$3.code"
-}
-used() {
-	curl -sS "http://127.0.0.1:$1/metrics" |
-		sed -n 's/^pdx_engine_kv_blocks_used\({[^}]*}\)\? \([0-9.e+]*\)$/\2/p'
 }
 T=$E2E_TMP
 
@@ -73,7 +64,7 @@ to "$PORT_P" "$(body "nobody will ask for this" 4 "$(kv "$(xid)" "$PEER_D" decod
 t2=$(date +%s%N)
 freed=
 for _ in $(seq 100); do
-	[ "$(used "$PORT_P")" = 0 ] && { freed=$((($(date +%s%N) - t2) / 1000000)); break; }
+	[ "$(val "$PORT_P" "$(e kv_blocks_used)")" = 0 ] && { freed=$((($(date +%s%N) - t2) / 1000000)); break; }
 	sleep 0.05
 done
 

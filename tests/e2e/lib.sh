@@ -1,10 +1,14 @@
 # Shared by the e2e shell tests: start pdx-engine on a free port, talk to
 # it with curl, check JSON with python3, stop it and require a clean exit
-# (under ASan that includes no leaks).
+# (under ASan that includes no leaks); several engines, agents and proxies
+# by name; waits on their /metrics (client.py).
 #   . lib.sh; engine_start BIN [options...]; ...; engine_stop
 set -u
 
 E2E_TMP=$(mktemp -d)
+E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PY=/usr/bin/python3 # python3 on PATH may be a slow shim
+[ -x $PY ] || PY=python3
 ENGINE_PID=
 PORT=
 
@@ -79,12 +83,14 @@ free_port() {
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# bg_start NAME CMD...: runs CMD in the background, stderr in
-# $E2E_TMP/NAME.log; its pid in PID_NAME.
+# bg_start NAME CMD...: runs CMD in the background, stderr appended to
+# $E2E_TMP/NAME.log after a line "--- start" (a name started again keeps
+# one log); its pid in PID_NAME.
 bg_start() {
 	local name=$1
 	shift
-	"$@" 2>"$E2E_TMP/$name.log" >/dev/null &
+	echo "--- start" >>"$E2E_TMP/$name.log"
+	"$@" 2>>"$E2E_TMP/$name.log" >/dev/null &
 	eval "PID_$name=$!"
 	E2E_PIDS="$E2E_PIDS $!"
 }
@@ -120,17 +126,104 @@ named_stop() {
 	[ $rc -eq 0 ] || fail "$1 exited with $rc after SIGTERM: $(tail -5 "$E2E_TMP/$1.log")"
 }
 
-# agent_start SIDE [AGENT_OPTION...]: a pdx-agent ($AGENT) for engine
-# SIDE, its engine socket at $E2E_TMP/SIDE.engine, its peer link on a
-# free loopback port.
+# kill9 NAME: SIGKILL; an engine's KV pool, left behind, is removed.
+kill9() {
+	local p
+	p=$(eval echo "\$PID_$1")
+	kill -KILL "$p"
+	wait "$p" 2>/dev/null
+	E2E_PIDS=${E2E_PIDS/ $p/}
+	rm -f "/dev/shm/pdx-engine-$p"
+}
+
+# agent_start SIDE [AGENT_OPTION...]: a pdx-agent ($AGENT, run by the
+# words in AGENT_WRAP, e.g. valgrind, if any) for engine SIDE, its engine
+# socket at $E2E_TMP/SIDE.engine, its peer link on a free loopback port,
+# the options in AGENT_OPTS before the others. UCX stays on this host.
+AGENT_WRAP=()
+AGENT_OPTS=(--xfer-timeout-ms 5000)
 agent_start() {
 	local side=$1
 	shift
-	bg_start "agent_$side" "$AGENT" --engine "ipc://$E2E_TMP/$side.engine" \
-		--listen "tcp://127.0.0.1:$(free_port)" --xfer-timeout-ms 5000 "$@"
-	for _ in $(seq 100); do
+	export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
+	bg_start "agent_$side" "${AGENT_WRAP[@]}" "$AGENT" \
+		--engine "ipc://$E2E_TMP/$side.engine" \
+		--listen "tcp://127.0.0.1:$(free_port)" "${AGENT_OPTS[@]}" "$@"
+	for _ in $(seq 300); do
 		[ -S "$E2E_TMP/$side.engine" ] && return 0
 		sleep 0.1
 	done
-	fail "agent $side did not start: $(tail -3 "$E2E_TMP/agent_$side.log")"
+	fail "agent $side did not start: $(tail -5 "$E2E_TMP/agent_$side.log")"
+}
+
+# pd_engine_start NAME ROLE [ENGINE_OPTION...]: engine NAME ($ENGINE
+# --role ROLE) with a pdx-agent of its own (agent_start: NAME in lower
+# case).
+pd_engine_start() {
+	local name=$1 role=$2 side
+	side=$(echo "$1" | tr '[:upper:]' '[:lower:]')
+	shift 2
+	agent_start "$side"
+	named_engine_start "$name" "$ENGINE" --role "$role" \
+		--agent "ipc://$E2E_TMP/$side.engine" "$@"
+}
+
+# e NAME: an engine's sample NAME (the tiny model).
+e() { echo "pdx_engine_$1{model_name=\"tiny\"}"; }
+
+# val PORT NAME: one sample of PORT's /metrics, 0 when absent.
+val() {
+	curl -sS "http://127.0.0.1:$1/metrics" |
+		awk -v n="$2" '$1 == n { v = $2 } END { print v == "" ? 0 : v }'
+}
+
+# settle SECONDS PORT/NAME=VALUE...: until each sample has its value
+# (PORT/NAME>=VALUE: at least it); after SECONDS says which do not and
+# returns 1.
+settle() {
+	$PY "$E2E_DIR/client.py" settle "$@"
+}
+
+# text PORT PROMPT MAX_TOKENS: the text of a whole completion through
+# PORT; none fails the test.
+text() {
+	$PY "$E2E_DIR/client.py" text "$@" || fail "no text through $1 for '${2:0:40}...'"
+}
+
+# blocks_free PORT...: until none of the engines on these ports holds a
+# KV block (10 s at most).
+blocks_free() {
+	local p checks=()
+	for p in "$@"; do checks+=("$p/$(e kv_blocks_used)=0"); done
+	settle 10 "${checks[@]}" || fail "KV blocks still held on port(s) $*"
+}
+
+# instance NAME: the labels by which a proxy's metrics name the instance
+# on PORT_NAME: prefill when NAME starts with P, else decode.
+instance() {
+	local role=decode
+	case $1 in P*) role=prefill ;; esac
+	echo "role=\"$role\",instance=\"http://127.0.0.1:$(eval echo "\$PORT_$1")\""
+}
+
+# engine_idle NAME...: settle's checks that the engines on PORT_NAME hold
+# no KV block and run or queue no request.
+engine_idle() {
+	local n p
+	for n in "$@"; do
+		p=$(eval echo "\$PORT_$n")
+		echo "$p/$(e kv_blocks_used)=0 $p/$(e num_requests_running)=0 $p/$(e num_requests_waiting)=0"
+	done
+}
+
+# proxy_idle PROXY INSTANCE...: settle's checks that the proxy on
+# PORT_PROXY has no request in flight, none on these instances.
+proxy_idle() {
+	local x n
+	x=$(eval echo "\$PORT_$1")
+	shift
+	echo "$x/pdx_proxy_requests_inflight=0"
+	for n in "$@"; do
+		echo "$x/pdx_proxy_instance_inflight{$(instance "$n")}=0"
+	done
 }

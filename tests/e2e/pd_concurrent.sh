@@ -10,13 +10,8 @@
 ENGINE=$1
 AGENT=$2
 
-export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
-agent_start p
-agent_start d
-named_engine_start P "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p.engine" \
-	--time-scale 0 --max-prefill-tokens 7 --kv-timeout-ms 2000
-named_engine_start D "$ENGINE" --role decode --agent "ipc://$E2E_TMP/d.engine" \
-	--time-scale 0 --kv-timeout-ms 1500
+pd_engine_start P prefill --time-scale 0 --max-prefill-tokens 7 --kv-timeout-ms 2000
+pd_engine_start D decode --time-scale 0 --kv-timeout-ms 1500
 named_engine_start C "$ENGINE" --time-scale 0
 
 # The agent peer addresses from /v1/pdx/info.

@@ -23,148 +23,24 @@ ENGINE=$1
 AGENT=$2
 PROXY=$3
 BENCH=$4
-PY=/usr/bin/python3 # python3 on PATH may be a slow shim
-[ -x $PY ] || PY=python3
 
-export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
 # tiny at scale 10000: a decode step takes ~10 ms; P prefills in chunks
 # of 32 tokens, so the 2000-token prompt below takes ~0.8 s there
-agent_start p
-agent_start d
-named_engine_start P "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p.engine" \
-	--time-scale 10000 --max-prefill-tokens 32
-named_engine_start D "$ENGINE" --role decode --agent "ipc://$E2E_TMP/d.engine" \
-	--time-scale 10000
+pd_engine_start P prefill --time-scale 10000 --max-prefill-tokens 32
+pd_engine_start D decode --time-scale 10000
 named_engine_start C "$ENGINE" --time-scale 0
 pools=(--prefill "127.0.0.1:$PORT_P" --decode "127.0.0.1:$PORT_D")
 named_engine_start XC "$PROXY" "${pools[@]}" --flow concurrent
 named_engine_start XS "$PROXY" "${pools[@]}" --flow sequential
 named_engine_start XE "$PROXY" "${pools[@]}" --flow early-callback
 
-# The client (abort) and the waits (settle), in one python file.
-cat >"$E2E_TMP/abort.py" <<'PYEOF'
-import json, select, socket, sys, time
-import urllib.request
-
-def metrics(port):
-    with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=5) as r:
-        text = r.read().decode()
-    return dict(l.rsplit(" ", 1) for l in text.splitlines() if l and l[0] != "#")
-
-def eng(port, name):
-    return int(metrics(port).get('pdx_engine_%s{model_name="tiny"}' % name, "0"))
-
-def until(what, cond, seconds=10):
-    end = time.monotonic() + seconds
-    while not cond():
-        if time.monotonic() > end:
-            sys.exit("timed out waiting until " + what)
-        time.sleep(0.02)
-
-def abort(proxy, phase, p, d, flow, prompt):
-    """Sends a request and leaves at PHASE: prefill (P prefills; in the
-    concurrent and early-callback flows D waits for the KV), stream (two
-    tokens streamed), whole (not streamed, P done, D decoding) or queued
-    (P done, D's request queued behind a full engine)."""
-    p_fin = eng(p, "requests_finished_total")
-    body = json.dumps({"prompt": prompt, "max_tokens": 1000,
-                       "stream": phase == "stream"}).encode()
-    s = socket.create_connection(("127.0.0.1", int(proxy)))
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
-              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-              % len(body) + body)
-    got = b""
-    if phase == "prefill":
-        d_has = flow != "sequential"
-        until("P prefills and D %s" % ("waits" if d_has else "has nothing"),
-              lambda: eng(p, "num_requests_running") == 1 and
-              eng(d, "num_requests_running") == int(d_has))
-    elif phase == "stream":
-        s.settimeout(10)
-        while got.count(b"data: {") < 2:
-            b = s.recv(65536)
-            if not b:
-                sys.exit("the stream ended early: %r" % got)
-            got += b
-        assert b" 200 " in got.split(b"\r\n")[0], got
-        got = b""
-    elif phase == "queued":
-        until("P answered and D queued the request",
-              lambda: eng(p, "requests_finished_total") == p_fin + 1 and
-              eng(d, "num_requests_waiting") == 1)
-    else:
-        until("P answered and sent the KV, and D decodes",
-              lambda: eng(p, "requests_finished_total") == p_fin + 1 and
-              eng(p, "kv_blocks_used") == 0 and
-              eng(d, "num_requests_running") == 1)
-        time.sleep(0.2)  # 20 of D's 1000 tokens
-    if select.select([s], [], [], 0)[0]:
-        got += s.recv(65536)
-    if got:
-        sys.exit("the proxy answered before the client left: %r" % got[:200])
-    s.close()
-
-def settle(seconds, checks):
-    """Waits until every PORT/NAME=VALUE (or PORT/NAME>=VALUE) holds; on
-    timeout prints the ones that do not."""
-    end = time.monotonic() + float(seconds)
-    while True:
-        bad, seen = [], {}
-        for c in checks:
-            port, _, rest = c.partition("/")
-            name, _, want = rest.rpartition("=")
-            at_least = name.endswith(">")
-            name = name.rstrip(">")
-            if port not in seen:
-                try:
-                    seen[port] = metrics(port)
-                except OSError as e:
-                    seen[port] = {}
-                    bad.append("%s: /metrics: %s" % (port, e))
-            v = seen[port].get(name, "absent")
-            if v == "absent" or not (float(v) >= float(want) if at_least
-                                     else float(v) == float(want)):
-                bad.append("%s: %s is %s, want %s%s" % (port, name, v,
-                                                       ">=" if at_least else "", want))
-        if not bad:
-            return
-        if time.monotonic() > end:
-            sys.exit("after %s s: %s" % (seconds, "; ".join(bad)))
-        time.sleep(0.05)
-
-if sys.argv[1] == "abort":
-    abort(*sys.argv[2:])
-else:
-    settle(sys.argv[2], sys.argv[3:])
-PYEOF
-
-# val PORT NAME: one sample of PORT's /metrics, 0 when absent.
-val() {
-	curl -sS "http://127.0.0.1:$1/metrics" |
-		awk -v n="$2" '$1 == n { v = $2 } END { print v == "" ? 0 : v }'
-}
-e() { echo "pdx_engine_$1{model_name=\"tiny\"}"; }
-
-# settle SECONDS PORT/NAME=VALUE...
-settle() {
-	$PY "$E2E_TMP/abort.py" settle "$@"
-}
-
-# idle PROXY ENGINE...: checks for settle: the proxy (PORT_PROXY) has
-# no request in flight, on no engine; the engines (PORT_ENGINE) hold no
-# KV block and run or queue no request.
+# idle PROXY ENGINE...: checks for settle: the proxy has no request in
+# flight, on no engine; the engines hold no KV block and run or queue no
+# request.
 idle() {
-	local x p role
-	x=$(eval echo "\$PORT_$1")
-	echo "$x/pdx_proxy_requests_inflight=0"
+	proxy_idle "$@"
 	shift
-	for p in "$@"; do
-		role=decode
-		[ "$p" = P ] && role=prefill
-		p=$(eval echo "\$PORT_$p")
-		echo "$x/pdx_proxy_instance_inflight{role=\"$role\",instance=\"http://127.0.0.1:$p\"}=0"
-		echo "$p/$(e kv_blocks_used)=0 $p/$(e num_requests_running)=0 $p/$(e num_requests_waiting)=0"
-	done
+	engine_idle "$@"
 }
 
 # logs NAME...: the last lines of these processes' logs, for a failure.
@@ -176,25 +52,16 @@ logs() {
 	done
 }
 
-# text PORT BODY: the text of a completion through PORT.
-text() {
-	curl -sS -f -H 'Content-Type: application/json' --data-binary "$2" \
-		"http://127.0.0.1:$1/v1/completions" >"$E2E_TMP/text.json" ||
-		fail "completion through $1: $2"
-	$PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' \
-		"$E2E_TMP/text.json" || fail "no text from $1: $(cat "$E2E_TMP/text.json")"
-}
-
 long=$($PY -c "print(' '.join('w%d' % i for i in range(2000)))")
-check='{"prompt": "after the client left, '"${long:0:600}"'", "max_tokens": 12}'
-want=$(text "$PORT_C" "$check")
+check="after the client left, ${long:0:600}"
+want=$(text "$PORT_C" "$check" 12)
 [ -n "$want" ] || fail "the colocated engine answered no text"
 
 for xf in XC:concurrent XS:sequential XE:early-callback; do
 	X=${xf%%:*}
 	x=$(eval echo "\$PORT_$X")
 	flow=${xf#*:}
-	got=$(text "$x" "$check")
+	got=$(text "$x" "$check" 12)
 	[ "$got" = "$want" ] || fail "$flow: text before the aborts: '$got', colocated '$want'"
 	for phase in prefill stream whole; do
 		p_ab=$(val "$PORT_P" "$(e requests_aborted_total)")
@@ -204,7 +71,7 @@ for xf in XC:concurrent XS:sequential XE:early-callback; do
 		d_tok=$(val "$PORT_D" "$(e prompt_tokens_total)")
 		x_ab=$(val "$x" pdx_proxy_requests_aborted_total)
 		x_499=$(val "$x" 'pdx_proxy_requests_total{code="499"}')
-		$PY "$E2E_TMP/abort.py" abort "$x" $phase "$PORT_P" "$PORT_D" $flow "$long" ||
+		$PY "$E2E_DIR/client.py" abort "$x" $phase "$PORT_P" "$PORT_D" $flow "$long" ||
 			fail "$flow: a client leaving at $phase $(logs $X P D)"
 		# P was aborted mid-prefill, or had answered; D was aborted,
 		# or in the sequential flow never got the request
@@ -226,7 +93,7 @@ for xf in XC:concurrent XS:sequential XE:early-callback; do
 		[ $flow != sequential ] || [ $phase != prefill ] ||
 			[ "$(val "$PORT_D" "$(e prompt_tokens_total)")" = "$d_tok" ] ||
 			fail "$flow: D got the request of a client that left during its prefill"
-		got=$(text "$x" "$check")
+		got=$(text "$x" "$check" 12)
 		[ "$got" = "$want" ] ||
 			fail "$flow: text after a client left at $phase: '$got', want '$want'"
 	done
@@ -235,11 +102,8 @@ for x in XC XS XE; do named_stop $x; done
 
 # The admin API under load: while pdx-bench sends 240 requests, D2 is
 # removed with requests running on it, added back, and D3 is added.
-agent_start d2
-agent_start d3
 for x in D2 D3; do
-	named_engine_start $x "$ENGINE" --role decode --time-scale 10000 \
-		--agent "ipc://$E2E_TMP/$(echo $x | tr A-Z a-z).engine"
+	pd_engine_start $x decode --time-scale 10000
 done
 named_engine_start XA "$PROXY" "${pools[@]}" --decode "127.0.0.1:$PORT_D2" \
 	--admin-token s3cret
@@ -311,9 +175,7 @@ for x in D D2 D3 C; do named_stop $x; done
 # it too: DQ's engine has its agent abort the transfer it never announced
 # at P's agent (not only when the transfer times out: 5 s here, 30 s by
 # default).
-agent_start dq
-named_engine_start DQ "$ENGINE" --role decode --agent "ipc://$E2E_TMP/dq.engine" \
-	--time-scale 10000 --max-num-seqs 1
+pd_engine_start DQ decode --time-scale 10000 --max-num-seqs 1
 curl -sS -o /dev/null -d '{"prompt": "the one that runs", "max_tokens": 4000}' \
 	"http://127.0.0.1:$PORT_DQ/v1/completions" 2>/dev/null &
 busy=$!
@@ -325,7 +187,7 @@ for xf in QC:concurrent QS:sequential QE:early-callback; do
 	named_engine_start $X "$PROXY" --prefill "127.0.0.1:$PORT_P" \
 		--decode "127.0.0.1:$PORT_DQ" --flow $flow
 	x=$(eval echo "\$PORT_$X")
-	$PY "$E2E_TMP/abort.py" abort "$x" queued "$PORT_P" "$PORT_DQ" $flow "$long" ||
+	$PY "$E2E_DIR/client.py" abort "$x" queued "$PORT_P" "$PORT_DQ" $flow "$long" ||
 		fail "$flow: a client leaving while D queues its request $(logs $X P DQ)"
 	settle 2 $(idle $X P) "$PORT_DQ/$(e num_requests_waiting)=0" \
 		"$x/pdx_proxy_requests_aborted_total=1" ||

@@ -15,11 +15,6 @@ ENGINE=$1
 PROXY=$2
 
 named_engine_start S "$ENGINE" --time-scale 10000
-e() { echo "pdx_engine_$1{model_name=\"tiny\"}"; }
-val() {
-	curl -sS "http://127.0.0.1:$1/metrics" |
-		awk -v n="$2" '$1 == n { v = $2 } END { print v == "" ? 0 : v }'
-}
 
 # stream NAME MAX_TOKENS: a streamed completion through the proxy
 # PORT_NAME in the background (curl's pid in $c, the SSE in

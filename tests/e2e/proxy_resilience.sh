@@ -27,19 +27,13 @@ ENGINE=$1
 # shellcheck disable=SC2034 # agent_start (lib.sh) reads it
 AGENT=$2
 PROXY=$3
-PY=/usr/bin/python3 # python3 on PATH may be a slow shim
-[ -x $PY ] || PY=python3
 
-export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
-agent_start p1
-agent_start p2
-agent_start d
 # tiny at scale 10000: P prefills in chunks of 32 tokens, so the long
 # prompt below takes ~0.8 s there; a short one a step or two
 slow=(--time-scale 10000 --max-prefill-tokens 32)
-named_engine_start P1 "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p1.engine" "${slow[@]}"
-named_engine_start P2 "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p2.engine" "${slow[@]}"
-named_engine_start D "$ENGINE" --role decode --agent "ipc://$E2E_TMP/d.engine" --time-scale 0
+pd_engine_start P1 prefill "${slow[@]}"
+pd_engine_start P2 prefill "${slow[@]}"
+pd_engine_start D decode --time-scale 0
 named_engine_start C "$ENGINE" --time-scale 0
 # health checks every 300 ms, out after 2 failed, back after 2 passed;
 # the breaker off here (it has its own proxy below)
@@ -52,13 +46,7 @@ named_engine_start XS "$PROXY" "${pools[@]}" --flow sequential --first-byte-time
 pp1="http://127.0.0.1:$PORT_P1"
 pp2="http://127.0.0.1:$PORT_P2"
 
-# val PORT NAME: one sample of PORT's /metrics, 0 when absent.
-val() {
-	curl -sS "http://127.0.0.1:$1/metrics" |
-		awk -v n="$2" '$1 == n { v = $2 } END { print v == "" ? 0 : v }'
-}
-e() { echo "pdx_engine_$1{model_name=\"tiny\"}"; }
-healthy() { echo "pdx_proxy_instance_healthy{role=\"prefill\",instance=\"$1\"}"; }
+healthy() { echo "pdx_proxy_instance_healthy{$(instance "$1")}"; }
 retries() { val "$1" 'pdx_proxy_retries_total{leg="prefill"}'; }
 
 # wait_val SECONDS PORT NAME VALUE: until the sample has the value.
@@ -127,7 +115,7 @@ all_ok "$PORT_XS" 2 "$short" "a prefill engine stopped"
 [ "$(retries "$PORT_XS")" = 1 ] || fail "$(retries "$PORT_XS") retries after a prefill engine stopped, want 1"
 grep -q "prefill instance $pp2: first byte timed out; retry 1 of 1 on other instances, transfer [0-9a-f]\{32\} (was [0-9a-f]\{32\})" "$E2E_TMP/XS.log" ||
 	fail "no retry logged: $(grep -i retry "$E2E_TMP/XS.log")"
-wait_val 3 "$PORT_X" "$(healthy "$pp2")" 0
+wait_val 3 "$PORT_X" "$(healthy P2)" 0
 PORT=$PORT_X get /ready >/dev/null
 status_is 200 "/ready with one prefill instance unhealthy"
 curl -sS -H 'Authorization: Bearer t' "http://127.0.0.1:$PORT_X/admin/instances" |
@@ -140,10 +128,10 @@ all_ok "$PORT_X" 4 "$short" "P2 out of rotation"
 
 # P2 comes back: re-admitted after two passed checks, and serves
 kill -CONT "$PID_P2"
-wait_val 3 "$PORT_X" "$(healthy "$pp2")" 1
-n2=$(val "$PORT_X" "pdx_proxy_instance_requests_total{role=\"prefill\",instance=\"$pp2\"}")
+wait_val 3 "$PORT_X" "$(healthy P2)" 1
+n2=$(val "$PORT_X" "pdx_proxy_instance_requests_total{$(instance P2)}")
 all_ok "$PORT_X" 4 "$short" "P2 re-admitted"
-[ "$(val "$PORT_X" "pdx_proxy_instance_requests_total{role=\"prefill\",instance=\"$pp2\"}")" -gt "$n2" ] ||
+[ "$(val "$PORT_X" "pdx_proxy_instance_requests_total{$(instance P2)}")" -gt "$n2" ] ||
 	fail "the re-admitted prefill instance got no request"
 grep -q "prefill instance $pp2 healthy again" "$E2E_TMP/X.log" || fail "re-admission not logged"
 
@@ -158,10 +146,7 @@ for _ in $(seq 200); do
 	sleep 0.02
 done
 [ "$(val "$PORT_D" "$(e num_requests_running)")" = 2 ] || fail "D does not wait for both transfers"
-kill -KILL "$PID_P1"
-wait "$PID_P1" 2>/dev/null
-E2E_PIDS=${E2E_PIDS/ $PID_P1/}
-rm -f "/dev/shm/pdx-engine-$PID_P1" # its KV pool, left by the kill
+kill9 P1
 wait $b
 want=$(colocated "$long")
 [ "$(grep -c "^200 $want\$" "$E2E_TMP/burst")" = 2 ] ||
@@ -174,13 +159,12 @@ sed -n 's/.*transfer \([0-9a-f]*\) (was \([0-9a-f]*\))$/\1 \2/p' "$E2E_TMP/X.log
 while read -r new old; do
 	[ "$new" != "$old" ] || fail "a retry reused transfer $old"
 done <"$E2E_TMP/ids"
-wait_val 3 "$PORT_X" "$(healthy "$pp1")" 0
-wait_val 5 "$PORT_D" "$(e kv_blocks_used)" 0
-wait_val 5 "$PORT_P2" "$(e kv_blocks_used)" 0
+wait_val 3 "$PORT_X" "$(healthy P1)" 0
+blocks_free "$PORT_D" "$PORT_P2"
 
 # no usable prefill instance: 503 at once, and not ready
 kill -STOP "$PID_P2"
-wait_val 3 "$PORT_X" "$(healthy "$pp2")" 0
+wait_val 3 "$PORT_X" "$(healthy P2)" 0
 t0=$(date +%s%N)
 PORT=$PORT_X post /v1/completions "{\"prompt\": \"$short\", \"max_tokens\": 6}" >"$E2E_TMP/r.json"
 ms=$((($(date +%s%N) - t0) / 1000000))

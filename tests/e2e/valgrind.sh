@@ -13,23 +13,12 @@ PROXY=$3
 VG=("$4" --quiet --leak-check=full --errors-for-leak-kinds=definite
 	--error-exitcode=99)
 
-export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
 notify="tcp://127.0.0.1:$(free_port)"
-for side in p d; do
-	bg_start "agent_$side" "${VG[@]}" "$AGENT" \
-		--engine "ipc://$E2E_TMP/$side.engine" \
-		--listen "tcp://127.0.0.1:$(free_port)" --notify "$notify"
-done
-for side in p d; do
-	for _ in $(seq 300); do
-		[ -S "$E2E_TMP/$side.engine" ] && break
-		sleep 0.1
-	done
-	[ -S "$E2E_TMP/$side.engine" ] ||
-		fail "agent $side did not start: $(tail -5 "$E2E_TMP/agent_$side.log")"
-done
-named_engine_start P "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p.engine" --time-scale 0
-named_engine_start D "$ENGINE" --role decode --agent "ipc://$E2E_TMP/d.engine" --time-scale 0
+# the agents under valgrind, with their default transfer bound
+AGENT_WRAP=("${VG[@]}")
+AGENT_OPTS=(--notify "$notify")
+pd_engine_start P prefill --time-scale 0
+pd_engine_start D decode --time-scale 0
 named_engine_start C "$ENGINE" --time-scale 0
 export PDX_PROXY_ADMIN_TOKEN=valgrind-test-token
 named_engine_start X "${VG[@]}" "$PROXY" --prefill "127.0.0.1:$PORT_P" \
@@ -77,15 +66,7 @@ curl -sS -f "http://127.0.0.1:$PORT_X/metrics" >/dev/null || fail "proxy metrics
 same /v1/completions '{"prompt": "after the aborts", "max_tokens": 5'
 
 # every block free again, then a clean stop under valgrind
-for port in "$PORT_P" "$PORT_D"; do
-	for _ in $(seq 100); do
-		used=$(curl -sS "http://127.0.0.1:$port/metrics" |
-			sed -n 's/^pdx_engine_kv_blocks_used\({[^}]*}\)\? \([0-9.e+]*\)$/\2/p')
-		[ "$used" = 0 ] && break
-		sleep 0.1
-	done
-	[ "$used" = 0 ] || fail "engine on $port holds $used KV blocks"
-done
+blocks_free "$PORT_P" "$PORT_D"
 for name in X agent_p agent_d P D C; do
 	named_stop "$name"
 done

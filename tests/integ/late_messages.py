@@ -21,112 +21,13 @@ Exits 0 (pass), 1 (fail) or 77 (skip: pyzmq or msgpack missing).
 """
 import os
 import random
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 
-try:
-    import msgpack
-    import zmq
-    from multiprocessing import shared_memory
-except ImportError as e:
-    print(f"# skip: {e}")
-    sys.exit(77)
+from pypeer import (BLOCKS, BLOCK_BYTES, LAYERS, TENSORS, Rig, check,
+                    exit_code, free_port, pack, same_blocks, unpack, zmq)
 
-LAYERS, TENSORS, BLOCKS = 4, 2, 64
-BLOCK_TOKENS, KV_HEADS, HEAD_DIM, DTYPE = 4, 2, 16, 2
-BLOCK_BYTES = BLOCK_TOKENS * KV_HEADS * HEAD_DIM * DTYPE
 LEASE_MS = 800
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    failures += 0 if ok else 1
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def layout():
-    return {
-        "layers": LAYERS, "tensors": TENSORS, "blocks": BLOCKS,
-        "block_tokens": BLOCK_TOKENS, "kv_heads": KV_HEADS,
-        "head_dim": HEAD_DIM, "dtype_bytes": DTYPE, "order": "NHD",
-        "bases": [[[0, (TENSORS * l + t) * BLOCKS * BLOCK_BYTES]
-                   for t in range(TENSORS)] for l in range(LAYERS)],
-        "strides": [BLOCK_BYTES] * LAYERS,
-    }
-
-
-def block_at(buf, layer, tensor, block):
-    off = (TENSORS * layer + tensor) * BLOCKS * BLOCK_BYTES + block * BLOCK_BYTES
-    return bytes(buf[off:off + BLOCK_BYTES])
-
-
-def pack(m):
-    return msgpack.packb(m, use_bin_type=True)
-
-
-class Engine:
-    """An engine: a KV pool in shared memory, a DEALER to its agent; every
-    event it gets is kept, by transfer."""
-
-    def __init__(self, ctx, name, agent_addr):
-        self.shm = shared_memory.SharedMemory(
-            create=True, size=LAYERS * TENSORS * BLOCKS * BLOCK_BYTES, name=name)
-        self.sock = ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.connect(agent_addr)
-        self.events = {}
-
-    def send(self, msg):
-        self.sock.send(pack(msg))
-
-    def register(self):
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            self.send({"op": "register", "v": 1, "layout": layout(),
-                       "regions": [{"type": "shm", "name": "/" + self.shm.name,
-                                    "size": self.shm.size}]})
-            if self.sock.poll(1000):
-                r = msgpack.unpackb(self.sock.recv(), raw=False)
-                if r.get("op") == "registered":
-                    return r["peer"]
-        return None
-
-    def pump(self, ms):
-        """Reads events for ms milliseconds."""
-        end = time.time() + ms / 1000
-        while True:
-            left = int((end - time.time()) * 1000)
-            if left <= 0 or not self.sock.poll(left):
-                return
-            m = msgpack.unpackb(self.sock.recv(), raw=False)
-            if m.get("op") == "event":
-                self.events.setdefault(m["xfer"], []).append(m)
-
-    def event(self, xfer, ms=5000):
-        end = time.time() + ms / 1000
-        while not self.events.get(xfer) and time.time() < end:
-            self.pump(50)
-        evs = self.events.get(xfer) or [None]
-        return evs[0]
-
-    def n_events(self, xfer):
-        return len(self.events.get(xfer, []))
-
-    def close(self):
-        self.sock.close()
-        self.shm.close()
-        self.shm.unlink()
 
 
 class Peer:
@@ -163,7 +64,7 @@ class Peer:
             if left <= 0 or not self.router.poll(left):
                 return None
             _, frame = self.router.recv_multipart()
-            m = msgpack.unpackb(frame, raw=False)
+            m = unpack(frame)
             if m["op"] == op and (xfer is None or m.get("xfer") == xfer) and \
                     (sender is None or m["from"] == sender):
                 return m
@@ -197,33 +98,20 @@ def xid():
 
 
 def main():
-    agent_bin = sys.argv[1]
-    tmp = tempfile.mkdtemp(prefix="pdx-late-")
-    env = dict(os.environ, UCX_TLS="sm,self", UCX_WARN_UNUSED_ENV_VARS="n")
-    ctx = zmq.Context()
-    agents, engines, peers = [], [], []
-    try:
+    # a long silence bound: F and G answer pings only while they read,
+    # and no transfer here may end by silence
+    with Rig(sys.argv[1], "late", "AB",
+             ["--lease-ms", str(LEASE_MS), "--peer-timeout-ms", "60000"]) as rig:
         addr = {}
-        for side in "AB":
-            eng = f"ipc://{tmp}/{side}.engine"
-            # a long silence bound: F and G answer pings only while they
-            # read, and no transfer here may end by silence
-            agents.append(subprocess.Popen(
-                [agent_bin, "--engine", eng, "--listen",
-                 f"tcp://127.0.0.1:{free_port()}", "--xfer-timeout-ms", "5000",
-                 "--lease-ms", str(LEASE_MS), "--peer-timeout-ms", "60000"],
-                env=env, stdout=subprocess.DEVNULL))
-            engines.append(Engine(ctx, f"pdx-late-{os.getpid()}-{side}", eng))
-        EA, EB = engines
-        for side, e in zip("AB", engines):
-            addr[side] = e.register()
+        EA, EB = rig.engines
+        for side, e in zip("AB", rig.engines):
+            reply = e.register()
+            addr[side] = reply.get("peer") if reply else None
             check(addr[side] is not None, f"engine {side} registers ({addr[side]})")
         A, B = addr["A"], addr["B"]
 
-        F = Peer(ctx, f"tcp://127.0.0.1:{free_port()}")
-        G = Peer(ctx, f"tcp://127.0.0.1:{free_port()}")
-        H = Peer(ctx, f"tcp://127.0.0.1:{free_port()}")
-        peers += [F, G, H]
+        F, G, H = (rig.adopt(Peer(rig.ctx, f"tcp://127.0.0.1:{free_port()}"))
+                   for _ in range(3))
 
         # B's hello, for F and G to show A
         F.to(B, {"op": "ping", "hold": []})
@@ -395,28 +283,9 @@ def main():
         ea, eb = EA.event(x9), EB.event(x9)
         check(ea is not None and ea["kind"] == "received" and eb is not None and
               eb["kind"] == "sent", f"a real transfer B -> A works ({ea and ea['reason']})")
-        same = all(block_at(EB.shm.buf, l, t, s) == block_at(EA.shm.buf, l, t, d)
-                   for l in range(LAYERS) for t in range(TENSORS)
-                   for s, d in zip(src, dst))
-        check(same, "every byte of it arrived")
-        check(all(a.poll() is None for a in agents), "both agents still run")
-    finally:
-        for p in peers:
-            p.close()
-        for e in engines:
-            e.close()
-        for a in agents:
-            a.terminate()
-        for a in agents:
-            try:
-                rc = a.wait(10)
-            except subprocess.TimeoutExpired:
-                a.kill()
-                rc = a.wait()
-            check(rc == 0, f"agent exits cleanly ({rc})")
-        ctx.term()
-        shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failures else 0
+        check(same_blocks(EB.shm.buf, src, EA.shm.buf, dst), "every byte of it arrived")
+        check(rig.agents_run(), "both agents still run")
+    return exit_code()
 
 
 if __name__ == "__main__":

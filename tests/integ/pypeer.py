@@ -1,0 +1,196 @@
+"""pypeer: what the Python integration tests (python_engine.py,
+late_messages.py) share. Written from docs/protocol.md with pyzmq and
+msgpack only, no pdx code: real pdx-agents started on loopback, each with
+an engine whose KV pool lives in POSIX shared memory and that talks to
+its agent over a DEALER socket.
+
+Importing it exits 77 (a skip) when pyzmq or msgpack is missing.
+"""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    import msgpack
+    import zmq
+    from multiprocessing import shared_memory
+except ImportError as e:
+    print(f"# skip: {e}")
+    sys.exit(77)
+
+LAYERS, TENSORS, BLOCKS = 4, 2, 64
+BLOCK_TOKENS, KV_HEADS, HEAD_DIM, DTYPE = 4, 2, 16, 2
+BLOCK_BYTES = BLOCK_TOKENS * KV_HEADS * HEAD_DIM * DTYPE
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    failures += 0 if ok else 1
+
+
+def exit_code():
+    """0 when every check passed, else 1."""
+    return 1 if failures else 0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def layout():
+    """Layer-major: K then V of each layer, one region."""
+    return {
+        "layers": LAYERS, "tensors": TENSORS, "blocks": BLOCKS,
+        "block_tokens": BLOCK_TOKENS, "kv_heads": KV_HEADS,
+        "head_dim": HEAD_DIM, "dtype_bytes": DTYPE, "order": "NHD",
+        "bases": [[[0, (TENSORS * l + t) * BLOCKS * BLOCK_BYTES]
+                   for t in range(TENSORS)] for l in range(LAYERS)],
+        "strides": [BLOCK_BYTES] * LAYERS,
+    }
+
+
+def block_at(buf, layer, tensor, block):
+    off = (TENSORS * layer + tensor) * BLOCKS * BLOCK_BYTES + block * BLOCK_BYTES
+    return bytes(buf[off:off + BLOCK_BYTES])
+
+
+def same_blocks(src_buf, src, dst_buf, dst):
+    """True when blocks src of src_buf equal blocks dst of dst_buf, in
+    every layer and tensor."""
+    return all(block_at(src_buf, l, t, s) == block_at(dst_buf, l, t, d)
+               for l in range(LAYERS) for t in range(TENSORS)
+               for s, d in zip(src, dst))
+
+
+def pack(m):
+    return msgpack.packb(m, use_bin_type=True)
+
+
+def unpack(frame):
+    return msgpack.unpackb(frame, raw=False)
+
+
+class Engine:
+    """An engine: a KV pool in shared memory, a DEALER to its agent; every
+    event it gets is kept, by transfer."""
+
+    def __init__(self, ctx, name, agent_addr):
+        self.shm = shared_memory.SharedMemory(
+            create=True, size=LAYERS * TENSORS * BLOCKS * BLOCK_BYTES, name=name)
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(agent_addr)
+        self.events = {}
+
+    def send(self, msg):
+        self.sock.send(pack(msg))
+
+    def recv(self, timeout_ms):
+        """The next message within timeout_ms, or None."""
+        if not self.sock.poll(timeout_ms):
+            return None
+        return unpack(self.sock.recv())
+
+    def register(self, lay=None):
+        """Registers (again each second until the agent answers, for 10 s)
+        with lay, by default layout(); the agent's answer or None."""
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            self.send({"op": "register", "v": 1, "layout": lay or layout(),
+                       "regions": [{"type": "shm", "name": "/" + self.shm.name,
+                                    "size": self.shm.size}]})
+            reply = self.recv(1000)
+            if reply is not None:
+                return reply
+        return None
+
+    def pump(self, ms):
+        """Reads events for ms milliseconds."""
+        end = time.time() + ms / 1000
+        while True:
+            left = int((end - time.time()) * 1000)
+            m = self.recv(left) if left > 0 else None
+            if m is None:
+                return
+            if m.get("op") == "event":
+                self.events.setdefault(m["xfer"], []).append(m)
+
+    def event(self, xfer, ms=5000):
+        """The first event for xfer, waiting up to ms for it; or None."""
+        end = time.time() + ms / 1000
+        while not self.events.get(xfer) and time.time() < end:
+            self.pump(50)
+        evs = self.events.get(xfer) or [None]
+        return evs[0]
+
+    def n_events(self, xfer):
+        return len(self.events.get(xfer, []))
+
+    def close(self):
+        self.sock.close()
+        self.shm.close()
+        self.shm.unlink()
+
+
+class Rig:
+    """Real pdx-agents, one per side, each with an Engine (not registered
+    yet), in a zmq context of their own. As a context manager it tears
+    down on the way out: what was given to adopt() closed first, then the
+    engines; the agents get SIGTERM and each must exit 0 (a check)."""
+
+    def __init__(self, agent_bin, name, sides, agent_args=()):
+        self.tmp = tempfile.mkdtemp(prefix=f"pdx-{name}-")
+        self.ctx = zmq.Context()
+        self.agents, self.engines, self.adopted = [], [], []
+        env = dict(os.environ, UCX_TLS="sm,self", UCX_WARN_UNUSED_ENV_VARS="n")
+        try:
+            for side in sides:
+                eng = f"ipc://{self.tmp}/{side}.engine"
+                self.agents.append(subprocess.Popen(
+                    [agent_bin, "--engine", eng, "--listen",
+                     f"tcp://127.0.0.1:{free_port()}", "--xfer-timeout-ms", "5000",
+                     *agent_args],
+                    env=env, stdout=subprocess.DEVNULL))
+                self.engines.append(
+                    Engine(self.ctx, f"pdx-{name}-{os.getpid()}-{side}", eng))
+        except BaseException:
+            self.close()
+            raise
+
+    def adopt(self, thing):
+        """thing.close() is called at the end, before the engines'."""
+        self.adopted.append(thing)
+        return thing
+
+    def agents_run(self):
+        return all(a.poll() is None for a in self.agents)
+
+    def close(self):
+        for t in self.adopted + self.engines:
+            t.close()
+        for a in self.agents:
+            a.terminate()
+        for a in self.agents:
+            try:
+                rc = a.wait(10)
+            except subprocess.TimeoutExpired:
+                a.kill()
+                rc = a.wait()
+            check(rc == 0, f"agent exits cleanly ({rc})")
+        self.ctx.term()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
