@@ -23,36 +23,19 @@ pools=(--prefill "127.0.0.1:$PORT_P" --decode "127.0.0.1:$PORT_D" --retries 0
 named_engine_start XR "$PROXY" "${pools[@]}" --on-transfer-failure recompute
 named_engine_start XF "$PROXY" "${pools[@]}"
 
-req='{"prompt": "what happens when the decode agent dies", "max_tokens": 9}'
-want=$(PORT=$PORT_C post /v1/completions "$req")
-status_is 200 "colocated"
-# text PORT: the completion's text through that proxy (status in $E2E_TMP)
-text() {
-	PORT=$1 post /v1/completions "$req" | python3 -c \
-		'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null
-}
-want=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["choices"][0]["text"])' "$want")
-[ "$(text "$PORT_XR")" = "$want" ] || fail "before the fault: not the colocated text"
+prompt="what happens when the decode agent dies"
+want=$(text "$PORT_C" "$prompt" 9)
+[ "$(text "$PORT_XR" "$prompt" 9)" = "$want" ] || fail "before the fault: not the colocated text"
 
 kill -9 "$PID_agent_d"
 wait "$PID_agent_d" 2>/dev/null
-got=$(text "$PORT_XR")
-status_is 200 "recompute: the decode agent is dead"
+got=$(text "$PORT_XR" "$prompt" 9)
 [ "$got" = "$want" ] || fail "recompute: '$got', want '$want'"
-PORT=$PORT_XF post /v1/completions "$req" >/dev/null
+PORT=$PORT_XF post /v1/completions "{\"prompt\": \"$prompt\", \"max_tokens\": 9}" >/dev/null
 status_is 500 "fail: the decode agent is dead"
 grep -q "KV transfer" "$E2E_TMP/body" || fail "fail: unclear error: $(cat "$E2E_TMP/body")"
-
 # the prefill side frees what it held for the dead agent
-for port in "$PORT_P" "$PORT_D"; do
-	for _ in $(seq 100); do
-		used=$(curl -sS "http://127.0.0.1:$port/metrics" |
-			sed -n 's/^pdx_engine_kv_blocks_used\({[^}]*}\)\? \([0-9.e+]*\)$/\2/p')
-		[ "$used" = 0 ] && break
-		sleep 0.1
-	done
-	[ "$used" = 0 ] || fail "engine on $port holds $used KV blocks"
-done
+blocks_free "$PORT_P" "$PORT_D"
 for name in XR XF P D C agent_p; do
 	named_stop "$name"
 done

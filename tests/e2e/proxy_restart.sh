@@ -35,41 +35,15 @@ proxy_kill() {
 	kill -9 "$PID_X"
 	wait "$PID_X" 2>/dev/null
 }
-req='{"prompt": "the proxy goes away and comes back", "max_tokens": 6}'
-want=$(PORT=$PORT_C post /v1/completions "$req" | python3 -c \
-	'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])')
+prompt="the proxy goes away and comes back"
+want=$(text "$PORT_C" "$prompt" 6)
 served() {
-	local got
-	got=$(PORT=$XPORT post /v1/completions "$req" | python3 -c \
-		'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null)
-	status_is 200 "$1"
-	[ "$got" = "$want" ] || fail "$1: '$got', want '$want'"
+	[ "$(text "$XPORT" "$prompt" 6)" = "$want" ] || fail "$1: not the colocated text"
 }
-# idle WHAT: both engines hold no block and run or queue no request
-# (within 10 s).
+# idle WHAT: both engines hold no block and run or queue no request.
 idle() {
-	local port m ok
-	for port in "$PORT_P" "$PORT_D"; do
-		ok=
-		for _ in $(seq 100); do
-			m=$(curl -sS "http://127.0.0.1:$port/metrics")
-			if python3 -c 'import sys
-v = {}
-for l in sys.argv[1].splitlines():
-    if l.startswith("pdx_engine_"):
-        k, x = l.rsplit(" ", 1)
-        v[k.split("{")[0]] = float(x)
-assert v["pdx_engine_kv_blocks_used"] == 0
-assert v["pdx_engine_num_requests_running"] == 0
-assert v["pdx_engine_num_requests_waiting"] == 0' "$m" 2>/dev/null; then
-				ok=1
-				break
-			fi
-			sleep 0.1
-		done
-		[ -n "$ok" ] ||
-			fail "$1: engine on $port not idle: $(echo "$m" | grep -E 'blocks_used|requests_(running|waiting)')"
-	done
+	# shellcheck disable=SC2046
+	settle 10 $(engine_idle P D) || fail "$1: the engines are not idle"
 }
 
 # before the handshake: killed with nothing sent, restarted
