@@ -11,12 +11,9 @@ ENGINE=$1
 AGENT=$2
 PROXY=$3
 
-export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
-for side in p d; do
-	agent_start $side --heartbeat-ms 200 --peer-timeout-ms 1000 --lease-ms 2000
-done
-named_engine_start P "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p.engine" --time-scale 0
-named_engine_start D "$ENGINE" --role decode --agent "ipc://$E2E_TMP/d.engine" --time-scale 0
+AGENT_OPTS+=(--heartbeat-ms 200 --peer-timeout-ms 1000 --lease-ms 2000)
+pd_engine_start P prefill --time-scale 0
+pd_engine_start D decode --time-scale 0
 named_engine_start C "$ENGINE" --time-scale 0
 pools=(--prefill "127.0.0.1:$PORT_P" --decode "127.0.0.1:$PORT_D" --retries 0
 	--health-interval 0)
@@ -27,8 +24,7 @@ prompt="what happens when the decode agent dies"
 want=$(text "$PORT_C" "$prompt" 9)
 [ "$(text "$PORT_XR" "$prompt" 9)" = "$want" ] || fail "before the fault: not the colocated text"
 
-kill -9 "$PID_agent_d"
-wait "$PID_agent_d" 2>/dev/null
+kill9 agent_d
 got=$(text "$PORT_XR" "$prompt" 9)
 [ "$got" = "$want" ] || fail "recompute: '$got', want '$want'"
 PORT=$PORT_XF post /v1/completions "{\"prompt\": \"$prompt\", \"max_tokens\": 9}" >/dev/null

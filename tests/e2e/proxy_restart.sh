@@ -13,13 +13,9 @@ ENGINE=$1
 AGENT=$2
 PROXY=$3
 
-export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
-agent_start p
-agent_start d
 # tiny's prefill scaled to about a second, so "mid-transfer" is wide
-named_engine_start P "$ENGINE" --role prefill --agent "ipc://$E2E_TMP/p.engine" \
-	--time-scale 300000
-named_engine_start D "$ENGINE" --role decode --agent "ipc://$E2E_TMP/d.engine" --time-scale 0
+pd_engine_start P prefill --time-scale 300000
+pd_engine_start D decode --time-scale 0
 named_engine_start C "$ENGINE" --time-scale 0
 XPORT=$(free_port)
 proxy_up() {
