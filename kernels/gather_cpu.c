@@ -1,0 +1,95 @@
+/* CPU reference: a transfer's blocks between the paged pool and a
+ * contiguous staging buffer (kernels/kv_kernels.h has the order). */
+#include "kernels/kv_kernels.h"
+
+#include <string.h>
+
+struct pdx_kv_shape pdx_kv_shape_of(const struct pdx_kv_layout *l)
+{
+	struct pdx_kv_shape s = {
+		.block_tokens = l->block_tokens,
+		.kv_heads = l->kv_heads,
+		.head_dim = l->head_dim,
+		.dtype_bytes = l->dtype_bytes,
+		.order = l->order,
+	};
+
+	return s;
+}
+
+uint64_t pdx_kv_shape_bytes(const struct pdx_kv_shape *s)
+{
+	return (uint64_t)s->block_tokens * s->kv_heads * s->head_dim *
+	       s->dtype_bytes;
+}
+
+pdx_status_t pdx_kv_region_check(const struct pdx_kv_region *kv,
+				 const uint32_t *blocks, uint32_t n)
+{
+	const struct pdx_kv_layout *l = kv->layout;
+
+	if (!l || !l->layer || !kv->base || l->layers == 0 ||
+	    l->layers > PDX_MAX_LAYERS || (l->tensors != 1 && l->tensors != 2) ||
+	    !l->block_tokens || !l->kv_heads || !l->head_dim ||
+	    !l->dtype_bytes ||
+	    (l->order != PDX_KV_NHD && l->order != PDX_KV_HND))
+		return PDX_EINVAL;
+	if (n && !blocks)
+		return PDX_EINVAL;
+	for (uint32_t i = 0; i < l->layers; i++)
+		for (uint32_t t = 0; t < l->tensors; t++)
+			if (l->layer[i].base[t].region >= kv->n_regions)
+				return PDX_ERANGE;
+	for (uint32_t i = 0; i < n; i++)
+		if (blocks[i] >= l->blocks)
+			return PDX_ERANGE;
+	return PDX_OK;
+}
+
+/* The first byte of block `block` of tensor t of layer l. */
+static uint8_t *block_ptr(const struct pdx_kv_region *kv, uint32_t l,
+			  uint32_t t, uint32_t block)
+{
+	const struct pdx_kv_layer *ly = &kv->layout->layer[l];
+
+	return kv->base[ly->base[t].region] + ly->base[t].offset +
+	       (uint64_t)block * ly->block_stride;
+}
+
+pdx_status_t pdx_kv_gather_cpu(const struct pdx_kv_region *kv,
+			       const uint32_t *blocks, uint32_t n,
+			       void *staging)
+{
+	const struct pdx_kv_layout *l = kv->layout;
+	pdx_status_t st = pdx_kv_region_check(kv, blocks, n);
+	uint64_t bb;
+	uint8_t *out = staging;
+
+	if (st)
+		return st;
+	bb = pdx_kv_layout_block_bytes(l);
+	for (uint32_t i = 0; i < l->layers; i++)
+		for (uint32_t t = 0; t < l->tensors; t++)
+			for (uint32_t k = 0; k < n; k++, out += bb)
+				memcpy(out, block_ptr(kv, i, t, blocks[k]), bb);
+	return PDX_OK;
+}
+
+pdx_status_t pdx_kv_scatter_cpu(const struct pdx_kv_region *kv,
+				const uint32_t *blocks, uint32_t n,
+				const void *staging)
+{
+	const struct pdx_kv_layout *l = kv->layout;
+	pdx_status_t st = pdx_kv_region_check(kv, blocks, n);
+	const uint8_t *in = staging;
+	uint64_t bb;
+
+	if (st)
+		return st;
+	bb = pdx_kv_layout_block_bytes(l);
+	for (uint32_t i = 0; i < l->layers; i++)
+		for (uint32_t t = 0; t < l->tensors; t++)
+			for (uint32_t k = 0; k < n; k++, in += bb)
+				memcpy(block_ptr(kv, i, t, blocks[k]), in, bb);
+	return PDX_OK;
+}

@@ -1,0 +1,221 @@
+/* KV kernels: move a transfer's paged blocks between an engine's KV pool
+ * and a contiguous staging buffer, reorder and reshard them, fill and
+ * checksum them. Each has a CPU reference (kernels/<name>_cpu.c, always built)
+ * and a CUDA version (kernels/<name>.cu, built where nvcc is installed) with the
+ * same contract; tests/gpu compares the two.
+ *
+ * Staging order. A transfer of n blocks (ids blocks[0..n)) is gathered
+ * layer-major: the bytes of block blocks[i] of tensor t of layer l land at
+ *
+ *     ((l * tensors + t) * n + i) * block_bytes
+ *
+ * so one layer (all its tensors) is one contiguous run and can be sent as
+ * soon as that layer is ready. MLA layouts (tensors == 1) have one latent
+ * tensor per layer and fall out of the same formula. A staging buffer is
+ * therefore layers * tensors * n "staging blocks" of block_bytes each, and
+ * the buffer functions below (permute, reshard, hashes) take such a run.
+ *
+ * Memory. Every pointer belongs to the caller. The CPU functions take host
+ * pointers; the CUDA ones take device pointers for the KV bytes and the
+ * staging buffers, host pointers for the small tables (block ids, region
+ * bases, shard pointer arrays), and a cudaStream_t passed as void * (NULL
+ * is the legacy default stream). The CUDA functions are asynchronous with
+ * respect to the host except where they return results in host memory
+ * (the hashes), which synchronise the stream. Source and destination must
+ * not overlap. Any thread may call them; they keep no state.
+ */
+#ifndef PDX_KERNELS_KV_KERNELS_H
+#define PDX_KERNELS_KV_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <pdx/layout.h>
+#include <pdx/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A paged KV pool in one address space: its layout and the base address of
+ * each region the layout's pdx_kv_ref.region indexes. */
+struct pdx_kv_region {
+	const struct pdx_kv_layout *layout;
+	uint8_t *const *base; /* n_regions entries */
+	uint32_t n_regions;
+};
+
+/* The shape of one block: what permute and reshard need to know. */
+struct pdx_kv_shape {
+	uint32_t block_tokens;
+	uint32_t kv_heads;
+	uint32_t head_dim;
+	uint32_t dtype_bytes;
+	enum pdx_kv_order order;
+};
+
+/* The shape of l's blocks. */
+struct pdx_kv_shape pdx_kv_shape_of(const struct pdx_kv_layout *l);
+
+/* Bytes of one block of that shape. */
+uint64_t pdx_kv_shape_bytes(const struct pdx_kv_shape *s);
+
+/* Checks that every block id is below layout->blocks, every region index
+ * below n_regions and the layout's shape is valid. Returns PDX_OK,
+ * PDX_EINVAL (shape) or PDX_ERANGE (block id, region). Does not check that
+ * the regions are large enough: that is pdx_kv_layout_check()'s job. */
+pdx_status_t pdx_kv_region_check(const struct pdx_kv_region *kv,
+				 const uint32_t *blocks, uint32_t n);
+
+/* ---- gather / scatter ---------------------------------------------- */
+
+/* Copies blocks[0..n) of every layer and tensor into staging, in staging
+ * order (above). staging holds layers * tensors * n * block_bytes bytes. */
+pdx_status_t pdx_kv_gather_cpu(const struct pdx_kv_region *kv,
+			       const uint32_t *blocks, uint32_t n,
+			       void *staging);
+
+/* The inverse: writes staging back into blocks[0..n); no other byte of
+ * the pool is written. */
+pdx_status_t pdx_kv_scatter_cpu(const struct pdx_kv_region *kv,
+				const uint32_t *blocks, uint32_t n,
+				const void *staging);
+
+/* ---- permute ------------------------------------------------------- */
+
+/* Rewrites nblocks consecutive blocks of shape s from s->order to the
+ * other order (NHD [tokens][heads][dim] <-> HND [heads][tokens][dim]),
+ * src to dst. Applying it twice (the second time with the other order) is
+ * the identity. With one head both orders are the same bytes. */
+void pdx_kv_permute_cpu(const struct pdx_kv_shape *s, const void *src,
+			void *dst, uint64_t nblocks);
+
+/* ---- heads: split, merge, reshard ---------------------------------- */
+
+/* Tensor parallelism shards KV heads evenly: of H heads, rank r of a TP=a
+ * instance holds heads [r * H / a, (r + 1) * H / a), in the same order
+ * (NHD or HND) with kv_heads = H / a.
+ *
+ * pdx_kv_heads_reshard_cpu() turns the a shards of nblocks blocks each
+ * (src[0..a), shard shape: full_heads / a heads) into the b shards of a
+ * TP=b instance (dst[0..b), full_heads / b heads each). s describes the
+ * full block (s->kv_heads == H); a and b must both divide H. Returns
+ * PDX_EINVAL otherwise. Split is a = 1, merge is b = 1; any other pair
+ * (2 -> 4, 4 -> 2, 2 -> 3 with H = 6) is the same function. MLA's latent
+ * tensor is replicated, not sharded: do not reshard it. */
+pdx_status_t pdx_kv_heads_reshard_cpu(const struct pdx_kv_shape *s,
+				      uint32_t a, const void *const *src,
+				      uint32_t b, void *const *dst,
+				      uint64_t nblocks);
+
+/* One full block run (s->kv_heads heads) into parts shards. */
+pdx_status_t pdx_kv_heads_split_cpu(const struct pdx_kv_shape *s,
+				    const void *src, uint32_t parts,
+				    void *const *dst, uint64_t nblocks);
+
+/* parts shards into one full block run: the inverse of split. */
+pdx_status_t pdx_kv_heads_merge_cpu(const struct pdx_kv_shape *s,
+				    uint32_t parts, const void *const *src,
+				    void *dst, uint64_t nblocks);
+
+/* ---- fill and checksum --------------------------------------------- */
+
+/* splitmix64's finaliser: a bijection of 64-bit words. */
+static inline uint64_t pdx_kv_mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
+/* Deterministic fill. Byte o of block `block` of tensor t of layer l is
+ *
+ *     key  = mix64(seed ^ mix64((l << 40) ^ (t << 32) ^ block))
+ *     word = mix64(key + (o >> 3))
+ *     byte = (word >> (8 * (o & 7))) & 0xff
+ *
+ * i.e. little-endian 8-byte words of a counter-mode stream keyed by
+ * (seed, layer, tensor, block id). The block id is the pool's id, so a
+ * receiver checks a transfer by filling a staging buffer with the
+ * sender's ids. */
+static inline uint8_t pdx_kv_fill_byte(uint64_t seed, uint32_t layer,
+				       uint32_t tensor, uint32_t block,
+				       uint64_t o)
+{
+	uint64_t key = pdx_kv_mix64(seed ^ pdx_kv_mix64(((uint64_t)layer << 40) ^
+						      ((uint64_t)tensor << 32) ^
+						      block));
+
+	return (uint8_t)(pdx_kv_mix64(key + (o >> 3)) >> (8 * (o & 7)));
+}
+
+/* Fills blocks[0..n) of every layer and tensor of the pool. */
+pdx_status_t pdx_kv_fill_cpu(const struct pdx_kv_region *kv,
+			     const uint32_t *blocks, uint32_t n,
+			     uint64_t seed);
+
+/* Writes, in staging order, what pdx_kv_gather_cpu() would read from a pool
+ * whose blocks[0..n) were filled with seed (only l's shape is used). */
+void pdx_kv_fill_staging_cpu(const struct pdx_kv_layout *l,
+			     const uint32_t *blocks, uint32_t n,
+			     uint64_t seed, void *staging);
+
+/* Block hash. For a block of len bytes, w_k its k-th little-endian 8-byte
+ * word (the last one zero-padded):
+ *
+ *     hash = mix64(len) + sum_k mix64(w_k + k * 0x9e3779b97f4a7c15)  (mod 2^64)
+ *
+ * A sum of bijections of (word, position): any change to one word changes
+ * the hash, and the terms can be summed in any order (a parallel
+ * reduction gives the same result as a loop). */
+uint64_t pdx_kv_block_hash(const void *p, uint64_t len);
+
+/* Hashes of nblocks consecutive blocks of block_bytes each, into out. */
+void pdx_kv_buf_hashes_cpu(const void *buf, uint64_t block_bytes,
+			   uint64_t nblocks, uint64_t *out);
+
+/* Hashes of blocks[0..n) of every layer and tensor, in staging order
+ * (out has layers * tensors * n entries): the same values as
+ * pdx_kv_buf_hashes_cpu() on the gathered staging buffer. */
+pdx_status_t pdx_kv_hashes_cpu(const struct pdx_kv_region *kv,
+			       const uint32_t *blocks, uint32_t n,
+			       uint64_t *out);
+
+/* A transfer's checksum from its block hashes, order-sensitive:
+ *     c = 0xcbf29ce484222325; for each h: c = (c ^ h) * 0x100000001b3;
+ *     return mix64(c ^ count)
+ * (FNV-1a over 64-bit words). */
+uint64_t pdx_kv_checksum_combine(const uint64_t *hashes, uint64_t count);
+
+/* ---- CUDA (kernels/<name>.cu; link pdx_kernels_cuda) -------------------- */
+
+/* The same contracts as the _cpu functions, with device pointers for KV
+ * bytes (kv->base[], staging, src, dst) and host pointers for blocks[],
+ * the shard pointer arrays and out[]. Return PDX_EIO on a CUDA error
+ * (launch or allocation), PDX_EINVAL/PDX_ERANGE as the CPU ones. */
+pdx_status_t pdx_kv_gather_cuda(const struct pdx_kv_region *kv,
+				const uint32_t *blocks, uint32_t n,
+				void *staging, void *stream);
+pdx_status_t pdx_kv_scatter_cuda(const struct pdx_kv_region *kv,
+				 const uint32_t *blocks, uint32_t n,
+				 const void *staging, void *stream);
+pdx_status_t pdx_kv_permute_cuda(const struct pdx_kv_shape *s,
+				 const void *src, void *dst, uint64_t nblocks,
+				 void *stream);
+pdx_status_t pdx_kv_heads_reshard_cuda(const struct pdx_kv_shape *s,
+				       uint32_t a, const void *const *src,
+				       uint32_t b, void *const *dst,
+				       uint64_t nblocks, void *stream);
+pdx_status_t pdx_kv_fill_cuda(const struct pdx_kv_region *kv,
+			      const uint32_t *blocks, uint32_t n,
+			      uint64_t seed, void *stream);
+/* Synchronises the stream: out[] is host memory. */
+pdx_status_t pdx_kv_buf_hashes_cuda(const void *buf, uint64_t block_bytes,
+				    uint64_t nblocks, uint64_t *out,
+				    void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
