@@ -46,16 +46,6 @@ pdx_status_t pdx_kv_region_check(const struct pdx_kv_region *kv,
 	return PDX_OK;
 }
 
-/* The first byte of block `block` of tensor t of layer l. */
-static uint8_t *block_ptr(const struct pdx_kv_region *kv, uint32_t l,
-			  uint32_t t, uint32_t block)
-{
-	const struct pdx_kv_layer *ly = &kv->layout->layer[l];
-
-	return kv->base[ly->base[t].region] + ly->base[t].offset +
-	       (uint64_t)block * ly->block_stride;
-}
-
 pdx_status_t pdx_kv_gather_cpu(const struct pdx_kv_region *kv,
 			       const uint32_t *blocks, uint32_t n,
 			       void *staging)
@@ -71,7 +61,7 @@ pdx_status_t pdx_kv_gather_cpu(const struct pdx_kv_region *kv,
 	for (uint32_t i = 0; i < l->layers; i++)
 		for (uint32_t t = 0; t < l->tensors; t++)
 			for (uint32_t k = 0; k < n; k++, out += bb)
-				memcpy(out, block_ptr(kv, i, t, blocks[k]), bb);
+				memcpy(out, pdx_kv_block_ptr(kv, i, t, blocks[k]), bb);
 	return PDX_OK;
 }
 
@@ -90,6 +80,6 @@ pdx_status_t pdx_kv_scatter_cpu(const struct pdx_kv_region *kv,
 	for (uint32_t i = 0; i < l->layers; i++)
 		for (uint32_t t = 0; t < l->tensors; t++)
 			for (uint32_t k = 0; k < n; k++, in += bb)
-				memcpy(block_ptr(kv, i, t, blocks[k]), in, bb);
+				memcpy(pdx_kv_block_ptr(kv, i, t, blocks[k]), in, bb);
 	return PDX_OK;
 }

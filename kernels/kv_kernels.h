@@ -67,6 +67,16 @@ uint64_t pdx_kv_shape_bytes(const struct pdx_kv_shape *s);
 pdx_status_t pdx_kv_region_check(const struct pdx_kv_region *kv,
 				 const uint32_t *blocks, uint32_t n);
 
+/* The first byte of block `block` of tensor t of layer l (host side). */
+static inline uint8_t *pdx_kv_block_ptr(const struct pdx_kv_region *kv,
+					uint32_t l, uint32_t t, uint32_t block)
+{
+	const struct pdx_kv_layer *ly = &kv->layout->layer[l];
+
+	return kv->base[ly->base[t].region] + ly->base[t].offset +
+	       (uint64_t)block * ly->block_stride;
+}
+
 /* ---- gather / scatter ---------------------------------------------- */
 
 /* Copies blocks[0..n) of every layer and tensor into staging, in staging

@@ -28,17 +28,11 @@ pdx_status_t pdx_kv_fill_cpu(const struct pdx_kv_region *kv,
 	if (st)
 		return st;
 	bb = pdx_kv_layout_block_bytes(l);
-	for (uint32_t i = 0; i < l->layers; i++) {
-		const struct pdx_kv_layer *ly = &l->layer[i];
-
+	for (uint32_t i = 0; i < l->layers; i++)
 		for (uint32_t t = 0; t < l->tensors; t++)
 			for (uint32_t k = 0; k < n; k++)
-				fill_block(kv->base[ly->base[t].region] +
-						   ly->base[t].offset +
-						   (uint64_t)blocks[k] *
-							   ly->block_stride,
+				fill_block(pdx_kv_block_ptr(kv, i, t, blocks[k]),
 					   bb, seed, i, t, blocks[k]);
-	}
 	return PDX_OK;
 }
 
@@ -90,18 +84,11 @@ pdx_status_t pdx_kv_hashes_cpu(const struct pdx_kv_region *kv,
 	if (st)
 		return st;
 	bb = pdx_kv_layout_block_bytes(l);
-	for (uint32_t i = 0; i < l->layers; i++) {
-		const struct pdx_kv_layer *ly = &l->layer[i];
-
+	for (uint32_t i = 0; i < l->layers; i++)
 		for (uint32_t t = 0; t < l->tensors; t++)
 			for (uint32_t k = 0; k < n; k++)
 				*out++ = pdx_kv_block_hash(
-					kv->base[ly->base[t].region] +
-						ly->base[t].offset +
-						(uint64_t)blocks[k] *
-							ly->block_stride,
-					bb);
-	}
+					pdx_kv_block_ptr(kv, i, t, blocks[k]), bb);
 	return PDX_OK;
 }
 
