@@ -40,6 +40,18 @@ struct agent_config {
 	const char *curve_peers; /* members: address and public key */
 };
 
+/* The documented defaults (docs/configuration.md); options change them. */
+static inline struct agent_config agent_config_defaults(void)
+{
+	return (struct agent_config){ .xfer_timeout_ms = 30000,
+				      .handshake_timeout_ms = 5000,
+				      .lease_ms = 10000,
+				      .layer_timeout_ms = 10000,
+				      .heartbeat_ms = 1000,
+				      .peer_timeout_ms = 5000,
+				      .max_xfers = 4096 };
+}
+
 /* One registered region of the engine's memory, mapped here. */
 struct region {
 	void *addr;

@@ -92,13 +92,7 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 	};
 	int o;
 
-	*c = (struct agent_config){ .xfer_timeout_ms = 30000,
-				    .handshake_timeout_ms = 5000,
-				    .lease_ms = 10000,
-				    .layer_timeout_ms = 10000,
-				    .heartbeat_ms = 1000,
-				    .peer_timeout_ms = 5000,
-				    .max_xfers = 4096 };
+	*c = agent_config_defaults();
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
 		case 'e': c->engine_addr = optarg; break;

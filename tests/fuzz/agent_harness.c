@@ -450,14 +450,9 @@ void fa_init(struct agent *a, uint8_t cfg)
 			die("event_base_new");
 	}
 	memset(a, 0, sizeof(*a));
-	a->cfg = (struct agent_config){.xfer_timeout_ms = 30000,
-				       .handshake_timeout_ms = 5000,
-				       .lease_ms = 10000,
-				       .layer_timeout_ms = 10000,
-				       .heartbeat_ms = 1000,
-				       .peer_timeout_ms = 5000,
-				       .max_xfers = 64,
-				       .data_path = path[cfg & 3]};
+	a->cfg = agent_config_defaults();
+	a->cfg.max_xfers = 64;
+	a->cfg.data_path = path[cfg & 3];
 	a->base = base;
 	a->ended = pdx_ended_new(a->cfg.max_xfers);
 	if (!a->ended)
