@@ -359,19 +359,42 @@ static pdx_status_t check_regions(const struct pdx_engine_region *regions,
 	for (size_t i = 0; i < n_regions; i++) {
 		const struct pdx_engine_region *r = &regions[i];
 
-		if (r->type == PDX_MEM_CUDA) {
-			log_error("region %zu: cuda memory is not supported yet", i);
+		if (r->size == 0) {
+			log_error("region %zu: needs a size", i);
 			return PDX_EINVAL;
 		}
-		if (r->type != PDX_MEM_SHM || !r->shm_name || !r->shm_name[0] ||
-		    strnlen(r->shm_name, SHM_NAME_MAX + 1) > SHM_NAME_MAX ||
-		    r->size == 0) {
-			log_error("region %zu: needs type shm, a name and a size", i);
+		if (r->type == PDX_MEM_CUDA) {
+			if (r->cuda_device < 0) {
+				log_error("region %zu: cuda device %d", i,
+					  r->cuda_device);
+				return PDX_EINVAL;
+			}
+		} else if (r->type != PDX_MEM_SHM || !r->shm_name ||
+			   !r->shm_name[0] ||
+			   strnlen(r->shm_name, SHM_NAME_MAX + 1) > SHM_NAME_MAX) {
+			log_error("region %zu: needs type shm or cuda, and an shm name", i);
 			return PDX_EINVAL;
 		}
 		sizes[i] = r->size;
 	}
 	return PDX_OK;
+}
+
+static void pack_region(msgpack_packer *pk, const struct pdx_engine_region *r)
+{
+	if (r->type == PDX_MEM_CUDA) {
+		msgpack_pack_map(pk, 4);
+		pdx_mp_kv_str(pk, "type", "cuda");
+		pdx_mp_kv_u64(pk, "size", r->size);
+		pdx_mp_kv_u64(pk, "device", (uint64_t)r->cuda_device);
+		pdx_mp_str(pk, "ipc");
+		pdx_mp_bin(pk, r->cuda_ipc, PDX_CUDA_IPC_BYTES);
+		return;
+	}
+	msgpack_pack_map(pk, 3);
+	pdx_mp_kv_str(pk, "type", "shm");
+	pdx_mp_kv_str(pk, "name", r->shm_name);
+	pdx_mp_kv_u64(pk, "size", r->size);
 }
 
 /* Takes whatever is already waiting: events go to the queue, anything else
@@ -561,14 +584,30 @@ pdx_status_t pdx_engine_register(struct pdx_engine *e,
 				 size_t n_regions, char *peer_addr,
 				 size_t peer_addr_len)
 {
+	return pdx_engine_register_cuda(e, layout, regions, n_regions, NULL,
+					peer_addr, peer_addr_len);
+}
+
+pdx_status_t pdx_engine_register_cuda(struct pdx_engine *e,
+				      const struct pdx_kv_layout *layout,
+				      const struct pdx_engine_region *regions,
+				      size_t n_regions,
+				      const struct pdx_engine_cuda_events *ev,
+				      char *peer_addr, size_t peer_addr_len)
+{
 	struct pdx_mp_out o;
-	uint64_t *sizes;
+	uint64_t *sizes, n_ev = 0;
 	char err[256];
 	pdx_status_t st;
 
 	if (!e || !layout || !layout->layer || !regions || n_regions == 0 ||
 	    n_regions > PDX_MAX_REGIONS || (peer_addr && peer_addr_len == 0))
 		return PDX_EINVAL;
+	if (ev) {
+		n_ev = (uint64_t)ev->slots * layout->layers;
+		if (!ev->handles || ev->slots == 0 || ev->slots > 64)
+			return PDX_EINVAL;
+	}
 	sizes = calloc(n_regions, sizeof(*sizes));
 	if (!sizes)
 		return PDX_ENOMEM;
@@ -583,18 +622,21 @@ pdx_status_t pdx_engine_register(struct pdx_engine *e,
 		return st;
 
 	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, 4);
+	msgpack_pack_map(&o.pk, ev ? 6 : 4);
 	pdx_mp_kv_str(&o.pk, "op", "register");
 	pdx_mp_kv_u64(&o.pk, "v", PROTOCOL_VERSION);
 	pdx_mp_str(&o.pk, "layout");
 	pdx_layout_pack(&o.pk, layout);
 	pdx_mp_str(&o.pk, "regions");
 	msgpack_pack_array(&o.pk, n_regions);
-	for (size_t i = 0; i < n_regions; i++) {
-		msgpack_pack_map(&o.pk, 3);
-		pdx_mp_kv_str(&o.pk, "type", "shm");
-		pdx_mp_kv_str(&o.pk, "name", regions[i].shm_name);
-		pdx_mp_kv_u64(&o.pk, "size", regions[i].size);
+	for (size_t i = 0; i < n_regions; i++)
+		pack_region(&o.pk, &regions[i]);
+	if (ev) {
+		pdx_mp_kv_u64(&o.pk, "cuda_event_slots", ev->slots);
+		pdx_mp_str(&o.pk, "cuda_events");
+		msgpack_pack_array(&o.pk, n_ev);
+		for (uint64_t i = 0; i < n_ev; i++)
+			pdx_mp_bin(&o.pk, ev->handles[i], PDX_CUDA_IPC_BYTES);
 	}
 	st = register_exchange(e, o.buf.data, o.buf.size, peer_addr,
 			       peer_addr_len);
@@ -651,14 +693,26 @@ pdx_status_t pdx_engine_recv(struct pdx_engine *e, const struct pdx_xfer_id *xfe
 pdx_status_t pdx_engine_layer_done(struct pdx_engine *e, uint32_t layer,
 				   const struct pdx_xfer_id *xfers, size_t n)
 {
+	return pdx_engine_layer_done_slot(e, layer, UINT32_MAX, xfers, n);
+}
+
+/* slot UINT32_MAX: no event to wait on. */
+pdx_status_t pdx_engine_layer_done_slot(struct pdx_engine *e, uint32_t layer,
+					uint32_t slot,
+					const struct pdx_xfer_id *xfers,
+					size_t n)
+{
 	struct pdx_mp_out o;
+	bool with_slot = slot != UINT32_MAX;
 
 	if (!e || !xfers || n == 0 || n > UINT32_MAX || layer >= PDX_MAX_LAYERS)
 		return PDX_EINVAL;
 	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, 3);
+	msgpack_pack_map(&o.pk, with_slot ? 4 : 3);
 	pdx_mp_kv_str(&o.pk, "op", "layer_done");
 	pdx_mp_kv_u64(&o.pk, "layer", layer);
+	if (with_slot)
+		pdx_mp_kv_u64(&o.pk, "slot", slot);
 	pdx_mp_str(&o.pk, "xfers");
 	msgpack_pack_array(&o.pk, n);
 	for (size_t i = 0; i < n; i++)

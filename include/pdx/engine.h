@@ -45,7 +45,7 @@ struct pdx_xfer_id {
 
 enum pdx_mem_type {
 	PDX_MEM_SHM = 0,  /* POSIX shared memory object, mapped by the agent */
-	PDX_MEM_CUDA = 1, /* CUDA IPC handle (reserved: a later release) */
+	PDX_MEM_CUDA = 1, /* GPU memory, opened by the agent with CUDA IPC */
 };
 
 #define PDX_CUDA_IPC_BYTES 64 /* sizeof(cudaIpcMemHandle_t), cudaIpcEventHandle_t */
@@ -54,14 +54,27 @@ struct pdx_engine_region {
 	enum pdx_mem_type type;
 	const char *shm_name;  /* PDX_MEM_SHM: the shm_open() name */
 	uint64_t size;         /* bytes */
-	/* PDX_MEM_CUDA (reserved for the GPU release; refused today): */
-	uint8_t cuda_ipc[PDX_CUDA_IPC_BYTES]; /* cudaIpcMemHandle_t */
+	/* PDX_MEM_CUDA: the allocation's handle (cudaIpcGetMemHandle of the
+	 * region's first byte, which must be the start of a cudaMalloc
+	 * allocation) and the device it lives on */
+	uint8_t cuda_ipc[PDX_CUDA_IPC_BYTES];
 	int cuda_device;
-	/* interprocess CUDA events, one per layer stored in this region,
-	 * recorded by the engine when that layer is computed; the agent
-	 * waits on them on its own stream */
-	const uint8_t (*cuda_layer_events)[PDX_CUDA_IPC_BYTES];
-	uint32_t n_cuda_layer_events;
+};
+
+/* A GPU engine's "layer computed" signals: interprocess CUDA events
+ * (cudaEventCreateWithFlags(cudaEventInterprocess | cudaEventDisableTiming),
+ * then cudaIpcGetEventHandle), slots x layers of them. A forward pass uses
+ * one slot s; when layer l is computed the engine records event
+ * handles[s * layers + l] on its compute stream and then says
+ * pdx_engine_layer_done_slot(l, s). The agent waits on that event on its
+ * own stream, so the engine never synchronises. The engine cycles the
+ * slots, so a recording is not replaced while the agent may still be
+ * about to wait on it: slots bounds how many forward passes may be
+ * queued ahead of the agent (4 is plenty). Without events, "layer_done"
+ * means the layer's bytes are already in memory. */
+struct pdx_engine_cuda_events {
+	const uint8_t (*handles)[PDX_CUDA_IPC_BYTES]; /* slots * layers */
+	uint32_t slots;
 };
 
 struct pdx_engine_params {
@@ -107,6 +120,14 @@ pdx_status_t pdx_engine_register(struct pdx_engine *e,
 				 size_t n_regions, char *peer_addr,
 				 size_t peer_addr_len);
 
+/* The same, for a GPU engine with "layer computed" events (NULL: none). */
+pdx_status_t pdx_engine_register_cuda(struct pdx_engine *e,
+				      const struct pdx_kv_layout *layout,
+				      const struct pdx_engine_region *regions,
+				      size_t n_regions,
+				      const struct pdx_engine_cuda_events *events,
+				      char *peer_addr, size_t peer_addr_len);
+
 /* Prefill side: transfer xfer will be produced in these blocks (in token
  * order) and may be pushed only to the agent at peer. */
 pdx_status_t pdx_engine_send(struct pdx_engine *e, const struct pdx_xfer_id *xfer,
@@ -116,6 +137,13 @@ pdx_status_t pdx_engine_send(struct pdx_engine *e, const struct pdx_xfer_id *xfe
 /* Prefill side: layer is computed for these transfers. */
 pdx_status_t pdx_engine_layer_done(struct pdx_engine *e, uint32_t layer,
 				   const struct pdx_xfer_id *xfers, size_t n);
+
+/* The same, for an engine registered with CUDA events: the event of slot
+ * `slot` for this layer has been recorded. */
+pdx_status_t pdx_engine_layer_done_slot(struct pdx_engine *e, uint32_t layer,
+					uint32_t slot,
+					const struct pdx_xfer_id *xfers,
+					size_t n);
 
 /* Prefill side, optional: the first token sampled for xfer, carried to
  * the receiver in its "received" event so the decode side starts from it

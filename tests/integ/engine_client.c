@@ -180,7 +180,8 @@ int main(int argc, char **argv)
 	struct pdx_engine_event ev;
 	struct pdx_xfer_id x, x42;
 	struct pdx_shm_pool pool;
-	struct pdx_engine_region cuda = { .type = PDX_MEM_CUDA, .size = 1 << 20 };
+	struct pdx_engine_region cuda = { .type = PDX_MEM_CUDA, .size = 1 << 20,
+					  .cuda_device = -1 };
 	msgpack_unpacked up;
 	pthread_t th;
 	char dir[256], peer[PDX_ADDR_MAX], op[32], longpeer[300];
@@ -247,7 +248,7 @@ int main(int argc, char **argv)
 
 	CHECK(pdx_engine_register(e, &pool.layout, &cuda, 1, peer, sizeof(peer)) ==
 		      PDX_EINVAL,
-	      "a cuda region is refused with EINVAL (not supported yet)");
+	      "a cuda region without a device is refused with EINVAL");
 	CHECK(pdx_engine_register(e, &pool.layout, &pool.region, 0, peer,
 				  sizeof(peer)) == PDX_EINVAL,
 	      "register with no region: EINVAL");
