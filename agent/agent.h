@@ -15,12 +15,32 @@
 #include "agent/coalesce.h"
 #include "agent/curve.h"
 #include "agent/ended.h"
+#include "agent/gpu.h"
 #include "common/mp.h"
 #include "agent/xfer_sm.h"
 #include "transport/ucx.h"
 
-/* How bytes move to a peer (docs/architecture.md, "Data path"). */
-enum data_path { DATA_AUTO, DATA_IPC, DATA_PUT, DATA_AM };
+/* How bytes move to a peer (docs/architecture.md, "Data path"). Host
+ * memory: ipc, put or am. GPU memory (docs/gpu.md): cuda-put (a UCX with
+ * CUDA support puts GPU to GPU), cuda-ipc (same host: our stream copies
+ * into the peer's memory opened with CUDA IPC), staged (gather to pinned
+ * host memory, UCX messages, scatter on the receiver's GPU). */
+enum data_path {
+	DATA_AUTO,
+	DATA_IPC,
+	DATA_PUT,
+	DATA_AM,
+	DATA_CUDA_PUT,
+	DATA_CUDA_IPC,
+	DATA_STAGED,
+};
+
+static inline bool data_path_gpu(enum data_path d)
+{
+	return d == DATA_CUDA_PUT || d == DATA_CUDA_IPC || d == DATA_STAGED;
+}
+
+const char *data_path_name(enum data_path d);
 
 struct agent_config {
 	const char *engine_addr; /* ipc://... the engine link */
@@ -36,6 +56,9 @@ struct agent_config {
 	uint32_t heartbeat_ms;	   /* ping period to peers we transfer with */
 	uint32_t peer_timeout_ms;  /* silence that declares such a peer dead */
 	uint32_t max_xfers; /* bound on live transfers, pending wants included */
+	uint32_t staging_mb;	/* GPU memory: bound on the staged path's
+				 * pinned host buffers (and as much device) */
+	uint32_t staging_chunk_mb; /* one staged message at most */
 	const char *curve_key;	 /* our CURVE certificate; NULL: no CURVE */
 	const char *curve_peers; /* members: address and public key */
 };
@@ -49,12 +72,17 @@ static inline struct agent_config agent_config_defaults(void)
 				      .layer_timeout_ms = 10000,
 				      .heartbeat_ms = 1000,
 				      .peer_timeout_ms = 5000,
-				      .max_xfers = 4096 };
+				      .max_xfers = 4096,
+				      .staging_mb = 256,
+				      .staging_chunk_mb = 16 };
 }
 
-/* One registered region of the engine's memory, mapped here. */
+/* One registered region of the engine's memory, mapped here (host) or
+ * opened with CUDA IPC (GPU). */
 struct region {
 	void *addr;
+	bool cuda;
+	uint8_t ipc[PDX_CUDA_IPC_BYTES]; /* cuda: the engine's handle */
 	uint64_t size;
 	char shm_name[256];
 	struct pdx_ucx_mem *mem;
@@ -70,6 +98,10 @@ struct registration {
 	uint32_t n_regions;
 	uint8_t engine_id[256]; /* ZeroMQ ROUTER identity of the engine */
 	size_t engine_id_len;
+	bool cuda;	    /* its regions are GPU memory (all of them) */
+	int device;	    /* cuda: the engine's device */
+	void **events;	    /* cuda: slots x layers "layer computed" events */
+	uint32_t event_slots; /* 0: none; layer_done means written */
 };
 
 struct remote_region {
@@ -78,6 +110,9 @@ struct remote_region {
 	struct pdx_ucx_rkey *rkey;
 	char shm_name[256];
 	uint8_t *map; /* ipc: the region mapped here */
+	bool cuda;
+	uint8_t ipc[PDX_CUDA_IPC_BYTES]; /* cuda: its engine's handle */
+	void *dptr; /* cuda-ipc: the region opened here */
 };
 
 enum peer_state { PEER_NEW, PEER_HELLO_SENT, PEER_READY, PEER_REFUSED };
@@ -94,6 +129,8 @@ struct peer {
 	bool peer_shm; /* its UCX may use shared memory */
 	bool stale;    /* stopped answering: hello again before the next use */
 	bool ep_failed; /* UCX found it dead; the endpoint awaits closing */
+	bool cuda;	/* its engine's KV is GPU memory */
+	bool cuda_ucx;	/* its UCX moves GPU memory */
 	enum data_path path; /* ipc, put or am: chosen at handshake */
 	struct pdx_kv_layout layout;
 	struct pdx_ucx_ep *ep;
@@ -135,6 +172,8 @@ struct xfer {
 	uint64_t am_bytes;     /* receiver: bytes that arrived as messages */
 	int64_t first_token;   /* the prefill's first token, -1: not given */
 	uint64_t am_expected;  /* receiver: from "done" */
+	struct pdx_kv_plan *plan;      /* GPU: our blocks [skip, n) */
+	struct pdx_kv_plan *peer_plan; /* cuda-ipc sender: the receiver's */
 	bool done_seen;        /* receiver: "done" arrived */
 	bool want_sent;        /* receiver: "want" went to the sender */
 	uint32_t timeout_ms;
@@ -168,6 +207,9 @@ struct agent {
 	struct xfer *dead; /* released, freed by xfers_reap() */
 	struct pdx_ended *ended; /* recently ended transfers, with why */
 	struct pdx_curve *curve; /* NULL: the peer link is not secured */
+	struct gpu *gpu;	 /* the engine's device, once it registered GPU
+				  * memory (agent/gpu.h) */
+	struct staging *staging; /* the staged path's buffers (staged.c) */
 	void *zap_sock;		 /* REP: CURVE's ZAP handler */
 	struct event *zap_ev;
 	uint32_t n_xfers;
@@ -258,6 +300,13 @@ void xfers_reap(struct agent *a);
 
 /* push.c: the data path */
 void push_try(struct xfer *x);
+/* A data operation on x's blocks ended (the UCX callback form: _cb). */
+void push_op_done(struct xfer *x, pdx_status_t status);
+void push_op_done_cb(void *arg, pdx_status_t status);
+/* Every run of one layer, by UCX or a copy between mapped pools. */
+pdx_status_t push_layer_runs(struct xfer *x, uint32_t layer);
+/* Once every layer was pushed and every operation ended: "done". */
+void push_maybe_flush(struct xfer *x);
 void push_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
 		     size_t len, bool rndv);
 void recv_try_complete(struct xfer *x);
@@ -268,6 +317,24 @@ void liveness_stop(struct agent *a);
 /* Any message from p: it is alive. */
 void peer_heard(struct peer *p);
 void on_ping(struct agent *a, const char *from, const msgpack_object *m);
+
+/* gpu_path.c: GPU memory (docs/gpu.md) */
+/* The sender pushes a computed layer by a GPU path. */
+pdx_status_t gpu_push_layer(struct xfer *x, uint32_t layer);
+/* Our plan (and the receiver's, for cuda-ipc) once the blocks are known. */
+pdx_status_t gpu_plan_xfer(struct xfer *x);
+void gpu_xfer_free(struct xfer *x);
+/* layer_done with a slot: our stream waits for that event. */
+void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot);
+/* Segments (staging blocks) per layer of x: tensors * (n_blocks - skip). */
+uint64_t gpu_layer_segments(const struct xfer *x);
+
+/* staged.c: the staged path's bounded buffers and messages */
+void staged_free(struct agent *a);
+pdx_status_t staged_send(struct xfer *x, uint64_t first, uint64_t count);
+#define STAGED_HDR_BYTES 32
+void staged_on_message(struct agent *a, const uint8_t *hdr, void *data,
+		       size_t len, bool rndv);
 
 /* notify.c */
 void notify_xfer(struct agent *a, struct xfer *x, const char *kind);

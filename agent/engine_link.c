@@ -53,7 +53,9 @@ static void region_unmap(struct agent *a, struct region *r)
 {
 	pdx_ucx_rkey_buf_free(r->rkey);
 	pdx_ucx_mem_free(a->ucx, r->mem);
-	if (r->addr)
+	if (r->cuda)
+		gpu_mem_close(a->gpu, r->addr);
+	else if (r->addr)
 		munmap(r->addr, r->size);
 }
 
@@ -61,6 +63,12 @@ static void registration_release(struct agent *a, struct registration *g)
 {
 	for (uint32_t i = 0; i < g->n_regions; i++)
 		region_unmap(a, &g->regions[i]);
+	for (uint32_t i = 0; g->events && i < g->event_slots * g->layout.layers;
+	     i++)
+		gpu_event_close(a->gpu, g->events[i]);
+	free(g->events);
+	g->events = NULL;
+	g->event_slots = 0;
 	free(g->regions);
 	free(g->layout.layer);
 	g->regions = NULL;
@@ -72,6 +80,96 @@ static void registration_release(struct agent *a, struct registration *g)
 void registration_clear(struct agent *a)
 {
 	registration_release(a, &a->reg);
+}
+
+/* The agent's stream lives on the engine's device, made at its first
+ * GPU registration. */
+static pdx_status_t gpu_use(struct agent *a, int device, char *err,
+			    size_t errlen)
+{
+	if (a->gpu && gpu_device(a->gpu) == device)
+		return PDX_OK;
+	if (a->gpu) {
+		snprintf(err, errlen, "GPU memory on device %d, but this agent "
+			 "serves device %d (restart it to change)", device,
+			 gpu_device(a->gpu));
+		return PDX_EINVAL;
+	}
+	a->gpu = gpu_new(a->base, device, err, errlen);
+	return a->gpu ? PDX_OK : PDX_EINVAL;
+}
+
+static pdx_status_t region_open_cuda(struct agent *a, const msgpack_object *o,
+				     struct region *r, char *err,
+				     size_t errlen)
+{
+	const void *h;
+	size_t hlen;
+	uint64_t device;
+	pdx_status_t st;
+
+	if (pdx_mp_get_bin(o, "ipc", &h, &hlen) || hlen != PDX_CUDA_IPC_BYTES ||
+	    pdx_mp_get_u64(o, "device", &device) || device > INT32_MAX) {
+		snprintf(err, errlen, "cuda region: a %d-byte ipc handle and a device are required",
+			 PDX_CUDA_IPC_BYTES);
+		return PDX_EINVAL;
+	}
+	st = gpu_use(a, (int)device, err, errlen);
+	if (st)
+		return st;
+	memcpy(r->ipc, h, PDX_CUDA_IPC_BYTES);
+	st = gpu_mem_open(a->gpu, r->ipc, &r->addr, err, errlen);
+	if (st)
+		return st;
+	r->cuda = true;
+	/* Only a UCX with CUDA support can register (and put) GPU memory;
+	 * the other paths need no registration of it. */
+	if (!pdx_ucx_has_cuda(a->ucx))
+		return PDX_OK;
+	st = pdx_ucx_mem_register_type(a->ucx, r->addr, r->size, true, &r->mem);
+	if (!st)
+		st = pdx_ucx_mem_rkey(a->ucx, r->mem, &r->rkey, &r->rkey_len);
+	if (st)
+		snprintf(err, errlen, "ucx registration of GPU memory: %s",
+			 pdx_status_str(st));
+	return st;
+}
+
+/* "cuda_events": slots x layers interprocess event handles. */
+static pdx_status_t events_open(struct agent *a, const msgpack_object *m,
+				struct registration *g, char *err,
+				size_t errlen)
+{
+	const msgpack_object *evs = pdx_mp_get(m, "cuda_events");
+	uint64_t slots, n;
+
+	if (!evs)
+		return PDX_OK;
+	if (!g->cuda || pdx_mp_get_u64(m, "cuda_event_slots", &slots) ||
+	    slots == 0 || slots > 64 || evs->type != MSGPACK_OBJECT_ARRAY ||
+	    evs->via.array.size != slots * g->layout.layers) {
+		snprintf(err, errlen, "cuda_events: GPU regions and "
+			 "cuda_event_slots (1..64) x layers handles are required");
+		return PDX_EINVAL;
+	}
+	n = evs->via.array.size;
+	g->events = calloc(n, sizeof(*g->events));
+	if (!g->events)
+		return PDX_ENOMEM;
+	g->event_slots = (uint32_t)slots;
+	for (uint64_t i = 0; i < n; i++) {
+		const msgpack_object *e = &evs->via.array.ptr[i];
+
+		if (e->type != MSGPACK_OBJECT_BIN ||
+		    e->via.bin.size != PDX_CUDA_IPC_BYTES ||
+		    gpu_event_open(a->gpu, (const uint8_t *)e->via.bin.ptr,
+				   &g->events[i])) {
+			snprintf(err, errlen, "cuda event %llu cannot be opened",
+				 (unsigned long long)i);
+			return PDX_EINVAL;
+		}
+	}
+	return PDX_OK;
 }
 
 static pdx_status_t region_map(struct agent *a, const msgpack_object *o,
@@ -87,8 +185,11 @@ static pdx_status_t region_map(struct agent *a, const msgpack_object *o,
 		snprintf(err, errlen, "region: type and a positive size are required");
 		return PDX_EINVAL;
 	}
+	if (strcmp(type, "cuda") == 0)
+		return region_open_cuda(a, o, r, err, errlen);
 	if (strcmp(type, "shm") != 0) {
-		snprintf(err, errlen, "region type \"%s\" is not supported (shm)", type);
+		snprintf(err, errlen, "region type \"%s\" is not supported (shm, cuda)",
+			 type);
 		return PDX_EINVAL;
 	}
 	if (pdx_mp_get_str(o, "name", r->shm_name, sizeof(r->shm_name))) {
@@ -205,8 +306,17 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 		if (st)
 			goto refuse;
 		sizes[i] = g.regions[i].size;
+		if (i > 0 && g.regions[i].cuda != g.regions[0].cuda) {
+			st = PDX_EINVAL;
+			snprintf(err, sizeof(err), "regions mix host and GPU memory");
+			goto refuse;
+		}
 	}
+	g.cuda = g.regions[0].cuda;
+	g.device = g.cuda ? gpu_device(a->gpu) : -1;
 	st = pdx_kv_layout_check(&g.layout, sizes, g.n_regions, err, sizeof(err));
+	if (!st)
+		st = events_open(a, m, &g, err, sizeof(err));
 	if (st)
 		goto refuse;
 
@@ -219,10 +329,10 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 	g.engine_id_len = id_len;
 	a->reg = g;
 	free(sizes);
-	log_info("engine registered: %u layers x %u tensors, %u blocks of %llu bytes, %u region(s)",
+	log_info("engine registered: %u layers x %u tensors, %u blocks of %llu bytes, %u region(s) of %s",
 		 g.layout.layers, g.layout.tensors, g.layout.blocks,
 		 (unsigned long long)pdx_kv_layout_block_bytes(&g.layout),
-		 g.n_regions);
+		 g.n_regions, g.cuda ? "GPU memory" : "shared memory");
 	if (again)
 		renew_instance(a);
 	{
@@ -379,7 +489,7 @@ static void on_recv(struct agent *a, const msgpack_object *m)
 static void on_layer_done(struct agent *a, const msgpack_object *m)
 {
 	const msgpack_object *xs = pdx_mp_get(m, "xfers");
-	uint64_t layer;
+	uint64_t layer, slot;
 
 	if (pdx_mp_get_u64(m, "layer", &layer) || !xs ||
 	    xs->type != MSGPACK_OBJECT_ARRAY) {
@@ -387,6 +497,16 @@ static void on_layer_done(struct agent *a, const msgpack_object *m)
 		return;
 	}
 	log_debug("layer %llu done", (unsigned long long)layer);
+	/* before any copy of this layer is queued on our stream */
+	if (pdx_mp_get_u64(m, "slot", &slot) == 0 && a->reg.ok &&
+	    layer < a->reg.layout.layers) {
+		if (slot >= a->reg.event_slots) {
+			log_warn("layer_done slot %llu: the engine registered %u slots; ignored",
+				 (unsigned long long)slot, a->reg.event_slots);
+			return;
+		}
+		gpu_layer_computed(a, (uint32_t)layer, (uint32_t)slot);
+	}
 	for (uint32_t i = 0; i < xs->via.array.size; i++) {
 		struct pdx_xfer_id id;
 		struct xfer *x;

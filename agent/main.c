@@ -32,7 +32,13 @@ static void usage(FILE *f)
 		"  --listen ADDR           peer link (ZeroMQ ROUTER), tcp://HOST:PORT\n"
 		"  --advertise ADDR        peer address given to others (default: --listen)\n"
 		"  --notify ADDR           push transfer events to a collector, tcp://HOST:PORT\n"
-		"  --data-path MODE        auto (default), ipc, put or am; see docs/architecture.md\n"
+		"  --data-path MODE        auto (default); host memory: ipc, put or am\n"
+		"                          (docs/architecture.md); GPU memory: cuda-put,\n"
+		"                          cuda-ipc or staged (docs/gpu.md)\n"
+		"  --staging-mb N          GPU memory, staged path: pinned host buffers\n"
+		"                          (and as much GPU memory) at most (default 256)\n"
+		"  --staging-chunk-mb N    one staged message at most (default 16; the\n"
+		"                          receiver's must be at least the sender's)\n"
 		"  --xfer-timeout-ms N     bound on one transfer (default 30000)\n"
 		"  --handshake-timeout-ms N bound on a handshake (default 5000)\n"
 		"  --lease-ms N            a sent prompt's KV is kept this long for a\n"
@@ -83,6 +89,8 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 		{ "heartbeat-ms", required_argument, NULL, 'B' },
 		{ "peer-timeout-ms", required_argument, NULL, 'P' },
 		{ "max-xfers", required_argument, NULL, 'm' },
+		{ "staging-mb", required_argument, NULL, 'S' },
+		{ "staging-chunk-mb", required_argument, NULL, 'C' },
 		{ "curve-key", required_argument, NULL, 'K' },
 		{ "curve-peers", required_argument, NULL, 'M' },
 		{ "curve-keygen", required_argument, NULL, 'G' },
@@ -110,26 +118,33 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 			}
 			exit(0);
 		}
-		case 'd':
-			if (strcmp(optarg, "auto") == 0)
-				c->data_path = DATA_AUTO;
-			else if (strcmp(optarg, "ipc") == 0)
-				c->data_path = DATA_IPC;
-			else if (strcmp(optarg, "put") == 0)
-				c->data_path = DATA_PUT;
-			else if (strcmp(optarg, "am") == 0)
-				c->data_path = DATA_AM;
-			else {
-				fprintf(stderr, "pdx-agent: --data-path must be auto, ipc, put or am\n");
+		case 'd': {
+			static const char *const names[] = {
+				[DATA_AUTO] = "auto",	     [DATA_IPC] = "ipc",
+				[DATA_PUT] = "put",	     [DATA_AM] = "am",
+				[DATA_CUDA_PUT] = "cuda-put", [DATA_CUDA_IPC] = "cuda-ipc",
+				[DATA_STAGED] = "staged",
+			};
+			size_t i = 0;
+
+			while (i < sizeof(names) / sizeof(names[0]) &&
+			       strcmp(optarg, names[i]) != 0)
+				i++;
+			if (i == sizeof(names) / sizeof(names[0])) {
+				fprintf(stderr, "pdx-agent: --data-path must be auto, ipc, put, am, cuda-put, cuda-ipc or staged\n");
 				return -1;
 			}
+			c->data_path = (enum data_path)i;
 			break;
+		}
 		case 't':
 		case 'H':
 		case 'E':
 		case 'Y':
 		case 'B':
 		case 'P':
+		case 'S':
+		case 'C':
 		case 'm': {
 			uint32_t *dst = o == 't'   ? &c->xfer_timeout_ms
 					: o == 'H' ? &c->handshake_timeout_ms
@@ -137,6 +152,8 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 					: o == 'Y' ? &c->layer_timeout_ms
 					: o == 'B' ? &c->heartbeat_ms
 					: o == 'P' ? &c->peer_timeout_ms
+					: o == 'S' ? &c->staging_mb
+					: o == 'C' ? &c->staging_chunk_mb
 						   : &c->max_xfers;
 			if (parse_u32(optarg, dst) || *dst == 0) {
 				fprintf(stderr, "pdx-agent: %s needs a positive integer\n",
@@ -421,6 +438,7 @@ static int agent_start(struct agent *a)
 static void agent_stop(struct agent *a)
 {
 	liveness_stop(a);
+	gpu_drain(a->gpu); /* its callbacks name transfers */
 	xfers_free(a);
 	pdx_ended_free(a->ended);
 	peers_free(a);
@@ -429,6 +447,8 @@ static void agent_stop(struct agent *a)
 	if (a->zap_sock)
 		zmq_close(a->zap_sock);
 	registration_clear(a);
+	staged_free(a);
+	gpu_free(a->gpu);
 	if (a->ucx)
 		pdx_ucx_progress(a->ucx, 0);
 	event_free(a->engine_ev);

@@ -26,6 +26,8 @@ void peer_reset(struct agent *a, struct peer *p)
 		pdx_ucx_rkey_free(p->regions[i].rkey);
 		if (p->regions[i].map)
 			munmap(p->regions[i].map, p->regions[i].size);
+		if (p->regions[i].dptr)
+			gpu_mem_close(p->agent->gpu, p->regions[i].dptr);
 	}
 	free(p->regions);
 	p->regions = NULL;
@@ -159,20 +161,29 @@ static void fill_hello(msgpack_packer *pk, void *arg)
 	pdx_mp_str(pk, "layout");
 	pdx_layout_pack(pk, &a->reg.layout);
 	pdx_mp_kv_bin(pk, "ucx", ucx, ucx_len);
+	pdx_mp_str(pk, "cuda_ucx");
+	if (pdx_ucx_has_cuda(a->ucx))
+		msgpack_pack_true(pk);
+	else
+		msgpack_pack_false(pk);
 	pdx_mp_str(pk, "regions");
 	msgpack_pack_array(pk, a->reg.n_regions);
 	for (uint32_t i = 0; i < a->reg.n_regions; i++) {
 		const struct region *r = &a->reg.regions[i];
 
-		msgpack_pack_map(pk, 4);
+		msgpack_pack_map(pk, r->cuda ? 6 : 4);
 		pdx_mp_kv_str(pk, "name", r->shm_name);
 		pdx_mp_kv_u64(pk, "addr", (uint64_t)(uintptr_t)r->addr);
 		pdx_mp_kv_u64(pk, "size", r->size);
 		pdx_mp_kv_bin(pk, "rkey", r->rkey, r->rkey_len);
+		if (r->cuda) {
+			pdx_mp_kv_str(pk, "type", "cuda");
+			pdx_mp_kv_bin(pk, "ipc", r->ipc, PDX_CUDA_IPC_BYTES);
+		}
 	}
 }
 
-#define HELLO_FIELDS 8
+#define HELLO_FIELDS 9
 
 static void send_hello(struct agent *a, struct peer *p, const char *op)
 {
@@ -226,14 +237,22 @@ static void peer_ep_error(void *arg, pdx_status_t status)
 	xfers_peer_failed(p->agent, p, 0, PDX_EPEER, "ucx endpoint failed");
 }
 
-static const char *path_name(enum data_path d)
+const char *data_path_name(enum data_path d)
 {
-	return d == DATA_IPC ? "ipc (mapped shared memory)"
-	       : d == DATA_PUT ? "ucx put"
-			       : "ucx active messages";
+	static const char *const names[] = {
+		[DATA_AUTO] = "auto",
+		[DATA_IPC] = "ipc (mapped shared memory)",
+		[DATA_PUT] = "ucx put",
+		[DATA_AM] = "ucx active messages",
+		[DATA_CUDA_PUT] = "cuda-put (ucx, GPU to GPU)",
+		[DATA_CUDA_IPC] = "cuda-ipc (GPU copies into the peer's memory)",
+		[DATA_STAGED] = "staged (pinned host buffers, ucx messages)",
+	};
+
+	return names[d];
 }
 
-/* Maps every region of a same-host peer; false (nothing mapped) if one
+/* Maps the peer's shared memory where it can be (same host), else says it
  * cannot be, e.g. when /dev/shm is not shared. */
 static bool map_peer_regions(struct peer *p)
 {
@@ -261,6 +280,68 @@ static bool map_peer_regions(struct peer *p)
 	return true;
 }
 
+/* Opens the peer's GPU memory here with CUDA IPC (same host). */
+static bool open_peer_gpu(struct agent *a, struct peer *p)
+{
+	char err[PDX_REASON_MAX];
+
+	for (uint32_t i = 0; i < p->n_regions; i++) {
+		struct remote_region *r = &p->regions[i];
+
+		if (gpu_mem_open(a->gpu, r->ipc, &r->dptr, err, sizeof(err))) {
+			log_warn("peer %s: its GPU memory cannot be opened here: %s",
+				 p->addr, err);
+			for (uint32_t j = 0; j < i; j++) {
+				gpu_mem_close(a->gpu, p->regions[j].dptr);
+				p->regions[j].dptr = NULL;
+			}
+			return false;
+		}
+	}
+	return true;
+}
+
+/* GPU memory on both sides (docs/gpu.md): UCX moves it where it can, else
+ * our stream copies into the peer's memory where CUDA IPC opens it (same
+ * host), else pinned host staging, which works everywhere. A forced path
+ * that cannot work refuses the handshake with why. */
+static pdx_status_t choose_gpu_path(struct agent *a, struct peer *p,
+				    char *err, size_t errlen)
+{
+	bool put = pdx_ucx_has_cuda(a->ucx) && p->cuda_ucx;
+
+	switch (a->cfg.data_path) {
+	case DATA_CUDA_PUT:
+		if (!put) {
+			snprintf(err, errlen, "data path cuda-put: %s UCX has no CUDA support",
+				 pdx_ucx_has_cuda(a->ucx) ? "the peer's" : "our");
+			return PDX_EINCOMPAT;
+		}
+		p->path = DATA_CUDA_PUT;
+		return PDX_OK;
+	case DATA_CUDA_IPC:
+		if (!p->same_host || !open_peer_gpu(a, p)) {
+			snprintf(err, errlen, "data path cuda-ipc: cannot open %s's GPU memory here (%s)",
+				 p->addr, p->same_host ? "see the log" : "another host");
+			return PDX_EINCOMPAT;
+		}
+		p->path = DATA_CUDA_IPC;
+		return PDX_OK;
+	case DATA_STAGED:
+		p->path = DATA_STAGED;
+		return PDX_OK;
+	case DATA_AUTO:
+		p->path = put ? DATA_CUDA_PUT
+			  : p->same_host && open_peer_gpu(a, p) ? DATA_CUDA_IPC
+								 : DATA_STAGED;
+		return PDX_OK;
+	default:
+		snprintf(err, errlen, "data path %s moves host memory; the KV is in GPU memory",
+			 data_path_name(a->cfg.data_path));
+		return PDX_EINCOMPAT;
+	}
+}
+
 /* Measured on one host (docs/architecture.md): a copy between mapped
  * pools runs at memcpy speed, UCX put (cma) at about half of it, and over
  * TCP UCX emulates put two orders of magnitude slower than messages. */
@@ -282,6 +363,23 @@ static enum data_path choose_path(struct agent *a, struct peer *p)
 			return DATA_IPC;
 		return shm_lane ? DATA_PUT : DATA_AM;
 	}
+}
+
+/* A region of GPU memory: its handle, for CUDA IPC on the same host. */
+static bool region_is_cuda(const msgpack_object *o, struct remote_region *r)
+{
+	char type[16];
+	const void *h;
+	size_t hlen;
+
+	if (pdx_mp_get_str(o, "type", type, sizeof(type)) ||
+	    strcmp(type, "cuda") != 0)
+		return false;
+	r->cuda = true;
+	if (pdx_mp_get_bin(o, "ipc", &h, &hlen) == 0 &&
+	    hlen == PDX_CUDA_IPC_BYTES)
+		memcpy(r->ipc, h, PDX_CUDA_IPC_BYTES);
+	return true;
 }
 
 /* Handshake content -> a ready peer. On failure writes why to err. */
@@ -337,6 +435,10 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 	p->instance = instance;
 	p->same_host = strcmp(host, a->host_id) == 0;
 	p->peer_shm = shm && shm->type == MSGPACK_OBJECT_BOOLEAN && shm->via.boolean;
+	p->cuda_ucx = pdx_mp_get(m, "cuda_ucx") &&
+		      pdx_mp_get(m, "cuda_ucx")->type == MSGPACK_OBJECT_BOOLEAN &&
+		      pdx_mp_get(m, "cuda_ucx")->via.boolean;
+	p->cuda = false;
 	st = pdx_ucx_ep_new(a->ucx, ucx, ucx_len,
 			    !(p->same_host && p->peer_shm && ucx_has_shm()),
 			    peer_ep_error, p, &p->ep);
@@ -362,6 +464,11 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 		}
 		pdx_mp_get_str(r, "name", p->regions[i].shm_name,
 			       sizeof(p->regions[i].shm_name));
+		if (region_is_cuda(r, &p->regions[i])) {
+			p->cuda = true;
+			if (rk_len == 0) /* its UCX cannot register GPU memory */
+				continue;
+		}
 		st = pdx_ucx_rkey_unpack(p->ep, rk, rk_len, &p->regions[i].rkey);
 		if (st) {
 			snprintf(err, errlen, "rkey %u of %s: %s", i, p->addr,
@@ -384,10 +491,27 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 			return PDX_EINVAL;
 		}
 	}
-	p->path = choose_path(a, p);
+	if (a->reg.cuda != p->cuda) {
+		snprintf(err, errlen, "our KV is in %s memory, %s's in %s memory: not supported",
+			 a->reg.cuda ? "GPU" : "host", p->addr,
+			 p->cuda ? "GPU" : "host");
+		return PDX_EINCOMPAT;
+	}
+	if (a->reg.cuda) {
+		st = choose_gpu_path(a, p, err, errlen);
+		if (st)
+			return st;
+	} else if (data_path_gpu(a->cfg.data_path)) {
+		snprintf(err, errlen, "data path %s needs GPU memory; the KV is in host memory",
+			 data_path_name(a->cfg.data_path));
+		return PDX_EINCOMPAT;
+	} else {
+		p->path = choose_path(a, p);
+	}
 	p->state = PEER_READY;
 	log_info("peer %s ready: %s, data by %s", p->addr,
-		 p->same_host ? "same host" : "remote host", path_name(p->path));
+		 p->same_host ? "same host" : "remote host",
+		 data_path_name(p->path));
 	return PDX_OK;
 }
 

@@ -45,12 +45,8 @@ static int plan_runs(struct xfer *x)
 	return 0;
 }
 
-static void push_maybe_flush(struct xfer *x);
-
-static void op_done(void *arg, pdx_status_t status)
+void push_op_done(struct xfer *x, pdx_status_t status)
 {
-	struct xfer *x = arg;
-
 	xfer_unhold(x);
 	pdx_xfer_sm_op_finished(&x->sm);
 	if (status && !x->finished)
@@ -58,6 +54,11 @@ static void op_done(void *arg, pdx_status_t status)
 			  x->peer_addr, pdx_status_str(status));
 	push_maybe_flush(x);
 	xfer_maybe_release(x);
+}
+
+void push_op_done_cb(void *arg, pdx_status_t status)
+{
+	push_op_done(arg, status);
 }
 
 static pdx_status_t push_run(struct xfer *x, uint32_t layer, uint32_t t,
@@ -71,7 +72,8 @@ static pdx_status_t push_run(struct xfer *x, uint32_t layer, uint32_t t,
 		g->regions[g->layout.layer[layer].base[t].region].mem;
 	pdx_status_t st;
 
-	if (p->path == DATA_IPC || p->path == DATA_PUT) {
+	if (p->path == DATA_IPC || p->path == DATA_PUT ||
+	    p->path == DATA_CUDA_PUT) {
 		const struct pdx_kv_layer *rl = &p->layout.layer[layer];
 		uint32_t ri = rl->base[t].region;
 		/* the peer's numbers: 128 bits, so none can wrap past its
@@ -90,7 +92,7 @@ static pdx_status_t push_run(struct xfer *x, uint32_t layer, uint32_t t,
 			return PDX_OK;
 		}
 		st = pdx_ucx_put(p->ep, src, len, mem, p->regions[ri].addr + off,
-				 p->regions[ri].rkey, op_done, x);
+				 p->regions[ri].rkey, push_op_done_cb, x);
 	} else {
 		uint8_t hdr[AM_HDR_BYTES] = { 0 };
 		uint16_t l16 = (uint16_t)layer;
@@ -100,7 +102,7 @@ static pdx_status_t push_run(struct xfer *x, uint32_t layer, uint32_t t,
 		hdr[18] = (uint8_t)t;
 		memcpy(hdr + 20, &r->index, 4);
 		st = pdx_ucx_am_send(p->ep, AM_ID, hdr, sizeof(hdr), src, len, mem,
-				     op_done, x);
+				     push_op_done_cb, x);
 		if (!st)
 			x->am_bytes += len;
 	}
@@ -148,14 +150,15 @@ static void flush_done(void *arg, pdx_status_t status)
 }
 
 /* "done" only after every byte is at the receiver: UCX operations are
- * flushed first; ipc copies are complete when they return. */
-static void push_maybe_flush(struct xfer *x)
+ * flushed first; ipc copies are complete when they return, cuda-ipc ones
+ * when their stream callback ran. */
+void push_maybe_flush(struct xfer *x)
 {
 	pdx_status_t st;
 
 	if (x->finished || !pdx_xfer_sm_take_flush(&x->sm))
 		return;
-	if (x->peer->path == DATA_IPC) {
+	if (x->peer->path == DATA_IPC || x->peer->path == DATA_CUDA_IPC) {
 		send_done(x);
 		return;
 	}
@@ -192,23 +195,31 @@ void push_try(struct xfer *x)
 		}
 	}
 	while ((layer = pdx_xfer_sm_next(&x->sm)) >= 0) {
-		log_debug("push layer %d: %zu runs", layer, x->n_runs);
-		for (size_t i = 0; i < x->n_runs; i++) {
-			for (uint32_t t = 0; t < x->agent->reg.layout.tensors; t++) {
-				pdx_status_t st = push_run(x, (uint32_t)layer, t,
-							   &x->runs[i]);
+		pdx_status_t st;
 
-				if (st) {
-					xfer_fail(x, st, true,
-						  "push of layer %d to %s: %s",
-						  layer, x->peer_addr,
-						  pdx_status_str(st));
-					return;
-				}
-			}
+		log_debug("push layer %d: %zu runs", layer, x->n_runs);
+		st = data_path_gpu(x->peer->path) ?
+			     gpu_push_layer(x, (uint32_t)layer) :
+			     push_layer_runs(x, (uint32_t)layer);
+		if (st) {
+			xfer_fail(x, st, true, "push of layer %d to %s: %s",
+				  layer, x->peer_addr, pdx_status_str(st));
+			return;
 		}
 	}
 	push_maybe_flush(x);
+}
+
+pdx_status_t push_layer_runs(struct xfer *x, uint32_t layer)
+{
+	for (size_t i = 0; i < x->n_runs; i++)
+		for (uint32_t t = 0; t < x->agent->reg.layout.tensors; t++) {
+			pdx_status_t st = push_run(x, layer, t, &x->runs[i]);
+
+			if (st)
+				return st;
+		}
+	return PDX_OK;
 }
 
 void recv_try_complete(struct xfer *x)
@@ -266,6 +277,10 @@ void push_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
 	struct xfer *x;
 	uint8_t *dst = NULL;
 
+	if (hdr_len == STAGED_HDR_BYTES) {
+		staged_on_message(a, hdr, data, len, rndv);
+		return;
+	}
 	if (hdr_len == AM_HDR_BYTES) {
 		const uint8_t *h = hdr;
 

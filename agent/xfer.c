@@ -148,6 +148,8 @@ struct xfer *xfer_new(struct agent *a, const struct pdx_xfer_id *id,
 
 static void xfer_destroy(struct xfer *x)
 {
+	if (x->plan || x->peer_plan)
+		gpu_xfer_free(x);
 	event_free(x->timer);
 	free(x->blocks);
 	free(x->remote_blocks);

@@ -286,14 +286,31 @@ void pdx_ucx_am_drop(struct pdx_ucx *u, void *desc)
 	ucp_am_data_release(u->worker, desc);
 }
 
+bool pdx_ucx_has_cuda(struct pdx_ucx *u)
+{
+	ucp_context_attr_t attr = { .field_mask = UCP_ATTR_FIELD_MEMORY_TYPES };
+
+	return ucp_context_query(u->ctx, &attr) == UCS_OK &&
+	       (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
+}
+
 pdx_status_t pdx_ucx_mem_register(struct pdx_ucx *u, void *addr, size_t len,
 				  struct pdx_ucx_mem **out)
 {
+	return pdx_ucx_mem_register_type(u, addr, len, false, out);
+}
+
+pdx_status_t pdx_ucx_mem_register_type(struct pdx_ucx *u, void *addr,
+				       size_t len, bool cuda,
+				       struct pdx_ucx_mem **out)
+{
 	ucp_mem_map_params_t p = {
 		.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-			      UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+			      UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+			      UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE,
 		.address = addr,
 		.length = len,
+		.memory_type = cuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST,
 	};
 	struct pdx_ucx_mem *m = calloc(1, sizeof(*m));
 	ucs_status_t s;
@@ -460,10 +477,10 @@ pdx_status_t pdx_ucx_put(struct pdx_ucx_ep *ep, const void *src, size_t len,
 				      &p));
 }
 
-pdx_status_t pdx_ucx_am_send(struct pdx_ucx_ep *ep, unsigned id,
-			     const void *hdr, size_t hdr_len, const void *src,
-			     size_t len, struct pdx_ucx_mem *src_mem,
-			     pdx_ucx_done_cb cb, void *arg)
+static pdx_status_t am_send(struct pdx_ucx_ep *ep, unsigned id,
+			    const void *hdr, size_t hdr_len, const void *src,
+			    size_t len, struct pdx_ucx_mem *src_mem, bool rndv,
+			    pdx_ucx_done_cb cb, void *arg)
 {
 	struct op *o;
 	ucp_request_param_t p;
@@ -475,9 +492,31 @@ pdx_status_t pdx_ucx_am_send(struct pdx_ucx_ep *ep, unsigned id,
 		return PDX_ENOMEM;
 	memcpy(o->hdr, hdr, hdr_len);
 	p = send_param(o, src_mem);
+	if (rndv) {
+		p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+		p.flags = UCP_AM_SEND_FLAG_RNDV;
+	}
 	return op_started(ep->u, o,
 			  ucp_am_send_nbx(ep->ep, id, o->hdr, hdr_len, src, len,
 					  &p));
+}
+
+pdx_status_t pdx_ucx_am_send(struct pdx_ucx_ep *ep, unsigned id,
+			     const void *hdr, size_t hdr_len, const void *src,
+			     size_t len, struct pdx_ucx_mem *src_mem,
+			     pdx_ucx_done_cb cb, void *arg)
+{
+	return am_send(ep, id, hdr, hdr_len, src, len, src_mem, false, cb,
+		       arg);
+}
+
+pdx_status_t pdx_ucx_am_send_rndv(struct pdx_ucx_ep *ep, unsigned id,
+				  const void *hdr, size_t hdr_len,
+				  const void *src, size_t len,
+				  struct pdx_ucx_mem *src_mem,
+				  pdx_ucx_done_cb cb, void *arg)
+{
+	return am_send(ep, id, hdr, hdr_len, src, len, src_mem, true, cb, arg);
 }
 
 pdx_status_t pdx_ucx_flush(struct pdx_ucx_ep *ep, pdx_ucx_done_cb cb, void *arg)

@@ -58,6 +58,14 @@ void pdx_ucx_am_drop(struct pdx_ucx *u, void *desc);
 /* Registers [addr, addr + len): once per region, never per block. */
 pdx_status_t pdx_ucx_mem_register(struct pdx_ucx *u, void *addr, size_t len,
 				  struct pdx_ucx_mem **out);
+/* The same for memory of a given kind: cuda means GPU memory, which only a
+ * UCX built with CUDA support can register (pdx_ucx_has_cuda). */
+pdx_status_t pdx_ucx_mem_register_type(struct pdx_ucx *u, void *addr,
+				       size_t len, bool cuda,
+				       struct pdx_ucx_mem **out);
+/* This UCX moves GPU memory itself (ucp_context_query's memory types
+ * include CUDA): the agents may put from GPU to GPU memory. */
+bool pdx_ucx_has_cuda(struct pdx_ucx *u);
 void pdx_ucx_mem_free(struct pdx_ucx *u, struct pdx_ucx_mem *m);
 /* Packed rkey for peers; free *buf with pdx_ucx_rkey_buf_free(). */
 pdx_status_t pdx_ucx_mem_rkey(struct pdx_ucx *u, struct pdx_ucx_mem *m,
@@ -95,6 +103,15 @@ pdx_status_t pdx_ucx_am_send(struct pdx_ucx_ep *ep, unsigned id,
 			     const void *hdr, size_t hdr_len, const void *src,
 			     size_t len, struct pdx_ucx_mem *src_mem,
 			     pdx_ucx_done_cb cb, void *arg);
+/* The same by rendezvous, whatever its size: the receiver's handler sees
+ * rndv and fetches the payload when it has room for it, so a receiver with
+ * a bounded buffer pool holds back the sender instead of queueing copies;
+ * cb fires once the payload is at the receiver. */
+pdx_status_t pdx_ucx_am_send_rndv(struct pdx_ucx_ep *ep, unsigned id,
+				  const void *hdr, size_t hdr_len,
+				  const void *src, size_t len,
+				  struct pdx_ucx_mem *src_mem,
+				  pdx_ucx_done_cb cb, void *arg);
 
 /* Completes when every operation started on ep is complete at the peer. */
 pdx_status_t pdx_ucx_flush(struct pdx_ucx_ep *ep, pdx_ucx_done_cb cb,

@@ -268,6 +268,21 @@ pdx_status_t pdx_ucx_mem_register(struct pdx_ucx *u, void *addr, size_t len,
 	return PDX_OK;
 }
 
+/* No UCX with CUDA here: GPU memory is never registered. */
+bool pdx_ucx_has_cuda(struct pdx_ucx *u)
+{
+	return false;
+}
+
+pdx_status_t pdx_ucx_mem_register_type(struct pdx_ucx *u, void *addr,
+				       size_t len, bool cuda,
+				       struct pdx_ucx_mem **out)
+{
+	if (cuda)
+		die("GPU memory registered with a UCX without CUDA");
+	return pdx_ucx_mem_register(u, addr, len, out);
+}
+
 void pdx_ucx_mem_free(struct pdx_ucx *u, struct pdx_ucx_mem *m)
 {
 	if (m) {
@@ -375,6 +390,16 @@ pdx_status_t pdx_ucx_am_send(struct pdx_ucx_ep *ep, unsigned id,
 		die("active-message header of %zu bytes", hdr_len);
 	check_local(src, len, "active-message source");
 	return op_add(ep, cb, arg);
+}
+
+pdx_status_t pdx_ucx_am_send_rndv(struct pdx_ucx_ep *ep, unsigned id,
+				  const void *hdr, size_t hdr_len,
+				  const void *src, size_t len,
+				  struct pdx_ucx_mem *src_mem,
+				  pdx_ucx_done_cb cb, void *arg)
+{
+	return pdx_ucx_am_send(ep, id, hdr, hdr_len, src, len, src_mem, cb,
+			       arg);
 }
 
 pdx_status_t pdx_ucx_flush(struct pdx_ucx_ep *ep, pdx_ucx_done_cb cb, void *arg)

@@ -1,0 +1,298 @@
+/* agent/gpu.h with the CUDA runtime. Completions: cudaLaunchHostFunc puts
+ * a callback on our stream; it runs on a CUDA thread, where no CUDA call is
+ * allowed, so it only writes the record's address to a pipe that the loop
+ * reads (a write of a pointer to a pipe is atomic). */
+#define _GNU_SOURCE /* pipe2 */
+#define PDX_LOG_TOPIC "gpu"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "agent/gpu.h"
+#include "common/log.h"
+#include "kernels/kv_kernels.h"
+
+struct gpu {
+	int device;
+	cudaStream_t stream;
+	int pipe[2];
+	struct event *ev;
+	uint32_t pending; /* gpu_then records not yet delivered */
+};
+
+struct then {
+	struct gpu *g;
+	void (*fn)(void *arg, pdx_status_t st);
+	void *arg;
+};
+
+static pdx_status_t cuda_err(cudaError_t e, const char *what)
+{
+	if (e == cudaSuccess)
+		return PDX_OK;
+	log_warn("%s: %s", what, cudaGetErrorString(e));
+	return PDX_EIO;
+}
+
+static void deliver(struct then *t)
+{
+	/* a faulted context fails every transfer using it */
+	pdx_status_t st = cudaPeekAtLastError() == cudaSuccess ? PDX_OK :
+								 PDX_EIO;
+
+	t->g->pending--;
+	t->fn(t->arg, st);
+	free(t);
+}
+
+static void on_pipe(evutil_socket_t fd, short what, void *arg)
+{
+	struct then *t[64];
+	ssize_t n;
+
+	(void)what;
+	(void)arg;
+	while ((n = read(fd, t, sizeof(t))) > 0)
+		for (ssize_t i = 0; i < n / (ssize_t)sizeof(t[0]); i++)
+			deliver(t[i]);
+}
+
+static void CUDART_CB host_fn(void *arg)
+{
+	struct then *t = arg;
+	ssize_t n;
+
+	do
+		n = write(t->g->pipe[1], &t, sizeof(t));
+	while (n < 0 && errno == EINTR);
+}
+
+struct gpu *gpu_new(struct event_base *base, int device, char *err,
+		    size_t errlen)
+{
+	struct gpu *g = calloc(1, sizeof(*g));
+	int count = 0;
+	cudaError_t e;
+
+	if (!g) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	g->pipe[0] = g->pipe[1] = -1;
+	e = cudaGetDeviceCount(&count);
+	if (e != cudaSuccess || device >= count) {
+		snprintf(err, errlen, "no CUDA device %d here (%s)", device,
+			 e != cudaSuccess ? cudaGetErrorString(e) :
+					    "fewer devices");
+		free(g);
+		return NULL;
+	}
+	g->device = device;
+	if ((e = cudaSetDevice(device)) != cudaSuccess ||
+	    (e = cudaStreamCreateWithFlags(&g->stream,
+					   cudaStreamNonBlocking)) !=
+		    cudaSuccess) {
+		snprintf(err, errlen, "CUDA device %d: %s", device,
+			 cudaGetErrorString(e));
+		free(g);
+		return NULL;
+	}
+	/* the reader never blocks; the CUDA thread's writes may (a full pipe
+	 * only delays that thread, never loses a record) */
+	if (pipe2(g->pipe, O_CLOEXEC) || fcntl(g->pipe[0], F_SETFL, O_NONBLOCK) ||
+	    !(g->ev = event_new(base, g->pipe[0], EV_READ | EV_PERSIST, on_pipe,
+				g)) ||
+	    event_add(g->ev, NULL)) {
+		snprintf(err, errlen, "completion pipe: %s", strerror(errno));
+		gpu_free(g);
+		return NULL;
+	}
+	log_info("CUDA device %d: stream ready", device);
+	return g;
+}
+
+void gpu_free(struct gpu *g)
+{
+	if (!g)
+		return;
+	if (g->stream) {
+		cudaStreamSynchronize(g->stream);
+		cudaStreamDestroy(g->stream);
+	}
+	/* the callbacks already queued have written to the pipe: deliver */
+	if (g->pipe[0] >= 0)
+		on_pipe(g->pipe[0], EV_READ, g);
+	if (g->pending)
+		log_warn("%u completions lost at close", g->pending);
+	if (g->ev)
+		event_free(g->ev);
+	if (g->pipe[0] >= 0)
+		close(g->pipe[0]);
+	if (g->pipe[1] >= 0)
+		close(g->pipe[1]);
+	free(g);
+}
+
+void gpu_drain(struct gpu *g)
+{
+	if (!g)
+		return;
+	cudaStreamSynchronize(g->stream);
+	on_pipe(g->pipe[0], EV_READ, g);
+}
+
+int gpu_device(const struct gpu *g)
+{
+	return g->device;
+}
+
+pdx_status_t gpu_mem_open(struct gpu *g, const uint8_t h[PDX_CUDA_IPC_BYTES],
+			  void **ptr, char *err, size_t errlen)
+{
+	cudaIpcMemHandle_t mh;
+	cudaError_t e;
+
+	memcpy(&mh, h, sizeof(mh));
+	cudaSetDevice(g->device);
+	e = cudaIpcOpenMemHandle(ptr, mh, cudaIpcMemLazyEnablePeerAccess);
+	if (e != cudaSuccess) {
+		snprintf(err, errlen, "cudaIpcOpenMemHandle: %s",
+			 cudaGetErrorString(e));
+		return PDX_EINVAL;
+	}
+	return PDX_OK;
+}
+
+void gpu_mem_close(struct gpu *g, void *ptr)
+{
+	if (!ptr)
+		return;
+	/* nothing of ours may still be reading or writing it */
+	cudaStreamSynchronize(g->stream);
+	cuda_err(cudaIpcCloseMemHandle(ptr), "cudaIpcCloseMemHandle");
+}
+
+pdx_status_t gpu_event_open(struct gpu *g,
+			    const uint8_t h[PDX_CUDA_IPC_BYTES], void **ev)
+{
+	cudaIpcEventHandle_t eh;
+
+	(void)g;
+	memcpy(&eh, h, sizeof(eh));
+	return cuda_err(cudaIpcOpenEventHandle((cudaEvent_t *)ev, eh),
+			"cudaIpcOpenEventHandle");
+}
+
+void gpu_event_close(struct gpu *g, void *ev)
+{
+	(void)g;
+	if (ev)
+		cudaEventDestroy((cudaEvent_t)ev);
+}
+
+pdx_status_t gpu_wait(struct gpu *g, void *ev)
+{
+	return cuda_err(cudaStreamWaitEvent(g->stream, (cudaEvent_t)ev, 0),
+			"cudaStreamWaitEvent");
+}
+
+pdx_status_t gpu_then(struct gpu *g, void (*fn)(void *arg, pdx_status_t st),
+		      void *arg)
+{
+	struct then *t = malloc(sizeof(*t));
+
+	if (!t)
+		return PDX_ENOMEM;
+	*t = (struct then){ g, fn, arg };
+	if (cuda_err(cudaLaunchHostFunc(g->stream, host_fn, t),
+		     "cudaLaunchHostFunc")) {
+		free(t);
+		return PDX_EIO;
+	}
+	g->pending++;
+	return PDX_OK;
+}
+
+void *gpu_dev_alloc(struct gpu *g, size_t len)
+{
+	void *p = NULL;
+
+	cudaSetDevice(g->device);
+	return cudaMalloc(&p, len) == cudaSuccess ? p : NULL;
+}
+
+void gpu_dev_free(struct gpu *g, void *p)
+{
+	if (!p)
+		return;
+	cudaStreamSynchronize(g->stream);
+	cudaFree(p);
+}
+
+void *gpu_host_alloc(struct gpu *g, size_t len)
+{
+	void *p = NULL;
+
+	(void)g;
+	return cudaMallocHost(&p, len) == cudaSuccess ? p : NULL;
+}
+
+void gpu_host_free(struct gpu *g, void *p)
+{
+	if (!p)
+		return;
+	cudaStreamSynchronize(g->stream);
+	cudaFreeHost(p);
+}
+
+pdx_status_t gpu_copy(struct gpu *g, void *dst, const void *src, size_t len)
+{
+	return cuda_err(cudaMemcpyAsync(dst, src, len, cudaMemcpyDefault,
+					g->stream),
+			"cudaMemcpyAsync");
+}
+
+pdx_status_t gpu_plan_new(struct gpu *g, const struct pdx_kv_region *kv,
+			  const uint32_t *blocks, uint32_t n,
+			  struct pdx_kv_plan **out)
+{
+	cudaSetDevice(g->device);
+	return pdx_kv_plan_new_cuda(kv, blocks, n, out);
+}
+
+static void plan_free_now(void *arg, pdx_status_t st)
+{
+	(void)st;
+	pdx_kv_plan_free_cuda(arg);
+}
+
+void gpu_plan_free(struct gpu *g, struct pdx_kv_plan *p)
+{
+	if (p && gpu_then(g, plan_free_now, p)) {
+		cudaStreamSynchronize(g->stream);
+		pdx_kv_plan_free_cuda(p);
+	}
+}
+
+pdx_status_t gpu_gather(struct gpu *g, const struct pdx_kv_plan *p,
+			uint64_t first, uint64_t count, void *staging)
+{
+	return pdx_kv_plan_gather_cuda(p, first, count, staging, g->stream);
+}
+
+pdx_status_t gpu_scatter(struct gpu *g, const struct pdx_kv_plan *p,
+			 uint64_t first, uint64_t count, const void *staging)
+{
+	return pdx_kv_plan_scatter_cuda(p, first, count, staging, g->stream);
+}
+
+pdx_status_t gpu_plan_copy(struct gpu *g, const struct pdx_kv_plan *src,
+			   const struct pdx_kv_plan *dst, uint64_t first,
+			   uint64_t count)
+{
+	return pdx_kv_plan_copy_cuda(src, dst, first, count, g->stream);
+}

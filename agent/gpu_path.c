@@ -1,0 +1,123 @@
+/* Transfers of GPU memory (docs/gpu.md): what the three GPU data paths
+ * share (the "layer computed" events, the transfer's plans) and the two
+ * that need no buffers of their own, cuda-ipc and cuda-put; staged.c
+ * holds the third.
+ *
+ * Order is the stream's: a layer_done with a slot queues a wait for that
+ * event on our stream, and every copy of that layer is queued after it, so
+ * nothing here ever waits on the host for the engine. */
+#define PDX_LOG_TOPIC "gpu"
+#include <stdlib.h>
+
+#include "agent/agent.h"
+#include "common/log.h"
+#include "kernels/kv_kernels.h"
+
+void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot)
+{
+	void *ev = a->reg.events[(uint64_t)slot * a->reg.layout.layers + layer];
+
+	if (gpu_wait(a->gpu, ev))
+		log_warn("cannot wait for layer %u's event (slot %u)", layer,
+			 slot);
+}
+
+uint64_t gpu_layer_segments(const struct xfer *x)
+{
+	return (uint64_t)x->agent->reg.layout.tensors * (x->n_blocks - x->skip);
+}
+
+static pdx_status_t plan(struct agent *a, const struct pdx_kv_layout *l,
+			 void *const *bases, uint32_t n_bases,
+			 const uint32_t *blocks, uint32_t n,
+			 struct pdx_kv_plan **out)
+{
+	uint8_t *base[PDX_MAX_REGIONS];
+	struct pdx_kv_region kv = { l, base, n_bases };
+
+	for (uint32_t i = 0; i < n_bases; i++)
+		base[i] = bases[i];
+	return gpu_plan_new(a->gpu, &kv, blocks, n, out);
+}
+
+pdx_status_t gpu_plan_xfer(struct xfer *x)
+{
+	struct agent *a = x->agent;
+	struct peer *p = x->peer;
+	void *bases[PDX_MAX_REGIONS];
+	uint32_t n = x->n_blocks - x->skip;
+	pdx_status_t st;
+
+	for (uint32_t i = 0; i < a->reg.n_regions; i++)
+		bases[i] = a->reg.regions[i].addr;
+	st = plan(a, &a->reg.layout, bases, a->reg.n_regions,
+		  x->blocks + x->skip, n, &x->plan);
+	if (st || x->role != XFER_SEND || p->path != DATA_CUDA_IPC)
+		return st;
+	for (uint32_t i = 0; i < p->n_regions; i++)
+		bases[i] = p->regions[i].dptr;
+	return plan(a, &p->layout, bases, p->n_regions,
+		    x->remote_blocks + x->skip, n, &x->peer_plan);
+}
+
+void gpu_xfer_free(struct xfer *x)
+{
+	gpu_plan_free(x->agent->gpu, x->plan);
+	gpu_plan_free(x->agent->gpu, x->peer_plan);
+	x->plan = x->peer_plan = NULL;
+}
+
+struct put_layer {
+	struct xfer *x;
+	uint32_t layer;
+};
+
+/* cuda-put: the layer is computed (our stream passed its event); UCX puts
+ * it from GPU memory as the host path puts from shared memory. */
+static void put_ready(void *arg, pdx_status_t st)
+{
+	struct put_layer *pl = arg;
+	struct xfer *x = pl->x;
+	uint32_t layer = pl->layer;
+
+	free(pl);
+	if (!st && !x->finished)
+		st = push_layer_runs(x, layer);
+	push_op_done(x, st);
+}
+
+pdx_status_t gpu_push_layer(struct xfer *x, uint32_t layer)
+{
+	struct agent *a = x->agent;
+	uint64_t segs = gpu_layer_segments(x), first = layer * segs;
+	struct put_layer *pl;
+	pdx_status_t st;
+
+	if (!x->plan && (st = gpu_plan_xfer(x)))
+		return st;
+	switch (x->peer->path) {
+	case DATA_STAGED:
+		return staged_send(x, first, segs);
+	case DATA_CUDA_IPC:
+		st = gpu_plan_copy(a->gpu, x->plan, x->peer_plan, first, segs);
+		if (st)
+			return st;
+		x->bytes += segs * pdx_kv_layout_block_bytes(&a->reg.layout);
+		st = gpu_then(a->gpu, push_op_done_cb, x);
+		break;
+	default: /* DATA_CUDA_PUT */
+		pl = malloc(sizeof(*pl));
+		if (!pl)
+			return PDX_ENOMEM;
+		*pl = (struct put_layer){ x, layer };
+		st = gpu_then(a->gpu, put_ready, pl);
+		if (st)
+			free(pl);
+		break;
+	}
+	if (!st) {
+		xfer_hold(x);
+		pdx_xfer_sm_op_started(&x->sm);
+	}
+	return st;
+}
