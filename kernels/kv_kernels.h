@@ -91,6 +91,16 @@ pdx_status_t pdx_kv_scatter_cpu(const struct pdx_kv_region *kv,
 				const uint32_t *blocks, uint32_t n,
 				const void *staging);
 
+/* Copies blocks src_blocks[0..n) of src to dst_blocks[0..n) of dst, block
+ * by block, in every layer and tensor: the same bytes as gathering from
+ * src and scattering into dst. The pools may differ in regions, offsets,
+ * strides and block count, not in layers, tensors or block bytes
+ * (PDX_EINVAL); PDX_ERANGE as gather. */
+pdx_status_t pdx_kv_copy_cpu(const struct pdx_kv_region *src,
+			     const uint32_t *src_blocks,
+			     const struct pdx_kv_region *dst,
+			     const uint32_t *dst_blocks, uint32_t n);
+
 /* ---- permute ------------------------------------------------------- */
 
 /* Rewrites nblocks consecutive blocks of shape s from s->order to the
