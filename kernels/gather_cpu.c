@@ -1,5 +1,6 @@
 /* CPU reference: a transfer's blocks between the paged pool and a
- * contiguous staging buffer (kernels/kv_kernels.h has the order). */
+ * contiguous staging buffer (kernels/kv_kernels.h has the order), and
+ * between two pools. */
 #include "kernels/kv_kernels.h"
 
 #include <string.h>
@@ -81,5 +82,31 @@ pdx_status_t pdx_kv_scatter_cpu(const struct pdx_kv_region *kv,
 		for (uint32_t t = 0; t < l->tensors; t++)
 			for (uint32_t k = 0; k < n; k++, in += bb)
 				memcpy(pdx_kv_block_ptr(kv, i, t, blocks[k]), in, bb);
+	return PDX_OK;
+}
+
+pdx_status_t pdx_kv_copy_cpu(const struct pdx_kv_region *src,
+			     const uint32_t *src_blocks,
+			     const struct pdx_kv_region *dst,
+			     const uint32_t *dst_blocks, uint32_t n)
+{
+	const struct pdx_kv_layout *a = src->layout, *b = dst->layout;
+	pdx_status_t st = pdx_kv_region_check(src, src_blocks, n);
+	uint64_t bb;
+
+	if (!st)
+		st = pdx_kv_region_check(dst, dst_blocks, n);
+	if (st)
+		return st;
+	bb = pdx_kv_layout_block_bytes(a);
+	if (a->layers != b->layers || a->tensors != b->tensors ||
+	    bb != pdx_kv_layout_block_bytes(b))
+		return PDX_EINVAL;
+	for (uint32_t i = 0; i < a->layers; i++)
+		for (uint32_t t = 0; t < a->tensors; t++)
+			for (uint32_t k = 0; k < n; k++)
+				memcpy(pdx_kv_block_ptr(dst, i, t, dst_blocks[k]),
+				       pdx_kv_block_ptr(src, i, t, src_blocks[k]),
+				       bb);
 	return PDX_OK;
 }

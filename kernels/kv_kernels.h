@@ -22,7 +22,8 @@
  * is the legacy default stream). The CUDA functions are asynchronous with
  * respect to the host except where they return results in host memory
  * (the hashes), which synchronise the stream. Source and destination must
- * not overlap. Any thread may call them; they keep no state.
+ * not overlap. Any thread may call them; they keep no state, apart from
+ * plans (below), which the caller owns.
  */
 #ifndef PDX_KERNELS_KV_KERNELS_H
 #define PDX_KERNELS_KV_KERNELS_H
@@ -90,6 +91,16 @@ pdx_status_t pdx_kv_gather_cpu(const struct pdx_kv_region *kv,
 pdx_status_t pdx_kv_scatter_cpu(const struct pdx_kv_region *kv,
 				const uint32_t *blocks, uint32_t n,
 				const void *staging);
+
+/* Copies blocks src_blocks[0..n) of src to dst_blocks[0..n) of dst, block
+ * by block, in every layer and tensor: the same bytes as gathering from
+ * src and scattering into dst. The pools may differ in regions, offsets,
+ * strides and block count, not in layers, tensors or block bytes
+ * (PDX_EINVAL); PDX_ERANGE as gather. */
+pdx_status_t pdx_kv_copy_cpu(const struct pdx_kv_region *src,
+			     const uint32_t *src_blocks,
+			     const struct pdx_kv_region *dst,
+			     const uint32_t *dst_blocks, uint32_t n);
 
 /* ---- permute ------------------------------------------------------- */
 
@@ -203,7 +214,12 @@ uint64_t pdx_kv_checksum_combine(const uint64_t *hashes, uint64_t count);
 /* The same contracts as the _cpu functions, with device pointers for KV
  * bytes (kv->base[], staging, src, dst) and host pointers for blocks[],
  * the shard pointer arrays and out[]. Return PDX_EIO on a CUDA error
- * (launch or allocation), PDX_EINVAL/PDX_ERANGE as the CPU ones. */
+ * (launch or allocation), PDX_EINVAL/PDX_ERANGE as the CPU ones.
+ *
+ * gather, scatter and fill build a plan (below) for the call: they block
+ * for its upload, which waits for nothing queued on any other stream, then
+ * queue their work and the plan's release on `stream`. Per-layer callers
+ * should hold a plan instead. */
 pdx_status_t pdx_kv_gather_cuda(const struct pdx_kv_region *kv,
 				const uint32_t *blocks, uint32_t n,
 				void *staging, void *stream);
@@ -224,6 +240,67 @@ pdx_status_t pdx_kv_fill_cuda(const struct pdx_kv_region *kv,
 pdx_status_t pdx_kv_buf_hashes_cuda(const void *buf, uint64_t block_bytes,
 				    uint64_t nblocks, uint64_t *out,
 				    void *stream);
+
+/* ---- plans (kernels/plan.cu) ------------------------------------------ */
+
+/* A set of blocks of one pool (kv, blocks[0..n)) resolved once on the
+ * device: what a per-layer gather, scatter or copy needs, so those launch
+ * with nothing to upload and never synchronise. A plan holds the segments
+ * of the staging order above, segment s = (l * tensors + t) * n + i being
+ * block blocks[i] of tensor t of layer l, so layer l is the segments
+ * [l * tensors * n, (l + 1) * tensors * n).
+ *
+ * pdx_kv_plan_new_cuda() checks kv and blocks as pdx_kv_region_check()
+ * (PDX_EINVAL, PDX_ERANGE; n may be 0) and builds the plan on the calling
+ * thread's current device: synchronously, on a private non-blocking stream
+ * and from a memory pool of its own, so it never waits for work queued on
+ * other streams. The plan records the pool's addresses, not kv or blocks,
+ * which the caller may free on return; the pool's memory must outlive the
+ * plan. Returns PDX_ENOMEM or PDX_EIO (CUDA) on failure, and sets *out
+ * only on success.
+ *
+ * A plan is immutable: any thread may launch with it, on any stream of its
+ * device, concurrently. Free it only after all work using it has
+ * completed (an event or stream synchronised, not merely queued);
+ * pdx_kv_plan_free_cuda() does not wait for other streams either.
+ *
+ * The launches below queue one kernel on `stream` (a cudaStream_t; NULL is
+ * the legacy default stream) and return: no allocation, no copy, no
+ * synchronisation. They return PDX_EINVAL when [first, first + count) is
+ * not within the plan's segments (count 0 is a no-op) or a plan or
+ * staging pointer is NULL, PDX_EIO when the launch fails; errors while the
+ * kernel runs surface on the stream. */
+struct pdx_kv_plan;
+
+pdx_status_t pdx_kv_plan_new_cuda(const struct pdx_kv_region *kv,
+				  const uint32_t *blocks, uint32_t n,
+				  struct pdx_kv_plan **out);
+void pdx_kv_plan_free_cuda(struct pdx_kv_plan *p); /* NULL-safe */
+/* layers * tensors * n */
+uint64_t pdx_kv_plan_segments(const struct pdx_kv_plan *p);
+/* the block bytes */
+uint64_t pdx_kv_plan_segment_bytes(const struct pdx_kv_plan *p);
+
+/* Segments [first, first + count) into staging, which holds segment
+ * `first` at offset 0 (count * segment bytes, device memory). */
+pdx_status_t pdx_kv_plan_gather_cuda(const struct pdx_kv_plan *p,
+				     uint64_t first, uint64_t count,
+				     void *staging, void *stream);
+/* The inverse: staging back into segments [first, first + count); no
+ * other byte of the pool is written. With repeated block ids, which copy
+ * lands is unspecified. */
+pdx_status_t pdx_kv_plan_scatter_cuda(const struct pdx_kv_plan *p,
+				      uint64_t first, uint64_t count,
+				      const void *staging, void *stream);
+/* Segment by segment, [first, first + count) of src's blocks to the same
+ * segments of dst's blocks: the agent's same-host GPU path. The plans must
+ * have equal segment counts and segment bytes (else PDX_EINVAL); the pools
+ * may differ in regions, strides and block ids, and dst's may be another
+ * process's memory opened with CUDA IPC on this device. */
+pdx_status_t pdx_kv_plan_copy_cuda(const struct pdx_kv_plan *src,
+				   const struct pdx_kv_plan *dst,
+				   uint64_t first, uint64_t count,
+				   void *stream);
 
 #ifdef __cplusplus
 }

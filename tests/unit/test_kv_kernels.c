@@ -159,6 +159,98 @@ static void round_trip(uint32_t tensors, enum pdx_kv_order order)
 	pool_free(&b);
 }
 
+/* Pool to pool, 2 layers of K and V, 4-byte blocks. src: 6 blocks, stride
+ * 4, K in region 0 and V in region 1, layer 0 at offset 3 and layer 1 at
+ * 3 + 6 * 4 + 3 = 30, byte i of region r holding r * 128 + i. dst: 8
+ * blocks, stride 6 (2 bytes of padding), K in region 1 and V in region 0,
+ * layers at 3 and 3 + 8 * 6 + 3 = 54, every byte 0xee. Blocks 4, 1 go to
+ * 7, 0. */
+static void copy_by_hand(void)
+{
+	struct pool a, b;
+	uint32_t from[2] = { 4, 1 }, to[2] = { 7, 0 };
+	int changed = 0;
+
+	pool_init(&a, 2, 2, 6, 1, 1, 4, 1, PDX_KV_NHD, 0);
+	pool_init(&b, 2, 2, 8, 1, 1, 4, 1, PDX_KV_NHD, 2);
+	for (int r = 0; r < 2; r++) {
+		for (uint64_t i = 0; i < a.size; i++)
+			a.mem[r][i] = (uint8_t)(r * 128 + i);
+		memset(b.mem[r], 0xee, b.size);
+	}
+	for (int l = 0; l < 2; l++) {
+		b.layer[l].base[0].region = 1;
+		b.layer[l].base[1].region = 0;
+	}
+	CHECK_EQ(a.size, 54);
+	CHECK_EQ(b.size, 102);
+	CHECK_EQ(pdx_kv_copy_cpu(&a.kv, from, &b.kv, to, 2), PDX_OK);
+	/* layer 0 K: src block 4 (region 0, 3 + 16 = 19) -> dst block 7
+	 * (region 1, 3 + 42 = 45) */
+	CHECK(!memcmp(b.mem[1] + 45, "\x13\x14\x15\x16", 4));
+	/* layer 0 K: block 1 (7..10) -> block 0 (region 1, 3) */
+	CHECK(!memcmp(b.mem[1] + 3, "\x07\x08\x09\x0a", 4));
+	/* layer 0 V: block 4 (region 1: 128 + 19) -> region 0, 45 */
+	CHECK(!memcmp(b.mem[0] + 45, "\x93\x94\x95\x96", 4));
+	/* layer 1 K: block 4 (region 0, 30 + 16 = 46) -> block 7 (region 1,
+	 * 54 + 42 = 96) */
+	CHECK(!memcmp(b.mem[1] + 96, "\x2e\x2f\x30\x31", 4));
+	/* layer 1 V: block 1 (region 1, 128 + 34) -> block 0 (region 0, 54) */
+	CHECK(!memcmp(b.mem[0] + 54, "\xa2\xa3\xa4\xa5", 4));
+	/* padding after block 7, and block 6 before it, untouched */
+	CHECK_EQ(b.mem[1][49], 0xee);
+	CHECK_EQ(b.mem[1][50], 0xee);
+	CHECK_EQ(b.mem[1][44], 0xee);
+	CHECK_EQ(b.mem[0][58], 0xee);
+	/* nothing else written: 2 layers x 2 tensors x 2 blocks x 4 bytes */
+	for (int r = 0; r < 2; r++)
+		for (uint64_t i = 0; i < b.size; i++)
+			changed += b.mem[r][i] != 0xee;
+	CHECK_EQ(changed, 32);
+	/* the source is read only */
+	for (int r = 0; r < 2; r++)
+		for (uint64_t i = 0; i < a.size; i++)
+			if (a.mem[r][i] != (uint8_t)(r * 128 + i))
+				CHECK(!"source written");
+	pool_free(&a);
+	pool_free(&b);
+}
+
+/* gather from a, scatter into b == copy, on padded random pools */
+static void copy_is_gather_scatter(uint32_t tensors)
+{
+	struct pool a, b, c;
+	uint32_t from[4] = { 9, 2, 5, 0 }, to[4] = { 1, 11, 3, 6 };
+	uint64_t sbytes;
+	uint8_t *st;
+
+	pool_init(&a, 3, tensors, 10, 4, 2, 8, 2, PDX_KV_HND, 24);
+	pool_init(&b, 3, tensors, 12, 4, 2, 8, 2, PDX_KV_HND, 8);
+	pool_init(&c, 3, tensors, 12, 4, 2, 8, 2, PDX_KV_HND, 8);
+	for (int r = 0; r < 2; r++)
+		memcpy(c.mem[r], b.mem[r], b.size);
+	sbytes = 3ULL * tensors * 4 * pdx_kv_layout_block_bytes(&a.l);
+	st = malloc(sbytes);
+	CHECK_EQ(pdx_kv_gather_cpu(&a.kv, from, 4, st), PDX_OK);
+	CHECK_EQ(pdx_kv_scatter_cpu(&b.kv, to, 4, st), PDX_OK);
+	CHECK_EQ(pdx_kv_copy_cpu(&a.kv, from, &c.kv, to, 4), PDX_OK);
+	for (int r = 0; r < 2; r++)
+		CHECK(!memcmp(b.mem[r], c.mem[r], b.size));
+	/* another shape, a bad id */
+	c.l.tensors = 3 - tensors;
+	CHECK_EQ(pdx_kv_copy_cpu(&a.kv, from, &c.kv, to, 4), PDX_EINVAL);
+	c.l.tensors = tensors;
+	c.l.head_dim = 4;
+	CHECK_EQ(pdx_kv_copy_cpu(&a.kv, from, &c.kv, to, 4), PDX_EINVAL);
+	c.l.head_dim = 8;
+	to[3] = 12;
+	CHECK_EQ(pdx_kv_copy_cpu(&a.kv, from, &c.kv, to, 4), PDX_ERANGE);
+	free(st);
+	pool_free(&a);
+	pool_free(&b);
+	pool_free(&c);
+}
+
 static void bad_arguments(void)
 {
 	struct pool p;
@@ -384,6 +476,9 @@ int main(void)
 	round_trip(2, PDX_KV_NHD);
 	round_trip(2, PDX_KV_HND);
 	round_trip(1, PDX_KV_NHD); /* MLA */
+	copy_by_hand();
+	copy_is_gather_scatter(2);
+	copy_is_gather_scatter(1);
 	bad_arguments();
 	permute_by_hand();
 	permute_twice();
