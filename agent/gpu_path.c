@@ -93,7 +93,9 @@ pdx_status_t gpu_push_layer(struct xfer *x, uint32_t layer)
 	struct put_layer *pl;
 	pdx_status_t st;
 
-	if (!x->plan && (st = gpu_plan_xfer(x)))
+	/* cuda-put moves runs from the registered memory: no plan */
+	if (x->peer->path != DATA_CUDA_PUT && !x->plan &&
+	    (st = gpu_plan_xfer(x)))
 		return st;
 	switch (x->peer->path) {
 	case DATA_STAGED:
