@@ -62,8 +62,11 @@ struct pb_agent_opts {
 	const char *engine;    /* ipc://... */
 	const char *listen;    /* tcp://HOST:PORT */
 	const char *tls;       /* UCX_TLS value, e.g. "sm,self"; NULL: unset */
-	const char *data_path; /* auto|put|am; NULL: not passed */
+	const char *data_path; /* --data-path VALUE; NULL: not passed */
 	uint32_t xfer_timeout_ms; /* 0: not passed */
+	int log_fd;            /* > 0: the agent's stdout and stderr go to
+				* this fd (kept open by the caller while the
+				* agent may be restarted); 0: to our stderr */
 	const char *notify;    /* --notify ADDR; NULL: not passed */
 	const char *netns;     /* run under `ip netns exec NETNS`; NULL: no */
 	const char *env[8];    /* more "KEY=VALUE" for the agent; NULL-ended */
@@ -105,6 +108,15 @@ pdx_status_t pb_register_retry(struct pdx_engine *e,
 			       const struct pdx_shm_pool *p,
 			       char *peer, size_t peer_len, int total_ms,
 			       struct pb_agent *agent);
+/* The same for any regions (pdx_engine_register_cuda(); events may be
+ * NULL). */
+pdx_status_t pb_register_regions_retry(struct pdx_engine *e,
+				       const struct pdx_kv_layout *layout,
+				       const struct pdx_engine_region *regions,
+				       size_t n_regions,
+				       const struct pdx_engine_cuda_events *events,
+				       char *peer, size_t peer_len,
+				       int total_ms, struct pb_agent *agent);
 
 /* Runs argv (argv[0] found in PATH) and returns its exit code, -1 when it
  * could not run. Output goes to stderr unless quiet. */

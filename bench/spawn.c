@@ -276,6 +276,7 @@ int pb_agent_start(struct pb_agent *a, const struct pb_agent_opts *o)
 	copy_opt(&a->o.notify, a->notify, sizeof(a->notify), o->notify);
 	copy_opt(&a->o.netns, a->netns, sizeof(a->netns), o->netns);
 	a->o.xfer_timeout_ms = o->xfer_timeout_ms;
+	a->o.log_fd = o->log_fd;
 	for (int i = 0; i < 7 && o->env[i]; i++)
 		copy_opt(&a->o.env[i], a->env[i], sizeof(a->env[i]), o->env[i]);
 	for (int i = 0; i < 11 && o->args[i]; i++)
@@ -350,7 +351,12 @@ int pb_agent_restart(struct pb_agent *a)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(127);
-		dup2(2, 1); /* keep stdout clean for --json */
+		if (a->o.log_fd > 0) {
+			dup2(a->o.log_fd, 1);
+			dup2(a->o.log_fd, 2);
+		} else {
+			dup2(2, 1); /* keep stdout clean for --json */
+		}
 		if (a->o.tls)
 			setenv("UCX_TLS", a->o.tls, 1);
 		setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
@@ -499,11 +505,23 @@ pdx_status_t pb_register_retry(struct pdx_engine *e,
 			       size_t peer_len, int total_ms,
 			       struct pb_agent *agent)
 {
+	return pb_register_regions_retry(e, &p->layout, &p->region, 1, NULL,
+					 peer, peer_len, total_ms, agent);
+}
+
+pdx_status_t pb_register_regions_retry(struct pdx_engine *e,
+				       const struct pdx_kv_layout *layout,
+				       const struct pdx_engine_region *regions,
+				       size_t n_regions,
+				       const struct pdx_engine_cuda_events *events,
+				       char *peer, size_t peer_len,
+				       int total_ms, struct pb_agent *agent)
+{
 	uint64_t deadline = pdx_now_ns() + (uint64_t)total_ms * 1000000ULL;
 
 	for (;;) {
-		pdx_status_t st = pdx_engine_register(e, &p->layout, &p->region,
-						      1, peer, peer_len);
+		pdx_status_t st = pdx_engine_register_cuda(
+			e, layout, regions, n_regions, events, peer, peer_len);
 
 		if (st != PDX_ETIMEDOUT)
 			return st;

@@ -1,11 +1,12 @@
 /* pdx-xferbench: KV transfer throughput and latency over the real path.
  *
  * The parent starts two pdx-agent processes and forks two synthetic engines
- * (prefill "P" and decode "D"). Each engine keeps a KV pool in POSIX shared
- * memory shaped like the model and registers it with its agent. Per
- * iteration the parent mints the transfer ids and picks the blocks (written
- * to a shared anonymous mapping both engines see), then drives the engines
- * with fixed-size commands over pipes:
+ * (prefill "P" and decode "D"). Each engine keeps a KV pool shaped like the
+ * model, in POSIX shared memory or (--mem cuda) in GPU memory, and
+ * registers it with its agent. Per iteration the parent mints the transfer
+ * ids and picks the blocks (written to a shared anonymous mapping both
+ * engines see), then drives the engines with fixed-size commands over
+ * pipes:
  *
  *   P: FILL      write the pattern into the source blocks
  *   D: RECV      post pdx_engine_recv() for every transfer
@@ -14,7 +15,13 @@
  *                (after --layer-ms of modeled compute) pdx_engine_layer_done()
  *                for all of them; collect the "sent" events
  *
- * Times are CLOCK_MONOTONIC, comparable between the processes.
+ * On a GPU the pattern is written and checked by kernels (bench/xfer_cuda.h)
+ * and a layer is done when its CUDA event is recorded; P also measures the
+ * device's own copy rates (YARD), the yardsticks of the transfer.
+ *
+ * The agents' logs are read back through files and copied to stderr, to
+ * report the data path each chose. Times are CLOCK_MONOTONIC, comparable
+ * between the processes.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -39,6 +46,7 @@
 #include <pdx/engine.h>
 
 #include "bench/pdx_bench.h"
+#include "bench/xfer_cuda.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -46,6 +54,8 @@
 #define EVENT_TIMEOUT_MS 60000   /* all events of one iteration */
 #define ACK_TIMEOUT_MS 300000    /* a command, verification included */
 #define QUIT_TIMEOUT_MS 5000
+#define EVENT_SLOTS 4            /* the engines' CUDA event ring */
+#define YARD_REPS 9              /* timed copies per GPU yardstick */
 
 struct opts {
 	const char *tls;
@@ -63,6 +73,9 @@ struct opts {
 	const char *data_path;
 	uint32_t xfer_timeout_ms;
 	uint64_t seed;
+	bool cuda;            /* --mem cuda[:DEVICE] */
+	int cuda_dev;
+	char mem[24];         /* "shm" or "cuda:N", as reported */
 };
 
 /* What the parent and both engines share (a MAP_SHARED anonymous mapping
@@ -86,7 +99,7 @@ struct plan {
 	uint64_t *ev_bytes;      /* [conc] D: bytes of the received event */
 };
 
-enum cmd_op { CMD_FILL = 1, CMD_RECV, CMD_WAIT, CMD_SEND, CMD_QUIT };
+enum cmd_op { CMD_FILL = 1, CMD_RECV, CMD_WAIT, CMD_SEND, CMD_YARD, CMD_QUIT };
 
 struct cmd {
 	uint32_t op;
@@ -100,6 +113,9 @@ struct ack {
 	uint32_t verified;
 	char peer[PDX_ADDR_MAX];
 	char reason[1024];
+	char gpu[128];        /* --mem cuda: the device's name */
+	double d2d_gbps;      /* YARD */
+	double d2h_gbps;
 };
 
 struct child {
@@ -112,6 +128,10 @@ struct child {
 	char shm_name[64];
 	char engine[4200];
 	struct pb_agent agent;
+	int log_fd;           /* the agent's log, read back; 0: none */
+	char logline[1024];   /* the line being read */
+	size_t loglen;
+	char data_by[128];    /* its "data by" for the other agent */
 };
 
 static struct opts o;
@@ -189,6 +209,16 @@ static uint64_t xfer_bytes(void)
 
 static struct pdx_engine *ch_eng;
 static struct pdx_shm_pool ch_pool;
+static struct xb_cuda_pool *ch_gpu; /* --mem cuda: the pool instead */
+static uint32_t ch_sends;           /* SENDs so far: picks the event slot */
+
+static void ch_ack_send(int fd, struct ack *a)
+{
+	if (ch_gpu)
+		snprintf(a->gpu, sizeof(a->gpu), "%s", xb_cuda_pool_device(ch_gpu));
+	if (write_all(fd, a, sizeof(*a)))
+		_exit(1);
+}
 
 static void ch_ack(int fd, int ok, uint32_t verified, const char *peer,
 		   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
@@ -209,8 +239,7 @@ static void ch_ack(int fd, int ok, uint32_t verified, const char *peer,
 		vsnprintf(a.reason, sizeof(a.reason), fmt, ap);
 		va_end(ap);
 	}
-	if (write_all(fd, &a, sizeof(a)))
-		_exit(1);
+	ch_ack_send(fd, &a);
 }
 
 /* Collects one event of `want` kind for every transfer; returns 0, or -1
@@ -285,6 +314,105 @@ static void ch_sleep_until(uint64_t t_ns)
 		;
 }
 
+/* P: the source blocks. On a GPU with modeled compute the blocks get the
+ * pattern of another seed here (the stale KV of an earlier request) and
+ * SEND's per-layer "compute" writes the real one: a data path that reads a
+ * layer before its event fired then shows as a mismatch. Without compute
+ * the real pattern is written here and SEND only records the events. */
+static int ch_fill(double layer_ms, char *err, size_t errlen)
+{
+	uint32_t nb = plan.nblocks;
+
+	for (uint32_t x = 0; x < plan.conc; x++) {
+		const uint32_t *b = plan.src + (size_t)x * nb;
+		uint64_t seed = plan.seeds[x];
+
+		if (!ch_gpu) {
+			pb_fill(&ch_pool, seed, b, nb, plan.skip_blocks);
+			continue;
+		}
+		if (layer_ms > 0)
+			seed = ~seed;
+		for (uint32_t l = 0; l < o.model->layers; l++)
+			if (xb_cuda_fill_layer(ch_gpu, l, seed, b, nb,
+					       plan.skip_blocks, err, errlen))
+				return -1;
+	}
+	/* done before the ack, so no fill runs into SEND's timings */
+	return ch_gpu ? xb_cuda_sync(ch_gpu, err, errlen) : 0;
+}
+
+/* P on a GPU with modeled compute: queues layer l's real bytes of every
+ * transfer on the compute stream. */
+static int ch_compute_layer(uint32_t l, char *err, size_t errlen)
+{
+	uint32_t nb = plan.nblocks;
+
+	for (uint32_t x = 0; x < plan.conc; x++)
+		if (xb_cuda_fill_layer(ch_gpu, l, plan.seeds[x],
+				       plan.src + (size_t)x * nb, nb,
+				       plan.skip_blocks, err, errlen))
+			return -1;
+	return 0;
+}
+
+/* P: layer l is computed. On a GPU its event is recorded on the compute
+ * stream, behind the layer's kernels, and the agent waits for it there:
+ * nothing here waits for the GPU. */
+static int ch_layer_done(uint32_t l, uint32_t slot, char *err, size_t errlen)
+{
+	pdx_status_t st;
+
+	if (ch_gpu && xb_cuda_record(ch_gpu, slot, l, err, errlen))
+		return -1;
+	if (ch_gpu)
+		st = pdx_engine_layer_done_slot(ch_eng, l, slot, plan.ids,
+						plan.conc);
+	else
+		st = pdx_engine_layer_done(ch_eng, l, plan.ids, plan.conc);
+	if (st != PDX_OK) {
+		snprintf(err, errlen, "pdx_engine_layer_done%s(%u): %s",
+			 ch_gpu ? "_slot" : "", l, pdx_status_str(st));
+		return -1;
+	}
+	return 0;
+}
+
+/* D: transfer x's blocks against P's pattern. 0: all bytes match; 1: the
+ * first difference in err; -1: the check itself failed. */
+static int ch_verify(uint32_t x, char *err, size_t errlen)
+{
+	uint32_t nb = plan.nblocks;
+	const uint32_t *dst = plan.dst + (size_t)x * nb;
+
+	if (ch_gpu)
+		return xb_cuda_verify(ch_gpu, plan.seeds[x],
+				      plan.src + (size_t)x * nb, dst, nb,
+				      plan.skip_blocks, err, errlen);
+	return pb_verify(&ch_pool, plan.seeds[x], dst, nb, plan.skip_blocks,
+			 err, errlen) ? 1 : 0;
+}
+
+/* P on a GPU: the device's copy rates for one transfer's bytes. */
+static void ch_yardsticks(struct child *k)
+{
+	struct ack a;
+	char err[1024];
+
+	memset(&a, 0, sizeof(a));
+	if (!ch_gpu) {
+		ch_ack(k->ack_fd, 0, 0, NULL, "yardsticks need --mem cuda");
+		return;
+	}
+	if (xb_cuda_yardsticks(ch_gpu, xfer_bytes(), YARD_REPS, &a.d2d_gbps,
+			       &a.d2h_gbps, err, sizeof(err))) {
+		ch_ack(k->ack_fd, 0, 0, NULL, "%s", err);
+		return;
+	}
+	a.ok = 1;
+	ch_ack_send(k->ack_fd, &a);
+}
+
 static void ch_do(struct child *k, const struct cmd *c)
 {
 	uint32_t nb = plan.nblocks;
@@ -293,9 +421,10 @@ static void ch_do(struct child *k, const struct cmd *c)
 
 	switch (c->op) {
 	case CMD_FILL:
-		for (uint32_t x = 0; x < plan.conc; x++)
-			pb_fill(&ch_pool, plan.seeds[x], plan.src + (size_t)x * nb,
-				nb, plan.skip_blocks);
+		if (ch_fill(c->layer_ms, err, sizeof(err))) {
+			ch_ack(k->ack_fd, 0, 0, NULL, "fill: %s", err);
+			return;
+		}
 		ch_ack(k->ack_fd, 1, 0, NULL, NULL);
 		return;
 	case CMD_RECV:
@@ -320,15 +449,20 @@ static void ch_do(struct child *k, const struct cmd *c)
 			return;
 		}
 		for (uint32_t x = 0; x < plan.conc; x++) {
+			int rc;
+
 			if (plan.ev_bytes[x] != want && !bytes_warned) {
 				fprintf(stderr, "xferbench: received event says %" PRIu64
 						" bytes, expected %" PRIu64 "\n",
 					plan.ev_bytes[x], want);
 				bytes_warned = true;
 			}
-			if (pb_verify(&ch_pool, plan.seeds[x],
-				      plan.dst + (size_t)x * nb, nb,
-				      plan.skip_blocks, err, sizeof(err))) {
+			rc = ch_verify(x, err, sizeof(err));
+			if (rc < 0) {
+				ch_ack(k->ack_fd, 0, 0, NULL, "verify: %s", err);
+				return;
+			}
+			if (rc) {
 				char hex[33];
 
 				pdx_xfer_id_hex(&plan.ids[x], hex);
@@ -343,6 +477,7 @@ static void ch_do(struct child *k, const struct cmd *c)
 	}
 	case CMD_SEND: {
 		uint64_t start, layer_ns = (uint64_t)llround(c->layer_ms * 1e6);
+		uint32_t slot = ch_sends++ % EVENT_SLOTS;
 
 		for (uint32_t x = 0; x < plan.conc; x++) {
 			plan.t_send[x] = pdx_now_ns();
@@ -356,15 +491,18 @@ static void ch_do(struct child *k, const struct cmd *c)
 		}
 		start = pdx_now_ns();
 		for (uint32_t l = 0; l < o.model->layers; l++) {
+			/* the kernels run inside the layer's compute time */
+			if (ch_gpu && layer_ns &&
+			    ch_compute_layer(l, err, sizeof(err))) {
+				ch_ack(k->ack_fd, 0, 0, NULL, "compute: %s", err);
+				return;
+			}
 			if (layer_ns)
 				ch_sleep_until(start + (l + 1) * layer_ns);
 			if (l == 0)
 				*plan.t_first_ld = pdx_now_ns();
-			st = pdx_engine_layer_done(ch_eng, l, plan.ids, plan.conc);
-			if (st != PDX_OK) {
-				ch_ack(k->ack_fd, 0, 0, NULL,
-				       "pdx_engine_layer_done(%u): %s", l,
-				       pdx_status_str(st));
+			if (ch_layer_done(l, slot, err, sizeof(err))) {
+				ch_ack(k->ack_fd, 0, 0, NULL, "%s", err);
 				return;
 			}
 		}
@@ -376,14 +514,54 @@ static void ch_do(struct child *k, const struct cmd *c)
 		ch_ack(k->ack_fd, 1, 0, NULL, NULL);
 		return;
 	}
+	case CMD_YARD:
+		ch_yardsticks(k);
+		return;
 	default:
 		ch_ack(k->ack_fd, 0, 0, NULL, "unknown command %u", c->op);
 	}
 }
 
+/* The KV pool, registered with the agent; our peer address in peer. */
+static int ch_pool_register(struct child *k, char *peer, size_t peer_len)
+{
+	char err[512];
+	pdx_status_t st;
+
+	if (!o.cuda && pb_pool_create(&ch_pool, k->shm_name, o.model,
+				      plan.pool_blocks)) {
+		ch_ack(k->ack_fd, 0, 0, NULL, "cannot create the KV pool");
+		return -1;
+	}
+	if (o.cuda && xb_cuda_pool_new(o.cuda_dev, o.model, plan.pool_blocks,
+				       EVENT_SLOTS, &ch_gpu, err, sizeof(err))) {
+		ch_ack(k->ack_fd, 0, 0, NULL, "GPU KV pool on device %d: %s",
+		       o.cuda_dev, err);
+		return -1;
+	}
+	/* an agent opening CUDA IPC handles answers slower than one mapping
+	 * shared memory: give it the whole start-up budget */
+	if (ch_gpu)
+		st = pb_register_regions_retry(
+			ch_eng, xb_cuda_pool_layout(ch_gpu),
+			xb_cuda_pool_region(ch_gpu), 1,
+			xb_cuda_pool_events(ch_gpu), peer, peer_len,
+			READY_TIMEOUT_MS / 2, NULL);
+	else
+		st = pb_register_retry(ch_eng, &ch_pool, peer, peer_len, 10000,
+				       NULL);
+	if (st != PDX_OK) {
+		ch_ack(k->ack_fd, 0, 0, NULL, "register with the agent at %s: %s",
+		       k->engine, pdx_status_str(st));
+		return -1;
+	}
+	return 0;
+}
+
 static void __attribute__((noreturn)) child_main(struct child *k, pid_t parent)
 {
-	struct pdx_engine_params ep = { .agent = k->engine, .timeout_ms = 2000 };
+	struct pdx_engine_params ep = { .agent = k->engine,
+					.timeout_ms = o.cuda ? 10000 : 2000 };
 	char peer[PDX_ADDR_MAX];
 	char logp[32];
 	pdx_status_t st;
@@ -397,31 +575,119 @@ static void __attribute__((noreturn)) child_main(struct child *k, pid_t parent)
 		_exit(1);
 	snprintf(logp, sizeof(logp), "xb-%s", k->role);
 	pdx_log_prefix(logp);
-	if (pb_pool_create(&ch_pool, k->shm_name, o.model, plan.pool_blocks)) {
-		ch_ack(k->ack_fd, 0, 0, NULL, "cannot create the KV pool");
-		_exit(1);
-	}
 	st = pdx_engine_connect(&ep, &ch_eng);
 	if (st != PDX_OK) {
 		ch_ack(k->ack_fd, 0, 0, NULL, "pdx_engine_connect(%s): %s",
 		       k->engine, pdx_status_str(st));
 		_exit(1);
 	}
-	st = pb_register_retry(ch_eng, &ch_pool, peer, sizeof(peer), 10000, NULL);
-	if (st != PDX_OK) {
-		ch_ack(k->ack_fd, 0, 0, NULL, "register with the agent at %s: %s",
-		       k->engine, pdx_status_str(st));
+	if (ch_pool_register(k, peer, sizeof(peer))) {
+		pb_pool_destroy(&ch_pool);
 		_exit(1);
 	}
 	ch_ack(k->ack_fd, 1, 0, peer, NULL);
 	while (read_all(k->cmd_fd, &c, sizeof(c)) == 0 && c.op != CMD_QUIT)
 		ch_do(k, &c);
 	pdx_engine_free(ch_eng);
+	xb_cuda_pool_free(ch_gpu);
 	pb_pool_destroy(&ch_pool);
 	_exit(0);
 }
 
 /* ---- the parent ---- */
+
+/* One line of an agent's log: peer.c says which path it moves data by as
+ * "peer ADDR ready: ..., data by PATH". */
+static void agent_log_line(struct child *k)
+{
+	static const char by[] = ", data by ";
+	const char *r = strstr(k->logline, " ready: ");
+	const char *d = r ? strstr(r, by) : NULL;
+
+	if (d)
+		snprintf(k->data_by, sizeof(k->data_by), "%s", d + strlen(by));
+}
+
+/* Copies what the agents logged since the last call to our stderr, noting
+ * their data paths. Also the cleanup hook: a failed run still shows the
+ * agents' last words. */
+static void agent_logs_drain(void)
+{
+	char buf[4096];
+
+	for (int i = 0; i < 2; i++) {
+		struct child *k = &kids[i];
+
+		while (k->log_fd > 0) {
+			ssize_t n = read(k->log_fd, buf, sizeof(buf));
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				break;
+			if (write_all(2, buf, (size_t)n))
+				break;
+			for (ssize_t j = 0; j < n; j++) {
+				if (buf[j] == '\n') {
+					k->logline[k->loglen] = '\0';
+					agent_log_line(k);
+					k->loglen = 0;
+				} else if (k->loglen < sizeof(k->logline) - 1) {
+					k->logline[k->loglen++] = buf[j];
+				}
+			}
+		}
+	}
+}
+
+/* The agent logs to a file that is unlinked at once (nothing to clean up)
+ * and that we read back through a second descriptor. Returns the agent's
+ * end. */
+static int agent_log_open(struct child *k, const char *dir)
+{
+	char path[512];
+	int wfd;
+
+	snprintf(path, sizeof(path), "%s/%c.log", dir, k->tag == 'P' ? 'p' : 'd');
+	wfd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
+	if (wfd < 0)
+		fail("agent log %s: %s", path, strerror(errno));
+	k->log_fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (k->log_fd < 0)
+		fail("agent log %s: %s", path, strerror(errno));
+	unlink(path);
+	return wfd;
+}
+
+/* --mem cuda: whether the device is there, asked in a child that exits,
+ * so that this process, which forks the engines later, never initialises
+ * CUDA (it does not survive fork()). No device: exit XB_CUDA_SKIP. */
+static void cuda_probe(void)
+{
+	char err[512];
+	pid_t pid;
+	int st;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+		fail("fork: %s", strerror(errno));
+	if (pid == 0) {
+		int rc = xb_cuda_probe(o.cuda_dev, err, sizeof(err));
+
+		if (rc)
+			fprintf(stderr, "pdx-xferbench: --mem %s: %s\n", o.mem, err);
+		_exit(rc == XB_CUDA_SKIP ? XB_CUDA_SKIP : rc ? 1 : 0);
+	}
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			fail("waitpid: %s", strerror(errno));
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == XB_CUDA_SKIP)
+		exit(XB_CUDA_SKIP);
+	fail("--mem %s: the CUDA check failed (wait status 0x%x)", o.mem, st);
+}
 
 static void check_alive(void)
 {
@@ -495,6 +761,7 @@ static void wait_acks(struct child **ks, int n, struct ack *acks, int timeout_ms
 			got[i] = true;
 			left--;
 		}
+		agent_logs_drain();
 		if (left)
 			check_alive();
 	}
@@ -596,6 +863,9 @@ struct results {
 	uint32_t xfers;
 	double memcpy_s;      /* the paired copy limit */
 	uint64_t memcpy_bytes;
+	/* --mem cuda: the device's copy rates, measured once */
+	char gpu[128];
+	double d2d_gbps, d2h_gbps;
 };
 
 static struct results res = { .verified = true };
@@ -664,7 +934,7 @@ static void run_iter(int iter, enum iter_kind kind, double layer_ms)
 		memcpy_pass(xfer_bytes(), ops ? xfer_bytes() / ops : 0, plan.conc,
 			    kind == ITER_MEASURE);
 	}
-	send_cmd(P, CMD_FILL, iter, 0, NULL);
+	send_cmd(P, CMD_FILL, iter, layer_ms, NULL);
 	wait_acks(&P, 1, acks, ACK_TIMEOUT_MS, "fill");
 	send_cmd(D, CMD_RECV, iter, 0, P->peer);
 	wait_acks(&D, 1, acks, ACK_TIMEOUT_MS, "recv");
@@ -760,7 +1030,13 @@ static void usage(FILE *f)
 		"  --concurrency C        transfers per iteration (default 1)\n"
 		"  --layer-ms X           modeled compute per layer, ms (default 0)\n"
 		"  --iters K              measured iterations, after 1 warm-up (default 5)\n"
-		"  --data-path auto|ipc|put|am  passed to the agents (default auto)\n"
+		"  --mem shm|cuda[:DEV]   where the engines keep their KV pools: /dev/shm\n"
+		"                         (default), or memory of CUDA device DEV (default\n"
+		"                         0) shared by CUDA IPC, with per-layer CUDA events;\n"
+		"                         exits 77 when there is no such device\n"
+		"  --data-path PATH       passed to both agents as is: auto (default), ipc,\n"
+		"                         put, am; for GPU memory e.g. cuda-ipc, staged,\n"
+		"                         cuda-put\n"
 		"  --xfer-timeout-ms N    passed to the agents (default: theirs)\n"
 		"  --agent-bin PATH       pdx-agent (default: ../agent/pdx-agent beside\n"
 		"                         this program)\n"
@@ -774,8 +1050,13 @@ static void usage(FILE *f)
 		"iteration; layer_xfer_ms = transfer time / layers with no compute;\n"
 		"exposed_ms = median time from the last layer computed to the decode\n"
 		"agent's \"received\" (engine_exposed_ms: to the engine reading it);\n"
-		"p50_ms, p99_ms = send posted to \"received\" read, per transfer.\n",
-		pdx_model_names());
+		"p50_ms, p99_ms = send posted to \"received\" read, per transfer;\n"
+		"data_by = the path the prefill agent logged it moves data by\n"
+		"(data_by_decode: the decode agent's). With --mem cuda: d2d_gbps,\n"
+		"d2h_gbps = cudaMemcpy of one transfer's bytes device to device and\n"
+		"device to pinned host on that GPU (median of %d, timed by CUDA events);\n"
+		"d2d_ratio, d2h_ratio = gbps / them.\n",
+		pdx_model_names(), YARD_REPS);
 }
 
 static void __attribute__((noreturn)) bad(const char *fmt, ...)
@@ -808,7 +1089,7 @@ static void parse_opts(int argc, char **argv)
 {
 	enum {
 		O_TLS = 256, O_MODEL, O_TOKENS, O_SKIP, O_RANDOM, O_CONC, O_LAYER,
-		O_ITERS, O_JSON, O_BIN, O_DATA, O_XTMO, O_SEED, O_HELP
+		O_ITERS, O_JSON, O_BIN, O_DATA, O_XTMO, O_SEED, O_MEM, O_HELP
 	};
 	static const struct option lo[] = {
 		{ "tls", required_argument, NULL, O_TLS },
@@ -824,9 +1105,11 @@ static void parse_opts(int argc, char **argv)
 		{ "data-path", required_argument, NULL, O_DATA },
 		{ "xfer-timeout-ms", required_argument, NULL, O_XTMO },
 		{ "seed", required_argument, NULL, O_SEED },
+		{ "mem", required_argument, NULL, O_MEM },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
+	const char *mem = "shm";
 	bool have_seed = false;
 	int c;
 
@@ -892,6 +1175,9 @@ static void parse_opts(int argc, char **argv)
 			o.seed = parse_u64("--seed", optarg, 0, UINT64_MAX);
 			have_seed = true;
 			break;
+		case O_MEM:
+			mem = optarg;
+			break;
 		case O_HELP:
 			usage(stdout);
 			exit(0);
@@ -913,10 +1199,23 @@ static void parse_opts(int argc, char **argv)
 	if (!o.model)
 		bad("--model: unknown model \"%s\" (known: %s)", o.model_name,
 		    pdx_model_names());
-	if (strcmp(o.data_path, "auto") && strcmp(o.data_path, "ipc") &&
-	    strcmp(o.data_path, "put") && strcmp(o.data_path, "am"))
-		bad("--data-path: \"%s\" is none of auto, ipc, put, am",
-		    o.data_path);
+	/* the agent judges the value: its paths grow (GPU memory) faster
+	 * than a list here would */
+	if (!o.data_path[0] || strlen(o.data_path) >= sizeof(kids[0].agent.data_path))
+		bad("--data-path: \"%s\" is empty or too long", o.data_path);
+	if (!strcmp(mem, "shm")) {
+		o.cuda = false;
+	} else if (!strncmp(mem, "cuda", 4) && (!mem[4] || mem[4] == ':')) {
+		o.cuda = true;
+		o.cuda_dev = mem[4] ? (int)parse_u64("--mem cuda:DEVICE", mem + 5,
+						      0, 1023) : 0;
+	} else {
+		bad("--mem: \"%s\" is neither shm nor cuda[:DEVICE]", mem);
+	}
+	if (o.cuda)
+		snprintf(o.mem, sizeof(o.mem), "cuda:%d", o.cuda_dev);
+	else
+		snprintf(o.mem, sizeof(o.mem), "shm");
 	if (o.skip_tokens / o.model->block_tokens >=
 	    (o.tokens + o.model->block_tokens - 1) / o.model->block_tokens)
 		bad("--skip-tokens %u leaves no block of the %u tokens to move",
@@ -940,10 +1239,68 @@ static double engine_exposed(void)
 	return percentile(res.engine_exposed_ms, res.exposed_n, 0.50);
 }
 
+/* s as a JSON string (quotes and escapes); null when empty. */
+static void json_str(const char *s)
+{
+	if (!s[0]) {
+		printf("null");
+		return;
+	}
+	putchar('"');
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\')
+			printf("\\%c", ch);
+		else if (ch < 0x20)
+			printf("\\u%04x", ch);
+		else
+			putchar(ch);
+	}
+	putchar('"');
+}
+
+/* x, or null without the GPU yardsticks */
+static void json_gpu_num(const char *key, double x)
+{
+	printf(", \"%s\": ", key);
+	if (o.cuda)
+		printf("%.4f", x);
+	else
+		printf("null");
+}
+
+/* --mem, the data paths the agents chose and, on a GPU, the yardsticks:
+ * the keys after the shm-era ones. */
+static void json_mem(double gbps)
+{
+	printf(", \"mem\": \"%s\", \"gpu\": ", o.mem);
+	json_str(res.gpu);
+	printf(", \"data_by\": ");
+	json_str(kids[0].data_by);
+	printf(", \"data_by_decode\": ");
+	json_str(kids[1].data_by);
+	json_gpu_num("d2d_gbps", res.d2d_gbps);
+	json_gpu_num("d2h_gbps", res.d2h_gbps);
+	json_gpu_num("d2d_ratio", res.d2d_gbps > 0 ? gbps / res.d2d_gbps : 0);
+	json_gpu_num("d2h_ratio", res.d2h_gbps > 0 ? gbps / res.d2h_gbps : 0);
+}
+
+static void print_gpu(double gbps)
+{
+	printf("  %-22s %.3f GB/s (throughput / it = %.3f)\n",
+	       "cudaMemcpy d2d", res.d2d_gbps,
+	       res.d2d_gbps > 0 ? gbps / res.d2d_gbps : 0);
+	printf("  %-22s %.3f GB/s (throughput / it = %.3f)\n",
+	       "cudaMemcpy d2h pinned", res.d2h_gbps,
+	       res.d2h_gbps > 0 ? gbps / res.d2h_gbps : 0);
+}
+
 static void print_results(double gbps, double op_bytes, double p50, double p99,
 			  double layer_xfer, double exposed, double mgbps)
 {
 	uint64_t bytes = xfer_bytes();
+	const char *by_p = kids[0].data_by[0] ? kids[0].data_by : "(not logged)";
 
 	if (o.json) {
 		printf("{\"tls\": \"%s\", \"model\": \"%s\", \"tokens\": %u, "
@@ -954,27 +1311,40 @@ static void print_results(double gbps, double op_bytes, double p50, double p99,
 		       "\"xfers\": %u, \"p50_ms\": %.4f, \"p99_ms\": %.4f, "
 		       "\"layer_xfer_ms\": %.4f, \"exposed_ms\": %.4f, "
 		       "\"engine_exposed_ms\": %.4f, "
-		       "\"verified\": %s, \"memcpy_gbps\": %.4f}\n",
+		       "\"verified\": %s, \"memcpy_gbps\": %.4f",
 		       o.tls, o.model->name, o.tokens, o.skip_tokens,
 		       o.concurrency, o.random_blocks ? "true" : "false",
 		       o.layer_ms, o.iters, o.data_path, o.seed, gbps, bytes,
 		       op_bytes, res.xfers, p50, p99, layer_xfer, exposed,
 		       engine_exposed(), res.verified ? "true" : "false", mgbps);
+		json_mem(gbps);
+		printf("}\n");
 		fflush(stdout);
 		return;
 	}
 	printf("pdx-xferbench: model %s, %u tokens%s, tls %s (UCX_TLS=%s), data path %s\n",
 	       o.model->name, o.tokens, o.skip_tokens ? " (some held)" : "",
 	       o.tls, o.ucx_tls, o.data_path);
-	printf("  concurrency %u, %s blocks, layer compute %g ms, %u iterations\n\n",
+	printf("  concurrency %u, %s blocks, layer compute %g ms, %u iterations\n",
 	       o.concurrency, o.random_blocks ? "random" : "contiguous",
 	       o.layer_ms, o.iters);
+	if (o.cuda)
+		printf("  KV pools in GPU memory, %s%s%s%s\n\n", o.mem,
+		       res.gpu[0] ? " (" : "", res.gpu, res.gpu[0] ? ")" : "");
+	else
+		printf("  KV pools in /dev/shm\n\n");
+	printf("  %-22s %s", "data by", by_p);
+	if (kids[1].data_by[0] && strcmp(kids[1].data_by, kids[0].data_by))
+		printf(" (decode agent: %s)", kids[1].data_by);
+	printf("\n");
 	printf("  %-22s %" PRIu64 " (%.2f MiB)\n", "bytes per transfer", bytes,
 	       (double)bytes / 1048576.0);
 	printf("  %-22s %.0f\n", "bytes per UCX op", op_bytes);
 	printf("  %-22s %u\n", "transfers measured", res.xfers);
 	printf("  %-22s %.3f GB/s\n", "throughput", gbps);
 	printf("  %-22s %.3f GB/s\n", "memcpy (1 thread)", mgbps);
+	if (o.cuda)
+		print_gpu(gbps);
 	printf("  %-22s %.3f ms\n", "latency p50", p50);
 	printf("  %-22s %.3f ms\n", "latency p99", p99);
 	printf("  %-22s %.4f ms\n", "per-layer transfer", layer_xfer);
@@ -982,6 +1352,21 @@ static void print_results(double gbps, double op_bytes, double p50, double p99,
 	       "exposed after compute", exposed, engine_exposed());
 	printf("  %-22s %s\n", "verified", res.verified ? "yes" : "NO");
 	fflush(stdout);
+}
+
+/* --mem cuda: P measures its device's copy rates once, with the GPU warm
+ * from the warm-up transfer and nothing else queued on it. */
+static void gpu_yardsticks(void)
+{
+	struct child *P = &kids[0];
+	struct ack a;
+
+	send_cmd(P, CMD_YARD, 0, 0, NULL);
+	wait_acks(&P, 1, &a, ACK_TIMEOUT_MS, "yardsticks");
+	res.d2d_gbps = a.d2d_gbps;
+	res.d2h_gbps = a.d2h_gbps;
+	fprintf(stderr, "pdx-xferbench: %s: cudaMemcpy d2d %.3f GB/s, d2h (pinned) %.3f GB/s\n",
+		o.mem, a.d2d_gbps, a.d2h_gbps);
 }
 
 int main(int argc, char **argv)
@@ -996,6 +1381,8 @@ int main(int argc, char **argv)
 
 	parse_opts(argc, argv);
 	pdx_log_prefix("xferbench");
+	if (o.cuda)
+		cuda_probe();
 
 	plan.conc = o.concurrency;
 	plan.nblocks = (o.tokens + o.model->block_tokens - 1) / o.model->block_tokens;
@@ -1005,7 +1392,7 @@ int main(int argc, char **argv)
 	pool_bytes = (uint64_t)plan.pool_blocks * o.model->layers *
 		     o.model->tensors * o.model->block_tokens *
 		     o.model->kv_heads * o.model->head_dim * o.model->dtype_bytes;
-	if (statvfs("/dev/shm", &sv) == 0 &&
+	if (!o.cuda && statvfs("/dev/shm", &sv) == 0 &&
 	    (uint64_t)sv.f_bavail * sv.f_frsize < 2 * pool_bytes)
 		fail("/dev/shm has %.2f GiB free; two pools need %.2f GiB",
 		     (double)sv.f_bavail * sv.f_frsize / 1073741824.0,
@@ -1016,6 +1403,7 @@ int main(int argc, char **argv)
 		fail("out of memory");
 
 	pb_cleanup_install();
+	pb_cleanup_hook(agent_logs_drain);
 	plan_alloc();
 	if (pb_tmpdir(dir, sizeof(dir)))
 		fail("cannot make a temporary directory");
@@ -1028,6 +1416,7 @@ int main(int argc, char **argv)
 		struct child *k = &kids[i];
 		struct pb_agent_opts ao = { 0 };
 		char path[4200];
+		int log_wfd;
 
 		for (int t = 0; t < 16 && (ports[i] < 0 ||
 					    (i == 1 && ports[1] == ports[0]));
@@ -1037,7 +1426,8 @@ int main(int argc, char **argv)
 			fail("no free TCP port on 127.0.0.1");
 		snprintf(k->shm_name, sizeof(k->shm_name), "/pdx-xb-%d-%c",
 			 (int)me, k->tag);
-		pb_track_shm(k->shm_name);
+		if (!o.cuda)
+			pb_track_shm(k->shm_name);
 		snprintf(path, sizeof(path), "%s/%c.engine", dir,
 			 k->tag == 'P' ? 'p' : 'd');
 		pb_track_path(path);
@@ -1049,8 +1439,11 @@ int main(int argc, char **argv)
 		ao.tls = o.ucx_tls;
 		ao.data_path = o.data_path;
 		ao.xfer_timeout_ms = o.xfer_timeout_ms;
+		log_wfd = agent_log_open(k, dir);
+		ao.log_fd = log_wfd;
 		if (pb_agent_start(&k->agent, &ao))
 			fail("cannot start the %s agent", k->role);
+		close(log_wfd); /* the agent has it; we never restart one */
 	}
 	for (int i = 0; i < 2; i++)
 		start_child(&kids[i]);
@@ -1061,11 +1454,15 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < 2; i++) {
 		snprintf(kids[i].peer, sizeof(kids[i].peer), "%s", acks[i].peer);
-		fprintf(stderr, "pdx-xferbench: %s engine registered; its agent is %s\n",
-			kids[i].role, kids[i].peer);
+		fprintf(stderr, "pdx-xferbench: %s engine registered%s%s; its agent is %s\n",
+			kids[i].role, acks[i].gpu[0] ? " on " : "", acks[i].gpu,
+			kids[i].peer);
 	}
+	snprintf(res.gpu, sizeof(res.gpu), "%s", acks[0].gpu);
 
 	run_iter(0, ITER_WARMUP, 0);
+	if (o.cuda)
+		gpu_yardsticks();
 	if (o.layer_ms > 0)
 		run_iter(0, ITER_CALIBRATE, 0);
 	for (uint32_t i = 1; i <= o.iters; i++)
@@ -1095,6 +1492,7 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < 2; i++)
 		pb_agent_stop(&kids[i].agent);
+	agent_logs_drain();
 	pb_tmpdir_remove(dir);
 
 	gbps = res.wall_s > 0 ? (double)res.bytes / res.wall_s / 1e9 : 0;
