@@ -41,6 +41,8 @@ static inline bool data_path_gpu(enum data_path d)
 }
 
 const char *data_path_name(enum data_path d);
+/* The option's spelling: "ipc", "cuda-ipc", ... ("auto" for none). */
+const char *data_path_key(enum data_path d);
 
 struct agent_config {
 	const char *engine_addr; /* ipc://... the engine link */

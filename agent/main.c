@@ -119,18 +119,12 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 			exit(0);
 		}
 		case 'd': {
-			static const char *const names[] = {
-				[DATA_AUTO] = "auto",	     [DATA_IPC] = "ipc",
-				[DATA_PUT] = "put",	     [DATA_AM] = "am",
-				[DATA_CUDA_PUT] = "cuda-put", [DATA_CUDA_IPC] = "cuda-ipc",
-				[DATA_STAGED] = "staged",
-			};
-			size_t i = 0;
+			int i = DATA_AUTO;
 
-			while (i < sizeof(names) / sizeof(names[0]) &&
-			       strcmp(optarg, names[i]) != 0)
+			while (i <= DATA_STAGED &&
+			       strcmp(optarg, data_path_key(i)) != 0)
 				i++;
-			if (i == sizeof(names) / sizeof(names[0])) {
+			if (i > DATA_STAGED) {
 				fprintf(stderr, "pdx-agent: --data-path must be auto, ipc, put, am, cuda-put, cuda-ipc or staged\n");
 				return -1;
 			}

@@ -237,6 +237,18 @@ static void peer_ep_error(void *arg, pdx_status_t status)
 	xfers_peer_failed(p->agent, p, 0, PDX_EPEER, "ucx endpoint failed");
 }
 
+const char *data_path_key(enum data_path d)
+{
+	static const char *const keys[] = {
+		[DATA_AUTO] = "auto",	      [DATA_IPC] = "ipc",
+		[DATA_PUT] = "put",	      [DATA_AM] = "am",
+		[DATA_CUDA_PUT] = "cuda-put", [DATA_CUDA_IPC] = "cuda-ipc",
+		[DATA_STAGED] = "staged",
+	};
+
+	return keys[d];
+}
+
 const char *data_path_name(enum data_path d)
 {
 	static const char *const names[] = {

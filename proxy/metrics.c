@@ -250,6 +250,22 @@ static int render_transfers(const struct pdx_transfers *t,
 	bad |= evbuffer_add_printf(out,
 				   "pdx_proxy_transfers_expired_total %llu\n",
 				   (unsigned long long)t->expired) < 0;
+	bad |= family(out, "pdx_proxy_transfers_sent_total", "counter",
+		      "transfers of this proxy the sending agents reported sent, "
+		      "by the data path they chose (pdx-agent --data-path)");
+	for (int i = 0; i < PDX_TRANSFER_PATHS; i++)
+		bad |= evbuffer_add_printf(
+			   out, "pdx_proxy_transfers_sent_total{path=\"%s\"} %llu\n",
+			   pdx_transfer_paths[i],
+			   (unsigned long long)t->sent[i]) < 0;
+	bad |= family(out, "pdx_proxy_transfer_sent_bytes_total", "counter",
+		      "KV bytes of those transfers, by data path");
+	for (int i = 0; i < PDX_TRANSFER_PATHS; i++)
+		bad |= evbuffer_add_printf(
+			   out,
+			   "pdx_proxy_transfer_sent_bytes_total{path=\"%s\"} %llu\n",
+			   pdx_transfer_paths[i],
+			   (unsigned long long)t->sent_bytes[i]) < 0;
 	return bad;
 }
 

@@ -43,6 +43,26 @@ static void transfer_free(struct pdx_transfers *t, struct pdx_transfer *x)
 	free(x);
 }
 
+const char *const pdx_transfer_paths[PDX_TRANSFER_PATHS] = {
+	"ipc", "put", "am", "cuda-put", "cuda-ipc", "staged",
+};
+
+/* A "sent" notification: counted by the path it names. */
+static void count_path(struct pdx_transfers *t, const msgpack_object *m)
+{
+	char path[16];
+	uint64_t bytes = 0;
+
+	if (pdx_mp_get_str(m, "path", path, sizeof(path)))
+		return;
+	pdx_mp_get_u64(m, "bytes", &bytes);
+	for (int i = 0; i < PDX_TRANSFER_PATHS; i++)
+		if (!strcmp(path, pdx_transfer_paths[i])) {
+			t->sent[i]++;
+			t->sent_bytes[i] += bytes;
+		}
+}
+
 /* One xfer_event: the side whose agent sent it is done. */
 static void on_event(struct pdx_transfers *t, const void *buf, size_t len)
 {
@@ -61,10 +81,12 @@ static void on_event(struct pdx_transfers *t, const void *buf, size_t len)
 		msgpack_unpacked_destroy(&msg);
 		return;
 	}
-	msgpack_unpacked_destroy(&msg);
 	t->events++;
 	pdx_xfer_id_hex(&xid, id);
 	HASH_FIND_STR(t->table, id, x);
+	if (x && !strcmp(kind, "sent"))
+		count_path(t, &msg.data);
+	msgpack_unpacked_destroy(&msg);
 	if (!x) {
 		t->unknown++;
 		return;

@@ -27,6 +27,11 @@ struct pdx_transfer;
 
 #define PDX_TRANSFERS_MAX 65536 /* counted at once; more are not counted */
 
+/* The agents' data paths (pdx-agent --data-path), as notifications name
+ * them. */
+#define PDX_TRANSFER_PATHS 6
+extern const char *const pdx_transfer_paths[PDX_TRANSFER_PATHS];
+
 struct pdx_transfers {
 	void *zctx, *sock; /* NULL: not listening */
 	struct event *ev, *sweep;
@@ -38,6 +43,9 @@ struct pdx_transfers {
 	uint64_t unknown;  /* of those, for no transfer counted here */
 	uint64_t expired;  /* transfers dropped unreported */
 	uint64_t bad;	   /* messages that were not an xfer_event */
+	/* transfers the sending agents reported sent, and their bytes, by
+	 * the data path they moved by (pdx_transfer_paths) */
+	uint64_t sent[PDX_TRANSFER_PATHS], sent_bytes[PDX_TRANSFER_PATHS];
 	char endpoint[160]; /* the bound address */
 };
 

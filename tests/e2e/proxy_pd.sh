@@ -78,7 +78,12 @@ t = open(sys.argv[1]).read()
 assert re.search(r'^pdx_proxy_transfer_notifications_total\{about=\"counted\"\} 20$', t, re.M), t
 g = re.findall(r'^pdx_proxy_instance_transfers\{.*\} (\d+)$', t, re.M)
 assert g == ['0', '0'], g
-assert re.search(r'^pdx_proxy_transfer_notifications_total\{about=\"bad\"\} 0$', t, re.M)" \
+assert re.search(r'^pdx_proxy_transfer_notifications_total\{about=\"bad\"\} 0$', t, re.M)
+# same host, shared memory: every one moved by the ipc path
+assert re.search(r'^pdx_proxy_transfers_sent_total\{path=\"ipc\"\} 10$', t, re.M), t
+b = re.search(r'^pdx_proxy_transfer_sent_bytes_total\{path=\"ipc\"\} (\d+)$', t, re.M)
+assert b and int(b.group(1)) > 0, b
+assert re.search(r'^pdx_proxy_transfers_sent_total\{path=\"staged\"\} 0$', t, re.M), t" \
 	"$E2E_TMP/mxfer" || fail "transfer notifications: $(grep transfer "$E2E_TMP/mxfer")"
 
 grep -q "prefill started; decode dispatched" "$E2E_TMP/XE.log" ||
