@@ -37,8 +37,9 @@ __global__ void k_copy(struct pdx__plan_dev src, struct pdx__plan_dev dst,
 }
 
 /* Plan tables come from a pool of their own, one per device, that never
- * adds a stream dependency to reuse memory. Allocating from the device's
- * default pool, our private stream could be made to wait for a free still
+ * adds a stream dependency to reuse memory. The device's default pool
+ * allows that (cudaMemPoolReuseAllowInternalDependencies), so an
+ * allocation on our private stream may be made to wait for a free still
  * queued behind a cudaStreamWaitEvent on the engine's event, and plan_new's
  * synchronise would then wait for the engine after all. Kept for the
  * process's life; PLAN_POOL_KEEP spares a remap per plan. */
