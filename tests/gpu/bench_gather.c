@@ -1,7 +1,8 @@
 /* Plan gather, scatter and pool-to-pool copy, and the host staging path,
  * each against the cudaMemcpy of the same bytes that bounds it, on a
  * synthetic pool (docs/gpu.md, "GPU measurements").
- *   bench_gather [--json] [layers] [block_tokens] [kv_heads] [head_dim] [blocks]
+ *   bench_gather [--json] [layers] [block_tokens] [kv_heads] [head_dim]
+ *                [blocks]
  * Defaults: llama3-8b (32 layers, 16 tokens, 8 KV heads, 128 dim, 2-byte
  * dtype, K and V), 1024 scattered blocks of a 2048-block pool. Each time is
  * the median of REPS runs after WARMUP, timed with CUDA events; GB/s count
