@@ -12,9 +12,8 @@ __global__ void k_fill(struct pdx__plan_dev d, uint64_t segs, uint64_t bb,
 		uint64_t lt = s / d.n, l = lt / d.tensors, t = lt % d.tensors;
 		uint32_t block = d.ids[s % d.n];
 		uint8_t *p = pdx__plan_seg(&d, s);
-		uint64_t key = pdx__dmix64(seed ^ pdx__dmix64((l << 40) ^
-							      (t << 32) ^
-							      block));
+		uint64_t key = pdx__dmix64(
+		    seed ^ pdx__dmix64((l << 40) ^ (t << 32) ^ block));
 
 		for (uint64_t w = threadIdx.x; w * 8 < bb; w += blockDim.x) {
 			uint64_t word = pdx__dmix64(key + w);
@@ -31,7 +30,7 @@ static pdx_status_t plan_fill(const struct pdx_kv_plan *p, uint64_t seed,
 	if (!p->segs)
 		return PDX_OK;
 	k_fill<<<pdx__grid(p->segs), PDX__THREADS, 0, st>>>(p->dev, p->segs,
-							     p->bb, seed);
+							    p->bb, seed);
 	return pdx__cuda_launched();
 }
 

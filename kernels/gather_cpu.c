@@ -104,9 +104,13 @@ pdx_status_t pdx_kv_copy_cpu(const struct pdx_kv_region *src,
 		return PDX_EINVAL;
 	for (uint32_t i = 0; i < a->layers; i++)
 		for (uint32_t t = 0; t < a->tensors; t++)
-			for (uint32_t k = 0; k < n; k++)
-				memcpy(pdx_kv_block_ptr(dst, i, t, dst_blocks[k]),
-				       pdx_kv_block_ptr(src, i, t, src_blocks[k]),
+			for (uint32_t k = 0; k < n; k++) {
+				uint8_t *to = pdx_kv_block_ptr(dst, i, t,
+							       dst_blocks[k]);
+
+				memcpy(to, pdx_kv_block_ptr(src, i, t,
+							    src_blocks[k]),
 				       bb);
+			}
 	return PDX_OK;
 }

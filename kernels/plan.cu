@@ -37,8 +37,9 @@ __global__ void k_copy(struct pdx__plan_dev src, struct pdx__plan_dev dst,
 }
 
 /* Plan tables come from a pool of their own, one per device, that never
- * adds a stream dependency to reuse memory. Allocating from the device's
- * default pool, our private stream could be made to wait for a free still
+ * adds a stream dependency to reuse memory. The device's default pool
+ * allows that (cudaMemPoolReuseAllowInternalDependencies), so an
+ * allocation on our private stream may be made to wait for a free still
  * queued behind a cudaStreamWaitEvent on the engine's event, and plan_new's
  * synchronise would then wait for the engine after all. Kept for the
  * process's life; PLAN_POOL_KEEP spares a remap per plan. */
@@ -96,7 +97,7 @@ static pdx_status_t table_upload(struct pdx_kv_plan *p, const void *h,
 	}
 	/* h is pageable and freed on return: wait for the copy */
 	if (cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, st) !=
-		    cudaSuccess ||
+		cudaSuccess ||
 	    cudaStreamSynchronize(st) != cudaSuccess) {
 		rc = PDX_EIO;
 		cudaFreeAsync(d, st);
@@ -136,8 +137,8 @@ extern "C" pdx_status_t pdx_kv_plan_new_cuda(const struct pdx_kv_region *kv,
 		for (uint32_t t = 0; t < l->tensors; t++) {
 			uint64_t lt = (uint64_t)i * l->tensors + t;
 
-			h[lt] = (uint64_t)(uintptr_t)pdx_kv_block_ptr(kv, i, t,
-								      0);
+			h[lt] =
+			    (uint64_t)(uintptr_t)pdx_kv_block_ptr(kv, i, t, 0);
 			h[lts + lt] = l->layer[i].block_stride;
 			bits |= h[lt] | h[lts + lt];
 		}
@@ -204,8 +205,7 @@ extern "C" uint64_t pdx_kv_plan_segment_bytes(const struct pdx_kv_plan *p)
 	return p ? p->bb : 0;
 }
 
-static int in_range(const struct pdx_kv_plan *p, uint64_t first,
-		    uint64_t count)
+static int in_range(const struct pdx_kv_plan *p, uint64_t first, uint64_t count)
 {
 	return p && first <= p->segs && count <= p->segs - first;
 }
@@ -219,9 +219,9 @@ static pdx_status_t plan_move(const struct pdx_kv_plan *p, uint64_t first,
 	if (!count)
 		return PDX_OK;
 	k_move<<<pdx__grid(count), PDX__THREADS, 0, (cudaStream_t)stream>>>(
-		p->dev, first, count, staging, p->bb,
-		pdx__unit(p->align | p->bb | (uint64_t)(uintptr_t)staging),
-		scatter);
+	    p->dev, first, count, staging, p->bb,
+	    pdx__unit(p->align | p->bb | (uint64_t)(uintptr_t)staging),
+	    scatter);
 	return pdx__cuda_launched();
 }
 
@@ -251,7 +251,7 @@ extern "C" pdx_status_t pdx_kv_plan_copy_cuda(const struct pdx_kv_plan *src,
 	if (!count)
 		return PDX_OK;
 	k_copy<<<pdx__grid(count), PDX__THREADS, 0, (cudaStream_t)stream>>>(
-		src->dev, dst->dev, first, count, src->bb,
-		pdx__unit(src->align | dst->align | src->bb));
+	    src->dev, dst->dev, first, count, src->bb,
+	    pdx__unit(src->align | dst->align | src->bb));
 	return pdx__cuda_launched();
 }

@@ -1,8 +1,13 @@
 /* Each CUDA kernel (kernels/<name>.cu) against its CPU reference on random
- * layouts: same inputs, byte-for-byte the same outputs. Exits 77 (meson's
- * "skipped") where there is no GPU. */
+ * layouts: same inputs, byte-for-byte the same outputs; plans on random
+ * segment ranges and between differently laid out pools; and plans used
+ * the agent's way, behind a stream that waits for the engine. Exits 77
+ * (meson's "skipped") where there is no GPU. */
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -33,29 +38,43 @@ struct pool {
 	struct pdx_kv_region hkv, dkv;
 };
 
-static int pool_new(struct pool *p)
+#define MAX_BLOCKS 48
+
+/* With `like`, the same shape laid out otherwise: at least min_blocks
+ * blocks, K and V in swapped regions, other padding, another start. */
+static int pool_new(struct pool *p, const struct pdx_kv_layout *like,
+		    uint32_t min_blocks)
 {
 	static const uint32_t T[] = { 1, 3, 16, 32 }, H[] = { 1, 2, 4, 8 },
 			      D[] = { 1, 7, 64, 128 }, DT[] = { 1, 2, 4 },
 			      PAD[] = { 0, 0, 16, 5 };
 	uint64_t bb, off = 0;
+	uint32_t swap = 0;
 
 	memset(p, 0, sizeof(*p));
-	p->l.layers = 1 + (uint32_t)(rnd() % 16);
-	p->l.tensors = 1 + (uint32_t)(rnd() % 2);
-	p->l.blocks = 1 + (uint32_t)(rnd() % 40);
-	p->l.block_tokens = pick(T, 4);
-	p->l.kv_heads = pick(H, 4);
-	p->l.head_dim = pick(D, 4);
-	p->l.dtype_bytes = pick(DT, 3);
-	p->l.order = (enum pdx_kv_order)(rnd() % 2);
+	if (like) {
+		p->l = *like;
+		p->l.blocks = min_blocks + (uint32_t)(rnd() % 8);
+		/* mostly 16-byte aligned, sometimes not */
+		off = rnd() % 3 ? 16 * (rnd() % 4) : 1 + rnd() % 15;
+		swap = 1;
+	} else {
+		p->l.layers = 1 + (uint32_t)(rnd() % 16);
+		p->l.tensors = 1 + (uint32_t)(rnd() % 2);
+		p->l.blocks = 1 + (uint32_t)(rnd() % 40);
+		p->l.block_tokens = pick(T, 4);
+		p->l.kv_heads = pick(H, 4);
+		p->l.head_dim = pick(D, 4);
+		p->l.dtype_bytes = pick(DT, 3);
+		p->l.order = (enum pdx_kv_order)(rnd() % 2);
+	}
 	p->l.layer = p->layer;
 	bb = pdx_kv_layout_block_bytes(&p->l);
 	for (uint32_t i = 0; i < p->l.layers; i++) {
 		p->layer[i].block_stride = bb + pick(PAD, 4);
 		for (uint32_t t = 0; t < p->l.tensors; t++)
-			p->layer[i].base[t] =
-				(struct pdx_kv_ref){ .region = t, .offset = off };
+			p->layer[i].base[t] = (struct pdx_kv_ref){
+				.region = (t + swap) % 2, .offset = off };
 		off += (uint64_t)p->l.blocks * p->layer[i].block_stride;
 	}
 	p->size = off;
@@ -70,7 +89,8 @@ static int pool_new(struct pool *p)
 	}
 	p->hkv = (struct pdx_kv_region){ &p->l, p->h, 2 };
 	p->dkv = (struct pdx_kv_region){ &p->l, p->d, 2 };
-	return 0;
+	/* the copies above may still be landing, unseen by other streams */
+	return cudaDeviceSynchronize() == cudaSuccess ? 0 : -1;
 }
 
 /* Device regions equal host ones, byte for byte. */
@@ -115,7 +135,7 @@ static void one_layout(int round)
 	uint64_t *h1, *h2;
 	struct pdx_kv_shape s;
 
-	if (pool_new(&p)) {
+	if (pool_new(&p, NULL, 0)) {
 		CHECK(!"device allocation");
 		return;
 	}
@@ -200,6 +220,249 @@ static void one_layout(int round)
 	pool_free(&p);
 }
 
+/* n distinct block ids below blocks, in random order. */
+static void distinct(uint32_t *ids, uint32_t n, uint32_t blocks)
+{
+	uint32_t all[MAX_BLOCKS];
+
+	for (uint32_t i = 0; i < blocks; i++)
+		all[i] = i;
+	for (uint32_t i = blocks; i > 1; i--) {
+		uint32_t j = (uint32_t)(rnd() % i), x = all[i - 1];
+
+		all[i - 1] = all[j];
+		all[j] = x;
+	}
+	memcpy(ids, all, n * sizeof(*ids));
+}
+
+/* A random non-empty range of segs segments. */
+static void range(uint64_t segs, uint64_t *first, uint64_t *count)
+{
+	*count = 1 + rnd() % segs;
+	*first = rnd() % (segs - *count + 1);
+}
+
+/* Plans that do not fit each other or the range asked for. */
+static void plan_errors(struct pool *a, struct pdx_kv_plan *pa,
+			const uint32_t *ia, uint32_t n, uint8_t *d)
+{
+	struct pdx_kv_layout wide = a->l;
+	struct pdx_kv_region wkv = { &wide, a->d, 2 };
+	struct pdx_kv_plan *pz = NULL, *pw = NULL;
+	struct pdx_kv_plan *out = (struct pdx_kv_plan *)&wide;
+	uint64_t segs = pdx_kv_plan_segments(pa);
+	uint32_t bad[1] = { a->l.blocks };
+
+	/* past the end, wrapping around, NULL staging; empty is fine */
+	CHECK_EQ(pdx_kv_plan_gather_cuda(pa, segs, 1, d, NULL), PDX_EINVAL);
+	CHECK_EQ(pdx_kv_plan_gather_cuda(pa, 1, UINT64_MAX, d, NULL),
+		 PDX_EINVAL);
+	CHECK_EQ(pdx_kv_plan_scatter_cuda(pa, 0, segs + 1, d, NULL),
+		 PDX_EINVAL);
+	CHECK_EQ(pdx_kv_plan_gather_cuda(pa, 0, 1, NULL, NULL), PDX_EINVAL);
+	CHECK_EQ(pdx_kv_plan_copy_cuda(pa, pa, segs - 1, 2, NULL), PDX_EINVAL);
+	CHECK_EQ(pdx_kv_plan_gather_cuda(pa, segs, 0, d, NULL), PDX_OK);
+	/* fewer segments (none), wider segments */
+	CHECK_EQ(pdx_kv_plan_new_cuda(&a->dkv, ia, 0, &pz), PDX_OK);
+	CHECK_EQ(pdx_kv_plan_segments(pz), 0);
+	CHECK_EQ(pdx_kv_plan_copy_cuda(pa, pz, 0, 1, NULL), PDX_EINVAL);
+	CHECK_EQ(pdx_kv_plan_copy_cuda(pz, pa, 0, 0, NULL), PDX_EINVAL);
+	wide.head_dim++;
+	CHECK_EQ(pdx_kv_plan_new_cuda(&wkv, ia, n, &pw), PDX_OK);
+	CHECK_EQ(pdx_kv_plan_segments(pw), segs);
+	CHECK(pdx_kv_plan_segment_bytes(pw) != pdx_kv_plan_segment_bytes(pa));
+	CHECK_EQ(pdx_kv_plan_copy_cuda(pa, pw, 0, 1, NULL), PDX_EINVAL);
+	CHECK_EQ(pdx_kv_plan_copy_cuda(pw, pa, 0, 1, NULL), PDX_EINVAL);
+	CHECK_EQ(pdx_kv_plan_copy_cuda(NULL, pa, 0, 0, NULL), PDX_EINVAL);
+	/* a block id past the pool; no output: *out untouched */
+	CHECK_EQ(pdx_kv_plan_new_cuda(&a->dkv, bad, 1, &out), PDX_ERANGE);
+	CHECK(out == (struct pdx_kv_plan *)&wide);
+	CHECK_EQ(pdx_kv_plan_new_cuda(&a->dkv, ia, n, NULL), PDX_EINVAL);
+	pdx_kv_plan_free_cuda(NULL);
+	pdx_kv_plan_free_cuda(pz);
+	pdx_kv_plan_free_cuda(pw);
+}
+
+/* Plan gather, scatter and copy of random segment ranges against the
+ * matching slice of the CPU gather and scatter, and a whole copy against
+ * pdx_kv_copy_cpu(), between two pools of the same shape laid out
+ * otherwise, on a stream of their own. */
+static void plans(int round)
+{
+	struct pool a, b;
+	struct pdx_kv_plan *pa = NULL, *pb = NULL;
+	uint32_t ia[MAX_BLOCKS], ib[MAX_BLOCKS], n;
+	uint64_t bb, segs, per, len, first = 0, count = 0;
+	uint8_t *ha, *hb, *hr, *d;
+	cudaStream_t st;
+
+	if (pool_new(&a, NULL, 0)) {
+		CHECK(!"device allocation");
+		return;
+	}
+	n = 1 + (uint32_t)(rnd() % a.l.blocks);
+	if (pool_new(&b, &a.l, n)) {
+		CHECK(!"device allocation");
+		return;
+	}
+	distinct(ia, n, a.l.blocks);
+	distinct(ib, n, b.l.blocks);
+	bb = pdx_kv_layout_block_bytes(&a.l);
+	per = (uint64_t)a.l.tensors * n;
+	segs = a.l.layers * per;
+	len = segs * bb;
+	ha = malloc(len);
+	hb = malloc(len);
+	hr = malloc(len);
+	cudaMalloc((void **)&d, len);
+	cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+	CHECK_EQ(pdx_kv_plan_new_cuda(&a.dkv, ia, n, &pa), PDX_OK);
+	CHECK_EQ(pdx_kv_plan_new_cuda(&b.dkv, ib, n, &pb), PDX_OK);
+	if (!pa || !pb)
+		goto out;
+	CHECK_EQ(pdx_kv_plan_segments(pa), segs);
+	CHECK_EQ(pdx_kv_plan_segment_bytes(pa), bb);
+
+	/* gather layer by layer, as the agent does */
+	CHECK_EQ(pdx_kv_gather_cpu(&a.hkv, ia, n, ha), PDX_OK);
+	for (uint32_t l = 0; l < a.l.layers; l++)
+		CHECK_EQ(pdx_kv_plan_gather_cuda(pa, l * per, per,
+						 d + l * per * bb, st),
+			 PDX_OK);
+	cudaStreamSynchronize(st);
+	CHECK(dev_same(d, ha, len));
+	/* a range lands at offset 0 and writes nothing past its end */
+	range(segs, &first, &count);
+	cudaMemsetAsync(d, 0xa5, len, st);
+	memset(hr, 0xa5, len);
+	memcpy(hr, ha + first * bb, count * bb);
+	CHECK_EQ(pdx_kv_plan_gather_cuda(pa, first, count, d, st), PDX_OK);
+	cudaStreamSynchronize(st);
+	CHECK(dev_same(d, hr, len));
+
+	/* scatter new bytes into a range */
+	range(segs, &first, &count);
+	for (uint64_t i = 0; i < count * bb; i++)
+		hr[i] = (uint8_t)rnd();
+	/* on st: a pageable cudaMemcpy may return before its DMA is done */
+	cudaMemcpyAsync(d, hr, count * bb, cudaMemcpyHostToDevice, st);
+	CHECK_EQ(pdx_kv_plan_scatter_cuda(pa, first, count, d, st), PDX_OK);
+	cudaStreamSynchronize(st);
+	memcpy(ha + first * bb, hr, count * bb);
+	CHECK_EQ(pdx_kv_scatter_cpu(&a.hkv, ia, n, ha), PDX_OK);
+	CHECK(pool_same(&a));
+
+	/* copy a range into b, then all of it */
+	range(segs, &first, &count);
+	CHECK_EQ(pdx_kv_gather_cpu(&b.hkv, ib, n, hb), PDX_OK);
+	memcpy(hb + first * bb, ha + first * bb, count * bb);
+	CHECK_EQ(pdx_kv_scatter_cpu(&b.hkv, ib, n, hb), PDX_OK);
+	CHECK_EQ(pdx_kv_plan_copy_cuda(pa, pb, first, count, st), PDX_OK);
+	cudaStreamSynchronize(st);
+	CHECK(pool_same(&b));
+	CHECK_EQ(pdx_kv_copy_cpu(&a.hkv, ia, &b.hkv, ib, n), PDX_OK);
+	CHECK_EQ(pdx_kv_plan_copy_cuda(pa, pb, 0, segs, st), PDX_OK);
+	cudaStreamSynchronize(st);
+	CHECK(pool_same(&b));
+	CHECK(pool_same(&a));
+
+	plan_errors(&a, pa, ia, n, d);
+	cudaDeviceSynchronize();
+out:
+	if (check_failures)
+		fprintf(stderr,
+			"plans round %d: layers %u tensors %u blocks %u/%u bb %llu n %u range %llu+%llu\n",
+			round, a.l.layers, a.l.tensors, a.l.blocks, b.l.blocks,
+			(unsigned long long)bb, n, (unsigned long long)first,
+			(unsigned long long)count);
+	pdx_kv_plan_free_cuda(pa);
+	pdx_kv_plan_free_cuda(pb);
+	cudaStreamDestroy(st);
+	cudaFree(d);
+	free(ha);
+	free(hb);
+	free(hr);
+	pool_free(&a);
+	pool_free(&b);
+}
+
+/* The engine's forward pass: holds its stream until the test lets go. */
+static atomic_int engine_done;
+
+static void CUDART_CB engine_busy(void *arg)
+{
+	while (!atomic_load(&engine_done))
+		usleep(100);
+}
+
+static void blocked(int sig)
+{
+	static const char msg[] = "plan call blocked behind the engine\n";
+
+	(void)!write(2, msg, sizeof(msg) - 1);
+	_exit(1);
+}
+
+/* The agent's use: its stream waits for the engine's "layer computed"
+ * event. Building a plan, launching with it, freeing another, and a one-
+ * shot gather (whose plan is freed behind the wait) must all return while
+ * the engine is still busy. */
+static void no_wait_for_engine(void)
+{
+	struct pool p;
+	struct pdx_kv_plan *old = NULL, *pl = NULL;
+	uint32_t ids[MAX_BLOCKS], n;
+	uint64_t len;
+	uint8_t *hs, *d1, *d2;
+	cudaStream_t engine, agent;
+	cudaEvent_t layer;
+
+	if (pool_new(&p, NULL, 0)) {
+		CHECK(!"device allocation");
+		return;
+	}
+	n = p.l.blocks;
+	distinct(ids, n, n);
+	len = (uint64_t)p.l.layers * p.l.tensors * n *
+	      pdx_kv_layout_block_bytes(&p.l);
+	hs = malloc(len);
+	cudaMalloc((void **)&d1, len);
+	cudaMalloc((void **)&d2, len);
+	cudaStreamCreateWithFlags(&engine, cudaStreamNonBlocking);
+	cudaStreamCreateWithFlags(&agent, cudaStreamNonBlocking);
+	cudaEventCreateWithFlags(&layer, cudaEventDisableTiming);
+	CHECK_EQ(pdx_kv_plan_new_cuda(&p.dkv, ids, n, &old), PDX_OK);
+
+	atomic_store(&engine_done, 0);
+	CHECK_EQ(cudaLaunchHostFunc(engine, engine_busy, NULL), cudaSuccess);
+	cudaEventRecord(layer, engine);
+	cudaStreamWaitEvent(agent, layer, 0);
+	signal(SIGALRM, blocked);
+	alarm(30);
+	CHECK_EQ(pdx_kv_gather_cuda(&p.dkv, ids, n, d1, agent), PDX_OK);
+	CHECK_EQ(pdx_kv_plan_new_cuda(&p.dkv, ids, n, &pl), PDX_OK);
+	CHECK_EQ(pdx_kv_plan_gather_cuda(pl, 0, pdx_kv_plan_segments(pl), d2,
+					 agent),
+		 PDX_OK);
+	pdx_kv_plan_free_cuda(old);
+	CHECK_EQ(cudaStreamQuery(agent), cudaErrorNotReady);
+	alarm(0);
+	atomic_store(&engine_done, 1);
+	CHECK_EQ(cudaStreamSynchronize(agent), cudaSuccess);
+	CHECK_EQ(pdx_kv_gather_cpu(&p.hkv, ids, n, hs), PDX_OK);
+	CHECK(dev_same(d1, hs, len));
+	CHECK(dev_same(d2, hs, len));
+	pdx_kv_plan_free_cuda(pl);
+	cudaEventDestroy(layer);
+	cudaStreamDestroy(agent);
+	cudaStreamDestroy(engine);
+	cudaFree(d1);
+	cudaFree(d2);
+	free(hs);
+	pool_free(&p);
+}
+
 int main(void)
 {
 	int count = 0;
@@ -210,5 +473,8 @@ int main(void)
 	}
 	for (int i = 0; i < 200 && !check_failures; i++)
 		one_layout(i);
+	for (int i = 0; i < 200 && !check_failures; i++)
+		plans(i);
+	no_wait_for_engine();
 	CHECK_DONE();
 }
