@@ -321,8 +321,8 @@ void peer_heard(struct peer *p);
 void on_ping(struct agent *a, const char *from, const msgpack_object *m);
 
 /* gpu_path.c: GPU memory (docs/gpu.md) */
-/* The sender pushes a computed layer by a GPU path. */
-pdx_status_t gpu_push_layer(struct xfer *x, uint32_t layer);
+/* The sender pushes n computed layers from `layer` on by a GPU path. */
+pdx_status_t gpu_push_layers(struct xfer *x, uint32_t layer, uint32_t n);
 /* Our plan (and the receiver's, for cuda-ipc) once the blocks are known. */
 pdx_status_t gpu_plan_xfer(struct xfer *x);
 void gpu_xfer_free(struct xfer *x);

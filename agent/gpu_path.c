@@ -67,30 +67,32 @@ void gpu_xfer_free(struct xfer *x)
 	x->plan = x->peer_plan = NULL;
 }
 
-struct put_layer {
+struct put_layers {
 	struct xfer *x;
-	uint32_t layer;
+	uint32_t layer, n;
 };
 
-/* cuda-put: the layer is computed (our stream passed its event); UCX puts
- * it from GPU memory as the host path puts from shared memory. */
+/* cuda-put: the layers are computed (our stream passed their events); UCX
+ * puts them from GPU memory as the host path puts from shared memory. */
 static void put_ready(void *arg, pdx_status_t st)
 {
-	struct put_layer *pl = arg;
+	struct put_layers *pl = arg;
 	struct xfer *x = pl->x;
-	uint32_t layer = pl->layer;
 
+	for (uint32_t l = pl->layer; !st && !x->finished && l < pl->layer + pl->n;
+	     l++)
+		st = push_layer_runs(x, l);
 	free(pl);
-	if (!st && !x->finished)
-		st = push_layer_runs(x, layer);
 	push_op_done(x, st);
 }
 
-pdx_status_t gpu_push_layer(struct xfer *x, uint32_t layer)
+/* Layers are consecutive segments in staging order, so n layers are one
+ * range: one copy kernel, or chunks that may span layers. */
+pdx_status_t gpu_push_layers(struct xfer *x, uint32_t layer, uint32_t n)
 {
 	struct agent *a = x->agent;
 	uint64_t segs = gpu_layer_segments(x), first = layer * segs;
-	struct put_layer *pl;
+	struct put_layers *pl;
 	pdx_status_t st;
 
 	/* cuda-put moves runs from the registered memory: no plan */
@@ -99,12 +101,13 @@ pdx_status_t gpu_push_layer(struct xfer *x, uint32_t layer)
 		return st;
 	switch (x->peer->path) {
 	case DATA_STAGED:
-		return staged_send(x, first, segs);
+		return staged_send(x, first, n * segs);
 	case DATA_CUDA_IPC:
-		st = gpu_plan_copy(a->gpu, x->plan, x->peer_plan, first, segs);
+		st = gpu_plan_copy(a->gpu, x->plan, x->peer_plan, first,
+				   n * segs);
 		if (st)
 			return st;
-		x->bytes += segs * pdx_kv_layout_block_bytes(&a->reg.layout);
+		x->bytes += n * segs * pdx_kv_layout_block_bytes(&a->reg.layout);
 		/* One callback, after the last layer's copy: the stream is in
 		 * order, and each host callback holds it until the callback
 		 * has run on a CUDA thread. */
@@ -116,7 +119,7 @@ pdx_status_t gpu_push_layer(struct xfer *x, uint32_t layer)
 		pl = malloc(sizeof(*pl));
 		if (!pl)
 			return PDX_ENOMEM;
-		*pl = (struct put_layer){ x, layer };
+		*pl = (struct put_layers){ x, layer, n };
 		st = gpu_then(a->gpu, put_ready, pl);
 		if (st)
 			free(pl);

@@ -196,11 +196,18 @@ void push_try(struct xfer *x)
 	}
 	while ((layer = pdx_xfer_sm_next(&x->sm)) >= 0) {
 		pdx_status_t st;
+		uint32_t n = 1;
 
-		log_debug("push layer %d: %zu runs", layer, x->n_runs);
-		st = data_path_gpu(x->peer->path) ?
-			     gpu_push_layer(x, (uint32_t)layer) :
-			     push_layer_runs(x, (uint32_t)layer);
+		if (data_path_gpu(x->peer->path)) {
+			/* the ready layers after it too: one launch */
+			n += pdx_xfer_sm_take_run(&x->sm, (uint32_t)layer + 1,
+						  UINT32_MAX);
+			log_debug("push layers %d..%u", layer, layer + n - 1);
+			st = gpu_push_layers(x, (uint32_t)layer, n);
+		} else {
+			log_debug("push layer %d: %zu runs", layer, x->n_runs);
+			st = push_layer_runs(x, (uint32_t)layer);
+		}
 		if (st) {
 			xfer_fail(x, st, true, "push of layer %d to %s: %s",
 				  layer, x->peer_addr, pdx_status_str(st));

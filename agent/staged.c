@@ -1,5 +1,5 @@
 /* The staged path for GPU memory (docs/gpu.md): the sender gathers a
- * chunk of a computed layer's blocks into device staging, copies it to a
+ * chunk of computed layers' blocks into device staging, copies it to a
  * pinned host buffer and sends it as one UCX active message by rendezvous;
  * the receiver fetches it into a pinned host buffer of its own, copies it
  * to the device and scatters it into its blocks. Each step is queued on the

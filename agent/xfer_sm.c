@@ -7,6 +7,11 @@ static void set_bit(uint64_t *v, uint32_t i)
 	v[i / 64] |= 1ULL << (i % 64);
 }
 
+static bool test_bit(const uint64_t *v, uint32_t i)
+{
+	return v[i / 64] & (1ULL << (i % 64));
+}
+
 void pdx_xfer_sm_init(struct pdx_xfer_sm *sm, uint32_t layers)
 {
 	memset(sm, 0, sizeof(*sm));
@@ -42,6 +47,21 @@ int pdx_xfer_sm_next(struct pdx_xfer_sm *sm)
 		}
 	}
 	return -1;
+}
+
+uint32_t pdx_xfer_sm_take_run(struct pdx_xfer_sm *sm, uint32_t layer,
+			      uint32_t max)
+{
+	uint32_t n = 0;
+
+	while (n < max && layer + n < sm->layers && sm->blocks_known &&
+	       test_bit(sm->computed, layer + n) &&
+	       !test_bit(sm->pushed, layer + n)) {
+		set_bit(sm->pushed, layer + n);
+		sm->pushed_count++;
+		n++;
+	}
+	return n;
 }
 
 void pdx_xfer_sm_op_started(struct pdx_xfer_sm *sm)

@@ -29,6 +29,10 @@ int pdx_xfer_sm_computed(struct pdx_xfer_sm *sm, uint32_t layer);
 void pdx_xfer_sm_blocks_known(struct pdx_xfer_sm *sm);
 /* The next layer to push now (marked pushed), or -1 when none is ready. */
 int pdx_xfer_sm_next(struct pdx_xfer_sm *sm);
+/* How many layers from `layer` on are ready in a row (marked pushed), at
+ * most max: one GPU launch can move them together. */
+uint32_t pdx_xfer_sm_take_run(struct pdx_xfer_sm *sm, uint32_t layer,
+			      uint32_t max);
 void pdx_xfer_sm_op_started(struct pdx_xfer_sm *sm);
 void pdx_xfer_sm_op_finished(struct pdx_xfer_sm *sm);
 /* True exactly once: when the flush should start. */

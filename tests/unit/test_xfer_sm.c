@@ -95,6 +95,24 @@ int main(void)
 	CHECK_EQ(pdx_xfer_sm_next(&sm), -1);
 	CHECK(!pdx_xfer_sm_take_flush(&sm));
 
+	/* Runs of ready layers, taken together. */
+	pdx_xfer_sm_init(&sm, 8);
+	for (uint32_t l = 0; l < 8; l++)
+		if (l != 5)
+			pdx_xfer_sm_computed(&sm, l);
+	CHECK_EQ(pdx_xfer_sm_take_run(&sm, 0, 8), 0u); /* blocks unknown */
+	pdx_xfer_sm_blocks_known(&sm);
+	CHECK_EQ(pdx_xfer_sm_next(&sm), 0);
+	CHECK_EQ(pdx_xfer_sm_take_run(&sm, 1, 2), 2u); /* at most max */
+	CHECK_EQ(pdx_xfer_sm_take_run(&sm, 3, 8), 2u); /* 3, 4; 5 not ready */
+	CHECK_EQ(pdx_xfer_sm_take_run(&sm, 4, 8), 0u); /* already pushed */
+	CHECK_EQ(pdx_xfer_sm_next(&sm), 6);
+	CHECK_EQ(pdx_xfer_sm_take_run(&sm, 7, 8), 1u); /* to the last */
+	pdx_xfer_sm_computed(&sm, 5);
+	CHECK_EQ(pdx_xfer_sm_next(&sm), 5);
+	CHECK_EQ(sm.pushed_count, 8u);
+	CHECK(pdx_xfer_sm_take_flush(&sm));
+
 	/* Layers beyond the first bitmap word. */
 	pdx_xfer_sm_init(&sm, 130);
 	pdx_xfer_sm_computed(&sm, 129);
