@@ -133,6 +133,12 @@ struct peer {
 	bool ep_failed; /* UCX found it dead; the endpoint awaits closing */
 	bool cuda;	/* its engine's KV is GPU memory */
 	bool cuda_ucx;	/* its UCX moves GPU memory */
+	/* staged path, same host: its staging mapped here (staged.c) */
+	bool staged_shared;
+	uint8_t *staging_map;
+	size_t staging_len;
+	uint32_t staging_slots;
+	uint64_t staging_slot_bytes;
 	enum data_path path; /* ipc, put or am: chosen at handshake */
 	struct pdx_kv_layout layout;
 	struct pdx_ucx_ep *ep;
@@ -332,11 +338,23 @@ void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot);
 uint64_t gpu_layer_segments(const struct xfer *x);
 
 /* staged.c: the staged path's bounded buffers and messages */
+/* Its buffers, once GPU memory is registered (their name is in hellos). */
+pdx_status_t staged_init(struct agent *a);
 void staged_free(struct agent *a);
 pdx_status_t staged_send(struct xfer *x, uint64_t first, uint64_t count);
-#define STAGED_HDR_BYTES 32
-void staged_on_message(struct agent *a, const uint8_t *hdr, void *data,
-		       size_t len, bool rndv);
+#define STAGED_HDR_BYTES 32   /* a chunk, its bytes sent with it */
+#define STAGED_READY_BYTES 48 /* a chunk in the sender's shared slot */
+#define STAGED_FREE_BYTES 8   /* that slot is the sender's again */
+void staged_on_message(struct agent *a, const uint8_t *hdr, size_t hdr_len,
+		       void *data, size_t len, bool rndv);
+/* The hello's "staging": {"name", "slots", "slot_bytes"}. */
+void staged_pack_hello(struct agent *a, msgpack_packer *pk);
+/* Same host: maps and pins the peer's staging named in its hello. */
+bool staged_peer_map(struct agent *a, struct peer *p,
+		     const msgpack_object *staging);
+void staged_peer_unmap(struct agent *a, struct peer *p);
+/* p is gone: our slots lent to it are ours again. */
+void staged_peer_gone(struct agent *a, struct peer *p);
 
 /* notify.c */
 void notify_xfer(struct agent *a, struct xfer *x, const char *kind);

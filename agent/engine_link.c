@@ -335,6 +335,9 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 		 g.n_regions, g.cuda ? "GPU memory" : "shared memory");
 	if (again)
 		renew_instance(a);
+	/* before any hello: hellos name the staging buffers */
+	if (g.cuda && staged_init(a))
+		log_warn("no staging buffers: the staged path is unavailable");
 	{
 		struct pdx_mp_out o;
 

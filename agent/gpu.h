@@ -53,11 +53,12 @@ pdx_status_t gpu_wait(struct gpu *g, void *ev);
 pdx_status_t gpu_then(struct gpu *g, void (*fn)(void *arg, pdx_status_t st),
 		      void *arg);
 
-/* Device memory and pinned host memory, for staging. */
+/* Device memory, and host memory pinned for copies (any mapping: shared
+ * memory too), for staging. */
 void *gpu_dev_alloc(struct gpu *g, size_t len);
 void gpu_dev_free(struct gpu *g, void *p);
-void *gpu_host_alloc(struct gpu *g, size_t len);
-void gpu_host_free(struct gpu *g, void *p);
+pdx_status_t gpu_host_register(struct gpu *g, void *p, size_t len);
+void gpu_host_unregister(struct gpu *g, void *p);
 
 /* Queued on our stream: a copy of len bytes (any direction; host memory
  * must be pinned), and the plan kernels of kernels/kv_kernels.h. */

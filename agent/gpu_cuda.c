@@ -233,31 +233,24 @@ void gpu_dev_free(struct gpu *g, void *p)
 	cudaFree(p);
 }
 
-/* Ordinary pages pinned with cudaHostRegister, not cudaMallocHost: the
- * driver's own mapping of the latter is one that process_vm_readv (UCX's
- * cma) cannot read, so UCX fell back to copying through its shared-memory
- * fragments (1.3 GB/s on an H100 machine, against 55 for the copy to it). */
-void *gpu_host_alloc(struct gpu *g, size_t len)
+/* Pages of ours pinned with cudaHostRegister rather than cudaMallocHost:
+ * the driver's own mapping of the latter is one that process_vm_readv
+ * (UCX's cma) cannot read, so UCX fell back to copying through its
+ * shared-memory fragments (1.3 GB/s on an H100 machine, against 55 for
+ * the copy to it); and shared memory can be pinned by both agents. */
+pdx_status_t gpu_host_register(struct gpu *g, void *p, size_t len)
 {
-	void *p = NULL;
-
 	(void)g;
-	if (posix_memalign(&p, 1 << 21, len))
-		return NULL;
-	if (cudaHostRegister(p, len, cudaHostRegisterDefault) != cudaSuccess) {
-		free(p);
-		return NULL;
-	}
-	return p;
+	return cuda_err(cudaHostRegister(p, len, cudaHostRegisterDefault),
+			"cudaHostRegister");
 }
 
-void gpu_host_free(struct gpu *g, void *p)
+void gpu_host_unregister(struct gpu *g, void *p)
 {
 	if (!p)
 		return;
 	cudaStreamSynchronize(g->stream);
 	cudaHostUnregister(p);
-	free(p);
 }
 
 pdx_status_t gpu_copy(struct gpu *g, void *dst, const void *src, size_t len)

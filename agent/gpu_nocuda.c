@@ -91,14 +91,15 @@ void gpu_dev_free(struct gpu *g, void *p)
 	(void)p;
 }
 
-void *gpu_host_alloc(struct gpu *g, size_t len)
+pdx_status_t gpu_host_register(struct gpu *g, void *p, size_t len)
 {
 	(void)g;
+	(void)p;
 	(void)len;
-	return NULL;
+	return PDX_EINVAL;
 }
 
-void gpu_host_free(struct gpu *g, void *p)
+void gpu_host_unregister(struct gpu *g, void *p)
 {
 	(void)g;
 	(void)p;

@@ -32,6 +32,9 @@ void peer_reset(struct agent *a, struct peer *p)
 	free(p->regions);
 	p->regions = NULL;
 	p->n_regions = 0;
+	staged_peer_gone(a, p);
+	staged_peer_unmap(a, p);
+	p->staged_shared = false;
 	pdx_ucx_ep_close(p->ep);
 	p->ep = NULL;
 	p->ep_failed = false;
@@ -166,6 +169,8 @@ static void fill_hello(msgpack_packer *pk, void *arg)
 		msgpack_pack_true(pk);
 	else
 		msgpack_pack_false(pk);
+	pdx_mp_str(pk, "staging");
+	staged_pack_hello(a, pk);
 	pdx_mp_str(pk, "regions");
 	msgpack_pack_array(pk, a->reg.n_regions);
 	for (uint32_t i = 0; i < a->reg.n_regions; i++) {
@@ -183,7 +188,7 @@ static void fill_hello(msgpack_packer *pk, void *arg)
 	}
 }
 
-#define HELLO_FIELDS 9
+#define HELLO_FIELDS 10
 
 static void send_hello(struct agent *a, struct peer *p, const char *op)
 {
@@ -318,7 +323,8 @@ static bool open_peer_gpu(struct agent *a, struct peer *p)
  * host), else pinned host staging, which works everywhere. A forced path
  * that cannot work refuses the handshake with why. */
 static pdx_status_t choose_gpu_path(struct agent *a, struct peer *p,
-				    char *err, size_t errlen)
+				    const msgpack_object *staging, char *err,
+				    size_t errlen)
 {
 	bool put = pdx_ucx_has_cuda(a->ucx) && p->cuda_ucx;
 
@@ -340,18 +346,29 @@ static pdx_status_t choose_gpu_path(struct agent *a, struct peer *p,
 		p->path = DATA_CUDA_IPC;
 		return PDX_OK;
 	case DATA_STAGED:
-		p->path = DATA_STAGED;
-		return PDX_OK;
+		break;
 	case DATA_AUTO:
-		p->path = put ? DATA_CUDA_PUT
-			  : p->same_host && open_peer_gpu(a, p) ? DATA_CUDA_IPC
-								 : DATA_STAGED;
-		return PDX_OK;
+		if (put) {
+			p->path = DATA_CUDA_PUT;
+			return PDX_OK;
+		}
+		if (p->same_host && open_peer_gpu(a, p)) {
+			p->path = DATA_CUDA_IPC;
+			return PDX_OK;
+		}
+		break;
 	default:
 		snprintf(err, errlen, "data path %s moves host memory; the KV is in GPU memory",
 			 data_path_name(a->cfg.data_path));
 		return PDX_EINCOMPAT;
 	}
+	/* Staged. On one host the peer's staging maps here, and we assume
+	 * ours maps there: no copy between the two (a receiver that cannot
+	 * map it fails the transfer, saying so). */
+	p->path = DATA_STAGED;
+	p->staged_shared = p->same_host && p->peer_shm &&
+			   staged_peer_map(a, p, staging);
+	return PDX_OK;
 }
 
 /* Measured on one host (docs/architecture.md): a copy between mapped
@@ -510,7 +527,8 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 		return PDX_EINCOMPAT;
 	}
 	if (a->reg.cuda) {
-		st = choose_gpu_path(a, p, err, errlen);
+		st = choose_gpu_path(a, p, pdx_mp_get(m, "staging"), err,
+				     errlen);
 		if (st)
 			return st;
 	} else if (data_path_gpu(a->cfg.data_path)) {
@@ -521,9 +539,10 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 		p->path = choose_path(a, p);
 	}
 	p->state = PEER_READY;
-	log_info("peer %s ready: %s, data by %s", p->addr,
+	log_info("peer %s ready: %s, data by %s%s", p->addr,
 		 p->same_host ? "same host" : "remote host",
-		 data_path_name(p->path));
+		 data_path_name(p->path),
+		 p->staged_shared ? ", its staging mapped here" : "");
 	return PDX_OK;
 }
 

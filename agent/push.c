@@ -284,8 +284,9 @@ void push_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
 	struct xfer *x;
 	uint8_t *dst = NULL;
 
-	if (hdr_len == STAGED_HDR_BYTES) {
-		staged_on_message(a, hdr, data, len, rndv);
+	if (hdr_len == STAGED_HDR_BYTES || hdr_len == STAGED_READY_BYTES ||
+	    hdr_len == STAGED_FREE_BYTES) {
+		staged_on_message(a, hdr, hdr_len, data, len, rndv);
 		return;
 	}
 	if (hdr_len == AM_HDR_BYTES) {

@@ -1,37 +1,58 @@
 /* The staged path for GPU memory (docs/gpu.md): the sender gathers a
- * chunk of computed layers' blocks into device staging, copies it to a
- * pinned host buffer and sends it as one UCX active message by rendezvous;
- * the receiver fetches it into a pinned host buffer of its own, copies it
- * to the device and scatters it into its blocks. Each step is queued on the
- * agent's stream (gpu.h) and handed back to the loop when done.
+ * chunk of computed layers' blocks into device staging and copies it to a
+ * pinned host buffer; the receiver copies it to its device and scatters it
+ * into its blocks. Each step is queued on the agent's stream (gpu.h) and
+ * handed back to the loop when done. Between the two host buffers:
  *
- * Memory is bounded: --staging-mb of slots, each a pinned host buffer and
- * a device buffer of --staging-chunk-mb, half of them for sending and half
- * for receiving (an agent both sending and receiving cannot starve one
- * direction with the other). A chunk waits for a free slot; a receiver with
- * none leaves the payload at the sender (rendezvous) until one frees, so
- * the sender is held back rather than copies piling up. With two or more
- * slots a side, one chunk's UCX send overlaps the next chunk's gather.
+ *   - another host: the chunk is one UCX active message sent by
+ *     rendezvous, fetched by the receiver into a pinned buffer of its own;
+ *   - the same host, where the receiver maps the sender's staging (POSIX
+ *     shared memory, named in the hello): no copy at all. The sender says
+ *     "ready" (which slot), the receiver copies from that slot to its GPU
+ *     and answers "free", and the slot is the sender's again.
  *
- * Message header (STAGED_HDR_BYTES, little-endian): xfer id (16 bytes),
- * first segment u64, segment count u32, magic "PDXS". A segment is one
- * block of one tensor of one layer, in the staging order of
+ * Memory is bounded: --staging-mb of slots, each a pinned host buffer (one
+ * shared memory object holds them all) and a device buffer of
+ * --staging-chunk-mb, half of them for sending and half for receiving (an
+ * agent both sending and receiving cannot starve one direction with the
+ * other). A chunk waits for a free slot; a receiver with none leaves the
+ * payload at the sender (rendezvous) or its "ready" queued, so the sender
+ * is held back rather than copies piling up. With two or more slots a
+ * side, one chunk's transport overlaps the next chunk's gather.
+ *
+ * Headers (little-endian) tell the messages apart by length; a segment is
+ * one block of one tensor of one layer, in the staging order of
  * kernels/kv_kernels.h over the transfer's blocks [skip, n), so sender and
- * receiver agree on it whatever their block ids. */
+ * receiver agree on it whatever their block ids:
+ *   chunk (32 bytes): xfer id (16), first segment u64, count u32, "PDXS"
+ *   ready (48 bytes): the same with "PDXR", then slot u32, 0 u32, and the
+ *                     sender's instance u64 (whom to free it to, also
+ *                     when the transfer is gone here)
+ *   free   (8 bytes): slot u32, "PDXF" */
 #define PDX_LOG_TOPIC "staged"
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "agent/agent.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #define AM_ID 1
-#define MAGIC 0x53584450u /* "PDXS" */
+#define MAGIC_CHUNK 0x53584450u /* "PDXS" */
+#define MAGIC_READY 0x52584450u /* "PDXR" */
+#define MAGIC_FREE 0x46584450u	/* "PDXF" */
 
 struct slot {
 	struct slot *next;
+	uint32_t index;
 	void *dev, *host;
 	struct pdx_ucx_mem *mem; /* host, registered with UCX */
+	struct chunk *lent;	 /* sender, shared: awaiting "free" */
 };
 
 /* A chunk on its way: queued, staged, then sent or placed. */
@@ -41,8 +62,10 @@ struct chunk {
 	struct xfer *x;
 	struct slot *slot;
 	uint64_t first, count, len;
-	bool send;	 /* sender; else receiver */
-	void *desc;	 /* receiver, rendezvous: UCX's payload descriptor */
+	bool send;	   /* sender; else receiver */
+	void *desc;	   /* receiver, rendezvous: UCX's payload descriptor */
+	const uint8_t *src; /* receiver, shared: the sender's slot, mapped */
+	uint32_t peer_slot; /* receiver, shared: its index */
 };
 
 struct side {
@@ -55,18 +78,23 @@ struct staging {
 	struct side side[2]; /* [1] sending, [0] receiving */
 	struct slot *all;
 	uint32_t n_slots;
+	char shm_name[64];
+	uint8_t *shm; /* every slot's host buffer */
+	size_t shm_len;
 };
 
 static void slots_free(struct agent *a, struct staging *s)
 {
-	for (uint32_t i = 0; i < s->n_slots; i++) {
-		struct slot *sl = &s->all[i];
-
-		pdx_ucx_mem_free(a->ucx, sl->mem);
-		gpu_host_free(a->gpu, sl->host);
-		gpu_dev_free(a->gpu, sl->dev);
+	for (uint32_t i = 0; s->all && i < s->n_slots; i++) {
+		pdx_ucx_mem_free(a->ucx, s->all[i].mem);
+		gpu_dev_free(a->gpu, s->all[i].dev);
 	}
 	free(s->all);
+	if (s->shm) {
+		gpu_host_unregister(a->gpu, s->shm);
+		munmap(s->shm, s->shm_len);
+		shm_unlink(s->shm_name);
+	}
 }
 
 /* At stop, after the transfers were freed: chunks still waiting for a
@@ -84,55 +112,139 @@ void staged_free(struct agent *a)
 				pdx_ucx_am_drop(a->ucx, c->desc);
 			free(c);
 		}
+	for (uint32_t i = 0; i < a->staging->n_slots; i++)
+		free(a->staging->all[i].lent);
 	slots_free(a, a->staging);
 	free(a->staging);
 	a->staging = NULL;
 }
 
-/* The slots, made at first use: n_slots of slot_bytes (at least one block
- * and two a side). */
-static struct staging *staging_get(struct agent *a)
+static int shm_create(struct staging *s)
+{
+	int fd;
+
+	snprintf(s->shm_name, sizeof(s->shm_name), "/pdx-staging-%d-%llx",
+		 (int)getpid(), (unsigned long long)pdx_now_ns());
+	fd = shm_open(s->shm_name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, (off_t)s->shm_len)) {
+		close(fd);
+		shm_unlink(s->shm_name);
+		return -1;
+	}
+	s->shm = mmap(NULL, s->shm_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+		      0);
+	close(fd);
+	if (s->shm == MAP_FAILED) {
+		s->shm = NULL;
+		shm_unlink(s->shm_name);
+		return -1;
+	}
+	return 0;
+}
+
+/* The slots: n_slots of slot_bytes (at least one block and two a side). */
+pdx_status_t staged_init(struct agent *a)
 {
 	uint64_t bb = pdx_kv_layout_block_bytes(&a->reg.layout);
 	uint64_t chunk = (uint64_t)a->cfg.staging_chunk_mb << 20;
 	struct staging *s;
 
 	if (a->staging)
-		return a->staging;
+		return a->staging->slot_bytes >= bb ? PDX_OK : PDX_EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
-		return NULL;
+		return PDX_ENOMEM;
 	s->slot_bytes = chunk > bb ? chunk - chunk % bb : bb;
 	s->n_slots = (uint32_t)(((uint64_t)a->cfg.staging_mb << 20) /
 				s->slot_bytes);
 	if (s->n_slots < 4)
 		s->n_slots = 4;
+	s->shm_len = (size_t)s->n_slots * s->slot_bytes;
 	s->all = calloc(s->n_slots, sizeof(*s->all));
-	if (!s->all) {
-		free(s);
-		return NULL;
-	}
+	if (!s->all || shm_create(s) ||
+	    gpu_host_register(a->gpu, s->shm, s->shm_len))
+		goto fail;
 	for (uint32_t i = 0; i < s->n_slots; i++) {
 		struct slot *sl = &s->all[i];
 
+		sl->index = i;
+		sl->host = s->shm + (size_t)i * s->slot_bytes;
 		sl->dev = gpu_dev_alloc(a->gpu, s->slot_bytes);
-		sl->host = gpu_host_alloc(a->gpu, s->slot_bytes);
-		if (!sl->dev || !sl->host ||
+		if (!sl->dev ||
 		    pdx_ucx_mem_register(a->ucx, sl->host, s->slot_bytes,
-					 &sl->mem)) {
-			log_error("cannot allocate staging slot %u of %zu bytes",
-				  i, s->slot_bytes);
-			slots_free(a, s);
-			free(s);
-			return NULL;
-		}
+					 &sl->mem))
+			goto fail;
 		sl->next = s->side[i % 2].free;
 		s->side[i % 2].free = sl;
 	}
-	log_info("staging: %u slots of %zu bytes (pinned host + device)",
-		 s->n_slots, s->slot_bytes);
+	log_info("staging: %u slots of %zu bytes (pinned host %s + device)",
+		 s->n_slots, s->slot_bytes, s->shm_name);
 	a->staging = s;
-	return s;
+	return PDX_OK;
+fail:
+	log_error("cannot allocate %u staging slots of %zu bytes", s->n_slots,
+		  s->slot_bytes);
+	slots_free(a, s); /* unregistering what was not registered is harmless */
+	free(s);
+	return PDX_ENOMEM;
+}
+
+void staged_pack_hello(struct agent *a, msgpack_packer *pk)
+{
+	struct staging *s = a->staging;
+
+	msgpack_pack_map(pk, 3);
+	pdx_mp_kv_str(pk, "name", s ? s->shm_name : "");
+	pdx_mp_kv_u64(pk, "slots", s ? s->n_slots : 0);
+	pdx_mp_kv_u64(pk, "slot_bytes", s ? s->slot_bytes : 0);
+}
+
+void staged_peer_unmap(struct agent *a, struct peer *p)
+{
+	if (!p->staging_map)
+		return;
+	gpu_host_unregister(a->gpu, p->staging_map);
+	munmap(p->staging_map, p->staging_len);
+	p->staging_map = NULL;
+}
+
+/* Same host: the peer's staging, mapped and pinned here, so its chunks
+ * need no copy between the two agents. */
+bool staged_peer_map(struct agent *a, struct peer *p, const msgpack_object *o)
+{
+	char name[64];
+	uint64_t slots, slot_bytes;
+	struct stat st;
+	int fd;
+
+	if (!o || pdx_mp_get_str(o, "name", name, sizeof(name)) || !name[0] ||
+	    pdx_mp_get_u64(o, "slots", &slots) ||
+	    pdx_mp_get_u64(o, "slot_bytes", &slot_bytes) || !slots ||
+	    !slot_bytes || slots > (1u << 20) || slot_bytes > (1ULL << 40))
+		return false;
+	fd = shm_open(name, O_RDWR, 0);
+	if (fd < 0)
+		return false;
+	p->staging_len = (size_t)(slots * slot_bytes);
+	if (fstat(fd, &st) || (uint64_t)st.st_size < p->staging_len) {
+		close(fd);
+		return false;
+	}
+	p->staging_map = mmap(NULL, p->staging_len, PROT_READ | PROT_WRITE,
+			      MAP_SHARED, fd, 0);
+	close(fd);
+	if (p->staging_map == MAP_FAILED ||
+	    gpu_host_register(a->gpu, p->staging_map, p->staging_len)) {
+		if (p->staging_map != MAP_FAILED)
+			munmap(p->staging_map, p->staging_len);
+		p->staging_map = NULL;
+		return false;
+	}
+	p->staging_slots = (uint32_t)slots;
+	p->staging_slot_bytes = slot_bytes;
+	return true;
 }
 
 static void pump(struct agent *a, struct side *sd);
@@ -156,6 +268,8 @@ static void chunk_end(struct chunk *c, pdx_status_t st)
 
 	if (c->desc)
 		pdx_ucx_am_drop(a->ucx, c->desc);
+	if (sl)
+		sl->lent = NULL;
 	free(c);
 	if (send) {
 		push_op_done(x, st);
@@ -176,57 +290,117 @@ static void chunk_done(void *arg, pdx_status_t st)
 	chunk_end(arg, st);
 }
 
+/* Sender, shared: "ready" went out; the slot stays lent until "free". */
+static void ready_sent(void *arg, pdx_status_t st)
+{
+	struct chunk *c = arg;
+
+	if (st)
+		chunk_end(c, st);
+}
+
+static void pack_chunk(uint8_t *hdr, const struct pdx_xfer_id *id,
+		       uint64_t first, uint64_t count, uint32_t magic)
+{
+	uint32_t n = (uint32_t)count;
+
+	memcpy(hdr, id->b, 16);
+	memcpy(hdr + 16, &first, 8);
+	memcpy(hdr + 24, &n, 4);
+	memcpy(hdr + 28, &magic, 4);
+}
+
 /* Sender: the chunk is in pinned host memory. */
 static void staged(void *arg, pdx_status_t st)
 {
 	struct chunk *c = arg;
 	struct xfer *x = c->x;
-	uint8_t hdr[STAGED_HDR_BYTES];
-	uint32_t count = (uint32_t)c->count, magic = MAGIC;
+	uint8_t hdr[STAGED_READY_BYTES] = { 0 };
 
-	if (st || x->finished) {
-		chunk_end(c, st);
+	if (st || x->finished || !x->peer->ep) {
+		chunk_end(c, st ? st : x->finished ? PDX_OK : PDX_EPEER);
 		return;
 	}
-	memcpy(hdr, x->id.b, 16);
-	memcpy(hdr + 16, &c->first, 8);
-	memcpy(hdr + 24, &count, 4);
-	memcpy(hdr + 28, &magic, 4);
-	st = pdx_ucx_am_send_rndv(x->peer->ep, AM_ID, hdr, sizeof(hdr),
-				  c->slot->host, c->len, c->slot->mem, chunk_done,
-				  c);
+	if (x->peer->staged_shared) {
+		pack_chunk(hdr, &x->id, c->first, c->count, MAGIC_READY);
+		memcpy(hdr + 32, &c->slot->index, 4);
+		memcpy(hdr + 40, &c->agent->instance, 8);
+		c->slot->lent = c;
+		st = pdx_ucx_am_send(x->peer->ep, AM_ID, hdr, STAGED_READY_BYTES,
+				     NULL, 0, NULL, ready_sent, c);
+	} else {
+		pack_chunk(hdr, &x->id, c->first, c->count, MAGIC_CHUNK);
+		st = pdx_ucx_am_send_rndv(x->peer->ep, AM_ID, hdr,
+					  STAGED_HDR_BYTES, c->slot->host,
+					  c->len, c->slot->mem, chunk_done, c);
+	}
 	if (st)
 		chunk_end(c, st);
 }
 
-/* Receiver: the chunk is in our pinned host buffer. */
+static void sent_nothing_to_do(void *arg, pdx_status_t st)
+{
+	(void)arg;
+	(void)st;
+}
+
+/* Receiver, shared: tell the sender its slot is free again. */
+static void send_free(struct agent *a, struct peer *p, uint32_t slot)
+{
+	uint8_t hdr[STAGED_FREE_BYTES];
+	uint32_t magic = MAGIC_FREE;
+
+	(void)a;
+	memcpy(hdr, &slot, 4);
+	memcpy(hdr + 4, &magic, 4);
+	if (!p->ep || pdx_ucx_am_send(p->ep, AM_ID, hdr, sizeof(hdr), NULL, 0,
+				      NULL, sent_nothing_to_do, NULL))
+		log_warn("cannot free staging slot %u of %s", slot, p->addr);
+}
+
+/* Receiver: placed in our blocks. */
+static void placed(void *arg, pdx_status_t st)
+{
+	struct chunk *c = arg;
+
+	if (c->src)
+		send_free(c->agent, c->x->peer, c->peer_slot);
+	chunk_end(c, st);
+}
+
+/* Receiver: the chunk is in pinned host memory (ours or, shared, the
+ * sender's). */
 static void arrived(void *arg, pdx_status_t st)
 {
 	struct chunk *c = arg;
 	struct gpu *g = c->agent->gpu;
 
 	if (st || c->x->finished) {
-		chunk_end(c, st);
+		placed(c, st);
 		return;
 	}
-	st = gpu_copy(g, c->slot->dev, c->slot->host, c->len);
+	st = gpu_copy(g, c->slot->dev, c->src ? c->src : c->slot->host,
+		      c->len);
 	if (!st)
 		st = gpu_scatter(g, c->x->plan, c->first, c->count,
 				 c->slot->dev);
 	if (!st)
-		st = gpu_then(g, chunk_done, c); /* placed */
+		st = gpu_then(g, placed, c);
 	if (st)
-		chunk_end(c, st);
+		placed(c, st);
 }
 
 /* The chunk has a slot: start its first step. */
 static void start(struct chunk *c)
 {
 	struct agent *a = c->agent;
-	pdx_status_t st;
+	pdx_status_t st = PDX_OK;
 
 	if (c->x->finished) {
-		chunk_end(c, PDX_OK);
+		if (c->send)
+			chunk_end(c, PDX_OK);
+		else
+			placed(c, PDX_OK); /* frees a shared slot too */
 		return;
 	}
 	if (c->send) {
@@ -237,15 +411,19 @@ static void start(struct chunk *c)
 				      c->len);
 		if (!st)
 			st = gpu_then(a->gpu, staged, c);
+		if (st)
+			chunk_end(c, st);
+	} else if (c->src) {
+		arrived(c, PDX_OK);
 	} else {
 		void *desc = c->desc;
 
 		c->desc = NULL;
 		st = pdx_ucx_am_recv(a->ucx, desc, c->slot->host, c->len,
 				     arrived, c);
+		if (st)
+			chunk_end(c, st);
 	}
-	if (st)
-		chunk_end(c, st);
 }
 
 static void pump(struct agent *a, struct side *sd)
@@ -278,12 +456,14 @@ static void enqueue(struct agent *a, struct chunk *c)
 pdx_status_t staged_send(struct xfer *x, uint64_t first, uint64_t count)
 {
 	struct agent *a = x->agent;
-	struct staging *s = staging_get(a);
 	uint64_t bb = pdx_kv_layout_block_bytes(&a->reg.layout), per;
+	pdx_status_t st = staged_init(a);
 
-	if (!s)
-		return PDX_ENOMEM;
-	per = s->slot_bytes / bb;
+	if (st)
+		return st;
+	per = a->staging->slot_bytes / bb;
+	if (x->peer->staged_shared && x->peer->staging_slot_bytes / bb < per)
+		per = x->peer->staging_slot_bytes / bb; /* its device slots */
 	while (count) {
 		struct chunk *c = calloc(1, sizeof(*c));
 		uint64_t n = count < per ? count : per;
@@ -305,26 +485,28 @@ pdx_status_t staged_send(struct xfer *x, uint64_t first, uint64_t count)
 
 /* Receiver: a chunk for x, checked against what x awaits. */
 static struct xfer *chunk_target(struct agent *a, const uint8_t *hdr,
-				 size_t len, uint64_t *first,
+				 size_t len, uint32_t magic, uint64_t *first,
 				 uint64_t *count)
 {
 	struct pdx_xfer_id id;
-	uint32_t n, magic;
+	uint32_t n, m;
+	uint64_t total;
 	struct xfer *x;
 
 	memcpy(id.b, hdr, 16);
 	memcpy(first, hdr + 16, 8);
 	memcpy(&n, hdr + 24, 4);
-	memcpy(&magic, hdr + 28, 4);
+	memcpy(&m, hdr + 28, 4);
 	*count = n;
 	x = xfer_find(a, &id);
-	if (magic != MAGIC || !x || x->role != XFER_RECV || !x->announced ||
-	    x->finished || !a->reg.ok || !a->reg.cuda || n == 0 ||
-	    *first > gpu_layer_segments(x) * a->reg.layout.layers ||
-	    n > gpu_layer_segments(x) * a->reg.layout.layers - *first ||
+	if (m != magic || !x || x->role != XFER_RECV || !x->announced ||
+	    x->finished || !a->reg.ok || !a->reg.cuda || n == 0)
+		return NULL;
+	total = gpu_layer_segments(x) * a->reg.layout.layers;
+	if (*first > total || n > total - *first ||
 	    len != n * pdx_kv_layout_block_bytes(&a->reg.layout))
 		return NULL;
-	if (!a->staging || len > a->staging->slot_bytes) {
+	if (staged_init(a) || len > a->staging->slot_bytes) {
 		xfer_fail(x, PDX_ENOMEM, true,
 			  "a staged chunk of %zu bytes does not fit our staging slots "
 			  "(--staging-chunk-mb; both sides should agree)", len);
@@ -337,31 +519,120 @@ static struct xfer *chunk_target(struct agent *a, const uint8_t *hdr,
 	return x;
 }
 
-void staged_on_message(struct agent *a, const uint8_t *hdr, void *data,
-		       size_t len, bool rndv)
+static void chunk_received(struct agent *a, struct xfer *x, uint64_t first,
+			   uint64_t count, size_t len, void *desc,
+			   const uint8_t *src, uint32_t peer_slot)
 {
+	struct chunk *c = calloc(1, sizeof(*c));
+
+	if (!c) {
+		xfer_fail(x, PDX_ENOMEM, true, "out of memory");
+		if (desc)
+			pdx_ucx_am_drop(a->ucx, desc);
+		if (src)
+			send_free(a, x->peer, peer_slot);
+		return;
+	}
+	*c = (struct chunk){ .agent = a, .x = x, .first = first,
+			     .count = count, .len = len, .desc = desc,
+			     .src = src, .peer_slot = peer_slot };
+	x->am_bytes += len;
+	xfer_hold(x);
+	enqueue(a, c);
+}
+
+static struct peer *peer_by_instance(struct agent *a, uint64_t instance)
+{
+	struct peer *p, *tmp;
+
+	HASH_ITER(hh, a->peers, p, tmp)
+		if (peer_known(p) && p->instance == instance)
+			return p;
+	return NULL;
+}
+
+/* "ready": the chunk is in the sender's slot, which we map. Whatever
+ * becomes of it, the slot is freed to its sender. */
+static void on_ready(struct agent *a, const uint8_t *hdr)
+{
+	uint64_t bb = a->reg.ok ? pdx_kv_layout_block_bytes(&a->reg.layout) : 0;
+	uint64_t first, count, instance;
+	uint32_t slot, n;
+	struct peer *p;
+	struct xfer *x;
+
+	memcpy(&n, hdr + 24, 4);
+	memcpy(&slot, hdr + 32, 4);
+	memcpy(&instance, hdr + 40, 8);
+	x = chunk_target(a, hdr, (size_t)(n * bb), MAGIC_READY, &first, &count);
+	p = x ? x->peer : peer_by_instance(a, instance);
+	if (!x || !p || p->instance != instance || !p->staging_map ||
+	    slot >= p->staging_slots || n * bb > p->staging_slot_bytes) {
+		log_warn("staged ready (slot %u) for no awaited blocks or no mapped "
+			 "staging: dropped", slot);
+		if (x)
+			xfer_fail(x, PDX_EINVAL, true,
+				  "staged chunk in a slot we cannot read");
+		if (p && p->instance == instance)
+			send_free(a, p, slot);
+		return;
+	}
+	chunk_received(a, x, first, count, (size_t)(n * bb), NULL,
+		       p->staging_map + (uint64_t)slot * p->staging_slot_bytes,
+		       slot);
+}
+
+/* "free": the receiver is done with one of our slots. */
+static void on_free(struct agent *a, const uint8_t *hdr)
+{
+	uint32_t slot, magic;
 	struct chunk *c;
+
+	memcpy(&slot, hdr, 4);
+	memcpy(&magic, hdr + 4, 4);
+	if (magic != MAGIC_FREE || !a->staging || slot >= a->staging->n_slots ||
+	    !(c = a->staging->all[slot].lent)) {
+		log_warn("free for staging slot %u, not lent: ignored", slot);
+		return;
+	}
+	chunk_end(c, PDX_OK);
+}
+
+void staged_peer_gone(struct agent *a, struct peer *p)
+{
+	for (uint32_t i = 0; a->staging && i < a->staging->n_slots; i++) {
+		struct chunk *c = a->staging->all[i].lent;
+
+		if (c && c->x->peer == p)
+			chunk_end(c, PDX_EPEER);
+	}
+}
+
+void staged_on_message(struct agent *a, const uint8_t *hdr, size_t hdr_len,
+		       void *data, size_t len, bool rndv)
+{
 	uint64_t first, count;
 	struct xfer *x;
 
-	if (a->reg.ok && a->reg.cuda)
-		staging_get(a);
-	x = chunk_target(a, hdr, len, &first, &count);
-	c = x && rndv ? calloc(1, sizeof(*c)) : NULL;
-	if (!c) {
+	if (hdr_len == STAGED_READY_BYTES && len == 0) {
+		on_ready(a, hdr);
+		return;
+	}
+	if (hdr_len == STAGED_FREE_BYTES && len == 0) {
+		on_free(a, hdr);
+		return;
+	}
+	x = chunk_target(a, hdr, len, MAGIC_CHUNK, &first, &count);
+	if (!x || !rndv) {
 		/* the sender always sends by rendezvous */
 		log_warn("staged chunk (%zu bytes%s) for no awaited blocks: dropped",
 			 len, rndv ? "" : ", not rendezvous");
-		if (x && !rndv)
+		if (x)
 			xfer_fail(x, PDX_EINVAL, true,
 				  "staged chunk not sent by rendezvous");
 		if (rndv)
 			pdx_ucx_am_drop(a->ucx, data);
 		return;
 	}
-	*c = (struct chunk){ .agent = a, .x = x, .first = first,
-			     .count = count, .len = len, .desc = data };
-	x->am_bytes += len;
-	xfer_hold(x);
-	enqueue(a, c);
+	chunk_received(a, x, first, count, len, data, NULL, 0);
 }
