@@ -72,10 +72,9 @@ pdx_status_t pdx_kv_link_new(struct event_base *base, const char *addr,
 			 pdx_status_str(st));
 		goto fail;
 	}
-	st = pdx_engine_register_cuda(l->e, pdx_kv_pool_layout(pool),
-				      pdx_kv_pool_region(pool), 1,
-				      pdx_kv_pool_events(pool), l->peer,
-				      sizeof(l->peer));
+	st = pdx_engine_register_cuda(
+	    l->e, pdx_kv_pool_layout(pool), pdx_kv_pool_region(pool), 1,
+	    pdx_kv_pool_events(pool), l->peer, sizeof(l->peer));
 	if (st != PDX_OK) {
 		snprintf(err, errlen, "registering the KV pool with %s: %s",
 			 addr, pdx_status_str(st));

@@ -38,7 +38,7 @@ struct pdx__kv_mem_ops {
 struct pdx__kv_mem {
 	const struct pdx__kv_mem_ops *ops;
 	const struct pdx_kv_layout *layout;
-	const struct pdx_engine_region *region; /* one: the whole pool */
+	const struct pdx_engine_region *region;	     /* one: the whole pool */
 	const struct pdx_engine_cuda_events *events; /* NULL: none */
 	const struct pdx_shm_pool *shm; /* host memory only, else NULL */
 	uint64_t size;

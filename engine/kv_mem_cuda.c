@@ -45,9 +45,8 @@ static struct kv_mem_cuda *cuda_of(struct pdx__kv_mem *m)
 	return (struct kv_mem_cuda *)m;
 }
 
-static pdx_status_t cuda_pass(struct pdx__kv_mem *m,
-			      struct pdx_synth_run *runs, size_t n,
-			      uint32_t vocab, uint32_t *slot)
+static pdx_status_t cuda_pass(struct pdx__kv_mem *m, struct pdx_synth_run *runs,
+			      size_t n, uint32_t vocab, uint32_t *slot)
 {
 	struct kv_mem_cuda *g = cuda_of(m);
 	uint32_t layers = g->layout.layers, s;
@@ -115,9 +114,9 @@ static void cuda_free(struct pdx__kv_mem *m)
 }
 
 static const struct pdx__kv_mem_ops cuda_ops = {
-	.pass = cuda_pass,
-	.verify = cuda_verify,
-	.free = cuda_free,
+    .pass = cuda_pass,
+    .verify = cuda_verify,
+    .free = cuda_free,
 };
 
 /* The device asked for exists; PDX_ENOENT with the reason if not. */
@@ -159,8 +158,7 @@ static pdx_status_t find_device(int device, char *err, size_t errlen)
 	} while (0)
 
 /* The events of every slot and layer, and their IPC handles. */
-static pdx_status_t make_events(struct kv_mem_cuda *g, char *err,
-				size_t errlen)
+static pdx_status_t make_events(struct kv_mem_cuda *g, char *err, size_t errlen)
 {
 	uint32_t n = EVENT_SLOTS * g->layout.layers;
 	pdx_status_t st = PDX_OK;
@@ -175,9 +173,8 @@ static pdx_status_t make_events(struct kv_mem_cuda *g, char *err,
 		cudaIpcEventHandle_t h;
 
 		CUDA_OR_FAIL(cudaEventCreateWithFlags(
-				     &g->ev[g->n_ev],
-				     cudaEventInterprocess |
-					     cudaEventDisableTiming),
+				 &g->ev[g->n_ev], cudaEventInterprocess |
+						      cudaEventDisableTiming),
 			     "cudaEventCreateWithFlags");
 		if (cudaIpcGetEventHandle(&h, g->ev[g->n_ev]) != cudaSuccess) {
 			cudaEventDestroy(g->ev[g->n_ev]);
@@ -187,8 +184,8 @@ static pdx_status_t make_events(struct kv_mem_cuda *g, char *err,
 		memcpy(g->handles[g->n_ev], &h, sizeof(h));
 	}
 	g->events = (struct pdx_engine_cuda_events){
-		.handles = (const uint8_t(*)[PDX_CUDA_IPC_BYTES])g->handles,
-		.slots = EVENT_SLOTS,
+	    .handles = (const uint8_t(*)[PDX_CUDA_IPC_BYTES])g->handles,
+	    .slots = EVENT_SLOTS,
 	};
 fail:
 	return st;
@@ -224,9 +221,9 @@ pdx_status_t pdx__kv_mem_cuda_new(const struct pdx_kv_pool_params *p,
 		goto fail;
 	}
 	CUDA_OR_FAIL(cudaMalloc((void **)&g->base, size), "cudaMalloc");
-	CUDA_OR_FAIL(cudaStreamCreateWithFlags(&g->stream,
-					       cudaStreamNonBlocking),
-		     "cudaStreamCreate");
+	CUDA_OR_FAIL(
+	    cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking),
+	    "cudaStreamCreate");
 	g->has_stream = true;
 	/* zeroes, as the shm pool starts: unwritten KV never matches */
 	CUDA_OR_FAIL(cudaMemsetAsync(g->base, 0, size, g->stream),
@@ -243,17 +240,17 @@ pdx_status_t pdx__kv_mem_cuda_new(const struct pdx_kv_pool_params *p,
 	}
 	CUDA_OR_FAIL(cudaStreamSynchronize(g->stream), "zeroing the pool");
 	g->region = (struct pdx_engine_region){
-		.type = PDX_MEM_CUDA,
-		.size = size,
-		.cuda_device = g->device,
+	    .type = PDX_MEM_CUDA,
+	    .size = size,
+	    .cuda_device = g->device,
 	};
 	memcpy(g->region.cuda_ipc, &mh, sizeof(mh));
 	g->m = (struct pdx__kv_mem){
-		.ops = &cuda_ops,
-		.layout = &g->layout,
-		.region = &g->region,
-		.events = &g->events,
-		.size = size,
+	    .ops = &cuda_ops,
+	    .layout = &g->layout,
+	    .region = &g->region,
+	    .events = &g->events,
+	    .size = size,
 	};
 	snprintf(g->m.where, sizeof(g->m.where), "cuda:%d", g->device);
 	*out = &g->m;

@@ -7,7 +7,7 @@
 #include "engine/kv_mem.h"
 
 struct kv_mem_host {
-	struct pdx__kv_mem m; /* first */
+	struct pdx__kv_mem m;	 /* first */
 	struct pdx_shm_pool shm; /* not copied: region points into it */
 };
 
@@ -20,16 +20,15 @@ static struct pdx_synth_seq view(struct kv_mem_host *h,
 				 const struct pdx_synth_run *r)
 {
 	return (struct pdx_synth_seq){
-		.layout = &h->shm.layout,
-		.base = h->shm.base,
-		.blocks = r->blocks,
-		.hash = r->hash,
+	    .layout = &h->shm.layout,
+	    .base = h->shm.base,
+	    .blocks = r->blocks,
+	    .hash = r->hash,
 	};
 }
 
-static pdx_status_t host_pass(struct pdx__kv_mem *m,
-			      struct pdx_synth_run *runs, size_t n,
-			      uint32_t vocab, uint32_t *slot)
+static pdx_status_t host_pass(struct pdx__kv_mem *m, struct pdx_synth_run *runs,
+			      size_t n, uint32_t vocab, uint32_t *slot)
 {
 	struct kv_mem_host *h = host_of(m);
 	struct pdx_synth_seq s;
@@ -86,9 +85,9 @@ static void host_free(struct pdx__kv_mem *m)
 }
 
 static const struct pdx__kv_mem_ops host_ops = {
-	.pass = host_pass,
-	.verify = host_verify,
-	.free = host_free,
+    .pass = host_pass,
+    .verify = host_verify,
+    .free = host_free,
 };
 
 pdx_status_t pdx__kv_mem_host_new(const struct pdx_kv_pool_params *p,
@@ -102,8 +101,8 @@ pdx_status_t pdx__kv_mem_host_new(const struct pdx_kv_pool_params *p,
 		snprintf(err, errlen, "out of memory");
 		return PDX_ENOMEM;
 	}
-	st = pdx_shm_pool_create(&h->shm, p->shm_name, p->model, p->blocks,
-				 err, errlen);
+	st = pdx_shm_pool_create(&h->shm, p->shm_name, p->model, p->blocks, err,
+				 errlen);
 	if (st != PDX_OK)
 		goto free_h;
 	st = pdx_synth_layout_check(&h->shm.layout);
@@ -116,11 +115,11 @@ pdx_status_t pdx__kv_mem_host_new(const struct pdx_kv_pool_params *p,
 	if (p->prefault)
 		memset(h->shm.base, 0, h->shm.size);
 	h->m = (struct pdx__kv_mem){
-		.ops = &host_ops,
-		.layout = &h->shm.layout,
-		.region = &h->shm.region,
-		.shm = &h->shm,
-		.size = h->shm.size,
+	    .ops = &host_ops,
+	    .layout = &h->shm.layout,
+	    .region = &h->shm.region,
+	    .shm = &h->shm,
+	    .size = h->shm.size,
 	};
 	snprintf(h->m.where, sizeof(h->m.where), "/dev/shm%s", h->shm.name);
 	*out = &h->m;

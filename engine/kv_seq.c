@@ -91,11 +91,11 @@ struct pdx_synth_run pdx_kv_seq_run(struct pdx_kv_seq *s, uint32_t to,
 				    bool want_token)
 {
 	struct pdx_synth_run r = {
-		.blocks = s->blocks,
-		.hash = s->hash,
-		.a = s->filled,
-		.b = to,
-		.want_token = want_token,
+	    .blocks = s->blocks,
+	    .hash = s->hash,
+	    .a = s->filled,
+	    .b = to,
+	    .want_token = want_token,
 	};
 
 	assert(to <= s->n_tokens && to <= s->cap && to >= s->filled);

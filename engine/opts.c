@@ -125,8 +125,8 @@ static int parse_role(const char *s, enum pdx_engine_role *out, char *err,
 }
 
 /* host, cuda or cuda:N. */
-static int parse_kv_device(const char *s, struct pdx_engine_opts *o,
-			   char *err, size_t errlen)
+static int parse_kv_device(const char *s, struct pdx_engine_opts *o, char *err,
+			   size_t errlen)
 {
 	uint32_t n = 0;
 

@@ -186,9 +186,8 @@ static void settle(struct pdx_sched *s)
 
 /* Plans r's part of the step (a decode token, or a prefill chunk within
  * *budget) and adds its run to the pass; false when it has none. */
-static bool plan(struct pdx_sched *s, struct pdx_sched_req *r,
-		 uint32_t *budget, struct pdx_synth_work *w,
-		 struct pdx_synth_run *run)
+static bool plan(struct pdx_sched *s, struct pdx_sched_req *r, uint32_t *budget,
+		 struct pdx_synth_work *w, struct pdx_synth_run *run)
 {
 	struct pdx_kv_seq *q = r->seq;
 	uint32_t chunk;
