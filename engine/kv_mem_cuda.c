@@ -119,18 +119,27 @@ static const struct pdx__kv_mem_ops cuda_ops = {
     .free = cuda_free,
 };
 
-/* The device asked for exists; PDX_ENOENT with the reason if not. */
+/* The device asked for exists: PDX_ENOENT with the reason when there is
+ * no driver, no device or not that one; PDX_EIO when CUDA fails
+ * otherwise (under AddressSanitizer the driver's mappings fail unless
+ * ASAN_OPTIONS=protect_shadow_gap=0: "out of memory"). */
 static pdx_status_t find_device(int device, char *err, size_t errlen)
 {
 	cudaError_t ce;
 	int n = 0;
 
 	ce = cudaGetDeviceCount(&n);
-	if (ce != cudaSuccess || n == 0) {
+	if (ce == cudaErrorNoDevice || ce == cudaErrorInsufficientDriver ||
+	    (ce == cudaSuccess && n == 0)) {
 		snprintf(err, errlen, "no CUDA device (%s)",
 			 ce != cudaSuccess ? cudaGetErrorString(ce)
 					   : "none found");
 		return PDX_ENOENT;
+	}
+	if (ce != cudaSuccess) {
+		snprintf(err, errlen, "initialising CUDA: %s",
+			 cudaGetErrorString(ce));
+		return PDX_EIO;
 	}
 	if (device < 0 || device >= n) {
 		snprintf(err, errlen, "no CUDA device %d (%d found)", device,
