@@ -186,7 +186,7 @@ static void settle(struct pdx_sched *s)
 
 /* Plans r's part of the step (a decode token, or a prefill chunk within
  * *budget) and adds its run to the pass; false when it has none. */
-static bool plan(struct pdx_sched *s, struct pdx_sched_req *r, uint32_t *budget,
+static bool plan(struct pdx_sched_req *r, uint32_t *budget,
 		 struct pdx_synth_work *w, struct pdx_synth_run *run)
 {
 	struct pdx_kv_seq *q = r->seq;
@@ -227,7 +227,7 @@ static bool step_work(struct pdx_sched *s, struct pdx_synth_work *w)
 		if (r->phase == PHASE_FIRST) {
 			r->output = (uint32_t)r->first;
 			r->has_output = any = true;
-		} else if (plan(s, r, &budget, w, &s->runs[n])) {
+		} else if (plan(r, &budget, w, &s->runs[n])) {
 			r->in_pass = true;
 			n++;
 		}
