@@ -14,20 +14,48 @@
 #include <time.h>
 #include <unistd.h>
 
-static struct pdx_kv_layer *layer_major(const struct pdx_model *m,
-					uint32_t blocks, uint64_t bb)
+pdx_status_t pdx_shm_pool_layout(const struct pdx_model *m, uint32_t blocks,
+				 struct pdx_kv_layout *out, uint64_t *size,
+				 char *err, size_t errlen)
 {
-	struct pdx_kv_layer *ly = calloc(m->layers, sizeof(*ly));
+	struct pdx_kv_layer *ly;
+	uint64_t bb;
 
-	if (!ly)
-		return NULL;
+	if (blocks == 0) {
+		snprintf(err, errlen, "bad pool size");
+		return PDX_EINVAL;
+	}
+	bb = (uint64_t)m->block_tokens * m->kv_heads * m->head_dim *
+	     m->dtype_bytes;
+	if (bb == 0 || bb % 8) {
+		snprintf(err, errlen,
+			 "block bytes %" PRIu64 " is not a multiple of 8", bb);
+		return PDX_EINVAL;
+	}
+	ly = calloc(m->layers, sizeof(*ly));
+	if (!ly) {
+		snprintf(err, errlen, "out of memory");
+		return PDX_ENOMEM;
+	}
 	for (uint32_t l = 0; l < m->layers; l++) {
 		for (uint32_t t = 0; t < m->tensors; t++)
 			ly[l].base[t].offset =
 				((uint64_t)m->tensors * l + t) * blocks * bb;
 		ly[l].block_stride = bb;
 	}
-	return ly;
+	*out = (struct pdx_kv_layout){
+		.layers = m->layers,
+		.tensors = m->tensors,
+		.blocks = blocks,
+		.block_tokens = m->block_tokens,
+		.kv_heads = m->kv_heads,
+		.head_dim = m->head_dim,
+		.dtype_bytes = m->dtype_bytes,
+		.order = PDX_KV_NHD,
+		.layer = ly,
+	};
+	*size = bb * blocks * m->tensors * m->layers;
+	return PDX_OK;
 }
 
 /* Creates the object afresh: a name left over by a run that died is
@@ -88,46 +116,27 @@ pdx_status_t pdx_shm_pool_create(struct pdx_shm_pool *p, const char *shm_name,
 				 const struct pdx_model *m, uint32_t blocks,
 				 char *err, size_t errlen)
 {
-	struct pdx_kv_layer *ly;
+	struct pdx_kv_layout layout;
 	pdx_status_t st;
-	uint64_t bb;
+	uint64_t size;
 
 	memset(p, 0, sizeof(*p));
-	if (!shm_name || strlen(shm_name) >= sizeof(p->name) || blocks == 0) {
-		snprintf(err, errlen, "bad pool name or size");
+	if (!shm_name || strlen(shm_name) >= sizeof(p->name)) {
+		snprintf(err, errlen, "bad pool name");
 		return PDX_EINVAL;
 	}
-	bb = (uint64_t)m->block_tokens * m->kv_heads * m->head_dim *
-	     m->dtype_bytes;
-	if (bb == 0 || bb % 8) {
-		snprintf(err, errlen,
-			 "block bytes %" PRIu64 " is not a multiple of 8", bb);
-		return PDX_EINVAL;
-	}
-	ly = layer_major(m, blocks, bb);
-	if (!ly) {
-		snprintf(err, errlen, "out of memory");
-		return PDX_ENOMEM;
-	}
+	st = pdx_shm_pool_layout(m, blocks, &layout, &size, err, errlen);
+	if (st != PDX_OK)
+		return st;
 	snprintf(p->name, sizeof(p->name), "%s", shm_name);
-	st = map_pool(p, bb * blocks * m->tensors * m->layers, err, errlen);
+	st = map_pool(p, size, err, errlen);
 	if (st != PDX_OK) {
-		free(ly);
+		free(layout.layer);
 		memset(p, 0, sizeof(*p));
 		return st;
 	}
-	p->block_bytes = bb;
-	p->layout = (struct pdx_kv_layout){
-		.layers = m->layers,
-		.tensors = m->tensors,
-		.blocks = blocks,
-		.block_tokens = m->block_tokens,
-		.kv_heads = m->kv_heads,
-		.head_dim = m->head_dim,
-		.dtype_bytes = m->dtype_bytes,
-		.order = PDX_KV_NHD,
-		.layer = ly,
-	};
+	p->block_bytes = pdx_kv_layout_block_bytes(&layout);
+	p->layout = layout;
 	p->region = (struct pdx_engine_region){
 		.type = PDX_MEM_SHM,
 		.shm_name = p->name,

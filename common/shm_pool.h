@@ -43,6 +43,14 @@ pdx_status_t pdx_shm_pool_create(struct pdx_shm_pool *p, const char *shm_name,
 				 const struct pdx_model *m, uint32_t blocks,
 				 char *err, size_t errlen);
 
+/* The layout pdx_shm_pool_create() gives a pool of `blocks` blocks of m
+ * (layer-major, above) and its size in bytes; the same for a pool in
+ * other memory (a GPU's). out->layer is allocated: free() it. On failure
+ * writes the reason to err and returns PDX_EINVAL or PDX_ENOMEM. */
+pdx_status_t pdx_shm_pool_layout(const struct pdx_model *m, uint32_t blocks,
+				 struct pdx_kv_layout *out, uint64_t *size,
+				 char *err, size_t errlen);
+
 /* Unmaps and unlinks; safe on a zeroed or destroyed pool. */
 void pdx_shm_pool_destroy(struct pdx_shm_pool *p);
 

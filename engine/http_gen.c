@@ -279,9 +279,9 @@ static void on_first_token(void *arg, uint32_t token)
 	pdx__kv_first_token(((struct pdx__gen_call *)arg)->kv, token);
 }
 
-static void on_layer_done(void *arg, uint32_t layer)
+static void on_layer_done(void *arg, uint32_t layer, uint32_t slot)
 {
-	pdx__kv_layer_done(((struct pdx__gen_call *)arg)->kv, layer);
+	pdx__kv_layer_done(((struct pdx__gen_call *)arg)->kv, layer, slot);
 }
 
 static bool on_hold(void *arg, struct pdx_kv_seq *seq)

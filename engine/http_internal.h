@@ -50,7 +50,7 @@ struct pdx__kv *pdx__kv_new(struct pdx_http_api *api,
 void pdx__kv_set_req(struct pdx__kv *k, struct pdx_sched_req *sreq);
 /* The scheduler's KV hooks, forwarded by the request's sink. */
 void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq);
-void pdx__kv_layer_done(struct pdx__kv *k, uint32_t layer);
+void pdx__kv_layer_done(struct pdx__kv *k, uint32_t layer, uint32_t slot);
 void pdx__kv_first_token(struct pdx__kv *k, uint32_t token);
 /* When the transfer ended here (CLOCK_MONOTONIC ns; 0: not yet), and
  * whether this side receives. */

@@ -157,7 +157,7 @@ static void post_callback(struct pdx__kv *k)
 
 void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq)
 {
-	uint32_t bt = pdx_kv_pool_shm(seq->pool)->layout.block_tokens;
+	uint32_t bt = pdx_kv_pool_layout(seq->pool)->block_tokens;
 	uint32_t n = (k->n_prompt + bt - 1) / bt;
 	struct pdx_kv_link *l = k->api->p.link;
 	pdx_status_t st;
@@ -179,10 +179,10 @@ void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq)
 		post_callback(k);
 }
 
-void pdx__kv_layer_done(struct pdx__kv *k, uint32_t layer)
+void pdx__kv_layer_done(struct pdx__kv *k, uint32_t layer, uint32_t slot)
 {
 	if (k->w.active)
-		pdx_kv_link_layer_done(k->api->p.link, &k->w, layer);
+		pdx_kv_link_layer_done(k->api->p.link, &k->w, layer, slot);
 }
 
 uint64_t pdx__kv_done_ns(const struct pdx__kv *k)

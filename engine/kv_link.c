@@ -59,7 +59,6 @@ pdx_status_t pdx_kv_link_new(struct event_base *base, const char *addr,
 			     struct pdx_kv_pool *pool, struct pdx_kv_link **out,
 			     char *err, size_t errlen)
 {
-	const struct pdx_shm_pool *shm = pdx_kv_pool_shm(pool);
 	struct pdx_engine_params ep = {.agent = addr};
 	struct pdx_kv_link *l = calloc(1, sizeof(*l));
 	pdx_status_t st;
@@ -73,8 +72,9 @@ pdx_status_t pdx_kv_link_new(struct event_base *base, const char *addr,
 			 pdx_status_str(st));
 		goto fail;
 	}
-	st = pdx_engine_register(l->e, &shm->layout, &shm->region, 1, l->peer,
-				 sizeof(l->peer));
+	st = pdx_engine_register_cuda(
+	    l->e, pdx_kv_pool_layout(pool), pdx_kv_pool_region(pool), 1,
+	    pdx_kv_pool_events(pool), l->peer, sizeof(l->peer));
 	if (st != PDX_OK) {
 		snprintf(err, errlen, "registering the KV pool with %s: %s",
 			 addr, pdx_status_str(st));
@@ -139,9 +139,14 @@ pdx_status_t pdx_kv_link_send(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 
 pdx_status_t pdx_kv_link_layer_done(struct pdx_kv_link *l,
 				    const struct pdx_kv_waiter *w,
-				    uint32_t layer)
+				    uint32_t layer, uint32_t slot)
 {
-	pdx_status_t st = pdx_engine_layer_done(l->e, layer, &w->xfer, 1);
+	pdx_status_t st;
+
+	if (slot == PDX_KV_POOL_NO_SLOT)
+		st = pdx_engine_layer_done(l->e, layer, &w->xfer, 1);
+	else
+		st = pdx_engine_layer_done_slot(l->e, layer, slot, &w->xfer, 1);
 
 	poke(l);
 	return st;

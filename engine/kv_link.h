@@ -35,9 +35,9 @@ struct pdx_kv_waiter {
 	void *arg;
 };
 
-/* Connects to the agent at addr (ipc://PATH) and registers the pool;
- * waits for the agent's answer (bounded). On failure writes the reason to
- * err. */
+/* Connects to the agent at addr (ipc://PATH) and registers the pool
+ * (its memory, and its events when it lives on a GPU); waits for the
+ * agent's answer (bounded). On failure writes the reason to err. */
 pdx_status_t pdx_kv_link_new(struct event_base *base, const char *addr,
 			     struct pdx_kv_pool *pool, struct pdx_kv_link **out,
 			     char *err, size_t errlen);
@@ -53,10 +53,12 @@ pdx_status_t pdx_kv_link_send(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 			      const char *peer, const uint32_t *blocks,
 			      size_t n_blocks);
 
-/* A layer of w's transfer is computed. */
+/* A layer of w's transfer is computed; in GPU memory, once the event of
+ * slot for it completes (PDX_KV_POOL_NO_SLOT: the bytes are in memory
+ * now). */
 pdx_status_t pdx_kv_link_layer_done(struct pdx_kv_link *l,
 				    const struct pdx_kv_waiter *w,
-				    uint32_t layer);
+				    uint32_t layer, uint32_t slot);
 
 /* Prefill side: the first token of w's transfer (pdx_engine_token()). */
 pdx_status_t pdx_kv_link_token(struct pdx_kv_link *l,

@@ -1,12 +1,14 @@
-/* A shared-memory pool and its allocator, made and unmade together. */
+/* A KV pool: memory from a backend (kv_mem.h) and an allocator, made
+ * and unmade together. */
 #include "engine/kv_pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
+
+#include "engine/kv_mem.h"
 
 struct pdx_kv_pool {
-	struct pdx_shm_pool shm; /* not copied: region points into it */
+	struct pdx__kv_mem *mem;
 	struct pdx_block_alloc *alloc;
 };
 
@@ -26,29 +28,30 @@ pdx_status_t pdx_kv_pool_new(const struct pdx_kv_pool_params *params,
 		snprintf(err, errlen, "out of memory");
 		return PDX_ENOMEM;
 	}
-	st = pdx_shm_pool_create(&pool->shm, params->shm_name, params->model,
-				 params->blocks, err, errlen);
+	switch (params->mem) {
+	case PDX_MEM_SHM:
+		st = pdx__kv_mem_host_new(params, &pool->mem, err, errlen);
+		break;
+	case PDX_MEM_CUDA:
+		st = pdx__kv_mem_cuda_new(params, &pool->mem, err, errlen);
+		break;
+	default:
+		snprintf(err, errlen, "unknown memory type %d",
+			 (int)params->mem);
+		st = PDX_EINVAL;
+	}
 	if (st != PDX_OK)
 		goto free_pool;
-	st = pdx_synth_layout_check(&pool->shm.layout);
-	if (st != PDX_OK) {
-		snprintf(err, errlen,
-			 "model %s: a shape the synthetic model cannot fill",
-			 params->model->name);
-		goto destroy_shm;
-	}
-	if (params->prefault)
-		memset(pool->shm.base, 0, pool->shm.size);
 	st = pdx_block_alloc_new(params->blocks, &pool->alloc);
 	if (st != PDX_OK) {
 		snprintf(err, errlen, "block allocator: %s",
 			 pdx_status_str(st));
-		goto destroy_shm;
+		goto free_mem;
 	}
 	*out = pool;
 	return PDX_OK;
-destroy_shm:
-	pdx_shm_pool_destroy(&pool->shm);
+free_mem:
+	pool->mem->ops->free(pool->mem);
 free_pool:
 	free(pool);
 	return st;
@@ -59,13 +62,40 @@ void pdx_kv_pool_free(struct pdx_kv_pool *pool)
 	if (!pool)
 		return;
 	pdx_block_alloc_free(pool->alloc);
-	pdx_shm_pool_destroy(&pool->shm);
+	pool->mem->ops->free(pool->mem);
 	free(pool);
+}
+
+const struct pdx_kv_layout *pdx_kv_pool_layout(const struct pdx_kv_pool *pool)
+{
+	return pool->mem->layout;
+}
+
+const struct pdx_engine_region *
+pdx_kv_pool_region(const struct pdx_kv_pool *pool)
+{
+	return pool->mem->region;
+}
+
+const struct pdx_engine_cuda_events *
+pdx_kv_pool_events(const struct pdx_kv_pool *pool)
+{
+	return pool->mem->events;
+}
+
+uint64_t pdx_kv_pool_size(const struct pdx_kv_pool *pool)
+{
+	return pool->mem->size;
+}
+
+const char *pdx_kv_pool_where(const struct pdx_kv_pool *pool)
+{
+	return pool->mem->where;
 }
 
 const struct pdx_shm_pool *pdx_kv_pool_shm(const struct pdx_kv_pool *pool)
 {
-	return &pool->shm;
+	return pool->mem->shm;
 }
 
 struct pdx_block_alloc *pdx_kv_pool_blocks(struct pdx_kv_pool *pool)
@@ -73,14 +103,27 @@ struct pdx_block_alloc *pdx_kv_pool_blocks(struct pdx_kv_pool *pool)
 	return pool->alloc;
 }
 
-struct pdx_synth_seq pdx_kv_pool_seq(const struct pdx_kv_pool *pool,
-				     const uint32_t *blocks,
-				     const uint64_t *hash)
+pdx_status_t pdx_kv_pool_pass(struct pdx_kv_pool *pool,
+			      struct pdx_synth_run *runs, size_t n,
+			      uint32_t vocab, uint32_t *slot)
 {
-	return (struct pdx_synth_seq){
-		.layout = &pool->shm.layout,
-		.base = pool->shm.base,
-		.blocks = blocks,
-		.hash = hash,
-	};
+	*slot = PDX_KV_POOL_NO_SLOT;
+	if (n == 0)
+		return PDX_OK;
+	return pool->mem->ops->pass(pool->mem, runs, n, vocab, slot);
+}
+
+pdx_status_t pdx_kv_pool_verify(struct pdx_kv_pool *pool,
+				const uint32_t *blocks, const uint64_t *hash,
+				uint32_t n, uint64_t *mismatches,
+				uint32_t *bad)
+{
+	struct pdx_synth_run run = {
+		.blocks = blocks, .hash = hash, .a = 0, .b = n};
+
+	*mismatches = 0;
+	*bad = UINT32_MAX;
+	if (n == 0)
+		return PDX_OK;
+	return pool->mem->ops->verify(pool->mem, &run, mismatches, bad);
 }

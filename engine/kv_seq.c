@@ -6,7 +6,7 @@
 
 static uint32_t block_tokens(const struct pdx_kv_pool *pool)
 {
-	return pdx_kv_pool_shm(pool)->layout.block_tokens;
+	return pdx_kv_pool_layout(pool)->block_tokens;
 }
 
 uint32_t pdx_kv_seq_blocks_for(const struct pdx_kv_pool *pool,
@@ -68,29 +68,6 @@ void pdx_kv_seq_free(struct pdx_kv_seq *s)
 	free(s);
 }
 
-void pdx_kv_seq_fill(struct pdx_kv_seq *s, uint32_t to)
-{
-	struct pdx_synth_seq view;
-	uint32_t layers;
-
-	assert(to <= s->n_tokens && to <= s->cap);
-	if (to <= s->filled)
-		return;
-	if (s->n_hashed < to) {
-		uint64_t prev = s->n_hashed ? s->hash[s->n_hashed - 1]
-					    : PDX_SYNTH_HASH_SEED;
-
-		pdx_synth_hashes(prev, s->tokens + s->n_hashed,
-				 to - s->n_hashed, s->hash + s->n_hashed);
-		s->n_hashed = to;
-	}
-	view = pdx_kv_pool_seq(s->pool, s->blocks, s->hash);
-	layers = view.layout->layers;
-	for (uint32_t l = 0; l < layers; l++)
-		pdx_synth_fill(&view, l, s->filled, to);
-	s->filled = to;
-}
-
 static void hash_to(struct pdx_kv_seq *s, uint32_t to)
 {
 	uint64_t prev;
@@ -110,29 +87,43 @@ void pdx_kv_seq_received(struct pdx_kv_seq *s, uint32_t n)
 	s->filled = n;
 }
 
-bool pdx_kv_seq_probe(const struct pdx_kv_seq *s, uint32_t n, uint32_t *bad)
+struct pdx_synth_run pdx_kv_seq_run(struct pdx_kv_seq *s, uint32_t to,
+				    bool want_token)
 {
-	struct pdx_synth_seq view =
-	    pdx_kv_pool_seq(s->pool, s->blocks, s->hash);
-	uint32_t bt = block_tokens(s->pool);
+	struct pdx_synth_run r = {
+	    .blocks = s->blocks,
+	    .hash = s->hash,
+	    .a = s->filled,
+	    .b = to,
+	    .want_token = want_token,
+	};
 
-	assert(n <= s->filled);
-	for (uint32_t a = 0; a < n; a += bt) {
-		uint32_t b = a + bt < n ? a + bt : n;
-
-		if (!pdx_synth_probe(&view, a, a + 1, bad) ||
-		    !pdx_synth_probe(&view, b - 1, b, bad))
-			return false;
-	}
-	return true;
+	assert(to <= s->n_tokens && to <= s->cap && to >= s->filled);
+	hash_to(s, to);
+	s->filled = to;
+	return r;
 }
 
-uint32_t pdx_kv_seq_next_token(const struct pdx_kv_seq *s, uint32_t vocab)
+pdx_status_t pdx_kv_seq_next_token(struct pdx_kv_seq *s, uint32_t vocab,
+				   uint32_t *out)
 {
-	struct pdx_synth_seq view =
-	    pdx_kv_pool_seq(s->pool, s->blocks, s->hash);
+	struct pdx_synth_run r = pdx_kv_seq_run(s, s->filled, true);
+	uint32_t slot;
+	pdx_status_t st;
 
-	return pdx_synth_next_token(&view, s->filled, vocab);
+	assert(s->filled > 0);
+	st = pdx_kv_pool_pass(s->pool, &r, 1, vocab, &slot);
+	if (st == PDX_OK)
+		*out = r.token;
+	return st;
+}
+
+pdx_status_t pdx_kv_seq_verify(const struct pdx_kv_seq *s, uint32_t n,
+			       uint64_t *mismatches, uint32_t *bad)
+{
+	assert(n <= s->filled);
+	return pdx_kv_pool_verify(s->pool, s->blocks, s->hash, n, mismatches,
+				  bad);
 }
 
 void pdx_kv_seq_push(struct pdx_kv_seq *s, uint32_t token)

@@ -7,11 +7,12 @@
  * [0, filled) have their KV written in every layer; tokens [0, n_tokens)
  * are known (the prompt, then each generated token once it is pushed).
  *
- * Prefill (local): pdx_kv_seq_fill() up to the prompt's length, chunk by
- * chunk. Prefill (remote): the blocks are written by the agent instead,
- * then marked (pdx_kv_seq_received()), which sets filled to the
- * prompt's length.
- * Decode: push the newest token, fill its position, read the next token.
+ * Prefill (local): pdx_kv_seq_run() up to the prompt's length, chunk by
+ * chunk, each run written by a forward pass (pdx_kv_pool_pass()).
+ * Prefill (remote): the blocks are written by the agent instead, then
+ * marked (pdx_kv_seq_received()), which sets filled to the prompt's
+ * length, and checked (pdx_kv_seq_verify()).
+ * Decode: push the newest token, run its position with want_token.
  *
  * Owned by the caller; one thread (the engine's loop).
  */
@@ -52,22 +53,26 @@ void pdx_kv_seq_free(struct pdx_kv_seq *s);
 uint32_t pdx_kv_seq_blocks_for(const struct pdx_kv_pool *pool,
 			       uint32_t n_prompt, uint32_t max_new);
 
-/* Writes the KV of positions [filled, to) in every layer, layer by layer
- * (to <= n_tokens). */
-void pdx_kv_seq_fill(struct pdx_kv_seq *s, uint32_t to);
+/* The run that writes positions [filled, to) (to <= n_tokens), for a
+ * forward pass (pdx_kv_pool_pass()) that the caller runs before using
+ * the sequence again; want_token: the pass also reads the token after
+ * them. Hashes the positions; filled = to. The run points into s. */
+struct pdx_synth_run pdx_kv_seq_run(struct pdx_kv_seq *s, uint32_t to,
+				    bool want_token);
 
 /* The token after positions [0, filled) (filled > 0) in a vocabulary of
- * vocab ids, read from the KV. */
-uint32_t pdx_kv_seq_next_token(const struct pdx_kv_seq *s, uint32_t vocab);
+ * vocab ids, read from the KV (a pass that writes nothing). */
+pdx_status_t pdx_kv_seq_next_token(struct pdx_kv_seq *s, uint32_t vocab,
+				   uint32_t *out);
 
 /* The agent wrote the KV of positions [0, n) (n = the prompt's length):
  * hashes them; filled = n. */
 void pdx_kv_seq_received(struct pdx_kv_seq *s, uint32_t n);
 
-/* Probes the first and last position of every block of [0, n) in every
- * layer (pdx_synth_probe()); n <= filled. True when all match; else
- * false and the lowest position found wrong in *bad. */
-bool pdx_kv_seq_probe(const struct pdx_kv_seq *s, uint32_t n, uint32_t *bad);
+/* Checks the received KV of [0, n) (n <= filled) with
+ * pdx_kv_pool_verify(): PDX_OK with *mismatches and *bad (see there). */
+pdx_status_t pdx_kv_seq_verify(const struct pdx_kv_seq *s, uint32_t n,
+			       uint64_t *mismatches, uint32_t *bad);
 
 /* Appends a generated token (n_tokens < cap). */
 void pdx_kv_seq_push(struct pdx_kv_seq *s, uint32_t token);

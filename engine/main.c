@@ -44,10 +44,17 @@ static const char *role_name(enum pdx_engine_role r)
 				      : "both";
 }
 
+/* Returns the exit status when it cannot start (1; 77 when the KV pool
+ * wants a CUDA device there is none of), else 0. */
 static int engine_start(struct engine *e)
 {
 	struct pdx_kv_pool_params pp = {
-	    .model = e->o.model, .blocks = e->o.kv_blocks, .prefault = true};
+	    .mem = e->o.kv_mem,
+	    .cuda_device = e->o.cuda_device,
+	    .model = e->o.model,
+	    .blocks = e->o.kv_blocks,
+	    .prefault = true,
+	};
 	struct pdx_sched_params sp = {
 	    .model = e->o.model,
 	    .time_scale = e->o.time_scale,
@@ -70,12 +77,12 @@ static int engine_start(struct engine *e)
 	/* three priorities: everything at the default (1) but the
 	 * scheduler's steps (2, scheduler.h) */
 	if (!e->base || event_base_priority_init(e->base, 3))
-		return -1;
+		return 1;
 	e->sigterm = evsignal_new(e->base, SIGTERM, on_signal, e);
 	e->sigint = evsignal_new(e->base, SIGINT, on_signal, e);
 	if (!e->sigterm || !e->sigint || evsignal_add(e->sigterm, NULL) ||
 	    evsignal_add(e->sigint, NULL))
-		return -1;
+		return 1;
 	swept = pdx_shm_pool_sweep("pdx-engine-", PDX_SHM_SWEEP_MIN_AGE_S);
 	if (swept)
 		log_info("removed %d KV pool(s) left in /dev/shm by engines "
@@ -85,14 +92,14 @@ static int engine_start(struct engine *e)
 	st = pdx_kv_pool_new(&pp, &e->pool, err, sizeof(err));
 	if (st != PDX_OK) {
 		log_error("kv pool: %s", err);
-		return -1;
+		return st == PDX_ENOENT ? 77 : 1;
 	}
 	if (e->o.agent) {
 		st = pdx_kv_link_new(e->base, e->o.agent, e->pool, &e->link,
 				     err, sizeof(err));
 		if (st != PDX_OK) {
 			log_error("agent: %s", err);
-			return -1;
+			return 1;
 		}
 		log_info("agent %s, peer address %s", e->o.agent,
 			 pdx_kv_link_peer(e->link));
@@ -102,7 +109,7 @@ static int engine_start(struct engine *e)
 	st = pdx_sched_new(&sp, &e->sched);
 	if (st != PDX_OK) {
 		log_error("scheduler: %s", pdx_status_str(st));
-		return -1;
+		return 1;
 	}
 	hp.base = e->base;
 	hp.sched = e->sched;
@@ -114,12 +121,12 @@ static int engine_start(struct engine *e)
 	st = pdx_http_api_new(&hp, &e->http, err, sizeof(err));
 	if (st != PDX_OK) {
 		log_error("http: %s", st == PDX_ENOMEM ? "out of memory" : err);
-		return -1;
+		return 1;
 	}
 	log_info("model %s, %u kv blocks (%.1f MiB) in %s, time scale %g",
 		 e->o.model->name, e->o.kv_blocks,
-		 (double)pdx_kv_pool_shm(e->pool)->size / (1 << 20), shm_name,
-		 e->o.time_scale);
+		 (double)pdx_kv_pool_size(e->pool) / (1 << 20),
+		 pdx_kv_pool_where(e->pool), e->o.time_scale);
 	log_info("listening on http://%s:%u", e->o.host,
 		 pdx_http_api_port(e->http));
 	return 0;
@@ -145,7 +152,7 @@ int main(int argc, char **argv)
 {
 	struct engine e = {0};
 	char err[256];
-	int rc = 1;
+	int rc;
 
 	switch (pdx_engine_opts_parse(argc, argv, &e.o, err, sizeof(err))) {
 	case PDX_OPTS_HELP:
@@ -160,8 +167,9 @@ int main(int argc, char **argv)
 	pdx_log_prefix("engine");
 	pdx_nofile_raise();
 	signal(SIGPIPE, SIG_IGN);
-	if (engine_start(&e) == 0 && event_base_dispatch(e.base) == 0)
-		rc = 0;
+	rc = engine_start(&e);
+	if (rc == 0 && event_base_dispatch(e.base) != 0)
+		rc = 1;
 	engine_stop(&e);
 	return rc;
 }

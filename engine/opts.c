@@ -32,6 +32,11 @@ void pdx_engine_opts_usage(FILE *f)
 "  --kv-blocks N            KV pool size in blocks (default: enough for\n"
 "                           16384 tokens; tiny: 4096 blocks, 8 MiB;\n"
 "                           llama3-8b: 1024 blocks, 2 GiB)\n"
+"  --kv-device D            where the KV pool lives: host (shared memory,\n"
+"                           default) or cuda[:N] (GPU N's memory, 0 by\n"
+"                           default; the synthetic model runs there and\n"
+"                           the agent opens it with CUDA IPC). Exits 77\n"
+"                           when there is no such CUDA device\n"
 "  --max-num-seqs N         requests running at once (default 256)\n"
 "  --max-waiting N          requests queued beyond those; more get 503\n"
 "                           (default 1024)\n"
@@ -59,6 +64,7 @@ enum {
 	O_LOG_LEVEL,
 	O_AGENT,
 	O_KV_TIMEOUT,
+	O_KV_DEVICE,
 	O_HELP,
 };
 
@@ -76,6 +82,7 @@ static const struct option long_opts[] = {
     {"log-level", required_argument, 0, O_LOG_LEVEL},
     {"agent", required_argument, 0, O_AGENT},
     {"kv-timeout-ms", required_argument, 0, O_KV_TIMEOUT},
+    {"kv-device", required_argument, 0, O_KV_DEVICE},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -114,6 +121,30 @@ static int parse_role(const char *s, enum pdx_engine_role *out, char *err,
 			       s);
 		return -1;
 	}
+	return 0;
+}
+
+/* host, cuda or cuda:N. */
+static int parse_kv_device(const char *s, struct pdx_engine_opts *o, char *err,
+			   size_t errlen)
+{
+	uint32_t n = 0;
+
+	if (strcmp(s, "host") == 0) {
+		o->kv_mem = PDX_MEM_SHM;
+		return 0;
+	}
+	if (strncmp(s, "cuda", 4) != 0 || (s[4] && s[4] != ':') ||
+	    (s[4] == ':' && parse_u32("kv-device cuda:", s + 5, 0, 1023, &n,
+				      err, errlen) < 0)) {
+		pdx_errbuf_set(err, errlen,
+			       "--kv-device: want host, cuda or cuda:N "
+			       "(N in [0, 1023]), got '%s'",
+			       s);
+		return -1;
+	}
+	o->kv_mem = PDX_MEM_CUDA;
+	o->cuda_device = (int)n;
 	return 0;
 }
 
@@ -182,6 +213,8 @@ static int parse_one(int c, const char *arg, struct pdx_engine_opts *o,
 	case O_KV_TIMEOUT:
 		return parse_u32("kv-timeout-ms", arg, 1, 3600000,
 				 &o->kv_timeout_ms, err, errlen);
+	case O_KV_DEVICE:
+		return parse_kv_device(arg, o, err, errlen);
 	case O_LOG_LEVEL:
 		if (pdx_log_set_level(arg) < 0) {
 			pdx_errbuf_set(err, errlen,

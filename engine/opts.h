@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <pdx/engine.h>
+
 #include "common/models.h"
 
 enum pdx_engine_role {
@@ -27,6 +29,8 @@ struct pdx_engine_opts {
 	const struct pdx_model *model; /* tiny */
 	enum pdx_engine_role role;     /* both */
 	uint32_t kv_blocks;	       /* pool size: DEFAULT_KV_TOKENS' worth */
+	enum pdx_mem_type kv_mem;      /* where the pool lives: shm */
+	int cuda_device;	       /* kv_mem cuda: the device, 0 */
 	uint32_t max_num_seqs;	       /* running at once: 256 */
 	uint32_t max_waiting;	       /* queued beyond those: 1024 */
 	uint32_t max_prefill_tokens;   /* prefill tokens per step: 8192 */

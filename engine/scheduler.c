@@ -33,6 +33,7 @@ struct pdx_sched_req {
 	pdx_status_t kv_status; /* PHASE_KV_READY */
 	int64_t first;		/* PHASE_KV_READY: the given first token */
 	bool verify;		/* its received KV is still to be checked */
+	bool in_pass;		/* has a run in this step's forward pass */
 	bool posting;		/* its layers are being posted this step */
 	struct pdx_sched_sink sink;
 };
@@ -46,10 +47,12 @@ struct pdx_sched {
 	/* layer-wise posting of the step's finished prefills */
 	struct event *layer_ev;
 	bool posting;		   /* some request's r->posting is set */
+	uint32_t slot;		   /* the step's pass's event slot */
 	uint32_t next_layer;	   /* layers [0, next_layer) posted */
 	uint64_t step_t0, step_ns; /* the step's start and modeled time */
 	struct req_list waiting, running;
 	uint32_t n_waiting, n_running;
+	struct pdx_synth_run *runs; /* the step's pass: max_num_seqs */
 };
 
 static void req_free(struct pdx_sched_req *r)
@@ -100,18 +103,32 @@ static void end(struct pdx_sched *s, struct pdx_sched_req *r, pdx_status_t st)
 	req_free(r);
 }
 
-/* The received KV of r's prompt matches its tokens (block edges probed)
- * and gives r->first as the next token. */
+/* The received KV of r's prompt matches its tokens (kv_pool.h: block
+ * edges probed in host memory, every word on a GPU) and gives r->first
+ * as the next token. */
 static bool received_ok(struct pdx_sched *s, struct pdx_sched_req *r)
 {
 	struct pdx_kv_seq *q = r->seq;
+	uint64_t wrong;
 	uint32_t bad, mine;
+	pdx_status_t st;
 
-	if (!pdx_kv_seq_probe(q, r->n_prompt, &bad)) {
-		log_warn("received KV differs at position %u", bad);
+	st = pdx_kv_seq_verify(q, r->n_prompt, &wrong, &bad);
+	if (st != PDX_OK) {
+		log_error("checking received KV: %s", pdx_status_str(st));
 		return false;
 	}
-	mine = pdx_kv_seq_next_token(q, s->p.model->vocab);
+	if (wrong) {
+		log_warn("received KV differs at %llu position(s), the first "
+			 "%u",
+			 (unsigned long long)wrong, bad);
+		return false;
+	}
+	st = pdx_kv_seq_next_token(q, s->p.model->vocab, &mine);
+	if (st != PDX_OK) {
+		log_error("reading the first token: %s", pdx_status_str(st));
+		return false;
+	}
 	if (r->first < 0)
 		r->first = mine;
 	else if ((uint32_t)r->first != mine)
@@ -167,47 +184,79 @@ static void settle(struct pdx_sched *s)
 	}
 }
 
-/* The real work of one step: decode tokens for every request in decode,
- * then prefill chunks within the token budget. Adds it to w. */
+/* Plans r's part of the step (a decode token, or a prefill chunk within
+ * *budget) and adds its run to the pass; false when it has none. */
+static bool plan(struct pdx_sched_req *r, uint32_t *budget,
+		 struct pdx_synth_work *w, struct pdx_synth_run *run)
+{
+	struct pdx_kv_seq *q = r->seq;
+	uint32_t chunk;
+
+	if (r->phase == PHASE_DECODE) {
+		pdx_kv_seq_push(q, r->last_token);
+		pdx_synth_work_decode(w, q->filled + 1);
+		*run = pdx_kv_seq_run(q, q->filled + 1, true);
+		return true;
+	}
+	if (r->phase != PHASE_PREFILL || *budget == 0)
+		return false;
+	chunk = r->n_prompt - q->filled;
+	if (chunk > *budget)
+		chunk = *budget;
+	pdx_synth_work_prefill(w, q->filled, chunk);
+	*budget -= chunk;
+	*run = pdx_kv_seq_run(q, q->filled + chunk,
+			      q->filled + chunk == r->n_prompt);
+	return true;
+}
+
+/* The real work of one step, one forward pass as a GPU runs it: decode
+ * tokens for every request in decode and prefill chunks within the
+ * token budget, written layer by layer over the whole batch, then the
+ * tokens they yield. Adds it to w. */
 static bool step_work(struct pdx_sched *s, struct pdx_synth_work *w)
 {
-	uint32_t budget = s->p.max_prefill_tokens, vocab = s->p.model->vocab;
-	struct pdx_sched_req *r;
+	uint32_t budget = s->p.max_prefill_tokens, n = 0, i = 0;
+	struct pdx_sched_req *r, *next;
 	bool any = false;
+	pdx_status_t st;
 
 	TAILQ_FOREACH(r, &s->running, link)
 	{
-		struct pdx_kv_seq *q = r->seq;
-
-		if (r->phase == PHASE_WAIT_KV || r->phase == PHASE_KV_READY)
-			continue;
+		r->in_pass = false;
 		if (r->phase == PHASE_FIRST) {
 			r->output = (uint32_t)r->first;
 			r->has_output = any = true;
+		} else if (plan(r, &budget, w, &s->runs[n])) {
+			r->in_pass = true;
+			n++;
+		}
+	}
+	st = pdx_kv_pool_pass(s->p.pool, s->runs, n, s->p.model->vocab,
+			      &s->slot);
+	if (st != PDX_OK)
+		log_error("forward pass of %u sequence(s): %s", n,
+			  pdx_status_str(st));
+	for (r = TAILQ_FIRST(&s->running); r; r = next) {
+		struct pdx_synth_run *run;
+
+		next = TAILQ_NEXT(r, link);
+		if (!r->in_pass)
+			continue;
+		run = &s->runs[i++];
+		if (st != PDX_OK) {
+			end(s, r, st);
 			continue;
 		}
-		if (r->phase == PHASE_DECODE) {
-			pdx_kv_seq_push(q, r->last_token);
-			pdx_synth_work_decode(w, q->filled + 1);
-			pdx_kv_seq_fill(q, q->filled + 1);
-		} else if (budget > 0) {
-			uint32_t chunk = r->n_prompt - q->filled;
-
-			if (chunk > budget)
-				chunk = budget;
-			pdx_synth_work_prefill(w, q->filled, chunk);
-			pdx_kv_seq_fill(q, q->filled + chunk);
-			budget -= chunk;
-			if (q->filled < r->n_prompt)
-				continue;
+		if (!run->want_token)
+			continue;
+		r->output = run->token;
+		if (r->phase == PHASE_PREFILL) {
 			r->posting = r->sink.layer_done != NULL;
 			s->posting |= r->posting;
-		} else {
-			continue;
+			if (r->posting && r->sink.first_token)
+				r->sink.first_token(r->sink.arg, r->output);
 		}
-		r->output = pdx_kv_seq_next_token(q, vocab);
-		if (r->posting && r->sink.first_token)
-			r->sink.first_token(r->sink.arg, r->output);
 		r->has_output = any = true;
 	}
 	return any || w->tokens > 0;
@@ -238,7 +287,8 @@ static void post_layers(struct pdx_sched *s, bool all)
 		TAILQ_FOREACH(r, &s->running, link)
 		{
 			if (r->posting)
-				r->sink.layer_done(r->sink.arg, s->next_layer);
+				r->sink.layer_done(r->sink.arg, s->next_layer,
+						   s->slot);
 		}
 	}
 	evtimer_del(s->layer_ev);
@@ -350,9 +400,13 @@ pdx_status_t pdx_sched_new(const struct pdx_sched_params *p,
 	TAILQ_INIT(&s->running);
 	s->step = evtimer_new(p->base, on_step, s);
 	s->layer_ev = evtimer_new(p->base, on_layer, s);
-	if (!s->step || !s->layer_ev) {
+	s->runs = calloc(p->max_num_seqs, sizeof(*s->runs));
+	if (!s->step || !s->layer_ev || !s->runs) {
 		if (s->step)
 			event_free(s->step);
+		if (s->layer_ev)
+			event_free(s->layer_ev);
+		free(s->runs);
 		free(s);
 		return PDX_ENOMEM;
 	}
@@ -379,6 +433,7 @@ void pdx_sched_free(struct pdx_sched *s)
 	}
 	event_free(s->step);
 	event_free(s->layer_ev);
+	free(s->runs);
 	free(s);
 }
 

@@ -82,8 +82,10 @@ struct pdx_sched_sink {
 	void (*admitted)(void *arg, struct pdx_kv_seq *seq);
 	/* The first token is sampled (before layer_done's; prefill side). */
 	void (*first_token)(void *arg, uint32_t token);
-	/* Layer `layer` of the whole prompt is computed (modeled time). */
-	void (*layer_done)(void *arg, uint32_t layer);
+	/* Layer `layer` of the whole prompt is computed (modeled time);
+	 * in GPU memory, once the event of `slot` for it completes
+	 * (kv_pool.h; PDX_KV_POOL_NO_SLOT: the bytes are in memory). */
+	void (*layer_done)(void *arg, uint32_t layer, uint32_t slot);
 	/* Called right before done(PDX_OK): returns true when it takes seq
 	 * (and frees it with pdx_kv_seq_free() later). */
 	bool (*hold)(void *arg, struct pdx_kv_seq *seq);

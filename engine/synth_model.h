@@ -37,6 +37,10 @@
 #include <pdx/layout.h>
 #include <pdx/status.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* The hash "before position 0". */
 #define PDX_SYNTH_HASH_SEED 0x70647873796e7468ULL /* "pdxsynth" */
 
@@ -56,6 +60,17 @@ struct pdx_synth_seq {
 	const uint32_t *blocks;
 	/* hash[p] for every position used */
 	const uint64_t *hash;
+};
+
+/* Positions [a, b) of one sequence, written (or checked) in a forward
+ * pass, and the token after [0, b) read back when want_token: the unit
+ * of work of a pass over a pool wherever it lives (kv_pool.h). */
+struct pdx_synth_run {
+	const uint32_t *blocks; /* the block table: blocks[0..ceil(b / bt)) */
+	const uint64_t *hash;	/* hash[p] for p in [a, b) */
+	uint32_t a, b;		/* a == b: nothing to write */
+	bool want_token;	/* b > 0 and [0, a) already filled */
+	uint32_t token;		/* out: pdx_synth_next_token(b) */
 };
 
 /* PDX_OK when the layout is one the functions below handle: NHD, two
@@ -83,4 +98,7 @@ bool pdx_synth_probe(const struct pdx_synth_seq *s, uint32_t a, uint32_t b,
 uint32_t pdx_synth_next_token(const struct pdx_synth_seq *s, uint32_t n,
 			      uint32_t vocab);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

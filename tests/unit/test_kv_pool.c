@@ -73,8 +73,9 @@ static void shared_bytes(void)
 					 .prefault = true };
 	struct pdx_kv_pool *pool;
 	struct pdx_synth_seq seq;
-	uint32_t blocks[2], tokens[8] = { 1, 2, 3, 4, 5, 6, 7, 8 }, bad;
-	uint64_t hash[8];
+	struct pdx_synth_run run;
+	uint32_t blocks[2], tokens[8] = { 1, 2, 3, 4, 5, 6, 7, 8 }, bad, slot;
+	uint64_t hash[8], wrong;
 	uint8_t *other;
 	char err[128];
 	int fd;
@@ -83,9 +84,21 @@ static void shared_bytes(void)
 	CHECK_EQ(pdx_block_alloc_get(pdx_kv_pool_blocks(pool), 2, blocks),
 		 PDX_OK);
 	pdx_synth_hashes(PDX_SYNTH_HASH_SEED, tokens, 8, hash);
-	seq = pdx_kv_pool_seq(pool, blocks, hash);
-	for (uint32_t l = 0; l < 4; l++)
-		pdx_synth_fill(&seq, l, 0, 8);
+	/* one forward pass writes all of it, and its token is the model's */
+	run = (struct pdx_synth_run){ .blocks = blocks, .hash = hash,
+				      .a = 0, .b = 8, .want_token = true };
+	CHECK_EQ(pdx_kv_pool_pass(pool, &run, 1, 1024, &slot), PDX_OK);
+	CHECK_EQ(slot, PDX_KV_POOL_NO_SLOT);
+	seq = (struct pdx_synth_seq){ .layout = pdx_kv_pool_layout(pool),
+				      .base = pdx_kv_pool_shm(pool)->base,
+				      .blocks = blocks, .hash = hash };
+	CHECK(pdx_synth_check(&seq, 0, 8, &bad));
+	CHECK_EQ(run.token, pdx_synth_next_token(&seq, 8, 1024));
+	CHECK_EQ(pdx_kv_pool_verify(pool, blocks, hash, 8, &wrong, &bad),
+		 PDX_OK);
+	CHECK_EQ(wrong, 0);
+	CHECK_EQ(bad, UINT32_MAX);
+	CHECK(pdx_kv_pool_events(pool) == NULL);
 	fd = shm_open(name, O_RDWR, 0);
 	other = mmap(NULL, pdx_kv_pool_shm(pool)->size, PROT_READ | PROT_WRITE,
 		     MAP_SHARED, fd, 0);
@@ -98,6 +111,19 @@ static void shared_bytes(void)
 		      256 * blocks[1] + 64 * 2] ^= 0x80;
 		CHECK(!pdx_synth_check(&seq, 0, 8, &bad));
 		CHECK_EQ(bad, 6);
+		/* verify probes a block's first and last positions: not 6,
+		 * but 7 */
+		CHECK_EQ(pdx_kv_pool_verify(pool, blocks, hash, 8, &wrong,
+					    &bad),
+			 PDX_OK);
+		CHECK_EQ(wrong, 0);
+		other[pdx_kv_pool_shm(pool)->layout.layer[2].base[1].offset +
+		      256 * blocks[1] + 64 * 3] ^= 0x80;
+		CHECK_EQ(pdx_kv_pool_verify(pool, blocks, hash, 8, &wrong,
+					    &bad),
+			 PDX_OK);
+		CHECK_EQ(wrong, 1);
+		CHECK_EQ(bad, 7);
 		munmap(other, pdx_kv_pool_shm(pool)->size);
 	}
 	pdx_kv_pool_free(pool);
@@ -121,6 +147,31 @@ static void refusals(void)
 	CHECK_EQ(pdx_kv_pool_new(&pp, &pool, err, sizeof(err)), PDX_EINVAL);
 	CHECK(pool == NULL);
 	CHECK_EQ(shm_size(), -ENOENT);
+}
+
+/* A GPU pool on a device no machine has: refused with the reason, and
+ * PDX_ENOENT (pdx-engine exits 77) unless the build has no CUDA or CUDA
+ * itself fails (PDX_EIO: e.g. a GPU under AddressSanitizer). */
+static void no_such_gpu(void)
+{
+	struct pdx_kv_pool_params pp = { .mem = PDX_MEM_CUDA,
+					 .cuda_device = 1023,
+					 .model = pdx_model_find("tiny"),
+					 .blocks = 4 };
+	struct pdx_kv_pool *pool = NULL;
+	char err[256] = "";
+	pdx_status_t st;
+
+	st = pdx_kv_pool_new(&pp, &pool, err, sizeof(err));
+	CHECK(pool == NULL);
+	if (st == PDX_EINVAL)
+		CHECK_STR_CONTAINS(err, "built without CUDA");
+	else if (st == PDX_EIO)
+		CHECK_STR_CONTAINS(err, "initialising CUDA");
+	else
+		CHECK_EQ(st, PDX_ENOENT);
+	if (st == PDX_ENOENT)
+		CHECK_STR_CONTAINS(err, "no CUDA device");
 }
 
 /* Every model of the table makes a pool the synthetic model can fill. */
@@ -195,6 +246,7 @@ int main(void)
 	layout();
 	shared_bytes();
 	refusals();
+	no_such_gpu();
 	every_model();
 	sweep();
 	CHECK_DONE();
