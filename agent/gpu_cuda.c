@@ -1,11 +1,18 @@
-/* agent/gpu.h with the CUDA runtime. Completions: cudaLaunchHostFunc puts
- * a callback on our stream; it runs on a CUDA thread, where no CUDA call is
- * allowed, so it only writes the record's address to a pipe that the loop
- * reads (a write of a pointer to a pipe is atomic). */
+/* agent/gpu.h with the CUDA runtime. Completions: gpu_then() records an
+ * event on our stream and hands it to a watcher thread, which waits for
+ * the events in order (cudaEventSynchronize, sleeping) and writes each
+ * record's address to a pipe that the loop reads (a pointer's write to a
+ * pipe is atomic). Not cudaLaunchHostFunc: a host function holds the
+ * stream until it has run, which left the GPU idle ~80 us after every
+ * transfer's copy (H100 machine: back-to-back 1 GiB copies at 0.90 of the
+ * copy kernel's rate). */
 #define _GNU_SOURCE /* pipe2 */
 #define PDX_LOG_TOPIC "gpu"
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,18 +23,28 @@
 #include "common/log.h"
 #include "kernels/kv_kernels.h"
 
+struct then {
+	struct gpu *g;
+	void (*fn)(void *arg, pdx_status_t st);
+	void *arg;
+	cudaEvent_t ev;
+	struct then *next;
+};
+
 struct gpu {
 	int device;
 	cudaStream_t stream;
 	int pipe[2];
 	struct event *ev;
 	uint32_t pending; /* gpu_then records not yet delivered */
-};
-
-struct then {
-	struct gpu *g;
-	void (*fn)(void *arg, pdx_status_t st);
-	void *arg;
+	/* the watcher's queue, in stream order; spare events */
+	pthread_t watcher;
+	bool watching, stop;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct then *head, *tail;
+	cudaEvent_t spare[64];
+	unsigned n_spare;
 };
 
 static pdx_status_t cuda_err(cudaError_t e, const char *what)
@@ -38,6 +55,18 @@ static pdx_status_t cuda_err(cudaError_t e, const char *what)
 	return PDX_EIO;
 }
 
+static void event_put(struct gpu *g, cudaEvent_t ev)
+{
+	pthread_mutex_lock(&g->mu);
+	if (g->n_spare < sizeof(g->spare) / sizeof(g->spare[0])) {
+		g->spare[g->n_spare++] = ev;
+		ev = NULL;
+	}
+	pthread_mutex_unlock(&g->mu);
+	if (ev)
+		cudaEventDestroy(ev);
+}
+
 static void deliver(struct then *t)
 {
 	/* a faulted context fails every transfer using it */
@@ -45,6 +74,7 @@ static void deliver(struct then *t)
 								 PDX_EIO;
 
 	t->g->pending--;
+	event_put(t->g, t->ev);
 	t->fn(t->arg, st);
 	free(t);
 }
@@ -61,14 +91,37 @@ static void on_pipe(evutil_socket_t fd, short what, void *arg)
 			deliver(t[i]);
 }
 
-static void CUDART_CB host_fn(void *arg)
+static void *watch(void *arg)
 {
-	struct then *t = arg;
-	ssize_t n;
+	struct gpu *g = arg;
 
-	do
-		n = write(t->g->pipe[1], &t, sizeof(t));
-	while (n < 0 && errno == EINTR);
+	cudaSetDevice(g->device);
+	pthread_mutex_lock(&g->mu);
+	for (;;) {
+		struct then *t;
+		ssize_t n;
+
+		while (!g->head && !g->stop)
+			pthread_cond_wait(&g->cv, &g->mu);
+		if (!g->head)
+			break;
+		/* only this thread takes from the queue, so t stays at
+		 * its head while we wait; once written, it is the loop's */
+		t = g->head;
+		pthread_mutex_unlock(&g->mu);
+		cudaEventSynchronize(t->ev);
+		pthread_mutex_lock(&g->mu);
+		g->head = t->next;
+		if (!g->head)
+			g->tail = NULL;
+		pthread_mutex_unlock(&g->mu);
+		do
+			n = write(g->pipe[1], &t, sizeof(t));
+		while (n < 0 && errno == EINTR);
+		pthread_mutex_lock(&g->mu);
+	}
+	pthread_mutex_unlock(&g->mu);
+	return NULL;
 }
 
 struct gpu *gpu_new(struct event_base *base, int device, char *err,
@@ -101,16 +154,21 @@ struct gpu *gpu_new(struct event_base *base, int device, char *err,
 		free(g);
 		return NULL;
 	}
-	/* the reader never blocks; the CUDA thread's writes may (a full pipe
+	pthread_mutex_init(&g->mu, NULL);
+	pthread_cond_init(&g->cv, NULL);
+	/* the reader never blocks; the watcher's writes may (a full pipe
 	 * only delays that thread, never loses a record) */
 	if (pipe2(g->pipe, O_CLOEXEC) || fcntl(g->pipe[0], F_SETFL, O_NONBLOCK) ||
 	    !(g->ev = event_new(base, g->pipe[0], EV_READ | EV_PERSIST, on_pipe,
 				g)) ||
-	    event_add(g->ev, NULL)) {
-		snprintf(err, errlen, "completion pipe: %s", strerror(errno));
+	    event_add(g->ev, NULL) ||
+	    (errno = pthread_create(&g->watcher, NULL, watch, g))) {
+		snprintf(err, errlen, "completion pipe and watcher: %s",
+			 strerror(errno));
 		gpu_free(g);
 		return NULL;
 	}
+	g->watching = true;
 	log_info("CUDA device %d: stream ready", device);
 	return g;
 }
@@ -119,15 +177,24 @@ void gpu_free(struct gpu *g)
 {
 	if (!g)
 		return;
-	if (g->stream) {
-		cudaStreamSynchronize(g->stream);
-		cudaStreamDestroy(g->stream);
+	gpu_drain(g);
+	if (g->watching) {
+		pthread_mutex_lock(&g->mu);
+		g->stop = true;
+		pthread_cond_signal(&g->cv);
+		pthread_mutex_unlock(&g->mu);
+		pthread_join(g->watcher, NULL);
 	}
-	/* the callbacks already queued have written to the pipe: deliver */
 	if (g->pipe[0] >= 0)
 		on_pipe(g->pipe[0], EV_READ, g);
 	if (g->pending)
 		log_warn("%u completions lost at close", g->pending);
+	while (g->n_spare)
+		cudaEventDestroy(g->spare[--g->n_spare]);
+	if (g->stream)
+		cudaStreamDestroy(g->stream);
+	pthread_mutex_destroy(&g->mu);
+	pthread_cond_destroy(&g->cv);
 	if (g->ev)
 		event_free(g->ev);
 	if (g->pipe[0] >= 0)
@@ -139,10 +206,17 @@ void gpu_free(struct gpu *g)
 
 void gpu_drain(struct gpu *g)
 {
-	if (!g)
+	if (!g || !g->stream)
 		return;
 	cudaStreamSynchronize(g->stream);
-	on_pipe(g->pipe[0], EV_READ, g);
+	/* the watcher writes what completed; wait for every record */
+	while (g->pending && g->watching) {
+		struct pollfd pfd = { .fd = g->pipe[0], .events = POLLIN };
+
+		if (poll(&pfd, 1, 1000) <= 0)
+			break;
+		on_pipe(g->pipe[0], EV_READ, g);
+	}
 }
 
 int gpu_device(const struct gpu *g)
@@ -204,16 +278,34 @@ pdx_status_t gpu_then(struct gpu *g, void (*fn)(void *arg, pdx_status_t st),
 		      void *arg)
 {
 	struct then *t = malloc(sizeof(*t));
+	cudaEvent_t ev = NULL;
 
 	if (!t)
 		return PDX_ENOMEM;
-	*t = (struct then){ g, fn, arg };
-	if (cuda_err(cudaLaunchHostFunc(g->stream, host_fn, t),
-		     "cudaLaunchHostFunc")) {
+	pthread_mutex_lock(&g->mu);
+	if (g->n_spare)
+		ev = g->spare[--g->n_spare];
+	pthread_mutex_unlock(&g->mu);
+	if ((!ev && cuda_err(cudaEventCreateWithFlags(
+				     &ev, cudaEventDisableTiming |
+						  cudaEventBlockingSync),
+			     "cudaEventCreate")) ||
+	    cuda_err(cudaEventRecord(ev, g->stream), "cudaEventRecord")) {
+		if (ev)
+			event_put(g, ev);
 		free(t);
 		return PDX_EIO;
 	}
+	*t = (struct then){ g, fn, arg, ev, NULL };
 	g->pending++;
+	pthread_mutex_lock(&g->mu);
+	if (g->tail)
+		g->tail->next = t;
+	else
+		g->head = t;
+	g->tail = t;
+	pthread_cond_signal(&g->cv);
+	pthread_mutex_unlock(&g->mu);
 	return PDX_OK;
 }
 
