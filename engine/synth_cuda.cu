@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "engine/synth_cuda.h"
+#include "kernels/cuda_util.cuh"
 
 #define WORD_STEP 0x9e3779b97f4a7c15ULL
 #define THREADS 256
@@ -152,15 +153,9 @@ __global__ void k_tokens(const uint8_t *base, const struct dlayer *layers,
 			sum += dmix(w[0] ^ (last << 32 | last >> 32) ^
 				    dsalt(layer, t, p));
 		}
-		part[threadIdx.x] = sum;
-		__syncthreads();
-		for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-			if (threadIdx.x < s)
-				part[threadIdx.x] += part[threadIdx.x + s];
-			__syncthreads();
-		}
+		sum = pdx__cta_sum(part, sum);
 		if (threadIdx.x == 0)
-			out[r] = (uint32_t)(dmix(part[0] ^ n) % vocab);
+			out[r] = (uint32_t)(dmix(sum ^ n) % vocab);
 		__syncthreads();
 	}
 }

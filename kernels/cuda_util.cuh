@@ -28,6 +28,21 @@ __device__ __forceinline__ uint64_t pdx__dmix64(uint64_t x)
 	return x ^ (x >> 31);
 }
 
+/* Every thread of the CTA adds its v; thread 0 gets the sum (others get
+ * part of it). part holds blockDim.x words, a power of two. The caller
+ * synchronises again before reusing part. */
+__device__ __forceinline__ uint64_t pdx__cta_sum(uint64_t *part, uint64_t v)
+{
+	part[threadIdx.x] = v;
+	__syncthreads();
+	for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+		if (threadIdx.x < s)
+			part[threadIdx.x] += part[threadIdx.x + s];
+		__syncthreads();
+	}
+	return part[0];
+}
+
 /* The largest of 16, 8, 4, 2, 1 that divides every bit of `bits`. */
 static inline unsigned pdx__unit(uint64_t bits)
 {

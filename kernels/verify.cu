@@ -25,15 +25,9 @@ __global__ void k_hashes(const uint8_t *buf, uint64_t bb, uint64_t nblocks,
 			}
 			sum += pdx__dmix64(word + w * 0x9e3779b97f4a7c15ULL);
 		}
-		part[threadIdx.x] = sum;
-		__syncthreads();
-		for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-			if (threadIdx.x < s)
-				part[threadIdx.x] += part[threadIdx.x + s];
-			__syncthreads();
-		}
+		sum = pdx__cta_sum(part, sum);
 		if (threadIdx.x == 0)
-			out[k] = pdx__dmix64(bb) + part[0];
+			out[k] = pdx__dmix64(bb) + sum;
 		__syncthreads();
 	}
 }

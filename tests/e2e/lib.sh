@@ -96,21 +96,29 @@ bg_start() {
 }
 
 # named_engine_start NAME BIN [options...]: like engine_start for one of
-# several engines; its port in PORT_NAME.
+# several engines; its port in PORT_NAME. An engine that exits 77 at start
+# (e.g. --kv-device cuda finding no CUDA device) skips the test.
 named_engine_start() {
-	local name=$1 pid port
+	local name=$1 pid port rc
 	shift
 	bg_start "$name" "$@" --port 0
 	pid=$(eval echo "\$PID_$name")
-	for _ in $(seq 100); do
+	for _ in $(seq 300); do
 		port=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9]*\)$/\1/p' \
 			"$E2E_TMP/$name.log")
 		if [ -n "$port" ]; then
 			eval "PORT_$name=$port"
 			return 0
 		fi
-		kill -0 "$pid" 2>/dev/null ||
-			fail "$name exited at start: $(tail -5 "$E2E_TMP/$name.log")"
+		if ! kill -0 "$pid" 2>/dev/null; then
+			wait "$pid"
+			rc=$?
+			if [ $rc -eq 77 ]; then
+				echo "$name: $(tail -1 "$E2E_TMP/$name.log"): skipped"
+				exit 77
+			fi
+			fail "$name exited with $rc at start: $(tail -5 "$E2E_TMP/$name.log")"
+		fi
 		sleep 0.1
 	done
 	fail "$name did not start listening"

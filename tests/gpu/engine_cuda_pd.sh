@@ -27,32 +27,12 @@ MODEL=$5
 SCALE=$6
 opts=(--model "$MODEL" --time-scale "$SCALE" --kv-blocks 256)
 
-# gpu_engine_start NAME ENGINE_OPTION...: named_engine_start, but an
-# engine that exits 77 (no CUDA device after all) skips the test.
+# gpu_engine_start NAME ENGINE_OPTION...: an engine with its KV on the GPU
+# (one that finds no CUDA device exits 77: the test is skipped).
 gpu_engine_start() {
-	local name=$1 pid rc port
+	local name=$1
 	shift
-	bg_start "$name" "$ENGINE" --kv-device cuda --port 0 "$@"
-	pid=$(eval echo "\$PID_$name")
-	for _ in $(seq 300); do
-		port=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9]*\)$/\1/p' \
-			"$E2E_TMP/$name.log")
-		if [ -n "$port" ]; then
-			eval "PORT_$name=$port"
-			return 0
-		fi
-		if ! kill -0 "$pid" 2>/dev/null; then
-			wait "$pid"
-			rc=$?
-			if [ $rc -eq 77 ]; then
-				echo "$name: $(tail -1 "$E2E_TMP/$name.log"): skipped"
-				exit 77
-			fi
-			fail "$name exited with $rc at start: $(tail -5 "$E2E_TMP/$name.log")"
-		fi
-		sleep 0.1
-	done
-	fail "$name did not start listening"
+	named_engine_start "$name" "$ENGINE" --kv-device cuda "$@"
 }
 
 notify="tcp://127.0.0.1:$(free_port)" # the concurrent proxy's collector

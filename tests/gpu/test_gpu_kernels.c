@@ -13,20 +13,18 @@
 
 #include "kernels/kv_kernels.h"
 #include "tests/check.h"
+#include "tests/rng.h"
 
-static uint64_t rng = 0x2545f4914f6cdd1dULL;
+static struct test_rng rng = { 0x2545f4914f6cdd1dULL };
 
 static uint64_t rnd(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
+	return test_rnd(&rng);
 }
 
 static uint32_t pick(const uint32_t *v, int n)
 {
-	return v[rnd() % (uint64_t)n];
+	return test_pick(&rng, v, n);
 }
 
 /* A random layout in two regions, the same bytes on host and device. */

@@ -11,23 +11,21 @@
 #include "engine/synth_cuda.h"
 #include "engine/synth_model.h"
 #include "tests/check.h"
+#include "tests/rng.h"
 
 #define MAX_SEQS 6
 
-static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static struct test_rng rng = { 0x9e3779b97f4a7c15ULL };
 static cudaStream_t stream;
 
 static uint64_t rnd(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
+	return test_rnd(&rng);
 }
 
 static uint32_t pick(const uint32_t *v, int n)
 {
-	return v[rnd() % (uint64_t)n];
+	return test_pick(&rng, v, n);
 }
 
 struct pool {

@@ -5,6 +5,7 @@
 
 #include "kernels/kv_kernels.h"
 #include "tests/check.h"
+#include "tests/rng.h"
 
 /* A pool in two regions: K of every layer in region 0, V in region 1 (MLA:
  * all in region 0), each layer at its own offset, strides padded past the
@@ -18,14 +19,11 @@ struct pool {
 	struct pdx_kv_region kv;
 };
 
-static uint64_t rng = 88172645463325252ULL;
+static struct test_rng rng = { 88172645463325252ULL };
 
 static uint64_t rnd(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
+	return test_rnd(&rng);
 }
 
 static void pool_init(struct pool *p, uint32_t layers, uint32_t tensors,
