@@ -28,6 +28,7 @@ struct then {
 	void (*fn)(void *arg, pdx_status_t st);
 	void *arg;
 	cudaEvent_t ev;
+	cudaError_t e; /* what waiting for ev said: a fault of the work */
 	struct then *next;
 };
 
@@ -69,10 +70,10 @@ static void event_put(struct gpu *g, cudaEvent_t ev)
 
 static void deliver(struct then *t)
 {
-	/* a faulted context fails every transfer using it */
-	pdx_status_t st = cudaPeekAtLastError() == cudaSuccess ? PDX_OK :
-								 PDX_EIO;
+	pdx_status_t st = t->e == cudaSuccess ? PDX_OK : PDX_EIO;
 
+	if (t->e != cudaSuccess)
+		log_warn("GPU work failed: %s", cudaGetErrorString(t->e));
 	t->g->pending--;
 	event_put(t->g, t->ev);
 	t->fn(t->arg, st);
@@ -109,7 +110,7 @@ static void *watch(void *arg)
 		 * its head while we wait; once written, it is the loop's */
 		t = g->head;
 		pthread_mutex_unlock(&g->mu);
-		cudaEventSynchronize(t->ev);
+		t->e = cudaEventSynchronize(t->ev);
 		pthread_mutex_lock(&g->mu);
 		g->head = t->next;
 		if (!g->head)
@@ -296,7 +297,7 @@ pdx_status_t gpu_then(struct gpu *g, void (*fn)(void *arg, pdx_status_t st),
 		free(t);
 		return PDX_EIO;
 	}
-	*t = (struct then){ g, fn, arg, ev, NULL };
+	*t = (struct then){ g, fn, arg, ev, cudaSuccess, NULL };
 	g->pending++;
 	pthread_mutex_lock(&g->mu);
 	if (g->tail)
