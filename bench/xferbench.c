@@ -75,7 +75,8 @@ struct opts {
 	uint64_t seed;
 	bool cuda;            /* --mem cuda[:DEVICE] */
 	int cuda_dev;
-	char mem[24];         /* "shm" or "cuda:N", as reported */
+	int decode_dev;       /* --decode-device, default cuda_dev */
+	char mem[24];         /* "shm", "cuda:N" or "cuda:P,D", as reported */
 };
 
 /* What the parent and both engines share (a MAP_SHARED anonymous mapping
@@ -533,10 +534,11 @@ static int ch_pool_register(struct child *k, char *peer, size_t peer_len)
 		ch_ack(k->ack_fd, 0, 0, NULL, "cannot create the KV pool");
 		return -1;
 	}
-	if (o.cuda && xb_cuda_pool_new(o.cuda_dev, o.model, plan.pool_blocks,
-				       EVENT_SLOTS, &ch_gpu, err, sizeof(err))) {
+	if (o.cuda && xb_cuda_pool_new(k->tag == 'D' ? o.decode_dev : o.cuda_dev,
+				       o.model, plan.pool_blocks, EVENT_SLOTS,
+				       &ch_gpu, err, sizeof(err))) {
 		ch_ack(k->ack_fd, 0, 0, NULL, "GPU KV pool on device %d: %s",
-		       o.cuda_dev, err);
+		       k->tag == 'D' ? o.decode_dev : o.cuda_dev, err);
 		return -1;
 	}
 	/* an agent opening CUDA IPC handles answers slower than one mapping
@@ -674,6 +676,9 @@ static void cuda_probe(void)
 		fail("fork: %s", strerror(errno));
 	if (pid == 0) {
 		int rc = xb_cuda_probe(o.cuda_dev, err, sizeof(err));
+
+		if (!rc && o.decode_dev != o.cuda_dev)
+			rc = xb_cuda_probe(o.decode_dev, err, sizeof(err));
 
 		if (rc)
 			fprintf(stderr, "pdx-xferbench: --mem %s: %s\n", o.mem, err);
@@ -1034,6 +1039,9 @@ static void usage(FILE *f)
 		"                         (default), or memory of CUDA device DEV (default\n"
 		"                         0) shared by CUDA IPC, with per-layer CUDA events;\n"
 		"                         exits 77 when there is no such device\n"
+		"  --decode-device DEV    with --mem cuda: the decode engine's device\n"
+		"                         (default: the prefill engine's), e.g. to move\n"
+		"                         KV between two GPUs\n"
 		"  --data-path PATH       passed to both agents as is: auto (default), ipc,\n"
 		"                         put, am; for GPU memory e.g. cuda-ipc, staged,\n"
 		"                         cuda-put\n"
@@ -1089,7 +1097,8 @@ static void parse_opts(int argc, char **argv)
 {
 	enum {
 		O_TLS = 256, O_MODEL, O_TOKENS, O_SKIP, O_RANDOM, O_CONC, O_LAYER,
-		O_ITERS, O_JSON, O_BIN, O_DATA, O_XTMO, O_SEED, O_MEM, O_HELP
+		O_ITERS, O_JSON, O_BIN, O_DATA, O_XTMO, O_SEED, O_MEM, O_DDEV,
+		O_HELP
 	};
 	static const struct option lo[] = {
 		{ "tls", required_argument, NULL, O_TLS },
@@ -1106,11 +1115,12 @@ static void parse_opts(int argc, char **argv)
 		{ "xfer-timeout-ms", required_argument, NULL, O_XTMO },
 		{ "seed", required_argument, NULL, O_SEED },
 		{ "mem", required_argument, NULL, O_MEM },
+		{ "decode-device", required_argument, NULL, O_DDEV },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *mem = "shm";
-	bool have_seed = false;
+	bool have_seed = false, have_ddev = false;
 	int c;
 
 	o.tls = "shm";
@@ -1178,6 +1188,11 @@ static void parse_opts(int argc, char **argv)
 		case O_MEM:
 			mem = optarg;
 			break;
+		case O_DDEV:
+			o.decode_dev = (int)parse_u64("--decode-device", optarg, 0,
+						      1023);
+			have_ddev = true;
+			break;
 		case O_HELP:
 			usage(stdout);
 			exit(0);
@@ -1212,7 +1227,14 @@ static void parse_opts(int argc, char **argv)
 	} else {
 		bad("--mem: \"%s\" is neither shm nor cuda[:DEVICE]", mem);
 	}
-	if (o.cuda)
+	if (have_ddev && !o.cuda)
+		bad("--decode-device needs --mem cuda");
+	if (!have_ddev)
+		o.decode_dev = o.cuda_dev;
+	if (o.cuda && o.decode_dev != o.cuda_dev)
+		snprintf(o.mem, sizeof(o.mem), "cuda:%d,%d", o.cuda_dev,
+			 o.decode_dev);
+	else if (o.cuda)
 		snprintf(o.mem, sizeof(o.mem), "cuda:%d", o.cuda_dev);
 	else
 		snprintf(o.mem, sizeof(o.mem), "shm");
