@@ -344,7 +344,7 @@ void staged_free(struct agent *a);
 pdx_status_t staged_send(struct xfer *x, uint64_t first, uint64_t count);
 #define STAGED_HDR_BYTES 32   /* a chunk, its bytes sent with it */
 #define STAGED_READY_BYTES 48 /* a chunk in the sender's shared slot */
-#define STAGED_FREE_BYTES 8   /* that slot is the sender's again */
+#define STAGED_FREE_BYTES 20  /* that slot is the sender's again */
 void staged_on_message(struct agent *a, const uint8_t *hdr, size_t hdr_len,
 		       void *data, size_t len, bool rndv);
 /* The hello's "staging": {"name", "slots", "slot_bytes"}. */
@@ -355,6 +355,9 @@ bool staged_peer_map(struct agent *a, struct peer *p,
 void staged_peer_unmap(struct agent *a, struct peer *p);
 /* p is gone: our slots lent to it are ours again. */
 void staged_peer_gone(struct agent *a, struct peer *p);
+/* The agent stops (its transfers are about to be freed): chunks still on
+ * their way only free themselves. */
+void staged_stop(struct agent *a);
 
 /* notify.c */
 void notify_xfer(struct agent *a, struct xfer *x, const char *kind);

@@ -82,6 +82,13 @@ void registration_clear(struct agent *a)
 	registration_release(a, &a->reg);
 }
 
+/* GPU completions are an event callback like any other: they end with
+ * agent_settle(). */
+static void settle(void *arg)
+{
+	agent_settle(arg);
+}
+
 /* The agent's stream lives on the engine's device, made at its first
  * GPU registration. */
 static pdx_status_t gpu_use(struct agent *a, int device, char *err,
@@ -95,7 +102,7 @@ static pdx_status_t gpu_use(struct agent *a, int device, char *err,
 			 gpu_device(a->gpu));
 		return PDX_EINVAL;
 	}
-	a->gpu = gpu_new(a->base, device, err, errlen);
+	a->gpu = gpu_new(a->base, device, settle, a, err, errlen);
 	return a->gpu ? PDX_OK : PDX_EINVAL;
 }
 
@@ -333,11 +340,11 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 		 g.layout.layers, g.layout.tensors, g.layout.blocks,
 		 (unsigned long long)pdx_kv_layout_block_bytes(&g.layout),
 		 g.n_regions, g.cuda ? "GPU memory" : "shared memory");
-	if (again)
-		renew_instance(a);
 	/* before any hello: hellos name the staging buffers */
 	if (g.cuda && staged_init(a))
 		log_warn("no staging buffers: the staged path is unavailable");
+	if (again)
+		renew_instance(a);
 	{
 		struct pdx_mp_out o;
 
@@ -493,6 +500,7 @@ static void on_layer_done(struct agent *a, const msgpack_object *m)
 {
 	const msgpack_object *xs = pdx_mp_get(m, "xfers");
 	uint64_t layer, slot;
+	bool bad_slot = false;
 
 	if (pdx_mp_get_u64(m, "layer", &layer) || !xs ||
 	    xs->type != MSGPACK_OBJECT_ARRAY) {
@@ -503,12 +511,10 @@ static void on_layer_done(struct agent *a, const msgpack_object *m)
 	/* before any copy of this layer is queued on our stream */
 	if (pdx_mp_get_u64(m, "slot", &slot) == 0 && a->reg.ok &&
 	    layer < a->reg.layout.layers) {
-		if (slot >= a->reg.event_slots) {
-			log_warn("layer_done slot %llu: the engine registered %u slots; ignored",
-				 (unsigned long long)slot, a->reg.event_slots);
-			return;
-		}
-		gpu_layer_computed(a, (uint32_t)layer, (uint32_t)slot);
+		if (slot >= a->reg.event_slots)
+			bad_slot = true; /* its transfers fail below */
+		else
+			gpu_layer_computed(a, (uint32_t)layer, (uint32_t)slot);
 	}
 	for (uint32_t i = 0; i < xs->via.array.size; i++) {
 		struct pdx_xfer_id id;
@@ -519,6 +525,12 @@ static void on_layer_done(struct agent *a, const msgpack_object *m)
 		x = xfer_find(a, &id);
 		if (!x || x->role != XFER_SEND || !x->announced || x->finished) {
 			log_debug("layer_done for a transfer not in flight: ignored");
+			continue;
+		}
+		if (bad_slot) {
+			xfer_fail(x, PDX_EINVAL, true,
+				  "layer_done slot %llu: the engine registered %u event slots",
+				  (unsigned long long)slot, a->reg.event_slots);
 			continue;
 		}
 		if (pdx_xfer_sm_computed(&x->sm, (uint32_t)(layer > UINT32_MAX ? UINT32_MAX : layer))) {

@@ -23,9 +23,12 @@ struct gpu;
 struct pdx_kv_plan;
 struct pdx_kv_region;
 
-/* Uses CUDA device `device` (the engine's). NULL with the reason in err
- * when this agent was built without CUDA or the device cannot be used. */
-struct gpu *gpu_new(struct event_base *base, int device, char *err,
+/* Uses CUDA device `device` (the engine's). After the loop delivered
+ * completions it calls settle(arg) (the agent's: UCX progress, reaping).
+ * NULL with the reason in err when this agent was built without CUDA or
+ * the device cannot be used. */
+struct gpu *gpu_new(struct event_base *base, int device,
+		    void (*settle)(void *arg), void *arg, char *err,
 		    size_t errlen);
 /* Waits for our stream to drain, then closes everything. NULL-safe. */
 void gpu_free(struct gpu *g);

@@ -38,6 +38,8 @@ struct gpu {
 	int pipe[2];
 	struct event *ev;
 	uint32_t pending; /* gpu_then records not yet delivered */
+	void (*settle)(void *arg);
+	void *settle_arg;
 	/* the watcher's queue, in stream order; spare events */
 	pthread_t watcher;
 	bool watching, stop;
@@ -80,16 +82,26 @@ static void deliver(struct then *t)
 	free(t);
 }
 
-static void on_pipe(evutil_socket_t fd, short what, void *arg)
+static void drain_pipe(int fd)
 {
 	struct then *t[64];
 	ssize_t n;
 
-	(void)what;
-	(void)arg;
 	while ((n = read(fd, t, sizeof(t))) > 0)
 		for (ssize_t i = 0; i < n / (ssize_t)sizeof(t[0]); i++)
 			deliver(t[i]);
+}
+
+/* The loop's callback: what the completions started (UCX sends, "done")
+ * goes on at once, not at the next event of another kind. */
+static void on_pipe(evutil_socket_t fd, short what, void *arg)
+{
+	struct gpu *g = arg;
+
+	(void)what;
+	drain_pipe(fd);
+	if (g->settle)
+		g->settle(g->settle_arg);
 }
 
 static void *watch(void *arg)
@@ -125,7 +137,8 @@ static void *watch(void *arg)
 	return NULL;
 }
 
-struct gpu *gpu_new(struct event_base *base, int device, char *err,
+struct gpu *gpu_new(struct event_base *base, int device,
+		    void (*settle)(void *arg), void *arg, char *err,
 		    size_t errlen)
 {
 	struct gpu *g = calloc(1, sizeof(*g));
@@ -146,6 +159,8 @@ struct gpu *gpu_new(struct event_base *base, int device, char *err,
 		return NULL;
 	}
 	g->device = device;
+	g->settle = settle;
+	g->settle_arg = arg;
 	if ((e = cudaSetDevice(device)) != cudaSuccess ||
 	    (e = cudaStreamCreateWithFlags(&g->stream,
 					   cudaStreamNonBlocking)) !=
@@ -187,7 +202,7 @@ void gpu_free(struct gpu *g)
 		pthread_join(g->watcher, NULL);
 	}
 	if (g->pipe[0] >= 0)
-		on_pipe(g->pipe[0], EV_READ, g);
+		drain_pipe(g->pipe[0]);
 	if (g->pending)
 		log_warn("%u completions lost at close", g->pending);
 	while (g->n_spare)
@@ -216,7 +231,7 @@ void gpu_drain(struct gpu *g)
 
 		if (poll(&pfd, 1, 1000) <= 0)
 			break;
-		on_pipe(g->pipe[0], EV_READ, g);
+		drain_pipe(g->pipe[0]);
 	}
 }
 

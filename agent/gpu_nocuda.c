@@ -6,11 +6,14 @@
 
 #include "agent/gpu.h"
 
-struct gpu *gpu_new(struct event_base *base, int device, char *err,
+struct gpu *gpu_new(struct event_base *base, int device,
+		    void (*settle)(void *arg), void *arg, char *err,
 		    size_t errlen)
 {
 	(void)base;
 	(void)device;
+	(void)settle;
+	(void)arg;
 	snprintf(err, errlen, "this pdx-agent was built without CUDA");
 	return NULL;
 }

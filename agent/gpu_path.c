@@ -108,11 +108,8 @@ pdx_status_t gpu_push_layers(struct xfer *x, uint32_t layer, uint32_t n)
 		if (st)
 			return st;
 		x->bytes += n * segs * pdx_kv_layout_block_bytes(&a->reg.layout);
-		/* One callback, after the last layer's copy: the stream is in
-		 * order, and each host callback holds it until the callback
-		 * has run on a CUDA thread. */
-		if (x->sm.pushed_count < x->sm.layers)
-			return PDX_OK;
+		/* each launch holds x (its blocks, and the engine's event)
+		 * until it ran: a completion costs an event, not a stall */
 		st = gpu_then(a->gpu, push_op_done_cb, x);
 		break;
 	default: /* DATA_CUDA_PUT */

@@ -433,6 +433,7 @@ static void agent_stop(struct agent *a)
 {
 	liveness_stop(a);
 	gpu_drain(a->gpu); /* its callbacks name transfers */
+	staged_stop(a);
 	xfers_free(a);
 	pdx_ended_free(a->ended);
 	peers_free(a);
@@ -441,10 +442,10 @@ static void agent_stop(struct agent *a)
 	if (a->zap_sock)
 		zmq_close(a->zap_sock);
 	registration_clear(a);
+	if (a->ucx) /* cancelled operations call back, chunks too */
+		pdx_ucx_progress(a->ucx, 0);
 	staged_free(a);
 	gpu_free(a->gpu);
-	if (a->ucx)
-		pdx_ucx_progress(a->ucx, 0);
 	event_free(a->engine_ev);
 	event_free(a->peer_ev);
 	event_free(a->ucx_ev);

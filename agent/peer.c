@@ -239,6 +239,7 @@ static void peer_ep_error(void *arg, pdx_status_t status)
 	log_warn("peer %s unreachable: %s", p->addr, pdx_status_str(status));
 	p->state = PEER_NEW;
 	p->ep_failed = true;
+	staged_peer_gone(p->agent, p); /* no "free" will come */
 	xfers_peer_failed(p->agent, p, 0, PDX_EPEER, "ucx endpoint failed");
 }
 
@@ -328,6 +329,14 @@ static pdx_status_t choose_gpu_path(struct agent *a, struct peer *p,
 {
 	bool put = pdx_ucx_has_cuda(a->ucx) && p->cuda_ucx;
 
+	for (uint32_t i = 0; i < p->n_regions; i++)
+		put = put && p->regions[i].rkey; /* it registered them all */
+	/* On one host we map its staging whatever our own path: it may send
+	 * to us by staged while we send to it otherwise (a forced path, or
+	 * its CUDA IPC opening failed where ours worked). */
+	if (p->same_host && p->peer_shm)
+		staged_peer_map(a, p, staging);
+
 	switch (a->cfg.data_path) {
 	case DATA_CUDA_PUT:
 		if (!put) {
@@ -362,12 +371,11 @@ static pdx_status_t choose_gpu_path(struct agent *a, struct peer *p,
 			 data_path_name(a->cfg.data_path));
 		return PDX_EINCOMPAT;
 	}
-	/* Staged. On one host the peer's staging maps here, and we assume
-	 * ours maps there: no copy between the two (a receiver that cannot
-	 * map it fails the transfer, saying so). */
+	/* Staged. Where the peer's staging maps here, we assume ours maps
+	 * there: no copy between the two (a receiver that cannot map it
+	 * fails the transfer, saying so). */
 	p->path = DATA_STAGED;
-	p->staged_shared = p->same_host && p->peer_shm &&
-			   staged_peer_map(a, p, staging);
+	p->staged_shared = p->staging_map != NULL;
 	return PDX_OK;
 }
 

@@ -25,10 +25,12 @@
  * kernels/kv_kernels.h over the transfer's blocks [skip, n), so sender and
  * receiver agree on it whatever their block ids:
  *   chunk (32 bytes): xfer id (16), first segment u64, count u32, "PDXS"
- *   ready (48 bytes): the same with "PDXR", then slot u32, 0 u32, and the
- *                     sender's instance u64 (whom to free it to, also
+ *   ready (48 bytes): the same with "PDXR", then slot u32, lend u32 (a
+ *                     number the sender gives each lending of a slot) and
+ *                     the sender's instance u64 (whom to free it to, also
  *                     when the transfer is gone here)
- *   free   (8 bytes): slot u32, "PDXF" */
+ *   free  (20 bytes): slot u32, "PDXF", lend u32, the sender's instance
+ *                     u64 (a late or stray free frees nothing) */
 #define PDX_LOG_TOPIC "staged"
 #include <fcntl.h>
 #include <stdio.h>
@@ -47,12 +49,29 @@
 #define MAGIC_READY 0x52584450u /* "PDXR" */
 #define MAGIC_FREE 0x46584450u	/* "PDXF" */
 
+static uint32_t read_u32(const uint8_t *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, 4);
+	return v;
+}
+
+static uint64_t read_u64(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, 8);
+	return v;
+}
+
 struct slot {
 	struct slot *next;
 	uint32_t index;
 	void *dev, *host;
 	struct pdx_ucx_mem *mem; /* host, registered with UCX */
 	struct chunk *lent;	 /* sender, shared: awaiting "free" */
+	uint32_t lend;		 /* sender, shared: the lending's number */
 };
 
 /* A chunk on its way: queued, staged, then sent or placed. */
@@ -65,7 +84,10 @@ struct chunk {
 	bool send;	   /* sender; else receiver */
 	void *desc;	   /* receiver, rendezvous: UCX's payload descriptor */
 	const uint8_t *src; /* receiver, shared: the sender's slot, mapped */
-	uint32_t peer_slot; /* receiver, shared: its index */
+	uint32_t peer_slot, peer_lend; /* receiver, shared: which, when */
+	uint64_t peer_instance;	       /* receiver, shared: whose */
+	bool ready_pending; /* sender, shared: "ready" not yet sent */
+	bool peer_gone;	    /* sender, shared: ended once it is */
 };
 
 struct side {
@@ -74,6 +96,7 @@ struct side {
 };
 
 struct staging {
+	bool stopping; /* the agent stops: chunks end without their xfers */
 	size_t slot_bytes;
 	struct side side[2]; /* [1] sending, [0] receiving */
 	struct slot *all;
@@ -222,7 +245,8 @@ bool staged_peer_map(struct agent *a, struct peer *p, const msgpack_object *o)
 	if (!o || pdx_mp_get_str(o, "name", name, sizeof(name)) || !name[0] ||
 	    pdx_mp_get_u64(o, "slots", &slots) ||
 	    pdx_mp_get_u64(o, "slot_bytes", &slot_bytes) || !slots ||
-	    !slot_bytes || slots > (1u << 20) || slot_bytes > (1ULL << 40))
+	    slot_bytes < pdx_kv_layout_block_bytes(&a->reg.layout) ||
+	    slots > (1u << 20) || slot_bytes > (1ULL << 40))
 		return false;
 	fd = shm_open(name, O_RDWR, 0);
 	if (fd < 0)
@@ -268,9 +292,11 @@ static void chunk_end(struct chunk *c, pdx_status_t st)
 
 	if (c->desc)
 		pdx_ucx_am_drop(a->ucx, c->desc);
-	if (sl)
+	if (sl && sl->lent == c)
 		sl->lent = NULL;
 	free(c);
+	if (a->staging->stopping) /* the transfers are gone: only memory */
+		return;
 	if (send) {
 		push_op_done(x, st);
 	} else {
@@ -290,13 +316,15 @@ static void chunk_done(void *arg, pdx_status_t st)
 	chunk_end(arg, st);
 }
 
-/* Sender, shared: "ready" went out; the slot stays lent until "free". */
+/* Sender, shared: "ready" went out; the slot stays lent until "free"
+ * (or until the peer is gone, which may have happened meanwhile). */
 static void ready_sent(void *arg, pdx_status_t st)
 {
 	struct chunk *c = arg;
 
-	if (st)
-		chunk_end(c, st);
+	c->ready_pending = false;
+	if (st || c->peer_gone)
+		chunk_end(c, st ? st : PDX_EPEER);
 }
 
 static void pack_chunk(uint8_t *hdr, const struct pdx_xfer_id *id,
@@ -323,11 +351,16 @@ static void staged(void *arg, pdx_status_t st)
 	}
 	if (x->peer->staged_shared) {
 		pack_chunk(hdr, &x->id, c->first, c->count, MAGIC_READY);
+		c->slot->lend++;
 		memcpy(hdr + 32, &c->slot->index, 4);
+		memcpy(hdr + 36, &c->slot->lend, 4);
 		memcpy(hdr + 40, &c->agent->instance, 8);
 		c->slot->lent = c;
+		c->ready_pending = true;
 		st = pdx_ucx_am_send(x->peer->ep, AM_ID, hdr, STAGED_READY_BYTES,
 				     NULL, 0, NULL, ready_sent, c);
+		if (st)
+			c->ready_pending = false;
 	} else {
 		pack_chunk(hdr, &x->id, c->first, c->count, MAGIC_CHUNK);
 		st = pdx_ucx_am_send_rndv(x->peer->ep, AM_ID, hdr,
@@ -344,15 +377,20 @@ static void sent_nothing_to_do(void *arg, pdx_status_t st)
 	(void)st;
 }
 
-/* Receiver, shared: tell the sender its slot is free again. */
-static void send_free(struct agent *a, struct peer *p, uint32_t slot)
+/* Receiver, shared: tell the sender its slot is free again, if it is
+ * still the incarnation that lent it. */
+static void send_free(struct peer *p, uint32_t slot, uint32_t lend,
+		      uint64_t instance)
 {
 	uint8_t hdr[STAGED_FREE_BYTES];
 	uint32_t magic = MAGIC_FREE;
 
-	(void)a;
+	if (!p || p->instance != instance)
+		return; /* it restarted: the slot is not lent any more */
 	memcpy(hdr, &slot, 4);
 	memcpy(hdr + 4, &magic, 4);
+	memcpy(hdr + 8, &lend, 4);
+	memcpy(hdr + 12, &instance, 8);
 	if (!p->ep || pdx_ucx_am_send(p->ep, AM_ID, hdr, sizeof(hdr), NULL, 0,
 				      NULL, sent_nothing_to_do, NULL))
 		log_warn("cannot free staging slot %u of %s", slot, p->addr);
@@ -364,7 +402,8 @@ static void placed(void *arg, pdx_status_t st)
 	struct chunk *c = arg;
 
 	if (c->src)
-		send_free(c->agent, c->x->peer, c->peer_slot);
+		send_free(c->x->peer, c->peer_slot, c->peer_lend,
+			  c->peer_instance);
 	chunk_end(c, st);
 }
 
@@ -421,8 +460,10 @@ static void start(struct chunk *c)
 		c->desc = NULL;
 		st = pdx_ucx_am_recv(a->ucx, desc, c->slot->host, c->len,
 				     arrived, c);
-		if (st)
+		if (st) {
+			c->desc = desc; /* released by chunk_end */
 			chunk_end(c, st);
+		}
 	}
 }
 
@@ -464,6 +505,8 @@ pdx_status_t staged_send(struct xfer *x, uint64_t first, uint64_t count)
 	per = a->staging->slot_bytes / bb;
 	if (x->peer->staged_shared && x->peer->staging_slot_bytes / bb < per)
 		per = x->peer->staging_slot_bytes / bb; /* its device slots */
+	if (per == 0)
+		return PDX_EINVAL; /* blocks larger than a slot */
 	while (count) {
 		struct chunk *c = calloc(1, sizeof(*c));
 		uint64_t n = count < per ? count : per;
@@ -519,9 +562,11 @@ static struct xfer *chunk_target(struct agent *a, const uint8_t *hdr,
 	return x;
 }
 
+/* ready: the "ready" header (shared slot), whose slot goes back to its
+ * sender whatever becomes of the chunk. */
 static void chunk_received(struct agent *a, struct xfer *x, uint64_t first,
 			   uint64_t count, size_t len, void *desc,
-			   const uint8_t *src, uint32_t peer_slot)
+			   const uint8_t *src, const uint8_t *ready)
 {
 	struct chunk *c = calloc(1, sizeof(*c));
 
@@ -529,13 +574,19 @@ static void chunk_received(struct agent *a, struct xfer *x, uint64_t first,
 		xfer_fail(x, PDX_ENOMEM, true, "out of memory");
 		if (desc)
 			pdx_ucx_am_drop(a->ucx, desc);
-		if (src)
-			send_free(a, x->peer, peer_slot);
+		if (ready)
+			send_free(x->peer, read_u32(ready + 32),
+				  read_u32(ready + 36), read_u64(ready + 40));
 		return;
 	}
 	*c = (struct chunk){ .agent = a, .x = x, .first = first,
 			     .count = count, .len = len, .desc = desc,
-			     .src = src, .peer_slot = peer_slot };
+			     .src = src };
+	if (ready) {
+		c->peer_slot = read_u32(ready + 32);
+		c->peer_lend = read_u32(ready + 36);
+		c->peer_instance = read_u64(ready + 40);
+	}
 	x->am_bytes += len;
 	xfer_hold(x);
 	enqueue(a, c);
@@ -556,14 +607,11 @@ static struct peer *peer_by_instance(struct agent *a, uint64_t instance)
 static void on_ready(struct agent *a, const uint8_t *hdr)
 {
 	uint64_t bb = a->reg.ok ? pdx_kv_layout_block_bytes(&a->reg.layout) : 0;
-	uint64_t first, count, instance;
-	uint32_t slot, n;
+	uint64_t first, count, instance = read_u64(hdr + 40);
+	uint32_t slot = read_u32(hdr + 32), n = read_u32(hdr + 24);
 	struct peer *p;
 	struct xfer *x;
 
-	memcpy(&n, hdr + 24, 4);
-	memcpy(&slot, hdr + 32, 4);
-	memcpy(&instance, hdr + 40, 8);
 	x = chunk_target(a, hdr, (size_t)(n * bb), MAGIC_READY, &first, &count);
 	p = x ? x->peer : peer_by_instance(a, instance);
 	if (!x || !p || p->instance != instance || !p->staging_map ||
@@ -573,39 +621,50 @@ static void on_ready(struct agent *a, const uint8_t *hdr)
 		if (x)
 			xfer_fail(x, PDX_EINVAL, true,
 				  "staged chunk in a slot we cannot read");
-		if (p && p->instance == instance)
-			send_free(a, p, slot);
+		send_free(p, slot, read_u32(hdr + 36), instance);
 		return;
 	}
 	chunk_received(a, x, first, count, (size_t)(n * bb), NULL,
 		       p->staging_map + (uint64_t)slot * p->staging_slot_bytes,
-		       slot);
+		       hdr);
 }
 
 /* "free": the receiver is done with one of our slots. */
 static void on_free(struct agent *a, const uint8_t *hdr)
 {
-	uint32_t slot, magic;
-	struct chunk *c;
+	uint32_t slot = read_u32(hdr), lend = read_u32(hdr + 8);
+	struct slot *sl;
 
-	memcpy(&slot, hdr, 4);
-	memcpy(&magic, hdr + 4, 4);
-	if (magic != MAGIC_FREE || !a->staging || slot >= a->staging->n_slots ||
-	    !(c = a->staging->all[slot].lent)) {
-		log_warn("free for staging slot %u, not lent: ignored", slot);
+	if (read_u32(hdr + 4) != MAGIC_FREE || read_u64(hdr + 12) != a->instance ||
+	    !a->staging || slot >= a->staging->n_slots ||
+	    !(sl = &a->staging->all[slot])->lent || sl->lend != lend ||
+	    sl->lent->ready_pending) {
+		log_warn("free for staging slot %u (lend %u), not lent so: ignored",
+			 slot, lend);
 		return;
 	}
-	chunk_end(c, PDX_OK);
+	chunk_end(sl->lent, PDX_OK);
 }
 
 void staged_peer_gone(struct agent *a, struct peer *p)
 {
-	for (uint32_t i = 0; a->staging && i < a->staging->n_slots; i++) {
+	for (uint32_t i = 0; a->staging && !a->staging->stopping &&
+			     i < a->staging->n_slots; i++) {
 		struct chunk *c = a->staging->all[i].lent;
 
-		if (c && c->x->peer == p)
+		if (!c || c->x->peer != p)
+			continue;
+		if (c->ready_pending) /* its send ends it (cancelled) */
+			c->peer_gone = true;
+		else
 			chunk_end(c, PDX_EPEER);
 	}
+}
+
+void staged_stop(struct agent *a)
+{
+	if (a->staging)
+		a->staging->stopping = true;
 }
 
 void staged_on_message(struct agent *a, const uint8_t *hdr, size_t hdr_len,
@@ -622,7 +681,9 @@ void staged_on_message(struct agent *a, const uint8_t *hdr, size_t hdr_len,
 		on_free(a, hdr);
 		return;
 	}
-	x = chunk_target(a, hdr, len, MAGIC_CHUNK, &first, &count);
+	x = hdr_len == STAGED_HDR_BYTES ?
+		    chunk_target(a, hdr, len, MAGIC_CHUNK, &first, &count) :
+		    NULL;
 	if (!x || !rndv) {
 		/* the sender always sends by rendezvous */
 		log_warn("staged chunk (%zu bytes%s) for no awaited blocks: dropped",
@@ -634,5 +695,5 @@ void staged_on_message(struct agent *a, const uint8_t *hdr, size_t hdr_len,
 			pdx_ucx_am_drop(a->ucx, data);
 		return;
 	}
-	chunk_received(a, x, first, count, len, data, NULL, 0);
+	chunk_received(a, x, first, count, len, data, NULL, NULL);
 }
