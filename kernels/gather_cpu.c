@@ -47,42 +47,68 @@ pdx_status_t pdx_kv_region_check(const struct pdx_kv_region *kv,
 	return PDX_OK;
 }
 
+pdx_status_t pdx_kv_each_segment(const struct pdx_kv_region *kv,
+				 const uint32_t *blocks, uint32_t n,
+				 void (*fn)(const struct pdx_kv_seg *sg,
+					    void *arg),
+				 void *arg)
+{
+	const struct pdx_kv_layout *l = kv->layout;
+	pdx_status_t st = pdx_kv_region_check(kv, blocks, n);
+	struct pdx_kv_seg sg = { 0 };
+
+	if (st)
+		return st;
+	sg.bytes = pdx_kv_layout_block_bytes(l);
+	for (sg.layer = 0; sg.layer < l->layers; sg.layer++)
+		for (sg.tensor = 0; sg.tensor < l->tensors; sg.tensor++)
+			for (sg.i = 0; sg.i < n; sg.i++, sg.index++) {
+				sg.block = blocks[sg.i];
+				sg.p = pdx_kv_block_ptr(kv, sg.layer, sg.tensor,
+							sg.block);
+				fn(&sg, arg);
+			}
+	return PDX_OK;
+}
+
+static void gather_seg(const struct pdx_kv_seg *sg, void *staging)
+{
+	memcpy((uint8_t *)staging + sg->index * sg->bytes, sg->p, sg->bytes);
+}
+
 pdx_status_t pdx_kv_gather_cpu(const struct pdx_kv_region *kv,
 			       const uint32_t *blocks, uint32_t n,
 			       void *staging)
 {
-	const struct pdx_kv_layout *l = kv->layout;
-	pdx_status_t st = pdx_kv_region_check(kv, blocks, n);
-	uint64_t bb;
-	uint8_t *out = staging;
+	return pdx_kv_each_segment(kv, blocks, n, gather_seg, staging);
+}
 
-	if (st)
-		return st;
-	bb = pdx_kv_layout_block_bytes(l);
-	for (uint32_t i = 0; i < l->layers; i++)
-		for (uint32_t t = 0; t < l->tensors; t++)
-			for (uint32_t k = 0; k < n; k++, out += bb)
-				memcpy(out, pdx_kv_block_ptr(kv, i, t, blocks[k]), bb);
-	return PDX_OK;
+static void scatter_seg(const struct pdx_kv_seg *sg, void *staging)
+{
+	memcpy(sg->p, (const uint8_t *)staging + sg->index * sg->bytes,
+	       sg->bytes);
 }
 
 pdx_status_t pdx_kv_scatter_cpu(const struct pdx_kv_region *kv,
 				const uint32_t *blocks, uint32_t n,
 				const void *staging)
 {
-	const struct pdx_kv_layout *l = kv->layout;
-	pdx_status_t st = pdx_kv_region_check(kv, blocks, n);
-	const uint8_t *in = staging;
-	uint64_t bb;
+	return pdx_kv_each_segment(kv, blocks, n, scatter_seg,
+				   (void *)staging);
+}
 
-	if (st)
-		return st;
-	bb = pdx_kv_layout_block_bytes(l);
-	for (uint32_t i = 0; i < l->layers; i++)
-		for (uint32_t t = 0; t < l->tensors; t++)
-			for (uint32_t k = 0; k < n; k++, in += bb)
-				memcpy(pdx_kv_block_ptr(kv, i, t, blocks[k]), in, bb);
-	return PDX_OK;
+struct copy_from {
+	const struct pdx_kv_region *src;
+	const uint32_t *blocks;
+};
+
+static void copy_seg(const struct pdx_kv_seg *sg, void *arg)
+{
+	const struct copy_from *c = arg;
+
+	memcpy(sg->p,
+	       pdx_kv_block_ptr(c->src, sg->layer, sg->tensor, c->blocks[sg->i]),
+	       sg->bytes);
 }
 
 pdx_status_t pdx_kv_copy_cpu(const struct pdx_kv_region *src,
@@ -91,26 +117,15 @@ pdx_status_t pdx_kv_copy_cpu(const struct pdx_kv_region *src,
 			     const uint32_t *dst_blocks, uint32_t n)
 {
 	const struct pdx_kv_layout *a = src->layout, *b = dst->layout;
+	struct copy_from from = { src, src_blocks };
 	pdx_status_t st = pdx_kv_region_check(src, src_blocks, n);
-	uint64_t bb;
 
 	if (!st)
 		st = pdx_kv_region_check(dst, dst_blocks, n);
 	if (st)
 		return st;
-	bb = pdx_kv_layout_block_bytes(a);
 	if (a->layers != b->layers || a->tensors != b->tensors ||
-	    bb != pdx_kv_layout_block_bytes(b))
+	    pdx_kv_layout_block_bytes(a) != pdx_kv_layout_block_bytes(b))
 		return PDX_EINVAL;
-	for (uint32_t i = 0; i < a->layers; i++)
-		for (uint32_t t = 0; t < a->tensors; t++)
-			for (uint32_t k = 0; k < n; k++) {
-				uint8_t *to = pdx_kv_block_ptr(dst, i, t,
-							       dst_blocks[k]);
-
-				memcpy(to, pdx_kv_block_ptr(src, i, t,
-							    src_blocks[k]),
-				       bb);
-			}
-	return PDX_OK;
+	return pdx_kv_each_segment(dst, dst_blocks, n, copy_seg, &from);
 }

@@ -78,6 +78,23 @@ static inline uint8_t *pdx_kv_block_ptr(const struct pdx_kv_region *kv,
 	       (uint64_t)block * ly->block_stride;
 }
 
+/* One block of one tensor of one layer, as the CPU functions walk them:
+ * staging segment `index` = (layer * tensors + tensor) * n + i holds
+ * blocks[i] (= block), whose bytes start at p in the pool. */
+struct pdx_kv_seg {
+	uint8_t *p;
+	uint64_t index, bytes;
+	uint32_t layer, tensor, i, block;
+};
+
+/* Checks kv and blocks (pdx_kv_region_check) and calls fn for every
+ * segment of blocks[0..n), in staging order. */
+pdx_status_t pdx_kv_each_segment(const struct pdx_kv_region *kv,
+				 const uint32_t *blocks, uint32_t n,
+				 void (*fn)(const struct pdx_kv_seg *sg,
+					    void *arg),
+				 void *arg);
+
 /* ---- gather / scatter ---------------------------------------------- */
 
 /* Copies blocks[0..n) of every layer and tensor into staging, in staging

@@ -18,22 +18,16 @@ static void fill_block(uint8_t *p, uint64_t len, uint64_t seed,
 	}
 }
 
+static void fill_seg(const struct pdx_kv_seg *sg, void *seed)
+{
+	fill_block(sg->p, sg->bytes, *(const uint64_t *)seed, sg->layer,
+		   sg->tensor, sg->block);
+}
+
 pdx_status_t pdx_kv_fill_cpu(const struct pdx_kv_region *kv,
 			     const uint32_t *blocks, uint32_t n, uint64_t seed)
 {
-	const struct pdx_kv_layout *l = kv->layout;
-	pdx_status_t st = pdx_kv_region_check(kv, blocks, n);
-	uint64_t bb;
-
-	if (st)
-		return st;
-	bb = pdx_kv_layout_block_bytes(l);
-	for (uint32_t i = 0; i < l->layers; i++)
-		for (uint32_t t = 0; t < l->tensors; t++)
-			for (uint32_t k = 0; k < n; k++)
-				fill_block(pdx_kv_block_ptr(kv, i, t, blocks[k]),
-					   bb, seed, i, t, blocks[k]);
-	return PDX_OK;
+	return pdx_kv_each_segment(kv, blocks, n, fill_seg, &seed);
 }
 
 void pdx_kv_fill_staging_cpu(const struct pdx_kv_layout *l,
@@ -73,23 +67,16 @@ void pdx_kv_buf_hashes_cpu(const void *buf, uint64_t block_bytes,
 					   block_bytes);
 }
 
+static void hash_seg(const struct pdx_kv_seg *sg, void *out)
+{
+	((uint64_t *)out)[sg->index] = pdx_kv_block_hash(sg->p, sg->bytes);
+}
+
 pdx_status_t pdx_kv_hashes_cpu(const struct pdx_kv_region *kv,
 			       const uint32_t *blocks, uint32_t n,
 			       uint64_t *out)
 {
-	const struct pdx_kv_layout *l = kv->layout;
-	pdx_status_t st = pdx_kv_region_check(kv, blocks, n);
-	uint64_t bb;
-
-	if (st)
-		return st;
-	bb = pdx_kv_layout_block_bytes(l);
-	for (uint32_t i = 0; i < l->layers; i++)
-		for (uint32_t t = 0; t < l->tensors; t++)
-			for (uint32_t k = 0; k < n; k++)
-				*out++ = pdx_kv_block_hash(
-					pdx_kv_block_ptr(kv, i, t, blocks[k]), bb);
-	return PDX_OK;
+	return pdx_kv_each_segment(kv, blocks, n, hash_seg, out);
 }
 
 uint64_t pdx_kv_checksum_combine(const uint64_t *hashes, uint64_t count)
