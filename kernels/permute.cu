@@ -67,6 +67,19 @@ static unsigned grid_for(uint64_t threads)
 	return pdx__grid((threads + PDX__THREADS - 1) / PDX__THREADS);
 }
 
+/* launch(U()) with U the unsigned type of u bytes (16: uint4): both
+ * kernels copy in the widest unit the alignment allows. */
+template <typename Launch> static void by_unit(unsigned u, Launch launch)
+{
+	switch (u) {
+	case 16: launch(uint4()); break;
+	case 8: launch(uint64_t()); break;
+	case 4: launch(uint32_t()); break;
+	case 2: launch(uint16_t()); break;
+	default: launch(uint8_t()); break;
+	}
+}
+
 extern "C" pdx_status_t pdx_kv_permute_cuda(const struct pdx_kv_shape *s,
 					    const void *src, void *dst,
 					    uint64_t nblocks, void *stream)
@@ -81,20 +94,13 @@ extern "C" pdx_status_t pdx_kv_permute_cuda(const struct pdx_kv_shape *s,
 
 	if (!total)
 		return PDX_OK;
-	switch (u) {
-#define CASE(bytes, type)                                                      \
-	case bytes:                                                            \
-		k_permute<type><<<grid_for(total / bytes), PDX__THREADS, 0,    \
-				  st>>>(in, out, s->block_tokens, s->kv_heads, \
-					row, s->order, nblocks);               \
-		break;
-		CASE(16, uint4)
-		CASE(8, uint64_t)
-		CASE(4, uint32_t)
-		CASE(2, uint16_t)
-		CASE(1, uint8_t)
-#undef CASE
-	}
+	by_unit(u, [&](auto unit) {
+		using U = decltype(unit);
+
+		k_permute<U><<<grid_for(total / sizeof(U)), PDX__THREADS, 0,
+			       st>>>(in, out, s->block_tokens, s->kv_heads, row,
+				     s->order, nblocks);
+	});
 	return pdx__cuda_launched();
 }
 
@@ -124,19 +130,12 @@ pdx_kv_heads_reshard_cuda(const struct pdx_kv_shape *s, uint32_t a,
 	if (!total)
 		return PDX_OK;
 	u = pdx__unit(bits);
-	switch (u) {
-#define CASE(bytes, type)                                                      \
-	case bytes:                                                            \
-		k_reshard<type><<<grid_for(total / bytes), PDX__THREADS, 0,    \
-				  st>>>(sh, s->block_tokens, H, H / a, H / b,  \
-					row, s->order, nblocks);               \
-		break;
-		CASE(16, uint4)
-		CASE(8, uint64_t)
-		CASE(4, uint32_t)
-		CASE(2, uint16_t)
-		CASE(1, uint8_t)
-#undef CASE
-	}
+	by_unit(u, [&](auto unit) {
+		using U = decltype(unit);
+
+		k_reshard<U><<<grid_for(total / sizeof(U)), PDX__THREADS, 0,
+			       st>>>(sh, s->block_tokens, H, H / a, H / b, row,
+				     s->order, nblocks);
+	});
 	return pdx__cuda_launched();
 }
