@@ -72,7 +72,7 @@ int pdx_metrics_render(const struct pdx_engine_metrics *m,
 	err |=
 	    family(out, "pdx_engine_num_requests_waiting", "gauge",
 		   "Requests queued for a slot or KV blocks.", mo, g->waiting);
-	err |= family(out, "pdx_engine_kv_blocks_total", "gauge",
+	err |= family(out, "pdx_engine_kv_blocks_capacity", "gauge",
 		      "Blocks in the KV pool.", mo, g->kv_total);
 	err |= family(out, "pdx_engine_kv_blocks_free", "gauge",
 		      "KV blocks no request holds.", mo, g->kv_free);

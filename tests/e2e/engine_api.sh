@@ -95,7 +95,7 @@ status_is 200 /metrics
 python3 "$HERE/promcheck.py" "$E2E_TMP/metrics" \
 	'pdx_engine_num_requests_running{model_name="tiny"}=0' \
 	'pdx_engine_num_requests_waiting{model_name="tiny"}=0' \
-	'pdx_engine_kv_blocks_total{model_name="tiny"}=4096' \
+	'pdx_engine_kv_blocks_capacity{model_name="tiny"}=4096' \
 	'pdx_engine_kv_blocks_free{model_name="tiny"}=4096' \
 	'pdx_engine_kv_blocks_used{model_name="tiny"}=0' \
 	'pdx_engine_requests_finished_total{model_name="tiny"}=22' \

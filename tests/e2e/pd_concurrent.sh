@@ -125,7 +125,7 @@ for l in sys.stdin:
     if l.startswith("pdx_engine_kv_blocks_"):
         name, val = l.split()
         v[name.split("{")[0]] = float(val)
-assert v["pdx_engine_kv_blocks_free"] == v["pdx_engine_kv_blocks_total"], v' 2>/dev/null; then
+assert v["pdx_engine_kv_blocks_free"] == v["pdx_engine_kv_blocks_capacity"], v' 2>/dev/null; then
 			ok=1
 			break
 		fi
