@@ -16,6 +16,7 @@
 #include "agent/curve.h"
 #include "agent/ended.h"
 #include "agent/gpu.h"
+#include "agent/metrics.h"
 #include "common/mp.h"
 #include "agent/xfer_sm.h"
 #include "transport/ucx.h"
@@ -49,6 +50,7 @@ struct agent_config {
 	const char *listen_addr; /* tcp://HOST:PORT the peer link */
 	const char *advertise;   /* peer address given out, if not listen's */
 	const char *notify_addr; /* tcp://... collector, optional */
+	const char *metrics_addr; /* HOST:PORT of /metrics, optional */
 	enum data_path data_path;
 	uint32_t xfer_timeout_ms;
 	uint32_t handshake_timeout_ms;
@@ -214,6 +216,7 @@ struct agent {
 	struct xfer *xfers;
 	struct xfer *dead; /* released, freed by xfers_reap() */
 	struct pdx_ended *ended; /* recently ended transfers, with why */
+	struct agent_metrics metrics; /* metrics.c: counts, /metrics */
 	struct pdx_curve *curve; /* NULL: the peer link is not secured */
 	struct gpu *gpu;	 /* the engine's device, once it registered GPU
 				  * memory (agent/gpu.h) */

@@ -150,8 +150,10 @@ void on_ping(struct agent *a, const char *from, const msgpack_object *m)
 		 * lease starts in full when it does. */
 		x = xfer_find(a, &id);
 		if (x && x->role == XFER_SEND && x->peer == p && !x->finished &&
-		    lease_end > x->lease_ns)
+		    lease_end > x->lease_ns) {
 			x->lease_ns = lease_end;
+			metrics_lease_renewed(a);
+		}
 	}
 }
 

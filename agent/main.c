@@ -32,6 +32,8 @@ static void usage(FILE *f)
 		"  --listen ADDR           peer link (ZeroMQ ROUTER), tcp://HOST:PORT\n"
 		"  --advertise ADDR        peer address given to others (default: --listen)\n"
 		"  --notify ADDR           push transfer events to a collector, tcp://HOST:PORT\n"
+		"  --metrics HOST:PORT     serve Prometheus metrics at /metrics there\n"
+		"                          (off by default; port 0: any free port)\n"
 		"  --data-path MODE        auto (default); host memory: ipc, put or am\n"
 		"                          (docs/architecture.md); GPU memory: cuda-put,\n"
 		"                          cuda-ipc or staged (docs/gpu.md)\n"
@@ -81,6 +83,7 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 		{ "listen", required_argument, NULL, 'l' },
 		{ "advertise", required_argument, NULL, 'a' },
 		{ "notify", required_argument, NULL, 'n' },
+		{ "metrics", required_argument, NULL, 'R' },
 		{ "data-path", required_argument, NULL, 'd' },
 		{ "xfer-timeout-ms", required_argument, NULL, 't' },
 		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
@@ -107,6 +110,7 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 		case 'l': c->listen_addr = optarg; break;
 		case 'a': c->advertise = optarg; break;
 		case 'n': c->notify_addr = optarg; break;
+		case 'R': c->metrics_addr = optarg; break;
 		case 'K': c->curve_key = optarg; break;
 		case 'M': c->curve_peers = optarg; break;
 		case 'G': {
@@ -396,6 +400,8 @@ static int agent_start(struct agent *a)
 	}
 	if (a->cfg.curve_key && curve_start(a))
 		return -1;
+	if (metrics_start(a)) /* logged before the engine link is bound */
+		return -1;
 	a->engine_sock = zsock(a, ZMQ_ROUTER, a->cfg.engine_addr, false);
 	a->peer_sock = zsock(a, ZMQ_ROUTER, a->cfg.listen_addr, a->curve);
 	if (!a->engine_sock || !a->peer_sock)
@@ -432,6 +438,7 @@ static int agent_start(struct agent *a)
 static void agent_stop(struct agent *a)
 {
 	liveness_stop(a);
+	metrics_stop(a);
 	gpu_drain(a->gpu); /* its callbacks name transfers */
 	staged_stop(a);
 	xfers_free(a);

@@ -572,6 +572,7 @@ static void on_hello(struct agent *a, const char *from, const msgpack_object *m,
 	} else {
 		st = peer_accept(a, p, m, err, sizeof(err));
 	}
+	metrics_handshake(a, st == PDX_OK);
 	if (st) {
 		log_warn("handshake with %s refused: %s", from, err);
 		peer_reset(a, p);
@@ -594,6 +595,7 @@ static void on_hello_nack(struct agent *a, struct peer *p,
 
 	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
 	log_warn("handshake refused by %s: %s", p->addr, reason);
+	metrics_handshake(a, false);
 	peer_reset(a, p);
 	p->state = PEER_REFUSED;
 	snprintf(p->refusal, sizeof(p->refusal), "%s", reason);

@@ -192,6 +192,7 @@ void xfer_maybe_release(struct xfer *x)
 	}
 	pdx_ended_add(a->ended, &x->id, x->peer_addr,
 		  x->status ? x->reason : "it completed");
+	metrics_xfer_ended(a, x);
 	xfer_unlink(a, x);
 }
 

@@ -164,6 +164,19 @@ agent_start() {
 	fail "agent $side did not start: $(tail -5 "$E2E_TMP/agent_$side.log")"
 }
 
+# agent_metrics_port SIDE: the port of agent SIDE's /metrics (started
+# with --metrics HOST:0), from its log; none fails the test.
+agent_metrics_port() {
+	local port
+	for _ in $(seq 100); do
+		port=$(sed -n 's/.*metrics on http:\/\/[^ ]*:\([0-9]*\)\/metrics$/\1/p' \
+			"$E2E_TMP/agent_$1.log" | tail -1)
+		[ -n "$port" ] && echo "$port" && return 0
+		sleep 0.1
+	done
+	fail "agent $1: no metrics address in its log"
+}
+
 # pd_engine_start NAME ROLE [ENGINE_OPTION...]: engine NAME ($ENGINE
 # --role ROLE) with a pdx-agent of its own (agent_start: NAME in lower
 # case).

@@ -2,7 +2,7 @@
 # pdx-proxy and both pdx-agents under valgrind (memcheck) while they serve
 # real disaggregated traffic: completions and chat, streamed and not, the
 # text equal to a colocated engine's; clients that leave mid-stream; the
-# admin API; /metrics. Then SIGTERM: any memory error or definite leak
+# admin API; /metrics, the agents' too. Then SIGTERM: any memory error or definite leak
 # makes valgrind exit 99 instead of 0.
 #   valgrind.sh PDX_ENGINE PDX_AGENT PDX_PROXY VALGRIND
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -14,9 +14,10 @@ VG=("$4" --quiet --leak-check=full --errors-for-leak-kinds=definite
 	--error-exitcode=99)
 
 notify="tcp://127.0.0.1:$(free_port)"
-# the agents under valgrind, with their default transfer bound
+# the agents under valgrind, with their default transfer bound and their
+# /metrics served
 AGENT_WRAP=("${VG[@]}")
-AGENT_OPTS=(--notify "$notify")
+AGENT_OPTS=(--notify "$notify" --metrics 127.0.0.1:0)
 pd_engine_start P prefill --time-scale 0
 pd_engine_start D decode --time-scale 0
 named_engine_start C "$ENGINE" --time-scale 0
@@ -63,6 +64,12 @@ curl -sS -f "${auth[@]}" -X DELETE \
 curl -sS -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT_X/admin/instances" |
 	grep -q 401 || fail "admin without the token is not 401"
 curl -sS -f "http://127.0.0.1:$PORT_X/metrics" >/dev/null || fail "proxy metrics"
+for side in p d; do
+	curl -sS -f "http://127.0.0.1:$(agent_metrics_port $side)/metrics" \
+		>"$E2E_TMP/m_$side" || fail "agent $side: metrics"
+	grep -q '^pdx_agent_transfers_total{outcome="[a-z]*",path="ipc"} [1-9]' \
+		"$E2E_TMP/m_$side" || fail "agent $side counted no transfer"
+done
 same /v1/completions '{"prompt": "after the aborts", "max_tokens": 5'
 
 # every block free again, then a clean stop under valgrind
