@@ -110,7 +110,17 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 		case 'l': c->listen_addr = optarg; break;
 		case 'a': c->advertise = optarg; break;
 		case 'n': c->notify_addr = optarg; break;
-		case 'R': c->metrics_addr = optarg; break;
+		case 'R': {
+			char host[PDX_ADDR_MAX];
+			uint16_t port;
+
+			if (metrics_addr_parse(optarg, host, sizeof(host), &port)) {
+				fprintf(stderr, "pdx-agent: --metrics needs HOST:PORT\n");
+				return -1;
+			}
+			c->metrics_addr = optarg;
+			break;
+		}
 		case 'K': c->curve_key = optarg; break;
 		case 'M': c->curve_peers = optarg; break;
 		case 'G': {
@@ -435,6 +445,13 @@ static int agent_start(struct agent *a)
 	return liveness_start(a);
 }
 
+/* libevent's event_free() does not take NULL. */
+static void event_free_safe(struct event *ev)
+{
+	if (ev)
+		event_free(ev);
+}
+
 static void agent_stop(struct agent *a)
 {
 	liveness_stop(a);
@@ -453,11 +470,12 @@ static void agent_stop(struct agent *a)
 		pdx_ucx_progress(a->ucx, 0);
 	staged_free(a);
 	gpu_free(a->gpu);
-	event_free(a->engine_ev);
-	event_free(a->peer_ev);
-	event_free(a->ucx_ev);
-	event_free(a->sig_int);
-	event_free(a->sig_term);
+	/* a start that failed half way left some unmade */
+	event_free_safe(a->engine_ev);
+	event_free_safe(a->peer_ev);
+	event_free_safe(a->ucx_ev);
+	event_free_safe(a->sig_int);
+	event_free_safe(a->sig_term);
 	if (a->engine_sock)
 		zmq_close(a->engine_sock);
 	if (a->peer_sock)

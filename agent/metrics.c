@@ -178,9 +178,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 	evbuffer_free(b);
 }
 
-/* HOST:PORT, HOST possibly [IPv6]; host is written into buf. */
-static int split_addr(const char *addr, char *buf, size_t len,
-		      const char **host, uint16_t *port)
+int metrics_addr_parse(const char *addr, char *host, size_t len, uint16_t *port)
 {
 	const char *colon = strrchr(addr, ':');
 	char *end;
@@ -190,7 +188,7 @@ static int split_addr(const char *addr, char *buf, size_t len,
 	if (!colon || colon == addr || !colon[1])
 		return -1;
 	v = strtoul(colon + 1, &end, 10);
-	if (*end || v > 65535)
+	if (*end || v > 65535 || colon[1] == '-' || colon[1] == '+')
 		return -1;
 	n = (size_t)(colon - addr);
 	if (addr[0] == '[' && colon[-1] == ']') {
@@ -199,9 +197,8 @@ static int split_addr(const char *addr, char *buf, size_t len,
 	}
 	if (n == 0 || n >= len)
 		return -1;
-	memcpy(buf, addr, n);
-	buf[n] = '\0';
-	*host = buf;
+	memcpy(host, addr, n);
+	host[n] = '\0';
 	*port = (uint16_t)v;
 	return 0;
 }
@@ -209,16 +206,13 @@ static int split_addr(const char *addr, char *buf, size_t len,
 int metrics_start(struct agent *a)
 {
 	struct evhttp_bound_socket *bs;
-	char buf[PDX_ADDR_MAX];
-	const char *host;
+	char host[PDX_ADDR_MAX];
 	uint16_t port;
 
 	if (!a->cfg.metrics_addr)
 		return 0;
-	if (split_addr(a->cfg.metrics_addr, buf, sizeof(buf), &host, &port)) {
-		log_error("--metrics %s: want HOST:PORT", a->cfg.metrics_addr);
-		return -1;
-	}
+	if (metrics_addr_parse(a->cfg.metrics_addr, host, sizeof(host), &port))
+		return -1; /* parse_args() checked it */
 	a->metrics.http = evhttp_new(a->base);
 	if (!a->metrics.http)
 		return -1;

@@ -14,6 +14,7 @@
 #define PDX_AGENT_METRICS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/prom.h"
@@ -33,6 +34,11 @@ struct agent_metrics {
 	uint64_t renewals;		  /* leases a ping renewed */
 	struct evhttp *http;		  /* NULL: --metrics is off */
 };
+
+/* --metrics HOST:PORT (HOST may be [IPv6]): HOST into host (len bytes),
+ * PORT into port. 0, or -1 when it is not of that form. */
+int metrics_addr_parse(const char *addr, char *host, size_t len,
+		       uint16_t *port);
 
 /* With a->cfg.metrics_addr, binds the server there and logs its address
  * ("metrics on http://HOST:PORT/metrics", the port the kernel chose for

@@ -6,7 +6,8 @@
 # Prometheus's own `promtool check metrics` (its lint included: a gauge
 # named _total fails it) and tests/e2e/promcheck.py. One request first:
 # the agents count it, sent 1 by P's agent and received 1 by D's, with
-# its bytes and its duration in the histograms.
+# its bytes and its duration in the histograms. An agent whose --metrics
+# cannot be bound says so and exits 1.
 #   promtool.sh PDX_ENGINE PDX_AGENT PDX_PROXY
 HERE=$(cd "$(dirname "$0")" && pwd)
 PROMTOOL=$(command -v promtool) || {
@@ -26,6 +27,16 @@ named_engine_start X "$PROXY" --prefill "127.0.0.1:$PORT_P" \
 	--decode "127.0.0.1:$PORT_D" --flow concurrent --notify-bind "$notify"
 PORT_Ap=$(agent_metrics_port p) || exit 1
 PORT_Ad=$(agent_metrics_port d) || exit 1
+# --metrics on a port taken (the proxy's): the agent says so and exits 1
+UCX_TLS=sm,self "$AGENT" --engine "ipc://$E2E_TMP/taken.engine" \
+	--listen "tcp://127.0.0.1:$(free_port)" --metrics "127.0.0.1:$PORT_X" \
+	2>"$E2E_TMP/taken.log"
+rc=$?
+[ $rc -eq 1 ] && grep -q "cannot listen on 127.0.0.1:$PORT_X" "$E2E_TMP/taken.log" ||
+	fail "--metrics on a port in use: exit $rc, $(tail -3 "$E2E_TMP/taken.log")"
+"$AGENT" --engine "ipc://$E2E_TMP/bad.engine" --listen tcp://127.0.0.1:1 \
+	--metrics 9100 2>/dev/null
+[ $? -eq 2 ] || fail "--metrics without a host is not a bad command line"
 
 # one request: each agent counts its side of the one transfer
 text "$PORT_X" "count me once" 5 >/dev/null
