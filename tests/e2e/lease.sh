@@ -1,8 +1,9 @@
 #!/bin/bash
 # Leases, end to end: the agents keep a prompt's KV for a decode request
 # that waits in a full decode engine's queue far longer than the lease
-# (its agent's heartbeats renew it), and free KV that no decode side holds
-# or asks for soon after the lease, long before the engines' own bound.
+# (its agent's heartbeats renew it, counted in its /metrics), and free KV
+# that no decode side holds or asks for soon after the lease, long before
+# the engines' own bound.
 #   lease.sh PDX_ENGINE PDX_AGENT
 . "$(dirname "$0")/lib.sh"
 ENGINE=$1
@@ -10,7 +11,7 @@ AGENT=$2
 LEASE_MS=800
 
 AGENT_OPTS+=(--lease-ms "$LEASE_MS" --heartbeat-ms 200 --peer-timeout-ms 3000
-	--xfer-timeout-ms 20000)
+	--xfer-timeout-ms 20000 --metrics 127.0.0.1:0)
 # One running decode request at a time, ~5 ms per token (tiny, scaled): a request
 # queued behind a 800-token one waits ~4 s, several leases.
 pd_engine_start P prefill --kv-timeout-ms 20000
@@ -89,6 +90,13 @@ grep -q "lease expired" "$E2E_TMP/agent_p.log" ||
 	fail "the prefill agent's log does not say why it freed the orphan"
 [ "$(grep -c "lease expired" "$E2E_TMP/agent_p.log")" = 1 ] ||
 	fail "more than the orphan's lease expired: $(grep "lease expired" "$E2E_TMP/agent_p.log")"
+# P's agent counts the renewals (the queued request waited several
+# leases) and the orphan as its one failed transfer
+port=$(agent_metrics_port p) || exit 1
+settle 5 "$port/pdx_agent_lease_renewals_total>=3" \
+	"$port/pdx_agent_transfers_total{outcome=\"failed\",path=\"ipc\"}=1" \
+	"$port/pdx_agent_transfers_total{outcome=\"sent\",path=\"ipc\"}=2" ||
+	fail "the prefill agent's metrics"
 
 for e in P D C agent_p agent_d; do named_stop $e; done
 echo "ok: leases renewed while queued, expired when nobody asks"
