@@ -18,8 +18,11 @@ static const char *const outcome_names[METRICS_OUTCOMES] = {"sent", "received",
 							    "failed"};
 static const char *const role_names[2] = {"send", "recv"};
 
-/* The path label: the enum's spelling, "none" when no handshake chose
- * one (the transfer failed before). */
+_Static_assert(METRICS_PATHS == DATA_STAGED + 1, "a count per data path");
+
+/* The path label: the option's spelling, "none" when no handshake with
+ * the peer was held as the transfer ended (it failed before one, or
+ * because the peer went). */
 static const char *path_label(int d)
 {
 	return d == DATA_AUTO ? "none" : data_path_key((enum data_path)d);
@@ -64,7 +67,7 @@ static int render_counts(const struct agent_metrics *m, struct evbuffer *out)
 	    pdx_prom_family(out, xn, "counter",
 			    "transfers ended, by outcome (the engine's event: "
 			    "sent, received or failed) and data path (none: "
-			    "it failed before a handshake chose one)");
+			    "no handshake held with the peer at the end)");
 	for (int o = 0; o < METRICS_OUTCOMES; o++)
 		for (int d = 0; d < METRICS_PATHS; d++) {
 			snprintf(lab, sizeof(lab), "outcome=\"%s\",path=\"%s\"",
