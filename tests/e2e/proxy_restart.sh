@@ -3,8 +3,9 @@
 # request reached the engines (their agents have not shaken hands yet),
 # and mid-transfer (while the prefill engine computes and the decode
 # engine waits for its KV). The client's request ends at once with a
-# broken connection; both engines see their client leave, abort the
-# request and free every block; the restarted proxy serves the colocated
+# broken connection (within ENDED_MAX_MS of the kill; a client left
+# hanging gives up after 10 s and fails the bound); both engines see
+# their client leave, abort the request and free every block; the restarted proxy serves the colocated
 # engine's text.
 #   proxy_restart.sh PDX_ENGINE PDX_AGENT PDX_PROXY
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -49,11 +50,11 @@ proxy_up
 served "restarted before any request"
 
 # mid-transfer
+ENDED_MAX_MS=1000
 proxy_kill
 proxy_up
-t0=$(date +%s%N)
 long="{\"prompt\": \"$(seq -s ' ' 1 400)\", \"max_tokens\": 6}"
-curl -sS -o /dev/null -d "$long" "http://127.0.0.1:$XPORT/v1/completions" 2>/dev/null &
+curl -sS --max-time 10 -o /dev/null -d "$long" "http://127.0.0.1:$XPORT/v1/completions" 2>/dev/null &
 cpid=$!
 # the prefill is under way (P runs it), the decode waits (D queues it)
 for _ in $(seq 200); do
@@ -65,11 +66,14 @@ sleep 0.2
 curl -sS "http://127.0.0.1:$PORT_P/metrics" |
 	grep -q '^pdx_engine_num_requests_running\({[^}]*}\)\? [1-9]' ||
 	fail "mid-transfer: the prefill ended before the kill (make it longer)"
+tk=$(date +%s%N)
 proxy_kill
 wait $cpid && fail "mid-transfer: the client's request succeeded through a killed proxy"
-ended=$((($(date +%s%N) - t0) / 1000000))
+ended=$((($(date +%s%N) - tk) / 1000000))
+[ "$ended" -le $ENDED_MAX_MS ] ||
+	fail "mid-transfer: the client's request ended $ended ms after the kill, not at once (bound $ENDED_MAX_MS ms)"
 idle "mid-transfer"
-echo "proxy SIGKILL mid-transfer: the client's request ended after $ended ms; both engines idle, no block held"
+echo "proxy SIGKILL mid-transfer: the client's request ended $ended ms after the kill; both engines idle, no block held"
 proxy_up
 served "restarted mid-transfer"
 

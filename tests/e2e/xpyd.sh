@@ -7,7 +7,11 @@
 # Prefix-aware routing keeps each prompt prefix on one prefill instance
 # and spreads the prefixes. Then 1P1D with --netns, when root can make
 # network namespaces: the agents meet over TCP, as separate hosts would,
-# and the namespaces and links are gone afterwards.
+# and the namespaces and links are gone afterwards. With --base-port the
+# ports are N (notifications) and N+1.. (engines, agents) as its --help
+# says; a decode agent killed (SIGKILL) is started again at its same
+# address while every other process and the deployment stay up, and
+# requests are served again.
 #   xpyd.sh BUILD_DIR
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -195,6 +199,57 @@ launch xpyd --prefill 2 --decode 2
 requests xpyd
 served xpyd
 stop xpyd
+
+# --base-port: ports in the documented order; an agent killed is started
+# again, the rest stay up
+base=$(python3 -c 'import random, socket
+for _ in range(200):
+    n = random.randrange(20000, 30000)
+    ss = []
+    try:
+        for p in range(n, n + 7):
+            s = socket.socket(); s.bind(("127.0.0.1", p)); ss.append(s)
+    except OSError:
+        continue
+    print(n); break') || fail "no 7 free consecutive ports"
+launch restart --prefill 1 --decode 2 --base-port "$base"
+for want in "p0 http://127.0.0.1:$((base + 1)) tcp://127.0.0.1:$((base + 2))" \
+	"d0 http://127.0.0.1:$((base + 3)) tcp://127.0.0.1:$((base + 4))" \
+	"d1 http://127.0.0.1:$((base + 5)) tcp://127.0.0.1:$((base + 6))"; do
+	awk '{ print $1, $3, $4 }' "$E2E_TMP/restart.out" | grep -qx "$want" ||
+		fail "restart: --base-port $base: no \"$want\" in $(cat "$E2E_TMP/restart.out")"
+done
+grep -qx "notifications: tcp://127.0.0.1:$base" "$E2E_TMP/restart.out" ||
+	fail "restart: notifications not at $base: $(cat "$E2E_TMP/restart.out")"
+addr=tcp://127.0.0.1:$((base + 4))
+agent() { pgrep -P "$XPID" -f "pdx-agent .*--listen $addr( |\$)" || true; }
+old=$(agent)
+[ -n "$old" ] || fail "restart: no agent listening at $addr among $(pgrep -aP "$XPID")"
+others=$(pgrep -P "$XPID" | grep -vx "$old" | sort | tr '\n' ' ')
+kill -9 "$old"
+for _ in $(seq 100); do
+	new=$(agent)
+	[ -n "$new" ] && [ "$new" != "$old" ] && break
+	kill -0 "$XPID" 2>/dev/null || fail "restart: launch-xpyd exited after the agent's kill: $(tail -8 "$E2E_TMP/restart.err")"
+	sleep 0.1
+done
+[ -n "$new" ] && [ "$new" != "$old" ] ||
+	fail "restart: the killed agent was not started again at $addr within 10 s: $(tail -5 "$E2E_TMP/restart.err")"
+grep -q "agent_d0 (pid $old) died (status 137)" "$E2E_TMP/restart.err" ||
+	fail "restart: the restart is not reported: $(cat "$E2E_TMP/restart.err")"
+[ "$(pgrep -P "$XPID" | grep -vx "$new" | sort | tr '\n' ' ')" = "$others" ] ||
+	fail "restart: other processes changed: $others -> $(pgrep -P "$XPID" | tr '\n' ' ')"
+curl -sf -o /dev/null --max-time 5 "$XURL/ready" || fail "restart: the proxy is not ready"
+# served again: once the engine has registered with its new agent
+ok=0
+for _ in $(seq 100); do
+	curl -sf -o /dev/null --max-time 10 -H 'Content-Type: application/json' \
+		-d '{"prompt": "after the restart", "max_tokens": 4}' "$XURL/v1/completions" &&
+		{ ok=$((ok + 1)); [ $ok -ge 4 ] && break; }
+	sleep 0.1
+done
+[ $ok -ge 4 ] || fail "restart: requests fail after the agent's restart: $(tail -5 "$E2E_TMP/restart/d0.agent.log")"
+stop restart
 
 # prefix-aware: 12 prefixes (longer than the proxy's 1024-byte key), 3
 # requests each with different endings, one at a time; which prefill

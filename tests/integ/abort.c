@@ -30,10 +30,10 @@ static void one_case(struct h_env *env, struct h_side *aborter,
 		h_sleep_ms(30); /* modeled compute: the transfer is under way */
 	}
 	st = pdx_engine_abort(aborter->eng, &x[0].id);
-	CHECK(st == PDX_OK, "%s engine: pdx_engine_abort returns ok", aborter->role);
+	CHECK_EQ(st, PDX_OK, "%s engine: pdx_engine_abort returns ok", aborter->role);
 
 	if (h_wait(aborter, &x[0].id, 5000, &ev) == 0) {
-		CHECK(ev.kind == PDX_EVENT_FAILED,
+		CHECK_EQ(ev.kind, PDX_EVENT_FAILED,
 		      "%s engine (aborter) gets failed (got %s: %s)", aborter->role,
 		      h_kind(ev.kind), ev.reason);
 		CHECK(ev.status == PDX_ECANCELED && strstr(ev.reason, "abort"),
@@ -44,7 +44,7 @@ static void one_case(struct h_env *env, struct h_side *aborter,
 		      aborter->role);
 	}
 	if (h_wait(other, &x[0].id, 5000, &ev) == 0)
-		CHECK(ev.kind == PDX_EVENT_FAILED,
+		CHECK_EQ(ev.kind, PDX_EVENT_FAILED,
 		      "%s engine (peer) gets failed (got %s: %s, %s)", other->role,
 		      h_kind(ev.kind), pdx_status_str(ev.status), ev.reason);
 	else
@@ -55,7 +55,7 @@ static void one_case(struct h_env *env, struct h_side *aborter,
 	for (uint32_t l = layers_before; l < L; l++)
 		h_layer_done(env, l, x, N);
 	bad = h_expect_ok(env, x + 1, 1, 10000);
-	CHECK(bad == 0, "the other transfer of the same step still arrives byte-exact");
+	CHECK_EQ(bad, 0, "the other transfer of the same step still arrives byte-exact");
 	CHECK(h_quiet(aborter, &x[0].id, 300) == 0 &&
 		      h_quiet(other, &x[0].id, 0) == 0,
 	      "no second event for the aborted transfer");
@@ -63,7 +63,7 @@ static void one_case(struct h_env *env, struct h_side *aborter,
 
 	h_plan(env, y, N, 8, 0, true);
 	bad = h_run(env, y, N);
-	CHECK(bad == 0, "new transfers after the abort succeed");
+	CHECK_EQ(bad, 0, "new transfers after the abort succeed");
 	h_plan_free(y, N);
 }
 
@@ -75,7 +75,7 @@ int main(int argc, char **argv)
 	h_note("abort: engine aborts midway, both sides fail, the link recovers");
 	o.xfer_timeout_ms = 5000;
 	if (h_setup(&env, argc, argv, &o)) {
-		h_failures++;
+		check_failures++;
 		return h_finish(&env);
 	}
 	one_case(&env, &env.d, 2, "decode aborts after 2 of 4 layers");

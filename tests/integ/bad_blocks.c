@@ -56,7 +56,7 @@ int main(int argc, char **argv)
 	h_note("bad_blocks: block lists refused before any byte moves");
 	o.xfer_timeout_ms = 5000;
 	if (h_setup(&env, argc, argv, &o)) {
-		h_failures++;
+		check_failures++;
 		return h_finish(&env);
 	}
 	count_mismatch(&env, true);

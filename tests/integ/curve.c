@@ -180,7 +180,7 @@ int main(int argc, char **argv)
 	o.args_d[1] = d_key;
 	o.xfer_timeout_ms = 5000;
 	if (h_setup(&env, argc, argv, &o)) {
-		h_failures++;
+		check_failures++;
 		return h_finish(&env);
 	}
 	snprintf(rogue_addr, sizeof(rogue_addr), "tcp://127.0.0.1:%d",

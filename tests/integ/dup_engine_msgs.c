@@ -138,7 +138,7 @@ int main(int argc, char **argv)
 	h_note("dup_engine_msgs: an engine that says things twice");
 	o.xfer_timeout_ms = 5000;
 	if (h_setup(&env, argc, argv, &o)) {
-		h_failures++;
+		check_failures++;
 		return h_finish(&env);
 	}
 	twice_announced(&env);

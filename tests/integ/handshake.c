@@ -18,7 +18,7 @@ static void one_side_first(int argc, char **argv, bool receiver_first)
 	h_note("%s announces, the other side %d ms later",
 	       receiver_first ? "the receiver" : "the sender", LATE_MS);
 	if (h_setup(&env, argc, argv, &o)) {
-		h_failures++;
+		check_failures++;
 		h_finish(&env);
 		return;
 	}
@@ -47,5 +47,5 @@ int main(int argc, char **argv)
 {
 	one_side_first(argc, argv, true);
 	one_side_first(argc, argv, false);
-	return h_failures ? 1 : 0;
+	return check_failures ? 1 : 0;
 }

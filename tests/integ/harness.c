@@ -2,30 +2,18 @@
 #include "tests/integ/harness.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
-
-int h_failures;
-
-void h_report(bool ok, const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("%s ", ok ? "ok  " : "FAIL");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-}
 
 void h_note(const char *fmt, ...)
 {
@@ -84,6 +72,18 @@ static int side_start(struct h_env *env, struct h_side *s, const char *host,
 		ao.args[n++] = env->o.agent_args[i];
 	for (int i = 0; i < 4 && extra_args[i] && n < 11; i++)
 		ao.args[n++] = extra_args[i];
+	if (env->o.agent_logs && n < 10) {
+		ao.args[n++] = "--log-level";
+		ao.args[n++] = "debug";
+		snprintf(s->log, sizeof(s->log), "%s/%c.agent.log", env->dir, tag);
+		s->log_fd = open(s->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+				 0600);
+		if (s->log_fd < 0) {
+			h_note("%s: %s", s->log, strerror(errno));
+			return -1;
+		}
+		ao.log_fd = s->log_fd;
+	}
 	ao.netns = netns;
 	for (int i = 0; i < 4 && extra_env[i]; i++)
 		ao.env[i] = extra_env[i];
@@ -180,6 +180,75 @@ int h_setup(struct h_env *env, int argc, char **argv, const struct h_opts *o)
 	return 0;
 }
 
+long h_log_mark(const struct h_side *s)
+{
+	struct stat st;
+
+	return s->log[0] && stat(s->log, &st) == 0 ? (long)st.st_size : 0;
+}
+
+/* The index of the count-th line after from containing needle, or -1. */
+static long log_find(const struct h_side *s, long from, const char *needle,
+		     int count, double *ts)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	long i = 0, found = -1;
+	FILE *f = fopen(s->log, "r");
+
+	if (!f || fseek(f, from, SEEK_SET)) {
+		if (f)
+			fclose(f);
+		return -1;
+	}
+	/* only whole lines: the agent may be writing the last one */
+	for (; getline(&line, &cap, f) > 0 && strchr(line, '\n'); i++) {
+		if (strstr(line, needle) && --count == 0) {
+			found = i;
+			if (ts)
+				*ts = strtod(line, NULL);
+			break;
+		}
+	}
+	free(line);
+	fclose(f);
+	return found;
+}
+
+long h_log_wait(const struct h_side *s, long from, const char *needle,
+		int count, int timeout_ms, double *ts)
+{
+	uint64_t end = pdx_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	long i;
+
+	while ((i = log_find(s, from, needle, count, ts)) < 0 &&
+	       pdx_now_ns() < end)
+		h_sleep_ms(10);
+	return i;
+}
+
+/* The last 40 lines of the agent's log, when a check failed. */
+static void log_tail(const struct h_side *s)
+{
+	char *line = NULL, *ring[40] = { 0 };
+	size_t cap = 0, n = 0;
+	FILE *f;
+
+	if (!s->log[0] || !check_failures || !(f = fopen(s->log, "r")))
+		return;
+	while (getline(&line, &cap, f) > 0) {
+		free(ring[n % 40]);
+		ring[n++ % 40] = strdup(line);
+	}
+	h_note("the %s agent's log ends:", s->role);
+	for (size_t i = n > 40 ? n - 40 : 0; i < n; i++)
+		fputs(ring[i % 40] ? ring[i % 40] : "", stdout);
+	for (size_t i = 0; i < 40; i++)
+		free(ring[i]);
+	free(line);
+	fclose(f);
+}
+
 static void side_stop(struct h_side *s)
 {
 	pdx_engine_free(s->eng);
@@ -188,9 +257,13 @@ static void side_stop(struct h_side *s)
 		int st = pb_agent_stop(&s->agent);
 
 		/* A sanitizer or valgrind finding at exit shows here. */
-		CHECK(st == 0, "%s agent stops cleanly (wait status 0x%x)",
+		CHECK_EQ(st, 0, "%s agent stops cleanly (wait status 0x%x)",
 		      s->role, st);
 	}
+	log_tail(s);
+	if (s->log_fd > 0)
+		close(s->log_fd);
+	s->log_fd = 0;
 	pb_pool_destroy(&s->pool);
 	free(s->evs);
 	s->evs = NULL;
@@ -204,11 +277,7 @@ int h_finish(struct h_env *env)
 	if (env->dir[0])
 		pb_tmpdir_remove(env->dir);
 	pb_cleanup_run();
-	if (h_failures)
-		printf("# %d check(s) failed\n", h_failures);
-	else
-		printf("# all checks passed\n");
-	return h_failures ? 1 : 0;
+	return check_status();
 }
 
 uint64_t h_bytes(const struct h_env *env, const struct h_xfer *x)
@@ -292,8 +361,7 @@ int h_post_recv(struct h_env *env, const struct h_xfer *x, size_t count)
 						  x[i].skip_tokens);
 
 		if (st != PDX_OK) {
-			h_report(false, "pdx_engine_recv: %s", pdx_status_str(st));
-			h_failures++;
+			CHECK_FAIL("pdx_engine_recv: %s", pdx_status_str(st));
 			return -1;
 		}
 	}
@@ -307,8 +375,7 @@ int h_post_send(struct h_env *env, const struct h_xfer *x, size_t count)
 						  env->d.peer, x[i].src, x[i].n);
 
 		if (st != PDX_OK) {
-			h_report(false, "pdx_engine_send: %s", pdx_status_str(st));
-			h_failures++;
+			CHECK_FAIL("pdx_engine_send: %s", pdx_status_str(st));
 			return -1;
 		}
 	}
@@ -329,9 +396,8 @@ int h_layer_done(struct h_env *env, uint32_t layer, const struct h_xfer *x,
 			ids[i] = x[done + i].id;
 		st = pdx_engine_layer_done(env->p.eng, layer, ids, n);
 		if (st != PDX_OK) {
-			h_report(false, "pdx_engine_layer_done(%u): %s", layer,
+			CHECK_FAIL("pdx_engine_layer_done(%u): %s", layer,
 				 pdx_status_str(st));
-			h_failures++;
 			return -1;
 		}
 		done += n;
@@ -487,8 +553,7 @@ int h_run(struct h_env *env, struct h_xfer *x, size_t count)
 			if (x[i].token >= 0 &&
 			    pdx_engine_token(env->p.eng, &x[i].id,
 					     (uint32_t)x[i].token)) {
-				h_report(false, "pdx_engine_token failed");
-				h_failures++;
+				CHECK_FAIL("pdx_engine_token failed");
 				return (int)count;
 			}
 		}

@@ -15,22 +15,11 @@
 #include <pdx/engine.h>
 
 #include "bench/pdx_bench.h"
+#include "tests/check.h"
 
 #define H_SKIP 77
 
-extern int h_failures;
-
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (cond) {                                                    \
-			h_report(true, __VA_ARGS__);                           \
-		} else {                                                       \
-			h_report(false, __VA_ARGS__);                          \
-			h_failures++;                                          \
-		}                                                              \
-	} while (0)
-
-void h_report(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "# ..." lines: what the test does, beside its checks */
 void h_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 struct h_side {
@@ -41,6 +30,8 @@ struct h_side {
 	char engine_addr[4200];  /* ipc://... */
 	char listen[128];        /* tcp://HOST:PORT */
 	char peer[PDX_ADDR_MAX]; /* what register answered */
+	char log[4200];          /* the agent's output (h_opts.agent_logs) */
+	int log_fd;
 	/* events read but not yet taken by h_wait() */
 	struct pdx_engine_event *evs;
 	size_t n_evs, cap_evs;
@@ -59,6 +50,9 @@ struct h_opts {
 	const char *agent_args[12]; /* more options for both agents; NULL-ended */
 	const char *args_p[4], *args_d[4]; /* and for one of them */
 	uint32_t d_head_dim;     /* decode pool head_dim; 0: the model's */
+	bool agent_logs;         /* each agent at --log-level debug, its
+				  * output in a file for h_log_wait() (and
+				  * its tail printed when a check failed) */
 };
 
 struct h_env {
@@ -126,6 +120,16 @@ int h_run(struct h_env *env, struct h_xfer *x, size_t count);
 
 /* Payload bytes of the transfer (skipped blocks excluded). */
 uint64_t h_bytes(const struct h_env *env, const struct h_xfer *x);
+
+/* With h_opts.agent_logs: where side s's agent log ends now, the start
+ * for h_log_wait(). */
+long h_log_mark(const struct h_side *s);
+/* Waits up to timeout_ms for the count-th line of side s's agent log
+ * after from that contains needle. Returns that line's index (0: the
+ * first line after from), its log timestamp in *ts when ts is not NULL;
+ * -1 on timeout. */
+long h_log_wait(const struct h_side *s, long from, const char *needle,
+		int count, int timeout_ms, double *ts);
 
 void h_sleep_ms(long ms);
 const char *h_kind(enum pdx_event_kind k);

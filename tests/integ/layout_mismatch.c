@@ -21,7 +21,7 @@ int main(int argc, char **argv)
 	o.d_head_dim = 32;
 	o.xfer_timeout_ms = TMO_MS;
 	if (h_setup(&env, argc, argv, &o)) {
-		h_failures++;
+		check_failures++;
 		return h_finish(&env);
 	}
 	h_plan(&env, x, 1, 4, 0, true);
@@ -33,7 +33,7 @@ int main(int argc, char **argv)
 		h_layer_done(&env, l, x, 1);
 
 	if (h_wait(&env.d, &x[0].id, TMO_MS + 3000, &ev) == 0) {
-		CHECK(ev.kind == PDX_EVENT_FAILED, "decode: the recv fails (%s)",
+		CHECK_EQ(ev.kind, PDX_EVENT_FAILED, "decode: the recv fails (%s)",
 		      h_kind(ev.kind));
 		CHECK(strstr(ev.reason, "head_dim") != NULL,
 		      "decode: the reason names head_dim (\"%s\", %s)", ev.reason,
@@ -42,7 +42,7 @@ int main(int argc, char **argv)
 		CHECK(false, "decode: an event within %d ms", TMO_MS + 3000);
 	}
 	if (h_wait(&env.p, &x[0].id, TMO_MS + 3000, &ev) == 0)
-		CHECK(ev.kind == PDX_EVENT_FAILED, "prefill: the send fails (%s: %s)",
+		CHECK_EQ(ev.kind, PDX_EVENT_FAILED, "prefill: the send fails (%s: %s)",
 		      h_kind(ev.kind), ev.reason);
 	else
 		CHECK(false, "prefill: an event within %d ms", TMO_MS + 3000);

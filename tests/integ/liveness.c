@@ -154,7 +154,7 @@ static void agent_stalls(struct h_env *env, struct h_side *stopped)
 		      SILENT_MS + BEAT_MS, what);
 	kill(stopped->agent.pid, SIGCONT);
 	if (h_wait(stopped, &x->id, SILENT_MS + SLACK_MS, &ev) == 0)
-		CHECK(ev.kind == PDX_EVENT_FAILED,
+		CHECK_EQ(ev.kind, PDX_EVENT_FAILED,
 		      "%s: resumed, its engine gets failed (%s: %s)", what,
 		      pdx_status_str(ev.status), ev.reason);
 	else
@@ -197,7 +197,7 @@ int main(int argc, char **argv)
 	o.agent_args[6] = "--layer-timeout-ms";
 	o.agent_args[7] = "2500";
 	if (h_setup(&env, argc, argv, &o)) {
-		h_failures++;
+		check_failures++;
 		return h_finish(&env);
 	}
 	works_again(&env, "setup");

@@ -132,19 +132,19 @@ int main(int argc, char **argv)
 	o.agent_args[2] = "--peer-timeout-ms";
 	o.agent_args[3] = SILENT_STR;
 	if (h_setup(&env, argc, argv, &o)) {
-		h_failures++;
+		check_failures++;
 	} else {
 		CHECK(strstr(env.p.peer, "10.77.0.1") && strstr(env.d.peer, "10.77.0.2"),
 		      "peer addresses are the namespaces' (%s, %s)", env.p.peer,
 		      env.d.peer);
 		h_plan(&env, x, N, 0, 16, true);
 		bad = h_run(&env, x, N);
-		CHECK(bad == 0, "%d random-block transfers across namespaces are byte-exact",
+		CHECK_EQ(bad, 0, "%d random-block transfers across namespaces are byte-exact",
 		      N);
 		h_plan_free(x, N);
 		h_plan(&env, x, N, 32, 0, false);
 		bad = h_run(&env, x, N);
-		CHECK(bad == 0, "%d contiguous transfers across namespaces are byte-exact",
+		CHECK_EQ(bad, 0, "%d contiguous transfers across namespaces are byte-exact",
 		      N);
 		h_plan_free(x, N);
 		link_cut(&env);

@@ -100,12 +100,12 @@ int main(int argc, char **argv)
 	}
 	o.notify = addr;
 	if (h_setup(&env, argc, argv, &o)) {
-		h_failures++;
+		check_failures++;
 		goto out;
 	}
 	h_plan(&env, x, N, 0, 8, true);
 	bad = h_run(&env, x, N);
-	CHECK(bad == 0, "%d transfers arrive byte-exact", N);
+	CHECK_EQ(bad, 0, "%d transfers arrive byte-exact", N);
 	CHECK(collect(pull, &env, x, N, seen, 2 * N) == 2 * N,
 	      "two events per transfer reach the collector");
 	for (int i = 0; i < N; i++) {

@@ -28,12 +28,12 @@ int main(int argc, char **argv)
 	h_note("peer_kill: SIGKILL the prefill agent mid-transfer, restart it");
 	o.xfer_timeout_ms = TMO_MS;
 	if (h_setup(&env, argc, argv, &o)) {
-		h_failures++;
+		check_failures++;
 		return h_finish(&env);
 	}
 	h_plan(&env, x, N, 0, 8, true);
 	bad = h_run(&env, x, N);
-	CHECK(bad == 0, "a transfer before the kill succeeds");
+	CHECK_EQ(bad, 0, "a transfer before the kill succeeds");
 	h_plan_free(x, N);
 
 	h_plan(&env, x, N, 8, 0, true);
@@ -53,7 +53,7 @@ int main(int argc, char **argv)
 			continue;
 		}
 		ms = (double)(pdx_now_ns() - t0) / 1e6;
-		CHECK(ev.kind == PDX_EVENT_FAILED,
+		CHECK_EQ(ev.kind, PDX_EVENT_FAILED,
 		      "decode engine: transfer %d failed after %.0f ms (%s: %s)", i,
 		      ms, pdx_status_str(ev.status), ev.reason);
 	}
@@ -69,7 +69,7 @@ int main(int argc, char **argv)
 
 	h_plan(&env, x, N, 0, 8, true);
 	bad = h_run(&env, x, N);
-	CHECK(bad == 0, "a transfer after the restart succeeds");
+	CHECK_EQ(bad, 0, "a transfer after the restart succeeds");
 	h_plan_free(x, N);
 	return h_finish(&env);
 }

@@ -28,10 +28,10 @@ static void expect_timeout(struct h_side *s, const struct pdx_xfer_id *id,
 		return;
 	}
 	ms = (double)(pdx_now_ns() - t0) / 1e6;
-	CHECK(ev.kind == PDX_EVENT_FAILED,
+	CHECK_EQ(ev.kind, PDX_EVENT_FAILED,
 	      "%s: the %s engine gets failed (got %s)", what, s->role,
 	      h_kind(ev.kind));
-	CHECK(ev.status == PDX_ETIMEDOUT, "%s: status is ETIMEDOUT (got %s: %s)",
+	CHECK_EQ(ev.status, PDX_ETIMEDOUT, "%s: status is ETIMEDOUT (got %s: %s)",
 	      what, pdx_status_str(ev.status), ev.reason);
 	CHECK(ms >= TMO_MS - 100 && ms <= TMO_MS + 3500,
 	      "%s: it fails after the %d ms timeout (%.0f ms)", what, TMO_MS, ms);
@@ -52,7 +52,7 @@ int main(int argc, char **argv)
 	o.agent_args[0] = "--lease-ms";
 	o.agent_args[1] = TMO_STR;
 	if (h_setup(&env, argc, argv, &o)) {
-		h_failures++;
+		check_failures++;
 		return h_finish(&env);
 	}
 
@@ -76,7 +76,7 @@ int main(int argc, char **argv)
 	h_plan_free(x, 1);
 	h_plan(&env, ok, 4, 0, 8, true);
 	bad = h_run(&env, ok, 4);
-	CHECK(bad == 0, "transfers after it still work");
+	CHECK_EQ(bad, 0, "transfers after it still work");
 	h_plan_free(ok, 4);
 
 	/* recv from a peer whose engine never sends */
@@ -102,7 +102,7 @@ int main(int argc, char **argv)
 
 	h_plan(&env, ok, 4, 0, 8, true);
 	bad = h_run(&env, ok, 4);
-	CHECK(bad == 0, "transfers after the timeouts work");
+	CHECK_EQ(bad, 0, "transfers after the timeouts work");
 	h_plan_free(ok, 4);
 	return h_finish(&env);
 }

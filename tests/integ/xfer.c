@@ -34,21 +34,21 @@ int main(int argc, char **argv)
 	h_note("xfer over UCX_TLS=%s, data path %s: %d concurrent transfers of the tiny model",
 	       o.tls, o.data_path ? o.data_path : "auto", CONC);
 	if (h_setup(&env, argc, argv, &o)) {
-		h_failures++;
+		check_failures++;
 		return h_finish(&env);
 	}
 
 	/* 1: random blocks on both sides, 1..24 blocks each */
 	h_plan(&env, x, CONC, 0, 24, true);
 	bad = h_run(&env, x, CONC);
-	CHECK(bad == 0, "%d transfers with random blocks arrive byte-exact (%d bad)",
+	CHECK_EQ(bad, 0, "%d transfers with random blocks arrive byte-exact (%d bad)",
 	      CONC, bad);
 	h_plan_free(x, CONC);
 
 	/* 2: the same again over the connections now established */
 	h_plan(&env, x, CONC, 0, 24, true);
 	bad = h_run(&env, x, CONC);
-	CHECK(bad == 0, "a second batch of %d random-block transfers is byte-exact (%d bad)",
+	CHECK_EQ(bad, 0, "a second batch of %d random-block transfers is byte-exact (%d bad)",
 	      CONC, bad);
 	h_plan_free(x, CONC);
 
@@ -58,7 +58,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < CONC; i++)
 		x[i].skip_tokens = (uint32_t)(i % 4) * 9; /* 0, 9, 18, 27 tokens */
 	bad = h_run(&env, x, CONC);
-	CHECK(bad == 0, "%d contiguous transfers (some with skip_tokens) are byte-exact (%d bad)",
+	CHECK_EQ(bad, 0, "%d contiguous transfers (some with skip_tokens) are byte-exact (%d bad)",
 	      CONC, bad);
 	h_plan_free(x, CONC);
 
