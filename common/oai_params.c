@@ -455,8 +455,8 @@ static int check_formats(const json_t *b, struct pdx_oai_fault *f)
 	n = !!val(so, "json") + !!val(so, "regex") + !!val(so, "choice");
 	if (n > 1)
 		return fault(f, "structured_outputs",
-			     "You can only use one kind of constraints for "
-			     "structured outputs ('json', 'regex' or 'choice')");
+			     "'structured_outputs' may use only one kind of "
+			     "constraint ('json', 'regex' or 'choice')");
 	return 0;
 }
 
