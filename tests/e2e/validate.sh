@@ -18,6 +18,7 @@ named_engine_start E "$ENGINE" --time-scale 0
 $PY "$HERE/validate.py" "$PORT_E" all || fail "pdx-engine's answers"
 grep -q "fields present in the request but ignored: unknown_field" \
 	"$E2E_TMP/E.log" || fail "no warning about an unknown field"
+named_stop E
 
 notify="tcp://127.0.0.1:$(free_port)"
 AGENT_OPTS+=(--notify "$notify")
@@ -39,6 +40,5 @@ for x in XC XS; do
 		fail "$x: pdx-engine's refusals through pdx-proxy"
 done
 blocks_free "$PORT_P" "$PORT_D"
-named_stop XC
-named_stop XS
+for x in XC XS P D; do named_stop $x; done
 echo "PASS"
