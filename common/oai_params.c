@@ -132,15 +132,22 @@ static bool each_is(const json_t *arr, int (*is)(const json_t *))
 	size_t i;
 	const json_t *v;
 
-	json_array_foreach(arr, i, v)
-		if (!is(v))
-			return false;
+	json_array_foreach(arr, i, v) if (!is(v)) return false;
 	return true;
 }
 
-static int is_string(const json_t *v) { return json_is_string(v); }
-static int is_integer(const json_t *v) { return json_is_integer(v); }
-static int is_object(const json_t *v) { return json_is_object(v); }
+static int is_string(const json_t *v)
+{
+	return json_is_string(v);
+}
+static int is_integer(const json_t *v)
+{
+	return json_is_integer(v);
+}
+static int is_object(const json_t *v)
+{
+	return json_is_object(v);
+}
 
 static bool kind_ok(const json_t *v, enum kind k)
 {
@@ -263,8 +270,7 @@ static int check_ranges(const json_t *b, struct pdx_oai_fault *f)
 /* max_tokens (chat: max_completion_tokens when not null) at least 1 and
  * not below min_tokens; completions' echo may ask for 0 (the prompt
  * alone). */
-static int check_max_tokens(const json_t *b, bool chat,
-			    struct pdx_oai_fault *f)
+static int check_max_tokens(const json_t *b, bool chat, struct pdx_oai_fault *f)
 {
 	const char *key = "max_tokens";
 	const json_t *v = NULL, *mt;
@@ -299,9 +305,7 @@ static bool has_empty_string(const json_t *v)
 
 	if (json_is_string(v))
 		return json_string_length(v) == 0;
-	json_array_foreach(v, i, s)
-		if (json_string_length(s) == 0)
-			return true;
+	json_array_foreach(v, i, s) if (json_string_length(s) == 0) return true;
 	return false;
 }
 
@@ -312,7 +316,8 @@ static int check_logit_bias(const json_t *b, struct pdx_oai_fault *f)
 	const char *k;
 	char *end;
 
-	json_object_foreach((json_t *)lb, k, v) {
+	json_object_foreach((json_t *)lb, k, v)
+	{
 		strtoll(k, &end, 10);
 		if (end == k || *end)
 			return fault(f, "logit_bias",
@@ -337,7 +342,8 @@ static int check_sampling(const json_t *b, struct pdx_oai_fault *f)
 		return -1;
 	v = val(b, "stop");
 	if (v && has_empty_string(v))
-		return fault(f, "stop", "'stop' cannot contain an empty string");
+		return fault(f, "stop",
+			     "'stop' cannot contain an empty string");
 	v = val(b, "bad_words");
 	if (v && has_empty_string(v))
 		return fault(f, "bad_words",
@@ -359,8 +365,7 @@ static int check_sampling(const json_t *b, struct pdx_oai_fault *f)
 			     "'max_repetition_pattern_size' and "
 			     "'min_repetition_pattern_size' must be >= 0, with "
 			     "the min <= the max");
-	if (mx > 0 &&
-	    json_integer_value(val(b, "repetition_min_count")) < 2)
+	if (mx > 0 && json_integer_value(val(b, "repetition_min_count")) < 2)
 		return fault(f, "repetition_min_count",
 			     "'repetition_min_count' must be >= 2 to detect "
 			     "repetitive patterns");
@@ -437,9 +442,9 @@ static int check_formats(const json_t *b, struct pdx_oai_fault *f)
 
 	if (rf) {
 		t = json_string_value(json_object_get(rf, "type"));
-		if (!t || (strcmp(t, "text") && strcmp(t, "json_object") &&
-			   strcmp(t, "json_schema") &&
-			   strcmp(t, "structural_tag")))
+		if (!t ||
+		    (strcmp(t, "text") && strcmp(t, "json_object") &&
+		     strcmp(t, "json_schema") && strcmp(t, "structural_tag")))
 			return fault(f, "response_format",
 				     "'response_format.type' must be \"text\", "
 				     "\"json_object\", \"json_schema\" or "
@@ -465,7 +470,8 @@ static bool tool_named(const json_t *tools, const char *name)
 	size_t i;
 	const json_t *t;
 
-	json_array_foreach(tools, i, t) {
+	json_array_foreach(tools, i, t)
+	{
 		const char *s = json_string_value(
 		    json_object_get(json_object_get(t, "function"), "name"));
 
@@ -483,7 +489,8 @@ static int check_tools(const json_t *b, struct pdx_oai_fault *f)
 	const char *s;
 	size_t i;
 
-	json_array_foreach(tools, i, t) {
+	json_array_foreach(tools, i, t)
+	{
 		fn = json_object_get(t, "function");
 		if (!json_is_string(json_object_get(fn, "name")))
 			return fault(f, "tools",
@@ -491,7 +498,8 @@ static int check_tools(const json_t *b, struct pdx_oai_fault *f)
 				     "'function' that has a string 'name'",
 				     i);
 	}
-	if (!tc || (json_is_string(tc) && !strcmp(json_string_value(tc), "none")))
+	if (!tc ||
+	    (json_is_string(tc) && !strcmp(json_string_value(tc), "none")))
 		return 0;
 	if (!tools)
 		return fault(f, "tool_choice",
@@ -588,8 +596,7 @@ static int check_one_sequence(const json_t *b, struct pdx_oai_fault *f)
 	return 0;
 }
 
-int pdx_oai_params_check(const json_t *body, bool chat,
-			 struct pdx_oai_fault *f)
+int pdx_oai_params_check(const json_t *body, bool chat, struct pdx_oai_fault *f)
 {
 	if (check_types(body, chat, f) ||
 	    (chat ? check_chat(body, f) : check_prompt(body, f)) ||

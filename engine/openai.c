@@ -22,8 +22,8 @@ static int vfail(struct pdx_oai_error *err, int status, const char *param,
 
 static int fail(struct pdx_oai_error *err, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int refuse(struct pdx_oai_error *err, const char *param,
-		  const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(struct pdx_oai_error *err, const char *param, const char *fmt,
+		  ...) __attribute__((format(printf, 3, 4)));
 
 static int fail(struct pdx_oai_error *err, int status, const char *fmt, ...)
 {
@@ -37,8 +37,8 @@ static int fail(struct pdx_oai_error *err, int status, const char *fmt, ...)
 }
 
 /* A 400 naming the parameter at fault. */
-static int refuse(struct pdx_oai_error *err, const char *param,
-		  const char *fmt, ...)
+static int refuse(struct pdx_oai_error *err, const char *param, const char *fmt,
+		  ...)
 {
 	va_list ap;
 	int rc;
@@ -49,7 +49,10 @@ static int refuse(struct pdx_oai_error *err, const char *param,
 	return rc;
 }
 
-static bool present(const json_t *v) { return v && !json_is_null(v); }
+static bool present(const json_t *v)
+{
+	return v && !json_is_null(v);
+}
 
 static bool not_one(const json_t *v)
 {
@@ -147,7 +150,8 @@ static void list_ignored(json_t *root, bool chat, struct pdx_oai_req *out)
 	json_t *v;
 	int n;
 
-	json_object_foreach(root, k, v) {
+	json_object_foreach(root, k, v)
+	{
 		if (pdx_oai_params_known(k, chat) || len >= cap)
 			continue;
 		n = snprintf(out->ignored + len, cap - len, "%s%s",
@@ -217,8 +221,8 @@ static int chat_template(json_t *root, struct strbuf *b,
 {
 	json_t *messages = json_object_get(root, "messages");
 	json_t *agp = json_object_get(root, "add_generation_prompt");
-	bool open_end = json_is_true(
-	    json_object_get(root, "continue_final_message"));
+	bool open_end =
+	    json_is_true(json_object_get(root, "continue_final_message"));
 	size_t i, last = json_array_size(messages) - 1;
 	json_t *msg, *role;
 
@@ -289,9 +293,8 @@ static int tokenize(const char *text, size_t len, size_t keep,
 }
 
 /* An array of token ids (common/oai_params.c saw integers, one prompt). */
-static int token_ids(json_t *arr, size_t keep,
-		     const struct pdx_oai_limits *lim, struct pdx_oai_req *out,
-		     struct pdx_oai_error *err)
+static int token_ids(json_t *arr, size_t keep, const struct pdx_oai_limits *lim,
+		     struct pdx_oai_req *out, struct pdx_oai_error *err)
 {
 	size_t n = json_array_size(arr), i;
 	json_t *v;
@@ -416,7 +419,8 @@ int pdx_oai_parse(const char *body, size_t len, bool chat,
 		goto out;
 	list_ignored(root, chat, out);
 	if (out->n_prompt == 0) {
-		refuse(err, chat ? "messages" : "prompt", "the prompt is empty");
+		refuse(err, chat ? "messages" : "prompt",
+		       "the prompt is empty");
 		goto out;
 	}
 	if ((uint64_t)out->n_prompt + out->max_tokens > lim->max_model_len) {
@@ -533,9 +537,9 @@ char *pdx_oai_error_body(const char *type, const char *message,
 {
 	char clean[512];
 
-	return dump(json_pack("{s:{s:s, s:s, s:o, s:i}}", "error", "message",
-			      pdx_utf8_clean(message, clean, sizeof(clean)),
-			      "type", type, "param",
-			      param && *param ? json_string(param) : json_null(),
-			      "code", status));
+	return dump(json_pack(
+	    "{s:{s:s, s:s, s:o, s:i}}", "error", "message",
+	    pdx_utf8_clean(message, clean, sizeof(clean)), "type", type,
+	    "param", param && *param ? json_string(param) : json_null(), "code",
+	    status));
 }

@@ -21,31 +21,35 @@ static const struct row {
 } rows[] = {
     /* accepted everywhere */
     {0, "{\"prompt\":\"hi\"}", OK, OK},
-    {0, "{\"prompt\":[1,2,3],\"max_tokens\":4,\"temperature\":0.7,"
-        "\"top_p\":1,\"top_k\":-1,\"min_p\":0.5,\"seed\":-3,"
-        "\"repetition_penalty\":1.0,\"logprobs\":null,\"user\":\"u\","
-        "\"ignore_eos\":true,\"min_tokens\":4,\"n\":1,\"best_of\":1}",
+    {0,
+     "{\"prompt\":[1,2,3],\"max_tokens\":4,\"temperature\":0.7,"
+     "\"top_p\":1,\"top_k\":-1,\"min_p\":0.5,\"seed\":-3,"
+     "\"repetition_penalty\":1.0,\"logprobs\":null,\"user\":\"u\","
+     "\"ignore_eos\":true,\"min_tokens\":4,\"n\":1,\"best_of\":1}",
      OK, OK},
-    {0, "{\"prompt\":\"a\",\"temperature\":0,\"presence_penalty\":0,"
-        "\"frequency_penalty\":0.0,\"stop\":[],\"logit_bias\":{}}",
+    {0,
+     "{\"prompt\":\"a\",\"temperature\":0,\"presence_penalty\":0,"
+     "\"frequency_penalty\":0.0,\"stop\":[],\"logit_bias\":{}}",
      OK, OK},
-    {0, "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":"
-        "{\"include_usage\":false}}",
+    {0,
+     "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":"
+     "{\"include_usage\":false}}",
      OK, OK},
     {0, "{\"prompt\":\"a\",\"stream_options\":{}}", OK, OK},
     {0, "{\"prompt\":\"a b c\",\"truncate_prompt_tokens\":2}", OK, OK},
-    {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-        "\"max_completion_tokens\":3,\"logprobs\":false,\"top_logprobs\":0,"
-        "\"tool_choice\":\"none\",\"response_format\":{\"type\":\"text\"},"
-        "\"reasoning_effort\":\"low\",\"chat_template_kwargs\":{\"a\":1},"
-        "\"add_generation_prompt\":false}",
+    {1,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+     "\"max_completion_tokens\":3,\"logprobs\":false,\"top_logprobs\":0,"
+     "\"tool_choice\":\"none\",\"response_format\":{\"type\":\"text\"},"
+     "\"reasoning_effort\":\"low\",\"chat_template_kwargs\":{\"a\":1},"
+     "\"add_generation_prompt\":false}",
      OK, OK},
-    {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-        "\"continue_final_message\":true}",
+    {1,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+     "\"continue_final_message\":true}",
      OK, OK},
     /* vLLM's ranges */
-    {0, "{\"prompt\":\"a\",\"temperature\":-1}", "temperature",
-     "temperature"},
+    {0, "{\"prompt\":\"a\",\"temperature\":-1}", "temperature", "temperature"},
     {0, "{\"prompt\":\"a\",\"top_p\":0}", "top_p", "top_p"},
     {0, "{\"prompt\":\"a\",\"top_p\":1.5}", "top_p", "top_p"},
     {1, "{\"messages\":[],\"top_k\":-2}", "top_k", "top_k"},
@@ -65,16 +69,16 @@ static const struct row {
     {0, "{\"prompt\":\"a\",\"min_tokens\":-1}", "min_tokens", "min_tokens"},
     {0, "{\"prompt\":\"a\",\"n\":0}", "n", "n"},
     {0, "{\"prompt\":\"a\",\"logprobs\":-1}", "logprobs", "logprobs"},
-    {1, "{\"messages\":[],\"top_logprobs\":3}", "top_logprobs",
-     "top_logprobs"},
+    {1, "{\"messages\":[],\"top_logprobs\":3}", "top_logprobs", "top_logprobs"},
     {1, "{\"messages\":[],\"top_logprobs\":-2,\"logprobs\":true}",
      "top_logprobs", "top_logprobs"},
     {0, "{\"prompt\":\"a\",\"prompt_logprobs\":1,\"stream\":true}",
      "prompt_logprobs", "prompt_logprobs"},
     {0, "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true}}",
      "stream_options", "stream_options"},
-    {0, "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":"
-        "{\"include_usage\":1}}",
+    {0,
+     "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":"
+     "{\"include_usage\":1}}",
      "stream_options", "stream_options"},
     {0, "{\"prompt\":\"a\",\"stop\":[\"x\",\"\"]}", "stop", "stop"},
     {0, "{\"prompt\":\"a\",\"truncate_prompt_tokens\":0}",
@@ -83,8 +87,7 @@ static const struct row {
      "logit_bias"},
     {0, "{\"prompt\":\"a\",\"allowed_token_ids\":[]}", "allowed_token_ids",
      "allowed_token_ids"},
-    {0, "{\"prompt\":\"a\",\"cache_salt\":\"\"}", "cache_salt",
-     "cache_salt"},
+    {0, "{\"prompt\":\"a\",\"cache_salt\":\"\"}", "cache_salt", "cache_salt"},
     {0, "{\"prompt\":\"a\",\"max_repetition_pattern_size\":2}",
      "repetition_min_count", "repetition_min_count"},
     {0, "{\"prompt\":\"a\",\"suffix\":\"z\"}", "suffix", "suffix"},
@@ -92,11 +95,13 @@ static const struct row {
      "response_format", "response_format"},
     {1, "{\"messages\":[],\"tool_choice\":\"auto\"}", "tool_choice",
      "tool_choice"},
-    {1, "{\"messages\":[],\"tools\":[{\"type\":\"function\",\"function\":"
-        "{\"name\":\"f\"}}],\"tool_choice\":{\"function\":{\"name\":\"g\"}}}",
+    {1,
+     "{\"messages\":[],\"tools\":[{\"type\":\"function\",\"function\":"
+     "{\"name\":\"f\"}}],\"tool_choice\":{\"function\":{\"name\":\"g\"}}}",
      "tool_choice", "tool_choice"},
-    {1, "{\"messages\":[],\"continue_final_message\":true,"
-        "\"add_generation_prompt\":true}",
+    {1,
+     "{\"messages\":[],\"continue_final_message\":true,"
+     "\"add_generation_prompt\":true}",
      "continue_final_message", "continue_final_message"},
     {1, "{\"messages\":[],\"reasoning_effort\":\"max\"}", "reasoning_effort",
      "reasoning_effort"},
@@ -116,59 +121,62 @@ static const struct row {
     {0, "{\"prompt\":[1,\"a\"]}", "prompt", "prompt"},
     /* pdx: one sequence per request */
     {0, "{\"prompt\":\"a\",\"n\":2}", "n", "n"},
-    {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":3}",
-     "n", "n"},
+    {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":3}", "n",
+     "n"},
     {0, "{\"prompt\":\"a\",\"best_of\":2}", "best_of", "best_of"},
     {0, "{\"prompt\":[\"a\",\"b\"]}", "prompt", "prompt"},
     {0, "{\"prompt\":[[1],[2]]}", "prompt", "prompt"},
     /* vLLM serves them; pdx-engine does not implement them */
     {0, "{\"prompt\":\"a\",\"logprobs\":5}", OK, "logprobs"},
     {0, "{\"prompt\":\"a\",\"logprobs\":0}", OK, "logprobs"},
-    {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-        "\"logprobs\":true,\"top_logprobs\":2}",
+    {1,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+     "\"logprobs\":true,\"top_logprobs\":2}",
      OK, "logprobs"},
     {0, "{\"prompt\":\"a\",\"prompt_logprobs\":0}", OK, "prompt_logprobs"},
     {0, "{\"prompt\":\"a\",\"echo\":true}", OK, "echo"},
     {0, "{\"prompt\":\"a\",\"echo\":true,\"max_tokens\":0}", OK, "echo"},
     {0, "{\"prompt\":\"a\",\"stop\":\"x\"}", OK, "stop"},
-    {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-        "\"stop\":[\"x\"]}",
+    {1,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+     "\"stop\":[\"x\"]}",
      OK, "stop"},
     {0, "{\"prompt\":\"a\",\"stop_token_ids\":[3]}", OK, "stop_token_ids"},
-    {0, "{\"prompt\":\"a\",\"presence_penalty\":0.5}", OK,
-     "presence_penalty"},
-    {0, "{\"prompt\":\"a\",\"frequency_penalty\":-1}", OK,
-     "frequency_penalty"},
+    {0, "{\"prompt\":\"a\",\"presence_penalty\":0.5}", OK, "presence_penalty"},
+    {0, "{\"prompt\":\"a\",\"frequency_penalty\":-1}", OK, "frequency_penalty"},
     {0, "{\"prompt\":\"a\",\"repetition_penalty\":1.2}", OK,
      "repetition_penalty"},
     {0, "{\"prompt\":\"a\",\"logit_bias\":{\"5\":-100}}", OK, "logit_bias"},
     {0, "{\"prompt\":\"a\",\"allowed_token_ids\":[1]}", OK,
      "allowed_token_ids"},
-    {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-        "\"bad_words\":[\"x\"]}",
+    {1,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+     "\"bad_words\":[\"x\"]}",
      OK, "bad_words"},
-    {0, "{\"prompt\":\"a\",\"use_beam_search\":true}", OK,
-     "use_beam_search"},
-    {0, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_object\"}}",
-     OK, "response_format"},
+    {0, "{\"prompt\":\"a\",\"use_beam_search\":true}", OK, "use_beam_search"},
+    {0, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_object\"}}", OK,
+     "response_format"},
     {0, "{\"prompt\":\"a\",\"structured_outputs\":{\"regex\":\"a+\"}}", OK,
      "structured_outputs"},
-    {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":"
-        "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
+    {1,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":"
+     "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
      OK, "tools"},
-    {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-        "\"chat_template\":\"{{x}}\"}",
+    {1,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+     "\"chat_template\":\"{{x}}\"}",
      OK, "chat_template"},
     {0, "{\"prompt\":\"a\",\"priority\":1}", OK, "priority"},
-    {0, "{\"prompt\":\"a\",\"return_token_ids\":true}", OK,
-     "return_token_ids"},
+    {0, "{\"prompt\":\"a\",\"return_token_ids\":true}", OK, "return_token_ids"},
     {0, "{\"prompt\":\"a\",\"logits_processors\":[\"m.P\"]}", OK,
      "logits_processors"},
-    {0, "{\"prompt\":\"a\",\"max_repetition_pattern_size\":2,"
-        "\"repetition_min_count\":2}",
+    {0,
+     "{\"prompt\":\"a\",\"max_repetition_pattern_size\":2,"
+     "\"repetition_min_count\":2}",
      OK, "max_repetition_pattern_size"},
-    {0, "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":"
-        "{\"continuous_usage_stats\":true}}",
+    {0,
+     "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":"
+     "{\"continuous_usage_stats\":true}}",
      OK, "stream_options"},
     /* pdx-engine's own limits: vocabulary and context length */
     {0, "{\"prompt\":[300]}", OK, "prompt"},
@@ -206,18 +214,19 @@ static void check_row(const struct row *r)
 	}
 	rc = pdx_oai_params_check(b, r->chat, &f);
 	if (strcmp(rc ? f.param : OK, r->vllm)) {
-		fprintf(stderr, "%s: vLLM's rules named \"%s\" (%s), want "
-				"\"%s\"\n",
+		fprintf(stderr,
+			"%s: vLLM's rules named \"%s\" (%s), want "
+			"\"%s\"\n",
 			r->body, rc ? f.param : OK, rc ? f.message : "passed",
 			r->vllm);
 		check_failures++;
 	}
 	json_decref(b);
-	rc = pdx_oai_parse(r->body, strlen(r->body), r->chat, &lim, &req,
-			   &err);
+	rc = pdx_oai_parse(r->body, strlen(r->body), r->chat, &lim, &req, &err);
 	if (strcmp(rc ? err.param : OK, r->engine)) {
-		fprintf(stderr, "%s: pdx-engine named \"%s\" (%s), want "
-				"\"%s\"\n",
+		fprintf(stderr,
+			"%s: pdx-engine named \"%s\" (%s), want "
+			"\"%s\"\n",
 			r->body, rc ? err.param : OK,
 			rc ? err.message : "served", r->engine);
 		check_failures++;
@@ -226,9 +235,10 @@ static void check_row(const struct row *r)
 		CHECK_EQ(err.status, 400);
 		CHECK_STR_CONTAINS(err.message, err.param);
 		/* the error body carries it as OpenAI's "param" */
-		CHECK(!strcmp(body_param(pdx_oai_error_body(
-				  err.type, err.message, err.param, err.status)),
-			      err.param));
+		CHECK(
+		    !strcmp(body_param(pdx_oai_error_body(
+				err.type, err.message, err.param, err.status)),
+			    err.param));
 	} else {
 		pdx_oai_req_clear(&req);
 	}
@@ -240,7 +250,8 @@ static void check_effects(void)
 	struct pdx_oai_error err;
 	struct pdx_oai_req a, b;
 	const char *full = "{\"prompt\":[1,2,3,4,5]}";
-	const char *cut = "{\"prompt\":[1,2,3,4,5],\"truncate_prompt_tokens\":2}";
+	const char *cut =
+	    "{\"prompt\":[1,2,3,4,5],\"truncate_prompt_tokens\":2}";
 	const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":"
 			   "\"hi\"}]}";
 	const char *open_end = "{\"messages\":[{\"role\":\"user\",\"content\":"
@@ -259,8 +270,7 @@ static void check_effects(void)
 	pdx_oai_req_clear(&a);
 
 	CHECK(!pdx_oai_parse(chat, strlen(chat), true, &lim, &a, &err));
-	CHECK(!pdx_oai_parse(open_end, strlen(open_end), true, &lim, &b,
-			     &err));
+	CHECK(!pdx_oai_parse(open_end, strlen(open_end), true, &lim, &b, &err));
 	CHECK(b.n_prompt < a.n_prompt); /* no "\n<|assistant|>\n" */
 	pdx_oai_req_clear(&b);
 	CHECK(!pdx_oai_parse(no_gen, strlen(no_gen), true, &lim, &b, &err));
