@@ -50,7 +50,17 @@ void pdx__http_error(struct pdx_http_api *api, struct evhttp_request *req,
 {
 	api->p.metrics->req_rejected++;
 	log_debug("%d %s", status, message);
-	reply_json(req, status, pdx_oai_error_body(type, message, status));
+	reply_json(req, status,
+		   pdx_oai_error_body(type, message, NULL, status));
+}
+
+void pdx__http_refuse(struct pdx_http_api *api, struct evhttp_request *req,
+		      const struct pdx_oai_error *e)
+{
+	api->p.metrics->req_rejected++;
+	log_debug("%d %s", e->status, e->message);
+	reply_json(req, e->status,
+		   pdx_oai_error_body(e->type, e->message, e->param, e->status));
 }
 
 static void get_models(struct pdx_http_api *api, struct evhttp_request *req)

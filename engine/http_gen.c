@@ -202,7 +202,7 @@ static void finish_stream(struct pdx__gen_call *c, pdx_status_t st,
 		return;
 	}
 	if (st != PDX_OK)
-		sse_send(c, pdx_oai_error_body("internal_error", why, 500));
+		sse_send(c, pdx_oai_error_body("internal_error", why, NULL, 500));
 	else if (c->include_usage)
 		sse_send(c, pdx_oai_usage_chunk(&c->meta, &c->usage));
 	evbuffer_add_printf(c->out, "data: [DONE]\n\n");
@@ -362,9 +362,12 @@ static int read_body(struct pdx_http_api *api, struct evhttp_request *req,
 	const char *body = (const char *)evbuffer_pullup(in, -1);
 
 	if (pdx_oai_parse(body ? body : "", len, chat, &lim, r, &err)) {
-		pdx__http_error(api, req, err.status, err.type, err.message);
+		pdx__http_refuse(api, req, &err);
 		return -1;
 	}
+	if (r->ignored[0]) /* as vLLM does */
+		log_warn("fields present in the request but ignored: %s",
+			 r->ignored);
 	return 0;
 }
 

@@ -12,6 +12,7 @@
 
 #include "engine/http_api.h"
 #include "engine/kv_params.h"
+#include "engine/openai.h"
 
 struct pdx__gen_call;
 struct pdx__kv;
@@ -32,6 +33,10 @@ struct pdx_http_api {
 /* Sends an OpenAI error object with the given HTTP status. */
 void pdx__http_error(struct pdx_http_api *api, struct evhttp_request *req,
 		     int status, const char *type, const char *message);
+
+/* Sends the error of a refused request body, naming its parameter. */
+void pdx__http_refuse(struct pdx_http_api *api, struct evhttp_request *req,
+		      const struct pdx_oai_error *e);
 
 /* POST /v1/completions (chat false) and /v1/chat/completions. */
 void pdx__gen_handle(struct pdx_http_api *api, struct evhttp_request *req,

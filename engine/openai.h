@@ -29,21 +29,29 @@ struct pdx_oai_req {
 	bool chat; /* /v1/chat/completions */
 	bool stream;
 	bool include_usage; /* stream_options.include_usage */
+	/* top-level fields neither vLLM nor pdx knows, ignored as vLLM
+	 * ignores them ("a, b"; "" when none): the caller warns */
+	char ignored[160];
 	uint32_t *prompt;   /* token ids, malloc'd */
 	uint32_t n_prompt;
 	uint32_t max_tokens;
 	struct pdx_kv_params kv; /* kv_transfer_params */
 };
 
-/* Why a body was refused: the HTTP status and the OpenAI error type. */
+/* Why a body was refused: the HTTP status, the OpenAI error type and
+ * the parameter at fault. */
 struct pdx_oai_error {
 	int status;	  /* 400 or 404 */
 	const char *type; /* "invalid_request_error", "not_found_error" */
+	char param[64];	  /* "" when no one parameter is at fault */
 	char message[256];
 };
 
 /* Parses a request body of len bytes. 0 and *out filled (free with
- * pdx_oai_req_clear()), or -1 and *err filled. */
+ * pdx_oai_req_clear()), or -1 and *err filled. A body must first meet
+ * vLLM's rules (common/oai_params.h); then every parameter that would
+ * change the output and that pdx-engine does not implement is refused
+ * unless it asks for nothing (its default): docs/engine.md lists them. */
 int pdx_oai_parse(const char *body, size_t len, bool chat,
 		  const struct pdx_oai_limits *lim, struct pdx_oai_req *out,
 		  struct pdx_oai_error *err);
@@ -79,8 +87,10 @@ char *pdx_oai_chunk(const struct pdx_oai_meta *m, const char *text, bool first,
 char *pdx_oai_usage_chunk(const struct pdx_oai_meta *m,
 			  const struct pdx_oai_usage *u);
 
-/* {"error": {"message", "type", "param": null, "code": status}}; bytes of
- * message that are not UTF-8 (a client's, quoted) become '?'. */
-char *pdx_oai_error_body(const char *type, const char *message, int status);
+/* {"error": {"message", "type", "param", "code": status}}, param null
+ * when NULL or ""; bytes of message that are not UTF-8 (a client's,
+ * quoted) become '?'. */
+char *pdx_oai_error_body(const char *type, const char *message,
+			 const char *param, int status);
 
 #endif

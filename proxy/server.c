@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/http_listen.h"
 #include "common/log.h"
+#include "common/oai_params.h"
 #include "common/utf8.h"
 #include "proxy/call.h"
 #include "proxy/flow.h"
@@ -106,11 +107,37 @@ static void get_metrics(struct pdx_proxy *px, struct evhttp_request *req)
 	evbuffer_free(b);
 }
 
+/* A body vLLM would refuse (common/oai_params.h) is refused here, before
+ * any engine is asked for work: 400 naming the parameter. */
+static void refuse_params(struct pdx_call *c, const struct pdx_oai_fault *f)
+{
+	json_t *e = pdx_proxy_error_obj(400, "invalid_request_error",
+					f->message);
+	char *s = NULL;
+	struct evbuffer *b;
+
+	if (e && !json_object_set_new(json_object_get(e, "error"), "param",
+				      json_string(f->param)))
+		s = json_dumps(e, JSON_COMPACT);
+	json_decref(e);
+	b = s ? evbuffer_new() : NULL;
+	if (!b) {
+		free(s);
+		pdx_call_reply_error(c, 500, "internal_error", "out of memory");
+		return;
+	}
+	evbuffer_add(b, s, strlen(s));
+	free(s);
+	pdx_call_reply(c, 400, b);
+	evbuffer_free(b);
+}
+
 static void post_generate(struct pdx_proxy *px, struct evhttp_request *req,
 			  const char *path)
 {
 	struct evbuffer *in = evhttp_request_get_input_buffer(req);
 	struct pdx_call *c = pdx_call_new(px, req);
+	struct pdx_oai_fault f;
 	json_error_t jerr;
 	char msg[160];
 
@@ -123,6 +150,11 @@ static void post_generate(struct pdx_proxy *px, struct evhttp_request *req,
 		snprintf(msg, sizeof(msg), "the body is not a JSON object%s%s",
 			 c->body ? "" : ": ", c->body ? "" : jerr.text);
 		pdx_call_reply_error(c, 400, "invalid_request_error", msg);
+		return;
+	}
+	if (pdx_oai_params_check(c->body, !strcmp(path, "/v1/chat/completions"),
+				 &f)) {
+		refuse_params(c, &f);
 		return;
 	}
 	pdx_flow_start(c);

@@ -62,10 +62,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if ((err.status != 400 && err.status != 404) || !err.type ||
 		    strnlen(err.message, sizeof(err.message)) ==
 			sizeof(err.message) ||
+		    strnlen(err.param, sizeof(err.param)) ==
+			sizeof(err.param) ||
 		    r.prompt)
 			abort();
-		check_json(
-		    pdx_oai_error_body(err.type, err.message, err.status));
+		check_json(pdx_oai_error_body(err.type, err.message, err.param,
+					      err.status));
 		return 0;
 	}
 	if (!r.n_prompt || !r.max_tokens ||

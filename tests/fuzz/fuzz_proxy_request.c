@@ -4,15 +4,18 @@
  * chat messages), the transfer id taken from the client or minted, and
  * the prefill leg's body built from it. Whatever the client sent, that
  * body must be a JSON object asking for one token, not streamed, with
- * do_remote_decode and the call's xfer_id; a body that is not an object
- * must get its 400 error body. The first byte picks the
- * prefix length and whether a metaserver URL is added. */
+ * do_remote_decode and the call's xfer_id; a body that is not an object,
+ * or that breaks vLLM's rules (common/oai_params.c), must get its 400
+ * error body, the latter naming a parameter. The first byte picks the
+ * prefix length and whether a metaserver URL is added; a body with
+ * "messages" is taken as /v1/chat/completions'. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
+#include "common/oai_params.h"
 #include "proxy/call.h"
 #include "proxy/flow.h"
 #include "proxy/opts.h"
@@ -67,6 +70,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static const size_t prefix[4] = {0, 1, 16, 1024};
 	struct pdx_proxy *px = proxy();
 	struct pdx_call c = {0};
+	struct pdx_oai_fault f;
 	json_error_t jerr;
 	char *s, msg[160];
 
@@ -83,6 +87,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			 c.body ? "" : ": ", c.body ? "" : jerr.text);
 		e = pdx_proxy_error_obj(400, "invalid_request_error", msg);
 		if (!e)
+			abort();
+		json_decref(e);
+		json_decref(c.body);
+		return 0;
+	}
+	if (pdx_oai_params_check(c.body, json_object_get(c.body, "messages"),
+				 &f)) {
+		json_t *e = pdx_proxy_error_obj(400, "invalid_request_error",
+						f.message);
+
+		if (!e || !f.param[0] ||
+		    strnlen(f.param, sizeof(f.param)) == sizeof(f.param))
 			abort();
 		json_decref(e);
 		json_decref(c.body);

@@ -241,6 +241,16 @@ def openai():
             "max_completion_tokens": 3, "n": 1}),
         "wrong_model": (0, {"model": "gpt-\u00e9\u00e9", "prompt": "x"}),
         "list_of_prompts": (0, {"prompt": ["a", "b"]}),
+        "sampling": (0, {"prompt": "a b", "temperature": 0.7, "top_p": 0.9,
+                         "top_k": -1, "seed": 3, "min_tokens": 1,
+                         "repetition_penalty": 1.0, "logprobs": None,
+                         "truncate_prompt_tokens": 2}),
+        "refused": (0, {"prompt": "a", "logprobs": 5, "stop": ["x"]}),
+        "bad_range": (0, {"prompt": "a", "temperature": -1}),
+        "chat_open": (1, {"messages": [{"role": "user", "content": "x"}],
+                          "continue_final_message": True,
+                          "tool_choice": "none", "stream": True,
+                          "stream_options": {}}),
     }
     c = {}
     for name, (chat, body) in bodies.items():
@@ -278,6 +288,10 @@ def proxy_request():
                  "max_completion_tokens": 9}
     c["own_kv"] = {"prompt": "x", "kv_transfer_params": {
         "xfer_id": X1.hex(), "remote_agent": "tcp://d2:7000"}}
+    c["bad_top_p"] = {"prompt": "x", "top_p": 0, "n": 2}
+    c["tools"] = {"messages": [{"role": "user", "content": "x"}],
+                  "tools": [{"type": "function", "function": {"name": "f"}}],
+                  "tool_choice": {"function": {"name": "g"}}}
     return {k: bytes([i]) + json.dumps(v).encode()
             for i, (k, v) in enumerate(c.items())}
 
@@ -370,7 +384,12 @@ JSON_WORDS = ["model", "prompt", "messages", "role", "content", "text",
               "remote_agent", "first_token", "on_failure", "recompute",
               "metaserver", "http://", "fuzz-model", "min_tokens",
               "choices", "delta", "usage", "prompt_tokens",
-              "completion_tokens"]
+              "completion_tokens", "temperature", "top_p", "top_k", "min_p",
+              "seed", "stop", "logprobs", "top_logprobs", "prompt_logprobs",
+              "echo", "best_of", "suffix", "logit_bias", "user",
+              "presence_penalty", "frequency_penalty", "repetition_penalty",
+              "truncate_prompt_tokens", "tools", "tool_choice",
+              "continue_final_message", "add_generation_prompt"]
 
 
 def main():
