@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/utf8.h"
 #include "engine/tokenizer.h"
 
 static int fail(struct pdx_oai_error *err, int status, const char *fmt, ...)
@@ -383,13 +382,4 @@ char *pdx_oai_usage_chunk(const struct pdx_oai_meta *m,
 		return NULL;
 	}
 	return dump(o);
-}
-
-char *pdx_oai_error_body(const char *type, const char *message, int status)
-{
-	char clean[512];
-
-	return dump(json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message",
-			      pdx_utf8_clean(message, clean, sizeof(clean)),
-			      "type", type, "param", "code", status));
 }
