@@ -10,6 +10,8 @@ struct pdx_block_alloc {
 	uint32_t shared; /* blocks with refs > 1 */
 	uint32_t *free;
 	uint32_t *refs;
+	void (*on_free)(void *arg); /* pdx_block_alloc_on_free() */
+	void *on_free_arg;
 };
 
 pdx_status_t pdx_block_alloc_new(uint32_t blocks, struct pdx_block_alloc **out)
@@ -104,6 +106,8 @@ pdx_status_t pdx_block_alloc_put(struct pdx_block_alloc *a,
 		a->free[lo] = a->free[hi - 1];
 		a->free[hi - 1] = t;
 	}
+	if (a->nfree > top && a->on_free)
+		a->on_free(a->on_free_arg);
 	return PDX_OK;
 undo:
 	while (i-- > 0) {
@@ -112,6 +116,13 @@ undo:
 		ref_one(a, ids[i]);
 	}
 	return PDX_ERANGE;
+}
+
+void pdx_block_alloc_on_free(struct pdx_block_alloc *a,
+			     void (*cb)(void *arg), void *arg)
+{
+	a->on_free = cb;
+	a->on_free_arg = arg;
 }
 
 uint32_t pdx_block_alloc_refs(const struct pdx_block_alloc *a, uint32_t id)

@@ -53,6 +53,14 @@ pdx_status_t pdx_block_alloc_ref(struct pdx_block_alloc *a,
 pdx_status_t pdx_block_alloc_put(struct pdx_block_alloc *a,
 				 const uint32_t *ids, uint32_t n);
 
+/* cb(arg) runs at the end of every pdx_block_alloc_put() that freed a
+ * block, so whoever waits for blocks (the scheduler's queue) learns of
+ * them whichever holder let go: a request's end or abort, or a held
+ * prefill's KV once its transfer ended. One hook; cb NULL: none. cb must
+ * not call back into the allocator. */
+void pdx_block_alloc_on_free(struct pdx_block_alloc *a,
+			     void (*cb)(void *arg), void *arg);
+
 /* References block id holds now (0: free or out of range). */
 uint32_t pdx_block_alloc_refs(const struct pdx_block_alloc *a, uint32_t id);
 

@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/errbuf.h"
+#include "common/http_error.h"
 #include "common/http_listen.h"
 #include "common/log.h"
 #include "engine/openai.h"
@@ -50,8 +51,7 @@ void pdx__http_error(struct pdx_http_api *api, struct evhttp_request *req,
 {
 	api->p.metrics->req_rejected++;
 	log_debug("%d %s", status, message);
-	reply_json(req, status,
-		   pdx_oai_error_body(type, message, NULL, status));
+	pdx_http_send_error(req, status, type, message);
 }
 
 void pdx__http_refuse(struct pdx_http_api *api, struct evhttp_request *req,
@@ -59,8 +59,9 @@ void pdx__http_refuse(struct pdx_http_api *api, struct evhttp_request *req,
 {
 	api->p.metrics->req_rejected++;
 	log_debug("%d %s", e->status, e->message);
-	reply_json(req, e->status,
-		   pdx_oai_error_body(e->type, e->message, e->param, e->status));
+	pdx_http_send_json(req, e->status,
+			   pdx_http_error_obj(e->status, e->type, e->param,
+					      e->message));
 }
 
 static void get_models(struct pdx_http_api *api, struct evhttp_request *req)
@@ -110,6 +111,23 @@ static void get_info(struct pdx_http_api *api, struct evhttp_request *req)
 	json_decref(o);
 }
 
+/* The methods a known path takes (its Allow), NULL for an unknown one. */
+static const char *route_allow(const char *path)
+{
+	static const char *const posts[] = {"/v1/completions",
+					    "/v1/chat/completions"};
+	static const char *const gets[] = {"/v1/models", "/health",
+					   "/v1/pdx/info", "/metrics"};
+
+	for (size_t i = 0; i < sizeof(posts) / sizeof(*posts); i++)
+		if (!strcmp(path, posts[i]))
+			return "POST";
+	for (size_t i = 0; i < sizeof(gets) / sizeof(*gets); i++)
+		if (!strcmp(path, gets[i]))
+			return "GET";
+	return NULL;
+}
+
 static void route(struct evhttp_request *req, void *arg)
 {
 	struct pdx_http_api *api = arg;
@@ -117,11 +135,14 @@ static void route(struct evhttp_request *req, void *arg)
 	    evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
 	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
 	bool post = cmd == EVHTTP_REQ_POST, get = cmd == EVHTTP_REQ_GET;
+	const char *allow;
 	char msg[128];
 
 	if (!path)
 		path = "";
-	if (post && strcmp(path, "/v1/completions") == 0)
+	if (pdx_http_body_over(req, PDX_HTTP_MAX_BODY + PDX_HTTP_BODY_HEADROOM))
+		api->p.metrics->req_rejected++;
+	else if (post && strcmp(path, "/v1/completions") == 0)
 		pdx__gen_handle(api, req, false);
 	else if (post && strcmp(path, "/v1/chat/completions") == 0)
 		pdx__gen_handle(api, req, true);
@@ -133,16 +154,14 @@ static void route(struct evhttp_request *req, void *arg)
 		get_info(api, req);
 	else if (get && strcmp(path, "/metrics") == 0)
 		get_metrics(api, req);
-	else {
-		snprintf(msg, sizeof(msg), "no route %s %.80s",
-			 post  ? "POST"
-			 : get ? "GET"
-			       : "for this method on",
-			 path);
+	else if ((allow = route_allow(path))) {
+		api->p.metrics->req_rejected++;
+		pdx_http_send_405(req, allow);
+	} else {
+		snprintf(msg, sizeof(msg), "no route %.80s", path);
 		pdx__http_error(api, req, 404, "not_found_error", msg);
 	}
 }
-
 
 pdx_status_t pdx_http_api_new(const struct pdx_http_api_params *p,
 			      struct pdx_http_api **out, char *err,
@@ -164,10 +183,12 @@ pdx_status_t pdx_http_api_new(const struct pdx_http_api_params *p,
 		free(api);
 		return PDX_ENOMEM;
 	}
-	evhttp_set_max_body_size(api->http, PDX_HTTP_MAX_BODY);
+	pdx_http_body_limit(api->http,
+			    PDX_HTTP_MAX_BODY + PDX_HTTP_BODY_HEADROOM);
 	evhttp_set_max_headers_size(api->http, HTTP_MAX_HEADERS);
 	evhttp_set_timeout(api->http, HTTP_TIMEOUT_S);
-	evhttp_set_allowed_methods(api->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST);
+	/* every method reaches route(): a 405 with Allow, not evhttp's 501 */
+	evhttp_set_allowed_methods(api->http, 0xffff);
 	evhttp_set_gencb(api->http, route, api);
 	bs = evhttp_bind_socket_with_handle(api->http, p->host, p->port);
 	if (!bs) {

@@ -8,7 +8,10 @@
  *
  * Every request is handed to the scheduler; a client that disconnects
  * before the end has its request aborted, and so its KV blocks freed.
- * Bodies over 8 MiB are refused by evhttp itself (413).
+ * Every error is OpenAI's error object (common/http_error.h): 404 for an
+ * unknown route, 405 with Allow for a known one asked with another
+ * method, 413 for a body over PDX_HTTP_MAX_BODY plus the headroom left
+ * for a proxy's fields.
  *
  * One thread: the loop's.
  */
@@ -27,8 +30,6 @@
 #include "engine/metrics.h"
 #include "engine/scheduler.h"
 
-#define PDX_HTTP_MAX_BODY (8u << 20)
-
 struct pdx_http_api;
 
 /* Everything is borrowed and must outlive the server. */
@@ -45,6 +46,7 @@ struct pdx_http_api_params {
 	const char *agent;	  /* --agent, or NULL */
 	struct pdx_kv_link *link; /* the agent link, or NULL: none */
 	uint32_t kv_timeout_ms;	  /* bound on a transfer's wait */
+	uint32_t queue_timeout_ms; /* the scheduler's, for its 503 */
 };
 
 /* Binds and starts serving. On failure writes the reason to err and

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/http_error.h"
 #include "common/http_listen.h"
 #include "common/log.h"
 #include "engine/kv_seq.h"
@@ -194,15 +195,38 @@ static void on_token(void *arg, uint32_t token, uint32_t index, bool last)
 			     strlen(piece + (index == 0)));
 }
 
+/* A request that ended in failure before its answer began: a 503 to
+ * retry when the queue's bound ran out (the engine was full), else a
+ * 500 with the reason. */
+static void fail_reply(struct pdx__gen_call *c, pdx_status_t st,
+		       const char *why)
+{
+	char msg[160];
+
+	if (st != PDX_EAGAIN) {
+		pdx__http_error(c->api, c->req, 500, "internal_error", why);
+		return;
+	}
+	snprintf(msg, sizeof(msg),
+		 "the engine had no room for the request (a running slot and "
+		 "all its KV blocks) within %u ms (--queue-timeout-ms); retry "
+		 "later",
+		 c->api->p.queue_timeout_ms);
+	evhttp_add_header(evhttp_request_get_output_headers(c->req),
+			  "Retry-After", "1");
+	pdx__http_error(c->api, c->req, 503, "service_unavailable", msg);
+}
+
 static void finish_stream(struct pdx__gen_call *c, pdx_status_t st,
 			  const char *why)
 {
 	if (st != PDX_OK && !c->head_sent) {
-		pdx__http_error(c->api, c->req, 500, "internal_error", why);
+		fail_reply(c, st, why);
 		return;
 	}
 	if (st != PDX_OK)
-		sse_send(c, pdx_oai_error_body("internal_error", why, NULL, 500));
+		sse_send(c, pdx_http_error_body(500, "internal_error", NULL,
+						why));
 	else if (c->include_usage)
 		sse_send(c, pdx_oai_usage_chunk(&c->meta, &c->usage));
 	evbuffer_add_printf(c->out, "data: [DONE]\n\n");
@@ -217,7 +241,7 @@ static void finish_whole(struct pdx__gen_call *c, pdx_status_t st,
 	char *json;
 
 	if (st != PDX_OK) {
-		pdx__http_error(c->api, c->req, 500, "internal_error", why);
+		fail_reply(c, st, why);
 		return;
 	}
 	evbuffer_add(c->out, "", 1); /* NUL: the text as a C string */
@@ -289,6 +313,25 @@ static bool on_hold(void *arg, struct pdx_kv_seq *seq)
 	return pdx__kv_hold(((struct pdx__gen_call *)arg)->kv, seq);
 }
 
+/* A request refused before its transfer was made here that names one:
+ * the other side's agent is told at once (pdx_kv_link_abort_at), so the
+ * other engine frees the KV it computed or waits for now, not when a
+ * lease or a timeout runs out. Its kv_transfer_params are read on their
+ * own, as the refusal may be about any other field. */
+static void refused_transfer(struct pdx_http_api *api, json_t *kv_obj)
+{
+	struct pdx_kv_params kv;
+	char msg[128];
+
+	if (!api->p.link || pdx_kv_params_parse(kv_obj, api->p.model->vocab,
+						&kv, msg, sizeof(msg)))
+		return;
+	if (kv.role != PDX_KV_NONE && kv.remote_agent[0]) {
+		log_debug("%s: refused; its peer agent is told", kv.xfer_hex);
+		pdx_kv_link_abort_at(api->p.link, &kv.xfer, kv.remote_agent);
+	}
+}
+
 /* A request with kv_transfer_params: checked against the engine's role,
  * its transfer made and its sink given the KV hooks. -1: replied. */
 static int kv_setup(struct pdx__gen_call *c, struct pdx_oai_req *r,
@@ -306,6 +349,9 @@ static int kv_setup(struct pdx__gen_call *c, struct pdx_oai_req *r,
 		bad = "do_remote_decode: this is a decode engine";
 	if (bad) {
 		pdx__http_error(api, c->req, 400, "invalid_request_error", bad);
+		if (api->p.link && r->kv.remote_agent[0])
+			pdx_kv_link_abort_at(api->p.link, &r->kv.xfer,
+					     r->kv.remote_agent);
 		return -1;
 	}
 	c->kv = pdx__kv_new(api, &r->kv, r->n_prompt);
@@ -362,7 +408,13 @@ static int read_body(struct pdx_http_api *api, struct evhttp_request *req,
 	const char *body = (const char *)evbuffer_pullup(in, -1);
 
 	if (pdx_oai_parse(body ? body : "", len, chat, &lim, r, &err)) {
+		json_t *root = api->p.link ? json_loadb(body, len, 0, NULL)
+					   : NULL;
+
 		pdx__http_refuse(api, req, &err);
+		refused_transfer(api,
+				 json_object_get(root, "kv_transfer_params"));
+		json_decref(root);
 		return -1;
 	}
 	if (r->ignored[0]) /* as vLLM does */

@@ -60,6 +60,7 @@ static int engine_start(struct engine *e)
 	    .time_scale = e->o.time_scale,
 	    .max_num_seqs = e->o.max_num_seqs,
 	    .max_waiting = e->o.max_waiting,
+	    .queue_timeout_ms = e->o.queue_timeout_ms,
 	    .max_prefill_tokens = e->o.max_prefill_tokens,
 	};
 	struct pdx_http_api_params hp = {
@@ -118,6 +119,7 @@ static int engine_start(struct engine *e)
 	hp.agent = e->o.agent;
 	hp.link = e->link;
 	hp.kv_timeout_ms = e->o.kv_timeout_ms;
+	hp.queue_timeout_ms = e->o.queue_timeout_ms;
 	st = pdx_http_api_new(&hp, &e->http, err, sizeof(err));
 	if (st != PDX_OK) {
 		log_error("http: %s", st == PDX_ENOMEM ? "out of memory" : err);

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "common/oai_params.h"
-#include "common/utf8.h"
 #include "engine/tokenizer.h"
 
 static int vfail(struct pdx_oai_error *err, int status, const char *param,
@@ -530,16 +529,4 @@ char *pdx_oai_usage_chunk(const struct pdx_oai_meta *m,
 		return NULL;
 	}
 	return dump(o);
-}
-
-char *pdx_oai_error_body(const char *type, const char *message,
-			 const char *param, int status)
-{
-	char clean[512];
-
-	return dump(json_pack(
-	    "{s:{s:s, s:s, s:o, s:i}}", "error", "message",
-	    pdx_utf8_clean(message, clean, sizeof(clean)), "type", type,
-	    "param", param && *param ? json_string(param) : json_null(), "code",
-	    status));
 }

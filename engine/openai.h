@@ -1,6 +1,7 @@
 /* The OpenAI API's JSON, as pdx-engine reads and writes it: request
  * bodies of /v1/completions and /v1/chat/completions, the chat prompt
- * template, and the response, stream chunk and error objects.
+ * template, and the response and stream chunk objects (the error
+ * object is common/http_error.h's).
  *
  * Chat prompt template (deterministic, documented in docs/engine.md):
  * each message becomes "<|ROLE|>\nCONTENT\n" and the prompt ends with
@@ -86,11 +87,5 @@ char *pdx_oai_chunk(const struct pdx_oai_meta *m, const char *text, bool first,
 /* The stream's usage chunk: empty choices, usage. */
 char *pdx_oai_usage_chunk(const struct pdx_oai_meta *m,
 			  const struct pdx_oai_usage *u);
-
-/* {"error": {"message", "type", "param", "code": status}}, param null
- * when NULL or ""; bytes of message that are not UTF-8 (a client's,
- * quoted) become '?'. */
-char *pdx_oai_error_body(const char *type, const char *message,
-			 const char *param, int status);
 
 #endif

@@ -40,6 +40,10 @@ void pdx_engine_opts_usage(FILE *f)
 "  --max-num-seqs N         requests running at once (default 256)\n"
 "  --max-waiting N          requests queued beyond those; more get 503\n"
 "                           (default 1024)\n"
+"  --queue-timeout-ms N     a request queued this long (no running slot\n"
+"                           or not all its KV blocks free) gets 503;\n"
+"                           keep it under --kv-timeout-ms; 0: no bound\n"
+"                           (default 10000)\n"
 "  --max-prefill-tokens N   prefill tokens per step, chunked (default 8192)\n"
 "  --max-model-len N        prompt plus output tokens (default 8192)\n"
 "  --time-scale X           multiplies the modeled compute time; 0: no\n"
@@ -65,6 +69,7 @@ enum {
 	O_AGENT,
 	O_KV_TIMEOUT,
 	O_KV_DEVICE,
+	O_QUEUE_TIMEOUT,
 	O_HELP,
 };
 
@@ -76,6 +81,7 @@ static const struct option long_opts[] = {
     {"kv-blocks", required_argument, 0, O_KV_BLOCKS},
     {"max-num-seqs", required_argument, 0, O_MAX_NUM_SEQS},
     {"max-waiting", required_argument, 0, O_MAX_WAITING},
+    {"queue-timeout-ms", required_argument, 0, O_QUEUE_TIMEOUT},
     {"max-prefill-tokens", required_argument, 0, O_MAX_PREFILL},
     {"max-model-len", required_argument, 0, O_MAX_MODEL_LEN},
     {"time-scale", required_argument, 0, O_TIME_SCALE},
@@ -183,6 +189,9 @@ static int parse_one(int c, const char *arg, struct pdx_engine_opts *o,
 	case O_MAX_WAITING:
 		return parse_u32("max-waiting", arg, 0, 1u << 20,
 				 &o->max_waiting, err, errlen);
+	case O_QUEUE_TIMEOUT:
+		return parse_u32("queue-timeout-ms", arg, 0, 3600000,
+				 &o->queue_timeout_ms, err, errlen);
 	case O_MAX_PREFILL:
 		return parse_u32("max-prefill-tokens", arg, 1, 1u << 24,
 				 &o->max_prefill_tokens, err, errlen);
@@ -242,6 +251,7 @@ enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
 	    .role = PDX_ROLE_BOTH,
 	    .max_num_seqs = 256,
 	    .max_waiting = 1024,
+	    .queue_timeout_ms = 10000,
 	    .max_prefill_tokens = 8192,
 	    .max_model_len = 8192,
 	    .time_scale = 1.0,

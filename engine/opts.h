@@ -33,6 +33,7 @@ struct pdx_engine_opts {
 	int cuda_device;	       /* kv_mem cuda: the device, 0 */
 	uint32_t max_num_seqs;	       /* running at once: 256 */
 	uint32_t max_waiting;	       /* queued beyond those: 1024 */
+	uint32_t queue_timeout_ms;     /* longest wait queued: 10000 */
 	uint32_t max_prefill_tokens;   /* prefill tokens per step: 8192 */
 	uint32_t max_model_len;	       /* prompt + output tokens: 8192 */
 	double time_scale;	       /* modeled time factor; 0: no sleep */

@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "engine/block_alloc.h"
 #include "engine/kv_seq.h"
 
 enum req_phase {
@@ -25,6 +26,7 @@ struct pdx_sched_req {
 	enum req_phase phase;
 	uint32_t *prompt; /* until admitted; then in seq */
 	uint32_t n_prompt, max_new;
+	uint64_t queued_ns; /* when it was submitted */
 	struct pdx_kv_seq *seq;
 	uint32_t n_out;		/* tokens delivered */
 	uint32_t last_token;	/* the newest delivered one */
@@ -43,6 +45,7 @@ TAILQ_HEAD(req_list, pdx_sched_req);
 struct pdx_sched {
 	struct pdx_sched_params p;
 	struct event *step;
+	struct event *queue_ev; /* the oldest queued request's deadline */
 	bool in_step; /* a step's outputs are due when the timer fires */
 	/* layer-wise posting of the step's finished prefills */
 	struct event *layer_ev;
@@ -62,6 +65,27 @@ static void req_free(struct pdx_sched_req *r)
 	free(r);
 }
 
+/* The queue's bound: its timer is due when the oldest queued request
+ * (the queue's head: first come, first served) has waited
+ * queue_timeout_ms; none when the queue is empty or unbounded. */
+static void queue_arm(struct pdx_sched *s)
+{
+	struct pdx_sched_req *r = TAILQ_FIRST(&s->waiting);
+	uint64_t due, now;
+	struct timeval tv;
+
+	if (!r || !s->p.queue_timeout_ms) {
+		evtimer_del(s->queue_ev);
+		return;
+	}
+	now = pdx_now_ns();
+	due = r->queued_ns + (uint64_t)s->p.queue_timeout_ms * 1000000;
+	due = due > now ? due - now : 0;
+	tv.tv_sec = (time_t)(due / 1000000000ULL);
+	tv.tv_usec = (suseconds_t)(due % 1000000000ULL / 1000);
+	evtimer_add(s->queue_ev, &tv);
+}
+
 /* Moves requests from the queue to the running set while a slot and all
  * their blocks are free, in arrival order. */
 static void admit(struct pdx_sched *s)
@@ -74,7 +98,7 @@ static void admit(struct pdx_sched *s)
 		st = pdx_kv_seq_new(s->p.pool, r->prompt, r->n_prompt,
 				    r->max_new, &r->seq);
 		if (st == PDX_EAGAIN)
-			return;
+			break;
 		TAILQ_REMOVE(&s->waiting, r, link);
 		s->n_waiting--;
 		if (st != PDX_OK) {
@@ -91,6 +115,28 @@ static void admit(struct pdx_sched *s)
 		if (r->sink.admitted)
 			r->sink.admitted(r->sink.arg, r->seq);
 	}
+	queue_arm(s);
+}
+
+/* Queued requests that waited their bound out end with PDX_EAGAIN: the
+ * engine had no room for them in time (a client gets a 503 to retry,
+ * not a transfer's timeout much later). */
+static void on_queue_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	struct pdx_sched *s = arg;
+	uint64_t bound = (uint64_t)s->p.queue_timeout_ms * 1000000;
+	uint64_t now = pdx_now_ns();
+	struct pdx_sched_req *r;
+
+	while ((r = TAILQ_FIRST(&s->waiting)) && now - r->queued_ns >= bound) {
+		TAILQ_REMOVE(&s->waiting, r, link);
+		s->n_waiting--;
+		log_info("a request queued for %u ms got no room: refused",
+			 s->p.queue_timeout_ms);
+		r->sink.done(r->sink.arg, PDX_EAGAIN);
+		req_free(r);
+	}
+	queue_arm(s);
 }
 
 static void end(struct pdx_sched *s, struct pdx_sched_req *r, pdx_status_t st)
@@ -387,6 +433,18 @@ static void kick(struct pdx_sched *s)
 		evtimer_add(s->step, &now);
 }
 
+/* Blocks came free (block_alloc.h), wherever they were held: a queued
+ * request may fit now. Without this, blocks a held prefill's KV gave back
+ * when its transfer ended (or its lease expired) would wait for the next
+ * submission to be noticed. */
+static void on_blocks_free(void *arg)
+{
+	struct pdx_sched *s = arg;
+
+	if (s->n_waiting)
+		kick(s);
+}
+
 pdx_status_t pdx_sched_new(const struct pdx_sched_params *p,
 			   struct pdx_sched **out)
 {
@@ -400,16 +458,21 @@ pdx_status_t pdx_sched_new(const struct pdx_sched_params *p,
 	TAILQ_INIT(&s->running);
 	s->step = evtimer_new(p->base, on_step, s);
 	s->layer_ev = evtimer_new(p->base, on_layer, s);
+	s->queue_ev = evtimer_new(p->base, on_queue_timeout, s);
 	s->runs = calloc(p->max_num_seqs, sizeof(*s->runs));
-	if (!s->step || !s->layer_ev || !s->runs) {
+	if (!s->step || !s->layer_ev || !s->queue_ev || !s->runs) {
 		if (s->step)
 			event_free(s->step);
 		if (s->layer_ev)
 			event_free(s->layer_ev);
+		if (s->queue_ev)
+			event_free(s->queue_ev);
 		free(s->runs);
 		free(s);
 		return PDX_ENOMEM;
 	}
+	pdx_block_alloc_on_free(pdx_kv_pool_blocks(p->pool), on_blocks_free,
+				s);
 	if (event_base_get_npriorities(p->base) > 1)
 		event_priority_set(s->step,
 				   event_base_get_npriorities(p->base) - 1);
@@ -423,6 +486,7 @@ void pdx_sched_free(struct pdx_sched *s)
 
 	if (!s)
 		return;
+	pdx_block_alloc_on_free(pdx_kv_pool_blocks(s->p.pool), NULL, NULL);
 	while ((r = TAILQ_FIRST(&s->waiting))) {
 		TAILQ_REMOVE(&s->waiting, r, link);
 		req_free(r);
@@ -433,6 +497,7 @@ void pdx_sched_free(struct pdx_sched *s)
 	}
 	event_free(s->step);
 	event_free(s->layer_ev);
+	event_free(s->queue_ev);
 	free(s->runs);
 	free(s);
 }
@@ -464,8 +529,11 @@ pdx_status_t pdx_sched_submit(struct pdx_sched *s, const uint32_t *prompt,
 	r->max_new = max_new;
 	r->sink = *sink;
 	r->phase = PHASE_QUEUED;
+	r->queued_ns = pdx_now_ns();
 	TAILQ_INSERT_TAIL(&s->waiting, r, link);
 	s->n_waiting++;
+	if (s->n_waiting == 1)
+		queue_arm(s);
 	kick(s);
 	*out = r;
 	return PDX_OK;
@@ -476,6 +544,7 @@ void pdx_sched_abort(struct pdx_sched *s, struct pdx_sched_req *r)
 	if (r->phase == PHASE_QUEUED) {
 		TAILQ_REMOVE(&s->waiting, r, link);
 		s->n_waiting--;
+		queue_arm(s);
 	} else {
 		TAILQ_REMOVE(&s->running, r, link);
 		s->n_running--;

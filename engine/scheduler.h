@@ -3,7 +3,10 @@
  *
  * A request goes through these phases:
  *   queued   waiting for a running slot (--max-num-seqs) and for all its
- *            KV blocks (kv_seq.h), first come first served;
+ *            KV blocks (kv_seq.h), first come first served, at most
+ *            queue_timeout_ms: then it ends with PDX_EAGAIN, never run.
+ *            Blocks freed anywhere (block_alloc.h's hook) start a step
+ *            that admits what fits now;
  *   prefill  its prompt's KV is written chunk by chunk, at most
  *            max_prefill_tokens prompt tokens per step over all requests;
  *            the step that writes the last chunk yields the first token;
@@ -32,8 +35,8 @@
  * would give. The next step starts in the same callback. An idle
  * scheduler arms no timer.
  *
- * One thread: the loop's. Sink callbacks run on it, from the step timer,
- * and must not call pdx_sched_* themselves.
+ * One thread: the loop's. Sink callbacks run on it, from the step timer
+ * (or the queue's bound's), and must not call pdx_sched_* themselves.
  */
 #ifndef PDX_ENGINE_SCHEDULER_H
 #define PDX_ENGINE_SCHEDULER_H
@@ -64,6 +67,7 @@ struct pdx_sched_params {
 	uint32_t max_num_seqs;	       /* requests admitted at once */
 	uint32_t max_waiting;	       /* requests queued beyond those */
 	uint32_t max_prefill_tokens;   /* prompt tokens per step */
+	uint32_t queue_timeout_ms;     /* longest wait queued; 0: none */
 };
 
 /* Where a request's outputs go. */
@@ -71,8 +75,9 @@ struct pdx_sched_sink {
 	/* Output token `index` (0 first); last: it is the request's final
 	 * one, and done follows at once. */
 	void (*token)(void *arg, uint32_t token, uint32_t index, bool last);
-	/* The request ended (PDX_OK: all its tokens were delivered) and is
-	 * freed right after the call. */
+	/* The request ended (PDX_OK: all its tokens were delivered;
+	 * PDX_EAGAIN: it waited queue_timeout_ms queued and never ran) and
+	 * is freed right after the call. */
 	void (*done)(void *arg, pdx_status_t status);
 	void *arg;
 	/* Optional KV hooks (NULL: none), for disaggregated requests. */

@@ -32,7 +32,7 @@ static bool authorized(struct pdx_proxy *px, struct evhttp_request *req)
 	    evhttp_request_get_input_headers(req), "Authorization");
 
 	if (!px->o->admin_token) {
-		pdx_proxy_send_error(req, 403, "permission_denied",
+		pdx_http_send_error(req, 403, "permission_denied",
 				     "the admin API is off: start pdx-proxy "
 				     "with --admin-token");
 		return false;
@@ -41,7 +41,7 @@ static bool authorized(struct pdx_proxy *px, struct evhttp_request *req)
 	    !token_equal(h + 7, px->o->admin_token)) {
 		evhttp_add_header(evhttp_request_get_output_headers(req),
 				  "WWW-Authenticate", "Bearer");
-		pdx_proxy_send_error(req, 401, "authentication_error",
+		pdx_http_send_error(req, 401, "authentication_error",
 				     "missing or wrong bearer token");
 		return false;
 	}
@@ -71,7 +71,7 @@ static void list(struct pdx_proxy *px, struct evhttp_request *req)
 				      pdx_breaker_state_name(
 					  p->inst[i]->breaker.state)));
 	}
-	pdx_proxy_send_json(req, 200,
+	pdx_http_send_json(req, 200,
 		   json_pack("{s:o, s:s, s:s}", "instances", arr, "policy_p",
 			     pdx_pool_policy_name(px->pool[0].policy),
 			     "policy_d",
@@ -100,19 +100,19 @@ static void add(struct pdx_proxy *px, struct evhttp_request *req)
 	char err[192];
 
 	if (!url || role_parse(role, &r)) {
-		pdx_proxy_send_error(req, 400, "invalid_request_error",
+		pdx_http_send_error(req, 400, "invalid_request_error",
 				     "want {\"role\": \"prefill\"|\"decode\", "
 				     "\"url\": \"http://host:port\"}");
 		goto out;
 	}
 	if (pdx_pool_add(&px->pool[r], url, err, sizeof(err))) {
-		pdx_proxy_send_error(req, strstr(err, "already") ? 409 : 400,
+		pdx_http_send_error(req, strstr(err, "already") ? 409 : 400,
 				     "invalid_request_error", err);
 		goto out;
 	}
 	log_info("added %s instance %s", role,
 		 px->pool[r].inst[px->pool[r].n - 1]->url);
-	pdx_proxy_send_json(req, 201,
+	pdx_http_send_json(req, 201,
 		   json_pack("{s:s, s:s}", "role", role, "url",
 			     px->pool[r].inst[px->pool[r].n - 1]->url));
 out:
@@ -131,13 +131,13 @@ static void del(struct pdx_proxy *px, struct evhttp_request *req)
 	TAILQ_INIT(&args);
 	if (!q || evhttp_parse_query_str(q, &args) ||
 	    !(url = evhttp_find_header(&args, "url"))) {
-		pdx_proxy_send_error(req, 400, "invalid_request_error",
+		pdx_http_send_error(req, 400, "invalid_request_error",
 				     "want ?url=http://host:port");
 		goto out;
 	}
 	role = evhttp_find_header(&args, "role");
 	if (role && role_parse(role, &r)) {
-		pdx_proxy_send_error(req, 400, "invalid_request_error",
+		pdx_http_send_error(req, 400, "invalid_request_error",
 				     "role: prefill or decode");
 		goto out;
 	}
@@ -146,11 +146,11 @@ static void del(struct pdx_proxy *px, struct evhttp_request *req)
 		    !pdx_pool_remove(&px->pool[i], url))
 			removed++;
 	if (!removed) {
-		pdx_proxy_send_error(req, 404, "not_found", "no such instance");
+		pdx_http_send_error(req, 404, "not_found", "no such instance");
 		goto out;
 	}
 	log_info("removed instance %s", url);
-	pdx_proxy_send_json(req, 200,
+	pdx_http_send_json(req, 200,
 		   json_pack("{s:s, s:i}", "url", url, "removed", removed));
 out:
 	evhttp_clear_headers(&args);
@@ -164,7 +164,7 @@ void pdx_admin_handle(struct pdx_proxy *px, struct evhttp_request *req)
 	if (!authorized(px, req))
 		return;
 	if (strcmp(path, "/admin/instances")) {
-		pdx_proxy_send_error(req, 404, "not_found", "no such route");
+		pdx_http_send_error(req, 404, "not_found", "no such route");
 		return;
 	}
 	switch (evhttp_request_get_command(req)) {
@@ -178,7 +178,6 @@ void pdx_admin_handle(struct pdx_proxy *px, struct evhttp_request *req)
 		del(px, req);
 		break;
 	default:
-		pdx_proxy_send_error(req, 405, "invalid_request_error",
-				     "method not allowed on this route");
+		pdx_http_send_405(req, "GET, POST, DELETE");
 	}
 }

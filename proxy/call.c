@@ -152,7 +152,7 @@ struct pdx_call *pdx_call_new(struct pdx_proxy *px, struct evhttp_request *req)
 		pdx_proxy_metrics_request(&px->metrics, 503, 0);
 		evhttp_add_header(evhttp_request_get_output_headers(req),
 				  "Connection", "close");
-		pdx_proxy_send_error(req, 503, "service_unavailable",
+		pdx_http_send_error(req, 503, "service_unavailable",
 				     "the proxy is shutting down");
 		return NULL;
 	}
@@ -160,7 +160,7 @@ struct pdx_call *pdx_call_new(struct pdx_proxy *px, struct evhttp_request *req)
 		pdx_proxy_metrics_request(&px->metrics, 429, 0);
 		evhttp_add_header(evhttp_request_get_output_headers(req),
 				  "Retry-After", "1");
-		pdx_proxy_send_error(req, 429, "server_busy",
+		pdx_http_send_error(req, 429, "server_busy",
 				     "too many requests in flight");
 		return NULL;
 	}
@@ -198,7 +198,7 @@ void pdx_call_reply_error(struct pdx_call *c, int status, const char *type,
 {
 	c->status = status;
 	call_detach(c);
-	pdx_proxy_send_error(c->req, status, type, msg);
+	pdx_http_send_error(c->req, status, type, msg);
 	call_free(c);
 }
 
@@ -228,6 +228,17 @@ void pdx_call_reply(struct pdx_call *c, int status, struct evbuffer *body)
 	call_free(c);
 }
 
+/* Cancels the side leg: its engine sees its client go, aborts, and
+ * frees the request's KV (its transfer no longer counts in any load). */
+static void side_cancel(struct pdx_call *c)
+{
+	pdx_upstream_cancel(c->side);
+	c->side = NULL;
+	pdx_pool_put(c->side_inst);
+	c->side_inst = NULL;
+	pdx_transfers_forget(&c->px->xfers, c->xfer_id);
+}
+
 static void relay_head(struct pdx_upstream *u, int status, struct evkeyvalq *in,
 		       void *arg)
 {
@@ -239,6 +250,15 @@ static void relay_head(struct pdx_upstream *u, int status, struct evkeyvalq *in,
 		c->discard = true; /* its body is dropped; relay_end retries */
 		c->head_status = status;
 		return;
+	}
+	/* D refused the request (a client's mistake, or no room): the
+	 * prefill beside it serves nothing, and would hold its KV for a
+	 * transfer nobody takes until a lease ran out */
+	if (status >= 400 && c->side) {
+		log_info("%s: decode instance answered %d; prefill leg "
+			 "cancelled",
+			 c->req_id, status);
+		side_cancel(c);
 	}
 	for (size_t i = 0; i < sizeof(relay_headers) / sizeof(*relay_headers);
 	     i++) {
@@ -378,8 +398,7 @@ static void relay_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 	}
 	if (!status) {
 		log_warn("%s: %s; stream cut short", c->req_id, why);
-		pdx_upstream_cancel(c->side);
-		c->side = NULL;
+		side_cancel(c);
 		sse_error(c, why);
 	}
 	if (!c->replying)
@@ -421,6 +440,26 @@ leg_params(struct pdx_call *c, struct pdx_inst *inst,
 	};
 }
 
+/* A leg's body, the client's with the proxy's fields added (and written
+ * anew by jansson), must stay within what the engines take
+ * (common/http_error.h): else the client gets a 413 now, rather than an
+ * engine refusing it or dropping the connection. false: replied. */
+static bool body_fits(struct pdx_call *c, size_t len)
+{
+	size_t max = c->px->o->max_body + PDX_HTTP_BODY_HEADROOM;
+	char msg[160];
+
+	if (len <= max)
+		return true;
+	pdx_transfers_forget(&c->px->xfers, c->xfer_id);
+	snprintf(msg, sizeof(msg),
+		 "the request is %zu bytes once the proxy's fields are added, "
+		 "over the engines' limit of %zu",
+		 len, max);
+	pdx_call_reply_error(c, 413, "invalid_request_error", msg);
+	return false;
+}
+
 static int call_start(struct pdx_call *c, struct pdx_inst *inst,
 		      enum pdx_pool_role role, enum evhttp_cmd_type method,
 		      const char *path, const void *body, size_t len,
@@ -430,6 +469,10 @@ static int call_start(struct pdx_call *c, struct pdx_inst *inst,
 	struct pdx_upstream_params p =
 	    leg_params(c, NULL, method, path, body, len, stream);
 
+	if (!body_fits(c, len)) {
+		pdx_pool_put(inst);
+		return -1;
+	}
 	c->inst = inst ? inst
 		       : pdx_pool_pick(&c->px->pool[role], 0, c->avoid[role]);
 	if (!c->inst) {
@@ -513,11 +556,16 @@ int pdx_call_side(struct pdx_call *c, struct pdx_inst *inst, const char *path,
 						     .on_end = side_end};
 	struct pdx_upstream_cbs mine = side;
 
+	if (!body_fits(c, len)) {
+		pdx_pool_put(inst);
+		return -1;
+	}
 	c->side_cbs = *cbs;
 	mine.arg = c;
 	log_debug("%s: prefill %s to %s (beside)", c->req_id, path, inst->url);
 	if (pdx_upstream_start(&p, &mine, &c->side)) {
 		pdx_pool_put(inst);
+		pdx_call_reply_error(c, 500, "internal_error", "out of memory");
 		return -1;
 	}
 	c->side_inst = inst;

@@ -11,9 +11,10 @@
  * One thread. A call's reply ends exactly once: by pdx_call_reply_error(),
  * by the end of a relayed leg, or by the client leaving. The client
  * leaving or an error reply cancels every leg (so the engines see their
- * client go and free the KV); a relay that ended well lets a side leg
- * still running finish first (cancelling it would abort a transfer that
- * served). Then the call is freed.
+ * client go and free the KV), and so does a relayed leg whose engine
+ * answers an error status (as soon as its head comes); a relay that ended
+ * well lets a side leg still running finish first (cancelling it would
+ * abort a transfer that served). Then the call is freed.
  */
 #ifndef PDX_PROXY_CALL_H
 #define PDX_PROXY_CALL_H
@@ -110,7 +111,8 @@ void pdx_call_relay(struct pdx_call *c, struct pdx_inst *inst,
 /* Starts a leg whose response the caller handles itself (stream_body
  * false) to inst (a reference handed over), or to one picked from the
  * pool when NULL; c->leg and
- * c->inst are set. Ends the call with 503 or 500 and returns -1 when it
+ * c->inst are set. Ends the call with 503, 413 (the body outgrew the
+ * engines' limit, common/http_error.h) or 500 and returns -1 when it
  * cannot start. body NULL: a GET. */
 int pdx_call_leg(struct pdx_call *c, struct pdx_inst *inst,
 		 enum pdx_pool_role role, const char *path, const void *body,
@@ -125,8 +127,9 @@ struct pdx_inst *pdx_call_leg_cancel(struct pdx_call *c);
 
 /* Starts the side leg, a POST to inst (a reference handed over) whose
  * whole answer goes to cbs->on_end, unless the reply ended first: then
- * the call waits for it and frees itself. -1: out of memory (inst is
- * put, nothing replied). */
+ * the call waits for it and frees itself. A relayed leg that answers an
+ * error status cancels it at once. -1: the call ended (413: the body
+ * outgrew the engines' limit; 500: out of memory), inst is put. */
 int pdx_call_side(struct pdx_call *c, struct pdx_inst *inst, const char *path,
 		  const void *body, size_t len,
 		  const struct pdx_upstream_cbs *cbs);

@@ -77,9 +77,7 @@ static void dispatch(struct pdx_call *c)
 	pdx_flow_count_transfer(c, p);
 	c->prefill = NULL; /* the side leg's now */
 	cbs.arg = c;
-	if (pdx_call_side(c, p, c->path, body, strlen(body), &cbs))
-		pdx_call_reply_error(c, 500, "internal_error", "out of memory");
-	else
+	if (!pdx_call_side(c, p, c->path, body, strlen(body), &cbs))
 		pdx_flow_send_decode(c, kv);
 	json_decref(kv);
 	free(body);

@@ -61,8 +61,7 @@ static void send_prefill(struct pdx_call *c)
 	c->prefill = NULL; /* the side leg's now */
 	cbs.arg = c;
 	c->awaiting_callback = true;
-	if (pdx_call_side(c, p, c->path, body, strlen(body), &cbs))
-		pdx_call_reply_error(c, 500, "internal_error", "out of memory");
+	pdx_call_side(c, p, c->path, body, strlen(body), &cbs);
 	free(body);
 }
 
@@ -100,14 +99,14 @@ void pdx_flow_metaserver(struct pdx_proxy *px, struct evhttp_request *req)
 
 	if (!json_is_object(kv) || !xfer) {
 		json_decref(kv);
-		pdx_proxy_send_error(req, 400, "invalid_request_error",
+		pdx_http_send_error(req, 400, "invalid_request_error",
 				     "want a JSON object with an xfer_id");
 		return;
 	}
 	c = waiting_call(px, xfer);
 	if (!c) {
 		json_decref(kv);
-		pdx_proxy_send_error(req, 404, "not_found",
+		pdx_http_send_error(req, 404, "not_found",
 				     "no request waits for this transfer");
 		return;
 	}
@@ -115,7 +114,7 @@ void pdx_flow_metaserver(struct pdx_proxy *px, struct evhttp_request *req)
 	c->awaiting_callback = false;
 	json_object_del(kv, "request_id"); /* vllm-ascend's; not D's */
 	pdx_flow_failure_policy(c, kv);
-	pdx_proxy_send_json(req, 200, json_pack("{s:s}", "status", "ok"));
+	pdx_http_send_json(req, 200, json_pack("{s:s}", "status", "ok"));
 	pdx_flow_send_decode(c, kv);
 	json_decref(kv);
 }

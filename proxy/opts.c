@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/http_error.h"
+
 /* clang-format off */
 void pdx_proxy_opts_usage(FILE *f)
 {
@@ -56,7 +58,10 @@ void pdx_proxy_opts_usage(FILE *f)
 "                              (default 60000)\n"
 "  --idle-timeout S            between reads of a response (default 300)\n"
 "  --max-body BYTES            client request body; more gets 413\n"
-"                              (default 8388608)\n"
+"                              (default 8388608, pdx-engine's own; a\n"
+"                              request that outgrows it by more than\n"
+"                              64 KiB once the proxy's fields are added\n"
+"                              gets 413 too)\n"
 "  --max-inflight N            client requests at once; more get 429\n"
 "                              (default 4096; lowered to what the file\n"
 "                              descriptor limit allows)\n"
@@ -273,7 +278,7 @@ static void defaults(struct pdx_proxy_opts *o)
 	o->connect_timeout_ms = 5000;
 	o->first_byte_timeout_ms = 60000;
 	o->idle_timeout_s = 300;
-	o->max_body = 8u << 20;
+	o->max_body = PDX_HTTP_MAX_BODY;
 	o->max_inflight = 4096;
 	o->keepalive = PDX_POOL_IDLE_MAX;
 	o->keepalive_ms = 2000;

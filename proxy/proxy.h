@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <sys/queue.h>
 
+#include "common/http_error.h"
 #include "proxy/health.h"
 #include "proxy/metrics.h"
 #include "proxy/opts.h"
@@ -46,15 +47,5 @@ void pdx_proxy_close(struct pdx_proxy *px);
 
 /* The admin API: /admin/instances (admin.c). */
 void pdx_admin_handle(struct pdx_proxy *px, struct evhttp_request *req);
-
-/* Sends an OpenAI-style error body:
- * {"error": {"message", "type", "code"}} */
-/* Replies with j as the JSON body (j is consumed; NULL gives a 500). */
-void pdx_proxy_send_json(struct evhttp_request *req, int status, json_t *j);
-void pdx_proxy_send_error(struct evhttp_request *req, int status,
-			  const char *type, const char *msg);
-/* That error body as an object; bytes of msg that are not UTF-8 (a
- * client's, quoted) become '?'. NULL when out of memory. */
-json_t *pdx_proxy_error_obj(int status, const char *type, const char *msg);
 
 #endif

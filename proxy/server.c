@@ -11,53 +11,16 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/http_error.h"
 #include "common/http_listen.h"
 #include "common/log.h"
 #include "common/oai_params.h"
-#include "common/utf8.h"
 #include "proxy/call.h"
 #include "proxy/flow.h"
 #include "proxy/proxy.h"
 
 #define HTTP_MAX_HEADERS (64u << 10)
 #define HTTP_CLIENT_TIMEOUT_S 600
-
-void pdx_proxy_send_json(struct evhttp_request *req, int status, json_t *j)
-{
-	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	struct evbuffer *b = evbuffer_new();
-
-	json_decref(j);
-	if (!s || !b) {
-		free(s);
-		if (b)
-			evbuffer_free(b);
-		evhttp_send_error(req, 500, "out of memory");
-		return;
-	}
-	evbuffer_add(b, s, strlen(s));
-	free(s);
-	evhttp_add_header(evhttp_request_get_output_headers(req),
-			  "Content-Type", "application/json");
-	evhttp_send_reply(req, status, NULL, b);
-	evbuffer_free(b);
-}
-
-json_t *pdx_proxy_error_obj(int status, const char *type, const char *msg)
-{
-	char clean[512];
-
-	return json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message",
-			 pdx_utf8_clean(msg, clean, sizeof(clean)), "type",
-			 type, "param", "code", status);
-}
-
-void pdx_proxy_send_error(struct evhttp_request *req, int status,
-			  const char *type, const char *msg)
-{
-	pdx_proxy_send_json(req, status,
-			    pdx_proxy_error_obj(status, type, msg));
-}
 
 static void reply_text(struct evhttp_request *req, int status,
 		       const char *ctype, const char *body)
@@ -111,16 +74,10 @@ static void get_metrics(struct pdx_proxy *px, struct evhttp_request *req)
  * any engine is asked for work: 400 naming the parameter. */
 static void refuse_params(struct pdx_call *c, const struct pdx_oai_fault *f)
 {
-	json_t *e = pdx_proxy_error_obj(400, "invalid_request_error",
-					f->message);
-	char *s = NULL;
-	struct evbuffer *b;
+	char *s = pdx_http_error_body(400, "invalid_request_error", f->param,
+				      f->message);
+	struct evbuffer *b = s ? evbuffer_new() : NULL;
 
-	if (e && !json_object_set_new(json_object_get(e, "error"), "param",
-				      json_string(f->param)))
-		s = json_dumps(e, JSON_COMPACT);
-	json_decref(e);
-	b = s ? evbuffer_new() : NULL;
 	if (!b) {
 		free(s);
 		pdx_call_reply_error(c, 500, "internal_error", "out of memory");
@@ -176,16 +133,23 @@ static void route(struct evhttp_request *req, void *arg)
 	    evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
 	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
 	bool get = cmd == EVHTTP_REQ_GET, post = cmd == EVHTTP_REQ_POST;
+	const char *allow = "GET";
 
 	if (!path)
 		path = "/";
+	if (pdx_http_body_over(req, px->o->max_body)) {
+		pdx_proxy_metrics_request(&px->metrics, 413, 0);
+		return;
+	}
 	if (!strcmp(path, "/v1/completions") ||
 	    !strcmp(path, "/v1/chat/completions")) {
+		allow = "POST";
 		if (post)
 			post_generate(px, req, path);
 		else
 			goto bad_method;
 	} else if (!strcmp(path, "/v1/metaserver")) {
+		allow = "POST";
 		if (post)
 			pdx_flow_metaserver(px, req);
 		else
@@ -214,14 +178,12 @@ static void route(struct evhttp_request *req, void *arg)
 	} else if (!strncmp(path, "/admin/", 7)) {
 		pdx_admin_handle(px, req);
 	} else {
-		pdx_proxy_send_error(req, 404, "not_found", "no such route");
+		pdx_http_send_error(req, 404, "not_found", "no such route");
 	}
 	return;
 bad_method:
-	pdx_proxy_send_error(req, 405, "invalid_request_error",
-			     "method not allowed on this route");
+	pdx_http_send_405(req, allow);
 }
-
 
 int pdx_proxy_listen(struct pdx_proxy *px, char *err, size_t errlen)
 {
@@ -232,11 +194,11 @@ int pdx_proxy_listen(struct pdx_proxy *px, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	evhttp_set_max_body_size(px->http, (ev_ssize_t)px->o->max_body);
+	pdx_http_body_limit(px->http, px->o->max_body);
 	evhttp_set_max_headers_size(px->http, HTTP_MAX_HEADERS);
 	evhttp_set_timeout(px->http, HTTP_CLIENT_TIMEOUT_S);
-	evhttp_set_allowed_methods(px->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
-						 EVHTTP_REQ_DELETE);
+	/* every method reaches route(): a 405 with Allow, not evhttp's 501 */
+	evhttp_set_allowed_methods(px->http, 0xffff);
 	evhttp_set_gencb(px->http, route, px);
 	bs = evhttp_bind_socket_with_handle(px->http, px->o->host, px->o->port);
 	if (!bs) {

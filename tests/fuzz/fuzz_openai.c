@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/http_error.h"
 #include "engine/openai.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -66,8 +67,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			sizeof(err.param) ||
 		    r.prompt)
 			abort();
-		check_json(pdx_oai_error_body(err.type, err.message, err.param,
-					      err.status));
+		check_json(pdx_http_error_body(err.status, err.type, err.param,
+					       err.message));
 		return 0;
 	}
 	if (!r.n_prompt || !r.max_tokens ||

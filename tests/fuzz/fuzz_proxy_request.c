@@ -85,7 +85,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		snprintf(msg, sizeof(msg), "the body is not a JSON object%s%s",
 			 c.body ? "" : ": ", c.body ? "" : jerr.text);
-		e = pdx_proxy_error_obj(400, "invalid_request_error", msg);
+		e = pdx_http_error_obj(400, "invalid_request_error", NULL,
+				       msg);
 		if (!e)
 			abort();
 		json_decref(e);

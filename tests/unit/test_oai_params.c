@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/http_error.h"
 #include "common/oai_params.h"
 #include "engine/openai.h"
 #include "tests/check.h"
@@ -236,8 +237,8 @@ static void check_row(const struct row *r)
 		CHECK_STR_CONTAINS(err.message, err.param);
 		/* the error body carries it as OpenAI's "param" */
 		CHECK(
-		    !strcmp(body_param(pdx_oai_error_body(
-				err.type, err.message, err.param, err.status)),
+		    !strcmp(body_param(pdx_http_error_body(
+				err.status, err.type, err.param, err.message)),
 			    err.param));
 	} else {
 		pdx_oai_req_clear(&req);

@@ -1,0 +1,91 @@
+/* Error replies and body limits of pdx's HTTP servers (see http_error.h). */
+#include "common/http_error.h"
+
+#include <event2/buffer.h>
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/utf8.h"
+
+json_t *pdx_http_error_obj(int status, const char *type, const char *param,
+			   const char *msg)
+{
+	char clean[512];
+
+	/* param "" is null too */
+	return json_pack("{s:{s:s, s:s, s:s?, s:i}}", "error", "message",
+			 pdx_utf8_clean(msg, clean, sizeof(clean)), "type",
+			 type, "param", param && *param ? param : NULL, "code",
+			 status);
+}
+
+char *pdx_http_error_body(int status, const char *type, const char *param,
+			  const char *msg)
+{
+	json_t *o = pdx_http_error_obj(status, type, param, msg);
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+
+	json_decref(o);
+	return s;
+}
+
+void pdx_http_send_json(struct evhttp_request *req, int status, json_t *j)
+{
+	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	struct evbuffer *b = evbuffer_new();
+
+	json_decref(j);
+	if (!s || !b) {
+		free(s);
+		if (b)
+			evbuffer_free(b);
+		evhttp_send_error(req, 500, "out of memory");
+		return;
+	}
+	evbuffer_add(b, s, strlen(s));
+	free(s);
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+			  "Content-Type", "application/json");
+	evhttp_send_reply(req, status, NULL, b);
+	evbuffer_free(b);
+}
+
+void pdx_http_send_error(struct evhttp_request *req, int status,
+			 const char *type, const char *msg)
+{
+	pdx_http_send_json(req, status,
+			   pdx_http_error_obj(status, type, NULL, msg));
+}
+
+void pdx_http_send_405(struct evhttp_request *req, const char *allow)
+{
+	char msg[96];
+
+	snprintf(msg, sizeof(msg),
+		 "method not allowed on this route; it takes %s", allow);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
+			  allow);
+	pdx_http_send_error(req, 405, "invalid_request_error", msg);
+}
+
+void pdx_http_body_limit(struct evhttp *http, size_t max_body)
+{
+	evhttp_set_max_body_size(http, (ev_ssize_t)(2 * (ev_uint64_t)max_body));
+	evhttp_set_flags(http, EVHTTP_SERVER_LINGERING_CLOSE);
+}
+
+bool pdx_http_body_over(struct evhttp_request *req, size_t max_body)
+{
+	size_t len = evbuffer_get_length(evhttp_request_get_input_buffer(req));
+	char msg[128];
+
+	if (len <= max_body)
+		return false;
+	snprintf(msg, sizeof(msg),
+		 "the request body is %zu bytes, over the limit of %zu", len,
+		 max_body);
+	pdx_http_send_error(req, 413, "invalid_request_error", msg);
+	return true;
+}

@@ -1,0 +1,57 @@
+/* How every HTTP server of pdx (engine, proxy) refuses a request: one
+ * error body, OpenAI's, for every error status (413 and 405 included),
+ * and one limit on request bodies.
+ *
+ *   {"error": {"message": str, "type": str, "param": str|null,
+ *              "code": status}}
+ *
+ * Body limits. A client's body may be PDX_HTTP_MAX_BODY bytes at an
+ * engine and at pdx-proxy (its --max-body default). An engine takes
+ * PDX_HTTP_BODY_HEADROOM more: the fields a proxy adds to a request
+ * (kv_transfer_params) always fit, so a body the proxy took is never
+ * refused by the engine behind it. libevent answers a body over its own
+ * limit with an HTML 413 that no hook can change, so its limit is set
+ * to twice ours (pdx_http_body_limit): everything between is refused by
+ * pdx_http_body_over(), in JSON.
+ *
+ * One thread (the server's loop); the body builders are pure.
+ */
+#ifndef PDX_COMMON_HTTP_ERROR_H
+#define PDX_COMMON_HTTP_ERROR_H
+
+#include <event2/http.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define PDX_HTTP_MAX_BODY (8u << 20)
+#define PDX_HTTP_BODY_HEADROOM (64u << 10)
+
+/* The error object; param NULL or "": null. Bytes of msg that are not UTF-8
+ * (a client's, quoted) become '?'. NULL when out of memory. */
+json_t *pdx_http_error_obj(int status, const char *type, const char *param,
+			   const char *msg);
+
+/* The same as compact JSON text (free() it), e.g. for an SSE event. */
+char *pdx_http_error_body(int status, const char *type, const char *param,
+			  const char *msg);
+
+/* Replies with j as the JSON body (j is consumed; NULL gives a 500). */
+void pdx_http_send_json(struct evhttp_request *req, int status, json_t *j);
+
+/* Replies with the error object. */
+void pdx_http_send_error(struct evhttp_request *req, int status,
+			 const char *type, const char *msg);
+
+/* 405, with the methods the route takes in Allow ("GET, POST"). */
+void pdx_http_send_405(struct evhttp_request *req, const char *allow);
+
+/* Sets libevent's own bound on request bodies (twice max_body, see
+ * above) and has it read an oversized body to its end before answering,
+ * so a client that is still sending sees the 413 instead of a reset. */
+void pdx_http_body_limit(struct evhttp *http, size_t max_body);
+
+/* A request body over max_body: replies 413 and returns true. */
+bool pdx_http_body_over(struct evhttp_request *req, size_t max_body);
+
+#endif

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# A client's mistake is never counted against an instance (issue 14,
+# item 3), through pdx-proxy (concurrent flow, one prefill and one decode
+# engine, the circuit breaker at its default of 5 failures) and at an
+# engine itself:
+#  * five bodies just under the proxy's limit (8 MiB), each a prompt far
+#    too long, and more 4xx-provoking requests (over the limit,
+#    max_tokens 0, not JSON) all get a 4xx with OpenAI's error object,
+#    never a 5xx; the decode instance's breaker stays closed and the
+#    next valid request is served (before: the engine dropped the
+#    connection on a body the proxy had grown past its limit, the proxy
+#    answered 502 and counted it, and five opened the breaker: 503 for
+#    every client);
+#  * every error body is JSON, 413 included: the proxy's and the
+#    engine's, whose limit sits above the proxy's by the room the proxy's
+#    fields take;
+#  * a 405 names the methods the route takes in Allow, any method.
+#   client_errors.sh PDX_ENGINE PDX_AGENT PDX_PROXY
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+# shellcheck disable=SC2034 # pd_engine_start (lib.sh) reads them
+ENGINE=$1
+# shellcheck disable=SC2034
+AGENT=$2
+PROXY=$3
+
+pd_engine_start P prefill --time-scale 0
+pd_engine_start D decode --time-scale 0
+named_engine_start X "$PROXY" --prefill "127.0.0.1:$PORT_P" \
+	--decode "127.0.0.1:$PORT_D" --flow concurrent
+
+$PY - "$PORT_X" "$PORT_D" <<'PYEOF' || fail "checks above"
+import http.client, json, sys, urllib.request
+
+proxy, engine = int(sys.argv[1]), int(sys.argv[2])
+MIB = 1 << 20
+
+
+def call(port, method, path, body=None, timeout=60):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    h = {"Content-Type": "application/json"} if body is not None else {}
+    c.request(method, path, body=body, headers=h)
+    r = c.getresponse()
+    out = (r.status, r.getheader("Content-Type") or "",
+           r.getheader("Allow"), r.read())
+    c.close()
+    return out
+
+
+def openai_error(what, status, ctype, raw, code):
+    assert status == code, f"{what}: HTTP {status}, want {code}: {raw[:300]!r}"
+    assert ctype.startswith("application/json"), f"{what}: {ctype}: {raw[:300]!r}"
+    e = json.loads(raw)["error"]
+    assert set(e) == {"message", "type", "param", "code"}, (what, e)
+    assert e["code"] == code and e["message"] and e["type"], (what, e)
+    return e
+
+
+def near_limit(size):
+    """A completion body of exactly size bytes: a prompt far too long."""
+    head, tail = b'{"max_tokens": 4, "prompt": "', b'"}'
+    words = b"w " * ((size - len(head) - len(tail)) // 2)
+    b = head + words + b"x" * (size - len(head) - len(words) - len(tail)) + tail
+    assert len(b) == size
+    return b
+
+
+def breaker(port):
+    m = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    return [l for l in m.splitlines()
+            if l.startswith("pdx_proxy_instance_breaker_state{")]
+
+
+# Five bodies just under the proxy's limit: the engines (their limit
+# above the proxy's) answer 400, passed back as the client's error.
+for i in range(5):
+    st, ct, _, raw = call(proxy, "POST", "/v1/completions",
+                          near_limit(8 * MIB - 64))
+    assert st < 500, f"near-limit body {i + 1} answered {st}: {raw[:300]!r}"
+    e = openai_error(f"near-limit body {i + 1}", st, ct, raw, 400)
+print(f"ok: five bodies just under 8 MiB: 400 ({e['message'][:60]}...)")
+st, ct, _, raw = call(proxy, "POST", "/v1/completions",
+                      near_limit(8 * MIB + 1))
+e = openai_error("a body over the proxy's limit", st, ct, raw, 413)
+print(f"ok: over the proxy's limit: 413 JSON ({e['message']})")
+st, ct, _, raw = call(proxy, "POST", "/v1/completions",
+                      json.dumps({"prompt": "hi " * 2000, "max_tokens": 0}))
+openai_error("max_tokens 0", st, ct, raw, 400)
+st, ct, _, raw = call(proxy, "POST", "/v1/chat/completions", b"{not json")
+openai_error("a body that is not JSON", st, ct, raw, 400)
+# a client's mistakes count for no instance: the breakers stay closed
+for l in breaker(proxy):
+    assert l.endswith(" 0"), f"a breaker is not closed after 4xx: {l}"
+st, ct, _, raw = call(proxy, "POST", "/v1/completions",
+                      json.dumps({"prompt": "still served", "max_tokens": 3}))
+assert st == 200, f"the valid request after the client errors: {st} {raw!r}"
+print("ok: after eight client errors the breakers are closed and a valid "
+      "request is served")
+
+# The engine's own limit: the proxy's and the room for its fields.
+st, ct, _, raw = call(engine, "POST", "/v1/completions",
+                      near_limit(8 * MIB + 32 * 1024))
+openai_error("engine: a body within its headroom", st, ct, raw, 400)
+st, ct, _, raw = call(engine, "POST", "/v1/completions",
+                      near_limit(8 * MIB + 64 * 1024 + 1))
+e = openai_error("engine: a body over its limit", st, ct, raw, 413)
+print(f"ok: engine: 413 JSON over 8 MiB + 64 KiB ({e['message']})")
+
+# 405 with Allow, JSON, whatever the method.
+for who, port, method, path, allow in [
+        ("proxy", proxy, "GET", "/v1/completions", "POST"),
+        ("proxy", proxy, "PUT", "/v1/chat/completions", "POST"),
+        ("proxy", proxy, "DELETE", "/metrics", "GET"),
+        ("proxy", proxy, "POST", "/health", "GET"),
+        ("engine", engine, "GET", "/v1/completions", "POST"),
+        ("engine", engine, "PUT", "/v1/chat/completions", "POST"),
+        ("engine", engine, "POST", "/health", "GET"),
+        ("engine", engine, "DELETE", "/metrics", "GET")]:
+    st, ct, got, raw = call(port, method, path)
+    openai_error(f"{who}: {method} {path}", st, ct, raw, 405)
+    assert got == allow, f"{who}: {method} {path}: Allow {got!r}, want {allow}"
+st, ct, _, raw = call(engine, "GET", "/no/such/route")
+openai_error("engine: an unknown route", st, ct, raw, 404)
+print("ok: 405 carries Allow, and every error is JSON (proxy and engine)")
+PYEOF
+settle 10 $(engine_idle P D) || fail "engines not idle after the client errors"
+for n in X P D agent_p agent_d; do named_stop $n; done
+echo "ok: client errors are the client's: JSON, 4xx, never an instance failure"

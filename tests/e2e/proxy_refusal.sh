@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# One side's refusal ends the other side's leg at once (issue 14, item 2):
+#  * in each flow (concurrent, sequential, early-callback) a request the
+#    decode engine refuses (max_tokens 0, a long prompt, which the
+#    prefill engine computes as max_tokens 1) frees the prefill engine's
+#    KV blocks within a second, long before the lease (3 s) would; two of
+#    them in a row leave room for the next valid request, which is served
+#    at once (before: it queued behind KV nobody would take, and got a 500
+#    at the KV timeout);
+#  * KV blocks freed by a lease that expired start the request queued
+#    for them at once (before: it waited for some other request to come);
+#  * a request that gets no room within --queue-timeout-ms is answered
+#    503 with a JSON error and Retry-After (before: it waited, however
+#    long).
+#   proxy_refusal.sh PDX_ENGINE PDX_AGENT PDX_PROXY
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+ENGINE=$1
+# shellcheck disable=SC2034 # agent_start (lib.sh) reads it
+AGENT=$2
+PROXY=$3
+LEASE_MS=3000
+
+AGENT_OPTS+=(--lease-ms "$LEASE_MS" --xfer-timeout-ms 20000)
+# tiny: 4 tokens a block; a 500-word prompt takes 125 of the 300 blocks,
+# so two held prompts leave no room for a third. P prefills in chunks of
+# 32 tokens, ~0.8 s for the long prompt: the decode engine refuses while
+# P computes (concurrent, early-callback flows: the proxy cancels P's
+# leg) or after P answered and holds the KV (sequential: the decode
+# engine has its agent abort the transfer at P's)
+pd_engine_start P prefill --kv-blocks 300 --time-scale 10000 \
+	--max-prefill-tokens 32 --kv-timeout-ms 20000
+pd_engine_start D decode --time-scale 0 --kv-timeout-ms 20000
+# colocated, slow (~10 ms a token): a long answer keeps its blocks ~3 s
+named_engine_start Q "$ENGINE" --kv-blocks 300 --time-scale 10000 \
+	--queue-timeout-ms 800
+pools=(--prefill "127.0.0.1:$PORT_P" --decode "127.0.0.1:$PORT_D")
+named_engine_start XC "$PROXY" "${pools[@]}" --flow concurrent
+named_engine_start XS "$PROXY" "${pools[@]}" --flow sequential
+named_engine_start XE "$PROXY" "${pools[@]}" --flow early-callback
+
+LONG=$($PY -c 'print(" ".join(["w"] * 500))')
+PEER_D=$(curl -sS "http://127.0.0.1:$PORT_D/v1/pdx/info" |
+	$PY -c 'import json, sys; print(json.load(sys.stdin)["peer_addr"])')
+
+# req PORT MAX_TOKENS TIMEOUT_S [KV_JSON]: one completion of the long
+# prompt; prints "STATUS MS RETRY_AFTER BODY" (status 0: no answer).
+req() {
+	$PY - "$@" <<'PYEOF'
+import json, sys, time, urllib.request, urllib.error
+port, n, tmo = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+b = {"prompt": " ".join(["w"] * 500), "max_tokens": n}
+if len(sys.argv) > 4:
+    b["kv_transfer_params"] = json.loads(sys.argv[4])
+r = urllib.request.Request("http://127.0.0.1:%s/v1/completions" % port,
+    data=json.dumps(b).encode(), headers={"Content-Type": "application/json"})
+t0 = time.monotonic()
+try:
+    with urllib.request.urlopen(r, timeout=tmo) as f:
+        st, ra, body = f.status, "-", f.read().decode()
+except urllib.error.HTTPError as e:
+    st, ra, body = e.code, e.headers.get("Retry-After") or "-", e.read().decode()
+except Exception as e:
+    st, ra, body = 0, "-", str(e).replace(" ", "_")
+print(st, int((time.monotonic() - t0) * 1000), ra, body)
+PYEOF
+}
+
+# p_free MS: P holds no KV block within MS ms; prints how long it took.
+p_free() {
+	local t0 end
+	t0=$(date +%s%N)
+	end=$((t0 + $1 * 1000000))
+	until [ "$(val "$PORT_P" "$(e kv_blocks_used)")" = 0 ]; do
+		[ "$(date +%s%N)" -lt $end ] || return 1
+		sleep 0.02
+	done
+	echo $((($(date +%s%N) - t0) / 1000000))
+}
+
+# the agents meet (handshake) on a first transfer
+read -r st _ _ body < <(req "$PORT_XC" 4 10)
+[ "$st" = 200 ] || fail "the first request: $st $body"
+p_free 5000 >/dev/null || fail "the first request's KV is still held"
+
+for x in XC XS XE; do
+	port=$(eval echo "\$PORT_$x")
+	for i in 1 2; do
+		read -r st ms _ body < <(req "$port" 0 10)
+		[ "$st" = 400 ] || fail "$x: max_tokens 0 answered $st: $body"
+		echo "$body" | $PY -c 'import json, sys; e = json.load(sys.stdin)["error"]; assert e["type"] == "invalid_request_error" and "max_tokens" in e["message"], e' ||
+			fail "$x: the refusal is not the decode engine's error: $body"
+		took=$(p_free 1000) ||
+			fail "$x: refusal $i: the prefill engine still holds $(val "$PORT_P" "$(e kv_blocks_used)") KV blocks 1 s after the decode engine refused (lease $LEASE_MS ms)"
+		echo "ok: $x: refusal $i answered 400 in $ms ms; prefill's KV free after $took ms"
+	done
+	read -r st ms _ body < <(req "$port" 4 10)
+	[ "$st" = 200 ] || fail "$x: the valid request after two refusals: $st $body"
+	[ "$ms" -lt 3000 ] || fail "$x: the valid request after two refusals took $ms ms"
+	echo "ok: $x: the next valid request served in $ms ms"
+done
+settle 10 $(engine_idle P D) || fail "engines not idle after the refusals"
+
+# Two prompts' KV held for a decode side that never asks (until the
+# lease expires), and a third request queued for blocks: it starts when
+# the lease frees them, with nothing else arriving.
+xid() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
+for i in 1 2; do
+	read -r st _ _ body < <(req "$PORT_P" 4 10 \
+		"{\"xfer_id\": \"$(xid)\", \"remote_agent\": \"$PEER_D\", \"do_remote_decode\": true}")
+	[ "$st" = 200 ] || fail "orphan $i: $st $body"
+done
+[ "$(val "$PORT_P" "$(e kv_blocks_used)")" = 250 ] ||
+	fail "the orphans hold $(val "$PORT_P" "$(e kv_blocks_used)") blocks, want 250"
+read -r st ms _ body < <(req "$PORT_P" 4 $((LEASE_MS / 1000 + 8)))
+[ "$st" = 200 ] ||
+	fail "a request queued for blocks a lease freed was not served: $st after $ms ms: $body"
+[ "$ms" -gt $((LEASE_MS / 2)) ] || fail "the request did not queue ($ms ms)"
+[ "$ms" -lt $((LEASE_MS + 2500)) ] ||
+	fail "the queued request started $ms ms after it came, lease $LEASE_MS ms"
+grep -q "lease expired" "$E2E_TMP/agent_p.log" ||
+	fail "the prefill agent's log does not say a lease freed the KV"
+echo "ok: a request queued for blocks held under a lease served after $ms ms"
+
+# No room within --queue-timeout-ms: 503 with a JSON error, at its bound.
+$PY "$HERE/client.py" stream "$PORT_Q" "$LONG" 300 "$E2E_TMP/a.json" &
+apid=$!
+settle 10 "$PORT_Q/$(e num_requests_running)=1" || fail "the long request did not start"
+read -r st ms ra body < <(req "$PORT_Q" 4 10)
+[ "$st" = 503 ] || fail "a request with no room for 800 ms answered $st after $ms ms: $body"
+echo "$body" | $PY -c 'import json, sys; e = json.load(sys.stdin)["error"]; assert e["type"] == "service_unavailable" and "queue-timeout-ms" in e["message"] and e["code"] == 503, e' ||
+	fail "the 503 is not an OpenAI error naming its bound: $body"
+[ "$ra" = 1 ] || fail "the 503 has no Retry-After: $ra"
+[ "$ms" -ge 700 ] && [ "$ms" -lt 2500 ] || fail "the 503 came after $ms ms, bound 800 ms"
+wait $apid
+$PY -c "import json; r = json.load(open('$E2E_TMP/a.json')); assert r['status'] == 200 and r['tokens'] == 300, r" ||
+	fail "the long request beside it: $(cat "$E2E_TMP/a.json")"
+settle 10 $(engine_idle Q) || fail "Q not idle"
+echo "ok: no room within --queue-timeout-ms: 503 after $ms ms, Retry-After $ra"
+
+for n in XC XS XE P D Q agent_p agent_d; do named_stop $n; done
+echo "ok: a refusal frees the other side's KV at once; freed blocks wake the queue"
