@@ -96,7 +96,6 @@ struct region {
 
 struct registration {
 	bool ok;
-	uint64_t generation; /* bumped by every register */
 	struct pdx_kv_layout layout;
 	struct region *regions;
 	uint32_t n_regions;
@@ -165,7 +164,6 @@ struct xfer {
 	bool event_sent;
 	bool released;    /* out of the table, on the dead list */
 	struct xfer *next_dead;
-	uint64_t reg_generation;
 	struct peer *peer; /* the only agent this transfer may go to/come from */
 	uint64_t peer_instance; /* the peer's incarnation we began with */
 	char peer_addr[PDX_ADDR_MAX];

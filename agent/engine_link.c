@@ -2,6 +2,7 @@
  * See docs/protocol.md section 1. */
 #define PDX_LOG_TOPIC "engine"
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,34 +20,93 @@
 
 #define MAX_BLOCKS (1u << 20)
 
-static void reply_error(struct agent *a, const void *id, size_t id_len,
-			pdx_status_t st, const char *reason)
-{
-	struct pdx_mp_out o;
+/* An op refused: {"op": "error", "status", "reason", "refused": the op it
+ * answers, "xfer" when the refused message named one}. */
+static void reply_error(struct agent *a, const void *eid, size_t eid_len,
+			const char *refused, const struct pdx_xfer_id *xfer,
+			pdx_status_t st, const char *fmt, ...)
+	__attribute__((format(printf, 7, 8)));
 
+static void reply_error(struct agent *a, const void *eid, size_t eid_len,
+			const char *refused, const struct pdx_xfer_id *xfer,
+			pdx_status_t st, const char *fmt, ...)
+{
+	char reason[PDX_REASON_MAX];
+	struct pdx_mp_out o;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(reason, sizeof(reason), fmt, ap);
+	va_end(ap);
+	log_warn("%s refused: %s", refused[0] ? refused : "a message", reason);
 	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, 3);
+	msgpack_pack_map(&o.pk, 4 + (xfer != NULL));
 	pdx_mp_kv_str(&o.pk, "op", "error");
 	pdx_mp_kv_i64(&o.pk, "status", st);
 	pdx_mp_kv_str(&o.pk, "reason", reason);
-	agent_zsend(a->engine_sock, id, id_len, o.buf.data, o.buf.size);
+	pdx_mp_kv_str(&o.pk, "refused", refused);
+	if (xfer)
+		pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
+	agent_zsend(a->engine_sock, eid, eid_len, o.buf.data, o.buf.size);
 	pdx_mp_out_free(&o);
 }
 
-void engine_send_event(struct agent *a, struct xfer *x, const char *kind)
+static void send_event(struct agent *a, const void *eid, size_t eid_len,
+		       const struct xfer *x, const char *kind)
 {
 	struct pdx_mp_out o;
 
-	if (!a->reg.ok || x->reg_generation != a->reg.generation)
-		return; /* that engine registration is gone */
 	pdx_mp_out_init(&o);
 	msgpack_pack_map(&o.pk, 1 + XFER_OUTCOME_FIELDS);
 	pdx_mp_kv_str(&o.pk, "op", "event");
 	xfer_pack_outcome(&o.pk, x, kind);
-	if (agent_zsend(a->engine_sock, a->reg.engine_id, a->reg.engine_id_len,
-			o.buf.data, o.buf.size))
+	if (agent_zsend(a->engine_sock, eid, eid_len, o.buf.data, o.buf.size))
 		log_warn("event for the engine dropped: engine link busy or gone");
 	pdx_mp_out_free(&o);
+}
+
+/* To the connection registered now: a transfer of an earlier registration
+ * (it failed when the engine registered again) is reported there too, to
+ * the same engine reconnected, or to its successor, which ignores ids it
+ * does not know. */
+void engine_send_event(struct agent *a, struct xfer *x, const char *kind)
+{
+	if (a->reg.ok)
+		send_event(a, a->reg.engine_id, a->reg.engine_id_len, x, kind);
+}
+
+/* The agent serves the connection (ZeroMQ identity) that registered last:
+ * what another one says is refused, so an engine that reconnected learns
+ * at once that it must register again instead of losing its events to
+ * the old connection. */
+static bool from_engine(const struct agent *a, const void *eid, size_t eid_len)
+{
+	return a->reg.ok && eid_len == a->reg.engine_id_len &&
+	       memcmp(eid, a->reg.engine_id, eid_len) == 0;
+}
+
+static const char *not_registered(const struct agent *a)
+{
+	return a->reg.ok ? "not registered on this connection: register "
+			   "again (the agent serves the connection that "
+			   "registered last)"
+			 : "not registered: register first";
+}
+
+/* A send or recv refused before it became a transfer here still ends in
+ * its one event, to the connection that announced it. */
+static void refuse_announce(struct agent *a, const void *eid, size_t eid_len,
+			    const char *op, const struct pdx_xfer_id *id,
+			    pdx_status_t st, const char *reason)
+{
+	struct xfer tmp = { .id = *id, .agent = a, .status = st,
+			    .first_token = -1, .t_first_ns = pdx_now_ns() };
+	char hex[33];
+
+	pdx_xfer_id_hex(id, hex);
+	log_warn("%s %s refused: %s", op, hex, reason);
+	snprintf(tmp.reason, sizeof(tmp.reason), "%s", reason);
+	send_event(a, eid, eid_len, &tmp, "failed");
 }
 
 static void region_unmap(struct agent *a, struct region *r)
@@ -107,7 +167,7 @@ static pdx_status_t gpu_use(struct agent *a, int device, char *err,
 }
 
 static pdx_status_t region_open_cuda(struct agent *a, const msgpack_object *o,
-				     struct region *r, char *err,
+				     uint32_t i, struct region *r, char *err,
 				     size_t errlen)
 {
 	const void *h;
@@ -115,10 +175,14 @@ static pdx_status_t region_open_cuda(struct agent *a, const msgpack_object *o,
 	uint64_t device;
 	pdx_status_t st;
 
-	if (pdx_mp_get_bin(o, "ipc", &h, &hlen) || hlen != PDX_CUDA_IPC_BYTES ||
-	    pdx_mp_get_u64(o, "device", &device) || device > INT32_MAX) {
-		snprintf(err, errlen, "cuda region: a %d-byte ipc handle and a device are required",
-			 PDX_CUDA_IPC_BYTES);
+	if (pdx_mp_get_bin(o, "ipc", &h, &hlen) || hlen != PDX_CUDA_IPC_BYTES) {
+		snprintf(err, errlen, "regions[%u].ipc: want a bin of %d bytes "
+			 "(a cudaIpcMemHandle_t)", i, PDX_CUDA_IPC_BYTES);
+		return PDX_EINVAL;
+	}
+	if (pdx_mp_get_u64(o, "device", &device) || device > INT32_MAX) {
+		snprintf(err, errlen, "regions[%u].device: want a CUDA device "
+			 "ordinal (an int)", i);
 		return PDX_EINVAL;
 	}
 	st = gpu_use(a, (int)device, err, errlen);
@@ -152,11 +216,21 @@ static pdx_status_t events_open(struct agent *a, const msgpack_object *m,
 
 	if (!evs)
 		return PDX_OK;
-	if (!g->cuda || pdx_mp_get_u64(m, "cuda_event_slots", &slots) ||
-	    slots == 0 || slots > 64 || evs->type != MSGPACK_OBJECT_ARRAY ||
+	if (!g->cuda) {
+		snprintf(err, errlen, "cuda_events: only with GPU regions");
+		return PDX_EINVAL;
+	}
+	if (pdx_mp_get_u64(m, "cuda_event_slots", &slots) || slots == 0 ||
+	    slots > 64) {
+		snprintf(err, errlen, "cuda_event_slots: want an int 1..64 "
+			 "with cuda_events");
+		return PDX_EINVAL;
+	}
+	if (evs->type != MSGPACK_OBJECT_ARRAY ||
 	    evs->via.array.size != slots * g->layout.layers) {
-		snprintf(err, errlen, "cuda_events: GPU regions and "
-			 "cuda_event_slots (1..64) x layers handles are required");
+		snprintf(err, errlen, "cuda_events: want an array of "
+			 "cuda_event_slots x layers = %llu handles",
+			 (unsigned long long)(slots * g->layout.layers));
 		return PDX_EINVAL;
 	}
 	n = evs->via.array.size;
@@ -171,8 +245,9 @@ static pdx_status_t events_open(struct agent *a, const msgpack_object *m,
 		    e->via.bin.size != PDX_CUDA_IPC_BYTES ||
 		    gpu_event_open(a->gpu, (const uint8_t *)e->via.bin.ptr,
 				   &g->events[i])) {
-			snprintf(err, errlen, "cuda event %llu cannot be opened",
-				 (unsigned long long)i);
+			snprintf(err, errlen, "cuda_events[%llu]: not a "
+				 "%d-byte handle that opens here",
+				 (unsigned long long)i, PDX_CUDA_IPC_BYTES);
 			return PDX_EINVAL;
 		}
 	}
@@ -180,27 +255,37 @@ static pdx_status_t events_open(struct agent *a, const msgpack_object *m,
 }
 
 static pdx_status_t region_map(struct agent *a, const msgpack_object *o,
-			       struct region *r, char *err, size_t errlen)
+			       uint32_t i, struct region *r, char *err,
+			       size_t errlen)
 {
 	char type[16];
 	struct stat sb = { 0 };
 	pdx_status_t st;
 	int fd;
 
-	if (pdx_mp_get_str(o, "type", type, sizeof(type)) ||
-	    pdx_mp_get_u64(o, "size", &r->size) || r->size == 0) {
-		snprintf(err, errlen, "region: type and a positive size are required");
+	if (o->type != MSGPACK_OBJECT_MAP) {
+		snprintf(err, errlen, "regions[%u]: want a map", i);
+		return PDX_EINVAL;
+	}
+	if (pdx_mp_get_str(o, "type", type, sizeof(type))) {
+		snprintf(err, errlen, "regions[%u].type: want \"shm\" or \"cuda\"",
+			 i);
+		return PDX_EINVAL;
+	}
+	if (pdx_mp_get_u64(o, "size", &r->size) || r->size == 0) {
+		snprintf(err, errlen, "regions[%u].size: want a positive int", i);
 		return PDX_EINVAL;
 	}
 	if (strcmp(type, "cuda") == 0)
-		return region_open_cuda(a, o, r, err, errlen);
+		return region_open_cuda(a, o, i, r, err, errlen);
 	if (strcmp(type, "shm") != 0) {
-		snprintf(err, errlen, "region type \"%s\" is not supported (shm, cuda)",
-			 type);
+		snprintf(err, errlen, "regions[%u].type: \"%s\" is not supported "
+			 "(shm, cuda)", i, type);
 		return PDX_EINVAL;
 	}
 	if (pdx_mp_get_str(o, "name", r->shm_name, sizeof(r->shm_name))) {
-		snprintf(err, errlen, "shm region: name missing");
+		snprintf(err, errlen, "regions[%u].name: want the shm_open() "
+			 "name (a str)", i);
 		return PDX_EINVAL;
 	}
 	fd = shm_open(r->shm_name, O_RDWR, 0);
@@ -286,13 +371,17 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 	layout = pdx_mp_get(m, "layout");
 	regions = pdx_mp_get(m, "regions");
 	if (pdx_mp_get_u64(m, "v", &v) || v != 1) {
-		snprintf(err, sizeof(err), "protocol version must be 1");
+		snprintf(err, sizeof(err), "v: protocol version must be 1");
 		goto refuse;
 	}
-	if (!layout || !regions || regions->type != MSGPACK_OBJECT_ARRAY ||
+	if (!layout || layout->type != MSGPACK_OBJECT_MAP) {
+		snprintf(err, sizeof(err), "layout: want a map");
+		goto refuse;
+	}
+	if (!regions || regions->type != MSGPACK_OBJECT_ARRAY ||
 	    regions->via.array.size == 0 ||
 	    regions->via.array.size > PDX_MAX_REGIONS) {
-		snprintf(err, sizeof(err), "register needs a layout and 1..%d regions",
+		snprintf(err, sizeof(err), "regions: want an array of 1..%d maps",
 			 PDX_MAX_REGIONS);
 		goto refuse;
 	}
@@ -308,14 +397,15 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 		goto refuse;
 	}
 	for (uint32_t i = 0; i < g.n_regions; i++) {
-		st = region_map(a, &regions->via.array.ptr[i], &g.regions[i], err,
-				sizeof(err));
+		st = region_map(a, &regions->via.array.ptr[i], i, &g.regions[i],
+				err, sizeof(err));
 		if (st)
 			goto refuse;
 		sizes[i] = g.regions[i].size;
 		if (i > 0 && g.regions[i].cuda != g.regions[0].cuda) {
 			st = PDX_EINVAL;
-			snprintf(err, sizeof(err), "regions mix host and GPU memory");
+			snprintf(err, sizeof(err), "regions[%u].type: the regions "
+				 "mix host and GPU memory", i);
 			goto refuse;
 		}
 	}
@@ -327,13 +417,17 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 	if (st)
 		goto refuse;
 
-	fail_registration_xfers(a);
-	again = a->reg.ok;
-	registration_clear(a);
-	g.ok = true;
-	g.generation = a->reg.generation + 1;
 	memcpy(g.engine_id, id, id_len < sizeof(g.engine_id) ? id_len : sizeof(g.engine_id));
 	g.engine_id_len = id_len;
+	again = a->reg.ok;
+	if (again) {
+		/* their events go to the connection registering now */
+		memcpy(a->reg.engine_id, g.engine_id, sizeof(g.engine_id));
+		a->reg.engine_id_len = g.engine_id_len;
+		fail_registration_xfers(a);
+	}
+	registration_clear(a);
+	g.ok = true;
 	a->reg = g;
 	free(sizes);
 	log_info("engine registered: %u layers x %u tensors, %u blocks of %llu bytes, %u region(s) of %s",
@@ -358,47 +452,112 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 	return;
 
 refuse:
-	log_warn("register refused: %s", err);
 	registration_release(a, &g);
 	free(sizes);
-	reply_error(a, id, id_len, st, err);
+	reply_error(a, id, id_len, "register", NULL, st, "%s", err);
+}
+
+static int cmp_u32(const void *x, const void *y)
+{
+	uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+
+	return (a > b) - (a < b);
+}
+
+/* Why blocks cannot be this transfer's (a block outside the pool, or one
+ * named twice, which would be written twice), in why; 0 when they can. */
+static pdx_status_t check_blocks(const struct agent *a, const uint32_t *blocks,
+				 size_t n, char *why, size_t whylen)
+{
+	uint32_t *sorted;
+
+	for (size_t i = 0; i < n; i++) {
+		if (blocks[i] >= a->reg.layout.blocks) {
+			snprintf(why, whylen, "blocks[%zu]: block %u outside the "
+				 "pool (%u blocks)", i, blocks[i],
+				 a->reg.layout.blocks);
+			return PDX_ERANGE;
+		}
+	}
+	sorted = malloc(n * sizeof(*sorted));
+	if (!sorted) {
+		snprintf(why, whylen, "out of memory");
+		return PDX_ENOMEM;
+	}
+	memcpy(sorted, blocks, n * sizeof(*sorted));
+	qsort(sorted, n, sizeof(*sorted), cmp_u32);
+	for (size_t i = 1; i < n; i++) {
+		uint32_t twice = sorted[i];
+		size_t first = 0, second;
+
+		if (twice != sorted[i - 1])
+			continue;
+		while (blocks[first] != twice)
+			first++;
+		second = first + 1;
+		while (blocks[second] != twice)
+			second++;
+		snprintf(why, whylen, "blocks[%zu]: block %u is blocks[%zu] "
+			 "again", second, twice, first);
+		free(sorted);
+		return PDX_EINVAL;
+	}
+	free(sorted);
+	return PDX_OK;
 }
 
 /* The parts send and recv share: id, peer, blocks checked against the
- * registered layout. Failures become a failed event for that xfer. */
-static struct xfer *announce(struct agent *a, const msgpack_object *m,
-			     enum xfer_role role)
+ * registered layout. Every announcement with an id ends in one event:
+ * refused before it is a transfer here (not registered on this
+ * connection, --max-xfers), it goes to the connection that sent it; a bad
+ * field fails the transfer, and its peer is told. A repeated id of a
+ * transfer in flight is no announcement: it is answered "error". */
+static struct xfer *announce(struct agent *a, const void *eid, size_t eid_len,
+			     const msgpack_object *m, enum xfer_role role)
 {
+	const char *op = role == XFER_SEND ? "send" : "recv";
 	struct pdx_xfer_id id;
-	char peer[PDX_ADDR_MAX];
+	char peer[PDX_ADDR_MAX] = "", why[PDX_REASON_MAX] = "";
 	uint32_t *blocks = NULL;
 	size_t n = 0;
 	uint64_t timeout = a->cfg.xfer_timeout_ms;
+	pdx_status_t st = PDX_EINVAL;
 	const char *ended;
 	struct xfer *x;
 
 	if (pdx_mp_get_xfer(m, "xfer", &id)) {
-		log_warn("%s without a 16-byte xfer id: ignored",
-			 role == XFER_SEND ? "send" : "recv");
+		reply_error(a, eid, eid_len, op, NULL, PDX_EINVAL,
+			    "xfer: want a bin of 16 bytes");
+		return NULL;
+	}
+	if (!from_engine(a, eid, eid_len)) {
+		refuse_announce(a, eid, eid_len, op, &id, PDX_ENOTREG,
+				not_registered(a));
 		return NULL;
 	}
 	x = xfer_find(a, &id);
 	if (x && (x->announced || x->role != role)) {
-		struct xfer tmp = { .id = id, .agent = a,
-				    .reg_generation = a->reg.generation,
-				    .status = PDX_EEXIST };
-
-		snprintf(tmp.reason, sizeof(tmp.reason), "transfer id already in use");
-		engine_send_event(a, &tmp, "failed");
+		reply_error(a, eid, eid_len, op, &id, PDX_EEXIST,
+			    "xfer: this transfer id is in use here (a %s %s)",
+			    x->role == XFER_SEND ? "send" : "recv",
+			    x->announced ? "in flight"
+			    : x->held	 ? "held"
+					 : "its peer asked for");
 		return NULL;
 	}
 	if (pdx_mp_get_str(m, "peer", peer, sizeof(peer)) ||
-	    strncmp(peer, "tcp://", 6) != 0 ||
-	    pdx_mp_get_u32s(m, "blocks", MAX_BLOCKS, &blocks, &n) || n == 0) {
+	    strncmp(peer, "tcp://", 6) != 0) {
+		snprintf(why, sizeof(why), "peer: want the peer agent's "
+			 "tcp:// address");
+		peer[0] = '\0';
+	} else if (pdx_mp_get_u32s(m, "blocks", MAX_BLOCKS, &blocks, &n) ||
+		   n == 0) {
+		snprintf(why, sizeof(why), "blocks: want an array of 1..%u "
+			 "block ids", MAX_BLOCKS);
 		free(blocks);
 		blocks = NULL;
-		n = 0;
-		peer[0] = '\0';
+	} else {
+		st = check_blocks(a, blocks, n, why, sizeof(why));
 	}
 	pdx_mp_get_u64(m, "timeout_ms", &timeout);
 	if (timeout == 0 || timeout > 3600000)
@@ -406,6 +565,9 @@ static struct xfer *announce(struct agent *a, const msgpack_object *m,
 	if (!x) {
 		x = xfer_new(a, &id, role, peer, (uint32_t)timeout);
 		if (!x) {
+			refuse_announce(a, eid, eid_len, op, &id, PDX_ETOOBIG,
+					"this agent holds --max-xfers "
+					"transfers already");
 			free(blocks);
 			return NULL;
 		}
@@ -413,26 +575,11 @@ static struct xfer *announce(struct agent *a, const msgpack_object *m,
 	x->announced = true;
 	x->timeout_ms = (uint32_t)timeout;
 	xfer_begin_phase(x);
-	x->reg_generation = a->reg.generation;
 	x->t_first_ns = x->t_first_ns ? x->t_first_ns : pdx_now_ns();
-	if (!a->reg.ok) {
+	if (why[0]) {
 		free(blocks);
-		xfer_fail(x, PDX_ENOTREG, true, "engine memory not registered");
+		xfer_fail(x, st, true, "%s", why);
 		return NULL;
-	}
-	if (!peer[0]) {
-		free(blocks);
-		xfer_fail(x, PDX_EINVAL, true,
-			  "needs a tcp:// peer and a non-empty block list");
-		return NULL;
-	}
-	for (size_t i = 0; i < n; i++) {
-		if (blocks[i] >= a->reg.layout.blocks) {
-			xfer_fail(x, PDX_ERANGE, true, "block %u out of range (pool has %u)",
-				  blocks[i], a->reg.layout.blocks);
-			free(blocks);
-			return NULL;
-		}
 	}
 	if (x->peer_addr[0] && strcmp(x->peer_addr, peer) != 0) {
 		/* A want arrived first from another agent than the one named. */
@@ -454,6 +601,7 @@ static struct xfer *announce(struct agent *a, const msgpack_object *m,
 	}
 	snprintf(x->peer_addr, sizeof(x->peer_addr), "%s", peer);
 	x->peer = peer_get(a, peer);
+	xfer_arm(x); /* a hello just sent bounds it too */
 	if (!x->peer_abort[0] && (ended = pdx_ended_find(a->ended, &id, peer)) != NULL)
 		snprintf(x->peer_abort, sizeof(x->peer_abort),
 			 "ended before our engine announced it: %s", ended);
@@ -472,44 +620,52 @@ static struct xfer *announce(struct agent *a, const msgpack_object *m,
 	return x;
 }
 
-static void on_send(struct agent *a, const msgpack_object *m)
+static void on_send(struct agent *a, const void *eid, size_t eid_len,
+		    const msgpack_object *m)
 {
-	struct xfer *x = announce(a, m, XFER_SEND);
+	struct xfer *x = announce(a, eid, eid_len, m, XFER_SEND);
 
 	if (x)
 		push_try(x);
 }
 
-static void on_recv(struct agent *a, const msgpack_object *m)
+/* Even with every block held already (skip_tokens), the want goes out:
+ * the sender's "done" brings its first token. */
+static void on_recv(struct agent *a, const void *eid, size_t eid_len,
+		    const msgpack_object *m)
 {
-	struct xfer *x = announce(a, m, XFER_RECV);
+	struct xfer *x = announce(a, eid, eid_len, m, XFER_RECV);
 	uint64_t skip_tokens = 0;
 
 	if (!x)
 		return;
 	pdx_mp_get_u64(m, "skip_tokens", &skip_tokens);
-	x->skip = (uint32_t)(skip_tokens / a->reg.layout.block_tokens);
-	if (x->skip >= x->n_blocks) {
-		xfer_succeed(x); /* everything is already held */
-		return;
-	}
+	skip_tokens /= a->reg.layout.block_tokens;
+	x->skip = skip_tokens < x->n_blocks ? (uint32_t)skip_tokens
+					    : x->n_blocks;
 	xfers_peer_ready(a, x->peer); /* sends want if the peer is ready */
 }
 
-static void on_layer_done(struct agent *a, const msgpack_object *m)
+static void on_layer_done(struct agent *a, const void *eid, size_t eid_len,
+			  const msgpack_object *m)
 {
 	const msgpack_object *xs = pdx_mp_get(m, "xfers");
 	uint64_t layer, slot;
 	bool bad_slot = false;
 
-	if (pdx_mp_get_u64(m, "layer", &layer) || !xs ||
-	    xs->type != MSGPACK_OBJECT_ARRAY) {
-		log_warn("layer_done needs layer and xfers: ignored");
+	if (pdx_mp_get_u64(m, "layer", &layer)) {
+		reply_error(a, eid, eid_len, "layer_done", NULL, PDX_EINVAL,
+			    "layer: want the layer's number (an int)");
+		return;
+	}
+	if (!xs || xs->type != MSGPACK_OBJECT_ARRAY) {
+		reply_error(a, eid, eid_len, "layer_done", NULL, PDX_EINVAL,
+			    "xfers: want an array of 16-byte transfer ids");
 		return;
 	}
 	log_debug("layer %llu done", (unsigned long long)layer);
 	/* before any copy of this layer is queued on our stream */
-	if (pdx_mp_get_u64(m, "slot", &slot) == 0 && a->reg.ok &&
+	if (pdx_mp_get_u64(m, "slot", &slot) == 0 &&
 	    layer < a->reg.layout.layers) {
 		if (slot >= a->reg.event_slots)
 			bad_slot = true; /* its transfers fail below */
@@ -520,8 +676,12 @@ static void on_layer_done(struct agent *a, const msgpack_object *m)
 		struct pdx_xfer_id id;
 		struct xfer *x;
 
-		if (pdx_mp_obj_xfer(&xs->via.array.ptr[i], &id))
+		if (pdx_mp_obj_xfer(&xs->via.array.ptr[i], &id)) {
+			reply_error(a, eid, eid_len, "layer_done", NULL,
+				    PDX_EINVAL, "xfers[%u]: want a bin of 16 "
+				    "bytes", i);
 			continue;
+		}
 		x = xfer_find(a, &id);
 		if (!x || x->role != XFER_SEND || !x->announced || x->finished) {
 			log_debug("layer_done for a transfer not in flight: ignored");
@@ -545,15 +705,21 @@ static void on_layer_done(struct agent *a, const msgpack_object *m)
 
 /* The prefill's first token for a transfer: carried in "done", so the
  * decode side starts from it without reading the KV first. */
-static void on_token(struct agent *a, const msgpack_object *m)
+static void on_token(struct agent *a, const void *eid, size_t eid_len,
+		     const msgpack_object *m)
 {
 	struct pdx_xfer_id id;
 	uint64_t token;
 	struct xfer *x;
 
-	if (pdx_mp_get_xfer(m, "xfer", &id) ||
-	    pdx_mp_get_u64(m, "token", &token) || token > UINT32_MAX) {
-		log_warn("token needs xfer and a token id: ignored");
+	if (pdx_mp_get_xfer(m, "xfer", &id)) {
+		reply_error(a, eid, eid_len, "token", NULL, PDX_EINVAL,
+			    "xfer: want a bin of 16 bytes");
+		return;
+	}
+	if (pdx_mp_get_u64(m, "token", &token) || token > UINT32_MAX) {
+		reply_error(a, eid, eid_len, "token", &id, PDX_EINVAL,
+			    "token: want a token id, an int 0..2^32-1");
 		return;
 	}
 	x = xfer_find(a, &id);
@@ -565,20 +731,26 @@ static void on_token(struct agent *a, const msgpack_object *m)
  * the engine announces it (recv) or aborts it, our heartbeats renew the
  * sender's lease, bounded by the transfer timeout; the handshake starts
  * now, while the request waits. */
-static void on_hold(struct agent *a, const msgpack_object *m)
+static void on_hold(struct agent *a, const void *eid, size_t eid_len,
+		    const msgpack_object *m)
 {
 	char peer[PDX_ADDR_MAX];
 	struct pdx_xfer_id id;
 	struct xfer *x;
 
-	if (pdx_mp_get_xfer(m, "xfer", &id) ||
-	    pdx_mp_get_str(m, "peer", peer, sizeof(peer)) ||
-	    strncmp(peer, "tcp://", 6) != 0) {
-		log_warn("hold needs xfer and a tcp:// peer: ignored");
+	if (pdx_mp_get_xfer(m, "xfer", &id)) {
+		reply_error(a, eid, eid_len, "hold", NULL, PDX_EINVAL,
+			    "xfer: want a bin of 16 bytes");
 		return;
 	}
-	if (xfer_find(a, &id) || !a->reg.ok)
-		return; /* known already, or recv will fail it */
+	if (pdx_mp_get_str(m, "peer", peer, sizeof(peer)) ||
+	    strncmp(peer, "tcp://", 6) != 0) {
+		reply_error(a, eid, eid_len, "hold", &id, PDX_EINVAL,
+			    "peer: want the peer agent's tcp:// address");
+		return;
+	}
+	if (xfer_find(a, &id))
+		return; /* known already */
 	x = xfer_new(a, &id, XFER_RECV, peer, a->cfg.xfer_timeout_ms);
 	if (!x)
 		return;
@@ -588,14 +760,18 @@ static void on_hold(struct agent *a, const msgpack_object *m)
 		xfer_fail(x, PDX_EPEER, false, "cannot reach %s", peer);
 }
 
-static void on_abort(struct agent *a, const msgpack_object *m)
+static void on_abort(struct agent *a, const void *eid, size_t eid_len,
+		     const msgpack_object *m)
 {
 	char peer[PDX_ADDR_MAX];
 	struct pdx_xfer_id id;
 	struct xfer *x;
 
-	if (pdx_mp_get_xfer(m, "xfer", &id))
+	if (pdx_mp_get_xfer(m, "xfer", &id)) {
+		reply_error(a, eid, eid_len, "abort", NULL, PDX_EINVAL,
+			    "xfer: want a bin of 16 bytes");
 		return;
+	}
 	x = xfer_find(a, &id);
 	if (x && (x->announced || x->held)) {
 		if (!x->finished)
@@ -603,41 +779,58 @@ static void on_abort(struct agent *a, const msgpack_object *m)
 				  x->announced ? "" : " while it queued it");
 		return;
 	}
+	if (!pdx_mp_get(m, "peer"))
+		return; /* nothing here to abort, and no peer named */
 	/* never announced here: the peer that waits for it is told */
-	if (!pdx_mp_get_str(m, "peer", peer, sizeof(peer)) &&
-	    !strncmp(peer, "tcp://", 6))
-		peer_send_to_addr(a, peer, "abort", &id,
-				  "aborted by its engine before it began");
+	if (pdx_mp_get_str(m, "peer", peer, sizeof(peer)) ||
+	    strncmp(peer, "tcp://", 6) != 0) {
+		reply_error(a, eid, eid_len, "abort", &id, PDX_EINVAL,
+			    "peer: want the peer agent's tcp:// address");
+		return;
+	}
+	peer_send_to_addr(a, peer, "abort", &id,
+			  "aborted by its engine before it began");
 }
 
 void engine_on_msg(struct agent *a, const void *id, size_t id_len,
 		   const void *buf, size_t len)
 {
 	msgpack_unpacked msg;
+	const msgpack_object *m;
 	char op[32];
 
 	if (pdx_mp_parse(buf, len, &msg, op, sizeof(op))) {
-		log_warn("malformed engine message (%zu bytes): ignored", len);
-		reply_error(a, id, id_len, PDX_EINVAL,
-			    "malformed message: need a msgpack map with op");
+		reply_error(a, id, id_len, "", NULL, PDX_EINVAL,
+			    "malformed message (%zu bytes): want a msgpack "
+			    "map with op (a str)", len);
 		msgpack_unpacked_destroy(&msg);
 		return;
 	}
-	if (strcmp(op, "register") == 0)
-		on_register(a, id, id_len, &msg.data);
-	else if (strcmp(op, "send") == 0)
-		on_send(a, &msg.data);
-	else if (strcmp(op, "recv") == 0)
-		on_recv(a, &msg.data);
-	else if (strcmp(op, "hold") == 0)
-		on_hold(a, &msg.data);
-	else if (strcmp(op, "layer_done") == 0)
-		on_layer_done(a, &msg.data);
-	else if (strcmp(op, "token") == 0)
-		on_token(a, &msg.data);
-	else if (strcmp(op, "abort") == 0)
-		on_abort(a, &msg.data);
-	else
-		reply_error(a, id, id_len, PDX_EINVAL, "unknown op");
+	m = &msg.data;
+	if (strcmp(op, "register") == 0) {
+		on_register(a, id, id_len, m);
+	} else if (strcmp(op, "send") == 0) {
+		on_send(a, id, id_len, m);
+	} else if (strcmp(op, "recv") == 0) {
+		on_recv(a, id, id_len, m);
+	} else if (strcmp(op, "hold") != 0 && strcmp(op, "layer_done") != 0 &&
+		   strcmp(op, "token") != 0 && strcmp(op, "abort") != 0) {
+		reply_error(a, id, id_len, op, NULL, PDX_EINVAL,
+			    "op: \"%s\" is unknown", op);
+	} else if (!from_engine(a, id, id_len)) {
+		struct pdx_xfer_id x;
+		bool named = pdx_mp_get_xfer(m, "xfer", &x) == 0;
+
+		reply_error(a, id, id_len, op, named ? &x : NULL, PDX_ENOTREG,
+			    "%s", not_registered(a));
+	} else if (strcmp(op, "hold") == 0) {
+		on_hold(a, id, id_len, m);
+	} else if (strcmp(op, "layer_done") == 0) {
+		on_layer_done(a, id, id_len, m);
+	} else if (strcmp(op, "token") == 0) {
+		on_token(a, id, id_len, m);
+	} else {
+		on_abort(a, id, id_len, m);
+	}
 	msgpack_unpacked_destroy(&msg);
 }

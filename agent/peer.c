@@ -615,7 +615,7 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 	if (pdx_mp_get_xfer(m, "xfer", &id))
 		return;
 	if (!a->reg.ok || pdx_mp_get_u32s(m, "blocks", MAX_BLOCKS, &blocks, &n) || n == 0 ||
-	    pdx_mp_get_u64(m, "skip", &skip) || skip >= n) {
+	    pdx_mp_get_u64(m, "skip", &skip) || skip > n) {
 		free(blocks);
 		peer_send(a, p, "error", &id, "want: malformed or no handshake",
 			  NULL, 0, NULL);

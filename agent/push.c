@@ -198,6 +198,8 @@ void push_try(struct xfer *x)
 		pdx_status_t st;
 		uint32_t n = 1;
 
+		if (x->skip == x->n_blocks)
+			continue; /* the receiver holds them all: done alone */
 		if (data_path_gpu(x->peer->path)) {
 			/* the ready layers after it too: one launch */
 			n += pdx_xfer_sm_take_run(&x->sm, (uint32_t)layer + 1,

@@ -37,7 +37,7 @@ static const char *xfer_stage(const struct xfer *x)
 	return "pushing the last layers";
 }
 
-enum bound { BOUND_PHASE, BOUND_LEASE, BOUND_LAYER };
+enum bound { BOUND_PHASE, BOUND_LEASE, BOUND_LAYER, BOUND_HANDSHAKE };
 
 static uint64_t ms_ns(uint32_t ms)
 {
@@ -50,20 +50,26 @@ static uint64_t ms_ns(uint32_t ms)
 static uint64_t xfer_deadline(const struct xfer *x, enum bound *which)
 {
 	const struct agent_config *c = &x->agent->cfg;
+	const struct peer *p = x->peer;
 	uint64_t d = x->begun_ns + ms_ns(x->timeout_ms);
 
 	*which = BOUND_PHASE;
-	if (x->role != XFER_SEND || !x->announced)
-		return d;
-	if (!x->sm.blocks_known) {
+	if (x->role == XFER_SEND && x->announced && !x->sm.blocks_known) {
 		/* The receiver has not asked: its holds keep the KV. */
 		*which = BOUND_LEASE;
-		return x->lease_ns;
-	}
-	if (x->sm.pushed_count < x->sm.layers &&
-	    x->progress_ns + ms_ns(c->layer_timeout_ms) < d) {
+		d = x->lease_ns;
+	} else if (x->role == XFER_SEND && x->announced &&
+		   x->sm.pushed_count < x->sm.layers &&
+		   x->progress_ns + ms_ns(c->layer_timeout_ms) < d) {
 		*which = BOUND_LAYER;
 		d = x->progress_ns + ms_ns(c->layer_timeout_ms);
+	}
+	/* An unanswered hello is no reason to wait out the transfer's own
+	 * bound: where no agent listens, nothing ever answers. */
+	if (x->announced && p && p->state == PEER_HELLO_SENT &&
+	    p->hello_sent_ns + ms_ns(c->handshake_timeout_ms) < d) {
+		*which = BOUND_HANDSHAKE;
+		d = p->hello_sent_ns + ms_ns(c->handshake_timeout_ms);
 	}
 	return d;
 }
@@ -102,6 +108,11 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 		xfer_fail(x, PDX_ETIMEDOUT, true,
 			  "lease expired: %s asked for no blocks and held "
 			  "none for %u ms", x->peer_addr, a->cfg.lease_ms);
+	else if (which == BOUND_HANDSHAKE)
+		xfer_fail(x, PDX_EPEER, true,
+			  "no answer to our hello from %s in %u ms "
+			  "(--handshake-timeout-ms): is an agent listening "
+			  "there?", x->peer_addr, a->cfg.handshake_timeout_ms);
 	else if (which == BOUND_LAYER)
 		xfer_fail(x, PDX_ETIMEDOUT, true,
 			  "no layer computed for %u ms (%u of %u pushed)",

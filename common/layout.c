@@ -21,26 +21,38 @@ pdx_status_t pdx_kv_layout_check(const struct pdx_kv_layout *l,
 	uint64_t bb;
 
 	if (l->layers == 0 || l->layers > PDX_MAX_LAYERS || !l->layer) {
-		snprintf(err, errlen, "layers %u outside 1..%u", l->layers,
-			 PDX_MAX_LAYERS);
+		snprintf(err, errlen, "layout.layers: %u outside 1..%u",
+			 l->layers, PDX_MAX_LAYERS);
 		return PDX_EINVAL;
 	}
 	if (l->tensors != 1 && l->tensors != 2) {
-		snprintf(err, errlen, "tensors %u is neither 1 (MLA) nor 2 (K, V)",
-			 l->tensors);
+		snprintf(err, errlen, "layout.tensors: %u is neither 1 (MLA) "
+			 "nor 2 (K, V)", l->tensors);
 		return PDX_EINVAL;
 	}
-	if (!l->blocks || !l->block_tokens || !l->kv_heads || !l->head_dim ||
-	    !l->dtype_bytes || l->block_tokens > 65536 || l->kv_heads > 65536 ||
-	    l->head_dim > 65536 || l->dtype_bytes > 16) {
-		snprintf(err, errlen,
-			 "shape out of bounds: blocks %u block_tokens %u kv_heads %u head_dim %u dtype_bytes %u",
-			 l->blocks, l->block_tokens, l->kv_heads, l->head_dim,
-			 l->dtype_bytes);
-		return PDX_EINVAL;
+	{
+		const struct {
+			const char *name;
+			uint32_t v, max;
+		} f[] = {
+			{ "blocks", l->blocks, UINT32_MAX },
+			{ "block_tokens", l->block_tokens, 65536 },
+			{ "kv_heads", l->kv_heads, 65536 },
+			{ "head_dim", l->head_dim, 65536 },
+			{ "dtype_bytes", l->dtype_bytes, 16 },
+		};
+
+		for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+			if (f[i].v == 0 || f[i].v > f[i].max) {
+				snprintf(err, errlen, "layout.%s: %u outside 1..%u",
+					 f[i].name, f[i].v, f[i].max);
+				return PDX_EINVAL;
+			}
+		}
 	}
 	if (l->order != PDX_KV_NHD && l->order != PDX_KV_HND) {
-		snprintf(err, errlen, "order %d is neither NHD nor HND", l->order);
+		snprintf(err, errlen, "layout.order: %d is neither NHD nor HND",
+			 (int)l->order);
 		return PDX_EINVAL;
 	}
 	bb = pdx_kv_layout_block_bytes(l);
@@ -49,8 +61,8 @@ pdx_status_t pdx_kv_layout_check(const struct pdx_kv_layout *l,
 
 		if (ly->block_stride < bb) {
 			snprintf(err, errlen,
-				 "layer %u: block stride %llu < block bytes %llu",
-				 i, (unsigned long long)ly->block_stride,
+				 "layout.strides[%u]: %llu < block bytes %llu", i,
+				 (unsigned long long)ly->block_stride,
 				 (unsigned long long)bb);
 			return PDX_ERANGE;
 		}
@@ -63,14 +75,16 @@ pdx_status_t pdx_kv_layout_check(const struct pdx_kv_layout *l,
 
 			if (r->region >= n_regions) {
 				snprintf(err, errlen,
-					 "layer %u tensor %u: region %u of %zu", i,
+					 "layout.bases[%u][%u] (layer %u tensor %u): "
+					 "region %u, but there are %zu", i, t, i,
 					 t, r->region, n_regions);
 				return PDX_ERANGE;
 			}
 			if (end > region_sizes[r->region]) {
 				snprintf(err, errlen,
-					 "layer %u tensor %u: blocks end past region %u (%llu bytes)",
-					 i, t, r->region,
+					 "layout.bases[%u][%u] (layer %u tensor %u): "
+					 "blocks end past region %u (%llu bytes)",
+					 i, t, i, t, r->region,
 					 (unsigned long long)region_sizes[r->region]);
 				return PDX_ERANGE;
 			}
@@ -102,6 +116,23 @@ uint64_t pdx_kv_layout_compat_hash(const struct pdx_kv_layout *l)
 	return h;
 }
 
+/* A layout field's value as a refusal shows it: kinds by name ("tensors
+ * 1 (MLA)", "order HND"), never an enum's number. */
+static void field_value(char *buf, size_t len, const char *field, uint32_t v)
+{
+	if (strcmp(field, "order") == 0)
+		snprintf(buf, len, "%s", v == PDX_KV_NHD ? "NHD"
+					 : v == PDX_KV_HND ? "HND" : "?");
+	else if (strcmp(field, "tensors") == 0 && (v == 1 || v == 2))
+		snprintf(buf, len, "%u (%s)", v, v == 1 ? "MLA" : "K and V");
+	else if (strcmp(field, "dtype_bytes") == 0 && (v == 1 || v == 2 || v == 4))
+		snprintf(buf, len, "%u (%s)", v,
+			 v == 1 ? "8-bit: fp8, int8"
+			 : v == 2 ? "16-bit: bf16, fp16" : "32-bit: fp32");
+	else
+		snprintf(buf, len, "%u", v);
+}
+
 int pdx_kv_layout_diff(const struct pdx_kv_layout *a,
 		       const struct pdx_kv_layout *b, char *out, size_t outlen)
 {
@@ -123,13 +154,16 @@ int pdx_kv_layout_diff(const struct pdx_kv_layout *a,
 	if (outlen)
 		out[0] = '\0';
 	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+		char x[32], y[32];
 		int n;
 
 		if (f[i].x == f[i].y)
 			continue;
+		field_value(x, sizeof(x), f[i].name, f[i].x);
+		field_value(y, sizeof(y), f[i].name, f[i].y);
 		n = snprintf(out + used, used < outlen ? outlen - used : 0,
-			     "%s%s %u != %u", differs ? ", " : "", f[i].name,
-			     f[i].x, f[i].y);
+			     "%s%s %s != %s", differs ? ", " : "", f[i].name, x,
+			     y);
 		if (n > 0)
 			used += (size_t)n;
 		differs = 1;

@@ -68,16 +68,26 @@ pdx_status_t pdx_layout_unpack(const msgpack_object *o, struct pdx_kv_layout *l,
 {
 	struct pdx_kv_layout t = { 0 };
 	const msgpack_object *bases, *strides;
+	const struct {
+		const char *name;
+		uint32_t *v;
+	} f[] = {
+		{ "layers", &t.layers },	   { "tensors", &t.tensors },
+		{ "blocks", &t.blocks },	   { "block_tokens", &t.block_tokens },
+		{ "kv_heads", &t.kv_heads },	   { "head_dim", &t.head_dim },
+		{ "dtype_bytes", &t.dtype_bytes },
+	};
 	char order[8];
 
-	if (get_u32(o, "layers", &t.layers) || get_u32(o, "tensors", &t.tensors) ||
-	    get_u32(o, "blocks", &t.blocks) ||
-	    get_u32(o, "block_tokens", &t.block_tokens) ||
-	    get_u32(o, "kv_heads", &t.kv_heads) ||
-	    get_u32(o, "head_dim", &t.head_dim) ||
-	    get_u32(o, "dtype_bytes", &t.dtype_bytes) ||
-	    pdx_mp_get_str(o, "order", order, sizeof(order))) {
-		snprintf(err, errlen, "layout: a field is missing or not an int");
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+		if (get_u32(o, f[i].name, f[i].v)) {
+			snprintf(err, errlen, "layout.%s: missing or not an "
+				 "int below 2^32", f[i].name);
+			return PDX_EINVAL;
+		}
+	}
+	if (pdx_mp_get_str(o, "order", order, sizeof(order))) {
+		snprintf(err, errlen, "layout.order: want \"NHD\" or \"HND\"");
 		return PDX_EINVAL;
 	}
 	if (strcmp(order, "NHD") == 0) {
@@ -85,24 +95,32 @@ pdx_status_t pdx_layout_unpack(const msgpack_object *o, struct pdx_kv_layout *l,
 	} else if (strcmp(order, "HND") == 0) {
 		t.order = PDX_KV_HND;
 	} else {
-		snprintf(err, errlen, "layout: order \"%s\" is neither NHD nor HND",
+		snprintf(err, errlen, "layout.order: \"%s\" is neither NHD nor HND",
 			 order);
 		return PDX_EINVAL;
 	}
-	if (t.layers == 0 || t.layers > PDX_MAX_LAYERS ||
-	    (t.tensors != 1 && t.tensors != 2)) {
-		snprintf(err, errlen, "layout: layers %u or tensors %u out of range",
-			 t.layers, t.tensors);
+	if (t.layers == 0 || t.layers > PDX_MAX_LAYERS) {
+		snprintf(err, errlen, "layout.layers: %u outside 1..%u", t.layers,
+			 PDX_MAX_LAYERS);
+		return PDX_EINVAL;
+	}
+	if (t.tensors != 1 && t.tensors != 2) {
+		snprintf(err, errlen, "layout.tensors: %u is neither 1 (MLA) "
+			 "nor 2 (K, V)", t.tensors);
 		return PDX_EINVAL;
 	}
 	bases = pdx_mp_get(o, "bases");
 	strides = pdx_mp_get(o, "strides");
 	if (!bases || bases->type != MSGPACK_OBJECT_ARRAY ||
-	    bases->via.array.size != t.layers || !strides ||
-	    strides->type != MSGPACK_OBJECT_ARRAY ||
+	    bases->via.array.size != t.layers) {
+		snprintf(err, errlen, "layout.bases: want an array of %u "
+			 "(layers) entries", t.layers);
+		return PDX_EINVAL;
+	}
+	if (!strides || strides->type != MSGPACK_OBJECT_ARRAY ||
 	    strides->via.array.size != t.layers) {
-		snprintf(err, errlen, "layout: bases and strides need %u entries",
-			 t.layers);
+		snprintf(err, errlen, "layout.strides: want an array of %u "
+			 "(layers) ints", t.layers);
 		return PDX_EINVAL;
 	}
 	t.layer = calloc(t.layers, sizeof(*t.layer));
@@ -111,11 +129,17 @@ pdx_status_t pdx_layout_unpack(const msgpack_object *o, struct pdx_kv_layout *l,
 		return PDX_ENOMEM;
 	}
 	for (uint32_t i = 0; i < t.layers; i++) {
-		if (unpack_base(&bases->via.array.ptr[i], t.tensors, &t.layer[i]) ||
-		    pdx_mp_obj_u64(&strides->via.array.ptr[i],
-				   &t.layer[i].block_stride)) {
-			snprintf(err, errlen, "layout: layer %u base or stride malformed",
-				 i);
+		const char *bad = NULL;
+
+		if (unpack_base(&bases->via.array.ptr[i], t.tensors, &t.layer[i]))
+			bad = "bases";
+		else if (pdx_mp_obj_u64(&strides->via.array.ptr[i],
+					&t.layer[i].block_stride))
+			bad = "strides";
+		if (bad) {
+			snprintf(err, errlen, "layout.%s[%u]: %s", bad, i,
+				 bad[0] == 'b' ? "want [[region, offset]] per tensor"
+					       : "want an int");
 			free(t.layer);
 			return PDX_EINVAL;
 		}

@@ -144,6 +144,10 @@ def engine_link():
     c["peer_dies"] = b"\2" + reg + eng(send()) + hi + want() + \
         eng({"op": "layer_done", "layer": 0, "xfers": [X1]}) + rec(5)
     c["reregister"] = b"\0" + reg + eng(recv()) + reg
+    c["duplicate_blocks"] = b"\0" + reg + eng(recv(blocks=(4, 5, 4)))
+    c["send_skip_all"] = b"\1" + reg + eng(send()) + hi + \
+        want(skip=4) + eng({"op": "token", "xfer": X1, "token": 9}) + \
+        layers_done()
     return c
 
 
