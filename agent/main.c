@@ -446,11 +446,13 @@ static void agent_stop(struct agent *a)
 		pdx_ucx_progress(a->ucx, 0);
 	staged_free(a);
 	gpu_free(a->gpu);
-	event_free(a->engine_ev);
-	event_free(a->peer_ev);
-	event_free(a->ucx_ev);
-	event_free(a->sig_int);
-	event_free(a->sig_term);
+	/* libevent's event_free() is not NULL-safe; a start that failed
+	 * (a port in use) made only some */
+	struct event *evs[] = {a->engine_ev, a->peer_ev, a->ucx_ev, a->sig_int,
+			       a->sig_term};
+	for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
+		if (evs[i])
+			event_free(evs[i]);
 	if (a->engine_sock)
 		zmq_close(a->engine_sock);
 	if (a->peer_sock)

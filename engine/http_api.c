@@ -100,6 +100,20 @@ static void get_info(struct pdx_http_api *api, struct evhttp_request *req)
 	json_decref(o);
 }
 
+/* Ready to serve: with an agent, only while the agent is there (a
+ * proxy's health checks then route around this engine). /live is the
+ * process alone. */
+static void get_health(struct pdx_http_api *api, struct evhttp_request *req)
+{
+	char why[PDX_REASON_MAX + 32];
+
+	if (api->p.link &&
+	    pdx_kv_link_status(api->p.link, why, sizeof(why)) != PDX_OK)
+		pdx__http_error(api, req, 503, "service_unavailable", why);
+	else
+		reply(req, 200, "text/plain", NULL);
+}
+
 static void route(struct evhttp_request *req, void *arg)
 {
 	struct pdx_http_api *api = arg;
@@ -118,6 +132,8 @@ static void route(struct evhttp_request *req, void *arg)
 	else if (get && strcmp(path, "/v1/models") == 0)
 		get_models(api, req);
 	else if (get && strcmp(path, "/health") == 0)
+		get_health(api, req);
+	else if (get && strcmp(path, "/live") == 0)
 		reply(req, 200, "text/plain", NULL);
 	else if (get && strcmp(path, "/v1/pdx/info") == 0)
 		get_info(api, req);
