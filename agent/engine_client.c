@@ -8,11 +8,24 @@
  * by a stale "registered" much later, except when the agent got it but
  * answered too late; pdx_engine_register() drains such leftovers first.
  *
+ * The link's own liveness. ZMTP heartbeats (liveness_ms / 4 apart, a
+ * connection whose pings go unanswered for the rest of liveness_ms is
+ * closed) and a socket monitor tell us when the agent goes away: its
+ * process exits (the ipc connection closes at once) or stops answering
+ * (the heartbeat closes it). Either way every transfer announced on the
+ * link and not yet ended fails at once with PDX_EPEER, by an event made
+ * here, and what the agent may still say about those transfers later is
+ * dropped: each announced transfer ends in exactly one event, agent or no
+ * agent. The client tracks the transfers in flight for that.
+ *
  * An agent that restarts (same address) has forgotten the registration.
- * A socket monitor counts the link's connections: the first call that
- * talks to the agent after a new one registers again (the same message,
- * waited for like pdx_engine_register()), so the restarted agent serves
- * the engine's next transfer instead of failing it "not registered".
+ * The monitor also reports each connection whose handshake completed: the
+ * first call after one (pdx_engine_next_event() included, which the fd
+ * wakes for it) registers again, the same message waited for like
+ * pdx_engine_register(), so the restarted agent serves the engine's next
+ * transfer instead of failing it "not registered". Until then
+ * announcements fail at once with PDX_EPEER and
+ * pdx_engine_link_status() says why.
  */
 #define PDX_LOG_TOPIC "engine"
 
@@ -20,6 +33,9 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+#include <uthash.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,20 +48,36 @@
 
 #define PROTOCOL_VERSION 1
 #define DEFAULT_TIMEOUT_MS 10000
+#define DEFAULT_LIVENESS_MS 1000
 #define EVENT_QUEUE_MAX (1u << 20) /* events parked during register */
 #define RCV_HWM 100000
 #define SND_HWM 100000 /* a full queue means a stuck agent, not a burst */
 #define SHM_NAME_MAX 255           /* NAME_MAX for shm_open() */
 
+/* A transfer announced on the link whose event has not come yet. */
+struct live_xfer {
+	struct pdx_xfer_id id;
+	uint64_t t_first_ns; /* announced */
+	UT_hash_handle hh;
+};
+
 struct pdx_engine {
 	void *ctx;
 	void *sock;
 	int timeout_ms;
+	int liveness_ms;
 	uint32_t xfer_timeout_ms;
 	void *mon;         /* PAIR: the socket monitor's connection events */
+	int efd;           /* epoll over both sockets' ZMQ_FDs: pdx_engine_fd() */
 	void *reg;         /* the last accepted register message, to resend */
 	size_t reg_len;
 	char peer[PDX_ADDR_MAX]; /* what that register answered */
+	bool up;           /* a connection's handshake completed, not lost since */
+	bool registered;   /* that connection carries our register */
+	uint64_t down_ns;  /* when the link was lost (0: never was) */
+	uint64_t relink_ns; /* the last try to register again */
+	char why_down[PDX_REASON_MAX];
+	struct live_xfer *live; /* announced, their event still to come */
 	/* FIFO of events that arrived while register waited for its answer */
 	struct pdx_engine_event *q;
 	size_t q_cap;
@@ -125,6 +157,110 @@ static bool queue_pop(struct pdx_engine *e, struct pdx_engine_event *ev)
 	return true;
 }
 
+/* ---- transfers in flight ---- */
+
+static bool live_has(struct pdx_engine *e, const struct pdx_xfer_id *x)
+{
+	struct live_xfer *t;
+
+	HASH_FIND(hh, e->live, x->b, sizeof(x->b), t);
+	return t != NULL;
+}
+
+static pdx_status_t live_add(struct pdx_engine *e, const struct pdx_xfer_id *x)
+{
+	struct live_xfer *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return PDX_ENOMEM;
+	t->id = *x;
+	t->t_first_ns = pdx_now_ns();
+	HASH_ADD(hh, e->live, id.b, sizeof(t->id.b), t);
+	return PDX_OK;
+}
+
+/* Takes x off the transfers in flight; false when it was not there. */
+static bool live_take(struct pdx_engine *e, const struct pdx_xfer_id *x)
+{
+	struct live_xfer *t;
+
+	HASH_FIND(hh, e->live, x->b, sizeof(x->b), t);
+	if (!t)
+		return false;
+	HASH_DEL(e->live, t);
+	free(t);
+	return true;
+}
+
+/* ---- the link's liveness ---- */
+
+/* The agent went away: every transfer in flight fails now, by an event
+ * of ours (the agent's own about them, if it ever comes, is dropped). */
+static void link_lost(struct pdx_engine *e)
+{
+	struct live_xfer *t, *tmp;
+	unsigned n = 0;
+
+	e->up = false;
+	e->registered = false;
+	e->down_ns = pdx_now_ns();
+	snprintf(e->why_down, sizeof(e->why_down),
+		 "the link to the agent was lost (the agent exited, restarted "
+		 "or did not answer heartbeats for %d ms)",
+		 e->liveness_ms);
+	HASH_ITER(hh, e->live, t, tmp)
+	{
+		struct pdx_engine_event ev = {
+		    .xfer = t->id,
+		    .kind = PDX_EVENT_FAILED,
+		    .status = PDX_EPEER,
+		    .t_first_ns = t->t_first_ns,
+		    .t_last_ns = e->down_ns,
+		    .first_token = -1,
+		};
+
+		snprintf(ev.reason, sizeof(ev.reason), "%s", e->why_down);
+		if (queue_push(e, &ev))
+			log_error("event queue full: an event was lost");
+		HASH_DEL(e->live, t);
+		free(t);
+		n++;
+	}
+	log_warn("%s; %u transfers in flight failed", e->why_down, n);
+}
+
+/* Reads the link's monitor: a connection whose handshake completed
+ * brings the link up (not registered on it yet), a closed one takes it
+ * down. */
+static void link_watch(struct pdx_engine *e)
+{
+	for (;;) {
+		zmq_msg_t msg;
+		int more = 0;
+		size_t sz = sizeof(more);
+		uint16_t ev = 0;
+
+		zmq_msg_init(&msg);
+		if (zmq_msg_recv(&msg, e->mon, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&msg);
+			if (errno == EINTR)
+				continue;
+			return;
+		}
+		if (zmq_msg_size(&msg) >= sizeof(ev))
+			memcpy(&ev, zmq_msg_data(&msg), sizeof(ev));
+		if (zmq_getsockopt(e->mon, ZMQ_RCVMORE, &more, &sz) == 0 && more)
+			zmq_msg_recv(&msg, e->mon, 0); /* the endpoint */
+		zmq_msg_close(&msg);
+		if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+			e->up = true;
+			e->registered = false;
+		} else if (ev == ZMQ_EVENT_DISCONNECTED && e->up) {
+			link_lost(e);
+		}
+	}
+}
+
 /* ---- the socket ---- */
 
 /* Sends one frame. register waits up to timeout_ms for room (or a
@@ -168,14 +304,16 @@ static pdx_status_t send_frame(struct pdx_engine *e, const void *buf, size_t len
 
 static void relink(struct pdx_engine *e);
 
-/* Every message but register: after a reconnection, register first. */
+/* Every message but register: after a reconnection, register first;
+ * while the agent is away (or has not taken our register again), fail at
+ * once. */
 static pdx_status_t send_out(struct pdx_engine *e, struct pdx_mp_out *o)
 {
-	pdx_status_t st;
+	pdx_status_t st = PDX_EPEER;
 
 	relink(e);
-	st = send_frame(e, o->buf.data, o->buf.size, false);
-
+	if (!e->reg || (e->up && e->registered))
+		st = send_frame(e, o->buf.data, o->buf.size, false);
 	pdx_mp_out_free(o);
 	return st;
 }
@@ -261,8 +399,9 @@ enum msg_kind { MSG_SKIP, MSG_EVENT, MSG_OTHER };
 /* Classifies a received frame. For "event" fills *ev; for anything else
  * that parses, leaves the parsed message in *up (caller destroys) and the op
  * in op. */
-static enum msg_kind classify(zmq_msg_t *msg, msgpack_unpacked *up, char *op,
-			      size_t oplen, struct pdx_engine_event *ev)
+static enum msg_kind classify(struct pdx_engine *e, zmq_msg_t *msg,
+			      msgpack_unpacked *up, char *op, size_t oplen,
+			      struct pdx_engine_event *ev)
 {
 	if (pdx_mp_parse(zmq_msg_data(msg), zmq_msg_size(msg), up, op, oplen)) {
 		log_warn("skipped a malformed message from the agent (%zu bytes)",
@@ -274,6 +413,11 @@ static enum msg_kind classify(zmq_msg_t *msg, msgpack_unpacked *up, char *op,
 			log_warn("skipped a malformed event from the agent");
 			return MSG_SKIP;
 		}
+		/* its transfer already ended here (the link was lost) */
+		if (!live_take(e, &ev->xfer)) {
+			log_debug("dropped an event for a transfer not in flight");
+			return MSG_SKIP;
+		}
 		return MSG_EVENT;
 	}
 	return MSG_OTHER;
@@ -281,11 +425,33 @@ static enum msg_kind classify(zmq_msg_t *msg, msgpack_unpacked *up, char *op,
 
 /* ---- the API ---- */
 
+/* One fd for the engine's loop: readable when either socket (messages,
+ * or the monitor's connection events) may have something. */
+static int watch_both(struct pdx_engine *e)
+{
+	void *socks[2] = {e->sock, e->mon};
+
+	e->efd = epoll_create1(EPOLL_CLOEXEC);
+	if (e->efd < 0)
+		return -1;
+	for (int i = 0; i < 2; i++) {
+		struct epoll_event ev = {.events = EPOLLIN};
+		int fd = -1;
+		size_t sz = sizeof(fd);
+
+		if (zmq_getsockopt(socks[i], ZMQ_FD, &fd, &sz) ||
+		    epoll_ctl(e->efd, EPOLL_CTL_ADD, fd, &ev))
+			return -1;
+	}
+	return 0;
+}
+
 pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 				struct pdx_engine **out)
 {
 	struct pdx_engine *e;
 	int linger = 0, immediate = 1, hwm = RCV_HWM, shwm = SND_HWM;
+	int hb_ivl, hb_timeout;
 	char mon[64];
 
 	if (!out)
@@ -293,12 +459,20 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 	*out = NULL;
 	if (!params || !params->agent || !params->agent[0] ||
 	    strnlen(params->agent, PDX_ADDR_MAX) >= PDX_ADDR_MAX ||
-	    params->timeout_ms < 0)
+	    params->timeout_ms < 0 || params->liveness_ms < 0)
 		return PDX_EINVAL;
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return PDX_ENOMEM;
+	e->efd = -1;
 	e->timeout_ms = params->timeout_ms ? params->timeout_ms : DEFAULT_TIMEOUT_MS;
+	e->liveness_ms =
+	    params->liveness_ms ? params->liveness_ms : DEFAULT_LIVENESS_MS;
+	/* a ping every quarter; one unanswered for the rest closes the link */
+	hb_ivl = e->liveness_ms / 4 ? e->liveness_ms / 4 : 1;
+	hb_timeout = e->liveness_ms - hb_ivl ? e->liveness_ms - hb_ivl : 1;
+	snprintf(e->why_down, sizeof(e->why_down),
+		 "no connection to the agent at %s yet", params->agent);
 	e->xfer_timeout_ms = params->xfer_timeout_ms;
 	e->ctx = zmq_ctx_new();
 	if (!e->ctx) {
@@ -310,7 +484,10 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 	    zmq_setsockopt(e->sock, ZMQ_LINGER, &linger, sizeof(linger)) ||
 	    zmq_setsockopt(e->sock, ZMQ_IMMEDIATE, &immediate, sizeof(immediate)) ||
 	    zmq_setsockopt(e->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm)) ||
-	    zmq_setsockopt(e->sock, ZMQ_SNDHWM, &shwm, sizeof(shwm))) {
+	    zmq_setsockopt(e->sock, ZMQ_SNDHWM, &shwm, sizeof(shwm)) ||
+	    zmq_setsockopt(e->sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof(hb_ivl)) ||
+	    zmq_setsockopt(e->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout,
+			   sizeof(hb_timeout))) {
 		log_error("engine socket: %s", zmq_strerror(errno));
 		pdx_engine_free(e);
 		return PDX_EIO;
@@ -319,9 +496,16 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 	e->mon = zmq_socket(e->ctx, ZMQ_PAIR);
 	if (!e->mon ||
 	    zmq_setsockopt(e->mon, ZMQ_LINGER, &linger, sizeof(linger)) ||
-	    zmq_socket_monitor(e->sock, mon, ZMQ_EVENT_CONNECTED) ||
+	    zmq_socket_monitor(e->sock, mon,
+			       ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+				   ZMQ_EVENT_DISCONNECTED) ||
 	    zmq_connect(e->mon, mon)) {
 		log_error("engine socket monitor: %s", zmq_strerror(errno));
+		pdx_engine_free(e);
+		return PDX_EIO;
+	}
+	if (watch_both(e)) {
+		log_error("engine link fd: %s", strerror(errno));
 		pdx_engine_free(e);
 		return PDX_EIO;
 	}
@@ -338,6 +522,8 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 
 void pdx_engine_free(struct pdx_engine *e)
 {
+	struct live_xfer *t, *tmp;
+
 	if (!e)
 		return;
 	if (e->mon)
@@ -348,6 +534,13 @@ void pdx_engine_free(struct pdx_engine *e)
 	}
 	if (e->ctx)
 		zmq_ctx_term(e->ctx);
+	if (e->efd >= 0)
+		close(e->efd);
+	HASH_ITER(hh, e->live, t, tmp)
+	{
+		HASH_DEL(e->live, t);
+		free(t);
+	}
 	free(e->q);
 	free(e->reg);
 	free(e);
@@ -412,7 +605,7 @@ static pdx_status_t drain_to_queue(struct pdx_engine *e)
 			return PDX_EIO;
 		if (rc == 0)
 			return PDX_OK;
-		switch (classify(&msg, &up, op, sizeof(op), &ev)) {
+		switch (classify(e, &msg, &up, op, sizeof(op), &ev)) {
 		case MSG_EVENT:
 			if (queue_push(e, &ev))
 				log_error("event queue full: an event was lost");
@@ -465,35 +658,6 @@ static int register_answer(const msgpack_object *m, const char *op,
 	return 0;
 }
 
-/* Connections of the link made since the last call (the monitor's
- * ZMQ_EVENT_CONNECTED: two frames each, the event and the endpoint). */
-static int new_connections(struct pdx_engine *e)
-{
-	int n = 0;
-
-	for (;;) {
-		zmq_msg_t msg;
-		int more = 0;
-		size_t sz = sizeof(more);
-		uint16_t ev = 0;
-
-		zmq_msg_init(&msg);
-		if (zmq_msg_recv(&msg, e->mon, ZMQ_DONTWAIT) < 0) {
-			zmq_msg_close(&msg);
-			if (errno == EINTR)
-				continue;
-			return n;
-		}
-		if (zmq_msg_size(&msg) >= sizeof(ev))
-			memcpy(&ev, zmq_msg_data(&msg), sizeof(ev));
-		if (zmq_getsockopt(e->mon, ZMQ_RCVMORE, &more, &sz) == 0 && more)
-			zmq_msg_recv(&msg, e->mon, 0); /* the endpoint */
-		zmq_msg_close(&msg);
-		if (ev == ZMQ_EVENT_CONNECTED)
-			n++;
-	}
-}
-
 /* Sends a packed register and waits for its answer; events that come
  * meanwhile are queued. */
 static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
@@ -508,9 +672,6 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 		st = send_frame(e, buf, len, true);
 	if (st != PDX_OK)
 		return st;
-	/* the connection the register went out on is the current one (the
-	 * socket sends only on a completed connection, reported before) */
-	new_connections(e);
 	for (;;) {
 		zmq_pollitem_t it = { e->sock, 0, ZMQ_POLLIN, 0 };
 		struct pdx_engine_event ev;
@@ -534,7 +695,7 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 			continue;
 		}
 		rc = 0;
-		switch (classify(&msg, &up, op, sizeof(op), &ev)) {
+		switch (classify(e, &msg, &up, op, sizeof(op), &ev)) {
 		case MSG_SKIP:
 			break;
 		case MSG_EVENT:
@@ -550,6 +711,10 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 		zmq_msg_close(&msg);
 		if (!rc)
 			continue;
+		/* the handshake of the connection the register went out on was
+		 * reported long before its answer came: it carries our register */
+		link_watch(e);
+		e->registered = st == PDX_OK && e->up;
 		if (st == PDX_OK && peer_addr) {
 			if (strlen(e->peer) >= peer_addr_len)
 				return PDX_ETOOBIG;
@@ -566,14 +731,22 @@ static void relink(struct pdx_engine *e)
 	char was[PDX_ADDR_MAX];
 	pdx_status_t st;
 
-	if (!e->reg || new_connections(e) == 0)
+	link_watch(e);
+	if (!e->reg || !e->up || e->registered)
 		return;
+	/* a refusal is not asked again at every call: once per liveness */
+	if (pdx_now_ns() - e->relink_ns < (uint64_t)e->liveness_ms * 1000000ULL)
+		return;
+	e->relink_ns = pdx_now_ns();
 	log_info("the agent link connected again: registering again");
 	memcpy(was, e->peer, sizeof(was));
 	st = register_exchange(e, e->reg, e->reg_len, NULL, 0);
-	if (st != PDX_OK)
+	if (st != PDX_OK) {
 		log_error("registering again: %s", pdx_status_str(st));
-	else if (strcmp(was, e->peer) != 0)
+		snprintf(e->why_down, sizeof(e->why_down),
+			 "the agent is back but registering again failed: %s",
+			 pdx_status_str(st));
+	} else if (strcmp(was, e->peer) != 0)
 		log_warn("the agent's peer address is now %s (was %s)", e->peer,
 			 was);
 }
@@ -657,10 +830,13 @@ static pdx_status_t announce(struct pdx_engine *e, const char *op,
 			     bool with_skip, uint32_t skip_tokens)
 {
 	struct pdx_mp_out o;
+	pdx_status_t st;
 
 	if (!e || !xfer || !peer_ok(peer) || !blocks || n_blocks == 0 ||
 	    n_blocks > UINT32_MAX)
 		return PDX_EINVAL;
+	if (live_has(e, xfer))
+		return PDX_EEXIST; /* the one in flight goes on */
 	pdx_mp_out_init(&o);
 	msgpack_pack_map(&o.pk, 4 + (with_skip ? 1 : 0) +
 					(e->xfer_timeout_ms ? 1 : 0));
@@ -672,7 +848,15 @@ static pdx_status_t announce(struct pdx_engine *e, const char *op,
 		pdx_mp_kv_u64(&o.pk, "skip_tokens", skip_tokens);
 	if (e->xfer_timeout_ms)
 		pdx_mp_kv_u64(&o.pk, "timeout_ms", e->xfer_timeout_ms);
-	return send_out(e, &o);
+	st = live_add(e, xfer);
+	if (st != PDX_OK) {
+		pdx_mp_out_free(&o);
+		return st;
+	}
+	st = send_out(e, &o);
+	if (st != PDX_OK)
+		live_take(e, xfer);
+	return st;
 }
 
 pdx_status_t pdx_engine_send(struct pdx_engine *e, const struct pdx_xfer_id *xfer,
@@ -776,12 +960,28 @@ pdx_status_t pdx_engine_abort_at(struct pdx_engine *e,
 
 int pdx_engine_fd(const struct pdx_engine *e)
 {
-	int fd = -1;
-	size_t sz = sizeof(fd);
+	return e ? e->efd : -1;
+}
 
-	if (!e || zmq_getsockopt(e->sock, ZMQ_FD, &fd, &sz))
-		return -1;
-	return fd;
+pdx_status_t pdx_engine_link_status(const struct pdx_engine *e, char *reason,
+				    size_t reason_len)
+{
+	uint64_t ago_ms;
+
+	if (!e)
+		return PDX_EINVAL;
+	if (e->up && (e->registered || !e->reg))
+		return PDX_OK;
+	if (reason && reason_len) {
+		if (e->up || !e->down_ns) {
+			snprintf(reason, reason_len, "%s", e->why_down);
+		} else {
+			ago_ms = (pdx_now_ns() - e->down_ns) / 1000000;
+			snprintf(reason, reason_len, "%s, %llu ms ago",
+				 e->why_down, (unsigned long long)ago_ms);
+		}
+	}
+	return PDX_EPEER;
 }
 
 pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
@@ -805,7 +1005,7 @@ pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
 			return PDX_EIO;
 		if (rc == 0)
 			return PDX_EAGAIN;
-		k = classify(&msg, &up, op, sizeof(op), ev);
+		k = classify(e, &msg, &up, op, sizeof(op), ev);
 		if (k == MSG_OTHER)
 			log_debug("ignored \"%s\" from the agent", op);
 		msgpack_unpacked_destroy(&up);
@@ -825,7 +1025,8 @@ pdx_status_t pdx_engine_wait_event(struct pdx_engine *e, int timeout_ms,
 	if (timeout_ms >= 0)
 		deadline = pdx_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
 	for (;;) {
-		zmq_pollitem_t it = { e->sock, 0, ZMQ_POLLIN, 0 };
+		zmq_pollitem_t it[2] = {{e->sock, 0, ZMQ_POLLIN, 0},
+					{e->mon, 0, ZMQ_POLLIN, 0}};
 		pdx_status_t st = pdx_engine_next_event(e, ev);
 		int left = -1;
 
@@ -836,7 +1037,7 @@ pdx_status_t pdx_engine_wait_event(struct pdx_engine *e, int timeout_ms,
 			if (left == 0)
 				return PDX_ETIMEDOUT;
 		}
-		if (zmq_poll(&it, 1, left) < 0 && errno != EINTR) {
+		if (zmq_poll(it, 2, left) < 0 && errno != EINTR) {
 			log_error("poll agent socket: %s", zmq_strerror(errno));
 			return PDX_EIO;
 		}

@@ -1,5 +1,5 @@
 /* The evhttp server: binding, routing, errors, and the routes that only
- * read state (/v1/models, /health, /metrics, /v1/pdx/info). */
+ * read state (/v1/models, /health, /live, /metrics, /v1/pdx/info). */
 #define PDX_LOG_TOPIC "http"
 #include "engine/http_internal.h"
 
@@ -111,12 +111,26 @@ static void get_info(struct pdx_http_api *api, struct evhttp_request *req)
 	json_decref(o);
 }
 
+/* Ready to serve: with an agent, only while the agent is there (a
+ * proxy's health checks then route around this engine). /live is the
+ * process alone. */
+static void get_health(struct pdx_http_api *api, struct evhttp_request *req)
+{
+	char why[PDX_REASON_MAX + 32];
+
+	if (api->p.link &&
+	    pdx_kv_link_status(api->p.link, why, sizeof(why)) != PDX_OK)
+		pdx_http_send_error(req, 503, "service_unavailable", why);
+	else
+		reply(req, 200, "text/plain", NULL);
+}
+
 /* The methods a known path takes (its Allow), NULL for an unknown one. */
 static const char *route_allow(const char *path)
 {
 	static const char *const posts[] = {"/v1/completions",
 					    "/v1/chat/completions"};
-	static const char *const gets[] = {"/v1/models", "/health",
+	static const char *const gets[] = {"/v1/models", "/health", "/live",
 					   "/v1/pdx/info", "/metrics"};
 
 	for (size_t i = 0; i < sizeof(posts) / sizeof(*posts); i++)
@@ -149,6 +163,8 @@ static void route(struct evhttp_request *req, void *arg)
 	else if (get && strcmp(path, "/v1/models") == 0)
 		get_models(api, req);
 	else if (get && strcmp(path, "/health") == 0)
+		get_health(api, req);
+	else if (get && strcmp(path, "/live") == 0)
 		reply(req, 200, "text/plain", NULL);
 	else if (get && strcmp(path, "/v1/pdx/info") == 0)
 		get_info(api, req);

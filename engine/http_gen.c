@@ -340,6 +340,7 @@ static int kv_setup(struct pdx__gen_call *c, struct pdx_oai_req *r,
 	struct pdx_http_api *api = c->api;
 	bool recv = r->kv.role == PDX_KV_RECV;
 	const char *bad = NULL;
+	char why[PDX_REASON_MAX + 32];
 
 	if (!api->p.link)
 		bad = "kv_transfer_params: this engine has no --agent";
@@ -352,6 +353,12 @@ static int kv_setup(struct pdx__gen_call *c, struct pdx_oai_req *r,
 		if (api->p.link && r->kv.remote_agent[0])
 			pdx_kv_link_abort_at(api->p.link, &r->kv.xfer,
 					     r->kv.remote_agent);
+		return -1;
+	}
+	/* no compute for a transfer that cannot happen: the proxy tries
+	 * another instance (a 503 is retried) */
+	if (pdx_kv_link_status(api->p.link, why, sizeof(why)) != PDX_OK) {
+		pdx__http_error(api, c->req, 503, "service_unavailable", why);
 		return -1;
 	}
 	c->kv = pdx__kv_new(api, &r->kv, r->n_prompt);

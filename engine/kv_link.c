@@ -8,9 +8,15 @@
 
 #include "common/log.h"
 
+/* While the agent is away, the link is read this often even if its fd
+ * stays quiet, so a registration the agent refused is tried again. */
+#define AWAY_POLL_MS 250
+
 struct pdx_kv_link {
 	struct pdx_engine *e;
 	struct event *ev; /* the link's fd, persistent */
+	struct event *away_poll; /* persistent, AWAY_POLL_MS */
+	bool away; /* as last seen, for the log */
 	LIST_HEAD(, pdx_kv_waiter) waiters;
 	char peer[PDX_ADDR_MAX];
 };
@@ -26,6 +32,21 @@ static struct pdx_kv_waiter *find(struct pdx_kv_link *l,
 			return w;
 	}
 	return NULL;
+}
+
+/* Logs the link going away and coming back, once each. */
+static void note_state(struct pdx_kv_link *l)
+{
+	char why[PDX_REASON_MAX + 32];
+	bool away = pdx_engine_link_status(l->e, why, sizeof(why)) != PDX_OK;
+
+	if (away && !l->away)
+		log_error("the agent is away: %s; transfers are refused until "
+			  "it is back",
+			  why);
+	else if (!away && l->away)
+		log_info("the agent is back, the KV pool registered again");
+	l->away = away;
 }
 
 /* Drains every queued event (the fd is edge-triggered). */
@@ -47,6 +68,15 @@ static void on_events(evutil_socket_t fd, short what, void *arg)
 		w->active = false;
 		w->cb(w->arg, &ev);
 	}
+	note_state(l);
+}
+
+static void on_away_poll(evutil_socket_t fd, short what, void *arg)
+{
+	struct pdx_kv_link *l = arg;
+
+	if (l->away)
+		on_events(-1, EV_READ, l);
 }
 
 /* After any call of the API: events it queued are read from the loop. */
@@ -60,6 +90,7 @@ pdx_status_t pdx_kv_link_new(struct event_base *base, const char *addr,
 			     char *err, size_t errlen)
 {
 	struct pdx_engine_params ep = {.agent = addr};
+	struct timeval away_tv = {0, AWAY_POLL_MS * 1000};
 	struct pdx_kv_link *l = calloc(1, sizeof(*l));
 	pdx_status_t st;
 
@@ -82,7 +113,9 @@ pdx_status_t pdx_kv_link_new(struct event_base *base, const char *addr,
 	}
 	l->ev = event_new(base, pdx_engine_fd(l->e), EV_READ | EV_PERSIST,
 			  on_events, l);
-	if (!l->ev || event_add(l->ev, NULL)) {
+	l->away_poll = event_new(base, -1, EV_PERSIST, on_away_poll, l);
+	if (!l->ev || event_add(l->ev, NULL) || !l->away_poll ||
+	    event_add(l->away_poll, &away_tv)) {
 		st = PDX_ENOMEM;
 		snprintf(err, errlen, "out of memory");
 		goto fail;
@@ -107,8 +140,16 @@ void pdx_kv_link_free(struct pdx_kv_link *l)
 	}
 	if (l->ev)
 		event_free(l->ev);
+	if (l->away_poll)
+		event_free(l->away_poll);
 	pdx_engine_free(l->e);
 	free(l);
+}
+
+pdx_status_t pdx_kv_link_status(const struct pdx_kv_link *l, char *reason,
+				size_t reason_len)
+{
+	return pdx_engine_link_status(l->e, reason, reason_len);
 }
 
 const char *pdx_kv_link_peer(const struct pdx_kv_link *l)

@@ -45,6 +45,13 @@ pdx_status_t pdx_kv_link_new(struct event_base *base, const char *addr,
 /* Closes the link; the waiters left get no callback. NULL-safe. */
 void pdx_kv_link_free(struct pdx_kv_link *l);
 
+/* PDX_OK while the agent is there with our pool registered; PDX_EPEER
+ * while it is away (its death or hang is noticed within the link's
+ * liveness bound, every transfer in flight then fails), with why in
+ * reason. The link registers again by itself when the agent is back. */
+pdx_status_t pdx_kv_link_status(const struct pdx_kv_link *l, char *reason,
+				size_t reason_len);
+
 /* The agent's peer address: the one the other side of a transfer needs. */
 const char *pdx_kv_link_peer(const struct pdx_kv_link *l);
 

@@ -9,17 +9,25 @@
  * arrives later as an event. When the agent is away (dead, restarting)
  * they fail at once with PDX_EPEER. After the agent restarted (the link
  * connected again), the next call registers again first, as the last
- * pdx_engine_register() did, and waits for that answer (bounded). Events are read with pdx_engine_next_event();
+ * pdx_engine_register() did, and waits for that answer (bounded).
+ *
+ * Liveness: the link notices its agent's death (its connection closes)
+ * at once and a hung agent (heartbeats unanswered) within liveness_ms;
+ * every transfer in flight then fails at once with PDX_EPEER, and
+ * pdx_engine_link_status() says the agent is away, and why, until it is
+ * back and registered again.
+ *
+ * Events are read with pdx_engine_next_event();
  * pdx_engine_fd() becomes readable when events may be waiting. Like
  * ZeroMQ's own fd it is edge-triggered: after it fires, and after any call
  * of this API (which may read the socket and queue events), call
  * pdx_engine_next_event() until it returns PDX_EAGAIN before sleeping on
  * the fd again.
  *
- * Every announced transfer ends in exactly one event while the agent lives;
- * an engine should still bound its own wait (the agent may die). Transfer
- * ids must be unique: announcing an id that is in flight fails it with
- * PDX_EEXIST.
+ * Every announced transfer ends in exactly one event, the agent's or, when
+ * the link is lost, one made here. Transfer ids must be unique: announcing
+ * an id that is in flight returns PDX_EEXIST and sends nothing (the one in
+ * flight goes on).
  */
 #ifndef PDX_ENGINE_H
 #define PDX_ENGINE_H
@@ -81,6 +89,7 @@ struct pdx_engine_params {
 	const char *agent;     /* the agent's engine address, ipc://... */
 	int timeout_ms;        /* bound on synchronous calls; 0 = 10000 */
 	uint32_t xfer_timeout_ms; /* per transfer; 0 = the agent's default */
+	int liveness_ms;       /* a hung agent is noticed within; 0 = 1000 */
 };
 
 enum pdx_event_kind {
@@ -178,8 +187,17 @@ pdx_status_t pdx_engine_abort_at(struct pdx_engine *e,
 				 const struct pdx_xfer_id *xfer,
 				 const char *peer);
 
-/* Readable (edge-triggered) when events may be waiting. */
+/* Readable (edge-triggered) when events may be waiting, or the link's
+ * state may have changed. */
 int pdx_engine_fd(const struct pdx_engine *e);
+
+/* PDX_OK when the agent is there and holds our registration (or nothing
+ * was registered yet); PDX_EPEER while it is away or not registered
+ * again yet, with why (and since when) in reason. The state as of the
+ * last call that read the link (pdx_engine_next_event() and every
+ * announcement do); never waits. */
+pdx_status_t pdx_engine_link_status(const struct pdx_engine *e, char *reason,
+				    size_t reason_len);
 
 /* Takes the next event; PDX_EAGAIN when there is none now. */
 pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
