@@ -644,6 +644,15 @@ static int register_answer(const msgpack_object *m, const char *op,
 		return 1;
 	}
 	if (strcmp(op, "error") == 0) {
+		char refused[32];
+
+		/* an answer to something else (older agents name nothing) */
+		if (!pdx_mp_get_str(m, "refused", refused, sizeof(refused)) &&
+		    strcmp(refused, "register") != 0) {
+			log_debug("register: ignored an error about \"%s\"",
+				  refused);
+			return 0;
+		}
 		if (get_str_trunc(m, "reason", reason, sizeof(reason)))
 			snprintf(reason, sizeof(reason), "(no reason)");
 		if (pdx_mp_get_i64(m, "status", &status) || status >= 0 ||
@@ -712,9 +721,11 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 		if (!rc)
 			continue;
 		/* the handshake of the connection the register went out on was
-		 * reported long before its answer came: it carries our register */
+		 * reported long before its answer came: it carries our register
+		 * (a refused one leaves the agent's as it was) */
 		link_watch(e);
-		e->registered = st == PDX_OK && e->up;
+		if (st == PDX_OK)
+			e->registered = e->up;
 		if (st == PDX_OK && peer_addr) {
 			if (strlen(e->peer) >= peer_addr_len)
 				return PDX_ETOOBIG;

@@ -1,8 +1,9 @@
 /* dup_engine_msgs: an engine that says things twice (docs/protocol.md,
  * section 1).
- *  - send or recv announced twice: the repeat is no announcement (it is
- *    answered "error", which the engine client drops) and the transfer
- *    itself goes on, byte-exact, with its one event on each side;
+ *  - send or recv announced twice: the engine client refuses the repeat
+ *    (PDX_EEXIST, nothing sent; an agent that still gets one answers it
+ *    "error": tests/integ/engine_link.py) and the transfer itself goes
+ *    on, byte-exact, with its one event on each side;
  *  - every layer_done twice, the repeats out of order: byte-exact, one
  *    event each;
  *  - hold twice, then recv: byte-exact;
@@ -26,9 +27,12 @@ static void twice_announced(struct h_env *env)
 	h_plan(env, x, 1, 6, 0, true);
 	h_prepare(env, x, 1);
 	h_post_recv(env, x, 1);
-	h_post_recv(env, x, 1);
+	CHECK_EQ(pdx_engine_recv(env->d.eng, &x->id, env->p.peer, x->dst, x->n,
+				 x->skip_tokens),
+		 PDX_EEXIST, "recv of an id in flight: EEXIST, nothing sent");
 	h_post_send(env, x, 1);
-	h_post_send(env, x, 1);
+	CHECK_EQ(pdx_engine_send(env->p.eng, &x->id, env->d.peer, x->src, x->n),
+		 PDX_EEXIST, "send of an id in flight: EEXIST, nothing sent");
 	CHECK(h_quiet(&env->d, &x->id, 300) == 0 &&
 		      h_quiet(&env->p, &x->id, 0) == 0,
 	      "announced twice: no event for the repeat");

@@ -178,7 +178,7 @@ int main(int argc, char **argv)
 	struct pdx_engine_params ep = { 0 };
 	struct pdx_engine *e = NULL, *lonely = NULL;
 	struct pdx_engine_event ev;
-	struct pdx_xfer_id x, x42;
+	struct pdx_xfer_id x, x42, xr;
 	struct pdx_shm_pool pool;
 	struct pdx_engine_region cuda = { .type = PDX_MEM_CUDA, .size = 1 << 20,
 					  .cuda_device = -1 };
@@ -203,6 +203,7 @@ int main(int argc, char **argv)
 		return 1;
 	memset(&x42, 0x42, sizeof(x42));
 	pdx_xfer_id_random(&x);
+	pdx_xfer_id_random(&xr);
 
 	/* argument checks */
 	CHECK(pdx_engine_connect(&ep, &e) == PDX_EINVAL && !e,
@@ -294,6 +295,17 @@ int main(int argc, char **argv)
 	} else {
 		CHECK(false, "the fake agent got the register");
 	}
+	CHECK(pdx_engine_next_event(e, &ev) == PDX_EAGAIN,
+	      "events for a transfer never announced here are dropped: each "
+	      "announced transfer ends in exactly one event");
+	/* the same again with x42 announced: its event is kept */
+	CHECK(pdx_engine_recv(e, &x42, "tcp://peer:9", blocks, 3, 0) == PDX_OK,
+	      "recv of x42 posts");
+	count++;
+	st = pdx_engine_register(e, &pool.layout, &pool.region, 1, peer,
+				 sizeof(peer));
+	count++;
+	CHECK_EQ(st, PDX_OK);
 	st = pdx_engine_next_event(e, &ev);
 	CHECK(st == PDX_OK && ev.kind == PDX_EVENT_RECEIVED &&
 		      !memcmp(&ev.xfer, &x42, sizeof(x42)) && ev.bytes == 4096 &&
@@ -368,7 +380,15 @@ int main(int argc, char **argv)
 	} else {
 		CHECK(false, "the fake agent got the send");
 	}
-	CHECK(pdx_engine_recv(e, &x, "tcp://peer:9", blocks, 3, 4) == PDX_OK,
+	{
+		int before = n_msgs;
+
+		CHECK(pdx_engine_recv(e, &x, "tcp://peer:9", blocks, 3, 4) ==
+				  PDX_EEXIST &&
+			      n_msgs == before,
+		      "an id in flight announced again: EEXIST, nothing sent");
+	}
+	CHECK(pdx_engine_recv(e, &xr, "tcp://peer:9", blocks, 3, 4) == PDX_OK,
 	      "recv posts");
 	count++;
 	if (last_message(count, &up, op) == 0) {

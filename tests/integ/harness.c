@@ -459,6 +459,22 @@ int h_wait(struct h_side *s, const struct pdx_xfer_id *id, int timeout_ms,
 	}
 }
 
+int h_link_up(struct h_side *s, int timeout_ms)
+{
+	uint64_t deadline = pdx_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+
+	while (pdx_engine_link_status(s->eng, NULL, 0) != PDX_OK) {
+		struct pdx_engine_event e;
+
+		if (pdx_now_ns() >= deadline)
+			return -1;
+		/* reading the link is what registers again */
+		if (pdx_engine_wait_event(s->eng, 20, &e) == PDX_OK)
+			keep(s, &e);
+	}
+	return 0;
+}
+
 int h_quiet(struct h_side *s, const struct pdx_xfer_id *id, int ms)
 {
 	struct pdx_engine_event ev;

@@ -101,6 +101,11 @@ int h_post_send(struct h_env *env, const struct h_xfer *x, size_t count);
 int h_layer_done(struct h_env *env, uint32_t layer, const struct h_xfer *x,
 		 size_t count);
 
+/* Until s's engine link is up and registered (after its agent stalled or
+ * restarted), reading events meanwhile (kept for h_wait); -1 after
+ * timeout_ms. */
+int h_link_up(struct h_side *s, int timeout_ms);
+
 /* Waits up to timeout_ms for the event about id on side s; 0 and *ev when
  * it came, -1 on timeout. Events about other transfers are kept. */
 int h_wait(struct h_side *s, const struct pdx_xfer_id *id, int timeout_ms,
