@@ -355,9 +355,15 @@ static int kv_setup(struct pdx__gen_call *c, struct pdx_oai_req *r,
 					     r->kv.remote_agent);
 		return -1;
 	}
-	/* no compute for a transfer that cannot happen: the proxy tries
-	 * another instance (a 503 is retried) */
+	/* No compute for a transfer that cannot happen: the proxy tries
+	 * another instance (a 503 is retried). A decode request that may
+	 * recompute its prefill does so at once instead. */
 	if (pdx_kv_link_status(api->p.link, why, sizeof(why)) != PDX_OK) {
+		if (recv && r->kv.recompute) {
+			log_warn("%s: %s; prefilling here (recompute)",
+				 r->kv.xfer_hex, why);
+			return 0;
+		}
 		pdx__http_error(api, c->req, 503, "service_unavailable", why);
 		return -1;
 	}

@@ -2,7 +2,8 @@
 # --on-transfer-failure: the decode agent dies; behind a proxy with
 # `recompute` the decode engine prefills the request itself and the client
 # gets the colocated engine's text; behind one with the default `fail` the
-# client gets a clear 500. The prefill side frees the KV it held for the
+# client gets a clear 503 (the decode engine refuses a transfer its agent
+# cannot make, before any compute). The prefill side frees the KV it held for the
 # dead agent once that agent is silent.
 #   proxy_recompute.sh PDX_ENGINE PDX_AGENT PDX_PROXY
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -28,8 +29,8 @@ kill9 agent_d
 got=$(text "$PORT_XR" "$prompt" 9)
 [ "$got" = "$want" ] || fail "recompute: '$got', want '$want'"
 PORT=$PORT_XF post /v1/completions "{\"prompt\": \"$prompt\", \"max_tokens\": 9}" >/dev/null
-status_is 500 "fail: the decode agent is dead"
-grep -q "KV transfer" "$E2E_TMP/body" || fail "fail: unclear error: $(cat "$E2E_TMP/body")"
+status_is 503 "fail: the decode agent is dead"
+grep -q "link to the agent was lost" "$E2E_TMP/body" || fail "fail: unclear error: $(cat "$E2E_TMP/body")"
 # the prefill side frees what it held for the dead agent
 blocks_free "$PORT_P" "$PORT_D"
 for name in XR XF P D C agent_p; do
