@@ -89,6 +89,9 @@ static void get_metrics(struct pdx_http_api *api, struct evhttp_request *req)
 	g.waiting = ss.waiting;
 	g.kv_total = bs.total;
 	g.kv_free = bs.free;
+	g.has_agent = api->p.link != NULL;
+	g.agent_up = g.has_agent &&
+		     pdx_kv_link_status(api->p.link, NULL, 0) == PDX_OK;
 	if (!b || pdx_metrics_render(api->p.metrics, &g, b)) {
 		evhttp_send_error(req, 500, "out of memory");
 	} else {

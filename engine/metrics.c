@@ -79,6 +79,11 @@ int pdx_metrics_render(const struct pdx_engine_metrics *m,
 	err |=
 	    family(out, "pdx_engine_kv_blocks_used", "gauge",
 		   "KV blocks held by requests.", mo, g->kv_total - g->kv_free);
+	if (g->has_agent)
+		err |= family(out, "pdx_engine_agent_up", "gauge",
+			      "1 while the engine's pdx-agent is there with its "
+			      "KV pool registered, 0 while it is away.",
+			      mo, g->agent_up);
 	err |=
 	    family(out, "pdx_engine_prompt_tokens_total", "counter",
 		   "Prompt tokens of requests accepted.", mo, m->prompt_tokens);

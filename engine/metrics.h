@@ -7,6 +7,7 @@
 #ifndef PDX_ENGINE_METRICS_H
 #define PDX_ENGINE_METRICS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <event2/buffer.h>
@@ -31,6 +32,8 @@ struct pdx_metrics_gauges {
 	const char *model;
 	uint32_t running, waiting;
 	uint32_t kv_total, kv_free;
+	bool has_agent; /* --agent given: agent_up is reported */
+	bool agent_up;  /* its agent is there with our pool registered */
 };
 
 /* Counts one time to first token, in seconds. */

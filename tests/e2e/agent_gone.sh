@@ -132,6 +132,8 @@ gone() {
 		fail "$n's /health 503 does not say why: $(cat "$T/health.body")"
 	[ "$detect" -le $DETECT_MS ] ||
 		fail "$n noticed its agent's death after $detect ms (bound $DETECT_MS)"
+	[ "$(val "$(port "$n")" "$(e agent_up)")" = 0 ] ||
+		fail "$n's pdx_engine_agent_up is not 0 with its agent dead"
 
 	# the request in flight ends, whole or with a clear error
 	until [ -f "$out" ]; do
@@ -173,6 +175,8 @@ EOF
 		sleep 0.01
 	done
 	ready_ms=$(ms_since "$t0")
+	[ "$(val "$(port "$n")" "$(e agent_up)")" = 1 ] ||
+		fail "$n's pdx_engine_agent_up is not 1 with its agent back"
 	settle 2 "$PORT_X/pdx_proxy_instance_healthy{$(instance "$n")}=1" ||
 		fail "the proxy does not take $n back"
 	for _ in 1 2 3 4; do

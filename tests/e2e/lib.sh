@@ -26,7 +26,12 @@ cleanup() {
 	[ -n "$ENGINE_PID" ] && wait "$ENGINE_PID" 2>/dev/null
 	for p in $E2E_PIDS; do kill "$p" 2>/dev/null; done
 	for p in $E2E_PIDS; do wait "$p" 2>/dev/null; done
-	rm -rf "$E2E_TMP"
+	# E2E_KEEP=1: the logs stay, for a failure's post-mortem
+	if [ -n "${E2E_KEEP:-}" ]; then
+		echo "logs kept in $E2E_TMP" >&2
+	else
+		rm -rf "$E2E_TMP"
+	fi
 }
 trap cleanup EXIT
 
