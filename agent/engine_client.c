@@ -192,6 +192,17 @@ static bool live_take(struct pdx_engine *e, const struct pdx_xfer_id *x)
 	return true;
 }
 
+/* An event read while something else is awaited, for a later
+ * pdx_engine_next_event(); one for a transfer no longer in flight here
+ * (the link was lost, its event made here) is dropped. */
+static void keep_event(struct pdx_engine *e, const struct pdx_engine_event *ev)
+{
+	if (!live_take(e, &ev->xfer))
+		log_debug("dropped an event for a transfer not in flight");
+	else if (queue_push(e, ev))
+		log_error("event queue full: an event was lost");
+}
+
 /* ---- the link's liveness ---- */
 
 /* The agent went away: every transfer in flight fails now, by an event
@@ -399,9 +410,8 @@ enum msg_kind { MSG_SKIP, MSG_EVENT, MSG_OTHER };
 /* Classifies a received frame. For "event" fills *ev; for anything else
  * that parses, leaves the parsed message in *up (caller destroys) and the op
  * in op. */
-static enum msg_kind classify(struct pdx_engine *e, zmq_msg_t *msg,
-			      msgpack_unpacked *up, char *op, size_t oplen,
-			      struct pdx_engine_event *ev)
+static enum msg_kind classify(zmq_msg_t *msg, msgpack_unpacked *up, char *op,
+			      size_t oplen, struct pdx_engine_event *ev)
 {
 	if (pdx_mp_parse(zmq_msg_data(msg), zmq_msg_size(msg), up, op, oplen)) {
 		log_warn("skipped a malformed message from the agent (%zu bytes)",
@@ -411,11 +421,6 @@ static enum msg_kind classify(struct pdx_engine *e, zmq_msg_t *msg,
 	if (strcmp(op, "event") == 0) {
 		if (parse_event(&up->data, ev)) {
 			log_warn("skipped a malformed event from the agent");
-			return MSG_SKIP;
-		}
-		/* its transfer already ended here (the link was lost) */
-		if (!live_take(e, &ev->xfer)) {
-			log_debug("dropped an event for a transfer not in flight");
 			return MSG_SKIP;
 		}
 		return MSG_EVENT;
@@ -605,10 +610,9 @@ static pdx_status_t drain_to_queue(struct pdx_engine *e)
 			return PDX_EIO;
 		if (rc == 0)
 			return PDX_OK;
-		switch (classify(e, &msg, &up, op, sizeof(op), &ev)) {
+		switch (classify(&msg, &up, op, sizeof(op), &ev)) {
 		case MSG_EVENT:
-			if (queue_push(e, &ev))
-				log_error("event queue full: an event was lost");
+			keep_event(e, &ev);
 			break;
 		case MSG_OTHER:
 			log_debug("dropped a stale \"%s\" from the agent", op);
@@ -704,12 +708,11 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 			continue;
 		}
 		rc = 0;
-		switch (classify(e, &msg, &up, op, sizeof(op), &ev)) {
+		switch (classify(&msg, &up, op, sizeof(op), &ev)) {
 		case MSG_SKIP:
 			break;
 		case MSG_EVENT:
-			if (queue_push(e, &ev))
-				log_error("event queue full: an event was lost");
+			keep_event(e, &ev);
 			break;
 		case MSG_OTHER:
 			rc = register_answer(&up.data, op, e->peer,
@@ -1016,13 +1019,15 @@ pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
 			return PDX_EIO;
 		if (rc == 0)
 			return PDX_EAGAIN;
-		k = classify(e, &msg, &up, op, sizeof(op), ev);
+		k = classify(&msg, &up, op, sizeof(op), ev);
 		if (k == MSG_OTHER)
 			log_debug("ignored \"%s\" from the agent", op);
 		msgpack_unpacked_destroy(&up);
 		zmq_msg_close(&msg);
-		if (k == MSG_EVENT)
+		if (k == MSG_EVENT && live_take(e, &ev->xfer))
 			return PDX_OK;
+		if (k == MSG_EVENT)
+			log_debug("dropped an event for a transfer not in flight");
 	}
 }
 

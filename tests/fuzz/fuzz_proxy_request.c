@@ -95,8 +95,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (pdx_oai_params_check(c.body, json_object_get(c.body, "messages"),
 				 &f)) {
-		json_t *e = pdx_proxy_error_obj(400, "invalid_request_error",
-						f.message);
+		json_t *e = pdx_http_error_obj(400, "invalid_request_error",
+					       f.param, f.message);
 
 		if (!e || !f.param[0] ||
 		    strnlen(f.param, sizeof(f.param)) == sizeof(f.param))
