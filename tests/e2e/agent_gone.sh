@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# Agents killed and NOT restarted (docs/reliability.md, the fault matrix's
-# "killed and not restarted" rows). Two prefill (P0, P1) and two decode
-# (D0, D1) engines, each with its agent, behind pdx-proxy (concurrent
-# flow, health checks every 200 ms, one retry). For the agent of a
-# prefill and then of a decode instance:
+# Agents and engines killed and NOT restarted (docs/reliability.md, the
+# fault matrix's "killed and not restarted" rows). Two prefill (P0, P1)
+# and two decode (D0, D1) engines, each with its agent, behind pdx-proxy
+# (concurrent flow, health checks every 200 ms, one retry). For the agent
+# of a prefill and of a decode instance, then for the engines themselves:
 #  * a long streamed request is under way (P's agent pushed layer 1), and
-#    the agent of the instance that holds its KV is SIGKILLed;
-#  * that engine's /health says 503 with the reason within DETECT_MS;
+#    the agent (or the engine) of the instance that holds its KV is
+#    SIGKILLed;
+#  * within DETECT_MS that engine's /health says 503 with the reason (a
+#    dead agent), or the proxy has taken the instance out of rotation (a
+#    dead engine);
 #  * the request in flight ends within BOUND_MS (its text, or a clear
 #    error);
+#  * within SETTLE_MS of that request's end no surviving engine holds a
+#    KV block or runs a request;
 #  * from DETECT_MS after the kill on, every request through the proxy
 #    gets the colocated engine's text (the others serve them);
-#  * within SETTLE_MS of that request's end no engine holds a KV block
-#    or runs a request;
-#  * the agent started again on the same address: its engine is ready
-#    again by itself (no restart of the engine), the proxy takes it back
-#    within a health interval, and it serves requests again.
+#  * the agent (engine) started again on the same address: the engine is
+#    ready again by itself (after an agent's death, without a restart of
+#    the engine), the proxy takes it back within a health interval, and
+#    it serves requests again.
 # One Markdown table row per case:
 #   GONE | D agent SIGKILL | detected 12 ms | in flight: 200 after 2100 ms | after the bound: 0 of 6 failed | blocks held: 0 (idle after 410 ms) | back: ready 220 ms, serving
 #   agent_gone.sh PDX_ENGINE PDX_AGENT PDX_PROXY
@@ -90,10 +94,11 @@ want_long=$(text "$PORT_C" "$long" 100) || fail "colocated text"
 want_short=$(text "$PORT_C" "$short" 12) || fail "colocated text"
 ENGINES="P0 P1 D0 D1"
 
-idle_checks() {
+idle_checks() { # [NAME]: every engine but NAME
 	local n
-	for n in $ENGINES; do engine_idle "$n"; done
+	for n in $ENGINES; do [ "$n" != "${1:-}" ] && engine_idle "$n"; done
 }
+healthy() { val "$PORT_X" "pdx_proxy_instance_healthy{$(instance "$1")}"; }
 # holder P|D: the instance of that role holding KV blocks now, if any.
 holder() {
 	local n
@@ -102,10 +107,10 @@ holder() {
 	done
 }
 
-# gone ROLE: one case (P or D); prints its GONE row.
+# gone ROLE agent|engine: one case (P or D); prints its GONE row.
 gone() {
-	local role=$1 out=$T/r.json marks=() t0 n a detect end outcome bad=0 k got
-	local idle_ms ready_ms served0 client ended_ms
+	local role=$1 what=$2 out=$T/r.json marks=() t0 n a detect end outcome bad=0 k got
+	local idle_ms ready_ms served0 client ended_ms survivors_of=
 	rm -f "$out" "$out.tokens"
 	for k in p0 p1; do marks+=("$(grep -c '' "$T/$k.log")"); done
 	$PY "$E2E_DIR/client.py" stream "$PORT_X" "$long" 100 "$out" &
@@ -119,21 +124,32 @@ gone() {
 	n=$(holder "$role")
 	[ -n "$n" ] || fail "$role: no $role instance holds the request's KV"
 	a=$(echo "$n" | tr PD pd)
-	kill9 "$a"
-	t0=$(date +%s%N)
-
-	# its engine says so
-	until [ "$(health "$n")" = 503 ]; do
-		[ "$(ms_since "$t0")" -lt 5000 ] || fail "$n's /health still 200 5 s after its agent died"
-		sleep 0.01
-	done
-	detect=$(ms_since "$t0")
-	grep -q 'link to the agent was lost' "$T/health.body" ||
-		fail "$n's /health 503 does not say why: $(cat "$T/health.body")"
+	if [ "$what" = agent ]; then
+		kill9 "$a"
+		t0=$(date +%s%N)
+		# its engine says so
+		until [ "$(health "$n")" = 503 ]; do
+			[ "$(ms_since "$t0")" -lt 5000 ] || fail "$n's /health still 200 5 s after its agent died"
+			sleep 0.01
+		done
+		detect=$(ms_since "$t0")
+		grep -q 'link to the agent was lost' "$T/health.body" ||
+			fail "$n's /health 503 does not say why: $(cat "$T/health.body")"
+		[ "$(val "$(port "$n")" "$(e agent_up)")" = 0 ] ||
+			fail "$n's pdx_engine_agent_up is not 0 with its agent dead"
+	else
+		kill9 "$n"
+		t0=$(date +%s%N)
+		survivors_of=$n
+		# the proxy's health checks say so
+		until [ "$(healthy "$n")" = 0 ]; do
+			[ "$(ms_since "$t0")" -lt 5000 ] || fail "the proxy still takes $n 5 s after it died"
+			sleep 0.01
+		done
+		detect=$(ms_since "$t0")
+	fi
 	[ "$detect" -le $DETECT_MS ] ||
-		fail "$n noticed its agent's death after $detect ms (bound $DETECT_MS)"
-	[ "$(val "$(port "$n")" "$(e agent_up)")" = 0 ] ||
-		fail "$n's pdx_engine_agent_up is not 0 with its agent dead"
+		fail "$n's $what: its death noticed after $detect ms (bound $DETECT_MS)"
 
 	# the request in flight ends, whole or with a clear error
 	until [ -f "$out" ]; do
@@ -154,7 +170,7 @@ EOF
 	case $outcome in 200 | *error) ;; *) fail "$role: the request in flight ended $outcome" ;; esac
 
 	# no block held anywhere once it ended
-	settle $((SETTLE_MS / 1000)) $(idle_checks) ||
+	settle $((SETTLE_MS / 1000)) $(idle_checks $survivors_of) ||
 		fail "$role: engines not idle $SETTLE_MS ms after the request in flight ended"
 	idle_ms=$(ms_since "$t0")
 
@@ -167,29 +183,36 @@ EOF
 	[ $bad -eq 0 ] || fail "$role: $bad of $AFTER requests failed after the detection bound: $(tail -5 "$T/X.log")"
 
 	# back, by itself
-	served0=$(val "$(port "$n")" "$(e requests_finished_total)")
 	t0=$(date +%s%N)
-	start_agent "$a"
-	until [ "$(health "$n")" = 200 ]; do
-		[ "$(ms_since "$t0")" -lt 5000 ] || fail "$n not ready 5 s after its agent came back: $(cat "$T/health.body")"
-		sleep 0.01
-	done
+	if [ "$what" = agent ]; then
+		served0=$(val "$(port "$n")" "$(e requests_finished_total)")
+		start_agent "$a"
+		until [ "$(health "$n")" = 200 ]; do
+			[ "$(ms_since "$t0")" -lt 5000 ] || fail "$n not ready 5 s after its agent came back: $(cat "$T/health.body")"
+			sleep 0.01
+		done
+	else
+		served0=0
+		start_engine "$n" "$([ "$role" = P ] && echo prefill || echo decode)"
+	fi
 	ready_ms=$(ms_since "$t0")
 	[ "$(val "$(port "$n")" "$(e agent_up)")" = 1 ] ||
 		fail "$n's pdx_engine_agent_up is not 1 with its agent back"
 	settle 2 "$PORT_X/pdx_proxy_instance_healthy{$(instance "$n")}=1" ||
 		fail "the proxy does not take $n back"
 	for _ in 1 2 3 4; do
-		got=$($PY "$E2E_DIR/client.py" text "$PORT_X" "$short" 12) || fail "$role: after the agent came back: no answer"
-		[ "$got" = "$want_short" ] || fail "$role: after the agent came back: '$got'"
+		got=$($PY "$E2E_DIR/client.py" text "$PORT_X" "$short" 12) || fail "$role: after the $what came back: no answer"
+		[ "$got" = "$want_short" ] || fail "$role: after the $what came back: '$got'"
 	done
 	[ "$(val "$(port "$n")" "$(e requests_finished_total)")" -gt "$served0" ] ||
-		fail "$n served nothing after its agent came back"
-	echo "GONE | $role agent SIGKILL | detected $detect ms | in flight: $outcome after $ended_ms ms | after the bound: $bad of $AFTER failed | blocks held: 0 (idle after $idle_ms ms) | back: ready $ready_ms ms, serving"
+		fail "$n served nothing after its $what came back"
+	echo "GONE | $role $what SIGKILL | detected $detect ms | in flight: $outcome after $ended_ms ms | after the bound: $bad of $AFTER failed | blocks held: 0 (idle after $idle_ms ms) | back: ready $ready_ms ms, serving"
 }
 
-gone P
-gone D
+gone P agent
+gone D agent
+gone P engine
+gone D engine
 settle 5 $(idle_checks) || fail "engines not idle at the end"
 for n in X C P0 P1 D0 D1 p0 p1 d0 d1; do named_stop $n; done
-echo "all agent-gone cases passed"
+echo "all killed-and-not-restarted cases passed"
