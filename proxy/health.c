@@ -2,8 +2,10 @@
 #define PDX_LOG_TOPIC "health"
 #include "proxy/health.h"
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <jansson.h>
 #include <event2/keyvalq_struct.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,29 @@ static void probe_free(struct pdx_probe *pr)
 	free(pr);
 }
 
+/* Why a check failed, for the log: the status and the error JSON's
+ * message (pdx-engine says why it is not ready, e.g. its agent is away). */
+static void failure_reason(struct evhttp_request *req, int status, char *out,
+			   size_t len)
+{
+	struct evbuffer *b = req ? evhttp_request_get_input_buffer(req) : NULL;
+	size_t n = b ? evbuffer_get_length(b) : 0;
+	const char *msg = NULL;
+	json_t *j = NULL;
+
+	if (!status) {
+		snprintf(out, len, "no answer in time");
+		return;
+	}
+	if (n && n < 4096)
+		j = json_loadb((const char *)evbuffer_pullup(b, -1), n, 0, NULL);
+	msg = json_string_value(
+	    json_object_get(json_object_get(j, "error"), "message"));
+	snprintf(out, len, "%d%s%.200s", status, msg ? ": " : "",
+		 msg ? msg : "");
+	json_decref(j);
+}
+
 /* A check ended: req NULL or a status other than 200 is a failure. It
  * may run inside evhttp_make_request() (no socket), so it only counts. */
 static void on_done(struct evhttp_request *req, void *arg)
@@ -38,19 +63,22 @@ static void on_done(struct evhttp_request *req, void *arg)
 	struct pdx_inst *i = pr->inst;
 	int status = req ? evhttp_request_get_response_code(req) : 0;
 	bool ok = status == 200;
+	char why[256];
 
 	pr->busy = false;
 	if (!pdx_pool_health(i, ok, pr->h->down_after, pr->h->up_after))
 		return;
-	if (i->unhealthy)
+	if (i->unhealthy) {
+		failure_reason(req, status, why, sizeof(why));
 		log_warn("%s instance %s unhealthy: %u health checks failed in "
 			 "a row (last: %s); it gets no new requests",
 			 pdx_pool_role_name(i->role), i->url, i->health_fails,
-			 status ? "not 200" : "no answer in time");
-	else
+			 why);
+	} else {
 		log_info("%s instance %s healthy again after %u checks; "
 			 "re-admitted",
 			 pdx_pool_role_name(i->role), i->url, i->health_oks);
+	}
 }
 
 static void probe_send(struct pdx_probe *pr)

@@ -182,6 +182,10 @@ EOF
 	done
 	[ $bad -eq 0 ] || fail "$role: $bad of $AFTER requests failed after the detection bound: $(tail -5 "$T/X.log")"
 
+	# the proxy's log says why it left rotation
+	[ "$what" = engine ] || grep -q "instance http://127.0.0.1:$(port "$n") unhealthy: .*503: the link to the agent was lost" "$T/X.log" ||
+		fail "the proxy's log does not say why $n is unhealthy: $(grep unhealthy "$T/X.log" | tail -2)"
+
 	# back, by itself
 	t0=$(date +%s%N)
 	if [ "$what" = agent ]; then
