@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One side's refusal ends the other side's leg at once (issue 14, item 2):
 #  * in each flow (concurrent, sequential, early-callback) a request the
-#    decode engine refuses (max_tokens 0, a long prompt, which the
-#    prefill engine computes as max_tokens 1) frees the prefill engine's
+#    decode engine refuses (streamed with continuous usage stats, which
+#    vLLM allows, so the proxy sends it on, and pdx-engine does not
+#    implement; the prefill leg carries no stream_options, so the
+#    prefill engine computes its long prompt) frees the prefill engine's
 #    KV blocks within a second, long before the lease (3 s) would; two of
 #    them in a row leave room for the next valid request, which is served
 #    at once (before: it queued behind KV nobody would take, and got a 500
@@ -50,8 +52,10 @@ req() {
 import json, sys, time, urllib.request, urllib.error
 port, n, tmo = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 b = {"prompt": " ".join(["w"] * 500), "max_tokens": n}
-if len(sys.argv) > 4:
+if len(sys.argv) > 4 and sys.argv[4]:
     b["kv_transfer_params"] = json.loads(sys.argv[4])
+if len(sys.argv) > 5:
+    b.update(json.loads(sys.argv[5]))
 r = urllib.request.Request("http://127.0.0.1:%s/v1/completions" % port,
     data=json.dumps(b).encode(), headers={"Content-Type": "application/json"})
 t0 = time.monotonic()
@@ -78,14 +82,18 @@ p_free() {
 	echo $((($(date +%s%N) - t0) / 1000000))
 }
 
-# The sequential flow first: its first refusal reaches the prefill agent
-# as an abort before the two agents ever met (no handshake yet).
+# A request vLLM's rules allow (so the proxy sends it on) and only the
+# decode engine refuses: the prefill leg carries no stream_options, so the
+# prefill engine computes and keeps its KV for the transfer. The
+# sequential flow first: its first refusal reaches the prefill agent as
+# an abort before the two agents ever met.
+D_ONLY='{"stream": true, "stream_options": {"continuous_usage_stats": true}}'
 for x in XS XC XE; do
 	port=$(eval echo "\$PORT_$x")
 	for i in 1 2; do
-		read -r st ms _ body < <(req "$port" 0 10)
-		[ "$st" = 400 ] || fail "$x: max_tokens 0 answered $st: $body"
-		echo "$body" | $PY -c 'import json, sys; e = json.load(sys.stdin)["error"]; assert e["type"] == "invalid_request_error" and "max_tokens" in e["message"], e' ||
+		read -r st ms _ body < <(req "$port" 10 10 "" "$D_ONLY")
+		[ "$st" = 400 ] || fail "$x: a request only the decode engine refuses answered $st: $body"
+		echo "$body" | $PY -c 'import json, sys; e = json.load(sys.stdin)["error"]; assert e["type"] == "invalid_request_error" and e["param"] == "stream_options", e' ||
 			fail "$x: the refusal is not the decode engine's error: $body"
 		took=$(p_free 1000) ||
 			fail "$x: refusal $i: the prefill engine still holds $(val "$PORT_P" "$(e kv_blocks_used)") KV blocks 1 s after the decode engine refused (lease $LEASE_MS ms)"
