@@ -11,12 +11,16 @@
  * The link's own liveness. ZMTP heartbeats (liveness_ms / 4 apart, a
  * connection whose pings go unanswered for the rest of liveness_ms is
  * closed) and a socket monitor tell us when the agent goes away: its
- * process exits (the ipc connection closes at once) or stops answering
- * (the heartbeat closes it). Either way every transfer announced on the
- * link and not yet ended fails at once with PDX_EPEER, by an event made
- * here, and what the agent may still say about those transfers later is
- * dropped: each announced transfer ends in exactly one event, agent or no
- * agent. The client tracks the transfers in flight for that.
+ * process exits (the ipc connection closes at once) or freezes (stopped,
+ * a stuck host: the heartbeat closes it; ZeroMQ's own thread answers
+ * pings, so an agent whose loop is busy or stuck while its process runs
+ * is not "away"). Either way what the agent said before it went is read
+ * first, then every transfer announced on the link and not yet ended
+ * fails at once with PDX_EAGENT, by an event made here, and what the
+ * agent may still say about those transfers later is dropped: each
+ * announced transfer ends in exactly one event, agent or no agent. The
+ * client tracks the transfers in flight for that. Such a failure does
+ * not mean nobody touches the blocks any more (engine.h).
  *
  * An agent that restarts (same address) has forgotten the registration.
  * The monitor also reports each connection whose handshake completed: the
@@ -76,6 +80,7 @@ struct pdx_engine {
 	bool registered;   /* that connection carries our register */
 	uint64_t down_ns;  /* when the link was lost (0: never was) */
 	uint64_t relink_ns; /* the last try to register again */
+	bool registering;   /* that register is out, its answer to come */
 	char why_down[PDX_REASON_MAX];
 	struct live_xfer *live; /* announced, their event still to come */
 	/* FIFO of events that arrived while register waited for its answer */
@@ -167,16 +172,14 @@ static bool live_has(struct pdx_engine *e, const struct pdx_xfer_id *x)
 	return t != NULL;
 }
 
-static pdx_status_t live_add(struct pdx_engine *e, const struct pdx_xfer_id *x)
+/* Takes t (made by the caller before announcing x, so that nothing can
+ * fail after the announcement went out). */
+static void live_add(struct pdx_engine *e, struct live_xfer *t,
+		     const struct pdx_xfer_id *x)
 {
-	struct live_xfer *t = calloc(1, sizeof(*t));
-
-	if (!t)
-		return PDX_ENOMEM;
 	t->id = *x;
 	t->t_first_ns = pdx_now_ns();
 	HASH_ADD(hh, e->live, id.b, sizeof(t->id.b), t);
-	return PDX_OK;
 }
 
 /* Takes x off the transfers in flight; false when it was not there. */
@@ -203,6 +206,8 @@ static void keep_event(struct pdx_engine *e, const struct pdx_engine_event *ev)
 		log_error("event queue full: an event was lost");
 }
 
+static pdx_status_t drain_to_queue(struct pdx_engine *e);
+
 /* ---- the link's liveness ---- */
 
 /* The agent went away: every transfer in flight fails now, by an event
@@ -214,6 +219,7 @@ static void link_lost(struct pdx_engine *e)
 
 	e->up = false;
 	e->registered = false;
+	e->registering = false;
 	e->down_ns = pdx_now_ns();
 	snprintf(e->why_down, sizeof(e->why_down),
 		 "the link to the agent was lost (the agent exited, restarted "
@@ -224,7 +230,7 @@ static void link_lost(struct pdx_engine *e)
 		struct pdx_engine_event ev = {
 		    .xfer = t->id,
 		    .kind = PDX_EVENT_FAILED,
-		    .status = PDX_EPEER,
+		    .status = PDX_EAGENT,
 		    .t_first_ns = t->t_first_ns,
 		    .t_last_ns = e->down_ns,
 		    .first_token = -1,
@@ -266,7 +272,11 @@ static void link_watch(struct pdx_engine *e)
 		if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
 			e->up = true;
 			e->registered = false;
+			snprintf(e->why_down, sizeof(e->why_down),
+				 "the agent is back; registering again");
 		} else if (ev == ZMQ_EVENT_DISCONNECTED && e->up) {
+			/* what it said before it went still counts */
+			drain_to_queue(e);
 			link_lost(e);
 		}
 	}
@@ -595,8 +605,12 @@ static void pack_region(msgpack_packer *pk, const struct pdx_engine_region *r)
 	pdx_mp_kv_u64(pk, "size", r->size);
 }
 
-/* Takes whatever is already waiting: events go to the queue, anything else
- * (a late answer to an earlier register) is dropped. */
+static bool on_other(struct pdx_engine *e, const msgpack_object *m,
+		     const char *op, struct pdx_engine_event *ev);
+
+/* Takes whatever is already waiting: events go to the queue, and so does
+ * the event made of a refused announcement (on_other); anything else (a
+ * late answer to an earlier register) is dropped. */
 static pdx_status_t drain_to_queue(struct pdx_engine *e)
 {
 	for (;;) {
@@ -615,7 +629,8 @@ static pdx_status_t drain_to_queue(struct pdx_engine *e)
 			keep_event(e, &ev);
 			break;
 		case MSG_OTHER:
-			log_debug("dropped a stale \"%s\" from the agent", op);
+			if (on_other(e, &up.data, op, &ev) && queue_push(e, &ev))
+				log_error("event queue full: an event was lost");
 			break;
 		case MSG_SKIP:
 			break;
@@ -717,6 +732,9 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 		case MSG_OTHER:
 			rc = register_answer(&up.data, op, e->peer,
 					     sizeof(e->peer), &st);
+			if (!rc && on_other(e, &up.data, op, &ev) &&
+			    queue_push(e, &ev))
+				log_error("event queue full: an event was lost");
 			break;
 		}
 		msgpack_unpacked_destroy(&up);
@@ -738,31 +756,90 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 	}
 }
 
-/* Registers again on a new connection to the agent (it restarted): the
- * restarted agent has no registration, and would fail what we say next. */
-static void relink(struct pdx_engine *e)
+/* The answer to the register relink() sent again. */
+static void relinked(struct pdx_engine *e, pdx_status_t st, const char *was)
 {
-	char was[PDX_ADDR_MAX];
-	pdx_status_t st;
-
-	link_watch(e);
-	if (!e->reg || !e->up || e->registered)
-		return;
-	/* a refusal is not asked again at every call: once per liveness */
-	if (pdx_now_ns() - e->relink_ns < (uint64_t)e->liveness_ms * 1000000ULL)
-		return;
-	e->relink_ns = pdx_now_ns();
-	log_info("the agent link connected again: registering again");
-	memcpy(was, e->peer, sizeof(was));
-	st = register_exchange(e, e->reg, e->reg_len, NULL, 0);
+	e->registering = false;
 	if (st != PDX_OK) {
 		log_error("registering again: %s", pdx_status_str(st));
 		snprintf(e->why_down, sizeof(e->why_down),
 			 "the agent is back but registering again failed: %s",
 			 pdx_status_str(st));
-	} else if (strcmp(was, e->peer) != 0)
+		return;
+	}
+	e->registered = e->up;
+	log_info("registered again with the agent");
+	if (strcmp(was, e->peer) != 0)
 		log_warn("the agent's peer address is now %s (was %s)", e->peer,
 			 was);
+}
+
+/* A message that is not an event: the answer to a register sent again,
+ * or an error refusing an announcement, which ends that transfer (its one
+ * event, made here: true with *ev set). Anything else is dropped. */
+static bool on_other(struct pdx_engine *e, const msgpack_object *m,
+		     const char *op, struct pdx_engine_event *ev)
+{
+	char refused[16] = "", was[PDX_ADDR_MAX];
+	pdx_status_t st;
+	int64_t status;
+
+	if (e->registering) {
+		memcpy(was, e->peer, sizeof(was));
+		if (register_answer(m, op, e->peer, sizeof(e->peer), &st)) {
+			relinked(e, st, was);
+			return false;
+		}
+	}
+	if (strcmp(op, "error") != 0 ||
+	    pdx_mp_get_str(m, "refused", refused, sizeof(refused)) ||
+	    (strcmp(refused, "send") != 0 && strcmp(refused, "recv") != 0) ||
+	    pdx_mp_get_xfer(m, "xfer", &ev->xfer) || !live_has(e, &ev->xfer)) {
+		log_debug("ignored \"%s\" from the agent", op);
+		return false;
+	}
+	live_take(e, &ev->xfer);
+	ev->kind = PDX_EVENT_FAILED;
+	ev->status = pdx_mp_get_i64(m, "status", &status) || status >= 0 ||
+				 status < -100000
+			 ? PDX_EIO
+			 : (pdx_status_t)status;
+	ev->bytes = 0;
+	ev->t_first_ns = ev->t_last_ns = pdx_now_ns();
+	ev->first_token = -1;
+	if (get_str_trunc(m, "reason", ev->reason, sizeof(ev->reason)))
+		snprintf(ev->reason, sizeof(ev->reason), "refused by the agent");
+	return true;
+}
+
+/* Registers again on a new connection to the agent (it restarted): the
+ * restarted agent has no registration, and would fail what we say next.
+ * The register goes out without waiting (the engine's loop never waits
+ * for its agent); its answer is read like an event (on_other), until then
+ * announcements fail at once. */
+static void relink(struct pdx_engine *e)
+{
+	uint64_t now;
+
+	link_watch(e);
+	if (!e->reg || !e->up || e->registered)
+		return;
+	now = pdx_now_ns();
+	if (e->registering &&
+	    now - e->relink_ns < (uint64_t)e->timeout_ms * 1000000ULL)
+		return; /* its answer is to come */
+	if (e->registering)
+		log_warn("registering again: no answer in %d ms", e->timeout_ms);
+	/* a refusal is not asked again at every call: once per liveness */
+	else if (now - e->relink_ns < (uint64_t)e->liveness_ms * 1000000ULL)
+		return;
+	e->registering = false;
+	e->relink_ns = now;
+	if (drain_to_queue(e) != PDX_OK ||
+	    send_frame(e, e->reg, e->reg_len, false) != PDX_OK)
+		return;
+	log_info("the agent link connected again: registering again");
+	e->registering = true;
 }
 
 pdx_status_t pdx_engine_register(struct pdx_engine *e,
@@ -844,6 +921,7 @@ static pdx_status_t announce(struct pdx_engine *e, const char *op,
 			     bool with_skip, uint32_t skip_tokens)
 {
 	struct pdx_mp_out o;
+	struct live_xfer *t;
 	pdx_status_t st;
 
 	if (!e || !xfer || !peer_ok(peer) || !blocks || n_blocks == 0 ||
@@ -862,14 +940,19 @@ static pdx_status_t announce(struct pdx_engine *e, const char *op,
 		pdx_mp_kv_u64(&o.pk, "skip_tokens", skip_tokens);
 	if (e->xfer_timeout_ms)
 		pdx_mp_kv_u64(&o.pk, "timeout_ms", e->xfer_timeout_ms);
-	st = live_add(e, xfer);
-	if (st != PDX_OK) {
+	/* In flight only once it went out: send_out() may first find the
+	 * link lost, which fails what is in flight (and this must not be:
+	 * it fails here, by its return). */
+	t = calloc(1, sizeof(*t));
+	if (!t) {
 		pdx_mp_out_free(&o);
-		return st;
+		return PDX_ENOMEM;
 	}
 	st = send_out(e, &o);
-	if (st != PDX_OK)
-		live_take(e, xfer);
+	if (st == PDX_OK)
+		live_add(e, t, xfer);
+	else
+		free(t);
 	return st;
 }
 
@@ -1013,6 +1096,7 @@ pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
 		zmq_msg_t msg;
 		char op[32];
 		enum msg_kind k;
+		bool made;
 		int rc = recv_frame(e, &msg);
 
 		if (rc < 0)
@@ -1020,11 +1104,10 @@ pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
 		if (rc == 0)
 			return PDX_EAGAIN;
 		k = classify(&msg, &up, op, sizeof(op), ev);
-		if (k == MSG_OTHER)
-			log_debug("ignored \"%s\" from the agent", op);
+		made = k == MSG_OTHER && on_other(e, &up.data, op, ev);
 		msgpack_unpacked_destroy(&up);
 		zmq_msg_close(&msg);
-		if (k == MSG_EVENT && live_take(e, &ev->xfer))
+		if (made || (k == MSG_EVENT && live_take(e, &ev->xfer)))
 			return PDX_OK;
 		if (k == MSG_EVENT)
 			log_debug("dropped an event for a transfer not in flight");

@@ -18,6 +18,7 @@ const char *pdx_status_str(pdx_status_t s)
 	case PDX_ENOMEM: return "out of memory";
 	case PDX_EIO: return "i/o failure";
 	case PDX_ENOTREG: return "engine memory not registered";
+	case PDX_EAGENT: return "the engine's agent went away";
 	}
 	return "unknown status";
 }

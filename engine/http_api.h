@@ -46,6 +46,8 @@ struct pdx_http_api_params {
 	const char *agent;	  /* --agent, or NULL */
 	struct pdx_kv_link *link; /* the agent link, or NULL: none */
 	uint32_t kv_timeout_ms;	  /* bound on a transfer's wait */
+	uint32_t kv_quarantine_ms; /* blocks of a transfer failed because the
+				      agent went away, before their reuse */
 	uint32_t queue_timeout_ms; /* the scheduler's, for its 503 */
 };
 

@@ -380,7 +380,7 @@ static int kv_setup(struct pdx__gen_call *c, struct pdx_oai_req *r,
 	sink->recompute = r->kv.recompute;
 	sink->layer_done = recv ? NULL : on_layer_done;
 	sink->first_token = recv ? NULL : on_first_token;
-	sink->hold = recv ? NULL : on_hold;
+	sink->hold = on_hold; /* prefill: until sent; both: quarantine */
 	return 0;
 }
 

@@ -29,6 +29,7 @@ struct pdx__kv {
 	struct pdx_http_post *callback; /* prefill: to the metaserver */
 	bool call_gone;		    /* the request ended */
 	bool announced;		    /* to the agent (send or recv) */
+	bool quarantined;	    /* held blocks wait out kv_quarantine_ms */
 	pdx_status_t status;	    /* the transfer's failure, if any */
 	int64_t first_token;	    /* decode: the prefill's, -1: unknown */
 	uint64_t done_ns;	    /* when the transfer ended here */
@@ -51,12 +52,34 @@ static void kv_free(struct pdx__kv *k)
 	free(k);
 }
 
-static void arm_timer(struct pdx__kv *k)
+static void arm_timer(struct pdx__kv *k, uint32_t ms)
 {
-	uint32_t ms = k->api->p.kv_timeout_ms;
 	struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
 
 	evtimer_add(k->timer, &tv);
+}
+
+/* The transfer failed because our agent went away (PDX_EAGENT), but
+ * that does not mean nobody touches its blocks: an agent that only hung
+ * goes on when it resumes, and the peer agent may write into them
+ * (shared or GPU memory mapped straight) until it notices ours is gone
+ * (its --peer-timeout-ms). So they are held kv_quarantine_ms (seq: the
+ * request's, now ours; NULL: already held) and only then reused.
+ * False when there is no quarantine. */
+static bool quarantine(struct pdx__kv *k, struct pdx_kv_seq *seq)
+{
+	uint32_t ms = k->api->p.kv_quarantine_ms;
+
+	if (!ms)
+		return false;
+	if (seq)
+		k->held = seq;
+	k->quarantined = true;
+	arm_timer(k, ms);
+	log_info("%s: its KV blocks are held %u ms more: the agent went away, "
+		 "and it or its peer may still write them",
+		 k->p.xfer_hex, ms);
+	return true;
 }
 
 /* The transfer is over (event, timeout or a failed start). */
@@ -75,6 +98,8 @@ static void over(struct pdx__kv *k, pdx_status_t st, const char *reason)
 			pdx_sched_kv_ready(k->api->p.sched, k->sreq, st,
 					   k->first_token);
 	} else if (k->call_gone) {
+		if (st == PDX_EAGENT && k->held && quarantine(k, NULL))
+			return;
 		kv_free(k); /* its held blocks are free again */
 	}
 }
@@ -99,6 +124,15 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
 	struct pdx__kv *k = arg;
 
+	if (k->quarantined) {
+		/* nobody writes them any more: free again */
+		k->quarantined = false;
+		pdx_kv_seq_free(k->held);
+		k->held = NULL;
+		if (k->call_gone)
+			kv_free(k);
+		return;
+	}
 	pdx_kv_link_cancel(k->api->p.link, &k->w);
 	over(k, PDX_ETIMEDOUT, "no event in time (--kv-timeout-ms)");
 }
@@ -174,7 +208,7 @@ void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq)
 		return;
 	}
 	k->announced = true;
-	arm_timer(k);
+	arm_timer(k, k->api->p.kv_timeout_ms);
 	if (k->p.metaserver[0])
 		post_callback(k);
 }
@@ -203,6 +237,8 @@ void pdx__kv_first_token(struct pdx__kv *k, uint32_t token)
 
 bool pdx__kv_hold(struct pdx__kv *k, struct pdx_kv_seq *seq)
 {
+	if (k->status == PDX_EAGENT)
+		return quarantine(k, seq);
 	if (k->p.role != PDX_KV_SEND || !k->w.active)
 		return false;
 	k->held = seq;

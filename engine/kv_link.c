@@ -86,10 +86,12 @@ static void poke(struct pdx_kv_link *l)
 }
 
 pdx_status_t pdx_kv_link_new(struct event_base *base, const char *addr,
-			     struct pdx_kv_pool *pool, struct pdx_kv_link **out,
-			     char *err, size_t errlen)
+			     uint32_t liveness_ms, struct pdx_kv_pool *pool,
+			     struct pdx_kv_link **out, char *err,
+			     size_t errlen)
 {
-	struct pdx_engine_params ep = {.agent = addr};
+	struct pdx_engine_params ep = {.agent = addr,
+				       .liveness_ms = (int)liveness_ms};
 	struct timeval away_tv = {0, AWAY_POLL_MS * 1000};
 	struct pdx_kv_link *l = calloc(1, sizeof(*l));
 	pdx_status_t st;

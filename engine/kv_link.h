@@ -37,10 +37,12 @@ struct pdx_kv_waiter {
 
 /* Connects to the agent at addr (ipc://PATH) and registers the pool
  * (its memory, and its events when it lives on a GPU); waits for the
- * agent's answer (bounded). On failure writes the reason to err. */
+ * agent's answer (bounded). A hung agent is noticed within liveness_ms
+ * (engine.h). On failure writes the reason to err. */
 pdx_status_t pdx_kv_link_new(struct event_base *base, const char *addr,
-			     struct pdx_kv_pool *pool, struct pdx_kv_link **out,
-			     char *err, size_t errlen);
+			     uint32_t liveness_ms, struct pdx_kv_pool *pool,
+			     struct pdx_kv_link **out, char *err,
+			     size_t errlen);
 
 /* Closes the link; the waiters left get no callback. NULL-safe. */
 void pdx_kv_link_free(struct pdx_kv_link *l);

@@ -96,7 +96,8 @@ static int engine_start(struct engine *e)
 		return st == PDX_ENOENT ? 77 : 1;
 	}
 	if (e->o.agent) {
-		st = pdx_kv_link_new(e->base, e->o.agent, e->pool, &e->link,
+		st = pdx_kv_link_new(e->base, e->o.agent,
+				     e->o.agent_liveness_ms, e->pool, &e->link,
 				     err, sizeof(err));
 		if (st != PDX_OK) {
 			log_error("agent: %s", err);
@@ -119,6 +120,7 @@ static int engine_start(struct engine *e)
 	hp.agent = e->o.agent;
 	hp.link = e->link;
 	hp.kv_timeout_ms = e->o.kv_timeout_ms;
+	hp.kv_quarantine_ms = e->o.kv_quarantine_ms;
 	hp.queue_timeout_ms = e->o.queue_timeout_ms;
 	st = pdx_http_api_new(&hp, &e->http, err, sizeof(err));
 	if (st != PDX_OK) {

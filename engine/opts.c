@@ -29,6 +29,14 @@ void pdx_engine_opts_usage(FILE *f)
 "  --kv-timeout-ms N        bound on waiting for a transfer, decode side\n"
 "                           (received) and prefill side (sent); default\n"
 "                           30000\n"
+"  --agent-liveness-ms N    a hung agent is noticed within N ms (a dead\n"
+"                           one at once); default 1000\n"
+"  --kv-quarantine-ms N     the blocks of a transfer that failed because\n"
+"                           the agent went away are reused only after N\n"
+"                           ms (the agent, if only hung, or its peer may\n"
+"                           still write them until the peer notices:\n"
+"                           keep it above the agents' --peer-timeout-ms);\n"
+"                           default 6000\n"
 "  --kv-blocks N            KV pool size in blocks (default: enough for\n"
 "                           16384 tokens; tiny: 4096 blocks, 8 MiB;\n"
 "                           llama3-8b: 1024 blocks, 2 GiB)\n"
@@ -68,6 +76,8 @@ enum {
 	O_LOG_LEVEL,
 	O_AGENT,
 	O_KV_TIMEOUT,
+	O_AGENT_LIVENESS,
+	O_KV_QUARANTINE,
 	O_KV_DEVICE,
 	O_QUEUE_TIMEOUT,
 	O_HELP,
@@ -88,6 +98,8 @@ static const struct option long_opts[] = {
     {"log-level", required_argument, 0, O_LOG_LEVEL},
     {"agent", required_argument, 0, O_AGENT},
     {"kv-timeout-ms", required_argument, 0, O_KV_TIMEOUT},
+    {"agent-liveness-ms", required_argument, 0, O_AGENT_LIVENESS},
+    {"kv-quarantine-ms", required_argument, 0, O_KV_QUARANTINE},
     {"kv-device", required_argument, 0, O_KV_DEVICE},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
@@ -222,6 +234,12 @@ static int parse_one(int c, const char *arg, struct pdx_engine_opts *o,
 	case O_KV_TIMEOUT:
 		return parse_u32("kv-timeout-ms", arg, 1, 3600000,
 				 &o->kv_timeout_ms, err, errlen);
+	case O_AGENT_LIVENESS:
+		return parse_u32("agent-liveness-ms", arg, 4, 600000,
+				 &o->agent_liveness_ms, err, errlen);
+	case O_KV_QUARANTINE:
+		return parse_u32("kv-quarantine-ms", arg, 0, 3600000,
+				 &o->kv_quarantine_ms, err, errlen);
 	case O_KV_DEVICE:
 		return parse_kv_device(arg, o, err, errlen);
 	case O_LOG_LEVEL:
@@ -257,6 +275,8 @@ enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
 	    .time_scale = 1.0,
 	    .log_level = "info",
 	    .kv_timeout_ms = 30000,
+	    .agent_liveness_ms = 1000,
+	    .kv_quarantine_ms = 6000,
 	};
 	optind = 0; /* glibc: full reinitialisation */
 	opterr = 0;

@@ -40,6 +40,9 @@ struct pdx_engine_opts {
 	const char *log_level;	       /* info */
 	const char *agent;	/* ipc://PATH of its pdx-agent, or NULL */
 	uint32_t kv_timeout_ms; /* bound on a transfer's wait: 30000 */
+	uint32_t agent_liveness_ms; /* a hung agent noticed within: 1000 */
+	uint32_t kv_quarantine_ms;  /* blocks of a transfer failed because
+				       the agent went away: 6000 */
 };
 
 enum pdx_engine_opts_result {

@@ -143,7 +143,10 @@ static void end(struct pdx_sched *s, struct pdx_sched_req *r, pdx_status_t st)
 {
 	TAILQ_REMOVE(&s->running, r, link);
 	s->n_running--;
-	if (st == PDX_OK && r->sink.hold && r->sink.hold(r->sink.arg, r->seq))
+	/* a transfer that failed because the agent went away: its blocks
+	 * may still be written (http_kv.c, quarantine) */
+	if ((st == PDX_OK || st == PDX_EAGENT) && r->sink.hold &&
+	    r->sink.hold(r->sink.arg, r->seq))
 		r->seq = NULL;
 	r->sink.done(r->sink.arg, st);
 	req_free(r);
@@ -201,7 +204,8 @@ static void settle_one(struct pdx_sched *s, struct pdx_sched_req *r)
 		}
 		st = PDX_EIO;
 	}
-	if (r->sink.recompute) {
+	/* not into blocks a lost agent's peer may still write */
+	if (r->sink.recompute && st != PDX_EAGENT) {
 		log_info("transfer failed (%s): prefilling here",
 			 pdx_status_str(st));
 		r->seq->filled = 0;

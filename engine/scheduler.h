@@ -19,7 +19,8 @@
  *            it skips prefill until pdx_sched_kv_ready(): then its
  *            prompt's KV is checked and it decodes from the given first
  *            token (or the one its KV yields); on a failure it prefills
- *            here (sink.recompute) or ends with the failure;
+ *            here (sink.recompute; not after PDX_EAGENT, whose blocks
+ *            may still be written) or ends with the failure;
  *   prefill  (a prefill engine's request) sink.admitted announces the
  *            blocks to the agent; in the step that writes its last chunk
  *            sink.layer_done(l) is called for each layer l when the
@@ -91,8 +92,10 @@ struct pdx_sched_sink {
 	 * in GPU memory, once the event of `slot` for it completes
 	 * (kv_pool.h; PDX_KV_POOL_NO_SLOT: the bytes are in memory). */
 	void (*layer_done)(void *arg, uint32_t layer, uint32_t slot);
-	/* Called right before done(PDX_OK): returns true when it takes seq
-	 * (and frees it with pdx_kv_seq_free() later). */
+	/* Called right before done(PDX_OK), and before done(PDX_EAGENT)
+	 * (its transfer failed because the agent went away: the blocks may
+	 * still be written, and are quarantined): returns true when it
+	 * takes seq (and frees it with pdx_kv_seq_free() later). */
 	bool (*hold)(void *arg, struct pdx_kv_seq *seq);
 };
 

@@ -33,6 +33,9 @@ typedef enum pdx_status {
 	PDX_ENOMEM = -200,
 	PDX_EIO = -201,      /* socket, shared memory or UCX failure */
 	PDX_ENOTREG = -202,  /* engine has not registered its KV memory */
+	PDX_EAGENT = -203,   /* the engine's own agent went away (link lost):
+				its transfer's blocks may still be touched by
+				it or its peer for a while (engine.h) */
 } pdx_status_t;
 
 /* A static, lowercase description of the status; never NULL. */

@@ -31,7 +31,8 @@ PROXY=$3
 T=$E2E_TMP
 DETECT_MS=1000 # the engine link's liveness bound (docs/protocol.md)
 BOUND_MS=8000  # the request in flight ends
-SETTLE_MS=2000 # every engine idle after the request in flight ended
+QUARANTINE_MS=2000 # the engines' --kv-quarantine-ms
+SETTLE_MS=$((QUARANTINE_MS + 2000)) # every engine idle after the request in flight ended
 AFTER=6        # requests sent once the bound has passed
 
 export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
@@ -76,7 +77,8 @@ start_engine() {
 	a=$(echo "$1" | tr PD pd)
 	[ "$2" = prefill ] && scale=300000
 	bg_start "$1" "$ENGINE" --port "$(port "$1")" --role "$2" \
-		--agent "ipc://$T/$a.engine" --time-scale $scale --kv-timeout-ms 4000
+		--agent "ipc://$T/$a.engine" --time-scale $scale --kv-timeout-ms 4000 \
+		--kv-quarantine-ms $QUARANTINE_MS
 	up_http "$1"
 }
 
@@ -110,7 +112,7 @@ holder() {
 # gone ROLE agent|engine: one case (P or D); prints its GONE row.
 gone() {
 	local role=$1 what=$2 out=$T/r.json marks=() t0 n a detect end outcome bad=0 k got
-	local idle_ms ready_ms served0 client ended_ms survivors_of=
+	local idle_ms ready_ms served0 client ended_ms survivors_of= xmark retry_ms bound
 	rm -f "$out" "$out.tokens"
 	for k in p0 p1; do marks+=("$(grep -c '' "$T/$k.log")"); done
 	$PY "$E2E_DIR/client.py" stream "$PORT_X" "$long" 100 "$out" &
@@ -124,9 +126,10 @@ gone() {
 	n=$(holder "$role")
 	[ -n "$n" ] || fail "$role: no $role instance holds the request's KV"
 	a=$(echo "$n" | tr PD pd)
+	xmark=$(grep -c '' "$T/X.log")
 	if [ "$what" = agent ]; then
-		kill9 "$a"
 		t0=$(date +%s%N)
+		kill9 "$a"
 		# its engine says so
 		until [ "$(health "$n")" = 503 ]; do
 			[ "$(ms_since "$t0")" -lt 5000 ] || fail "$n's /health still 200 5 s after its agent died"
@@ -138,8 +141,8 @@ gone() {
 		[ "$(val "$(port "$n")" "$(e agent_up)")" = 0 ] ||
 			fail "$n's pdx_engine_agent_up is not 0 with its agent dead"
 	else
-		kill9 "$n"
 		t0=$(date +%s%N)
+		kill9 "$n"
 		survivors_of=$n
 		# the proxy's health checks say so
 		until [ "$(healthy "$n")" = 0 ]; do
@@ -158,6 +161,17 @@ gone() {
 	done
 	wait $client
 	ended_ms=$(ms_since "$t0")
+	# the proxy heard of it at once: its retry (or the error) came within
+	# the bound, not at a transfer timeout
+	retry_ms=$(tail -n +"$((xmark + 1))" "$T/X.log" | awk -v t0="$t0" \
+		'/retry 1 of/ { printf "%d\n", ($1 * 1000) - (t0 / 1000000); exit }')
+	[ -n "$retry_ms" ] || fail "$role $what: the proxy did not retry the request in flight: $(tail -3 "$T/X.log")"
+	# (a prefill engine whose agent died fails its request once the step
+	# under way, the whole 1.5 s prefill here, is over)
+	bound=$DETECT_MS
+	[ "$role $what" = "P agent" ] && bound=$((DETECT_MS + 1500))
+	[ "$retry_ms" -le $bound ] ||
+		fail "$role $what: the proxy retried $retry_ms ms after the kill (bound $bound ms)"
 	outcome=$($PY - "$out" "$want_long" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -169,10 +183,13 @@ EOF
 )
 	case $outcome in 200 | *error) ;; *) fail "$role: the request in flight ended $outcome" ;; esac
 
-	# no block held anywhere once it ended
+	# no block held anywhere once it ended, but for the quarantine of
+	# the failed transfer's blocks after an agent's death
 	settle $((SETTLE_MS / 1000)) $(idle_checks $survivors_of) ||
 		fail "$role: engines not idle $SETTLE_MS ms after the request in flight ended"
 	idle_ms=$(ms_since "$t0")
+	[ "$what" = engine ] || grep -q "its KV blocks are held $QUARANTINE_MS ms more" "$T/$n.log" ||
+		fail "$n did not quarantine the blocks of the transfer its agent left"
 
 	# past the bound, nobody notices
 	while [ "$(ms_since "$t0")" -lt $DETECT_MS ]; do sleep 0.02; done
@@ -210,7 +227,7 @@ EOF
 	done
 	[ "$(val "$(port "$n")" "$(e requests_finished_total)")" -gt "$served0" ] ||
 		fail "$n served nothing after its $what came back"
-	echo "GONE | $role $what SIGKILL | detected $detect ms | in flight: $outcome after $ended_ms ms | after the bound: $bad of $AFTER failed | blocks held: 0 (idle after $idle_ms ms) | back: ready $ready_ms ms, serving"
+	echo "GONE | $role $what SIGKILL | detected $detect ms | in flight: $outcome after $ended_ms ms (retried after $retry_ms ms) | after the bound: $bad of $AFTER failed | blocks held: 0 (idle after $idle_ms ms) | back: ready $ready_ms ms, serving"
 }
 
 gone P agent

@@ -138,6 +138,7 @@ static void held_then_left(struct h_env *env)
 static void agent_stalls(struct h_env *env, struct h_side *stopped)
 {
 	struct h_side *other = stopped == &env->d ? &env->p : &env->d;
+	struct pdx_engine_event ev;
 	struct h_xfer x[1];
 	char what[64];
 	uint64_t t0;
@@ -154,15 +155,33 @@ static void agent_stalls(struct h_env *env, struct h_side *stopped)
 	expect_failed(other, x, PDX_EPEER, "silent", t0, SILENT_MS - 100,
 		      SILENT_MS + BEAT_MS, what);
 	/* its own engine's link notices the hang (liveness_ms, 1000 by
-	 * default), without waiting for the agent to resume */
-	expect_failed(stopped, x, PDX_EPEER, "link to the agent was lost", t0,
-		      0, 1000, what);
+	 * default), without waiting for the agent to resume: the event was
+	 * made when the link was found lost (t_last) */
+	if (h_wait(stopped, &x->id, SLACK_MS, &ev) == 0) {
+		double ms = (double)(ev.t_last_ns - t0) / 1e6;
+
+		CHECK(ev.kind == PDX_EVENT_FAILED && ev.status == PDX_EAGENT &&
+			      strstr(ev.reason, "link to the agent was lost"),
+		      "%s: its own engine gets failed, its agent went away "
+		      "(got %s, %s: %s)",
+		      what, h_kind(ev.kind), pdx_status_str(ev.status),
+		      ev.reason);
+		CHECK(ms <= 1000 + 250,
+		      "%s: its own engine's link noticed after %.0f ms "
+		      "(liveness 1000 ms)",
+		      what, ms);
+	} else {
+		CHECK(false, "%s: its own engine hears while the agent is "
+			     "stopped", what);
+	}
 	kill(stopped->agent.pid, SIGCONT);
-	CHECK(h_quiet(stopped, &x->id, 300) == 0,
-	      "%s: resumed, its engine hears nothing more of it", what);
-	h_plan_free(x, 1);
 	CHECK(h_link_up(stopped, 3000) == 0,
 	      "%s: resumed, its engine registers again by itself", what);
+	CHECK(h_quiet(stopped, &x->id, 300) == 0,
+	      "%s: resumed and registered again, its engine hears nothing "
+	      "more of the transfer (what its agent says of it is dropped)",
+	      what);
+	h_plan_free(x, 1);
 	works_again(env, what);
 }
 

@@ -203,10 +203,12 @@ static const char *body_param(char *s)
 static void check_row(const struct row *r)
 {
 	json_t *b = json_loads(r->body, 0, NULL);
-	struct pdx_oai_fault f = {{0}};
+	struct pdx_oai_fault f;
 	struct pdx_oai_error err = {0};
 	struct pdx_oai_req req;
 	int rc;
+
+	memset(&f, 0, sizeof(f));
 
 	if (!b) {
 		fprintf(stderr, "bad test body %s\n", r->body);
