@@ -12,10 +12,13 @@
  * pdx_engine_register() did, and waits for that answer (bounded).
  *
  * Liveness: the link notices its agent's death (its connection closes)
- * at once and a hung agent (heartbeats unanswered) within liveness_ms;
- * every transfer in flight then fails at once with PDX_EPEER, and
+ * at once and a frozen agent (heartbeats unanswered) within liveness_ms;
+ * every transfer in flight then fails at once with PDX_EAGENT, and
  * pdx_engine_link_status() says the agent is away, and why, until it is
- * back and registered again.
+ * back and registered again. The blocks of a PDX_EAGENT transfer must not
+ * be reused at once: an agent that only froze goes on when it resumes,
+ * and the peer agent may write into them until it notices ours is gone
+ * (its --peer-timeout-ms).
  *
  * Events are read with pdx_engine_next_event();
  * pdx_engine_fd() becomes readable when events may be waiting. Like

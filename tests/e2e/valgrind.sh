@@ -18,8 +18,9 @@ notify="tcp://127.0.0.1:$(free_port)"
 # /metrics served
 AGENT_WRAP=("${VG[@]}")
 AGENT_OPTS=(--notify "$notify" --metrics 127.0.0.1:0)
-pd_engine_start P prefill --time-scale 0
-pd_engine_start D decode --time-scale 0
+# (agents under memcheck answer the engine link's heartbeats slowly)
+pd_engine_start P prefill --time-scale 0 --agent-liveness-ms 10000
+pd_engine_start D decode --time-scale 0 --agent-liveness-ms 10000
 named_engine_start C "$ENGINE" --time-scale 0
 export PDX_PROXY_ADMIN_TOKEN=valgrind-test-token
 named_engine_start X "${VG[@]}" "$PROXY" --prefill "127.0.0.1:$PORT_P" \
