@@ -1,7 +1,10 @@
 /* engine_client: the engine client library against a scripted fake agent
  * (a ROUTER in a thread of this process): what goes on the wire, events
  * parked while register waits, malformed events skipped, bounded waits and
- * argument checks. Needs no pdx-agent (argv[1] is ignored).
+ * argument checks; events only for transfers announced here, an error
+ * reply refusing an announcement as its event, and the agent going away
+ * (what is in flight fails with EAGENT, an announcement racing it fails or
+ * gets its one event). Needs no pdx-agent (argv[1] is ignored).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -125,6 +128,26 @@ static void *fake_agent(void *arg)
 			pdx_mp_kv_str(&o.pk, "op", "error");
 			pdx_mp_kv_i64(&o.pk, "status", PDX_ERANGE);
 			pdx_mp_kv_str(&o.pk, "reason", "blocks end past region 0");
+			send_to(&ident, &o);
+		} else if (!strcmp(op, "abort") &&
+			   !pdx_mp_get_xfer(&up.data, "xfer", &x) &&
+			   x.b[0] == 0xdd && x.b[1] == 0xdd) {
+			/* this agent dies: its connection closes */
+			msgpack_unpacked_destroy(&up);
+			zmq_msg_close(&ident);
+			zmq_msg_close(&body);
+			break;
+		} else if (!strcmp(op, "recv") &&
+			   !pdx_mp_get_xfer(&up.data, "xfer", &x) &&
+			   x.b[0] == 0xee && x.b[1] == 0xee) {
+			/* refused by an error reply, not an event */
+			pdx_mp_out_init(&o);
+			msgpack_pack_map(&o.pk, 5);
+			pdx_mp_kv_str(&o.pk, "op", "error");
+			pdx_mp_kv_str(&o.pk, "refused", "recv");
+			pdx_mp_kv_xfer(&o.pk, "xfer", &x);
+			pdx_mp_kv_i64(&o.pk, "status", PDX_EEXIST);
+			pdx_mp_kv_str(&o.pk, "reason", "xfer: already in use here");
 			send_to(&ident, &o);
 		} else if (!strcmp(op, "abort")) {
 			pdx_mp_get_xfer(&up.data, "xfer", &x);
@@ -437,6 +460,72 @@ int main(int argc, char **argv)
 	      "garbage, an unknown kind and a stray answer are skipped; the failed event arrives (%s)",
 	      st == PDX_OK ? ev.reason : pdx_status_str(st));
 	CHECK(pdx_engine_next_event(e, &ev) == PDX_EAGAIN, "then nothing");
+
+	/* a recv the agent refuses with an error reply ends in one event */
+	{
+		struct pdx_xfer_id xe;
+
+		memset(&xe, 0xee, sizeof(xe));
+		CHECK(pdx_engine_recv(e, &xe, "tcp://peer:9", blocks, 3, 0) ==
+			      PDX_OK,
+		      "a recv the agent will refuse posts");
+		st = pdx_engine_wait_event(e, 3000, &ev);
+		CHECK(st == PDX_OK && ev.kind == PDX_EVENT_FAILED &&
+			      !memcmp(&ev.xfer, &xe, sizeof(xe)) &&
+			      ev.status == PDX_EEXIST &&
+			      strstr(ev.reason, "already in use"),
+		      "an error reply refusing it is its one failed event "
+		      "(%s: %s)",
+		      pdx_status_str(st == PDX_OK ? ev.status : st),
+		      st == PDX_OK ? ev.reason : "-");
+	}
+
+	/* The agent goes away: what is in flight fails at once (EAGENT); an
+	 * announcement racing the loss, made before anything was read,
+	 * either fails or gets its one event, never both. */
+	{
+		struct pdx_xfer_id xa, xb, xdie;
+		char why[PDX_REASON_MAX];
+		int got_a = 0, got_b = 0, other = 0;
+		pdx_status_t a_status = PDX_OK;
+
+		pdx_xfer_id_random(&xa);
+		pdx_xfer_id_random(&xb);
+		memset(&xdie, 0xdd, sizeof(xdie));
+		CHECK(pdx_engine_send(e, &xa, "tcp://peer:9", blocks, 3) ==
+			      PDX_OK,
+		      "a transfer in flight");
+		pdx_engine_abort(e, &xdie); /* the fake agent dies on it */
+		h_sleep_ms(100);	    /* its connection is gone; unread */
+		st = pdx_engine_recv(e, &xb, "tcp://peer:9", blocks, 3, 0);
+		while (pdx_engine_wait_event(e, 300, &ev) == PDX_OK) {
+			if (!memcmp(&ev.xfer, &xa, sizeof(xa))) {
+				got_a++;
+				a_status = ev.status;
+			} else if (!memcmp(&ev.xfer, &xb, sizeof(xb))) {
+				got_b++;
+			} else if (ev.status != PDX_EAGENT ||
+				   memcmp(&ev.xfer, &xr, sizeof(xr))) {
+				other++; /* xr, still in flight, fails too */
+			}
+		}
+		CHECK(got_a == 1 && a_status == PDX_EAGENT,
+		      "the agent gone: the transfer in flight gets one failed "
+		      "event, its agent went away (%d, %s)",
+		      got_a, pdx_status_str(a_status));
+		CHECK((st == PDX_OK && got_b == 1) || (st != PDX_OK && got_b == 0),
+		      "an announcement racing the loss: it failed (%s) or got "
+		      "its one event (%d), not both",
+		      pdx_status_str(st), got_b);
+		CHECK(other == 0, "no other event but the failure of the "
+				  "earlier recv still in flight");
+		CHECK(pdx_engine_link_status(e, why, sizeof(why)) == PDX_EPEER &&
+			      strstr(why, "link to the agent was lost"),
+		      "the link's status says the agent is away (%s)", why);
+		CHECK(pdx_engine_recv(e, &xb, "tcp://peer:9", blocks, 3, 0) ==
+			      PDX_EPEER,
+		      "announcements fail at once while it is away");
+	}
 
 	pdx_engine_free(e);
 	zmq_ctx_shutdown(zctx);
