@@ -167,7 +167,7 @@ static void leg_end_later(struct pdx_upstream *u)
 }
 
 /* The leg's result goes to its instance's failure count and breaker:
- * no answer, a timeout or a 5xx is a failure. */
+ * no answer, a timeout or a 5xx but 503 is a failure. */
 static void leg_result(struct pdx_upstream *u, bool ok)
 {
 	struct pdx_inst *i = u->inst;
@@ -328,7 +328,13 @@ static void on_done(struct evhttp_request *req, void *arg)
 		u->cbs.on_end(u, 0, NULL, u->err_status, u->why, u->cbs.arg);
 	} else {
 		u->reuse = u->keepalive && framed(req);
-		leg_result(u, status < 500);
+		/* 503 is the instance saying "not now" (its queue is full, its
+		 * agent is away): retries and health checks deal with it, and
+		 * it is no sign of a broken instance, which the breaker is for
+		 * (it would keep a restarted agent's engine out for
+		 * --breaker-open-ms after it is ready again) */
+		if (status != 503)
+			leg_result(u, status < 500);
 		u->cbs.on_end(u, status, evhttp_request_get_input_buffer(req),
 			      0, NULL, u->cbs.arg);
 	}

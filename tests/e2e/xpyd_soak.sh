@@ -38,9 +38,10 @@ assert e["agent_back_s"] >= e["agent_kill_s"] + 0.9, e
 # not vacuous: requests went out after the bound, and through the new agent
 assert r["sent_after_detect_bound"] >= 50, r
 assert e["served_after_agent_back"] >= 5, e
-print("d0's agent killed at %.1f s, back by launch-xpyd at %.1f s: %d of %d "
-      "requests sent after the bound failed, %d before it; %d blocks held at "
-      "the end" % (e["agent_kill_s"], e["agent_back_s"],
+print("d0's agent killed at %.1f s, back by launch-xpyd at %.1f s, d0 "
+      "serving again %.1f s later: %d of %d requests sent after the bound "
+      "failed, %d before it; %d blocks held at the end" % (
+      e["agent_kill_s"], e["agent_back_s"], r["agent_back_to_serving_s"],
       r["failed_after_detect_bound"], r["sent_after_detect_bound"],
       r["failed_near_agent_kill"], e["blocks_held_at_end"]))
 assert r["failed_after_detect_bound"] == 0 and e["blocks_held_at_end"] == 0, (r, e)
