@@ -7,10 +7,13 @@
 # restart and the new agent has the killed one's address, d0's engine
 # served requests through it, no KV block or request is left in any
 # engine or the proxy, and every process exits 0 on SIGTERM
-# (launch-xpyd 143). Then the control: the same with one decode
-# instance, whose agent's death leaves no decode instance in rotation
-# until the proxy takes d0 back, must be reported as failures after the
-# bound (exit 1): the check is not vacuous. About 26 s.
+# (launch-xpyd 143), and d0 is back in the proxy's rotation within a
+# health interval and a margin (3 s: its engine's 503s while the agent
+# was away do not open its circuit breaker). Then the control: the same
+# with one decode instance, whose agent's death leaves no decode
+# instance until it is back, and every request after the kill counted,
+# must be reported as failures (exit 1): the check is not vacuous.
+# About 26 s.
 #   xpyd_soak.sh BUILD_DIR
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -47,9 +50,11 @@ print("d0's agent killed at %.1f s, back by launch-xpyd at %.1f s, d0 "
 assert r["failed_after_detect_bound"] == 0 and e["blocks_held_at_end"] == 0, (r, e)
 PYEOF
 
-# The control: one decode instance, nowhere else to go.
+# The control: one decode instance, nowhere else to go, and every request
+# sent after the kill counted (--detect-ms 0: the second or so until the
+# agent is back is sure to fail some).
 rc=0
-"${SOAK[@]}" --decode 1 --out "$E2E_TMP/one" --json "$E2E_TMP/one.json" \
+"${SOAK[@]}" --decode 1 --detect-ms 0 --out "$E2E_TMP/one" --json "$E2E_TMP/one.json" \
 	>"$E2E_TMP/one.out" 2>&1 || rc=$?
 [ $rc = 1 ] || fail "control: scripts/soak exited $rc, want 1: $(tail -40 "$E2E_TMP/one.out")"
 $PY - "$E2E_TMP/one.json" <<'PYEOF' || fail "control summary: $(cat "$E2E_TMP/one.json")"
