@@ -256,7 +256,7 @@ stop restart
 # instance served a request is read from its finished-requests counter
 launch prefix --prefill 2 --decode 1 --policy-p prefix-aware
 python3 - "$XURL" "$E2E_TMP/prefix.inst" <<'PY' || fail "prefix-aware routing"
-import json, re, sys, urllib.request
+import json, re, sys, time, urllib.request
 xurl, inst = sys.argv[1:3]
 ps = [l.split()[2] for l in open(inst) if l.split()[1] == "prefill"]
 
@@ -273,6 +273,11 @@ for k in range(12):
         body = json.dumps({"prompt": prefix + "question %d" % j, "max_tokens": 2}).encode()
         urllib.request.urlopen(urllib.request.Request(xurl + "/v1/completions", body,
             {"Content-Type": "application/json"}), timeout=10).read()
+        # the client's answer comes from the decode side: the prefill
+        # engine may count its request finished a little later
+        deadline = time.monotonic() + 5
+        while sum(finished(u) for u in ps) <= sum(before) and time.monotonic() < deadline:
+            time.sleep(0.02)
         grew = [i for i, u in enumerate(ps) if finished(u) > before[i]]
         assert len(grew) == 1, grew
         where.add(grew[0])
