@@ -768,6 +768,7 @@ static void relinked(struct pdx_engine *e, pdx_status_t st, const char *was)
 		return;
 	}
 	e->registered = e->up;
+	e->relink_ns = 0; /* the next restart is met at once */
 	log_info("registered again with the agent");
 	if (strcmp(was, e->peer) != 0)
 		log_warn("the agent's peer address is now %s (was %s)", e->peer,
@@ -830,8 +831,10 @@ static void relink(struct pdx_engine *e)
 		return; /* its answer is to come */
 	if (e->registering)
 		log_warn("registering again: no answer in %d ms", e->timeout_ms);
-	/* a refusal is not asked again at every call: once per liveness */
-	else if (now - e->relink_ns < (uint64_t)e->liveness_ms * 1000000ULL)
+	/* a refusal (or no answer) is not asked again at every call: once
+	 * per liveness */
+	else if (e->relink_ns &&
+		 now - e->relink_ns < (uint64_t)e->liveness_ms * 1000000ULL)
 		return;
 	e->registering = false;
 	e->relink_ns = now;

@@ -66,9 +66,13 @@ start_agent() {
 	n=$(pid "$(echo "$1" | tr pd PD)")
 	[ -n "$n" ] && kill -0 "$n" 2>/dev/null && n=1 || n=0
 	for _ in $(seq 100); do
-		[ -S "$T/$1.engine" ] &&
+		if [ -S "$T/$1.engine" ] &&
 			[ "$(sed -n '/^--- start/h; /^--- start/!H; ${x; p}' "$T/$1.log" |
-				grep -c 'engine registered')" -ge $n ] && return 0
+				grep -c 'engine registered')" -ge $n ]; then
+			# and its engine has the answer: it is ready again
+			[ $n = 1 ] && up_http "$(echo "$1" | tr pd PD)"
+			return 0
+		fi
 		sleep 0.05
 	done
 	fail "agent $1 did not start (or its engine did not register again): $(tail -3 "$T/$1.log")"
@@ -143,7 +147,10 @@ serves() {
 		"$PORT_X/pdx_proxy_instance_healthy{$(instance D)}=1" ||
 		fail "$1: the proxy does not take P and D back"
 	got=$(text "$PORT_X" "$short" 12) ||
-		fail "$1: no answer through the proxy $(tail -3 "$T/X.log")"
+		fail "$1: no answer through the proxy $(tail -3 "$T/X.log")
+--- D: $(tail -8 "$T/D.log")
+--- d: $(tail -8 "$T/d.log")
+--- P: $(tail -5 "$T/P.log")"
 	[ "$got" = "$want_short" ] || fail "$1: '$got', colocated '$want_short'"
 }
 serves "the first request"
