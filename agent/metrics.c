@@ -28,10 +28,9 @@ static const char *path_label(int d)
 	return d == DATA_AUTO ? "none" : data_path_key((enum data_path)d);
 }
 
-void metrics_xfer_ended(struct agent *a, const struct xfer *x)
+void metrics_xfer_ended(struct agent *a, const struct xfer *x, int d)
 {
 	struct agent_metrics *m = &a->metrics;
-	enum data_path d = peer_known(x->peer) ? x->peer->path : DATA_AUTO;
 	int role = x->role == XFER_SEND ? 0 : 1;
 
 	if (x->status) {

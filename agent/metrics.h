@@ -48,8 +48,10 @@ int metrics_start(struct agent *a);
 void metrics_stop(struct agent *a);
 
 /* x ended (its outcome decided, its operations drained): counted once,
- * by outcome, path and role; its duration if it completed. */
-void metrics_xfer_ended(struct agent *a, const struct xfer *x);
+ * by outcome, role and d, its peer's data path (an enum data_path, which
+ * agent.h defines after this header; DATA_AUTO: no handshake held); its
+ * duration if it completed. */
+void metrics_xfer_ended(struct agent *a, const struct xfer *x, int d);
 /* A handshake this agent settled: a peer's hello or hello_ack accepted
  * or refused here, or a hello_nack from the peer (refused). */
 void metrics_handshake(struct agent *a, bool ok);

@@ -243,33 +243,6 @@ static void peer_ep_error(void *arg, pdx_status_t status)
 	xfers_peer_failed(p->agent, p, 0, PDX_EPEER, "ucx endpoint failed");
 }
 
-const char *data_path_key(enum data_path d)
-{
-	static const char *const keys[] = {
-		[DATA_AUTO] = "auto",	      [DATA_IPC] = "ipc",
-		[DATA_PUT] = "put",	      [DATA_AM] = "am",
-		[DATA_CUDA_PUT] = "cuda-put", [DATA_CUDA_IPC] = "cuda-ipc",
-		[DATA_STAGED] = "staged",
-	};
-
-	return keys[d];
-}
-
-const char *data_path_name(enum data_path d)
-{
-	static const char *const names[] = {
-		[DATA_AUTO] = "auto",
-		[DATA_IPC] = "ipc (mapped shared memory)",
-		[DATA_PUT] = "ucx put",
-		[DATA_AM] = "ucx active messages",
-		[DATA_CUDA_PUT] = "cuda-put (ucx, GPU to GPU)",
-		[DATA_CUDA_IPC] = "cuda-ipc (GPU copies into the peer's memory)",
-		[DATA_STAGED] = "staged (pinned host buffers, ucx messages)",
-	};
-
-	return names[d];
-}
-
 /* Maps the peer's shared memory where it can be (same host), else says it
  * cannot be, e.g. when /dev/shm is not shared. */
 static bool map_peer_regions(struct peer *p)

@@ -203,7 +203,8 @@ void xfer_maybe_release(struct xfer *x)
 	}
 	pdx_ended_add(a->ended, &x->id, x->peer_addr,
 		  x->status ? x->reason : "it completed");
-	metrics_xfer_ended(a, x);
+	metrics_xfer_ended(a, x,
+			   peer_known(x->peer) ? x->peer->path : DATA_AUTO);
 	xfer_unlink(a, x);
 }
 
