@@ -146,7 +146,12 @@ serves() {
 	settle 10 "$PORT_X/pdx_proxy_instance_healthy{$(instance P)}=1" \
 		"$PORT_X/pdx_proxy_instance_healthy{$(instance D)}=1" ||
 		fail "$1: the proxy does not take P and D back"
-	got=$(text "$PORT_X" "$short" 12) ||
+	# (the known stale handshake: the first transfer to a restarted agent
+	# from a peer that still held its predecessor's handshake may fail
+	# "peer restarted", docs/reliability.md; one more request then)
+	got=$(text "$PORT_X" "$short" 12 2>/dev/null) ||
+		{ tail -3 "$T/D.log" | grep -q "peer restarted" &&
+			got=$(text "$PORT_X" "$short" 12); } ||
 		fail "$1: no answer through the proxy $(tail -3 "$T/X.log")
 --- D: $(tail -8 "$T/D.log")
 --- d: $(tail -8 "$T/d.log")
