@@ -12,19 +12,29 @@ DEMO="$HERE/../../scripts/demo"
 
 left() { pgrep -f "ipc:///tmp/pdx-demo\." || true; }
 
+# demo_fail FLOW WHY: the demo's own logs' last lines, then fail
+demo_fail() {
+	local f
+	for f in "$E2E_TMP/$1"/*.log "$E2E_TMP/$1"/*.txt; do
+		[ -f "$f" ] && { echo "== $f" >&2; tail -15 "$f" >&2; }
+	done
+	fail "$2"
+}
+
 [ -z "$(left)" ] || fail "demo processes running before the test: $(left)"
 for flow in concurrent sequential early-callback; do
 	"$DEMO" --build "$BUILD" --model tiny --input-len 48 --output-len 6 \
 		--num-prompts 12 --max-concurrency 3 --flow "$flow" --quiet \
 		--out "$E2E_TMP/$flow" --json "$E2E_TMP/$flow.json" \
 		>"$E2E_TMP/$flow.txt" 2>"$E2E_TMP/$flow.err" ||
-		fail "demo --flow $flow: $(tail -5 "$E2E_TMP/$flow.err")"
+		demo_fail "$flow" "demo --flow $flow: $(tail -5 "$E2E_TMP/$flow.err")"
 	grep -q "pdx demo: disaggregated ($flow flow) vs colocated" "$E2E_TMP/$flow.txt" ||
 		fail "demo --flow $flow printed no report"
-	py "import json; r = json.load(open('$E2E_TMP/$flow.json'))
+	python3 -c "import json; r = json.load(open('$E2E_TMP/$flow.json'))
 for k in ('disaggregated', 'colocated'):
     assert r[k]['completed'] == 12 and r[k]['failed'] == 0, (k, r[k]['completed'], r[k]['failed'])
-    assert r[k]['mean_ttft_ms'] > 0 and r[k]['total_output_tokens'] == 72, r[k]" "demo --flow $flow: results"
+    assert r[k]['mean_ttft_ms'] > 0 and r[k]['total_output_tokens'] == 72, r[k]" ||
+		demo_fail "$flow" "demo --flow $flow: results"
 	[ -z "$(left)" ] || fail "demo --flow $flow left processes: $(left)"
 done
 
