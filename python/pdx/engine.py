@@ -1,0 +1,419 @@
+"""pdx.Engine: an engine's link to the pdx-agent beside it, over libpdx
+(include/pdx/engine.h says what each call means; docs/libpdx.md how an
+engine uses them). A thin layer: Python objects in, C calls, exceptions
+out. One Engine belongs to one thread at a time, like its C struct.
+"""
+import array
+import ctypes
+import select
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple, Union
+
+from . import _clib
+from ._clib import lib
+
+# include/pdx/status.h
+OK, EAGAIN = 0, 1
+EINVAL, ERANGE, ENOENT, EEXIST = -1, -2, -3, -4
+ETIMEDOUT, ECANCELED, EPERM, ETOOBIG = -5, -6, -7, -8
+EPEER, EINCOMPAT = -100, -101
+ENOMEM, EIO, ENOTREG, EAGENT = -200, -201, -202, -203
+
+_STATUS_NAMES = {
+    OK: "OK", EAGAIN: "EAGAIN", EINVAL: "EINVAL", ERANGE: "ERANGE",
+    ENOENT: "ENOENT", EEXIST: "EEXIST", ETIMEDOUT: "ETIMEDOUT",
+    ECANCELED: "ECANCELED", EPERM: "EPERM", ETOOBIG: "ETOOBIG",
+    EPEER: "EPEER", EINCOMPAT: "EINCOMPAT", ENOMEM: "ENOMEM", EIO: "EIO",
+    ENOTREG: "ENOTREG", EAGENT: "EAGENT",
+}
+
+NHD, HND = 0, 1  # enum pdx_kv_order
+SENT, RECEIVED, FAILED = "sent", "received", "failed"
+_KINDS = {0: SENT, 1: RECEIVED, 2: FAILED}
+
+
+def status_str(status: int) -> str:
+    return lib.pdx_status_str(status).decode()
+
+
+class Error(Exception):
+    """A libpdx call failed: status (a negative pdx status), its name
+    (e.g. "EINVAL"), and the reason in words."""
+
+    def __init__(self, status: int, reason: str = ""):
+        self.status = status
+        self.name = _STATUS_NAMES.get(status, str(status))
+        self.reason = reason or status_str(status)
+        super().__init__("%s: %s" % (self.name, self.reason))
+
+
+class XferId:
+    """A transfer id: 16 bytes, written as 32 lowercase hex digits."""
+    __slots__ = ("_c",)
+
+    def __init__(self, value: Union[str, bytes, "XferId", None] = None):
+        self._c = _clib.XferIdC()
+        if value is None:
+            _check(lib.pdx_xfer_id_random(ctypes.byref(self._c)))
+            return
+        if isinstance(value, XferId):
+            raw = bytes(value._c.b)
+        elif isinstance(value, str):
+            raw = bytes.fromhex(value) if len(value) == 32 else b""
+        else:
+            raw = bytes(value)
+        if len(raw) != _clib.XFER_ID_BYTES:
+            raise ValueError("a transfer id is 16 bytes or 32 hex digits")
+        ctypes.memmove(self._c.b, raw, len(raw))
+
+    @property
+    def hex(self) -> str:
+        return bytes(self._c.b).hex()
+
+    def __bytes__(self):
+        return bytes(self._c.b)
+
+    def __str__(self):
+        return self.hex
+
+    def __repr__(self):
+        return "XferId(%r)" % self.hex
+
+    def __eq__(self, other):
+        return isinstance(other, XferId) and bytes(self) == bytes(other)
+
+    def __hash__(self):
+        return hash(bytes(self))
+
+
+XferLike = Union[XferId, str, bytes]
+
+
+def _xid(x: XferLike) -> XferId:
+    return x if isinstance(x, XferId) else XferId(x)
+
+
+def _check(status: int, reason: str = "") -> None:
+    if status < 0:
+        raise Error(status, reason)
+
+
+@dataclass
+class ShmRegion:
+    """Host memory: a POSIX shared memory object the agent maps by name
+    ("/name", as shm_open takes it)."""
+    name: str
+    size: int
+
+
+@dataclass
+class CudaRegion:
+    """GPU memory: the CUDA IPC handle (cudaIpcGetMemHandle, 64 bytes) of
+    an allocation's first byte, its size and its device."""
+    ipc_handle: bytes
+    size: int
+    device: int = 0
+
+
+Region = Union[ShmRegion, CudaRegion]
+
+
+@dataclass
+class Layout:
+    """Where block b of tensor t of layer l lives: in region bases[l][t][0]
+    at offset bases[l][t][1] + b * block_stride[l] (include/pdx/layout.h).
+    tensors is 2 (K and V) or 1 (MLA); order NHD or HND."""
+    blocks: int
+    block_tokens: int
+    kv_heads: int
+    head_dim: int
+    dtype_bytes: int
+    bases: Sequence[Sequence[Tuple[int, int]]]
+    block_stride: Sequence[int]
+    tensors: int = 2
+    order: int = NHD
+
+    @property
+    def layers(self) -> int:
+        return len(self.bases)
+
+    @property
+    def block_bytes(self) -> int:
+        """One block of one tensor of one layer."""
+        return self.block_tokens * self.kv_heads * self.head_dim * \
+            self.dtype_bytes
+
+    def _c(self):
+        if len(self.block_stride) != self.layers:
+            raise ValueError("layout: one block_stride per layer")
+        layers = (_clib.KvLayer * max(self.layers, 1))()
+        for i, (tensors, stride) in enumerate(zip(self.bases,
+                                                  self.block_stride)):
+            if len(tensors) != self.tensors:
+                raise ValueError("layout: layer %d has %d bases, want %d"
+                                 % (i, len(tensors), self.tensors))
+            for t, (region, offset) in enumerate(tensors):
+                layers[i].base[t].region = region
+                layers[i].base[t].offset = offset
+            layers[i].block_stride = stride
+        c = _clib.KvLayout(self.layers, self.tensors, self.blocks,
+                           self.block_tokens, self.kv_heads, self.head_dim,
+                           self.dtype_bytes, self.order, layers)
+        return c, layers  # layers: kept alive with c
+
+
+@dataclass
+class Event:
+    """A transfer's one outcome: kind is "sent", "received" or "failed"
+    (then status and reason say why)."""
+    xfer: XferId
+    kind: str
+    status: int
+    bytes: int
+    t_first_ns: int
+    t_last_ns: int
+    first_token: Optional[int]
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.kind != FAILED
+
+    @property
+    def status_name(self) -> str:
+        return _STATUS_NAMES.get(self.status, str(self.status))
+
+
+def _blocks(blocks: Sequence[int]):
+    """A uint32 array C can read without a copy per element."""
+    a = blocks if isinstance(blocks, array.array) and blocks.typecode == "I" \
+        else array.array("I", blocks)
+    if not a:
+        raise Error(EINVAL, "blocks: want at least one block id")
+    ptr = (ctypes.c_uint32 * len(a)).from_buffer(a)
+    return ptr, len(a)
+
+
+def _xids(xfers: Sequence[XferLike]):
+    n = len(xfers)
+    arr = (_clib.XferIdC * max(n, 1))()
+    for i, x in enumerate(xfers):
+        arr[i] = _xid(x)._c
+    return arr, n
+
+
+def _peer(peer: Optional[str]) -> Optional[bytes]:
+    return peer.encode() if peer is not None else None
+
+
+class Engine:
+    """The link to one pdx-agent (agent: its engine address, ipc://...).
+    Connecting does not wait for the agent; register() does.
+
+    Calls that announce or abort transfers return at once; each announced
+    transfer ends in exactly one Event (next_event, wait_event, events).
+    fileno() is readable, edge-triggered, when events may be waiting:
+    after it fires, drain with events() before sleeping on it again."""
+
+    def __init__(self, agent: str, timeout_ms: int = 0,
+                 xfer_timeout_ms: int = 0, liveness_ms: int = 0):
+        self._agent = agent
+        params = _clib.EngineParams(agent.encode(), timeout_ms,
+                                    xfer_timeout_ms, liveness_ms)
+        h = ctypes.c_void_p()
+        self._call(lib.pdx_engine_connect(ctypes.byref(params),
+                                          ctypes.byref(h)),
+                   "connect to %s" % agent)
+        self._h = h
+        self._ev = _clib.EngineEvent()
+        self.peer_addr: Optional[str] = None
+
+    # -- life --------------------------------------------------------
+    def close(self) -> None:
+        """Closes the link; the agent aborts nothing by itself."""
+        h, self._h = getattr(self, "_h", None), None
+        if h:
+            lib.pdx_engine_free(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    def _handle(self):
+        if not self._h:
+            raise Error(EINVAL, "this Engine is closed")
+        return self._h
+
+    def _call(self, status: int, what: str) -> int:
+        if status >= 0:
+            return status
+        why = ""
+        last = getattr(lib, "pdx_engine_last_error", None)
+        if last is not None and getattr(self, "_h", None):
+            msg = last(self._h)
+            why = msg.decode(errors="replace") if msg else ""
+        raise Error(status, "%s: %s" % (what, why or status_str(status)))
+
+    # -- registration ------------------------------------------------
+    def register(self, layout: Layout, regions: Sequence[Region],
+                 cuda_events: Optional[Sequence[bytes]] = None,
+                 cuda_event_slots: int = 0) -> str:
+        """Registers the KV memory and layout with the agent and waits for
+        its answer; returns the agent's peer address (the one the other
+        side of a transfer names). cuda_events: slots x layers IPC event
+        handles (64 bytes each), slot-major, for a GPU engine."""
+        lay, keep = layout._c()
+        regs = (_clib.EngineRegion * len(regions))()
+        names = []
+        for i, r in enumerate(regions):
+            if isinstance(r, ShmRegion):
+                names.append(r.name.encode())
+                regs[i].type, regs[i].shm_name = 0, names[-1]
+            elif isinstance(r, CudaRegion):
+                if len(r.ipc_handle) != _clib.CUDA_IPC_BYTES:
+                    raise ValueError("a CUDA IPC handle is 64 bytes")
+                regs[i].type, regs[i].cuda_device = 1, r.device
+                ctypes.memmove(regs[i].cuda_ipc, r.ipc_handle,
+                               _clib.CUDA_IPC_BYTES)
+            else:
+                raise TypeError("regions: ShmRegion or CudaRegion")
+            regs[i].size = r.size
+        err = ctypes.create_string_buffer(256)
+        sizes = (ctypes.c_uint64 * len(regions))(*[r.size for r in regions])
+        if lib.pdx_kv_layout_check(ctypes.byref(lay), sizes, len(regions),
+                                   err, len(err)) < 0:
+            raise Error(EINVAL, "layout: " + err.value.decode())
+        events = None
+        if cuda_events is not None:
+            Handle = ctypes.c_uint8 * _clib.CUDA_IPC_BYTES
+            hs = (Handle * len(cuda_events))()
+            for i, h in enumerate(cuda_events):
+                ctypes.memmove(hs[i], h, _clib.CUDA_IPC_BYTES)
+            events = _clib.CudaEvents(
+                ctypes.cast(hs, ctypes.POINTER(Handle)), cuda_event_slots)
+        peer = ctypes.create_string_buffer(_clib.ADDR_MAX)
+        self._call(lib.pdx_engine_register_cuda(
+            self._handle(), ctypes.byref(lay), regs, len(regions),
+            ctypes.byref(events) if events is not None else None,
+            peer, len(peer)), "register with %s" % self._agent)
+        del keep, names
+        self.peer_addr = peer.value.decode()
+        return self.peer_addr
+
+    # -- transfers ---------------------------------------------------
+    def send(self, xfer: XferLike, peer: Optional[str],
+             blocks: Sequence[int]) -> None:
+        """Prefill side: xfer is produced in these blocks (token order),
+        pushed to the agent at peer (None: the first agent that claims
+        it; docs/security.md)."""
+        b, n = _blocks(blocks)
+        self._call(lib.pdx_engine_send(self._handle(),
+                                       ctypes.byref(_xid(xfer)._c),
+                                       _peer(peer), b, n), "send")
+
+    def recv(self, xfer: XferLike, peer: str, blocks: Sequence[int],
+             skip_tokens: int = 0) -> None:
+        """Decode side: receive xfer from the agent at peer into these
+        blocks; the first skip_tokens tokens are held here already."""
+        b, n = _blocks(blocks)
+        self._call(lib.pdx_engine_recv(self._handle(),
+                                       ctypes.byref(_xid(xfer)._c),
+                                       _peer(peer), b, n, skip_tokens),
+                   "recv")
+
+    def layer_done(self, layer: int, xfers: Sequence[XferLike],
+                   slot: Optional[int] = None) -> None:
+        """Prefill side: layer is computed for these transfers (slot: the
+        CUDA event slot recorded for it, when registered with events)."""
+        arr, n = _xids(xfers)
+        if slot is None:
+            st = lib.pdx_engine_layer_done(self._handle(), layer, arr, n)
+        else:
+            st = lib.pdx_engine_layer_done_slot(self._handle(), layer, slot,
+                                                arr, n)
+        self._call(st, "layer_done")
+
+    def token(self, xfer: XferLike, token: int) -> None:
+        """Prefill side: the first token sampled, carried to the decode
+        side's "received" event. Before the last layer_done."""
+        self._call(lib.pdx_engine_token(self._handle(),
+                                        ctypes.byref(_xid(xfer)._c), token),
+                   "token")
+
+    def hold(self, xfer: XferLike, peer: str) -> None:
+        """Decode side: the request waits in our queue; keep the sender's
+        lease on its KV alive until recv() or abort()."""
+        self._call(lib.pdx_engine_hold(self._handle(),
+                                       ctypes.byref(_xid(xfer)._c),
+                                       _peer(peer)), "hold")
+
+    def abort(self, xfer: XferLike, peer: Optional[str] = None) -> None:
+        """Aborts the transfer here and at the peer; with peer, one never
+        announced here (the agent at peer is told)."""
+        x = ctypes.byref(_xid(xfer)._c)
+        if peer is None:
+            st = lib.pdx_engine_abort(self._handle(), x)
+        else:
+            st = lib.pdx_engine_abort_at(self._handle(), x, _peer(peer))
+        self._call(st, "abort")
+
+    # -- events ------------------------------------------------------
+    def fileno(self) -> int:
+        """Readable (edge-triggered) when events may be waiting."""
+        return lib.pdx_engine_fd(self._handle())
+
+    def link_status(self) -> Tuple[bool, str]:
+        """(True, "") while the agent is there and holds our registration;
+        (False, why) while it is away. Never waits."""
+        why = ctypes.create_string_buffer(_clib.REASON_MAX)
+        st = lib.pdx_engine_link_status(self._handle(), why, len(why))
+        return st == OK, why.value.decode(errors="replace")
+
+    def _event(self) -> Event:
+        e = self._ev
+        x = XferId(bytes(e.xfer.b))
+        return Event(x, _KINDS.get(e.kind, FAILED), e.status, e.bytes,
+                     e.t_first_ns, e.t_last_ns,
+                     e.first_token if e.first_token >= 0 else None,
+                     e.reason.decode(errors="replace"))
+
+    def next_event(self) -> Optional[Event]:
+        """The next event, or None when there is none now."""
+        st = lib.pdx_engine_next_event(self._handle(), ctypes.byref(self._ev))
+        if st == EAGAIN:
+            return None
+        self._call(st, "next_event")
+        return self._event()
+
+    def wait_event(self, timeout: Optional[float] = None) -> Optional[Event]:
+        """The next event within timeout seconds (None: forever), or None
+        when none came in time."""
+        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        st = lib.pdx_engine_wait_event(self._handle(), ms,
+                                       ctypes.byref(self._ev))
+        if st == ETIMEDOUT:
+            return None
+        self._call(st, "wait_event")
+        return self._event()
+
+    def events(self) -> List[Event]:
+        """Every event waiting now (drains to EAGAIN, as the fd wants)."""
+        out = []
+        while True:
+            ev = self.next_event()
+            if ev is None:
+                return out
+            out.append(ev)
+
+    def poll(self, timeout: float) -> List[Event]:
+        """Waits up to timeout seconds on fileno(), then drains."""
+        evs = self.events()
+        if evs:
+            return evs
+        select.select([self.fileno()], [], [], timeout)
+        return self.events()

@@ -1,0 +1,217 @@
+#!/usr/bin/python3
+"""The Python binding (python/pdx) against two real pdx-agents: a transfer
+byte for byte, skip_tokens, the first token, an abort, hold, an id in
+flight twice, refusals as pdx.Error with status and reason, events through
+the pollable fd, and an agent killed under a transfer (EAGENT at once).
+
+    test_engine.py PATH-TO-pdx-agent
+"""
+import os
+import select
+import sys
+import time
+import unittest
+
+import pdx
+from rig import (BLOCKS, LAYERS, POOL_BYTES, Agents, block_at, layout,
+                 same_blocks, wait_for)
+
+AGENT = None
+
+
+class Pair(unittest.TestCase):
+    """A prefill (P) and a decode (D) engine, each with its agent and a
+    pool in shared memory; P's pool filled with a pattern."""
+
+    def setUp(self):
+        self.ag = Agents(AGENT, "p", "d")
+        self.addCleanup(self.close_agents)
+        self.pools = {n: pdx.SharedPool(POOL_BYTES) for n in "pd"}
+        self.eng = {}
+        for n in "pd":
+            self.eng[n] = pdx.Engine(self.ag.engine(n), liveness_ms=500)
+            self.addCleanup(self.eng[n].close)
+            self.eng[n].register(layout(), [self.pools[n].region])
+        buf = self.pools["p"].buf
+        buf[:] = bytes((i * 7 + i // 251) & 0xff for i in range(POOL_BYTES))
+
+    def close_agents(self):
+        for e in self.eng.values():
+            e.close()
+        for p in self.pools.values():
+            p.close()
+        self.ag.close()
+        self.assertEqual(self.ag.bad_exits, [])
+
+    def event(self, side, xfer, timeout=10):
+        """The one event of xfer on side, through the fd."""
+        e, end = self.eng[side], time.monotonic() + timeout
+        while time.monotonic() < end:
+            for ev in e.poll(0.2):
+                if ev.xfer == xfer:
+                    return ev
+        self.fail("no event for %s on %s in %ss" % (xfer, side, timeout))
+
+    def push(self, xfer, src, dst, token=None, skip_tokens=0):
+        P, D = self.eng["p"], self.eng["d"]
+        D.recv(xfer, P.peer_addr, dst, skip_tokens=skip_tokens)
+        P.send(xfer, D.peer_addr, src)
+        if token is not None:
+            P.token(xfer, token)
+        for layer in range(LAYERS):
+            P.layer_done(layer, [xfer])
+
+
+class Transfers(Pair):
+    def test_transfer_is_byte_exact(self):
+        x = pdx.XferId()
+        src, dst = [3, 9, 10, 40], [5, 6, 20, 63]
+        self.push(x, src, dst, token=1234)
+        d, p = self.event("d", x), self.event("p", x)
+        self.assertEqual((d.kind, p.kind), (pdx.RECEIVED, pdx.SENT))
+        self.assertEqual(d.first_token, 1234)
+        self.assertEqual(d.bytes, len(src) * LAYERS * 2 * 256)
+        self.assertTrue(same_blocks(self.pools["p"].buf, src,
+                                    self.pools["d"].buf, dst))
+        self.assertGreaterEqual(d.t_last_ns, d.t_first_ns)
+
+    def test_skip_tokens_leaves_held_blocks_alone(self):
+        x = pdx.XferId()
+        src, dst = [1, 2, 3], [7, 8, 9]
+        self.push(x, src, dst, skip_tokens=2 * 4)  # two blocks of 4 tokens
+        self.assertEqual(self.event("d", x).kind, pdx.RECEIVED)
+        self.assertEqual(self.event("p", x).kind, pdx.SENT)
+        dbuf = self.pools["d"].buf
+        self.assertTrue(all(block_at(dbuf, l, t, b) == bytes(256)
+                            for l in range(LAYERS) for t in range(2)
+                            for b in (7, 8)), "skipped blocks written")
+        self.assertTrue(same_blocks(self.pools["p"].buf, [3],
+                                    dbuf, [9]))
+
+    def test_ids_from_hex_and_bytes(self):
+        x = pdx.XferId()
+        self.assertEqual(pdx.XferId(x.hex), x)
+        self.assertEqual(pdx.XferId(bytes(x)), x)
+        with self.assertRaises(ValueError):
+            pdx.XferId("abc")
+        self.push(x.hex, [0], [0])  # a hex string is an id too
+        self.assertEqual(self.event("d", x).kind, pdx.RECEIVED)
+
+    def test_hold_then_recv(self):
+        x = pdx.XferId()
+        P, D = self.eng["p"], self.eng["d"]
+        D.hold(x, P.peer_addr)
+        P.send(x, D.peer_addr, [4, 5])
+        for layer in range(LAYERS):
+            P.layer_done(layer, [x])
+        time.sleep(0.2)
+        D.recv(x, P.peer_addr, [30, 31])
+        self.assertEqual(self.event("d", x).kind, pdx.RECEIVED)
+        self.assertEqual(self.event("p", x).kind, pdx.SENT)
+
+    def test_abort_reaches_the_other_side(self):
+        x = pdx.XferId()
+        P, D = self.eng["p"], self.eng["d"]
+        D.recv(x, P.peer_addr, [1, 2])
+        P.send(x, D.peer_addr, [1, 2])
+        P.layer_done(0, [x])
+        D.abort(x)
+        d, p = self.event("d", x), self.event("p", x)
+        self.assertEqual((d.kind, p.kind), (pdx.FAILED, pdx.FAILED))
+        self.assertEqual(d.status, pdx.ECANCELED, d)
+        self.assertEqual(p.status_name, "ECANCELED", p)
+        self.assertTrue(p.reason, "a failure says why")
+
+
+class Refusals(Pair):
+    def test_an_id_in_flight_is_eexist(self):
+        x = pdx.XferId()
+        D = self.eng["d"]
+        D.recv(x, self.eng["p"].peer_addr, [1])
+        with self.assertRaises(pdx.Error) as cm:
+            D.recv(x, self.eng["p"].peer_addr, [2])
+        self.assertEqual((cm.exception.status, cm.exception.name),
+                         (pdx.EEXIST, "EEXIST"))
+        D.abort(x)
+        self.assertEqual(self.event("d", x).kind, pdx.FAILED)
+
+    def test_bad_arguments_raise_with_the_reason(self):
+        D = self.eng["d"]
+        with self.assertRaises(pdx.Error) as cm:
+            D.recv(pdx.XferId(), self.eng["p"].peer_addr, [])
+        self.assertEqual(cm.exception.status, pdx.EINVAL)
+        self.assertIn("block", cm.exception.reason)
+
+    def test_bad_peer_fails_the_transfer_saying_why(self):
+        x = pdx.XferId()
+        self.eng["d"].recv(x, "not-an-address", [1])
+        ev = self.event("d", x)
+        self.assertEqual((ev.kind, ev.status), (pdx.FAILED, pdx.EINVAL), ev)
+        self.assertIn("tcp://", ev.reason)
+
+    def test_block_outside_the_pool_fails_the_transfer(self):
+        x = pdx.XferId()
+        D = self.eng["d"]
+        D.recv(x, self.eng["p"].peer_addr, [BLOCKS + 5])
+        ev = self.event("d", x)
+        self.assertEqual((ev.kind, ev.status), (pdx.FAILED, pdx.ERANGE), ev)
+        self.assertIn("block", ev.reason)
+
+    def test_layout_outside_its_region_is_refused(self):
+        with pdx.Engine(self.ag.engine("d")) as e, \
+                pdx.SharedPool(POOL_BYTES // 2) as small:
+            with self.assertRaises(pdx.Error) as cm:
+                e.register(layout(), [small.region])
+            self.assertEqual(cm.exception.status, pdx.EINVAL)
+            self.assertIn("region", cm.exception.reason)
+            print(cm.exception)
+
+    def test_closed_engine_raises(self):
+        e = pdx.Engine(self.ag.engine("p"))
+        e.close()
+        e.close()  # twice is fine
+        with self.assertRaises(pdx.Error):
+            e.abort(pdx.XferId())
+
+
+class AgentGone(Pair):
+    def test_killed_agent_fails_the_transfer_at_once(self):
+        x = pdx.XferId()
+        D = self.eng["d"]
+        D.recv(x, self.eng["p"].peer_addr, [1, 2])
+        t0 = time.monotonic()
+        self.ag.kill("d")
+        ev = self.event("d", x, timeout=5)
+        self.assertLess(time.monotonic() - t0, 2.0)
+        self.assertEqual((ev.kind, ev.status), (pdx.FAILED, pdx.EAGENT), ev)
+        up, why = D.link_status()
+        self.assertFalse(up)
+        self.assertTrue(why)
+        with self.assertRaises(pdx.Error):
+            D.recv(pdx.XferId(), self.eng["p"].peer_addr, [3])
+        # back: registered again by itself, transfers work again
+        self.ag.start("d")
+        self.assertTrue(wait_for(lambda: (D.events(), D.link_status()[0])[1],
+                                 10), D.link_status())
+        y = pdx.XferId()
+        self.push(y, [6], [6])
+        self.assertEqual(self.event("d", y).kind, pdx.RECEIVED)
+
+
+class Memory(unittest.TestCase):
+    def test_region_of_finds_the_pool(self):
+        with pdx.SharedPool(1 << 16) as pool:
+            r, off = pdx.region_of(pool.address + 4096, 100)
+            self.assertEqual((r, off), (pool.region, 4096))
+            regions, refs = pdx.regions_for([(pool.address, 10),
+                                             (pool.address + 64, 10)])
+            self.assertEqual((regions, refs), ([pool.region],
+                                               [(0, 0), (0, 64)]))
+        with self.assertRaises(pdx.Error) as cm:
+            pdx.region_of(id(self), 8)  # the Python heap
+        self.assertIn("SharedPool", cm.exception.reason)
+
+
+if __name__ == "__main__":
+    AGENT = sys.argv.pop(1)
+    unittest.main(verbosity=2)
