@@ -604,6 +604,7 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 		}
 	}
 	x = xfer_find(a, &id);
+	xfer_claim(x, p);
 	if (x && (x->role != XFER_SEND || x->remote_blocks || x->finished ||
 		  strcmp(x->peer_addr, p->addr) != 0)) {
 		free(blocks);
