@@ -232,7 +232,7 @@ void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 	pdx_xfer_id_hex(&x->id, hex);
 	log_info("xfer %s %s %s failed: %s", hex,
 		 x->role == XFER_SEND ? "to" : "from",
-		 x->peer_addr[0] ? x->peer_addr : "(open)", x->reason);
+		 x->peer_addr[0] ? x->peer_addr : "(none)", x->reason);
 	/* A transfer our engine named (or queued) is aborted; one only the
 	 * peer named is unknown here. */
 	if (tell_peer && x->peer_addr[0]) {
