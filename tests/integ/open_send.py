@@ -25,7 +25,7 @@ import urllib.request
 from pypeer import (BLOCKS, BLOCK_BYTES, LAYERS, TENSORS, Rig, check,
                     exit_code, same_blocks)
 
-LEASE_MS = 1500
+LEASE_MS = 2500  # room for a first handshake on a loaded machine
 
 
 def metric(url, name):
