@@ -283,6 +283,9 @@ struct xfer *xfer_new(struct agent *a, const struct pdx_xfer_id *id,
 void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 	       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void xfer_succeed(struct xfer *x);
+/* x, when it is a send our engine left open (no peer named), is p's from
+ * now on: p presented its id first (want, or a hold in its ping). */
+void xfer_claim(struct xfer *x, struct peer *p);
 /* x entered a new phase (announced, "want" known, held): its bounds
  * count from now. */
 void xfer_begin_phase(struct xfer *x);

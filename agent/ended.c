@@ -70,5 +70,7 @@ const char *pdx_ended_find(const struct pdx_ended *s,
 	struct ended *e = NULL;
 
 	HASH_FIND(hh, s->table, id->b, sizeof(id->b), e);
-	return e && strcmp(e->peer, peer) == 0 ? e->reason : NULL;
+	return e && (!peer || !e->peer[0] || strcmp(e->peer, peer) == 0)
+		   ? e->reason
+		   : NULL;
 }

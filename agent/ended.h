@@ -20,7 +20,8 @@ void pdx_ended_free(struct pdx_ended *s);
 void pdx_ended_add(struct pdx_ended *s, const struct pdx_xfer_id *id,
 		   const char *peer, const char *reason);
 /* Why id, a transfer with peer, ended; NULL when it did not (or with
- * another peer). */
+ * another peer). One that ended open, with no peer (no agent claimed it),
+ * is any peer's; peer NULL: with whichever peer. */
 const char *pdx_ended_find(const struct pdx_ended *s,
 			   const struct pdx_xfer_id *id, const char *peer);
 

@@ -927,17 +927,19 @@ static pdx_status_t announce(struct pdx_engine *e, const char *op,
 	struct live_xfer *t;
 	pdx_status_t st;
 
-	if (!e || !xfer || !peer_ok(peer) || !blocks || n_blocks == 0 ||
-	    n_blocks > UINT32_MAX)
+	/* a send may leave its receiver open: the first to claim it */
+	if (!e || !xfer || !(peer ? peer_ok(peer) : op[0] == 's') || !blocks ||
+	    n_blocks == 0 || n_blocks > UINT32_MAX)
 		return PDX_EINVAL;
 	if (live_has(e, xfer))
 		return PDX_EEXIST; /* the one in flight goes on */
 	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, 4 + (with_skip ? 1 : 0) +
+	msgpack_pack_map(&o.pk, 3 + (peer != NULL) + (with_skip ? 1 : 0) +
 					(e->xfer_timeout_ms ? 1 : 0));
 	pdx_mp_kv_str(&o.pk, "op", op);
 	pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
-	pdx_mp_kv_str(&o.pk, "peer", peer);
+	if (peer)
+		pdx_mp_kv_str(&o.pk, "peer", peer);
 	pdx_mp_kv_u32s(&o.pk, "blocks", blocks, n_blocks);
 	if (with_skip)
 		pdx_mp_kv_u64(&o.pk, "skip_tokens", skip_tokens);

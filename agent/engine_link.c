@@ -506,8 +506,26 @@ static pdx_status_t check_blocks(const struct agent *a, const uint32_t *blocks,
 	return PDX_OK;
 }
 
+/* The peer a send or recv names, in peer: "" for an open send, or the
+ * agent whose want claimed it already (x). False when it names none. */
+static bool announced_peer(const msgpack_object *m, enum xfer_role role,
+			   const struct xfer *x, char *peer, size_t len)
+{
+	const msgpack_object *named = pdx_mp_get(m, "peer");
+
+	if (role == XFER_SEND && (!named || named->type == MSGPACK_OBJECT_NIL)) {
+		snprintf(peer, len, "%s", x ? x->peer_addr : "");
+		return true;
+	}
+	return pdx_mp_get_str(m, "peer", peer, len) == 0 &&
+	       strncmp(peer, "tcp://", 6) == 0;
+}
+
 /* The parts send and recv share: id, peer, blocks checked against the
- * registered layout. Every announcement with an id ends in one event:
+ * registered layout. A send may name no peer (absent or nil): it is open,
+ * and the first agent to present its id (want, or a hold in its ping)
+ * claims it (docs/security.md); a want that came first is that claim.
+ * Every announcement with an id ends in one event:
  * refused before it is a transfer here (not registered on this
  * connection, --max-xfers), it goes to the connection that sent it; a bad
  * field fails the transfer, and its peer is told. A repeated id of a
@@ -545,10 +563,10 @@ static struct xfer *announce(struct agent *a, const void *eid, size_t eid_len,
 					 : "its peer asked for");
 		return NULL;
 	}
-	if (pdx_mp_get_str(m, "peer", peer, sizeof(peer)) ||
-	    strncmp(peer, "tcp://", 6) != 0) {
+	if (!announced_peer(m, role, x, peer, sizeof(peer))) {
 		snprintf(why, sizeof(why), "peer: want the peer agent's "
-			 "tcp:// address");
+			 "tcp:// address%s", role == XFER_SEND ?
+			 " (or none: the first to claim it)" : "");
 		peer[0] = '\0';
 	} else if (pdx_mp_get_u32s(m, "blocks", MAX_BLOCKS, &blocks, &n) ||
 		   n == 0) {
@@ -600,7 +618,7 @@ static struct xfer *announce(struct agent *a, const void *eid, size_t eid_len,
 			pdx_xfer_sm_blocks_known(&x->sm);
 	}
 	snprintf(x->peer_addr, sizeof(x->peer_addr), "%s", peer);
-	x->peer = peer_get(a, peer);
+	x->peer = peer[0] ? peer_get(a, peer) : NULL;
 	xfer_arm(x); /* a hello just sent bounds it too */
 	if (!x->peer_abort[0] && (ended = pdx_ended_find(a->ended, &id, peer)) != NULL)
 		snprintf(x->peer_abort, sizeof(x->peer_abort),
@@ -610,7 +628,7 @@ static struct xfer *announce(struct agent *a, const void *eid, size_t eid_len,
 		xfer_fail(x, PDX_ECANCELED, false, "%s", x->peer_abort);
 		return NULL;
 	}
-	if (!x->peer) {
+	if (peer[0] && !x->peer) {
 		free(blocks);
 		xfer_fail(x, PDX_EPEER, false, "cannot reach %s", peer);
 		return NULL;

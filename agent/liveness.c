@@ -149,6 +149,7 @@ void on_ping(struct agent *a, const char *from, const msgpack_object *m)
 		/* Unknown here: our engine has not announced it, and its
 		 * lease starts in full when it does. */
 		x = xfer_find(a, &id);
+		xfer_claim(x, p);
 		if (x && x->role == XFER_SEND && x->peer == p && !x->finished &&
 		    lease_end > x->lease_ns) {
 			x->lease_ns = lease_end;

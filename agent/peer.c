@@ -604,20 +604,24 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 		}
 	}
 	x = xfer_find(a, &id);
-	if (x && (x->role != XFER_SEND || x->remote_blocks || x->finished ||
-		  strcmp(x->peer_addr, p->addr) != 0)) {
-		free(blocks);
-		log_warn("want from %s refused: transfer is not for it", p->addr);
-		peer_send(a, p, "error", &id, "transfer is not for this agent",
-			  NULL, 0, NULL);
-		return;
-	}
+	xfer_claim(x, p);
 	if (!x && (why = pdx_ended_find(a->ended, &id, p->addr)) != NULL) {
 		char reason[PDX_REASON_MAX];
 
 		free(blocks);
 		snprintf(reason, sizeof(reason), "transfer ended here: %s", why);
 		peer_send(a, p, "error", &id, reason, NULL, 0, NULL);
+		return;
+	}
+	/* another agent's, in flight or ended here (an open send it
+	 * claimed first) */
+	if ((x && (x->role != XFER_SEND || x->remote_blocks || x->finished ||
+		   strcmp(x->peer_addr, p->addr) != 0)) ||
+	    (!x && pdx_ended_find(a->ended, &id, NULL))) {
+		free(blocks);
+		log_warn("want from %s refused: transfer is not for it", p->addr);
+		peer_send(a, p, "error", &id, "transfer is not for this agent",
+			  NULL, 0, NULL);
 		return;
 	}
 	if (!x) {

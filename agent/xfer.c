@@ -104,7 +104,11 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 		xfer_arm(x); /* moved later since armed */
 		return;
 	}
-	if (which == BOUND_LEASE)
+	if (which == BOUND_LEASE && !x->peer_addr[0])
+		xfer_fail(x, PDX_ETIMEDOUT, false,
+			  "lease expired: no agent claimed it in %u ms",
+			  a->cfg.lease_ms);
+	else if (which == BOUND_LEASE)
 		xfer_fail(x, PDX_ETIMEDOUT, true,
 			  "lease expired: %s asked for no blocks and held "
 			  "none for %u ms", x->peer_addr, a->cfg.lease_ms);
@@ -227,7 +231,8 @@ void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 		x->peer->stale = true;
 	pdx_xfer_id_hex(&x->id, hex);
 	log_info("xfer %s %s %s failed: %s", hex,
-		 x->role == XFER_SEND ? "to" : "from", x->peer_addr, x->reason);
+		 x->role == XFER_SEND ? "to" : "from",
+		 x->peer_addr[0] ? x->peer_addr : "(none)", x->reason);
 	/* A transfer our engine named (or queued) is aborted; one only the
 	 * peer named is unknown here. */
 	if (tell_peer && x->peer_addr[0]) {
@@ -254,6 +259,22 @@ void xfer_succeed(struct xfer *x)
 	log_debug("xfer %s done: %llu bytes", hex, (unsigned long long)x->bytes);
 	notify_xfer(x->agent, x, x->role == XFER_SEND ? "sent" : "received");
 	xfer_maybe_release(x);
+}
+
+/* The id is the only credential of an open send (docs/security.md): the
+ * first agent to present it gets the KV, any later one is refused as for
+ * a send that named another agent. */
+void xfer_claim(struct xfer *x, struct peer *p)
+{
+	char hex[33];
+
+	if (!x || x->role != XFER_SEND || !x->announced || x->finished ||
+	    x->peer_addr[0])
+		return;
+	snprintf(x->peer_addr, sizeof(x->peer_addr), "%s", p->addr);
+	x->peer = p;
+	pdx_xfer_id_hex(&x->id, hex);
+	log_debug("xfer %s: claimed by %s", hex, p->addr);
 }
 
 static void fill_want(msgpack_packer *pk, void *arg)

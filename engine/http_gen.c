@@ -367,6 +367,11 @@ static int kv_setup(struct pdx__gen_call *c, struct pdx_oai_req *r,
 		pdx__http_error(api, c->req, 503, "service_unavailable", why);
 		return -1;
 	}
+	if (pdx_kv_params_mint(&r->kv)) {
+		pdx__http_error(api, c->req, 500, "internal_error",
+				"no random bytes for an xfer_id");
+		return -1;
+	}
 	c->kv = pdx__kv_new(api, &r->kv, r->n_prompt);
 	if (!c->kv) {
 		pdx__http_error(api, c->req, 500, "internal_error",

@@ -199,9 +199,11 @@ void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq)
 	if (k->p.role == PDX_KV_RECV)
 		st = pdx_kv_link_recv(l, &k->w, k->p.remote_agent, seq->blocks,
 				      n);
-	else
-		st = pdx_kv_link_send(l, &k->w, k->p.remote_agent, seq->blocks,
-				      n);
+	else /* no remote_agent: the first agent to claim it */
+		st = pdx_kv_link_send(l, &k->w,
+				      k->p.remote_agent[0] ? k->p.remote_agent
+							   : NULL,
+				      seq->blocks, n);
 	if (st != PDX_OK) {
 		over(k, st, st == PDX_EPEER ? "cannot reach the agent"
 					    : "the agent refused it");

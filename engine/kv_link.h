@@ -57,7 +57,8 @@ pdx_status_t pdx_kv_link_status(const struct pdx_kv_link *l, char *reason,
 /* The agent's peer address: the one the other side of a transfer needs. */
 const char *pdx_kv_link_peer(const struct pdx_kv_link *l);
 
-/* Prefill side: pdx_engine_send(); w->cb gets "sent" or "failed". */
+/* Prefill side: pdx_engine_send() (peer NULL: open); w->cb gets "sent"
+ * or "failed". */
 pdx_status_t pdx_kv_link_send(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 			      const char *peer, const uint32_t *blocks,
 			      size_t n_blocks);

@@ -87,10 +87,16 @@ static int parse_prefill_side(json_t *o, struct pdx_kv_params *out,
 	return 0;
 }
 
+static bool absent(json_t *v)
+{
+	return !v || json_is_null(v);
+}
+
 int pdx_kv_params_parse(json_t *o, uint32_t vocab, struct pdx_kv_params *out,
 			char *msg, size_t msglen)
 {
 	const char *s;
+	json_t *v;
 
 	memset(out, 0, sizeof(*out));
 	out->first_token = -1;
@@ -112,23 +118,40 @@ int pdx_kv_params_parse(json_t *o, uint32_t vocab, struct pdx_kv_params *out,
 		out->role = PDX_KV_SEND;
 	else
 		return 0; /* nothing to move: run here */
-	s = json_string_value(json_object_get(o, "xfer_id"));
-	if (!s || parse_xfer(s, out)) {
+	/* The prefill side may be told neither (vLLM's proxies): it mints
+	 * the id and leaves the receiver open (docs/security.md). */
+	v = json_object_get(o, "xfer_id");
+	s = json_string_value(v);
+	if (!(out->role == PDX_KV_SEND && absent(v)) &&
+	    (!s || parse_xfer(s, out))) {
 		snprintf(msg, msglen,
 			 "kv_transfer_params.xfer_id: want 32 hex digits");
 		return -1;
 	}
-	s = json_string_value(json_object_get(o, "remote_agent"));
-	if (!s || !*s || strlen(s) >= sizeof(out->remote_agent)) {
+	v = json_object_get(o, "remote_agent");
+	s = json_string_value(v);
+	if (!(out->role == PDX_KV_SEND && absent(v)) &&
+	    (!s || !*s || strlen(s) >= sizeof(out->remote_agent))) {
 		snprintf(msg, msglen,
 			 "kv_transfer_params.remote_agent: want the other "
 			 "side's agent address");
 		return -1;
 	}
-	strcpy(out->remote_agent, s);
+	if (s)
+		strcpy(out->remote_agent, s);
 	if (out->role == PDX_KV_RECV)
 		return parse_decode_side(o, vocab, out, msg, msglen);
 	return parse_prefill_side(o, out, msg, msglen);
+}
+
+int pdx_kv_params_mint(struct pdx_kv_params *p)
+{
+	if (p->xfer_hex[0])
+		return 0;
+	if (pdx_xfer_id_random(&p->xfer) != PDX_OK)
+		return -1;
+	pdx_xfer_id_hex(&p->xfer, p->xfer_hex);
+	return 0;
 }
 
 json_t *pdx_kv_params_answer(const struct pdx_kv_params *p,

@@ -2,8 +2,11 @@
  * request with a decode engine's (docs/engine.md, "Disaggregated roles").
  * Proxies pass the object through unchanged; the engine reads
  *
- *   xfer_id            32 hex digits, minted by whoever pairs the two
- *   remote_agent       the other side's agent peer address
+ *   xfer_id            32 hex digits, minted by whoever pairs the two;
+ *                      prefill side: absent or null, minted by it
+ *   remote_agent       the other side's agent peer address; prefill
+ *                      side: absent or null, the receiver is left open
+ *                      (the first agent to present the id claims it)
  *   do_remote_prefill  true: decode side, the prompt's KV is received
  *   do_remote_decode   true: prefill side, the prompt's KV is sent
  *   first_token        decode side, optional: the prefill's first token
@@ -18,7 +21,7 @@
  * do_remote_prefill: true, do_remote_decode: false, first_token (in the
  * answer; not known yet when the prefill starts).
  *
- * Pure (jansson only); any thread.
+ * Pure (jansson only) but for pdx_kv_params_mint(); any thread.
  */
 #ifndef PDX_ENGINE_KV_PARAMS_H
 #define PDX_ENGINE_KV_PARAMS_H
@@ -48,9 +51,15 @@ struct pdx_kv_params {
 	char metaserver[PDX_KV_URL_MAX]; /* "" when not given */
 };
 
-/* Reads o (NULL or null: role NONE). 0, or -1 with the reason in msg. */
+/* Reads o (NULL or null: role NONE). 0, or -1 with the reason in msg.
+ * Keys it does not read (vLLM's remote_engine_id, ...) are ignored. A
+ * prefill side given no xfer_id has xfer_hex "" and remote_agent "". */
 int pdx_kv_params_parse(json_t *o, uint32_t vocab, struct pdx_kv_params *out,
 			char *msg, size_t msglen);
+
+/* Mints p's xfer_id (128 random bits) unless it was given. 0, or -1 when
+ * the system has no random bytes. */
+int pdx_kv_params_mint(struct pdx_kv_params *p);
 
 /* The prefill side's answer (first_token < 0: left out, for the early
  * callback): a new object, NULL when out of memory. */

@@ -141,7 +141,9 @@ pdx_status_t pdx_engine_register_cuda(struct pdx_engine *e,
 				      char *peer_addr, size_t peer_addr_len);
 
 /* Prefill side: transfer xfer will be produced in these blocks (in token
- * order) and may be pushed only to the agent at peer. */
+ * order) and may be pushed only to the agent at peer. peer NULL leaves the
+ * receiver open: the first agent to ask for xfer gets it (its id is then
+ * the only credential; docs/security.md). */
 pdx_status_t pdx_engine_send(struct pdx_engine *e, const struct pdx_xfer_id *xfer,
 			     const char *peer, const uint32_t *blocks,
 			     size_t n_blocks);

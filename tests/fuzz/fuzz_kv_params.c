@@ -1,8 +1,9 @@
 /* kv_transfer_params as the reference engine reads it
  * (engine/kv_params.c): any JSON value. What it accepts must be a
- * transfer an agent can take (16-byte id, its hex, a peer address) and
- * give an answer object. */
+ * transfer an agent can take (16-byte id, its hex, a peer address; the
+ * prefill side may have neither id nor peer) and give an answer object. */
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,9 +26,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (!msg[0])
 			abort();
 	} else if (p.role != PDX_KV_NONE) {
+		/* a prefill side may be told neither (it mints the id) */
+		bool told = p.role == PDX_KV_RECV;
+
 		pdx_xfer_id_hex(&p.xfer, hex);
-		if (strcmp(hex, p.xfer_hex) || !p.remote_agent[0] ||
-		    p.first_token >= 32000 ||
+		if ((strcmp(hex, p.xfer_hex) && (told || p.xfer_hex[0])) ||
+		    (told && !p.remote_agent[0]) || p.first_token >= 32000 ||
 		    (p.metaserver[0] && strncmp(p.metaserver, "http://", 7)))
 			abort();
 		answer =

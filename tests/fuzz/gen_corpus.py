@@ -273,6 +273,10 @@ def kv_params():
     c["prefill"] = {"do_remote_decode": True, "xfer_id": X2.hex().upper(),
                     "remote_agent": PEER,
                     "metaserver": "http://proxy:8000/v1/metaserver"}
+    # vLLM's example proxies: the prefill side mints the id
+    c["vllm_prefill"] = {"do_remote_decode": True, "do_remote_prefill": False,
+                         "remote_engine_id": None, "remote_block_ids": None,
+                         "remote_host": None, "remote_port": None}
     c["none"] = {"do_remote_prefill": False}
     c["both"] = {"do_remote_prefill": True, "do_remote_decode": True}
     c["null"] = None

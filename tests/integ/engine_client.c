@@ -367,7 +367,7 @@ int main(int argc, char **argv)
 	CHECK(pdx_engine_send(e, NULL, "tcp://p:1", blocks, 3) == PDX_EINVAL &&
 		      pdx_engine_send(e, &x, "tcp://p:1", blocks, 0) == PDX_EINVAL &&
 		      pdx_engine_send(e, &x, "tcp://p:1", NULL, 3) == PDX_EINVAL &&
-		      pdx_engine_send(e, &x, NULL, blocks, 3) == PDX_EINVAL &&
+		      pdx_engine_recv(e, &x, NULL, blocks, 3, 0) == PDX_EINVAL &&
 		      pdx_engine_send(e, &x, "", blocks, 3) == PDX_EINVAL &&
 		      pdx_engine_send(e, &x, longpeer, blocks, 3) == PDX_EINVAL &&
 		      pdx_engine_recv(e, &x, longpeer, blocks, 3, 0) == PDX_EINVAL &&
@@ -376,7 +376,8 @@ int main(int argc, char **argv)
 		      pdx_engine_abort(e, NULL) == PDX_EINVAL &&
 		      pdx_engine_next_event(e, NULL) == PDX_EINVAL &&
 		      pdx_engine_send(NULL, &x, "tcp://p:1", blocks, 3) == PDX_EINVAL,
-	      "NULLs, zero counts and a peer address too long: EINVAL");
+	      "NULLs, zero counts, a recv without a peer and a peer address "
+	      "too long: EINVAL");
 
 	CHECK(pdx_engine_send(e, &x, "tcp://peer:9", blocks, 3) == PDX_OK,
 	      "send posts");

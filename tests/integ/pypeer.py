@@ -142,22 +142,29 @@ class Engine:
 
 class Rig:
     """Real pdx-agents, one per side, each with an Engine (not registered
-    yet), in a zmq context of their own. As a context manager it tears
+    yet), in a zmq context of their own (metrics: each serves /metrics, its
+    URL in self.metrics). As a context manager it tears
     down on the way out: what was given to adopt() closed first, then the
     engines; the agents get SIGTERM and each must exit 0 (a check)."""
 
-    def __init__(self, agent_bin, name, sides, agent_args=()):
+    def __init__(self, agent_bin, name, sides, agent_args=(), metrics=False):
         self.tmp = tempfile.mkdtemp(prefix=f"pdx-{name}-")
         self.ctx = zmq.Context()
         self.agents, self.engines, self.adopted = [], [], []
+        self.metrics = []  # with metrics: each agent's /metrics URL
         env = dict(os.environ, UCX_TLS="sm,self", UCX_WARN_UNUSED_ENV_VARS="n")
         try:
             for side in sides:
                 eng = f"ipc://{self.tmp}/{side}.engine"
+                extra = []
+                if metrics:
+                    m = f"127.0.0.1:{free_port()}"
+                    extra = ["--metrics", m]
+                    self.metrics.append(f"http://{m}/metrics")
                 self.agents.append(subprocess.Popen(
                     [agent_bin, "--engine", eng, "--listen",
                      f"tcp://127.0.0.1:{free_port()}", "--xfer-timeout-ms", "5000",
-                     *agent_args],
+                     *extra, *agent_args],
                     env=env, stdout=subprocess.DEVNULL))
                 self.engines.append(
                     Engine(self.ctx, f"pdx-{name}-{os.getpid()}-{side}", eng))

@@ -27,8 +27,12 @@ int main(void)
 	pdx_ended_add(s, &a, "tcp://p:1", "lease expired");
 	why = pdx_ended_find(s, &a, "tcp://p:1");
 	CHECK(why && strcmp(why, "lease expired") == 0);
-	/* only for the peer it was with */
+	/* only for the peer it was with; NULL: any */
 	CHECK(pdx_ended_find(s, &a, "tcp://rogue:1") == NULL);
+	CHECK(pdx_ended_find(s, &a, NULL) == why);
+	/* an open one nobody claimed: anyone's */
+	pdx_ended_add(s, &c, "", "no agent claimed it");
+	CHECK(pdx_ended_find(s, &c, "tcp://late:1") != NULL);
 
 	/* added again: updated in place, nothing evicted */
 	pdx_ended_add(s, &a, "tcp://p:1", "it completed");

@@ -61,7 +61,8 @@ static void refusals(void)
 	    "\"xfer_id\": \"0011\"}",
 	    "{\"do_remote_prefill\": true, \"remote_agent\": \"tcp://h:1\", "
 	    "\"xfer_id\": \"" X "0\"}",
-	    "{\"do_remote_decode\": true, \"xfer_id\": \"" X "\"}",
+	    "{\"do_remote_decode\": true, \"xfer_id\": \"0011\"}",
+	    "{\"do_remote_decode\": true, \"remote_agent\": 7}",
 	    "{\"do_remote_prefill\": true, \"remote_agent\": \"tcp://h:1\", "
 	    "\"xfer_id\": \"" X "\", \"first_token\": 1024}",
 	    "{\"do_remote_prefill\": true, \"remote_agent\": \"tcp://h:1\", "
@@ -78,10 +79,42 @@ static void refusals(void)
 		      pdx_kv_params_parse(o, 1024, &p, msg, sizeof(msg)) == -1);
 		json_decref(o);
 	}
-	CHECK_EQ(parse("{\"do_remote_decode\": true, \"xfer_id\": \"" X "\"}",
+	/* the decode side needs both: it cannot mint nor claim */
+	CHECK_EQ(parse("{\"do_remote_prefill\": true, \"xfer_id\": \"" X "\"}",
 		       &p, msg),
 		 -1);
 	CHECK_STR_CONTAINS(msg, "remote_agent");
+}
+
+/* What vLLM's example proxies send a prefill side: no id, no receiver,
+ * keys of their own. The id is minted, the receiver left open. */
+static void vllm_prefill(void)
+{
+	struct pdx_kv_params p;
+	char msg[256], first[33];
+
+	CHECK_EQ(parse("{\"do_remote_decode\": true, \"do_remote_prefill\":"
+		       " false, \"remote_engine_id\": null, \"remote_block_ids\":"
+		       " null, \"remote_host\": null, \"remote_port\": null}",
+		       &p, msg),
+		 0);
+	CHECK_EQ(p.role, PDX_KV_SEND);
+	CHECK(!p.xfer_hex[0] && !p.remote_agent[0]);
+	CHECK_EQ(pdx_kv_params_mint(&p), 0);
+	CHECK_EQ(strlen(p.xfer_hex), 32);
+	strcpy(first, p.xfer_hex);
+	CHECK_EQ(pdx_kv_params_mint(&p), 0); /* minted once */
+	CHECK(!strcmp(first, p.xfer_hex));
+	CHECK_EQ(parse("{\"do_remote_decode\": true, \"xfer_id\": null, "
+		       "\"remote_agent\": null}", &p, msg), 0);
+	CHECK_EQ(pdx_kv_params_mint(&p), 0);
+	CHECK(strcmp(first, p.xfer_hex) != 0);
+	/* an id given is kept, with the receiver open or named */
+	CHECK_EQ(parse("{\"do_remote_decode\": true, \"xfer_id\": \"" X "\"}",
+		       &p, msg),
+		 0);
+	CHECK_EQ(pdx_kv_params_mint(&p), 0);
+	CHECK(!strcmp(p.xfer_hex, X) && !p.remote_agent[0]);
 }
 
 static void answer(void)
@@ -113,6 +146,7 @@ int main(void)
 {
 	sides();
 	refusals();
+	vllm_prefill();
 	answer();
 	CHECK_DONE();
 }
