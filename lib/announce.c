@@ -27,9 +27,9 @@ static pdx_status_t send_out(struct pdx_engine *e, struct pdx_mp_out *o)
 {
 	pdx_status_t st = PDX_EPEER;
 
-	pdx_ec_relink(e);
+	pdx__relink(e);
 	if (!e->reg || (e->up && e->registered))
-		st = pdx_ec_send_frame(e, o->buf.data, o->buf.size, false);
+		st = pdx__link_send(e, o->buf.data, o->buf.size, false);
 	pdx_mp_out_free(o);
 	return st;
 }
@@ -40,17 +40,17 @@ static pdx_status_t announce(struct pdx_engine *e, const char *op,
 			     bool with_skip, uint32_t skip_tokens)
 {
 	struct pdx_mp_out o;
-	struct pdx_ec_live *t;
+	struct pdx__inflight *t;
 	pdx_status_t st;
 
 	if (!e || !xfer || !peer_ok(peer) || !blocks || n_blocks == 0 ||
 	    n_blocks > UINT32_MAX)
 		return PDX_EINVAL;
-	if (pdx_ec_live_has(e, xfer))
+	if (pdx__inflight_has(e, xfer))
 		return PDX_EEXIST; /* the one in flight goes on */
 	pdx_mp_out_init(&o);
 	msgpack_pack_map(&o.pk, 4 + (with_skip ? 1 : 0) +
-					(e->xfer_timeout_ms ? 1 : 0));
+				    (e->xfer_timeout_ms ? 1 : 0));
 	pdx_mp_kv_str(&o.pk, "op", op);
 	pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
 	pdx_mp_kv_str(&o.pk, "peer", peer);
@@ -69,22 +69,23 @@ static pdx_status_t announce(struct pdx_engine *e, const char *op,
 	}
 	st = send_out(e, &o);
 	if (st == PDX_OK)
-		pdx_ec_live_add(e, t, xfer);
+		pdx__inflight_add(e, t, xfer);
 	else
 		free(t);
 	return st;
 }
 
-pdx_status_t pdx_engine_send(struct pdx_engine *e, const struct pdx_xfer_id *xfer,
-			     const char *peer, const uint32_t *blocks,
-			     size_t n_blocks)
+pdx_status_t pdx_engine_send(struct pdx_engine *e,
+			     const struct pdx_xfer_id *xfer, const char *peer,
+			     const uint32_t *blocks, size_t n_blocks)
 {
 	return announce(e, "send", xfer, peer, blocks, n_blocks, false, 0);
 }
 
-pdx_status_t pdx_engine_recv(struct pdx_engine *e, const struct pdx_xfer_id *xfer,
-			     const char *peer, const uint32_t *blocks,
-			     size_t n_blocks, uint32_t skip_tokens)
+pdx_status_t pdx_engine_recv(struct pdx_engine *e,
+			     const struct pdx_xfer_id *xfer, const char *peer,
+			     const uint32_t *blocks, size_t n_blocks,
+			     uint32_t skip_tokens)
 {
 	return announce(e, "recv", xfer, peer, blocks, n_blocks,
 			skip_tokens != 0, skip_tokens);
@@ -173,4 +174,3 @@ pdx_status_t pdx_engine_abort_at(struct pdx_engine *e,
 {
 	return send_xfer_op(e, "abort", xfer, peer);
 }
-

@@ -1,6 +1,6 @@
 /* The engine client's insides (include/pdx/engine.h is its face): the
- * link's state and what its files ask of each other. Internal to libpdx:
- * none of this is exported (lib/libpdx.map).
+ * link's state and what its files ask of each other. Internal to libpdx
+ * (pdx__ names): none of this is exported (lib/libpdx.map).
  *
  *   link.c      the sockets: connect, the monitor, liveness, frames in and out
  *   inflight.c  the transfers in flight, the event queue, the events made here
@@ -19,10 +19,10 @@
 
 #include "common/mp.h"
 
-#define PDX_EC_PROTOCOL_VERSION 1
+#define PDX__PROTOCOL_VERSION 1
 
 /* A transfer announced on the link whose event has not come yet. */
-struct pdx_ec_live {
+struct pdx__inflight {
 	struct pdx_xfer_id id;
 	uint64_t t_first_ns; /* announced */
 	UT_hash_handle hh;
@@ -45,7 +45,7 @@ struct pdx_engine {
 	uint64_t relink_ns; /* the last try to register again */
 	bool registering;   /* that register is out, its answer to come */
 	char why_down[PDX_REASON_MAX];
-	struct pdx_ec_live *live; /* announced, their event still to come */
+	struct pdx__inflight *live; /* announced, their event still to come */
 	/* FIFO of events that arrived while register waited for its answer */
 	struct pdx_engine_event *q;
 	size_t q_cap;
@@ -54,40 +54,38 @@ struct pdx_engine {
 };
 
 /* link.c */
-int pdx_ec_remaining_ms(uint64_t deadline_ns);
-void pdx_ec_link_watch(struct pdx_engine *e);
-pdx_status_t pdx_ec_send_frame(struct pdx_engine *e, const void *buf,
-			       size_t len, bool wait);
-int pdx_ec_recv_frame(struct pdx_engine *e, zmq_msg_t *msg);
+int pdx__ms_left(uint64_t deadline_ns);
+void pdx__link_watch(struct pdx_engine *e);
+pdx_status_t pdx__link_send(struct pdx_engine *e, const void *buf, size_t len,
+			    bool wait);
+int pdx__link_recv(struct pdx_engine *e, zmq_msg_t *msg);
 
 /* inflight.c */
-bool pdx_ec_live_has(struct pdx_engine *e, const struct pdx_xfer_id *x);
-void pdx_ec_live_add(struct pdx_engine *e, struct pdx_ec_live *t,
-		     const struct pdx_xfer_id *x);
-bool pdx_ec_live_take(struct pdx_engine *e, const struct pdx_xfer_id *x);
-void pdx_ec_live_fail_all(struct pdx_engine *e);
-void pdx_ec_live_free(struct pdx_engine *e);
-int pdx_ec_queue_push(struct pdx_engine *e, const struct pdx_engine_event *ev);
-bool pdx_ec_queue_pop(struct pdx_engine *e, struct pdx_engine_event *ev);
-void pdx_ec_keep_event(struct pdx_engine *e,
-		       const struct pdx_engine_event *ev);
+bool pdx__inflight_has(struct pdx_engine *e, const struct pdx_xfer_id *x);
+void pdx__inflight_add(struct pdx_engine *e, struct pdx__inflight *t,
+		       const struct pdx_xfer_id *x);
+bool pdx__inflight_take(struct pdx_engine *e, const struct pdx_xfer_id *x);
+void pdx__inflight_fail_all(struct pdx_engine *e);
+void pdx__inflight_free(struct pdx_engine *e);
+int pdx__queue_push(struct pdx_engine *e, const struct pdx_engine_event *ev);
+bool pdx__queue_pop(struct pdx_engine *e, struct pdx_engine_event *ev);
+void pdx__queue_keep(struct pdx_engine *e, const struct pdx_engine_event *ev);
 
 /* events.c */
-enum pdx_ec_msg { PDX_EC_SKIP, PDX_EC_EVENT, PDX_EC_OTHER };
-int pdx_ec_get_str_trunc(const msgpack_object *map, const char *key,
-			 char *out, size_t outlen);
-enum pdx_ec_msg pdx_ec_classify(zmq_msg_t *msg, msgpack_unpacked *up,
-				char *op, size_t oplen,
-				struct pdx_engine_event *ev);
-bool pdx_ec_on_other(struct pdx_engine *e, const msgpack_object *m,
-		     const char *op, struct pdx_engine_event *ev);
-pdx_status_t pdx_ec_drain_to_queue(struct pdx_engine *e);
+enum pdx__msg { PDX__MSG_SKIP, PDX__MSG_EVENT, PDX__MSG_OTHER };
+int pdx__get_str_trunc(const msgpack_object *map, const char *key, char *out,
+		       size_t outlen);
+enum pdx__msg pdx__classify(zmq_msg_t *msg, msgpack_unpacked *up, char *op,
+			    size_t oplen, struct pdx_engine_event *ev);
+bool pdx__on_other(struct pdx_engine *e, const msgpack_object *m,
+		   const char *op, struct pdx_engine_event *ev);
+pdx_status_t pdx__drain(struct pdx_engine *e);
 
 /* register.c */
-int pdx_ec_register_answer(const msgpack_object *m, const char *op,
-			   char *peer_addr, size_t peer_addr_len,
-			   pdx_status_t *st);
-void pdx_ec_relinked(struct pdx_engine *e, pdx_status_t st, const char *was);
-void pdx_ec_relink(struct pdx_engine *e);
+int pdx__register_answer(const msgpack_object *m, const char *op,
+			 char *peer_addr, size_t peer_addr_len,
+			 pdx_status_t *st);
+void pdx__relinked(struct pdx_engine *e, pdx_status_t st, const char *was);
+void pdx__relink(struct pdx_engine *e);
 
 #endif

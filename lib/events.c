@@ -14,8 +14,8 @@
 #include "common/log.h"
 
 /* Copies a str field, truncating it to outlen - 1 bytes. */
-int pdx_ec_get_str_trunc(const msgpack_object *map, const char *key,
-			 char *out, size_t outlen)
+int pdx__get_str_trunc(const msgpack_object *map, const char *key, char *out,
+		       size_t outlen)
 {
 	const msgpack_object *o = pdx_mp_get(map, key);
 	size_t n;
@@ -38,7 +38,7 @@ static int parse_event(const msgpack_object *m, struct pdx_engine_event *ev)
 	if (pdx_mp_get_xfer(m, "xfer", &ev->xfer) ||
 	    pdx_mp_get_str(m, "kind", kind, sizeof(kind)) ||
 	    pdx_mp_get_i64(m, "status", &status) ||
-	    pdx_ec_get_str_trunc(m, "reason", ev->reason, sizeof(ev->reason)) ||
+	    pdx__get_str_trunc(m, "reason", ev->reason, sizeof(ev->reason)) ||
 	    pdx_mp_get_u64(m, "bytes", &ev->bytes) ||
 	    pdx_mp_get_u64(m, "t_first", &ev->t_first_ns) ||
 	    pdx_mp_get_u64(m, "t_last", &ev->t_last_ns))
@@ -66,51 +66,52 @@ static int parse_event(const msgpack_object *m, struct pdx_engine_event *ev)
 /* Classifies a received frame. For "event" fills *ev; for anything else
  * that parses, leaves the parsed message in *up (caller destroys) and the op
  * in op. */
-enum pdx_ec_msg pdx_ec_classify(zmq_msg_t *msg, msgpack_unpacked *up,
-				char *op, size_t oplen,
-				struct pdx_engine_event *ev)
+enum pdx__msg pdx__classify(zmq_msg_t *msg, msgpack_unpacked *up, char *op,
+			    size_t oplen, struct pdx_engine_event *ev)
 {
 	if (pdx_mp_parse(zmq_msg_data(msg), zmq_msg_size(msg), up, op, oplen)) {
-		log_warn("skipped a malformed message from the agent (%zu bytes)",
-			 zmq_msg_size(msg));
-		return PDX_EC_SKIP;
+		log_warn(
+		    "skipped a malformed message from the agent (%zu bytes)",
+		    zmq_msg_size(msg));
+		return PDX__MSG_SKIP;
 	}
 	if (strcmp(op, "event") == 0) {
 		if (parse_event(&up->data, ev)) {
 			log_warn("skipped a malformed event from the agent");
-			return PDX_EC_SKIP;
+			return PDX__MSG_SKIP;
 		}
-		return PDX_EC_EVENT;
+		return PDX__MSG_EVENT;
 	}
-	return PDX_EC_OTHER;
+	return PDX__MSG_OTHER;
 }
 
 /* Takes whatever is already waiting: events go to the queue, and so does
- * the event made of a refused announcement (pdx_ec_on_other); anything
+ * the event made of a refused announcement (pdx__on_other); anything
  * else (a late answer to an earlier register) is dropped. */
-pdx_status_t pdx_ec_drain_to_queue(struct pdx_engine *e)
+pdx_status_t pdx__drain(struct pdx_engine *e)
 {
 	for (;;) {
 		struct pdx_engine_event ev;
 		msgpack_unpacked up;
 		zmq_msg_t msg;
 		char op[32];
-		int rc = pdx_ec_recv_frame(e, &msg);
+		int rc = pdx__link_recv(e, &msg);
 
 		if (rc < 0)
 			return PDX_EIO;
 		if (rc == 0)
 			return PDX_OK;
-		switch (pdx_ec_classify(&msg, &up, op, sizeof(op), &ev)) {
-		case PDX_EC_EVENT:
-			pdx_ec_keep_event(e, &ev);
+		switch (pdx__classify(&msg, &up, op, sizeof(op), &ev)) {
+		case PDX__MSG_EVENT:
+			pdx__queue_keep(e, &ev);
 			break;
-		case PDX_EC_OTHER:
-			if (pdx_ec_on_other(e, &up.data, op, &ev) &&
-			    pdx_ec_queue_push(e, &ev))
-				log_error("event queue full: an event was lost");
+		case PDX__MSG_OTHER:
+			if (pdx__on_other(e, &up.data, op, &ev) &&
+			    pdx__queue_push(e, &ev))
+				log_error(
+				    "event queue full: an event was lost");
 			break;
-		case PDX_EC_SKIP:
+		case PDX__MSG_SKIP:
 			break;
 		}
 		msgpack_unpacked_destroy(&up);
@@ -121,8 +122,8 @@ pdx_status_t pdx_ec_drain_to_queue(struct pdx_engine *e)
 /* A message that is not an event: the answer to a register sent again,
  * or an error refusing an announcement, which ends that transfer (its one
  * event, made here: true with *ev set). Anything else is dropped. */
-bool pdx_ec_on_other(struct pdx_engine *e, const msgpack_object *m,
-		     const char *op, struct pdx_engine_event *ev)
+bool pdx__on_other(struct pdx_engine *e, const msgpack_object *m,
+		   const char *op, struct pdx_engine_event *ev)
 {
 	char refused[16] = "", was[PDX_ADDR_MAX];
 	pdx_status_t st;
@@ -130,9 +131,9 @@ bool pdx_ec_on_other(struct pdx_engine *e, const msgpack_object *m,
 
 	if (e->registering) {
 		memcpy(was, e->peer, sizeof(was));
-		if (pdx_ec_register_answer(m, op, e->peer, sizeof(e->peer),
-					   &st)) {
-			pdx_ec_relinked(e, st, was);
+		if (pdx__register_answer(m, op, e->peer, sizeof(e->peer),
+					 &st)) {
+			pdx__relinked(e, st, was);
 			return false;
 		}
 	}
@@ -140,21 +141,22 @@ bool pdx_ec_on_other(struct pdx_engine *e, const msgpack_object *m,
 	    pdx_mp_get_str(m, "refused", refused, sizeof(refused)) ||
 	    (strcmp(refused, "send") != 0 && strcmp(refused, "recv") != 0) ||
 	    pdx_mp_get_xfer(m, "xfer", &ev->xfer) ||
-	    !pdx_ec_live_has(e, &ev->xfer)) {
+	    !pdx__inflight_has(e, &ev->xfer)) {
 		log_debug("ignored \"%s\" from the agent", op);
 		return false;
 	}
-	pdx_ec_live_take(e, &ev->xfer);
+	pdx__inflight_take(e, &ev->xfer);
 	ev->kind = PDX_EVENT_FAILED;
 	ev->status = pdx_mp_get_i64(m, "status", &status) || status >= 0 ||
-				 status < -100000
+			     status < -100000
 			 ? PDX_EIO
 			 : (pdx_status_t)status;
 	ev->bytes = 0;
 	ev->t_first_ns = ev->t_last_ns = pdx_now_ns();
 	ev->first_token = -1;
-	if (pdx_ec_get_str_trunc(m, "reason", ev->reason, sizeof(ev->reason)))
-		snprintf(ev->reason, sizeof(ev->reason), "refused by the agent");
+	if (pdx__get_str_trunc(m, "reason", ev->reason, sizeof(ev->reason)))
+		snprintf(ev->reason, sizeof(ev->reason),
+			 "refused by the agent");
 	return true;
 }
 
@@ -165,31 +167,32 @@ pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
 		return PDX_EINVAL;
 	/* a new connection wakes the link's fd too: a restarted agent gets
 	 * the registration at once, before its peers ask it for our KV */
-	pdx_ec_relink(e);
-	if (pdx_ec_queue_pop(e, ev))
+	pdx__relink(e);
+	if (pdx__queue_pop(e, ev))
 		return PDX_OK;
 	for (;;) {
 		msgpack_unpacked up;
 		zmq_msg_t msg;
 		char op[32];
-		enum pdx_ec_msg k;
+		enum pdx__msg k;
 		bool made;
-		int rc = pdx_ec_recv_frame(e, &msg);
+		int rc = pdx__link_recv(e, &msg);
 
 		if (rc < 0)
 			return PDX_EIO;
 		if (rc == 0)
 			return PDX_EAGAIN;
-		k = pdx_ec_classify(&msg, &up, op, sizeof(op), ev);
-		made = k == PDX_EC_OTHER &&
-		       pdx_ec_on_other(e, &up.data, op, ev);
+		k = pdx__classify(&msg, &up, op, sizeof(op), ev);
+		made =
+		    k == PDX__MSG_OTHER && pdx__on_other(e, &up.data, op, ev);
 		msgpack_unpacked_destroy(&up);
 		zmq_msg_close(&msg);
 		if (made ||
-		    (k == PDX_EC_EVENT && pdx_ec_live_take(e, &ev->xfer)))
+		    (k == PDX__MSG_EVENT && pdx__inflight_take(e, &ev->xfer)))
 			return PDX_OK;
-		if (k == PDX_EC_EVENT)
-			log_debug("dropped an event for a transfer not in flight");
+		if (k == PDX__MSG_EVENT)
+			log_debug(
+			    "dropped an event for a transfer not in flight");
 	}
 }
 
@@ -211,7 +214,7 @@ pdx_status_t pdx_engine_wait_event(struct pdx_engine *e, int timeout_ms,
 		if (st != PDX_EAGAIN)
 			return st;
 		if (timeout_ms >= 0) {
-			left = pdx_ec_remaining_ms(deadline);
+			left = pdx__ms_left(deadline);
 			if (left == 0)
 				return PDX_ETIMEDOUT;
 		}
@@ -221,4 +224,3 @@ pdx_status_t pdx_engine_wait_event(struct pdx_engine *e, int timeout_ms,
 		}
 	}
 }
-

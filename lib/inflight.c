@@ -19,7 +19,7 @@
 
 #define EVENT_QUEUE_MAX (1u << 20) /* events parked during register */
 
-int pdx_ec_queue_push(struct pdx_engine *e, const struct pdx_engine_event *ev)
+int pdx__queue_push(struct pdx_engine *e, const struct pdx_engine_event *ev)
 {
 	if (e->q_len == e->q_cap) {
 		size_t cap = e->q_cap ? e->q_cap * 2 : 16;
@@ -43,7 +43,7 @@ int pdx_ec_queue_push(struct pdx_engine *e, const struct pdx_engine_event *ev)
 	return 0;
 }
 
-bool pdx_ec_queue_pop(struct pdx_engine *e, struct pdx_engine_event *ev)
+bool pdx__queue_pop(struct pdx_engine *e, struct pdx_engine_event *ev)
 {
 	if (!e->q_len)
 		return false;
@@ -53,9 +53,9 @@ bool pdx_ec_queue_pop(struct pdx_engine *e, struct pdx_engine_event *ev)
 	return true;
 }
 
-bool pdx_ec_live_has(struct pdx_engine *e, const struct pdx_xfer_id *x)
+bool pdx__inflight_has(struct pdx_engine *e, const struct pdx_xfer_id *x)
 {
-	struct pdx_ec_live *t;
+	struct pdx__inflight *t;
 
 	HASH_FIND(hh, e->live, x->b, sizeof(x->b), t);
 	return t != NULL;
@@ -63,8 +63,8 @@ bool pdx_ec_live_has(struct pdx_engine *e, const struct pdx_xfer_id *x)
 
 /* Takes t (made by the caller before announcing x, so that nothing can
  * fail after the announcement went out). */
-void pdx_ec_live_add(struct pdx_engine *e, struct pdx_ec_live *t,
-		     const struct pdx_xfer_id *x)
+void pdx__inflight_add(struct pdx_engine *e, struct pdx__inflight *t,
+		       const struct pdx_xfer_id *x)
 {
 	t->id = *x;
 	t->t_first_ns = pdx_now_ns();
@@ -72,9 +72,9 @@ void pdx_ec_live_add(struct pdx_engine *e, struct pdx_ec_live *t,
 }
 
 /* Takes x off the transfers in flight; false when it was not there. */
-bool pdx_ec_live_take(struct pdx_engine *e, const struct pdx_xfer_id *x)
+bool pdx__inflight_take(struct pdx_engine *e, const struct pdx_xfer_id *x)
 {
-	struct pdx_ec_live *t;
+	struct pdx__inflight *t;
 
 	HASH_FIND(hh, e->live, x->b, sizeof(x->b), t);
 	if (!t)
@@ -87,20 +87,19 @@ bool pdx_ec_live_take(struct pdx_engine *e, const struct pdx_xfer_id *x)
 /* An event read while something else is awaited, for a later
  * pdx_engine_next_event(); one for a transfer no longer in flight here
  * (the link was lost, its event made here) is dropped. */
-void pdx_ec_keep_event(struct pdx_engine *e,
-		       const struct pdx_engine_event *ev)
+void pdx__queue_keep(struct pdx_engine *e, const struct pdx_engine_event *ev)
 {
-	if (!pdx_ec_live_take(e, &ev->xfer))
+	if (!pdx__inflight_take(e, &ev->xfer))
 		log_debug("dropped an event for a transfer not in flight");
-	else if (pdx_ec_queue_push(e, ev))
+	else if (pdx__queue_push(e, ev))
 		log_error("event queue full: an event was lost");
 }
 
 /* The link was lost (e->why_down says how, e->down_ns when): every
  * transfer in flight fails now, by an event of ours. */
-void pdx_ec_live_fail_all(struct pdx_engine *e)
+void pdx__inflight_fail_all(struct pdx_engine *e)
 {
-	struct pdx_ec_live *t, *tmp;
+	struct pdx__inflight *t, *tmp;
 	unsigned n = 0;
 
 	HASH_ITER(hh, e->live, t, tmp)
@@ -115,7 +114,7 @@ void pdx_ec_live_fail_all(struct pdx_engine *e)
 		};
 
 		snprintf(ev.reason, sizeof(ev.reason), "%s", e->why_down);
-		if (pdx_ec_queue_push(e, &ev))
+		if (pdx__queue_push(e, &ev))
 			log_error("event queue full: an event was lost");
 		HASH_DEL(e->live, t);
 		free(t);
@@ -125,9 +124,9 @@ void pdx_ec_live_fail_all(struct pdx_engine *e)
 }
 
 /* pdx_engine_free(): the transfers in flight and the queue, silently. */
-void pdx_ec_live_free(struct pdx_engine *e)
+void pdx__inflight_free(struct pdx_engine *e)
 {
-	struct pdx_ec_live *t, *tmp;
+	struct pdx__inflight *t, *tmp;
 
 	HASH_ITER(hh, e->live, t, tmp)
 	{

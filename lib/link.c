@@ -43,7 +43,7 @@
 #define SND_HWM 100000 /* a full queue means a stuck agent, not a burst */
 
 /* Milliseconds to deadline_ns, rounded up; 0 once it passed. */
-int pdx_ec_remaining_ms(uint64_t deadline_ns)
+int pdx__ms_left(uint64_t deadline_ns)
 {
 	uint64_t now = pdx_now_ns();
 	uint64_t left;
@@ -66,13 +66,13 @@ static void link_lost(struct pdx_engine *e)
 		 "the link to the agent was lost (the agent exited, restarted "
 		 "or did not answer heartbeats for %d ms)",
 		 e->liveness_ms);
-	pdx_ec_live_fail_all(e);
+	pdx__inflight_fail_all(e);
 }
 
 /* Reads the link's monitor: a connection whose handshake completed
  * brings the link up (not registered on it yet), a closed one takes it
  * down. */
-void pdx_ec_link_watch(struct pdx_engine *e)
+void pdx__link_watch(struct pdx_engine *e)
 {
 	for (;;) {
 		zmq_msg_t msg;
@@ -89,7 +89,8 @@ void pdx_ec_link_watch(struct pdx_engine *e)
 		}
 		if (zmq_msg_size(&msg) >= sizeof(ev))
 			memcpy(&ev, zmq_msg_data(&msg), sizeof(ev));
-		if (zmq_getsockopt(e->mon, ZMQ_RCVMORE, &more, &sz) == 0 && more)
+		if (zmq_getsockopt(e->mon, ZMQ_RCVMORE, &more, &sz) == 0 &&
+		    more)
 			zmq_msg_recv(&msg, e->mon, 0); /* the endpoint */
 		zmq_msg_close(&msg);
 		if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
@@ -99,7 +100,7 @@ void pdx_ec_link_watch(struct pdx_engine *e)
 				 "the agent is back; registering again");
 		} else if (ev == ZMQ_EVENT_DISCONNECTED && e->up) {
 			/* what it said before it went still counts */
-			pdx_ec_drain_to_queue(e);
+			pdx__drain(e);
 			link_lost(e);
 		}
 	}
@@ -109,13 +110,13 @@ void pdx_ec_link_watch(struct pdx_engine *e)
  * connection); everything else returns at once, PDX_EPEER when the agent
  * is away: an engine calls these on its event loop, which must not stop
  * for timeout_ms per message while its agent is dead. */
-pdx_status_t pdx_ec_send_frame(struct pdx_engine *e, const void *buf,
-			       size_t len, bool wait)
+pdx_status_t pdx__link_send(struct pdx_engine *e, const void *buf, size_t len,
+			    bool wait)
 {
 	uint64_t deadline = pdx_now_ns() + (uint64_t)e->timeout_ms * 1000000ULL;
 
 	for (;;) {
-		zmq_pollitem_t it = { e->sock, 0, ZMQ_POLLOUT, 0 };
+		zmq_pollitem_t it = {e->sock, 0, ZMQ_POLLOUT, 0};
 		int left;
 
 		if (zmq_send(e->sock, buf, len, ZMQ_DONTWAIT) >= 0)
@@ -127,13 +128,15 @@ pdx_status_t pdx_ec_send_frame(struct pdx_engine *e, const void *buf,
 			return PDX_EIO;
 		}
 		if (!wait) {
-			log_warn("send to agent: not connected, or %d messages queued",
+			log_warn("send to agent: not connected, or %d messages "
+				 "queued",
 				 SND_HWM);
 			return PDX_EPEER;
 		}
-		left = pdx_ec_remaining_ms(deadline);
+		left = pdx__ms_left(deadline);
 		if (left == 0) {
-			log_warn("send to agent: not connected or queue full after %d ms",
+			log_warn("send to agent: not connected or queue full "
+				 "after %d ms",
 				 e->timeout_ms);
 			return PDX_ETIMEDOUT;
 		}
@@ -148,7 +151,7 @@ pdx_status_t pdx_ec_send_frame(struct pdx_engine *e, const void *buf,
  * caller closes it), 0 when nothing is there, -1 on a socket failure. A
  * message of more than one frame is dropped (and 0 or the next one is
  * tried): the protocol has single-frame messages only. */
-int pdx_ec_recv_frame(struct pdx_engine *e, zmq_msg_t *msg)
+int pdx__link_recv(struct pdx_engine *e, zmq_msg_t *msg)
 {
 	for (;;) {
 		int more = 0;
@@ -166,7 +169,8 @@ int pdx_ec_recv_frame(struct pdx_engine *e, zmq_msg_t *msg)
 			log_error("receive from agent: %s", zmq_strerror(err));
 			return -1;
 		}
-		if (zmq_getsockopt(e->sock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
+		if (zmq_getsockopt(e->sock, ZMQ_RCVMORE, &more, &sz) == 0 &&
+		    more) {
 			/* drain and drop the rest of a multi-frame message */
 			do {
 				zmq_msg_close(msg);
@@ -174,11 +178,13 @@ int pdx_ec_recv_frame(struct pdx_engine *e, zmq_msg_t *msg)
 				if (zmq_msg_recv(msg, e->sock, 0) < 0)
 					break;
 				sz = sizeof(more);
-				if (zmq_getsockopt(e->sock, ZMQ_RCVMORE, &more, &sz))
+				if (zmq_getsockopt(e->sock, ZMQ_RCVMORE, &more,
+						   &sz))
 					more = 0;
 			} while (more);
 			zmq_msg_close(msg);
-			log_warn("dropped a multi-frame message from the agent");
+			log_warn(
+			    "dropped a multi-frame message from the agent");
 			continue;
 		}
 		return 1;
@@ -225,7 +231,8 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 	if (!e)
 		return PDX_ENOMEM;
 	e->efd = -1;
-	e->timeout_ms = params->timeout_ms ? params->timeout_ms : DEFAULT_TIMEOUT_MS;
+	e->timeout_ms =
+	    params->timeout_ms ? params->timeout_ms : DEFAULT_TIMEOUT_MS;
 	e->liveness_ms =
 	    params->liveness_ms ? params->liveness_ms : DEFAULT_LIVENESS_MS;
 	/* a ping every quarter; one unanswered for the rest closes the link */
@@ -242,10 +249,12 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 	e->sock = zmq_socket(e->ctx, ZMQ_DEALER);
 	if (!e->sock ||
 	    zmq_setsockopt(e->sock, ZMQ_LINGER, &linger, sizeof(linger)) ||
-	    zmq_setsockopt(e->sock, ZMQ_IMMEDIATE, &immediate, sizeof(immediate)) ||
+	    zmq_setsockopt(e->sock, ZMQ_IMMEDIATE, &immediate,
+			   sizeof(immediate)) ||
 	    zmq_setsockopt(e->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm)) ||
 	    zmq_setsockopt(e->sock, ZMQ_SNDHWM, &shwm, sizeof(shwm)) ||
-	    zmq_setsockopt(e->sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof(hb_ivl)) ||
+	    zmq_setsockopt(e->sock, ZMQ_HEARTBEAT_IVL, &hb_ivl,
+			   sizeof(hb_ivl)) ||
 	    zmq_setsockopt(e->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout,
 			   sizeof(hb_timeout))) {
 		log_error("engine socket: %s", zmq_strerror(errno));
@@ -273,8 +282,8 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 		log_error("connect to agent at %s: %s", params->agent,
 			  zmq_strerror(errno));
 		pdx_engine_free(e);
-		return errno == EINVAL || errno == EPROTONOSUPPORT ? PDX_EINVAL :
-								     PDX_EIO;
+		return errno == EINVAL || errno == EPROTONOSUPPORT ? PDX_EINVAL
+								   : PDX_EIO;
 	}
 	*out = e;
 	return PDX_OK;
@@ -294,7 +303,7 @@ void pdx_engine_free(struct pdx_engine *e)
 		zmq_ctx_term(e->ctx);
 	if (e->efd >= 0)
 		close(e->efd);
-	pdx_ec_live_free(e);
+	pdx__inflight_free(e);
 	free(e->reg);
 	free(e);
 }

@@ -43,8 +43,11 @@ static pdx_status_t check_regions(const struct pdx_engine_region *regions,
 			}
 		} else if (r->type != PDX_MEM_SHM || !r->shm_name ||
 			   !r->shm_name[0] ||
-			   strnlen(r->shm_name, SHM_NAME_MAX + 1) > SHM_NAME_MAX) {
-			log_error("region %zu: needs type shm or cuda, and an shm name", i);
+			   strnlen(r->shm_name, SHM_NAME_MAX + 1) >
+			       SHM_NAME_MAX) {
+			log_error("region %zu: needs type shm or cuda, and an "
+				  "shm name",
+				  i);
 			return PDX_EINVAL;
 		}
 		sizes[i] = r->size;
@@ -71,9 +74,9 @@ static void pack_region(msgpack_packer *pk, const struct pdx_engine_region *r)
 
 /* Reads an answer to register: returns 1 with *st set for "registered" and
  * "error", 0 for anything else (a message register does not wait for). */
-int pdx_ec_register_answer(const msgpack_object *m, const char *op,
-			   char *peer_addr, size_t peer_addr_len,
-			   pdx_status_t *st)
+int pdx__register_answer(const msgpack_object *m, const char *op,
+			 char *peer_addr, size_t peer_addr_len,
+			 pdx_status_t *st)
 {
 	char peer[PDX_ADDR_MAX], reason[PDX_REASON_MAX];
 	int64_t status;
@@ -101,7 +104,7 @@ int pdx_ec_register_answer(const msgpack_object *m, const char *op,
 				  refused);
 			return 0;
 		}
-		if (pdx_ec_get_str_trunc(m, "reason", reason, sizeof(reason)))
+		if (pdx__get_str_trunc(m, "reason", reason, sizeof(reason)))
 			snprintf(reason, sizeof(reason), "(no reason)");
 		if (pdx_mp_get_i64(m, "status", &status) || status >= 0 ||
 		    status < -100000)
@@ -124,26 +127,27 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 	uint64_t deadline = pdx_now_ns() + (uint64_t)e->timeout_ms * 1000000ULL;
 	pdx_status_t st;
 
-	st = pdx_ec_drain_to_queue(e);
+	st = pdx__drain(e);
 	if (st == PDX_OK)
-		st = pdx_ec_send_frame(e, buf, len, true);
+		st = pdx__link_send(e, buf, len, true);
 	if (st != PDX_OK)
 		return st;
 	for (;;) {
-		zmq_pollitem_t it = { e->sock, 0, ZMQ_POLLIN, 0 };
+		zmq_pollitem_t it = {e->sock, 0, ZMQ_POLLIN, 0};
 		struct pdx_engine_event ev;
 		msgpack_unpacked up;
 		zmq_msg_t msg;
 		char op[32];
 		int rc, left;
 
-		rc = pdx_ec_recv_frame(e, &msg);
+		rc = pdx__link_recv(e, &msg);
 		if (rc < 0)
 			return PDX_EIO;
 		if (rc == 0) {
-			left = pdx_ec_remaining_ms(deadline);
+			left = pdx__ms_left(deadline);
 			if (left == 0) {
-				log_warn("register: no answer from the agent in %d ms",
+				log_warn("register: no answer from the agent "
+					 "in %d ms",
 					 e->timeout_ms);
 				return PDX_ETIMEDOUT;
 			}
@@ -152,18 +156,19 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 			continue;
 		}
 		rc = 0;
-		switch (pdx_ec_classify(&msg, &up, op, sizeof(op), &ev)) {
-		case PDX_EC_SKIP:
+		switch (pdx__classify(&msg, &up, op, sizeof(op), &ev)) {
+		case PDX__MSG_SKIP:
 			break;
-		case PDX_EC_EVENT:
-			pdx_ec_keep_event(e, &ev);
+		case PDX__MSG_EVENT:
+			pdx__queue_keep(e, &ev);
 			break;
-		case PDX_EC_OTHER:
-			rc = pdx_ec_register_answer(&up.data, op, e->peer,
-						    sizeof(e->peer), &st);
-			if (!rc && pdx_ec_on_other(e, &up.data, op, &ev) &&
-			    pdx_ec_queue_push(e, &ev))
-				log_error("event queue full: an event was lost");
+		case PDX__MSG_OTHER:
+			rc = pdx__register_answer(&up.data, op, e->peer,
+						  sizeof(e->peer), &st);
+			if (!rc && pdx__on_other(e, &up.data, op, &ev) &&
+			    pdx__queue_push(e, &ev))
+				log_error(
+				    "event queue full: an event was lost");
 			break;
 		}
 		msgpack_unpacked_destroy(&up);
@@ -173,7 +178,7 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 		/* the handshake of the connection the register went out on was
 		 * reported long before its answer came: it carries our register
 		 * (a refused one leaves the agent's as it was) */
-		pdx_ec_link_watch(e);
+		pdx__link_watch(e);
 		if (st == PDX_OK)
 			e->registered = e->up;
 		if (st == PDX_OK && peer_addr) {
@@ -185,8 +190,8 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 	}
 }
 
-/* The answer to the register pdx_ec_relink() sent again. */
-void pdx_ec_relinked(struct pdx_engine *e, pdx_status_t st, const char *was)
+/* The answer to the register pdx__relink() sent again. */
+void pdx__relinked(struct pdx_engine *e, pdx_status_t st, const char *was)
 {
 	e->registering = false;
 	if (st != PDX_OK) {
@@ -207,13 +212,13 @@ void pdx_ec_relinked(struct pdx_engine *e, pdx_status_t st, const char *was)
 /* Registers again on a new connection to the agent (it restarted): the
  * restarted agent has no registration, and would fail what we say next.
  * The register goes out without waiting (the engine's loop never waits
- * for its agent); its answer is read like an event (pdx_ec_on_other),
+ * for its agent); its answer is read like an event (pdx__on_other),
  * until then announcements fail at once. */
-void pdx_ec_relink(struct pdx_engine *e)
+void pdx__relink(struct pdx_engine *e)
 {
 	uint64_t now;
 
-	pdx_ec_link_watch(e);
+	pdx__link_watch(e);
 	if (!e->reg || !e->up || e->registered)
 		return;
 	now = pdx_now_ns();
@@ -221,7 +226,8 @@ void pdx_ec_relink(struct pdx_engine *e)
 	    now - e->relink_ns < (uint64_t)e->timeout_ms * 1000000ULL)
 		return; /* its answer is to come */
 	if (e->registering)
-		log_warn("registering again: no answer in %d ms", e->timeout_ms);
+		log_warn("registering again: no answer in %d ms",
+			 e->timeout_ms);
 	/* a refusal (or no answer) is not asked again at every call: once
 	 * per liveness */
 	else if (e->relink_ns &&
@@ -229,8 +235,8 @@ void pdx_ec_relink(struct pdx_engine *e)
 		return;
 	e->registering = false;
 	e->relink_ns = now;
-	if (pdx_ec_drain_to_queue(e) != PDX_OK ||
-	    pdx_ec_send_frame(e, e->reg, e->reg_len, false) != PDX_OK)
+	if (pdx__drain(e) != PDX_OK ||
+	    pdx__link_send(e, e->reg, e->reg_len, false) != PDX_OK)
 		return;
 	log_info("the agent link connected again: registering again");
 	e->registering = true;
@@ -271,7 +277,8 @@ pdx_status_t pdx_engine_register_cuda(struct pdx_engine *e,
 		return PDX_ENOMEM;
 	st = check_regions(regions, n_regions, sizes);
 	if (st == PDX_OK) {
-		st = pdx_kv_layout_check(layout, sizes, n_regions, err, sizeof(err));
+		st = pdx_kv_layout_check(layout, sizes, n_regions, err,
+					 sizeof(err));
 		if (st != PDX_OK)
 			log_error("register: layout refused: %s", err);
 	}
@@ -282,7 +289,7 @@ pdx_status_t pdx_engine_register_cuda(struct pdx_engine *e,
 	pdx_mp_out_init(&o);
 	msgpack_pack_map(&o.pk, ev ? 6 : 4);
 	pdx_mp_kv_str(&o.pk, "op", "register");
-	pdx_mp_kv_u64(&o.pk, "v", PDX_EC_PROTOCOL_VERSION);
+	pdx_mp_kv_u64(&o.pk, "v", PDX__PROTOCOL_VERSION);
 	pdx_mp_str(&o.pk, "layout");
 	pdx_layout_pack(&o.pk, layout);
 	pdx_mp_str(&o.pk, "regions");
@@ -308,4 +315,3 @@ pdx_status_t pdx_engine_register_cuda(struct pdx_engine *e,
 	pdx_mp_out_free(&o);
 	return st;
 }
-

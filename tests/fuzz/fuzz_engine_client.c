@@ -51,22 +51,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (zmq_msg_init_size(&msg, n))
 			abort();
 		memcpy(zmq_msg_data(&msg), data, n);
-		switch (pdx_ec_classify(&msg, &up, op, sizeof(op), &ev)) {
-		case PDX_EC_EVENT:
+		switch (pdx__classify(&msg, &up, op, sizeof(op), &ev)) {
+		case PDX__MSG_EVENT:
 			check_event(&ev);
-			pdx_ec_queue_push(&e, &ev);
+			pdx__queue_push(&e, &ev);
 			break;
-		case PDX_EC_OTHER:
-			if (pdx_ec_register_answer(&up.data, op,
-						   plen ? peer : NULL, plen,
-						   &st)) {
+		case PDX__MSG_OTHER:
+			if (pdx__register_answer(
+				&up.data, op, plen ? peer : NULL, plen, &st)) {
 				if (st > 0 || st < -100000)
 					abort();
 				if (!st && plen && strnlen(peer, plen) == plen)
 					abort();
 			}
 			break;
-		case PDX_EC_SKIP:
+		case PDX__MSG_SKIP:
 			break;
 		}
 		msgpack_unpacked_destroy(&up);
@@ -74,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		data += n;
 		size -= n;
 	}
-	while (pdx_ec_queue_pop(&e, &ev))
+	while (pdx__queue_pop(&e, &ev))
 		check_event(&ev);
 	free(e.q);
 	return 0;
