@@ -46,16 +46,44 @@ diff -u "$E2E_TMP/declared" "$E2E_TMP/exported" >"$E2E_TMP/abi.diff" ||
 	fail "exports differ from the headers (- declared only, + exported only): $(cat "$E2E_TMP/abi.diff")"
 echo "abi: $(wc -l <"$E2E_TMP/exported") functions exported, as declared; soname libpdx.so.0"
 
-# C++: the headers compile, extern "C" links.
+# C++: the headers compile, extern "C" links. The program also meets no
+# agent: the send fails at once, and the library says so on stderr, at
+# the level PDX_LOG_LEVEL or pdx_engine_set_log_level() (which wins) sets.
 cat >"$E2E_TMP/cxx.cc" <<'EOF'
 #include <pdx/engine.h>
 #include <pdx/layout.h>
 #include <pdx/status.h>
-int main() { return pdx_status_str(PDX_EAGENT)[0] ? 0 : 1; }
+#include <cstring>
+int main(int argc, char **argv)
+{
+	struct pdx_engine_params p = {};
+	struct pdx_engine *e;
+	struct pdx_xfer_id x = {};
+	uint32_t block = 0;
+
+	p.agent = argv[1];
+	if (pdx_engine_set_log_level("loud") != PDX_EINVAL ||
+	    (argc > 2 && pdx_engine_set_log_level(argv[2]) != PDX_OK))
+		return 2;
+	if (pdx_engine_connect(&p, &e) != PDX_OK)
+		return 3;
+	if (pdx_engine_send(e, &x, "tcp://127.0.0.1:1", &block, 1) != PDX_EPEER)
+		return 4;
+	pdx_engine_free(e);
+	return std::strcmp(pdx_status_str(PDX_EAGENT), "the engine's agent went away");
+}
 EOF
 c++ -Wall -Wextra -Werror "${FLAGS[@]}" "$E2E_TMP/cxx.cc" -o "$E2E_TMP/cxx" $cflags $libs \
 	2>"$E2E_TMP/cxx.log" || fail "C++: $(cat "$E2E_TMP/cxx.log")"
-LD_LIBRARY_PATH=$libdir "$E2E_TMP/cxx" || fail "C++ program"
+said='libpdx engine: send to agent: not connected'
+cxx() { LD_LIBRARY_PATH=$libdir "$E2E_TMP/cxx" "ipc://$E2E_TMP/nobody" "$@" 2>"$E2E_TMP/cxx.err" ||
+	fail "C++ program: exit $?: $(cat "$E2E_TMP/cxx.err")"; }
+cxx
+grep -q "$said" "$E2E_TMP/cxx.err" || fail "no warning from libpdx: $(cat "$E2E_TMP/cxx.err")"
+PDX_LOG_LEVEL=error cxx
+! grep -q "$said" "$E2E_TMP/cxx.err" || fail "PDX_LOG_LEVEL=error: $(cat "$E2E_TMP/cxx.err")"
+PDX_LOG_LEVEL=error cxx warn
+grep -q "$said" "$E2E_TMP/cxx.err" || fail "set_log_level(warn) after PDX_LOG_LEVEL=error: $(cat "$E2E_TMP/cxx.err")"
 
 cc -Wall -Wextra -Werror "${FLAGS[@]}" "$SRC/tests/outside/transfer.c" -o "$E2E_TMP/transfer" \
 	$cflags $libs 2>"$E2E_TMP/cc.log" || fail "cc transfer.c: $(cat "$E2E_TMP/cc.log")"
