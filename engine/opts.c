@@ -1,5 +1,7 @@
 #include "engine/opts.h"
 
+#include <pdx/engine.h>
+
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -250,6 +252,7 @@ static int parse_one(int c, const char *arg, struct pdx_engine_opts *o,
 				       arg);
 			return -1;
 		}
+		pdx_engine_set_log_level(arg); /* libpdx's own messages too */
 		o->log_level = arg;
 		return 0;
 	}

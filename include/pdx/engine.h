@@ -213,6 +213,13 @@ pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
 pdx_status_t pdx_engine_wait_event(struct pdx_engine *e, int timeout_ms,
 				   struct pdx_engine_event *ev);
 
+/* The library's own messages (warnings, errors; with "debug", what it
+ * drops) go to stderr, prefixed "libpdx". Their level is "info" or, when
+ * the library is loaded, the environment's PDX_LOG_LEVEL; this sets it:
+ * "error", "warn", "info" or "debug" (PDX_EINVAL for another name). For
+ * the whole process: call it before the links are in use. */
+pdx_status_t pdx_engine_set_log_level(const char *name);
+
 /* Fills id with 128 bits from the system's random source. */
 pdx_status_t pdx_xfer_id_random(struct pdx_xfer_id *id);
 

@@ -1,13 +1,19 @@
-/* The engine client's side of the engine link (agent/engine_client.c):
- * frames from the agent classified as the client does (events parsed and
- * queued as while a register waits, answers to register read), checking
- * what an engine would be handed. The file is included so its static
- * readers are reachable; its sockets are never opened.
+/* The engine client's side of the engine link (lib/events.c,
+ * lib/register.c, lib/inflight.c): frames from the agent classified as the
+ * client does (events parsed and queued as while a register waits,
+ * answers to register read), checking what an engine would be handed.
+ * The client's insides are linked statically (pdx_static_dep), as libpdx
+ * does not export them; its sockets are never opened.
  *
  * Input: records of u16 length (little-endian) and that many bytes, each
  * one frame; the byte after a length picks the register answer's buffer
  * size. */
-#include "agent/engine_client.c"
+#include "lib/client.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -45,21 +51,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (zmq_msg_init_size(&msg, n))
 			abort();
 		memcpy(zmq_msg_data(&msg), data, n);
-		switch (classify(&msg, &up, op, sizeof(op), &ev)) {
-		case MSG_EVENT:
+		switch (pdx__classify(&msg, &up, op, sizeof(op), &ev)) {
+		case PDX__MSG_EVENT:
 			check_event(&ev);
-			queue_push(&e, &ev);
+			pdx__queue_push(&e, &ev);
 			break;
-		case MSG_OTHER:
-			if (register_answer(&up.data, op, plen ? peer : NULL,
-					    plen, &st)) {
+		case PDX__MSG_OTHER:
+			if (pdx__register_answer(
+				&up.data, op, plen ? peer : NULL, plen, &st)) {
 				if (st > 0 || st < -100000)
 					abort();
 				if (!st && plen && strnlen(peer, plen) == plen)
 					abort();
 			}
 			break;
-		case MSG_SKIP:
+		case PDX__MSG_SKIP:
 			break;
 		}
 		msgpack_unpacked_destroy(&up);
@@ -67,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		data += n;
 		size -= n;
 	}
-	while (queue_pop(&e, &ev))
+	while (pdx__queue_pop(&e, &ev))
 		check_event(&ev);
 	free(e.q);
 	return 0;

@@ -1,5 +1,5 @@
 /* The KV layout as the handshake carries it (common/layout_mp.c,
- * common/layout.c): a msgpack map decoded with pdx_layout_unpack(), then
+ * lib/layout.c): a msgpack map decoded with pdx_layout_unpack(), then
  * screened by pdx_mp_check() as every frame is, checked against regions
  * (sizes from the input), hashed and compared
  * with a reference layout. A layout that decodes must pack and decode

@@ -1,0 +1,178 @@
+/* What the engine says about its transfers: send and recv announce one
+ * (it is in flight until its event), layer_done and token feed a send,
+ * hold and abort act on one by its id.
+ */
+#define PDX_LOG_TOPIC "engine"
+
+#include "lib/client.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A peer address: not empty, shorter than PDX_ADDR_MAX. */
+static bool peer_ok(const char *peer)
+{
+	size_t n;
+
+	if (!peer)
+		return false;
+	n = strnlen(peer, PDX_ADDR_MAX);
+	return n > 0 && n < PDX_ADDR_MAX;
+}
+
+/* Every message but register: after a reconnection, register first;
+ * while the agent is away (or has not taken our register again), fail at
+ * once. */
+static pdx_status_t send_out(struct pdx_engine *e, struct pdx_mp_out *o)
+{
+	pdx_status_t st = PDX_EPEER;
+
+	pdx__relink(e);
+	if (!e->reg || (e->up && e->registered))
+		st = pdx__link_send(e, o->buf.data, o->buf.size, false);
+	pdx_mp_out_free(o);
+	return st;
+}
+
+static pdx_status_t announce(struct pdx_engine *e, const char *op,
+			     const struct pdx_xfer_id *xfer, const char *peer,
+			     const uint32_t *blocks, size_t n_blocks,
+			     bool with_skip, uint32_t skip_tokens)
+{
+	struct pdx_mp_out o;
+	struct pdx__inflight *t;
+	pdx_status_t st;
+
+	/* a send may leave its receiver open: the first to claim it */
+	if (!e || !xfer || !(peer ? peer_ok(peer) : op[0] == 's') || !blocks ||
+	    n_blocks == 0 || n_blocks > UINT32_MAX)
+		return PDX_EINVAL;
+	if (pdx__inflight_has(e, xfer))
+		return PDX_EEXIST; /* the one in flight goes on */
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, 3 + (peer != NULL) + (with_skip ? 1 : 0) +
+				    (e->xfer_timeout_ms ? 1 : 0));
+	pdx_mp_kv_str(&o.pk, "op", op);
+	pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
+	if (peer)
+		pdx_mp_kv_str(&o.pk, "peer", peer);
+	pdx_mp_kv_u32s(&o.pk, "blocks", blocks, n_blocks);
+	if (with_skip)
+		pdx_mp_kv_u64(&o.pk, "skip_tokens", skip_tokens);
+	if (e->xfer_timeout_ms)
+		pdx_mp_kv_u64(&o.pk, "timeout_ms", e->xfer_timeout_ms);
+	/* In flight only once it went out: send_out() may first find the
+	 * link lost, which fails what is in flight (and this must not be:
+	 * it fails here, by its return). */
+	t = calloc(1, sizeof(*t));
+	if (!t) {
+		pdx_mp_out_free(&o);
+		return PDX_ENOMEM;
+	}
+	st = send_out(e, &o);
+	if (st == PDX_OK)
+		pdx__inflight_add(e, t, xfer);
+	else
+		free(t);
+	return st;
+}
+
+pdx_status_t pdx_engine_send(struct pdx_engine *e,
+			     const struct pdx_xfer_id *xfer, const char *peer,
+			     const uint32_t *blocks, size_t n_blocks)
+{
+	return announce(e, "send", xfer, peer, blocks, n_blocks, false, 0);
+}
+
+pdx_status_t pdx_engine_recv(struct pdx_engine *e,
+			     const struct pdx_xfer_id *xfer, const char *peer,
+			     const uint32_t *blocks, size_t n_blocks,
+			     uint32_t skip_tokens)
+{
+	return announce(e, "recv", xfer, peer, blocks, n_blocks,
+			skip_tokens != 0, skip_tokens);
+}
+
+pdx_status_t pdx_engine_layer_done(struct pdx_engine *e, uint32_t layer,
+				   const struct pdx_xfer_id *xfers, size_t n)
+{
+	return pdx_engine_layer_done_slot(e, layer, UINT32_MAX, xfers, n);
+}
+
+/* slot UINT32_MAX: no event to wait on. */
+pdx_status_t pdx_engine_layer_done_slot(struct pdx_engine *e, uint32_t layer,
+					uint32_t slot,
+					const struct pdx_xfer_id *xfers,
+					size_t n)
+{
+	struct pdx_mp_out o;
+	bool with_slot = slot != UINT32_MAX;
+
+	if (!e || !xfers || n == 0 || n > UINT32_MAX || layer >= PDX_MAX_LAYERS)
+		return PDX_EINVAL;
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, with_slot ? 4 : 3);
+	pdx_mp_kv_str(&o.pk, "op", "layer_done");
+	pdx_mp_kv_u64(&o.pk, "layer", layer);
+	if (with_slot)
+		pdx_mp_kv_u64(&o.pk, "slot", slot);
+	pdx_mp_str(&o.pk, "xfers");
+	msgpack_pack_array(&o.pk, n);
+	for (size_t i = 0; i < n; i++)
+		pdx_mp_bin(&o.pk, xfers[i].b, sizeof(xfers[i].b));
+	return send_out(e, &o);
+}
+
+pdx_status_t pdx_engine_token(struct pdx_engine *e,
+			      const struct pdx_xfer_id *xfer, uint32_t token)
+{
+	struct pdx_mp_out o;
+
+	if (!e || !xfer)
+		return PDX_EINVAL;
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, 3);
+	pdx_mp_kv_str(&o.pk, "op", "token");
+	pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
+	pdx_mp_kv_u64(&o.pk, "token", token);
+	return send_out(e, &o);
+}
+
+/* {op, xfer, peer?}: the messages about a transfer by id alone. */
+static pdx_status_t send_xfer_op(struct pdx_engine *e, const char *op,
+				 const struct pdx_xfer_id *xfer,
+				 const char *peer)
+{
+	struct pdx_mp_out o;
+
+	if (!e || !xfer || (peer && strlen(peer) >= PDX_ADDR_MAX))
+		return PDX_EINVAL;
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, peer ? 3 : 2);
+	pdx_mp_kv_str(&o.pk, "op", op);
+	pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
+	if (peer)
+		pdx_mp_kv_str(&o.pk, "peer", peer);
+	return send_out(e, &o);
+}
+
+pdx_status_t pdx_engine_hold(struct pdx_engine *e,
+			     const struct pdx_xfer_id *xfer, const char *peer)
+{
+	if (!peer)
+		return PDX_EINVAL;
+	return send_xfer_op(e, "hold", xfer, peer);
+}
+
+pdx_status_t pdx_engine_abort(struct pdx_engine *e,
+			      const struct pdx_xfer_id *xfer)
+{
+	return send_xfer_op(e, "abort", xfer, NULL);
+}
+
+pdx_status_t pdx_engine_abort_at(struct pdx_engine *e,
+				 const struct pdx_xfer_id *xfer,
+				 const char *peer)
+{
+	return send_xfer_op(e, "abort", xfer, peer);
+}

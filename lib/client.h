@@ -1,0 +1,91 @@
+/* The engine client's insides (include/pdx/engine.h is its face): the
+ * link's state and what its files ask of each other. Internal to libpdx
+ * (pdx__ names): none of this is exported (lib/libpdx.map).
+ *
+ *   link.c      the sockets: connect, the monitor, liveness, frames in and out
+ *   inflight.c  the transfers in flight, the event queue, the events made here
+ *   events.c    what the agent says: events, refusals, the event API
+ *   register.c  register, and registering again after the agent restarted
+ *   announce.c  send, recv, layer_done, token, hold, abort
+ */
+#ifndef PDX_LIB_CLIENT_H
+#define PDX_LIB_CLIENT_H
+
+#include <pdx/engine.h>
+
+#include <stdbool.h>
+#include <uthash.h>
+#include <zmq.h>
+
+#include "common/mp.h"
+
+#define PDX__PROTOCOL_VERSION 1
+
+/* A transfer announced on the link whose event has not come yet. */
+struct pdx__inflight {
+	struct pdx_xfer_id id;
+	uint64_t t_first_ns; /* announced */
+	UT_hash_handle hh;
+};
+
+struct pdx_engine {
+	void *ctx;
+	void *sock;
+	int timeout_ms;
+	int liveness_ms;
+	uint32_t xfer_timeout_ms;
+	void *mon;         /* PAIR: the socket monitor's connection events */
+	int efd;           /* epoll over both sockets' ZMQ_FDs: pdx_engine_fd() */
+	void *reg;         /* the last accepted register message, to resend */
+	size_t reg_len;
+	char peer[PDX_ADDR_MAX]; /* what that register answered */
+	bool up;           /* a connection's handshake completed, not lost since */
+	bool registered;   /* that connection carries our register */
+	uint64_t down_ns;  /* when the link was lost (0: never was) */
+	uint64_t relink_ns; /* the last try to register again */
+	bool registering;   /* that register is out, its answer to come */
+	char why_down[PDX_REASON_MAX];
+	struct pdx__inflight *live; /* announced, their event still to come */
+	/* FIFO of events that arrived while register waited for its answer */
+	struct pdx_engine_event *q;
+	size_t q_cap;
+	size_t q_head;
+	size_t q_len;
+};
+
+/* link.c */
+int pdx__ms_left(uint64_t deadline_ns);
+void pdx__link_watch(struct pdx_engine *e);
+pdx_status_t pdx__link_send(struct pdx_engine *e, const void *buf, size_t len,
+			    bool wait);
+int pdx__link_recv(struct pdx_engine *e, zmq_msg_t *msg);
+
+/* inflight.c */
+bool pdx__inflight_has(struct pdx_engine *e, const struct pdx_xfer_id *x);
+void pdx__inflight_add(struct pdx_engine *e, struct pdx__inflight *t,
+		       const struct pdx_xfer_id *x);
+bool pdx__inflight_take(struct pdx_engine *e, const struct pdx_xfer_id *x);
+void pdx__inflight_fail_all(struct pdx_engine *e);
+void pdx__inflight_free(struct pdx_engine *e);
+int pdx__queue_push(struct pdx_engine *e, const struct pdx_engine_event *ev);
+bool pdx__queue_pop(struct pdx_engine *e, struct pdx_engine_event *ev);
+void pdx__queue_keep(struct pdx_engine *e, const struct pdx_engine_event *ev);
+
+/* events.c */
+enum pdx__msg { PDX__MSG_SKIP, PDX__MSG_EVENT, PDX__MSG_OTHER };
+int pdx__get_str_trunc(const msgpack_object *map, const char *key, char *out,
+		       size_t outlen);
+enum pdx__msg pdx__classify(zmq_msg_t *msg, msgpack_unpacked *up, char *op,
+			    size_t oplen, struct pdx_engine_event *ev);
+bool pdx__on_other(struct pdx_engine *e, const msgpack_object *m,
+		   const char *op, struct pdx_engine_event *ev);
+pdx_status_t pdx__drain(struct pdx_engine *e);
+
+/* register.c */
+int pdx__register_answer(const msgpack_object *m, const char *op,
+			 char *peer_addr, size_t peer_addr_len,
+			 pdx_status_t *st);
+void pdx__relinked(struct pdx_engine *e, pdx_status_t st, const char *was);
+void pdx__relink(struct pdx_engine *e);
+
+#endif

@@ -1,0 +1,317 @@
+/* Registering the engine's KV memory and layout with its agent, and
+ * registering again after the agent restarted.
+ *
+ * An agent that restarts (same address) has forgotten the registration.
+ * The link's monitor reports each connection whose handshake completed
+ * (link.c): the first call after one (pdx_engine_next_event() included,
+ * which the fd wakes for it) sends the last accepted register again, so
+ * the restarted agent serves the engine's next transfer instead of
+ * failing it "not registered". Its answer is read like an event
+ * (events.c); until then announcements fail at once with PDX_EPEER and
+ * pdx_engine_link_status() says why.
+ */
+#define PDX_LOG_TOPIC "engine"
+
+#include "lib/client.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/layout_mp.h"
+#include "common/log.h"
+
+#define SHM_NAME_MAX 255 /* NAME_MAX for shm_open() */
+
+static pdx_status_t check_regions(const struct pdx_engine_region *regions,
+				  size_t n_regions, uint64_t *sizes)
+{
+	for (size_t i = 0; i < n_regions; i++) {
+		const struct pdx_engine_region *r = &regions[i];
+
+		if (r->size == 0) {
+			log_error("region %zu: needs a size", i);
+			return PDX_EINVAL;
+		}
+		if (r->type == PDX_MEM_CUDA) {
+			if (r->cuda_device < 0) {
+				log_error("region %zu: cuda device %d", i,
+					  r->cuda_device);
+				return PDX_EINVAL;
+			}
+		} else if (r->type != PDX_MEM_SHM || !r->shm_name ||
+			   !r->shm_name[0] ||
+			   strnlen(r->shm_name, SHM_NAME_MAX + 1) >
+			       SHM_NAME_MAX) {
+			log_error("region %zu: needs type shm or cuda, and an "
+				  "shm name",
+				  i);
+			return PDX_EINVAL;
+		}
+		sizes[i] = r->size;
+	}
+	return PDX_OK;
+}
+
+static void pack_region(msgpack_packer *pk, const struct pdx_engine_region *r)
+{
+	if (r->type == PDX_MEM_CUDA) {
+		msgpack_pack_map(pk, 4);
+		pdx_mp_kv_str(pk, "type", "cuda");
+		pdx_mp_kv_u64(pk, "size", r->size);
+		pdx_mp_kv_u64(pk, "device", (uint64_t)r->cuda_device);
+		pdx_mp_str(pk, "ipc");
+		pdx_mp_bin(pk, r->cuda_ipc, PDX_CUDA_IPC_BYTES);
+		return;
+	}
+	msgpack_pack_map(pk, 3);
+	pdx_mp_kv_str(pk, "type", "shm");
+	pdx_mp_kv_str(pk, "name", r->shm_name);
+	pdx_mp_kv_u64(pk, "size", r->size);
+}
+
+/* Reads an answer to register: returns 1 with *st set for "registered" and
+ * "error", 0 for anything else (a message register does not wait for). */
+int pdx__register_answer(const msgpack_object *m, const char *op,
+			 char *peer_addr, size_t peer_addr_len,
+			 pdx_status_t *st)
+{
+	char peer[PDX_ADDR_MAX], reason[PDX_REASON_MAX];
+	int64_t status;
+
+	if (strcmp(op, "registered") == 0) {
+		if (pdx_mp_get_str(m, "peer", peer, sizeof(peer)) || !peer[0]) {
+			log_error("register: answer without a peer address");
+			*st = PDX_EIO;
+		} else if (peer_addr && strlen(peer) >= peer_addr_len) {
+			*st = PDX_ETOOBIG;
+		} else {
+			if (peer_addr)
+				memcpy(peer_addr, peer, strlen(peer) + 1);
+			*st = PDX_OK;
+		}
+		return 1;
+	}
+	if (strcmp(op, "error") == 0) {
+		char refused[32];
+
+		/* an answer to something else (older agents name nothing) */
+		if (!pdx_mp_get_str(m, "refused", refused, sizeof(refused)) &&
+		    strcmp(refused, "register") != 0) {
+			log_debug("register: ignored an error about \"%s\"",
+				  refused);
+			return 0;
+		}
+		if (pdx__get_str_trunc(m, "reason", reason, sizeof(reason)))
+			snprintf(reason, sizeof(reason), "(no reason)");
+		if (pdx_mp_get_i64(m, "status", &status) || status >= 0 ||
+		    status < -100000)
+			status = PDX_EIO;
+		log_error("register refused by the agent: %s (%s)", reason,
+			  pdx_status_str((pdx_status_t)status));
+		*st = (pdx_status_t)status;
+		return 1;
+	}
+	log_debug("register: ignored \"%s\" from the agent", op);
+	return 0;
+}
+
+/* Sends a packed register and waits for its answer; events that come
+ * meanwhile are queued. */
+static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
+				      size_t len, char *peer_addr,
+				      size_t peer_addr_len)
+{
+	uint64_t deadline = pdx_now_ns() + (uint64_t)e->timeout_ms * 1000000ULL;
+	pdx_status_t st;
+
+	st = pdx__drain(e);
+	if (st == PDX_OK)
+		st = pdx__link_send(e, buf, len, true);
+	if (st != PDX_OK)
+		return st;
+	for (;;) {
+		zmq_pollitem_t it = {e->sock, 0, ZMQ_POLLIN, 0};
+		struct pdx_engine_event ev;
+		msgpack_unpacked up;
+		zmq_msg_t msg;
+		char op[32];
+		int rc, left;
+
+		rc = pdx__link_recv(e, &msg);
+		if (rc < 0)
+			return PDX_EIO;
+		if (rc == 0) {
+			left = pdx__ms_left(deadline);
+			if (left == 0) {
+				log_warn("register: no answer from the agent "
+					 "in %d ms",
+					 e->timeout_ms);
+				return PDX_ETIMEDOUT;
+			}
+			if (zmq_poll(&it, 1, left) < 0 && errno != EINTR)
+				return PDX_EIO;
+			continue;
+		}
+		rc = 0;
+		switch (pdx__classify(&msg, &up, op, sizeof(op), &ev)) {
+		case PDX__MSG_SKIP:
+			break;
+		case PDX__MSG_EVENT:
+			pdx__queue_keep(e, &ev);
+			break;
+		case PDX__MSG_OTHER:
+			rc = pdx__register_answer(&up.data, op, e->peer,
+						  sizeof(e->peer), &st);
+			if (!rc && pdx__on_other(e, &up.data, op, &ev) &&
+			    pdx__queue_push(e, &ev))
+				log_error(
+				    "event queue full: an event was lost");
+			break;
+		}
+		msgpack_unpacked_destroy(&up);
+		zmq_msg_close(&msg);
+		if (!rc)
+			continue;
+		/* the handshake of the connection the register went out on was
+		 * reported long before its answer came: it carries our register
+		 * (a refused one leaves the agent's as it was) */
+		pdx__link_watch(e);
+		if (st == PDX_OK)
+			e->registered = e->up;
+		if (st == PDX_OK && peer_addr) {
+			if (strlen(e->peer) >= peer_addr_len)
+				return PDX_ETOOBIG;
+			memcpy(peer_addr, e->peer, strlen(e->peer) + 1);
+		}
+		return st;
+	}
+}
+
+/* The answer to the register pdx__relink() sent again. */
+void pdx__relinked(struct pdx_engine *e, pdx_status_t st, const char *was)
+{
+	e->registering = false;
+	if (st != PDX_OK) {
+		log_error("registering again: %s", pdx_status_str(st));
+		snprintf(e->why_down, sizeof(e->why_down),
+			 "the agent is back but registering again failed: %s",
+			 pdx_status_str(st));
+		return;
+	}
+	e->registered = e->up;
+	e->relink_ns = 0; /* the next restart is met at once */
+	log_info("registered again with the agent");
+	if (strcmp(was, e->peer) != 0)
+		log_warn("the agent's peer address is now %s (was %s)", e->peer,
+			 was);
+}
+
+/* Registers again on a new connection to the agent (it restarted): the
+ * restarted agent has no registration, and would fail what we say next.
+ * The register goes out without waiting (the engine's loop never waits
+ * for its agent); its answer is read like an event (pdx__on_other),
+ * until then announcements fail at once. */
+void pdx__relink(struct pdx_engine *e)
+{
+	uint64_t now;
+
+	pdx__link_watch(e);
+	if (!e->reg || !e->up || e->registered)
+		return;
+	now = pdx_now_ns();
+	if (e->registering &&
+	    now - e->relink_ns < (uint64_t)e->timeout_ms * 1000000ULL)
+		return; /* its answer is to come */
+	if (e->registering)
+		log_warn("registering again: no answer in %d ms",
+			 e->timeout_ms);
+	/* a refusal (or no answer) is not asked again at every call: once
+	 * per liveness */
+	else if (e->relink_ns &&
+		 now - e->relink_ns < (uint64_t)e->liveness_ms * 1000000ULL)
+		return;
+	e->registering = false;
+	e->relink_ns = now;
+	if (pdx__drain(e) != PDX_OK ||
+	    pdx__link_send(e, e->reg, e->reg_len, false) != PDX_OK)
+		return;
+	log_info("the agent link connected again: registering again");
+	e->registering = true;
+}
+
+pdx_status_t pdx_engine_register(struct pdx_engine *e,
+				 const struct pdx_kv_layout *layout,
+				 const struct pdx_engine_region *regions,
+				 size_t n_regions, char *peer_addr,
+				 size_t peer_addr_len)
+{
+	return pdx_engine_register_cuda(e, layout, regions, n_regions, NULL,
+					peer_addr, peer_addr_len);
+}
+
+pdx_status_t pdx_engine_register_cuda(struct pdx_engine *e,
+				      const struct pdx_kv_layout *layout,
+				      const struct pdx_engine_region *regions,
+				      size_t n_regions,
+				      const struct pdx_engine_cuda_events *ev,
+				      char *peer_addr, size_t peer_addr_len)
+{
+	struct pdx_mp_out o;
+	uint64_t *sizes, n_ev = 0;
+	char err[256];
+	pdx_status_t st;
+
+	if (!e || !layout || !layout->layer || !regions || n_regions == 0 ||
+	    n_regions > PDX_MAX_REGIONS || (peer_addr && peer_addr_len == 0))
+		return PDX_EINVAL;
+	if (ev) {
+		n_ev = (uint64_t)ev->slots * layout->layers;
+		if (!ev->handles || ev->slots == 0 || ev->slots > 64)
+			return PDX_EINVAL;
+	}
+	sizes = calloc(n_regions, sizeof(*sizes));
+	if (!sizes)
+		return PDX_ENOMEM;
+	st = check_regions(regions, n_regions, sizes);
+	if (st == PDX_OK) {
+		st = pdx_kv_layout_check(layout, sizes, n_regions, err,
+					 sizeof(err));
+		if (st != PDX_OK)
+			log_error("register: layout refused: %s", err);
+	}
+	free(sizes);
+	if (st != PDX_OK)
+		return st;
+
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, ev ? 6 : 4);
+	pdx_mp_kv_str(&o.pk, "op", "register");
+	pdx_mp_kv_u64(&o.pk, "v", PDX__PROTOCOL_VERSION);
+	pdx_mp_str(&o.pk, "layout");
+	pdx_layout_pack(&o.pk, layout);
+	pdx_mp_str(&o.pk, "regions");
+	msgpack_pack_array(&o.pk, n_regions);
+	for (size_t i = 0; i < n_regions; i++)
+		pack_region(&o.pk, &regions[i]);
+	if (ev) {
+		pdx_mp_kv_u64(&o.pk, "cuda_event_slots", ev->slots);
+		pdx_mp_str(&o.pk, "cuda_events");
+		msgpack_pack_array(&o.pk, n_ev);
+		for (uint64_t i = 0; i < n_ev; i++)
+			pdx_mp_bin(&o.pk, ev->handles[i], PDX_CUDA_IPC_BYTES);
+	}
+	st = register_exchange(e, o.buf.data, o.buf.size, peer_addr,
+			       peer_addr_len);
+	if (st == PDX_OK) {
+		free(e->reg);
+		e->reg = malloc(o.buf.size);
+		e->reg_len = e->reg ? o.buf.size : 0;
+		if (e->reg)
+			memcpy(e->reg, o.buf.data, o.buf.size);
+	}
+	pdx_mp_out_free(&o);
+	return st;
+}
