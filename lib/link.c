@@ -216,7 +216,7 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 				struct pdx_engine **out)
 {
 	struct pdx_engine *e;
-	int linger = 0, immediate = 1, hwm = RCV_HWM, shwm = SND_HWM;
+	int linger = 0, immediate = 1, hwm = RCV_HWM, shwm = SND_HWM, unbounded = 0;
 	int hb_ivl, hb_timeout;
 	char mon[64];
 
@@ -263,8 +263,11 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 	}
 	snprintf(mon, sizeof(mon), "inproc://pdx-engine-monitor-%p", (void *)e);
 	e->mon = zmq_socket(e->ctx, ZMQ_PAIR);
+	/* No bound on the monitor's queue (RCVHWM 0): the I/O thread must
+	 * never wait on us to read it (it holds the monitor's lock then). */
 	if (!e->mon ||
 	    zmq_setsockopt(e->mon, ZMQ_LINGER, &linger, sizeof(linger)) ||
+	    zmq_setsockopt(e->mon, ZMQ_RCVHWM, &unbounded, sizeof(unbounded)) ||
 	    zmq_socket_monitor(e->sock, mon,
 			       ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
 				   ZMQ_EVENT_DISCONNECTED) ||
@@ -293,12 +296,16 @@ void pdx_engine_free(struct pdx_engine *e)
 {
 	if (!e)
 		return;
-	if (e->mon)
-		zmq_close(e->mon);
+	/* The monitor stops before its reader closes: ZeroMQ's I/O thread
+	 * sends a monitor event holding the monitor's lock and waits while
+	 * the reader is gone, and stopping the monitor takes that lock (a
+	 * hang when the agent left just as we free). */
 	if (e->sock) {
 		zmq_socket_monitor(e->sock, NULL, 0);
 		zmq_close(e->sock);
 	}
+	if (e->mon)
+		zmq_close(e->mon);
 	if (e->ctx)
 		zmq_ctx_term(e->ctx);
 	if (e->efd >= 0)
