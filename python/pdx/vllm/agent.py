@@ -1,0 +1,72 @@
+"""The pdx-agent beside a vLLM worker: the one configured
+(kv_connector_extra_config "agent": its engine address, "{rank}" standing
+for the tensor-parallel rank), or one started here for this rank and
+stopped with the worker.
+"""
+import atexit
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from typing import List, Optional
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class AgentProcess:
+    """pdx-agent started for one worker: engine link in a private
+    directory, peer link on listen_host at a free port. stop() (also at
+    exit) ends it; a started agent that exits early is an error that
+    carries its last log lines."""
+
+    def __init__(self, binary: str = "pdx-agent",
+                 listen_host: str = "127.0.0.1", args: List[str] = (),
+                 start_timeout: float = 10.0):
+        path = shutil.which(binary) or binary
+        self.dir = tempfile.mkdtemp(prefix="pdx-vllm-")
+        self.engine_addr = "ipc://%s/engine" % self.dir
+        self.log_path = os.path.join(self.dir, "agent.log")
+        listen = "tcp://%s:%d" % (listen_host, _free_port(listen_host))
+        with open(self.log_path, "ab") as log:
+            try:
+                self.proc: Optional[subprocess.Popen] = subprocess.Popen(
+                    [path, "--engine", self.engine_addr, "--listen", listen,
+                     *args], stdout=subprocess.DEVNULL, stderr=log)
+            except OSError as e:
+                shutil.rmtree(self.dir, ignore_errors=True)
+                raise RuntimeError("pdx: cannot start %s: %s (set "
+                                   "kv_connector_extra_config agent_bin, or "
+                                   "agent to a running agent)" % (path, e))
+        atexit.register(self.stop)
+        sock = os.path.join(self.dir, "engine")
+        end = time.monotonic() + start_timeout
+        while not os.path.exists(sock):
+            if self.proc.poll() is not None or time.monotonic() > end:
+                why = self.log_tail()
+                self.stop()
+                raise RuntimeError("pdx: pdx-agent did not start: " + why)
+            time.sleep(0.02)
+
+    def log_tail(self, n: int = 5) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return " | ".join(f.read().splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        p, self.proc = getattr(self, "proc", None), None
+        if p is not None and p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)

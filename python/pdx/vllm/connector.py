@@ -1,0 +1,83 @@
+"""pdx.vllm.PdxConnector: pdx as a vLLM V1 KV connector, loaded without
+patching vLLM:
+
+    --kv-transfer-config '{"kv_connector": "PdxConnector",
+        "kv_connector_module_path": "pdx.vllm", "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute"}'
+
+Written against vLLM's KVConnectorBase_V1 at commit 52a31cc (2026-05-27;
+docs/vllm.md): the scheduler side (scheduler.py) and the worker side
+(worker.py) are separate objects in separate processes, as vLLM makes
+one instance per role.
+"""
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1, KVConnectorRole)
+
+from .meta import PdxMetadata
+from .scheduler import PdxScheduler
+from .worker import PdxWorker
+
+
+class PdxConnector(KVConnectorBase_V1):
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        self._sched = self._worker = None
+        if role == KVConnectorRole.SCHEDULER:
+            self._sched = PdxScheduler(vllm_config)
+        else:
+            self._worker = PdxWorker(vllm_config)
+
+    # -- scheduler side ----------------------------------------------------
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        return self._sched.get_num_new_matched_tokens(request,
+                                                      num_computed_tokens)
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        self._sched.update_state_after_alloc(request, blocks,
+                                             num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output) -> PdxMetadata:
+        return self._sched.build_connector_meta(scheduler_output)
+
+    def on_new_request(self, request) -> None:
+        self._sched.on_new_request(request)
+
+    def update_connector_output(self, connector_output) -> None:
+        self._sched.update_connector_output(connector_output)
+
+    def request_finished(self, request, block_ids):
+        return self._sched.request_finished(request, block_ids)
+
+    def set_xfer_handshake_metadata(self, metadata) -> None:
+        self._sched.set_agents(metadata)
+
+    # -- worker side -------------------------------------------------------
+    def register_kv_caches(self, kv_caches) -> None:
+        self._worker.register_kv_caches(kv_caches)
+
+    def get_handshake_metadata(self):
+        return self._worker.handshake()
+
+    def start_load_kv(self, forward_context, **kwargs) -> None:
+        self._worker.start(self._get_connector_metadata())
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        """Loads are vLLM's asynchronous kind: done before the request is
+        scheduled, so a layer never waits here."""
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata,
+                      **kwargs) -> None:
+        self._worker.layer_saved(layer_name)
+
+    def wait_for_save(self) -> None:
+        self._worker.step_saved()
+
+    def get_finished(self, finished_req_ids):
+        return self._worker.finished(finished_req_ids)
+
+    def get_block_ids_with_load_errors(self):
+        return self._worker.load_errors()
+
+    def shutdown(self) -> None:
+        if self._worker is not None:
+            self._worker.close()

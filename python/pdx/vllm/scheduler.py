@@ -1,0 +1,150 @@
+"""PdxConnector's scheduler side: which requests send or receive, their
+blocks, when a send is announced, and the answer a prefill returns.
+
+A send is announced in the step that schedules the prompt's last prefill
+chunk (all its blocks are known then; every layer of that pass is pushed
+as soon as it is computed). A receive is vLLM's asynchronous load: the
+request waits (WAITING_FOR_REMOTE_KVS) until the worker reports it.
+"""
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from . import params
+from .meta import PdxMetadata, RecvMeta, SendMeta, XferMeta
+
+log = logging.getLogger("pdx.vllm")
+
+_FINISHED_OK = ("FINISHED_LENGTH_CAPPED", "FINISHED_STOPPED")
+
+
+@dataclass
+class _Send:
+    send: params.Send
+    prompt_tokens: int
+    blocks: List[int] = field(default_factory=list)
+    announced: bool = False
+
+
+def _safe(read, p, req_id):
+    try:
+        return read(p)
+    except ValueError as e:
+        log.warning("request %s: %s; it runs here without a transfer",
+                    req_id, e)
+        return None
+
+
+class PdxScheduler:
+    def __init__(self, vllm_config):
+        self.block_size = vllm_config.cache_config.block_size
+        self.agents: List[str] = []      # rank r's agent peer address
+        self._sends: Dict[str, _Send] = {}
+        self._recvs: Dict[str, params.Recv] = {}
+        self._meta = PdxMetadata()
+
+    def set_agents(self, handshakes) -> None:
+        self.agents = [handshakes[r].peer_addr for r in sorted(handshakes)]
+
+    # -- decode side ---------------------------------------------------
+    def on_new_request(self, request) -> None:
+        r = _safe(params.read_recv, request.kv_transfer_params,
+                  request.request_id)
+        if r is not None:  # the sender keeps its KV while we queue
+            self._meta.holds.append(XferMeta(request.request_id, r.xfer,
+                                             r.peers))
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        r = _safe(params.read_recv, request.kv_transfer_params,
+                  request.request_id)
+        if r is None:
+            return 0, False
+        n = len(request.prompt_token_ids) - num_computed_tokens
+        return (n, True) if n > 0 else (0, False)
+
+    def update_state_after_alloc(self, request, blocks,
+                                 num_external_tokens) -> None:
+        p, rid = request.kv_transfer_params, request.request_id
+        if num_external_tokens > 0:
+            r = _safe(params.read_recv, p, rid)
+            if r is not None:
+                ids = list(blocks.get_block_ids()[0])
+                held = len(ids) - len(blocks.get_unhashed_block_ids())
+                n = math.ceil(len(request.prompt_token_ids) / self.block_size)
+                self._meta.recvs.append(RecvMeta(
+                    rid, r.xfer, r.peers, ids[:n], held * self.block_size))
+                self._recvs[rid] = r
+                p["do_remote_prefill"] = False  # taken: asked for once
+            return
+        s = _safe(params.read_send, p, rid)
+        if s is not None and rid not in self._sends:
+            self._sends[rid] = _Send(s, len(request.prompt_token_ids))
+
+    # -- prefill side --------------------------------------------------
+    def _announce_if_complete(self, rid: str, st: _Send, computed: int):
+        if st.announced or computed < st.prompt_tokens:
+            return
+        n = math.ceil(st.prompt_tokens / self.block_size)
+        self._meta.sends.append(SendMeta(rid, st.send.xfer, st.send.peer,
+                                         st.blocks[:n]))
+        st.announced = True
+
+    def build_connector_meta(self, so) -> PdxMetadata:
+        for new in so.scheduled_new_reqs:
+            st = self._sends.get(new.req_id)
+            if st is not None:
+                st.blocks = list(new.block_ids[0])
+                self._announce_if_complete(
+                    new.req_id, st, new.num_computed_tokens +
+                    so.num_scheduled_tokens.get(new.req_id, 0))
+        cached = so.scheduled_cached_reqs
+        resumed = set(getattr(cached, "resumed_req_ids", ()) or ())
+        for i, rid in enumerate(cached.req_ids):
+            st = self._sends.get(rid)
+            if st is None or st.announced:
+                continue
+            got = cached.new_block_ids[i]
+            if got is not None:
+                st.blocks = (list(got[0]) if rid in resumed
+                             else st.blocks + list(got[0]))
+            self._announce_if_complete(
+                rid, st, cached.num_computed_tokens[i] +
+                so.num_scheduled_tokens.get(rid, 0))
+        meta, self._meta = self._meta, PdxMetadata()
+        return meta
+
+    def update_connector_output(self, output) -> None:
+        for rid in getattr(output, "finished_recving", None) or ():
+            self._recvs.pop(rid, None)
+
+    def request_finished(self, request, block_ids):
+        rid, p = request.request_id, request.kv_transfer_params
+        st = self._sends.pop(rid, None)
+        if st is not None:
+            if not st.announced:
+                # never announced: a decode side named up front may wait
+                if st.send.peer:
+                    self._meta.aborts.append(XferMeta(rid, st.send.xfer,
+                                                      [st.send.peer]))
+                return False, None
+            if request.status.name not in _FINISHED_OK:
+                self._meta.aborts.append(XferMeta(rid, st.send.xfer))
+                return True, None  # freed when the agent says failed
+            if not self.agents:
+                log.error("request %s: no agent known (no handshake "
+                          "metadata from the workers)", rid)
+                self._meta.aborts.append(XferMeta(rid, st.send.xfer))
+                return True, None
+            out = request.output_token_ids
+            return True, params.answer(st.send, self.agents,
+                                       out[0] if len(out) else None)
+        if rid in self._recvs:  # loading: aborted (a load done is gone)
+            r = self._recvs.pop(rid)
+            self._meta.aborts.append(XferMeta(rid, r.xfer))
+            return False, None
+        r = _safe(params.read_recv, p, rid)
+        if r is not None:  # left before its load was asked for
+            self._meta.aborts.append(XferMeta(rid, r.xfer, r.peers))
+            p["do_remote_prefill"] = False
+        return False, None

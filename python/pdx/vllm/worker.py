@@ -1,0 +1,182 @@
+"""PdxConnector's worker side: the agent beside this worker, the KV
+caches registered with it, transfers announced as the scheduler side
+asks, "layer done" as each layer is saved, and what finished.
+
+Every transfer announced here ends in exactly one agent event; the
+request it belongs to is reported once to vLLM: a send in
+finished_sending (after vLLM said the request finished), a receive in
+finished_recving, a failed receive's blocks in the load errors.
+"""
+import logging
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Set
+
+import pdx
+
+from . import layout as kv_layout
+from . import params
+from .agent import AgentProcess
+from .meta import PdxHandshake, PdxMetadata
+
+log = logging.getLogger("pdx.vllm")
+
+
+def _rank() -> int:
+    try:
+        from vllm.distributed.parallel_state import (
+            get_tensor_model_parallel_rank)
+        return get_tensor_model_parallel_rank()
+    except (ImportError, AssertionError, AttributeError):
+        return 0
+
+
+@dataclass
+class _Flight:
+    req_id: str
+    send: bool
+    blocks: List[int]  # a receive's blocks written here (load errors)
+
+
+class PdxWorker:
+    def __init__(self, vllm_config, rank: int = None):
+        ktc = vllm_config.kv_transfer_config
+        extra = dict(ktc.kv_connector_extra_config or {})
+        self.rank = _rank() if rank is None else rank
+        self.agent = None
+        addr = extra.get("agent")
+        if addr:
+            addr = addr.replace("{rank}", str(self.rank))
+        else:
+            self.agent = AgentProcess(extra.get("agent_bin", "pdx-agent"),
+                                      extra.get("agent_listen_host",
+                                                "127.0.0.1"),
+                                      list(extra.get("agent_args", [])))
+            addr = self.agent.engine_addr
+        self.eng = pdx.Engine(addr,
+                              xfer_timeout_ms=int(extra.get(
+                                  "xfer_timeout_ms", 0)),
+                              liveness_ms=int(extra.get("liveness_ms", 0)))
+        self.peer_addr = None
+        self.layer_of: Dict[str, int] = {}
+        self.layers = 0
+        self.block_tokens = 1
+        self._flights: Dict[pdx.XferId, _Flight] = {}
+        self._step_sends: List[pdx.XferId] = []
+        self._step_layers: Set[int] = set()
+        self._sent: Set[str] = set()
+        self._finished: Set[str] = set()
+        self._send_reqs: Set[str] = set()
+        self._recvd: Set[str] = set()
+        self._invalid: Set[int] = set()
+
+    # -- memory ----------------------------------------------------------
+    def register_kv_caches(self, kv_caches) -> None:
+        lay, regions, layers = kv_layout.build(kv_caches)
+        self.peer_addr = self.eng.register(lay, regions)
+        self.layer_of = {n: i for i, names in enumerate(layers)
+                         for n in names}
+        self.layers = len(layers)
+        self.block_tokens = lay.block_tokens
+        log.info("pdx: rank %d registered %d layers x %d blocks with %s",
+                 self.rank, self.layers, lay.blocks, self.peer_addr)
+
+    def handshake(self) -> PdxHandshake:
+        return PdxHandshake(self.rank, self.peer_addr)
+
+    # -- a step ------------------------------------------------------------
+    def _peer(self, peers: List[str]) -> str:
+        return peers[self.rank] if self.rank < len(peers) else peers[0]
+
+    def start(self, meta: PdxMetadata) -> None:
+        e = self.eng
+        for h in meta.holds:
+            try:
+                e.hold(params.rank_xfer(h.xfer, self.rank), self._peer(h.peers))
+            except pdx.Error as err:
+                log.warning("pdx: hold %s: %s", h.req_id, err)
+        for r in meta.recvs:
+            x = params.rank_xfer(r.xfer, self.rank)
+            held = r.skip_tokens // self.block_tokens
+            try:
+                e.recv(x, self._peer(r.peers), r.blocks, r.skip_tokens)
+                self._flights[x] = _Flight(r.req_id, False, r.blocks[held:])
+            except pdx.Error as err:  # ends now: its blocks are not loaded
+                log.warning("pdx: recv %s: %s", r.req_id, err)
+                self._recvd.add(r.req_id)
+                self._invalid.update(r.blocks[held:])
+        self._step_sends = []
+        self._step_layers = set()
+        for s in meta.sends:
+            x = params.rank_xfer(s.xfer, self.rank)
+            self._send_reqs.add(s.req_id)
+            try:
+                e.send(x, s.peer, s.blocks)
+                self._flights[x] = _Flight(s.req_id, True, [])
+                self._step_sends.append(x)
+            except pdx.Error as err:  # its blocks may be freed when done
+                log.warning("pdx: send %s: %s", s.req_id, err)
+                self._sent.add(s.req_id)
+        for a in meta.aborts:
+            x = params.rank_xfer(a.xfer, self.rank)
+            try:
+                if a.peers is not None:
+                    e.abort(x, self._peer(a.peers))
+                elif x in self._flights:
+                    e.abort(x)
+            except pdx.Error as err:
+                log.warning("pdx: abort %s: %s", a.req_id, err)
+
+    def layer_saved(self, layer_name: str) -> None:
+        """The layer's KV of this step is in memory: its layer is done for
+        the sends whose last prefill chunk this step computes."""
+        if not self._step_sends:
+            return
+        i = self.layer_of.get(layer_name)
+        if i is None or i in self._step_layers:
+            return
+        self._step_layers.add(i)
+        self.eng.layer_done(i, self._step_sends)
+
+    def step_saved(self) -> None:
+        """The forward pass is over: any layer not saved through the hook
+        (a model whose hooks were skipped) is done now."""
+        if self._step_sends:
+            for i in range(self.layers):
+                if i not in self._step_layers:
+                    self.eng.layer_done(i, self._step_sends)
+        self._step_sends = []
+        self._step_layers = set()
+
+    def finished(self, finished_req_ids):
+        self._finished.update(r for r in finished_req_ids
+                              if r in self._send_reqs)
+        for ev in self.eng.events():
+            f = self._flights.pop(ev.xfer, None)
+            if f is None:
+                continue
+            if not ev.ok:
+                log.warning("pdx: %s of %s failed: %s (%s)",
+                            "send" if f.send else "recv", f.req_id,
+                            ev.reason, ev.status_name)
+            if f.send:
+                self._sent.add(f.req_id)
+            else:
+                self._recvd.add(f.req_id)
+                if not ev.ok:
+                    self._invalid.update(f.blocks)
+        sending = self._sent & self._finished
+        self._sent -= sending
+        self._finished -= sending
+        self._send_reqs -= sending
+        recving, self._recvd = self._recvd, set()
+        return sending or None, recving or None
+
+    def load_errors(self) -> Set[int]:
+        out, self._invalid = self._invalid, set()
+        return out
+
+    def close(self) -> None:
+        self.eng.close()
+        if self.agent is not None:
+            self.agent.stop()
