@@ -1103,16 +1103,19 @@ class MiniVllm:
         ro = self.worker.execute_model(over_the_wire(so))
         ro = self.aggregator.aggregate([over_the_wire(ro)])
         self.steps += 1
+        done = [(so, ro)]
         if self.vllm_config.scheduler_config.async_scheduling:
-            prev, self._pending = self._pending, (so, ro)
-            if prev is None:
-                return so.total_num_scheduled_tokens
-            so_done, ro_done = prev
-        else:
-            so_done, ro_done = so, ro
-        for req, toks, params in self.scheduler.update_from_output(so_done,
-                                                                   ro_done):
-            self._deliver(req, toks, params)
+            # step N's output is processed after step N + 1 is scheduled;
+            # a step with no tokens has nothing in flight: both at once
+            done = [self._pending] if self._pending else []
+            self._pending = (so, ro)
+            if so.total_num_scheduled_tokens == 0:
+                done.append(self._pending)
+                self._pending = None
+        for so_done, ro_done in done:
+            for req, toks, params in self.scheduler.update_from_output(
+                    so_done, ro_done):
+                self._deliver(req, toks, params)
         return so.total_num_scheduled_tokens
 
     def run_until_idle(self, timeout: float = 30) -> int:
