@@ -9,6 +9,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A transfer id in hex, for reasons. */
+struct hex33 {
+	char s[33];
+};
+
+static struct hex33 hex(const struct pdx_xfer_id *x)
+{
+	struct hex33 h;
+
+	pdx_xfer_id_hex(x, h.s);
+	return h;
+}
+
 /* A peer address: not empty, shorter than PDX_ADDR_MAX. */
 static bool peer_ok(const char *peer)
 {
@@ -25,11 +38,14 @@ static bool peer_ok(const char *peer)
  * once. */
 static pdx_status_t send_out(struct pdx_engine *e, struct pdx_mp_out *o)
 {
-	pdx_status_t st = PDX_EPEER;
+	pdx_status_t st;
 
 	pdx__relink(e);
 	if (!e->reg || (e->up && e->registered))
 		st = pdx__link_send(e, o->buf.data, o->buf.size, false);
+	else
+		st = pdx__fail(e, PDX_EPEER, "the agent is away: %s",
+			       e->why_down);
 	pdx_mp_out_free(o);
 	return st;
 }
@@ -43,12 +59,21 @@ static pdx_status_t announce(struct pdx_engine *e, const char *op,
 	struct pdx__inflight *t;
 	pdx_status_t st;
 
-	/* a send may leave its receiver open: the first to claim it */
-	if (!e || !xfer || !(peer ? peer_ok(peer) : op[0] == 's') || !blocks ||
-	    n_blocks == 0 || n_blocks > UINT32_MAX)
+	if (!e)
 		return PDX_EINVAL;
+	pdx__why_clear(e);
+	if (!xfer || !blocks || n_blocks == 0 || n_blocks > UINT32_MAX)
+		return pdx__fail(e, PDX_EINVAL, "%s: needs a transfer id and "
+				 "1 to 2^32-1 blocks", op);
+	/* a send may leave its receiver open: the first to claim it */
+	if (!(peer ? peer_ok(peer) : op[0] == 's'))
+		return pdx__fail(e, PDX_EINVAL,
+				 "%s: needs a peer address of 1 to %d bytes",
+				 op, PDX_ADDR_MAX - 1);
 	if (pdx__inflight_has(e, xfer))
-		return PDX_EEXIST; /* the one in flight goes on */
+		return pdx__fail(e, PDX_EEXIST,
+				 "%s: transfer %s is in flight already", op,
+				 hex(xfer).s); /* the one in flight goes on */
 	pdx_mp_out_init(&o);
 	msgpack_pack_map(&o.pk, 3 + (peer != NULL) + (with_skip ? 1 : 0) +
 				    (e->xfer_timeout_ms ? 1 : 0));
@@ -67,7 +92,7 @@ static pdx_status_t announce(struct pdx_engine *e, const char *op,
 	t = calloc(1, sizeof(*t));
 	if (!t) {
 		pdx_mp_out_free(&o);
-		return PDX_ENOMEM;
+		return pdx__fail(e, PDX_ENOMEM, "%s: no memory", op);
 	}
 	st = send_out(e, &o);
 	if (st == PDX_OK)
@@ -108,8 +133,14 @@ pdx_status_t pdx_engine_layer_done_slot(struct pdx_engine *e, uint32_t layer,
 	struct pdx_mp_out o;
 	bool with_slot = slot != UINT32_MAX;
 
-	if (!e || !xfers || n == 0 || n > UINT32_MAX || layer >= PDX_MAX_LAYERS)
+	if (!e)
 		return PDX_EINVAL;
+	pdx__why_clear(e);
+	if (!xfers || n == 0 || n > UINT32_MAX || layer >= PDX_MAX_LAYERS)
+		return pdx__fail(e, PDX_EINVAL,
+				 "layer_done: needs 1 to 2^32-1 transfers and "
+				 "a layer below %d (%u)",
+				 PDX_MAX_LAYERS, layer);
 	pdx_mp_out_init(&o);
 	msgpack_pack_map(&o.pk, with_slot ? 4 : 3);
 	pdx_mp_kv_str(&o.pk, "op", "layer_done");
@@ -128,8 +159,11 @@ pdx_status_t pdx_engine_token(struct pdx_engine *e,
 {
 	struct pdx_mp_out o;
 
-	if (!e || !xfer)
+	if (!e)
 		return PDX_EINVAL;
+	pdx__why_clear(e);
+	if (!xfer)
+		return pdx__fail(e, PDX_EINVAL, "token: needs a transfer id");
 	pdx_mp_out_init(&o);
 	msgpack_pack_map(&o.pk, 3);
 	pdx_mp_kv_str(&o.pk, "op", "token");
@@ -145,8 +179,14 @@ static pdx_status_t send_xfer_op(struct pdx_engine *e, const char *op,
 {
 	struct pdx_mp_out o;
 
-	if (!e || !xfer || (peer && strlen(peer) >= PDX_ADDR_MAX))
+	if (!e)
 		return PDX_EINVAL;
+	pdx__why_clear(e);
+	if (!xfer || (peer && strnlen(peer, PDX_ADDR_MAX) >= PDX_ADDR_MAX))
+		return pdx__fail(e, PDX_EINVAL,
+				 "%s: needs a transfer id (and a peer address "
+				 "under %d bytes)",
+				 op, PDX_ADDR_MAX - 1);
 	pdx_mp_out_init(&o);
 	msgpack_pack_map(&o.pk, peer ? 3 : 2);
 	pdx_mp_kv_str(&o.pk, "op", op);
@@ -159,8 +199,10 @@ static pdx_status_t send_xfer_op(struct pdx_engine *e, const char *op,
 pdx_status_t pdx_engine_hold(struct pdx_engine *e,
 			     const struct pdx_xfer_id *xfer, const char *peer)
 {
-	if (!peer)
-		return PDX_EINVAL;
+	if (e && !peer) {
+		pdx__why_clear(e);
+		return pdx__fail(e, PDX_EINVAL, "hold: needs the peer address");
+	}
 	return send_xfer_op(e, "hold", xfer, peer);
 }
 

@@ -7,6 +7,9 @@
  *   events.c    what the agent says: events, refusals, the event API
  *   register.c  register, and registering again after the agent restarted
  *   announce.c  send, recv, layer_done, token, hold, abort
+ *   cuda.c      a GPU engine's CUDA side: regions from device pointers,
+ *               the interprocess events recorded on its streams
+ *   last_error.c why the last call failed (pdx_engine_last_error)
  */
 #ifndef PDX_LIB_CLIENT_H
 #define PDX_LIB_CLIENT_H
@@ -20,6 +23,8 @@
 #include "common/mp.h"
 
 #define PDX__PROTOCOL_VERSION 1
+
+struct pdx__cuda;
 
 /* A transfer announced on the link whose event has not come yet. */
 struct pdx__inflight {
@@ -45,6 +50,8 @@ struct pdx_engine {
 	uint64_t relink_ns; /* the last try to register again */
 	bool registering;   /* that register is out, its answer to come */
 	char why_down[PDX_REASON_MAX];
+	char why[512];     /* why the last call failed: pdx_engine_last_error */
+	struct pdx__cuda *cuda; /* the events of register_cuda_streams, or NULL */
 	struct pdx__inflight *live; /* announced, their event still to come */
 	/* FIFO of events that arrived while register waited for its answer */
 	struct pdx_engine_event *q;
@@ -81,10 +88,26 @@ bool pdx__on_other(struct pdx_engine *e, const msgpack_object *m,
 		   const char *op, struct pdx_engine_event *ev);
 pdx_status_t pdx__drain(struct pdx_engine *e);
 
+/* last_error.c: each public call taking an engine starts with
+ * pdx__why_clear(); each of its failures says why with pdx__fail(), where
+ * the failure is first met (the callers pass the status on). */
+void pdx__why_clear(struct pdx_engine *e);
+pdx_status_t pdx__fail(struct pdx_engine *e, pdx_status_t st, const char *fmt,
+		       ...) __attribute__((format(printf, 3, 4)));
+
+/* cuda.c */
+void pdx__cuda_free(struct pdx__cuda *c);
+
 /* register.c */
+pdx_status_t pdx__register(struct pdx_engine *e,
+			   const struct pdx_kv_layout *layout,
+			   const struct pdx_engine_region *regions,
+			   size_t n_regions,
+			   const struct pdx_engine_cuda_events *ev,
+			   char *peer_addr, size_t peer_addr_len);
 int pdx__register_answer(const msgpack_object *m, const char *op,
 			 char *peer_addr, size_t peer_addr_len,
-			 pdx_status_t *st);
+			 pdx_status_t *st, char *why, size_t why_len);
 void pdx__relinked(struct pdx_engine *e, pdx_status_t st, const char *was);
 void pdx__relink(struct pdx_engine *e);
 

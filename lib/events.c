@@ -132,7 +132,7 @@ bool pdx__on_other(struct pdx_engine *e, const msgpack_object *m,
 	if (e->registering) {
 		memcpy(was, e->peer, sizeof(was));
 		if (pdx__register_answer(m, op, e->peer, sizeof(e->peer),
-					 &st)) {
+					 &st, NULL, 0)) {
 			pdx__relinked(e, st, was);
 			return false;
 		}
@@ -163,8 +163,11 @@ bool pdx__on_other(struct pdx_engine *e, const msgpack_object *m,
 pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
 				   struct pdx_engine_event *ev)
 {
-	if (!e || !ev)
+	if (!e)
 		return PDX_EINVAL;
+	pdx__why_clear(e);
+	if (!ev)
+		return pdx__fail(e, PDX_EINVAL, "next_event: no event to fill");
 	/* a new connection wakes the link's fd too: a restarted agent gets
 	 * the registration at once, before its peers ask it for our KV */
 	pdx__relink(e);
@@ -201,8 +204,14 @@ pdx_status_t pdx_engine_wait_event(struct pdx_engine *e, int timeout_ms,
 {
 	uint64_t deadline = 0;
 
-	if (!e || !ev || timeout_ms < -1)
+	if (!e)
 		return PDX_EINVAL;
+	pdx__why_clear(e);
+	if (!ev || timeout_ms < -1)
+		return pdx__fail(e, PDX_EINVAL,
+				 "wait_event: needs an event to fill and a "
+				 "timeout of -1 or more ms (%d)",
+				 timeout_ms);
 	if (timeout_ms >= 0)
 		deadline = pdx_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
 	for (;;) {
@@ -216,11 +225,14 @@ pdx_status_t pdx_engine_wait_event(struct pdx_engine *e, int timeout_ms,
 		if (timeout_ms >= 0) {
 			left = pdx__ms_left(deadline);
 			if (left == 0)
-				return PDX_ETIMEDOUT;
+				return pdx__fail(e, PDX_ETIMEDOUT,
+						 "wait_event: no event in %d ms",
+						 timeout_ms);
 		}
 		if (zmq_poll(it, 2, left) < 0 && errno != EINTR) {
 			log_error("poll agent socket: %s", zmq_strerror(errno));
-			return PDX_EIO;
+			return pdx__fail(e, PDX_EIO, "poll agent socket: %s",
+					 zmq_strerror(errno));
 		}
 	}
 }

@@ -25,30 +25,29 @@
 
 #define SHM_NAME_MAX 255 /* NAME_MAX for shm_open() */
 
-static pdx_status_t check_regions(const struct pdx_engine_region *regions,
+static pdx_status_t check_regions(struct pdx_engine *e,
+				  const struct pdx_engine_region *regions,
 				  size_t n_regions, uint64_t *sizes)
 {
 	for (size_t i = 0; i < n_regions; i++) {
 		const struct pdx_engine_region *r = &regions[i];
 
-		if (r->size == 0) {
-			log_error("region %zu: needs a size", i);
-			return PDX_EINVAL;
-		}
+		if (r->size == 0)
+			return pdx__fail(e, PDX_EINVAL,
+					 "region %zu: needs a size", i);
 		if (r->type == PDX_MEM_CUDA) {
-			if (r->cuda_device < 0) {
-				log_error("region %zu: cuda device %d", i,
-					  r->cuda_device);
-				return PDX_EINVAL;
-			}
+			if (r->cuda_device < 0)
+				return pdx__fail(e, PDX_EINVAL,
+						 "region %zu: cuda device %d",
+						 i, r->cuda_device);
 		} else if (r->type != PDX_MEM_SHM || !r->shm_name ||
 			   !r->shm_name[0] ||
 			   strnlen(r->shm_name, SHM_NAME_MAX + 1) >
 			       SHM_NAME_MAX) {
-			log_error("region %zu: needs type shm or cuda, and an "
-				  "shm name",
-				  i);
-			return PDX_EINVAL;
+			return pdx__fail(e, PDX_EINVAL,
+					 "region %zu: needs type shm or cuda, "
+					 "and an shm name",
+					 i);
 		}
 		sizes[i] = r->size;
 	}
@@ -73,10 +72,11 @@ static void pack_region(msgpack_packer *pk, const struct pdx_engine_region *r)
 }
 
 /* Reads an answer to register: returns 1 with *st set for "registered" and
- * "error", 0 for anything else (a message register does not wait for). */
+ * "error" (why it failed in why, when why), 0 for anything else (a
+ * message register does not wait for). */
 int pdx__register_answer(const msgpack_object *m, const char *op,
 			 char *peer_addr, size_t peer_addr_len,
-			 pdx_status_t *st)
+			 pdx_status_t *st, char *why, size_t why_len)
 {
 	char peer[PDX_ADDR_MAX], reason[PDX_REASON_MAX];
 	int64_t status;
@@ -85,8 +85,15 @@ int pdx__register_answer(const msgpack_object *m, const char *op,
 		if (pdx_mp_get_str(m, "peer", peer, sizeof(peer)) || !peer[0]) {
 			log_error("register: answer without a peer address");
 			*st = PDX_EIO;
+			if (why)
+				snprintf(why, why_len, "register: the agent "
+					 "answered without a peer address");
 		} else if (peer_addr && strlen(peer) >= peer_addr_len) {
 			*st = PDX_ETOOBIG;
+			if (why)
+				snprintf(why, why_len, "register: the agent's "
+					 "peer address is over %zu bytes",
+					 peer_addr_len - 1);
 		} else {
 			if (peer_addr)
 				memcpy(peer_addr, peer, strlen(peer) + 1);
@@ -112,6 +119,9 @@ int pdx__register_answer(const msgpack_object *m, const char *op,
 		log_error("register refused by the agent: %s (%s)", reason,
 			  pdx_status_str((pdx_status_t)status));
 		*st = (pdx_status_t)status;
+		if (why)
+			snprintf(why, why_len, "register refused by the agent: %s",
+				 reason);
 		return 1;
 	}
 	log_debug("register: ignored \"%s\" from the agent", op);
@@ -131,7 +141,7 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 	if (st == PDX_OK)
 		st = pdx__link_send(e, buf, len, true);
 	if (st != PDX_OK)
-		return st;
+		return st; /* they said why */
 	for (;;) {
 		zmq_pollitem_t it = {e->sock, 0, ZMQ_POLLIN, 0};
 		struct pdx_engine_event ev;
@@ -149,10 +159,15 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 				log_warn("register: no answer from the agent "
 					 "in %d ms",
 					 e->timeout_ms);
-				return PDX_ETIMEDOUT;
+				return pdx__fail(e, PDX_ETIMEDOUT,
+						 "register: no answer from the "
+						 "agent in %d ms",
+						 e->timeout_ms);
 			}
 			if (zmq_poll(&it, 1, left) < 0 && errno != EINTR)
-				return PDX_EIO;
+				return pdx__fail(e, PDX_EIO,
+						 "poll agent socket: %s",
+						 zmq_strerror(errno));
 			continue;
 		}
 		rc = 0;
@@ -164,7 +179,8 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 			break;
 		case PDX__MSG_OTHER:
 			rc = pdx__register_answer(&up.data, op, e->peer,
-						  sizeof(e->peer), &st);
+						  sizeof(e->peer), &st, e->why,
+						  sizeof(e->why));
 			if (!rc && pdx__on_other(e, &up.data, op, &ev) &&
 			    pdx__queue_push(e, &ev))
 				log_error(
@@ -183,7 +199,10 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 			e->registered = e->up;
 		if (st == PDX_OK && peer_addr) {
 			if (strlen(e->peer) >= peer_addr_len)
-				return PDX_ETOOBIG;
+				return pdx__fail(e, PDX_ETOOBIG,
+						 "register: the agent's peer "
+						 "address is over %zu bytes",
+						 peer_addr_len - 1);
 			memcpy(peer_addr, e->peer, strlen(e->peer) + 1);
 		}
 		return st;
@@ -259,28 +278,61 @@ pdx_status_t pdx_engine_register_cuda(struct pdx_engine *e,
 				      const struct pdx_engine_cuda_events *ev,
 				      char *peer_addr, size_t peer_addr_len)
 {
+	pdx_status_t st;
+
+	if (!e)
+		return PDX_EINVAL;
+	pdx__why_clear(e);
+	st = pdx__register(e, layout, regions, n_regions, ev, peer_addr,
+			   peer_addr_len);
+	if (st == PDX_OK) {
+		/* the events of register_cuda_streams are no longer the
+		 * agent's: layer_done_stream must not name them */
+		pdx__cuda_free(e->cuda);
+		e->cuda = NULL;
+	}
+	return st;
+}
+
+/* Registers with the events given (NULL: none); the engine's own events
+ * (e->cuda) are the callers'. */
+pdx_status_t pdx__register(struct pdx_engine *e,
+			   const struct pdx_kv_layout *layout,
+			   const struct pdx_engine_region *regions,
+			   size_t n_regions,
+			   const struct pdx_engine_cuda_events *ev,
+			   char *peer_addr, size_t peer_addr_len)
+{
 	struct pdx_mp_out o;
 	uint64_t *sizes, n_ev = 0;
 	char err[256];
 	pdx_status_t st;
 
-	if (!e || !layout || !layout->layer || !regions || n_regions == 0 ||
+	if (!layout || !layout->layer || !regions || n_regions == 0 ||
 	    n_regions > PDX_MAX_REGIONS || (peer_addr && peer_addr_len == 0))
-		return PDX_EINVAL;
+		return pdx__fail(e, PDX_EINVAL,
+				 "register: needs a layout with its layers, 1 "
+				 "to %d regions, and room for the peer address",
+				 PDX_MAX_REGIONS);
 	if (ev) {
 		n_ev = (uint64_t)ev->slots * layout->layers;
 		if (!ev->handles || ev->slots == 0 || ev->slots > 64)
-			return PDX_EINVAL;
+			return pdx__fail(e, PDX_EINVAL,
+					 "register: cuda events need handles "
+					 "and 1 to 64 slots (%u)",
+					 ev->slots);
 	}
 	sizes = calloc(n_regions, sizeof(*sizes));
 	if (!sizes)
-		return PDX_ENOMEM;
-	st = check_regions(regions, n_regions, sizes);
+		return pdx__fail(e, PDX_ENOMEM, "register: no memory");
+	st = check_regions(e, regions, n_regions, sizes);
 	if (st == PDX_OK) {
 		st = pdx_kv_layout_check(layout, sizes, n_regions, err,
 					 sizeof(err));
-		if (st != PDX_OK)
+		if (st != PDX_OK) {
 			log_error("register: layout refused: %s", err);
+			pdx__fail(e, st, "register: layout refused: %s", err);
+		}
 	}
 	free(sizes);
 	if (st != PDX_OK)

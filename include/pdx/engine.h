@@ -159,6 +159,60 @@ pdx_status_t pdx_engine_layer_done_slot(struct pdx_engine *e, uint32_t layer,
 					const struct pdx_xfer_id *xfers,
 					size_t n);
 
+/* A GPU engine's CUDA side. These calls use the CUDA driver
+ * (libcuda.so.1), loaded at their first use: libpdx itself links no CUDA
+ * and the rest of it works the same where there is none. Where the driver
+ * is missing or finds no device they fail with PDX_EIO and say so. They
+ * serve engines on the CUDA runtime's (the device's primary) context, as
+ * PyTorch and vLLM are. */
+
+/* The region holding the device memory [ptr, ptr + size), e.g. one layer's
+ * KV tensor, and where that memory starts in it: fills *out (PDX_MEM_CUDA;
+ * the handle of the whole allocation ptr lies in, its size and device)
+ * and *offset (ptr minus the allocation's base). A layout then names the
+ * tensor as (that region's index, *offset + its own offsets).
+ *
+ * Tensors carved from one allocation (PyTorch's caching allocator does
+ * that) give the same region: the same base, ptr - *offset, and the same
+ * handle bytes. Register each allocation once: key the regions by base.
+ *
+ * Shared with the agent by legacy CUDA IPC (cuIpcGetMemHandle), which
+ * only cudaMalloc-style memory allows. Refused, saying which, with
+ * PDX_EINVAL: memory CUDA does not know (plain host memory), pinned host
+ * memory, managed memory, memory mapped with the virtual memory
+ * management API (cuMemCreate: vLLM's sleep mode, PyTorch's
+ * expandable_segments), memory from a stream-ordered pool
+ * (cudaMallocAsync). PDX_ERANGE when [ptr, ptr + size) runs past its
+ * allocation. why (why_len bytes, may be NULL) gets the reason. */
+pdx_status_t pdx_engine_cuda_region(const void *ptr, uint64_t size,
+				    struct pdx_engine_region *out,
+				    uint64_t *offset, char *why,
+				    size_t why_len);
+
+/* pdx_engine_register_cuda() with "layer computed" events that libpdx
+ * makes itself: slots x layers interprocess events (1 <= slots <= 64; see
+ * struct pdx_engine_cuda_events), in the primary context of the device of
+ * the first PDX_MEM_CUDA region (there must be one). They live until the
+ * engine is freed or registers again; then pdx_engine_layer_done_stream()
+ * says "layer done". */
+pdx_status_t pdx_engine_register_cuda_streams(
+    struct pdx_engine *e, const struct pdx_kv_layout *layout,
+    const struct pdx_engine_region *regions, size_t n_regions, uint32_t slots,
+    char *peer_addr, size_t peer_addr_len);
+
+/* Prefill side, registered by pdx_engine_register_cuda_streams(): layer
+ * is computed, for these transfers, by the work queued so far on stream
+ * (a cudaStream_t / CUstream of that context; NULL: the legacy default
+ * stream). Records the layer's event on it (cuEventRecord: nothing waits)
+ * and says layer_done with its slot; the agent waits on the event on its
+ * own stream. Call it once per layer per forward pass with all that
+ * pass's transfers, layers ascending: a layer not above the last one
+ * recorded starts a new forward pass, which takes the next slot. */
+pdx_status_t pdx_engine_layer_done_stream(struct pdx_engine *e, uint32_t layer,
+					  void *stream,
+					  const struct pdx_xfer_id *xfers,
+					  size_t n);
+
 /* Prefill side, optional: the first token sampled for xfer, carried to
  * the receiver in its "received" event so the decode side starts from it
  * at once. Call before the last layer_done. */
@@ -203,6 +257,12 @@ int pdx_engine_fd(const struct pdx_engine *e);
  * announcement do); never waits. */
 pdx_status_t pdx_engine_link_status(const struct pdx_engine *e, char *reason,
 				    size_t reason_len);
+
+/* Why the last call on e that failed (returned a negative status)
+ * failed, in words; "" when it said nothing more than its status. Valid
+ * until the next call on e. Every call taking an engine sets it when it
+ * fails, except pdx_engine_link_status(), which has its own reason. */
+const char *pdx_engine_last_error(const struct pdx_engine *e);
 
 /* Takes the next event; PDX_EAGAIN when there is none now. */
 pdx_status_t pdx_engine_next_event(struct pdx_engine *e,

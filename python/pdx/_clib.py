@@ -101,9 +101,22 @@ _PROTOTYPES = {
                                       ctypes.c_size_t]),
 }
 
-# Added after the first release: used when the library has them.
+# Added after the first release (libpdx 0.2): used when the library has
+# them.
 _OPTIONAL = {
     "pdx_engine_last_error": (ctypes.c_char_p, [_ENG]),
+    "pdx_engine_cuda_region": (_STATUS, [ctypes.c_void_p, ctypes.c_uint64,
+                                         _P(EngineRegion), _P(ctypes.c_uint64),
+                                         ctypes.c_char_p, ctypes.c_size_t]),
+    "pdx_engine_register_cuda_streams": (_STATUS, [_ENG, _P(KvLayout),
+                                                   _P(EngineRegion),
+                                                   ctypes.c_size_t,
+                                                   ctypes.c_uint32,
+                                                   ctypes.c_char_p,
+                                                   ctypes.c_size_t]),
+    "pdx_engine_layer_done_stream": (_STATUS, [_ENG, ctypes.c_uint32,
+                                               ctypes.c_void_p, _XID,
+                                               ctypes.c_size_t]),
 }
 
 

@@ -109,10 +109,45 @@ class ShmRegion:
 @dataclass
 class CudaRegion:
     """GPU memory: the CUDA IPC handle (cudaIpcGetMemHandle, 64 bytes) of
-    an allocation's first byte, its size and its device."""
+    an allocation's first byte, its size and its device. base: that first
+    byte's address when cuda_region() made it (0: not known)."""
     ipc_handle: bytes
     size: int
     device: int = 0
+    base: int = 0
+
+
+def _lib_fn(name: str):
+    f = getattr(lib, name, None)
+    if f is None:
+        raise Error(EINVAL, "%s: this libpdx (%s) is older than the call"
+                    % (name, _clib.path))
+    return f
+
+
+def cuda_region(ptr: int, size: int) -> Tuple[CudaRegion, int]:
+    """The region holding the device memory [ptr, ptr + size) (e.g. a KV
+    tensor's data_ptr() and its bytes) and where ptr is in it: (region,
+    offset). Tensors inside one allocation give equal regions (the same
+    base): register each base once and name each tensor (its region's
+    index, offset). Memory legacy CUDA IPC cannot share (cuMemCreate,
+    managed, host) raises Error saying which; so does a machine without
+    a CUDA driver or device (docs/libpdx.md)."""
+    out = _clib.EngineRegion()
+    off = ctypes.c_uint64()
+    why = ctypes.create_string_buffer(512)
+    st = _lib_fn("pdx_engine_cuda_region")(ptr, size, ctypes.byref(out),
+                                           ctypes.byref(off), why, len(why))
+    if st < 0:
+        raise Error(st, "cuda_region: " + why.value.decode(errors="replace"))
+    return (CudaRegion(bytes(out.cuda_ipc), out.size, out.cuda_device,
+                       ptr - off.value), off.value)
+
+
+def _stream(stream) -> int:
+    """A CUDA stream as a pointer: an int (0: the legacy default stream)
+    or anything with .cuda_stream (torch.cuda.Stream)."""
+    return int(getattr(stream, "cuda_stream", stream))
 
 
 Region = Union[ShmRegion, CudaRegion]
@@ -266,7 +301,10 @@ class Engine:
         """Registers the KV memory and layout with the agent and waits for
         its answer; returns the agent's peer address (the one the other
         side of a transfer names). cuda_events: slots x layers IPC event
-        handles (64 bytes each), slot-major, for a GPU engine."""
+        handles (64 bytes each), slot-major, for a GPU engine that makes
+        and records its own events (layer_done(..., slot=)). Without
+        them, cuda_event_slots > 0 has libpdx make the events (on the
+        device of the first CudaRegion): then layer_done(..., stream=)."""
         lay, keep = layout._c()
         regs = (_clib.EngineRegion * len(regions))()
         names = []
@@ -297,10 +335,16 @@ class Engine:
             events = _clib.CudaEvents(
                 ctypes.cast(hs, ctypes.POINTER(Handle)), cuda_event_slots)
         peer = ctypes.create_string_buffer(_clib.ADDR_MAX)
-        self._call(lib.pdx_engine_register_cuda(
-            self._handle(), ctypes.byref(lay), regs, len(regions),
-            ctypes.byref(events) if events is not None else None,
-            peer, len(peer)), "register with %s" % self._agent)
+        if cuda_events is None and cuda_event_slots:
+            st = _lib_fn("pdx_engine_register_cuda_streams")(
+                self._handle(), ctypes.byref(lay), regs, len(regions),
+                cuda_event_slots, peer, len(peer))
+        else:
+            st = lib.pdx_engine_register_cuda(
+                self._handle(), ctypes.byref(lay), regs, len(regions),
+                ctypes.byref(events) if events is not None else None,
+                peer, len(peer))
+        self._call(st, "register with %s" % self._agent)
         del keep, names
         self.peer_addr = peer.value.decode()
         return self.peer_addr
@@ -327,11 +371,19 @@ class Engine:
                    "recv")
 
     def layer_done(self, layer: int, xfers: Sequence[XferLike],
-                   slot: Optional[int] = None) -> None:
-        """Prefill side: layer is computed for these transfers (slot: the
-        CUDA event slot recorded for it, when registered with events)."""
+                   slot: Optional[int] = None, stream=None) -> None:
+        """Prefill side: layer is computed for these transfers. slot: the
+        CUDA event slot the engine recorded for it (registered with
+        cuda_events). stream: registered with cuda_event_slots alone, the
+        CUDA stream (a pointer, or a torch.cuda.Stream) whose work so far
+        computes the layer: libpdx records the layer's event on it (no
+        synchronize) and picks the slot; once per layer per forward pass,
+        with all that pass's transfers."""
         arr, n = _xids(xfers)
-        if slot is None:
+        if stream is not None:
+            st = _lib_fn("pdx_engine_layer_done_stream")(
+                self._handle(), layer, _stream(stream), arr, n)
+        elif slot is None:
             st = lib.pdx_engine_layer_done(self._handle(), layer, arr, n)
         else:
             st = lib.pdx_engine_layer_done_slot(self._handle(), layer, slot,

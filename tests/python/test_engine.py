@@ -198,6 +198,42 @@ class AgentGone(Pair):
         self.assertEqual(self.event("d", y).kind, pdx.RECEIVED)
 
 
+class CudaWithoutGpu(Pair):
+    """The CUDA calls where CUDA cannot serve them (no driver here; on a
+    GPU machine, memory that is not the device's): pdx.Error with the
+    reason libpdx gave, and the engine goes on."""
+
+    def test_cuda_region_of_host_memory_raises_saying_why(self):
+        with self.assertRaises(pdx.Error) as cm:
+            pdx.cuda_region(self.pools["p"].address, 4096)
+        self.assertIn(cm.exception.status, (pdx.EIO, pdx.EINVAL))
+        self.assertRegex(cm.exception.reason,
+                         "no CUDA driver|cuInit|not memory CUDA knows")
+
+    def test_stream_events_registration_raises_saying_why(self):
+        fake = pdx.CudaRegion(bytes(64), POOL_BYTES)
+        with self.assertRaises(pdx.Error) as cm:
+            self.eng["p"].register(layout(), [fake], cuda_event_slots=2)
+        self.assertTrue(cm.exception.reason.startswith("register with "))
+        self.assertGreater(len(cm.exception.reason.split(": ", 1)[1]), 0)
+        with self.assertRaises(pdx.Error) as cm:
+            self.eng["p"].layer_done(0, [pdx.XferId()], stream=0)
+        self.assertEqual(cm.exception.status, pdx.EINVAL)
+        self.assertIn("not registered with pdx_engine_register_cuda_streams",
+                      cm.exception.reason)
+        # the registration the agent holds is the one before: it moves KV
+        x = pdx.XferId()
+        self.push(x, [1, 2], [3, 4])
+        self.assertEqual(self.event("d", x).kind, pdx.RECEIVED)
+
+    def test_streams_are_pointers_or_have_cuda_stream(self):
+        class TorchLike:
+            cuda_stream = 0
+        with self.assertRaises(pdx.Error) as cm:
+            self.eng["p"].layer_done(0, [pdx.XferId()], stream=TorchLike())
+        self.assertIn("not registered", cm.exception.reason)
+
+
 class Memory(unittest.TestCase):
     def test_region_of_finds_the_pool(self):
         with pdx.SharedPool(1 << 16) as pool:
