@@ -693,10 +693,16 @@ static void on_done(struct agent *a, struct peer *p, const msgpack_object *m)
 static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
 		     bool refused)
 {
-	struct xfer *x = peer_xfer(a, p, m, "abort");
 	char reason[PDX_REASON_MAX] = "no reason given", why[PDX_REASON_MAX];
 	struct pdx_xfer_id id;
+	struct xfer *x;
 
+	/* An abort presenting an open send's id claims it as a want would
+	 * (the id is its credential), to end it: a decode request that left
+	 * before asking for its KV frees the sender's blocks now. */
+	if (!refused && pdx_mp_get_xfer(m, "xfer", &id) == 0)
+		xfer_claim(xfer_find(a, &id), p);
+	x = peer_xfer(a, p, m, "abort");
 	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
 	if (!x && !refused && pdx_mp_get_xfer(m, "xfer", &id) == 0 &&
 	    !xfer_find(a, &id)) {

@@ -142,6 +142,20 @@ def main():
               "no agent claimed it" in got_b["reason"],
               f"a claim after the lease is refused with why: {got_b}")
 
+        # an abort presenting the id ends an unclaimed open send at once:
+        # a decode request that left before asking for its KV (abort_at)
+        x6 = os.urandom(16)
+        t0 = time.time()
+        EA.send({"op": "send", "xfer": x6, "blocks": src})
+        all_layers(EA, x6)
+        EB.send({"op": "abort", "xfer": x6, "peer": A})
+        got_a = EA.event(x6, ms=LEASE_MS // 2)
+        took = time.time() - t0
+        check(got_a is not None and got_a["kind"] == "failed" and
+              "abort" in got_a["reason"] and took < LEASE_MS / 1000 / 2,
+              f"an abort from an agent that never claimed the open send "
+              f"ends it at once ({took:.2f} s): {got_a}")
+
         # a recv must name whom it receives from
         x5 = os.urandom(16)
         EB.send({"op": "recv", "xfer": x5, "blocks": dst})

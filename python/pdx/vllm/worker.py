@@ -7,8 +7,8 @@ request it belongs to is reported once to vLLM: a send in
 finished_sending (after vLLM said the request finished), a receive in
 finished_recving, a failed receive's blocks in the load errors.
 """
+import collections
 import logging
-import os
 from dataclasses import dataclass
 from typing import Dict, List, Set
 
@@ -69,6 +69,9 @@ class PdxWorker:
         self._send_reqs: Set[str] = set()
         self._recvd: Set[str] = set()
         self._invalid: Set[int] = set()
+        # transfers ended here: sent, received, failed, bytes_sent,
+        # bytes_received (what docs/vllm.md reports; the tests read it)
+        self.stats = collections.Counter()
 
     # -- memory ----------------------------------------------------------
     def register_kv_caches(self, kv_caches) -> None:
@@ -103,6 +106,7 @@ class PdxWorker:
                 self._flights[x] = _Flight(r.req_id, False, r.blocks[held:])
             except pdx.Error as err:  # ends now: its blocks are not loaded
                 log.warning("pdx: recv %s: %s", r.req_id, err)
+                self.stats["failed"] += 1
                 self._recvd.add(r.req_id)
                 self._invalid.update(r.blocks[held:])
         self._step_sends = []
@@ -116,6 +120,7 @@ class PdxWorker:
                 self._step_sends.append(x)
             except pdx.Error as err:  # its blocks may be freed when done
                 log.warning("pdx: send %s: %s", s.req_id, err)
+                self.stats["failed"] += 1
                 self._sent.add(s.req_id)
         for a in meta.aborts:
             x = params.rank_xfer(a.xfer, self.rank)
@@ -159,6 +164,10 @@ class PdxWorker:
                 log.warning("pdx: %s of %s failed: %s (%s)",
                             "send" if f.send else "recv", f.req_id,
                             ev.reason, ev.status_name)
+                self.stats["failed"] += 1
+            else:
+                self.stats[ev.kind] += 1
+                self.stats["bytes_" + ev.kind] += ev.bytes
             if f.send:
                 self._sent.add(f.req_id)
             else:

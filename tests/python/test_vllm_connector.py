@@ -1,0 +1,206 @@
+#!/usr/bin/python3
+"""pdx.vllm.PdxConnector driven in vLLM's own order (mini_vllm.py: the
+scheduler and the V1 worker of vLLM 52a31cc around pdx-engine's synthetic
+model), prefill and decode instances in this process, each connector with
+the pdx-agent it starts itself. Every check of KV is by the decode side's
+tokens: the synthetic model reads the next token back from every KV slot,
+so a block that is missing or wrong changes the text; each is compared
+with a colocated instance's.
+
+Covered: a transfer (FlashAttention's blocks-first tensors, the older
+K/V-first ones, MLA), vLLM's proxies' kv_transfer_params (the prefill side
+told nothing but do_remote_decode), pdx-proxy's (both sides named), a
+partial prefix hit on the decode side (only the tail moves), an abort on
+the decode side before its load (the prefill side frees at once), a
+transfer that failed (the sender's lease ran out; the decode side's agent
+killed; layouts that differ) ending in load errors and a recompute with the
+same text.
+
+    test_vllm_connector.py PATH-TO-pdx-agent
+"""
+import logging
+import os
+import sys
+import time
+import unittest
+
+import pdx
+from mini_vllm import MiniVllm
+from rig import wait_for
+
+AGENT = None
+PROMPT = list(range(100, 137))   # 37 tokens: 10 blocks of 4, the last partial
+PREFIX = PROMPT[:16]             # 4 whole blocks
+
+
+def config(**extra):
+    x = {"agent_bin": AGENT, "xfer_timeout_ms": 5000,
+         "agent_args": ["--lease-ms", "3000"]}
+    x.update(extra)
+    return {"kv_connector": "PdxConnector",
+            "kv_connector_module_path": "pdx.vllm",
+            "kv_load_failure_policy": "recompute",
+            "kv_connector_extra_config": x}
+
+
+class Warnings(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+class Instances(unittest.TestCase):
+    """A prefill, a decode and a colocated instance with kv_layout."""
+    kv_layout = "blocks_first"
+    cfg_p = cfg_d = None
+
+    def setUp(self):
+        self.warnings = Warnings()
+        logging.getLogger("pdx.vllm").addHandler(self.warnings)
+        self.addCleanup(logging.getLogger("pdx.vllm").removeHandler,
+                        self.warnings)
+        self.P = self.start(MiniVllm(self.cfg_p or config(), role="prefill",
+                                     kv_layout=self.kv_layout))
+        self.D = self.start(MiniVllm(self.cfg_d or config(), role="decode",
+                                     kv_layout=self.kv_layout))
+        self.C = self.start(MiniVllm(None, kv_layout=self.kv_layout))
+        self.free_p, self.free_d = self.P.free_blocks(), self.D.free_blocks()
+
+    def start(self, eng):
+        self.addCleanup(eng.close)
+        return eng.start()
+
+    def worker(self, eng):
+        return eng.worker_connector._worker
+
+    def prefill(self, prompt=PROMPT, params=None):
+        out = self.P.generate(prompt, 1, params or {"do_remote_decode": True,
+                                                    "do_remote_prefill": False,
+                                                    "remote_engine_id": None,
+                                                    "remote_block_ids": None,
+                                                    "remote_host": None,
+                                                    "remote_port": None})
+        self.assertEqual(out.finish_reason, "length")
+        return out
+
+    def colocated(self, prompt=PROMPT, n=8):
+        return self.C.generate(prompt, n).token_ids
+
+    def all_freed(self, timeout=10):
+        ok = wait_for(lambda: self.P.free_blocks() == self.free_p and
+                      self.D.free_blocks() == self.free_d, timeout)
+        self.assertTrue(ok, "blocks held: prefill %d of %d free, decode %d "
+                        "of %d" % (self.P.free_blocks(), self.free_p,
+                                   self.D.free_blocks(), self.free_d))
+
+
+class Transfer(Instances):
+    def test_vllm_proxy_params_move_the_kv(self):
+        p = self.prefill().kv_transfer_params
+        self.assertEqual((p["do_remote_prefill"], p["do_remote_decode"]),
+                         (True, False))
+        self.assertEqual(p["remote_agent"], self.worker(self.P).peer_addr)
+        self.assertEqual(len(p["xfer_id"]), 32)
+        out = self.D.generate(PROMPT, 8, dict(p))
+        self.assertEqual(out.token_ids, self.colocated())
+        self.assertEqual(self.worker(self.D).stats["received"], 1)
+        self.assertEqual(self.worker(self.D).stats["failed"], 0)
+        self.all_freed()
+        self.assertEqual(self.worker(self.P).stats["sent"], 1)
+
+    def test_both_sides_named_up_front(self):
+        """pdx-proxy's concurrent flow: the id and each other's agent."""
+        x = pdx.XferId().hex
+        pa, da = self.worker(self.P).peer_addr, self.worker(self.D).peer_addr
+        h = self.D.add_request(PROMPT, 8, {"do_remote_prefill": True,
+                                           "xfer_id": x, "remote_agent": pa})
+        self.prefill(params={"do_remote_decode": True, "xfer_id": x,
+                             "remote_agent": da})
+        self.assertEqual(h.result(30).token_ids, self.colocated())
+        self.all_freed()
+
+    def test_partial_prefix_hit_moves_only_the_tail(self):
+        self.D.generate(PREFIX, 1)       # the decode side caches 4 blocks
+        p = self.prefill().kv_transfer_params
+        out = self.D.generate(PROMPT, 8, dict(p))
+        self.assertEqual(out.token_ids, self.colocated())
+        st, m = self.worker(self.D).stats, self.P.model
+        block = m.layers * 2 * m.block_tokens * m.kv_heads * m.head_dim * \
+            m.dtype_bytes               # one block, every layer, K and V
+        self.assertEqual((st["received"], st["bytes_received"]),
+                         (1, 6 * block), "only the 6 blocks after the hit")
+        self.all_freed()
+
+
+class TransferKvFirst(Instances):
+    kv_layout = "kv_first"
+    test_moves = Transfer.test_vllm_proxy_params_move_the_kv
+
+
+class TransferMla(Instances):
+    kv_layout = "mla"
+    test_moves = Transfer.test_vllm_proxy_params_move_the_kv
+
+
+class Failures(Instances):
+    def test_abort_before_the_load_frees_the_prefill_side(self):
+        p = self.prefill().kv_transfer_params
+        held = self.P.free_blocks()
+        self.assertLess(held, self.free_p, "the prefill side holds the KV")
+        h = self.D.add_request(PROMPT, 8, dict(p))
+        self.D.abort(h.request_id)
+        h.result(10)
+        t0 = time.monotonic()
+        self.all_freed(timeout=2.5)  # well before the 3 s lease
+        self.assertLess(time.monotonic() - t0, 2.5)
+
+    def test_expired_lease_is_a_load_error_then_a_recompute(self):
+        p = self.prefill().kv_transfer_params
+        self.all_freed(timeout=8)    # the lease (3 s) ends: sender frees
+        out = self.D.generate(PROMPT, 8, dict(p))
+        self.assertEqual(out.token_ids, self.colocated())
+        self.assertEqual(self.worker(self.D).stats["failed"], 1)
+        self.assertTrue(any("failed" in w for w in self.warnings.lines),
+                        self.warnings.lines)
+        self.all_freed()
+
+    def test_killed_agent_is_a_load_error_then_a_recompute(self):
+        p = self.prefill().kv_transfer_params
+        self.worker(self.D).agent.proc.kill()
+        self.worker(self.D).agent.proc.wait()
+        out = self.D.generate(PROMPT, 8, dict(p))
+        self.assertEqual(out.token_ids, self.colocated())
+        self.assertEqual(self.worker(self.D).stats["failed"], 1)
+
+
+class LayoutMismatch(Instances):
+    """A prefill instance with MLA tensors, a decode one with K and V."""
+
+    def setUp(self):
+        self.warnings = Warnings()
+        logging.getLogger("pdx.vllm").addHandler(self.warnings)
+        self.addCleanup(logging.getLogger("pdx.vllm").removeHandler,
+                        self.warnings)
+        self.P = self.start(MiniVllm(config(), role="prefill",
+                                     kv_layout="mla"))
+        self.D = self.start(MiniVllm(config(), role="decode"))
+        self.C = self.start(MiniVllm(None))
+        self.free_p, self.free_d = self.P.free_blocks(), self.D.free_blocks()
+
+    def test_refused_saying_why_then_recomputed(self):
+        p = self.prefill().kv_transfer_params
+        out = self.D.generate(PROMPT, 8, dict(p))
+        self.assertEqual(out.token_ids, self.colocated())
+        self.assertEqual(self.worker(self.D).stats["failed"], 1)
+        said = " ".join(self.warnings.lines)
+        self.assertIn("tensors", said)
+
+
+if __name__ == "__main__":
+    AGENT = sys.argv.pop(1)
+    os.environ.setdefault("UCX_TLS", "sm,self")
+    os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
+    unittest.main(verbosity=2)
