@@ -199,6 +199,51 @@ class LayoutMismatch(Instances):
         self.assertIn("tensors", said)
 
 
+class FakeCudaTensor:
+    """What register_kv_caches reads of a tensor, claiming to be on a GPU
+    (this machine has none)."""
+    def __init__(self, ptr):
+        self.shape, self.device, self.ptr = (64, 2, 4, 2, 16), "cuda:0", ptr
+
+    def stride(self):
+        return (256, 128, 32, 16, 1)
+
+    def element_size(self):
+        return 2
+
+    def data_ptr(self):
+        return self.ptr
+
+
+class LayoutRules(unittest.TestCase):
+    """What register_kv_caches refuses, saying why."""
+
+    def test_refusals(self):
+        import torch
+        from pdx.vllm import layout
+        with self.assertRaises(ValueError) as cm:
+            layout.build({"model.layers.0.attn": torch.zeros(3, 4)})
+        self.assertIn("shape (3, 4)", str(cm.exception))
+        with self.assertRaises(ValueError) as cm:
+            layout.build({"attn": torch.zeros(64, 2, 4, 2, 16)})
+        self.assertIn("no layer number", str(cm.exception))
+        with self.assertRaises(pdx.Error) as cm:
+            layout.build({"model.layers.0.attn": torch.zeros(64, 2, 4, 2, 16)})
+        self.assertIn("SharedPool", cm.exception.reason)
+        with pdx.SharedPool(64 * 2 * 256) as pool:
+            host = torch.frombuffer(pool.buf, dtype=torch.bfloat16).view(
+                64, 2, 4, 2, 16)
+            with self.assertRaises(ValueError) as cm:
+                layout.build({"model.layers.0.attn": host,
+                              "model.layers.1.attn": FakeCudaTensor(1 << 40)})
+            self.assertIn("cpu and cuda", str(cm.exception))
+            del host
+        # GPU tensors go to libpdx's CUDA side: without a GPU it says so
+        with self.assertRaises(pdx.Error) as cm:
+            layout.build({"model.layers.0.attn": FakeCudaTensor(1 << 40)})
+        self.assertIn("cuda", cm.exception.reason.lower())
+
+
 if __name__ == "__main__":
     AGENT = sys.argv.pop(1)
     os.environ.setdefault("UCX_TLS", "sm,self")

@@ -86,9 +86,11 @@ def shape_of(name: str, t: Tensor) -> Shape:
 
 
 def build(kv_caches: Dict[str, object]):
-    """(layout, regions, layers): layers[i] is the layer names that are
-    layout layer i. Host memory only for now: each tensor must lie in a
-    POSIX shared memory object (pdx.SharedPool) the agent maps."""
+    """(layout, regions, layers, cuda): layers[i] is the layer names that
+    are layout layer i. Host tensors must lie in POSIX shared memory
+    objects (pdx.SharedPool) the agent maps; GPU tensors in allocations
+    legacy CUDA IPC can share (cudaMalloc, PyTorch's caching allocator),
+    each allocation one region however many tensors it holds."""
     by_ptr: Dict[int, int] = {}
     layers: List[List[str]] = []
     shapes: List[Shape] = []
@@ -97,10 +99,6 @@ def build(kv_caches: Dict[str, object]):
         if t.ptr in by_ptr:
             layers[by_ptr[t.ptr]].append(name)
             continue
-        if t.device != "cpu":
-            raise ValueError("KV cache %r is on %s: PdxConnector registers "
-                             "host memory only so far (GPU KV: docs/vllm.md)"
-                             % (name, t.device))
         by_ptr[t.ptr] = len(layers)
         layers.append([name])
         shapes.append(shape_of(name, t))
@@ -118,7 +116,13 @@ def build(kv_caches: Dict[str, object]):
         first.itemsize
     spans = [(b, (sh.blocks - 1) * sh.block_stride + block_bytes)
              for sh in shapes for b in sh.bases]
-    regions, refs = pdx.regions_for(spans)
+    devices = {describe(kv_caches[names[0]]).device.split(":")[0]
+               for names in layers}
+    if len(devices) > 1:
+        raise ValueError("KV caches on %s at once: one kind of memory, "
+                         "please" % " and ".join(sorted(devices)))
+    cuda = devices == {"cuda"}
+    regions, refs = _cuda_regions(spans) if cuda else pdx.regions_for(spans)
     bases, it = [], iter(refs)
     for sh in shapes:
         bases.append([next(it) for _ in sh.bases])
@@ -127,4 +131,16 @@ def build(kv_caches: Dict[str, object]):
                      dtype_bytes=first.itemsize, bases=bases,
                      block_stride=[sh.block_stride for sh in shapes],
                      tensors=first.tensors, order=first.order)
-    return lay, regions, layers
+    return lay, regions, layers, cuda
+
+
+def _cuda_regions(spans):
+    """As pdx.regions_for, for device memory: one region per allocation."""
+    regions, index, refs = [], {}, []
+    for address, size in spans:
+        r, off = pdx.cuda_region(address, size)
+        if r.base not in index:
+            index[r.base] = len(regions)
+            regions.append(r)
+        refs.append((index[r.base], off))
+    return regions, refs

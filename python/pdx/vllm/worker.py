@@ -21,6 +21,9 @@ from .meta import PdxHandshake, PdxMetadata
 
 log = logging.getLogger("pdx.vllm")
 
+# forward passes that may be queued on the GPU ahead of the agent
+CUDA_EVENT_SLOTS = 4
+
 
 def _rank() -> int:
     try:
@@ -61,6 +64,7 @@ class PdxWorker:
         self.layer_of: Dict[str, int] = {}
         self.layers = 0
         self.block_tokens = 1
+        self.cuda = False
         self._flights: Dict[pdx.XferId, _Flight] = {}
         self._step_sends: List[pdx.XferId] = []
         self._step_layers: Set[int] = set()
@@ -75,8 +79,12 @@ class PdxWorker:
 
     # -- memory ----------------------------------------------------------
     def register_kv_caches(self, kv_caches) -> None:
-        lay, regions, layers = kv_layout.build(kv_caches)
-        self.peer_addr = self.eng.register(lay, regions)
+        lay, regions, layers, self.cuda = kv_layout.build(kv_caches)
+        # GPU KV: libpdx makes the layers' interprocess events and records
+        # them on vLLM's stream at each layer_done (never a synchronize)
+        self.peer_addr = self.eng.register(
+            lay, regions, cuda_event_slots=CUDA_EVENT_SLOTS if self.cuda
+            else 0)
         self.layer_of = {n: i for i, names in enumerate(layers)
                          for n in names}
         self.layers = len(layers)
@@ -141,7 +149,15 @@ class PdxWorker:
         if i is None or i in self._step_layers:
             return
         self._step_layers.add(i)
-        self.eng.layer_done(i, self._step_sends)
+        self._layer_done(i)
+
+    def _layer_done(self, i: int) -> None:
+        if self.cuda:  # the layer's KV writes are queued on this stream
+            import torch
+            self.eng.layer_done(i, self._step_sends,
+                                stream=torch.cuda.current_stream())
+        else:
+            self.eng.layer_done(i, self._step_sends)
 
     def step_saved(self) -> None:
         """The forward pass is over: any layer not saved through the hook
@@ -149,7 +165,7 @@ class PdxWorker:
         if self._step_sends:
             for i in range(self.layers):
                 if i not in self._step_layers:
-                    self.eng.layer_done(i, self._step_sends)
+                    self._layer_done(i)
         self._step_sends = []
         self._step_layers = set()
 
