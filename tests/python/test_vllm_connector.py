@@ -157,6 +157,26 @@ class Failures(Instances):
         self.all_freed(timeout=2.5)  # well before the 3 s lease
         self.assertLess(time.monotonic() - t0, 2.5)
 
+    def test_prefill_aborted_before_its_send_ends_the_decode_wait(self):
+        """Both sides named (pdx-proxy's concurrent flow): the decode side
+        asks first; the prefill request leaves before its send: the
+        decode side hears at once, not at its transfer's bound (5 s)."""
+        x = pdx.XferId().hex
+        pa, da = self.worker(self.P).peer_addr, self.worker(self.D).peer_addr
+        h = self.D.add_request(PROMPT, 8, {"do_remote_prefill": True,
+                                           "xfer_id": x, "remote_agent": pa})
+        self.assertTrue(wait_for(lambda: self.D.free_blocks() < self.free_d,
+                                 5), "the decode side allocates and asks")
+        t0 = time.monotonic()
+        hp = self.P.add_request(PROMPT, 1, {"do_remote_decode": True,
+                                            "xfer_id": x, "remote_agent": da})
+        self.P.abort(hp.request_id)
+        self.assertEqual(hp.result(10).finish_reason, "abort")
+        self.assertEqual(h.result(10).token_ids, self.colocated())
+        self.assertLess(time.monotonic() - t0, 2.5)
+        self.assertEqual(self.worker(self.D).stats["failed"], 1)
+        self.all_freed()
+
     def test_expired_lease_is_a_load_error_then_a_recompute(self):
         p = self.prefill().kv_transfer_params
         self.all_freed(timeout=8)    # the lease (3 s) ends: sender frees

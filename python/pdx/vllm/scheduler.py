@@ -121,6 +121,9 @@ class PdxScheduler:
     def request_finished(self, request, block_ids):
         rid, p = request.request_id, request.kv_transfer_params
         st = self._sends.pop(rid, None)
+        if st is None and isinstance(p, dict) and p.get("xfer_id"):
+            s = _safe(params.read_send, p, rid)  # left before scheduled
+            st = _Send(s, 0) if s is not None else None
         if st is not None:
             if not st.announced:
                 # never announced: a decode side named up front may wait
