@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """PdxConnector and pdx-engine moving KV to each other, over real HTTP
 and real processes, as a deployment would run them: mini_vllm_serve
-(vLLM's call order around PdxConnector, which starts its own pdx-agent)
-and pdx-engine (with its pdx-agent), one the prefill side and the other
-the decode side, both ways:
+(vLLM's call order around PdxConnector, which starts its own pdx-agent;
+FlashAttention's blocks-first tensors and asynchronous scheduling,
+vLLM's defaults) and pdx-engine (with its pdx-agent), one the prefill
+side and the other the decode side, both ways:
 
     Python prefill -> pdx-engine decode    pdx-engine prefill -> Python decode
 
@@ -27,13 +28,13 @@ pdx-engine), and no KV block is held on either side.
 
     test_vllm_interop.py PDX_ENGINE PDX_AGENT PDX_PROXY
 """
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 import urllib.request
 
@@ -141,7 +142,8 @@ class Interop(unittest.TestCase):
                    "agent_bin": AGENT, "xfer_timeout_ms": 5000,
                    "agent_args": ["--lease-ms", "3000"]}}
         serve = [sys.executable, os.path.join(HERE, "mini_vllm_serve.py"),
-                 "--port", "0", "--kv-transfer-config", json.dumps(ktc)]
+                 "--port", "0", "--kv-transfer-config", json.dumps(ktc),
+                 "--async-scheduling"]  # vLLM's default
         cls.MP = cls.run_bg("python_prefill", serve + ["--role", "prefill"])
         cls.MD = cls.run_bg("python_decode", serve + ["--role", "decode"])
         ma, md = cls.agent_metrics("ep"), cls.agent_metrics("ed")
@@ -227,6 +229,18 @@ class Interop(unittest.TestCase):
         if bad:
             raise AssertionError("\n".join(bad))
 
+    def test_info_names_the_connectors_agent(self):
+        """/v1/pdx/info as pdx-engine answers it: pdx-proxy learns the
+        peer address there, an operator the engine address."""
+        for url, role in ((self.MP, "prefill"), (self.MD, "decode")):
+            with urllib.request.urlopen(url + "/v1/pdx/info",
+                                        timeout=10) as r:
+                info = json.loads(r.read())
+            self.assertEqual((info["role"], info["model"]), (role, "tiny"))
+            self.assertTrue(info["peer_addr"].startswith("tcp://127.0.0.1:"),
+                            info)
+            self.assertTrue(info["agent"].startswith("ipc://"), info)
+
     # -- one proxy in front of one pair --------------------------------
     def drive(self, pair, flow):
         url = self.proxies.get((pair, flow))
@@ -294,13 +308,9 @@ class Interop(unittest.TestCase):
 
 
 def toy_runs():
-    try:
-        import fastapi  # noqa: F401
-        import httpx  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """What toy_proxy_server.py runs on is installed."""
+    return all(importlib.util.find_spec(m) for m in
+               ("fastapi", "httpx", "uvicorn"))
 
 
 def _add(pair, flow):
