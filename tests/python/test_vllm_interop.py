@@ -13,12 +13,14 @@ KV pushed while the prompt is computed), its sequential flow (P, then D
 with P's answer) and vLLM's own toy_proxy_server.py, unchanged (the
 prefill side told nothing but do_remote_decode; read from
 ../shared/peers/vllm/, skipped when it or FastAPI is missing), for
-/v1/completions and /v1/chat/completions, streamed and not.
+/v1/completions and /v1/chat/completions, streamed and not, one at a
+time and eight at once.
 
 Every answer must be the text a colocated pdx-engine --model tiny gives
 for the same body: the synthetic model reads each next token back from
 the KV, so a block that did not arrive, or arrived wrong, changes it.
-Every prompt is new to both sides (no prefix-cache hit), and neither
+Every prompt is new to both sides (but for a chat's first block, the
+template's: a decode side's prefix hit, only the rest moves), and neither
 decode side may recompute: pdx-proxy's on_failure is "fail" and the
 Python decode side's kv_load_failure_policy too. After each proxy's
 requests the decode side counts one transfer received per request, the
@@ -29,12 +31,14 @@ pdx-engine), and no KV block is held on either side.
     test_vllm_interop.py PDX_ENGINE PDX_AGENT PDX_PROXY
 """
 import importlib.util
+import itertools
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 import urllib.request
 
@@ -47,6 +51,7 @@ TOY = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared",
 TOY_RUN = os.path.join(HERE, "..", "e2e", "toy_proxy_run.py")
 ENGINE = AGENT = PROXY = None
 SETTLE_S = 15
+SERIAL = itertools.count(1)
 
 
 def scrape(url):
@@ -250,8 +255,9 @@ class Interop(unittest.TestCase):
         before = {(s.name, o): s.count(o) for s in (p, d)
                   for o in ("sent", "received", "failed")}
         n = 0
-        for route, body in self.bodies("%s %s" % (pair, flow)):
-            for stream in (False, True):
+        for stream in (False, True):
+            for route, body in self.bodies("%s %s %s" % (pair, flow,
+                                                         stream)):
                 b = dict(body, stream=stream)
                 if stream:
                     b["stream_options"] = {"include_usage": True}
@@ -268,6 +274,7 @@ class Interop(unittest.TestCase):
                 self.assertEqual(got, want, "%s %s %s stream=%s"
                                  % (pair, flow, route, stream))
                 n += 1
+        n += self.burst(url, "%s %s burst" % (pair, flow))
         expect = {(p.name, "sent"): n, (d.name, "received"): n,
                   (p.name, "failed"): 0, (d.name, "failed"): 0}
 
@@ -287,20 +294,50 @@ class Interop(unittest.TestCase):
         self.assertTrue(ok, "KV blocks held: %s %d, %s %d" % (
             p.name, p.blocks_used(), d.name, d.blocks_used()))
 
+    def burst(self, url, tag, n=8):
+        """n requests at once (several prefills in one step, several
+        transfers in flight), streamed and not; each its own text."""
+        long = " ".join("v%d" % i for i in range(60))
+        bodies = [{"model": "tiny", "max_tokens": 6 + i, "stream": i % 2 == 1,
+                   "prompt": "%d %s: %s" % (next(SERIAL), tag, long)}
+                  for i in range(n)]
+        got = [None] * n
+
+        def one(i):
+            got[i] = post(url + "/v1/completions", bodies[i])
+        threads = [threading.Thread(target=one, args=(i,))
+                   for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for b, g in zip(bodies, got):
+            self.assertIsNotNone(g, "no answer in 60 s")
+            self.assertEqual(g[0], 200, g[1][:500])
+            s, want = post(self.C + "/v1/completions", b)
+            self.assertEqual(text_of("/v1/completions", g[1], b["stream"]),
+                             text_of("/v1/completions", want, b["stream"]),
+                             "%s: %s" % (tag, b["prompt"][:40]))
+        return n
+
     @staticmethod
     def bodies(tag):
-        """Prompts new to every engine (the tag names the pair and the
-        flow), several blocks long, completions and chat."""
+        """Prompts new to every engine (each starts with a number of its
+        own), several blocks long, completions and chat. A chat prompt's
+        first block, its template's "<|system|", is every chat's: a
+        decode side holds it after the first and asks for the rest."""
         long = " ".join("w%d" % i for i in range(150))
         return [
             ("/v1/completions", {"model": "tiny", "max_tokens": 12,
-                                 "prompt": "%s: Hello, world!" % tag}),
+                                 "prompt": "%d %s: Hello, world!"
+                                 % (next(SERIAL), tag)}),
             ("/v1/completions", {"model": "tiny", "max_tokens": 9,
-                                 "prompt": "%s: %s" % (tag, long)}),
+                                 "prompt": "%d %s: %s"
+                                 % (next(SERIAL), tag, long)}),
             ("/v1/chat/completions", {"model": "tiny", "max_tokens": 7,
                                       "messages": [
-                                          {"role": "system",
-                                           "content": "Be brief."},
+                                          {"role": "system", "content":
+                                           "%d: be brief." % next(SERIAL)},
                                           {"role": "user", "content":
                                            "%s: tell me about KV caches"
                                            % tag}]}),
