@@ -252,6 +252,7 @@ class Interop(unittest.TestCase):
         if url is None:
             self.skipTest("no %s (or no FastAPI, uvicorn, httpx)" % TOY)
         p, d = self.pairs[pair]
+        sides = {p.name: p, d.name: d}
         before = {(s.name, o): s.count(o) for s in (p, d)
                   for o in ("sent", "received", "failed")}
         n = 0
@@ -278,17 +279,12 @@ class Interop(unittest.TestCase):
         expect = {(p.name, "sent"): n, (d.name, "received"): n,
                   (p.name, "failed"): 0, (d.name, "failed"): 0}
 
-        def counted():
-            return all(s.count(o) - before[s.name, o] == v
-                       for s in (p, d) for o in ("sent", "received",
-                                                 "failed")
-                       for (nm, oo), v in expect.items()
-                       if nm == s.name and oo == o)
-        ok = wait_for(counted, SETTLE_S, 0.1)
-        self.assertTrue(ok, "transfers: want %s, have %s" % (
-            expect, {(s.name, o): s.count(o) - before[s.name, o]
-                     for s in (p, d) for o in ("sent", "received",
-                                               "failed")}))
+        def moved():
+            return {(nm, o): sides[nm].count(o) - before[nm, o]
+                    for nm, o in expect}
+        ok = wait_for(lambda: moved() == expect, SETTLE_S, 0.1)
+        self.assertTrue(ok, "transfers: want %s, have %s"
+                        % (expect, moved()))
         ok = wait_for(lambda: p.blocks_used() == 0 and d.blocks_used() == 0,
                       SETTLE_S, 0.1)
         self.assertTrue(ok, "KV blocks held: %s %d, %s %d" % (
