@@ -9,8 +9,10 @@ drive it as they would drive vLLM:
 
 Routes: POST /v1/completions and /v1/chat/completions (streamed or not;
 kv_transfer_params read from the body and, not streamed, answered as
-vLLM answers them), GET /v1/models, /health and /v1/pdx/info (as
-pdx-engine answers it, so pdx-proxy can learn the agent). Request bodies
+vLLM answers them), GET /v1/models, /health, /v1/pdx/info (as
+pdx-engine answers it, so pdx-proxy can learn the agent) and /metrics
+(the KV pool and the queue under pdx-engine's names, and the transfers
+the worker's connector counts, for tests). Request bodies
 are read by pdx-engine's own parser (mini_model.Model.parse), so the
 same prompt gives the same tokens, and the same text, as pdx-engine.
 Logs `listening on http://H:P` once it listens (--port 0 picks one).
@@ -56,6 +58,31 @@ def pdx_info(engine: MiniVllm) -> dict:
     return info
 
 
+def metrics(engine: MiniVllm) -> str:
+    """Prometheus text: the block pool and the requests as pdx-engine's
+    /metrics names them (docs/engine.md), so the same checks read either
+    engine; pdx_vllm_transfers_total and pdx_vllm_transfer_bytes_total
+    from the worker connector's `stats` Counter, when it keeps one."""
+    sched, lab = engine.scheduler, '{model_name="%s"}' % \
+        engine.served_model_name
+    cap = len(sched.kv.block_pool.blocks) - 1  # less the null block
+    free = engine.free_blocks()
+    rows = [("pdx_engine_kv_blocks_capacity" + lab, cap),
+            ("pdx_engine_kv_blocks_free" + lab, free),
+            ("pdx_engine_kv_blocks_used" + lab, cap - free),
+            ("pdx_engine_num_requests_running" + lab, len(sched.running)),
+            ("pdx_engine_num_requests_waiting" + lab,
+             len(sched.waiting) + len(sched.skipped_waiting))]
+    stats = dict(getattr(engine.worker_connector, "stats", None) or {})
+    for k in ("sent", "received", "failed"):
+        rows.append(('pdx_vllm_transfers_total{outcome="%s"}' % k,
+                     stats.get(k, 0)))
+    for k in ("sent", "received"):
+        rows.append(('pdx_vllm_transfer_bytes_total{direction="%s"}' % k,
+                     stats.get("bytes_" + k, 0)))
+    return "".join("%s %d\n" % r for r in rows)
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     engine: MiniVllm = None
@@ -87,6 +114,13 @@ class Handler(BaseHTTPRequestHandler):
                 "max_model_len": e.max_model_len}]})
         if self.path == "/v1/pdx/info":
             return self.reply(200, pdx_info(e))
+        if self.path == "/metrics":
+            body = metrics(e).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            return self.wfile.write(body)
         self.reply(404, error_body(404, "no route %s" % self.path))
 
     def do_POST(self):

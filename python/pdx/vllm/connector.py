@@ -78,6 +78,13 @@ class PdxConnector(KVConnectorBase_V1):
     def get_block_ids_with_load_errors(self):
         return self._worker.load_errors()
 
+    @property
+    def stats(self):
+        """Worker side: the transfers that ended here (a Counter: sent,
+        received, failed, bytes_sent, bytes_received); None on the
+        scheduler side."""
+        return self._worker.stats if self._worker is not None else None
+
     def shutdown(self) -> None:
         if self._worker is not None:
             self._worker.close()

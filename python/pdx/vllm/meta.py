@@ -56,6 +56,9 @@ class PdxMetadata(KVConnectorMetadata):
 
 @dataclass
 class PdxHandshake(KVConnectorHandshakeMetadata):
-    """A worker's agent, as EngineCore hands it to the scheduler side."""
+    """A worker's agent, as EngineCore hands it to the scheduler side:
+    its peer address, and its engine address (what pdx-engine's
+    /v1/pdx/info calls "agent")."""
     rank: int
     peer_addr: str
+    agent: Optional[str] = None

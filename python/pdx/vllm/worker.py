@@ -56,6 +56,7 @@ class PdxWorker:
                                                 "127.0.0.1"),
                                       list(extra.get("agent_args", [])))
             addr = self.agent.engine_addr
+        self.agent_addr = addr
         self.eng = pdx.Engine(addr,
                               xfer_timeout_ms=int(extra.get(
                                   "xfer_timeout_ms", 0)),
@@ -93,7 +94,7 @@ class PdxWorker:
                  self.rank, self.layers, lay.blocks, self.peer_addr)
 
     def handshake(self) -> PdxHandshake:
-        return PdxHandshake(self.rank, self.peer_addr)
+        return PdxHandshake(self.rank, self.peer_addr, self.agent_addr)
 
     # -- a step ------------------------------------------------------------
     def _peer(self, peers: List[str]) -> str:
