@@ -264,11 +264,22 @@ def finished(url):
     text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
     return float(re.search(r'^pdx_engine_requests_finished_total\{[^}]*\} (\S+)$', text, re.M).group(1))
 
+def proxy_idle():
+    """No request in flight and every transfer reported: the proxy's
+    load is 0 everywhere, so the choice is the prefix's alone (under load
+    unreported transfers could make it spill to its second choice)."""
+    text = urllib.request.urlopen(xurl + "/metrics", timeout=5).read().decode()
+    return all(float(v) == 0 for v in re.findall(
+        r'^pdx_proxy_instance_(?:inflight|transfers)\{[^}]*\} (\S+)$', text, re.M))
+
 used = set()
 for k in range(12):
     prefix = ("system prompt %d: " % k) + "be brief and exact. " * 60
     where = set()
     for j in range(3):
+        deadline = time.monotonic() + 5
+        while not proxy_idle() and time.monotonic() < deadline:
+            time.sleep(0.02)
         before = [finished(u) for u in ps]
         body = json.dumps({"prompt": prefix + "question %d" % j, "max_tokens": 2}).encode()
         urllib.request.urlopen(urllib.request.Request(xurl + "/v1/completions", body,

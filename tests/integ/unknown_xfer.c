@@ -9,6 +9,7 @@
  *    prefill side.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "common/clock.h"
 #include "tests/integ/harness.h"
@@ -31,8 +32,15 @@ static void expect_timeout(struct h_side *s, const struct pdx_xfer_id *id,
 	CHECK_EQ(ev.kind, PDX_EVENT_FAILED,
 	      "%s: the %s engine gets failed (got %s)", what, s->role,
 	      h_kind(ev.kind));
-	CHECK_EQ(ev.status, PDX_ETIMEDOUT, "%s: status is ETIMEDOUT (got %s: %s)",
-	      what, pdx_status_str(ev.status), ev.reason);
+	/* Both agents bound it by the same timeout: the receiver's own
+	 * timer, or, when the sender's bound on the want it held ran out
+	 * first (a loaded machine delays timers), the sender's "unknown
+	 * transfer" */
+	CHECK(ev.status == PDX_ETIMEDOUT ||
+		      (ev.status == PDX_ENOENT &&
+		       strstr(ev.reason, "unknown transfer")),
+	      "%s: status is ETIMEDOUT, or ENOENT from the sender's own bound "
+	      "(got %s: %s)", what, pdx_status_str(ev.status), ev.reason);
 	CHECK(ms >= TMO_MS - 100 && ms <= TMO_MS + 3500,
 	      "%s: it fails after the %d ms timeout (%.0f ms)", what, TMO_MS, ms);
 	CHECK(h_quiet(s, id, 1000) == 0, "%s: no second event for it", what);
