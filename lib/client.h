@@ -2,14 +2,27 @@
  * link's state and what its files ask of each other. Internal to libpdx
  * (pdx__ names): none of this is exported (lib/libpdx.map).
  *
- *   link.c      the sockets: connect, the monitor, liveness, frames in and out
- *   inflight.c  the transfers in flight, the event queue, the events made here
- *   events.c    what the agent says: events, refusals, the event API
- *   register.c  register, and registering again after the agent restarted
- *   announce.c  send, recv, layer_done, token, hold, abort
- *   cuda.c      a GPU engine's CUDA side: regions from device pointers,
- *               the interprocess events recorded on its streams
+ * Its files, from the bottom up: each calls only files listed above it,
+ * never one below (what a lower file must tell an upper one, it leaves in
+ * struct pdx_engine for the upper one to read).
+ *
  *   last_error.c why the last call failed (pdx_engine_last_error)
+ *   inflight.c   the transfers in flight, the event queue, the events made
+ *                here when the link is lost
+ *   link.c       the sockets: open, close, frames in and out, the fd
+ *   parse.c      what the agent's messages say, read from their bytes
+ *   incoming.c   what the agent says, taken off the link: events queued,
+ *                refusals made events, the answer to a register sent again
+ *   liveness.c   the agent going away (the monitor, transfers failed) and
+ *                coming back (the register sent again); the link's status
+ *   events.c     the event API: next, wait
+ *   register.c   register: checked, packed, sent, its answer awaited
+ *   announce.c   send, recv, layer_done, token, hold, abort
+ *   cuda.c       a GPU engine's CUDA side: the driver, regions from device
+ *                pointers, the interprocess events and their recording
+ *   cuda_streams.c  those events tied to the link: register_cuda_streams,
+ *                layer_done_stream
+ *   engine.c     the engine's life: connect, free
  */
 #ifndef PDX_LIB_CLIENT_H
 #define PDX_LIB_CLIENT_H
@@ -60,12 +73,12 @@ struct pdx_engine {
 	size_t q_len;
 };
 
-/* link.c */
-int pdx__ms_left(uint64_t deadline_ns);
-void pdx__link_watch(struct pdx_engine *e);
-pdx_status_t pdx__link_send(struct pdx_engine *e, const void *buf, size_t len,
-			    bool wait);
-int pdx__link_recv(struct pdx_engine *e, zmq_msg_t *msg);
+/* last_error.c: each public call taking an engine starts with
+ * pdx__why_clear(); each of its failures says why with pdx__fail(), where
+ * the failure is first met (the callers pass the status on). */
+void pdx__why_clear(struct pdx_engine *e);
+pdx_status_t pdx__fail(struct pdx_engine *e, pdx_status_t st, const char *fmt,
+		       ...) __attribute__((format(printf, 3, 4)));
 
 /* inflight.c */
 bool pdx__inflight_has(struct pdx_engine *e, const struct pdx_xfer_id *x);
@@ -78,25 +91,32 @@ int pdx__queue_push(struct pdx_engine *e, const struct pdx_engine_event *ev);
 bool pdx__queue_pop(struct pdx_engine *e, struct pdx_engine_event *ev);
 void pdx__queue_keep(struct pdx_engine *e, const struct pdx_engine_event *ev);
 
-/* events.c */
+/* link.c */
+pdx_status_t pdx__link_open(struct pdx_engine *e, const char *agent);
+void pdx__link_close(struct pdx_engine *e);
+int pdx__ms_left(uint64_t deadline_ns);
+pdx_status_t pdx__link_send(struct pdx_engine *e, const void *buf, size_t len,
+			    bool wait);
+int pdx__link_recv(struct pdx_engine *e, zmq_msg_t *msg);
+
+/* parse.c */
 enum pdx__msg { PDX__MSG_SKIP, PDX__MSG_EVENT, PDX__MSG_OTHER };
 int pdx__get_str_trunc(const msgpack_object *map, const char *key, char *out,
 		       size_t outlen);
 enum pdx__msg pdx__classify(zmq_msg_t *msg, msgpack_unpacked *up, char *op,
 			    size_t oplen, struct pdx_engine_event *ev);
+int pdx__register_answer(const msgpack_object *m, const char *op,
+			 char *peer_addr, size_t peer_addr_len,
+			 pdx_status_t *st, char *why, size_t why_len);
+
+/* incoming.c */
+pdx_status_t pdx__drain(struct pdx_engine *e);
 bool pdx__on_other(struct pdx_engine *e, const msgpack_object *m,
 		   const char *op, struct pdx_engine_event *ev);
-pdx_status_t pdx__drain(struct pdx_engine *e);
 
-/* last_error.c: each public call taking an engine starts with
- * pdx__why_clear(); each of its failures says why with pdx__fail(), where
- * the failure is first met (the callers pass the status on). */
-void pdx__why_clear(struct pdx_engine *e);
-pdx_status_t pdx__fail(struct pdx_engine *e, pdx_status_t st, const char *fmt,
-		       ...) __attribute__((format(printf, 3, 4)));
-
-/* cuda.c */
-void pdx__cuda_free(struct pdx__cuda *c);
+/* liveness.c */
+void pdx__link_watch(struct pdx_engine *e);
+void pdx__relink(struct pdx_engine *e);
 
 /* register.c */
 pdx_status_t pdx__register(struct pdx_engine *e,
@@ -105,10 +125,15 @@ pdx_status_t pdx__register(struct pdx_engine *e,
 			   size_t n_regions,
 			   const struct pdx_engine_cuda_events *ev,
 			   char *peer_addr, size_t peer_addr_len);
-int pdx__register_answer(const msgpack_object *m, const char *op,
-			 char *peer_addr, size_t peer_addr_len,
-			 pdx_status_t *st, char *why, size_t why_len);
-void pdx__relinked(struct pdx_engine *e, pdx_status_t st, const char *was);
-void pdx__relink(struct pdx_engine *e);
+
+/* cuda.c */
+pdx_status_t pdx__cuda_events_new(struct pdx_engine *e, int ordinal,
+				  uint32_t slots, uint32_t layers,
+				  struct pdx__cuda **out);
+void pdx__cuda_events_of(const struct pdx__cuda *c,
+			 struct pdx_engine_cuda_events *out);
+pdx_status_t pdx__cuda_record(struct pdx_engine *e, uint32_t layer,
+			      void *stream, uint32_t *slot);
+void pdx__cuda_free(struct pdx__cuda *c);
 
 #endif

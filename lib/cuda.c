@@ -1,6 +1,7 @@
 /* A GPU engine's CUDA side (include/pdx/engine.h): the region that holds
  * a device pointer, and "layer computed" events that libpdx makes and
- * records on the engine's own streams.
+ * records on the engine's own streams. This file knows the driver, not
+ * the agent: cuda_streams.c registers the events and says layer_done.
  *
  * The driver API is loaded with dlopen at the first call that needs it,
  * resolving only the functions used here: libpdx has no link-time CUDA
@@ -280,10 +281,10 @@ void pdx__cuda_free(struct pdx__cuda *c)
 }
 
 /* slots x layers interprocess events in the primary context of device
- * ordinal, with their handles. */
-static pdx_status_t events_new(struct pdx_engine *e, int ordinal,
-			       uint32_t slots, uint32_t layers,
-			       struct pdx__cuda **out)
+ * ordinal, with their handles (the driver loaded first, when it is not). */
+pdx_status_t pdx__cuda_events_new(struct pdx_engine *e, int ordinal,
+				  uint32_t slots, uint32_t layers,
+				  struct pdx__cuda **out)
 {
 	uint64_t n = (uint64_t)slots * layers;
 	pdx_cu_context popped;
@@ -291,6 +292,8 @@ static pdx_status_t events_new(struct pdx_engine *e, int ordinal,
 	pdx_cu_result r;
 	pdx_status_t st = PDX_OK;
 
+	if (!cu_ready(e->why, sizeof(e->why)))
+		return PDX_EIO;
 	c = calloc(1, sizeof(*c));
 	if (c) {
 		c->ev = calloc(n, sizeof(*c->ev));
@@ -337,75 +340,25 @@ static pdx_status_t events_new(struct pdx_engine *e, int ordinal,
 	return PDX_OK;
 }
 
-pdx_status_t pdx_engine_register_cuda_streams(
-    struct pdx_engine *e, const struct pdx_kv_layout *layout,
-    const struct pdx_engine_region *regions, size_t n_regions, uint32_t slots,
-    char *peer_addr, size_t peer_addr_len)
+/* The events' handles, as register sends them to the agent. */
+void pdx__cuda_events_of(const struct pdx__cuda *c,
+			 struct pdx_engine_cuda_events *out)
 {
-	struct pdx_engine_cuda_events evs;
-	struct pdx__cuda *c;
-	pdx_status_t st;
-	int dev = -1;
-
-	if (!e)
-		return PDX_EINVAL;
-	pdx__why_clear(e);
-	if (!layout || !layout->layers || layout->layers > PDX_MAX_LAYERS ||
-	    !regions)
-		return pdx__fail(e, PDX_EINVAL,
-				 "register_cuda_streams: needs a layout of 1 "
-				 "to %d layers, and regions",
-				 PDX_MAX_LAYERS);
-	if (slots == 0 || slots > 64)
-		return pdx__fail(e, PDX_EINVAL,
-				 "register_cuda_streams: %u event slots, want "
-				 "1 to 64",
-				 slots);
-	for (size_t i = 0; i < n_regions && dev < 0; i++)
-		if (regions[i].type == PDX_MEM_CUDA)
-			dev = regions[i].cuda_device;
-	if (dev < 0)
-		return pdx__fail(e, PDX_EINVAL,
-				 "register_cuda_streams: no PDX_MEM_CUDA region "
-				 "(the events live on the KV's device)");
-	if (!cu_ready(e->why, sizeof(e->why)))
-		return PDX_EIO;
-	st = events_new(e, dev, slots, layout->layers, &c);
-	if (st != PDX_OK)
-		return st;
-	evs.handles = (const uint8_t (*)[PDX_CUDA_IPC_BYTES])c->handles;
-	evs.slots = slots;
-	st = pdx__register(e, layout, regions, n_regions, &evs, peer_addr,
-			   peer_addr_len);
-	if (st != PDX_OK) {
-		pdx__cuda_free(c); /* the agent keeps what it had */
-		return st;
-	}
-	pdx__cuda_free(e->cuda);
-	e->cuda = c;
-	return PDX_OK;
+	out->handles = (const uint8_t (*)[PDX_CUDA_IPC_BYTES])c->handles;
+	out->slots = c->slots;
 }
 
-pdx_status_t pdx_engine_layer_done_stream(struct pdx_engine *e, uint32_t layer,
-					  void *stream,
-					  const struct pdx_xfer_id *xfers,
-					  size_t n)
+/* Records layer's event of the engine's events (e->cuda) on stream, in
+ * the slot of its forward pass: a layer at or below the last one recorded
+ * starts the next pass, in the next slot (*slot). */
+pdx_status_t pdx__cuda_record(struct pdx_engine *e, uint32_t layer,
+			      void *stream, uint32_t *slot_out)
 {
-	struct pdx__cuda *c;
+	struct pdx__cuda *c = e->cuda;
 	pdx_cu_context popped;
 	pdx_cu_result r;
 	uint32_t slot;
 
-	if (!e)
-		return PDX_EINVAL;
-	pdx__why_clear(e);
-	c = e->cuda;
-	if (!c)
-		return pdx__fail(e, PDX_EINVAL,
-				 "layer_done_stream: not registered with "
-				 "pdx_engine_register_cuda_streams");
-	if (!xfers || n == 0)
-		return pdx__fail(e, PDX_EINVAL, "layer_done_stream: no transfers");
 	if (layer >= c->layers)
 		return pdx__fail(e, PDX_ERANGE,
 				 "layer_done_stream: layer %u, the layout has %u",
@@ -421,5 +374,6 @@ pdx_status_t pdx_engine_layer_done_stream(struct pdx_engine *e, uint32_t layer,
 		return cu_fail(e->why, sizeof(e->why), "cuEventRecord", r);
 	c->slot = slot;
 	c->last = layer;
-	return pdx_engine_layer_done_slot(e, layer, slot, xfers, n);
+	*slot_out = slot;
+	return PDX_OK;
 }

@@ -1,6 +1,8 @@
 /* The engine client's link: the engine side of the engine link
  * (docs/protocol.md, section 1), a ZeroMQ DEALER carrying one msgpack map
- * per frame, its socket monitor and its liveness.
+ * per frame, and the PAIR that reads its socket monitor. This file opens
+ * and closes them and moves frames; what the frames and the monitor's
+ * events mean is read above it (incoming.c, liveness.c).
  *
  * The socket is created with ZMQ_IMMEDIATE, so a message is queued only on
  * a completed connection: a register made while the agent is away waits
@@ -10,18 +12,9 @@
  * "registered" much later, except when the agent got it but answered too
  * late; pdx_engine_register() drains such leftovers first (register.c).
  *
- * The link's own liveness. ZMTP heartbeats (liveness_ms / 4 apart, a
- * connection whose pings go unanswered for the rest of liveness_ms is
- * closed) and a socket monitor tell us when the agent goes away: its
- * process exits (the ipc connection closes at once) or freezes (stopped,
- * a stuck host: the heartbeat closes it; ZeroMQ's own thread answers
- * pings, so an agent whose loop is busy or stuck while its process runs
- * is not "away"). Either way what the agent said before it went is read
- * first, then every transfer in flight fails at once (inflight.c).
- *
- * The monitor also reports each connection whose handshake completed: an
- * agent that restarted (same address) has forgotten the registration,
- * and the next call registers again (register.c).
+ * ZMTP heartbeats (liveness_ms / 4 apart, a connection whose pings go
+ * unanswered for the rest of liveness_ms is closed) and the monitor are
+ * how a frozen or exited agent is noticed (liveness.c).
  */
 #define PDX_LOG_TOPIC "engine"
 
@@ -29,7 +22,6 @@
 
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -37,8 +29,6 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-#define DEFAULT_TIMEOUT_MS 10000
-#define DEFAULT_LIVENESS_MS 1000
 #define RCV_HWM 100000
 #define SND_HWM 100000 /* a full queue means a stuck agent, not a burst */
 
@@ -52,58 +42,6 @@ int pdx__ms_left(uint64_t deadline_ns)
 		return 0;
 	left = (deadline_ns - now + 999999) / 1000000;
 	return left > (uint64_t)INT32_MAX ? INT32_MAX : (int)left;
-}
-
-/* The agent went away: what it said before it went was read; every
- * transfer in flight fails now, by an event of ours. */
-static void link_lost(struct pdx_engine *e)
-{
-	e->up = false;
-	e->registered = false;
-	e->registering = false;
-	e->down_ns = pdx_now_ns();
-	snprintf(e->why_down, sizeof(e->why_down),
-		 "the link to the agent was lost (the agent exited, restarted "
-		 "or did not answer heartbeats for %d ms)",
-		 e->liveness_ms);
-	pdx__inflight_fail_all(e);
-}
-
-/* Reads the link's monitor: a connection whose handshake completed
- * brings the link up (not registered on it yet), a closed one takes it
- * down. */
-void pdx__link_watch(struct pdx_engine *e)
-{
-	for (;;) {
-		zmq_msg_t msg;
-		int more = 0;
-		size_t sz = sizeof(more);
-		uint16_t ev = 0;
-
-		zmq_msg_init(&msg);
-		if (zmq_msg_recv(&msg, e->mon, ZMQ_DONTWAIT) < 0) {
-			zmq_msg_close(&msg);
-			if (errno == EINTR)
-				continue;
-			return;
-		}
-		if (zmq_msg_size(&msg) >= sizeof(ev))
-			memcpy(&ev, zmq_msg_data(&msg), sizeof(ev));
-		if (zmq_getsockopt(e->mon, ZMQ_RCVMORE, &more, &sz) == 0 &&
-		    more)
-			zmq_msg_recv(&msg, e->mon, 0); /* the endpoint */
-		zmq_msg_close(&msg);
-		if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-			e->up = true;
-			e->registered = false;
-			snprintf(e->why_down, sizeof(e->why_down),
-				 "the agent is back; registering again");
-		} else if (ev == ZMQ_EVENT_DISCONNECTED && e->up) {
-			/* what it said before it went still counts */
-			pdx__drain(e);
-			link_lost(e);
-		}
-	}
 }
 
 /* Sends one frame. register waits up to timeout_ms for room (or a
@@ -222,40 +160,22 @@ static int watch_both(struct pdx_engine *e)
 	return 0;
 }
 
-pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
-				struct pdx_engine **out)
+/* Opens the link's sockets and connects to the agent at agent (the
+ * connection itself comes later, in ZeroMQ's I/O thread). On failure
+ * what was opened stays in e, for pdx__link_close(). */
+pdx_status_t pdx__link_open(struct pdx_engine *e, const char *agent)
 {
-	struct pdx_engine *e;
-	int linger = 0, immediate = 1, hwm = RCV_HWM, shwm = SND_HWM, unbounded = 0;
+	int linger = 0, immediate = 1, hwm = RCV_HWM, shwm = SND_HWM,
+	    unbounded = 0;
 	int hb_ivl, hb_timeout;
 	char mon[64];
 
-	if (!out)
-		return PDX_EINVAL;
-	*out = NULL;
-	if (!params || !params->agent || !params->agent[0] ||
-	    strnlen(params->agent, PDX_ADDR_MAX) >= PDX_ADDR_MAX ||
-	    params->timeout_ms < 0 || params->liveness_ms < 0)
-		return PDX_EINVAL;
-	e = calloc(1, sizeof(*e));
-	if (!e)
-		return PDX_ENOMEM;
-	e->efd = -1;
-	e->timeout_ms =
-	    params->timeout_ms ? params->timeout_ms : DEFAULT_TIMEOUT_MS;
-	e->liveness_ms =
-	    params->liveness_ms ? params->liveness_ms : DEFAULT_LIVENESS_MS;
 	/* a ping every quarter; one unanswered for the rest closes the link */
 	hb_ivl = e->liveness_ms / 4 ? e->liveness_ms / 4 : 1;
 	hb_timeout = e->liveness_ms - hb_ivl ? e->liveness_ms - hb_ivl : 1;
-	snprintf(e->why_down, sizeof(e->why_down),
-		 "no connection to the agent at %s yet", params->agent);
-	e->xfer_timeout_ms = params->xfer_timeout_ms;
 	e->ctx = zmq_ctx_new();
-	if (!e->ctx) {
-		free(e);
+	if (!e->ctx)
 		return PDX_ENOMEM;
-	}
 	e->sock = zmq_socket(e->ctx, ZMQ_DEALER);
 	if (!e->sock ||
 	    zmq_setsockopt(e->sock, ZMQ_LINGER, &linger, sizeof(linger)) ||
@@ -268,7 +188,6 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 	    zmq_setsockopt(e->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout,
 			   sizeof(hb_timeout))) {
 		log_error("engine socket: %s", zmq_strerror(errno));
-		pdx_engine_free(e);
 		return PDX_EIO;
 	}
 	snprintf(mon, sizeof(mon), "inproc://pdx-engine-monitor-%p", (void *)e);
@@ -283,29 +202,24 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 				   ZMQ_EVENT_DISCONNECTED) ||
 	    zmq_connect(e->mon, mon)) {
 		log_error("engine socket monitor: %s", zmq_strerror(errno));
-		pdx_engine_free(e);
 		return PDX_EIO;
 	}
 	if (watch_both(e)) {
 		log_error("engine link fd: %s", strerror(errno));
-		pdx_engine_free(e);
 		return PDX_EIO;
 	}
-	if (zmq_connect(e->sock, params->agent)) {
-		log_error("connect to agent at %s: %s", params->agent,
+	if (zmq_connect(e->sock, agent)) {
+		log_error("connect to agent at %s: %s", agent,
 			  zmq_strerror(errno));
-		pdx_engine_free(e);
 		return errno == EINVAL || errno == EPROTONOSUPPORT ? PDX_EINVAL
 								   : PDX_EIO;
 	}
-	*out = e;
 	return PDX_OK;
 }
 
-void pdx_engine_free(struct pdx_engine *e)
+/* Closes what pdx__link_open() opened, whatever it got to. */
+void pdx__link_close(struct pdx_engine *e)
 {
-	if (!e)
-		return;
 	/* The monitor stops before its reader closes: ZeroMQ's I/O thread
 	 * sends a monitor event holding the monitor's lock and waits while
 	 * the reader is gone, and stopping the monitor takes that lock (a
@@ -320,34 +234,9 @@ void pdx_engine_free(struct pdx_engine *e)
 		zmq_ctx_term(e->ctx);
 	if (e->efd >= 0)
 		close(e->efd);
-	pdx__inflight_free(e);
-	pdx__cuda_free(e->cuda);
-	free(e->reg);
-	free(e);
 }
 
 int pdx_engine_fd(const struct pdx_engine *e)
 {
 	return e ? e->efd : -1;
-}
-
-pdx_status_t pdx_engine_link_status(const struct pdx_engine *e, char *reason,
-				    size_t reason_len)
-{
-	uint64_t ago_ms;
-
-	if (!e)
-		return PDX_EINVAL;
-	if (e->up && (e->registered || !e->reg))
-		return PDX_OK;
-	if (reason && reason_len) {
-		if (e->up || !e->down_ns) {
-			snprintf(reason, reason_len, "%s", e->why_down);
-		} else {
-			ago_ms = (pdx_now_ns() - e->down_ns) / 1000000;
-			snprintf(reason, reason_len, "%s, %llu ms ago",
-				 e->why_down, (unsigned long long)ago_ms);
-		}
-	}
-	return PDX_EPEER;
 }

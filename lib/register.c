@@ -1,14 +1,7 @@
-/* Registering the engine's KV memory and layout with its agent, and
- * registering again after the agent restarted.
- *
- * An agent that restarts (same address) has forgotten the registration.
- * The link's monitor reports each connection whose handshake completed
- * (link.c): the first call after one (pdx_engine_next_event() included,
- * which the fd wakes for it) sends the last accepted register again, so
- * the restarted agent serves the engine's next transfer instead of
- * failing it "not registered". Its answer is read like an event
- * (events.c); until then announcements fail at once with PDX_EPEER and
- * pdx_engine_link_status() says why.
+/* Registering the engine's KV memory and layout with its agent: the
+ * register checked, packed and sent, and its answer awaited (events that
+ * come meanwhile are queued). The register accepted is kept, for the
+ * agent that restarts and has forgotten it (liveness.c sends it again).
  */
 #define PDX_LOG_TOPIC "engine"
 
@@ -69,63 +62,6 @@ static void pack_region(msgpack_packer *pk, const struct pdx_engine_region *r)
 	pdx_mp_kv_str(pk, "type", "shm");
 	pdx_mp_kv_str(pk, "name", r->shm_name);
 	pdx_mp_kv_u64(pk, "size", r->size);
-}
-
-/* Reads an answer to register: returns 1 with *st set for "registered" and
- * "error" (why it failed in why, when why), 0 for anything else (a
- * message register does not wait for). */
-int pdx__register_answer(const msgpack_object *m, const char *op,
-			 char *peer_addr, size_t peer_addr_len,
-			 pdx_status_t *st, char *why, size_t why_len)
-{
-	char peer[PDX_ADDR_MAX], reason[PDX_REASON_MAX];
-	int64_t status;
-
-	if (strcmp(op, "registered") == 0) {
-		if (pdx_mp_get_str(m, "peer", peer, sizeof(peer)) || !peer[0]) {
-			log_error("register: answer without a peer address");
-			*st = PDX_EIO;
-			if (why)
-				snprintf(why, why_len, "register: the agent "
-					 "answered without a peer address");
-		} else if (peer_addr && strlen(peer) >= peer_addr_len) {
-			*st = PDX_ETOOBIG;
-			if (why)
-				snprintf(why, why_len, "register: the agent's "
-					 "peer address is over %zu bytes",
-					 peer_addr_len - 1);
-		} else {
-			if (peer_addr)
-				memcpy(peer_addr, peer, strlen(peer) + 1);
-			*st = PDX_OK;
-		}
-		return 1;
-	}
-	if (strcmp(op, "error") == 0) {
-		char refused[32];
-
-		/* an answer to something else (older agents name nothing) */
-		if (!pdx_mp_get_str(m, "refused", refused, sizeof(refused)) &&
-		    strcmp(refused, "register") != 0) {
-			log_debug("register: ignored an error about \"%s\"",
-				  refused);
-			return 0;
-		}
-		if (pdx__get_str_trunc(m, "reason", reason, sizeof(reason)))
-			snprintf(reason, sizeof(reason), "(no reason)");
-		if (pdx_mp_get_i64(m, "status", &status) || status >= 0 ||
-		    status < -100000)
-			status = PDX_EIO;
-		log_error("register refused by the agent: %s (%s)", reason,
-			  pdx_status_str((pdx_status_t)status));
-		*st = (pdx_status_t)status;
-		if (why)
-			snprintf(why, why_len, "register refused by the agent: %s",
-				 reason);
-		return 1;
-	}
-	log_debug("register: ignored \"%s\" from the agent", op);
-	return 0;
 }
 
 /* Sends a packed register and waits for its answer; events that come
@@ -207,58 +143,6 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 		}
 		return st;
 	}
-}
-
-/* The answer to the register pdx__relink() sent again. */
-void pdx__relinked(struct pdx_engine *e, pdx_status_t st, const char *was)
-{
-	e->registering = false;
-	if (st != PDX_OK) {
-		log_error("registering again: %s", pdx_status_str(st));
-		snprintf(e->why_down, sizeof(e->why_down),
-			 "the agent is back but registering again failed: %s",
-			 pdx_status_str(st));
-		return;
-	}
-	e->registered = e->up;
-	e->relink_ns = 0; /* the next restart is met at once */
-	log_info("registered again with the agent");
-	if (strcmp(was, e->peer) != 0)
-		log_warn("the agent's peer address is now %s (was %s)", e->peer,
-			 was);
-}
-
-/* Registers again on a new connection to the agent (it restarted): the
- * restarted agent has no registration, and would fail what we say next.
- * The register goes out without waiting (the engine's loop never waits
- * for its agent); its answer is read like an event (pdx__on_other),
- * until then announcements fail at once. */
-void pdx__relink(struct pdx_engine *e)
-{
-	uint64_t now;
-
-	pdx__link_watch(e);
-	if (!e->reg || !e->up || e->registered)
-		return;
-	now = pdx_now_ns();
-	if (e->registering &&
-	    now - e->relink_ns < (uint64_t)e->timeout_ms * 1000000ULL)
-		return; /* its answer is to come */
-	if (e->registering)
-		log_warn("registering again: no answer in %d ms",
-			 e->timeout_ms);
-	/* a refusal (or no answer) is not asked again at every call: once
-	 * per liveness */
-	else if (e->relink_ns &&
-		 now - e->relink_ns < (uint64_t)e->liveness_ms * 1000000ULL)
-		return;
-	e->registering = false;
-	e->relink_ns = now;
-	if (pdx__drain(e) != PDX_OK ||
-	    pdx__link_send(e, e->reg, e->reg_len, false) != PDX_OK)
-		return;
-	log_info("the agent link connected again: registering again");
-	e->registering = true;
 }
 
 pdx_status_t pdx_engine_register(struct pdx_engine *e,

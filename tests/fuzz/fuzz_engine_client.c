@@ -1,7 +1,8 @@
-/* The engine client's side of the engine link (lib/events.c,
- * lib/register.c, lib/inflight.c): frames from the agent classified as the
- * client does (events parsed and queued as while a register waits,
- * answers to register read), checking what an engine would be handed.
+/* The engine client's side of the engine link (lib/parse.c,
+ * lib/inflight.c): frames from the agent classified as the client does
+ * (events parsed and queued as while a register waits, answers to
+ * register read, with the reason of a refusal), checking what an engine
+ * would be handed.
  * The client's insides are linked statically (pdx_static_dep), as libpdx
  * does not export them; its sockets are never opened.
  *
@@ -39,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	while (size >= 3) {
 		size_t n = (size_t)data[0] | (size_t)data[1] << 8;
 		size_t plen = data[2];
-		char peer[256];
+		char peer[256], why[PDX_REASON_MAX] = "";
 		msgpack_unpacked up;
 		zmq_msg_t msg;
 		pdx_status_t st = 1;
@@ -57,12 +58,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			pdx__queue_push(&e, &ev);
 			break;
 		case PDX__MSG_OTHER:
-			if (pdx__register_answer(
-				&up.data, op, plen ? peer : NULL, plen, &st)) {
+			if (pdx__register_answer(&up.data, op,
+						 plen ? peer : NULL, plen, &st,
+						 why, sizeof(why))) {
 				if (st > 0 || st < -100000)
 					abort();
 				if (!st && plen && strnlen(peer, plen) == plen)
 					abort();
+				if (st && !why[0])
+					abort(); /* a failure says why */
 			}
 			break;
 		case PDX__MSG_SKIP:

@@ -1,0 +1,57 @@
+/* An engine's life on the client side: pdx_engine_connect() makes what
+ * every other file works on, pdx_engine_free() lets it go. This is the top
+ * of libpdx's files (client.h lists them from the bottom): the only one
+ * that may reach all of what an engine holds.
+ */
+#include "lib/client.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_TIMEOUT_MS 10000
+#define DEFAULT_LIVENESS_MS 1000
+
+pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
+				struct pdx_engine **out)
+{
+	struct pdx_engine *e;
+	pdx_status_t st;
+
+	if (!out)
+		return PDX_EINVAL;
+	*out = NULL;
+	if (!params || !params->agent || !params->agent[0] ||
+	    strnlen(params->agent, PDX_ADDR_MAX) >= PDX_ADDR_MAX ||
+	    params->timeout_ms < 0 || params->liveness_ms < 0)
+		return PDX_EINVAL;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return PDX_ENOMEM;
+	e->efd = -1;
+	e->timeout_ms =
+	    params->timeout_ms ? params->timeout_ms : DEFAULT_TIMEOUT_MS;
+	e->liveness_ms =
+	    params->liveness_ms ? params->liveness_ms : DEFAULT_LIVENESS_MS;
+	e->xfer_timeout_ms = params->xfer_timeout_ms;
+	snprintf(e->why_down, sizeof(e->why_down),
+		 "no connection to the agent at %s yet", params->agent);
+	st = pdx__link_open(e, params->agent);
+	if (st != PDX_OK) {
+		pdx_engine_free(e);
+		return st;
+	}
+	*out = e;
+	return PDX_OK;
+}
+
+void pdx_engine_free(struct pdx_engine *e)
+{
+	if (!e)
+		return;
+	pdx__link_close(e);
+	pdx__inflight_free(e);
+	pdx__cuda_free(e->cuda);
+	free(e->reg);
+	free(e);
+}

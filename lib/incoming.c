@@ -1,0 +1,110 @@
+/* What the agent says, taken off the link while nobody waits for one
+ * thing in particular: events go to the queue (inflight.c), a refused
+ * announcement becomes its transfer's event here, and the answer to a
+ * register sent again (liveness.c) settles the link. The readers that do
+ * wait for something (register.c, events.c) hand their other messages
+ * here too.
+ */
+#define PDX_LOG_TOPIC "engine"
+
+#include "lib/client.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+/* The answer to the register pdx__relink() sent again. */
+static void relinked(struct pdx_engine *e, pdx_status_t st, const char *was)
+{
+	e->registering = false;
+	if (st != PDX_OK) {
+		log_error("registering again: %s", pdx_status_str(st));
+		snprintf(e->why_down, sizeof(e->why_down),
+			 "the agent is back but registering again failed: %s",
+			 pdx_status_str(st));
+		return;
+	}
+	e->registered = e->up;
+	e->relink_ns = 0; /* the next restart is met at once */
+	log_info("registered again with the agent");
+	if (strcmp(was, e->peer) != 0)
+		log_warn("the agent's peer address is now %s (was %s)", e->peer,
+			 was);
+}
+
+/* Takes whatever is already waiting: events go to the queue, and so does
+ * the event made of a refused announcement (pdx__on_other); anything
+ * else (a late answer to an earlier register) is dropped. */
+pdx_status_t pdx__drain(struct pdx_engine *e)
+{
+	for (;;) {
+		struct pdx_engine_event ev;
+		msgpack_unpacked up;
+		zmq_msg_t msg;
+		char op[32];
+		int rc = pdx__link_recv(e, &msg);
+
+		if (rc < 0)
+			return PDX_EIO;
+		if (rc == 0)
+			return PDX_OK;
+		switch (pdx__classify(&msg, &up, op, sizeof(op), &ev)) {
+		case PDX__MSG_EVENT:
+			pdx__queue_keep(e, &ev);
+			break;
+		case PDX__MSG_OTHER:
+			if (pdx__on_other(e, &up.data, op, &ev) &&
+			    pdx__queue_push(e, &ev))
+				log_error(
+				    "event queue full: an event was lost");
+			break;
+		case PDX__MSG_SKIP:
+			break;
+		}
+		msgpack_unpacked_destroy(&up);
+		zmq_msg_close(&msg);
+	}
+}
+
+/* A message that is not an event: the answer to a register sent again,
+ * or an error refusing an announcement, which ends that transfer (its one
+ * event, made here: true with *ev set). Anything else is dropped. */
+bool pdx__on_other(struct pdx_engine *e, const msgpack_object *m,
+		   const char *op, struct pdx_engine_event *ev)
+{
+	char refused[16] = "", was[PDX_ADDR_MAX];
+	pdx_status_t st;
+	int64_t status;
+
+	if (e->registering) {
+		memcpy(was, e->peer, sizeof(was));
+		if (pdx__register_answer(m, op, e->peer, sizeof(e->peer),
+					 &st, NULL, 0)) {
+			relinked(e, st, was);
+			return false;
+		}
+	}
+	if (strcmp(op, "error") != 0 ||
+	    pdx_mp_get_str(m, "refused", refused, sizeof(refused)) ||
+	    (strcmp(refused, "send") != 0 && strcmp(refused, "recv") != 0) ||
+	    pdx_mp_get_xfer(m, "xfer", &ev->xfer) ||
+	    !pdx__inflight_has(e, &ev->xfer)) {
+		log_debug("ignored \"%s\" from the agent", op);
+		return false;
+	}
+	pdx__inflight_take(e, &ev->xfer);
+	ev->kind = PDX_EVENT_FAILED;
+	ev->status = pdx_mp_get_i64(m, "status", &status) || status >= 0 ||
+			     status < -100000
+			 ? PDX_EIO
+			 : (pdx_status_t)status;
+	ev->bytes = 0;
+	ev->t_first_ns = ev->t_last_ns = pdx_now_ns();
+	ev->first_token = -1;
+	if (pdx__get_str_trunc(m, "reason", ev->reason, sizeof(ev->reason)))
+		snprintf(ev->reason, sizeof(ev->reason),
+			 "refused by the agent");
+	return true;
+}
