@@ -23,6 +23,9 @@ struct pdx_model {
 	uint32_t vocab;        /* token ids are < vocab */
 	uint32_t hidden;       /* query heads * head_dim: attention width */
 	uint64_t params;       /* weights, all of them (embeddings included) */
+	uint64_t active;       /* weights one token goes through: less than
+				* params in a mixture of experts (only the
+				* routed experts run); 0: all of them */
 };
 
 /* NULL when the name is unknown (or NULL). */

@@ -35,7 +35,7 @@ uint64_t pdx_synth_step_ns(const struct pdx_model *m,
 			   const struct pdx_synth_work *w)
 {
 	const struct pdx_synth_gpu none = { 0 };
-	double kv_per_token, flops, bytes, t_flops, t_bytes, t;
+	double kv_per_token, weights, flops, bytes, t_flops, t_bytes, t;
 
 	if (!g)
 		g = &none;
@@ -43,9 +43,12 @@ uint64_t pdx_synth_step_ns(const struct pdx_model *m,
 		return 0;
 	kv_per_token = (double)m->layers * m->tensors * m->kv_heads *
 		       m->head_dim * m->dtype_bytes;
-	flops = 2.0 * m->params * w->tokens +
+	/* a mixture of experts runs and reads only the routed experts: a
+	 * batch whose tokens route apart reads more, so bytes are a floor */
+	weights = (double)(m->active ? m->active : m->params);
+	flops = 2.0 * weights * w->tokens +
 		4.0 * m->hidden * m->layers * w->attn_pairs;
-	bytes = (double)m->params * m->dtype_bytes +
+	bytes = weights * m->dtype_bytes +
 		kv_per_token * w->kv_tokens;
 	t_flops = flops / (or_default(g->flops, H100_FLOPS) *
 			   or_default(g->flops_eff, PREFILL_FLOPS_EFF));

@@ -6,7 +6,8 @@
  * rate and its bytes at the effective memory bandwidth, times scale.
  *   FLOPs = 2 * params * tokens + 4 * hidden * layers * attn_pairs
  *   bytes = params * dtype_bytes + kv_tokens * KV bytes per token
- * (all layers and tensors). Long prefills come out compute-bound, decode
+ * (all layers and tensors; params: the active ones of a mixture of
+ * experts). Long prefills come out compute-bound, decode
  * steps and short prefills memory-bound, as on real GPUs. Each layer takes
  * an equal share, step / layers. The defaults are one H100 SXM; their
  * derivation is in docs/engine.md.

@@ -194,8 +194,8 @@ pd_engine_start() {
 		--agent "ipc://$E2E_TMP/$side.engine" "$@"
 }
 
-# e NAME: an engine's sample NAME (the tiny model).
-e() { echo "pdx_engine_$1{model_name=\"tiny\"}"; }
+# e NAME: an engine's sample NAME (the model E2E_MODEL, tiny by default).
+e() { echo "pdx_engine_$1{model_name=\"${E2E_MODEL:-tiny}\"}"; }
 
 # val PORT NAME: one sample of PORT's /metrics, 0 when absent.
 val() {
