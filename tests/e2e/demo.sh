@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/demo at small scale (tiny model) with the binaries under test, in
-# each flow: it exits 0, its --json file holds both results with every
+# each flow, and once with deepseek-v3 (MLA): it exits 0, its --json file holds both results with every
 # request completed, and it leaves no process behind. Then SIGTERM in the
 # middle of a run (Ctrl-C's SIGINT takes the same path, but a background
 # job of a script ignores SIGINT): exit 143, nothing left running.
@@ -37,6 +37,19 @@ for k in ('disaggregated', 'colocated'):
 		demo_fail "$flow" "demo --flow $flow: results"
 	[ -z "$(left)" ] || fail "demo --flow $flow left processes: $(left)"
 done
+
+# MLA: deepseek-v3's latent KV, a few 64-token blocks a prompt
+"$DEMO" --build "$BUILD" --model deepseek-v3 --input-len 150 --output-len 4 \
+	--num-prompts 6 --max-concurrency 2 --time-scale 0 --kv-blocks 24 \
+	--quiet --out "$E2E_TMP/mla" --json "$E2E_TMP/mla.json" \
+	>"$E2E_TMP/mla.txt" 2>"$E2E_TMP/mla.err" ||
+	demo_fail mla "demo --model deepseek-v3: $(tail -5 "$E2E_TMP/mla.err")"
+python3 -c "import json; r = json.load(open('$E2E_TMP/mla.json'))
+for k in ('disaggregated', 'colocated'):
+    assert r[k]['completed'] == 6 and r[k]['failed'] == 0, (k, r[k]['completed'], r[k]['failed'])
+    assert r[k]['total_output_tokens'] == 24, r[k]" ||
+	demo_fail mla "demo --model deepseek-v3: results"
+[ -z "$(left)" ] || fail "demo --model deepseek-v3 left processes: $(left)"
 
 # SIGTERM while pdx-bench runs: everything stops, exit 143
 "$DEMO" --build "$BUILD" --model tiny --input-len 48 --output-len 400 \

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # pdx-xferbench --mem cuda with the agents' data path forced: two engines
 # with KV pools in GPU memory (CUDA IPC handles, per-layer CUDA events),
-# a tiny model moved and every byte checked on the GPU. --layer-ms makes
+# a model (tiny unless MODEL says) moved and every byte checked on the GPU. --layer-ms makes
 # the prefill side write each layer's bytes only when it "computes" it, so
 # a path that reads a layer before its event fired fails verification.
 # Also checks that the prefill agent logged the forced path, not a fallback.
 # Exits 77 (skipped) where there is no CUDA device, as pdx-xferbench does.
 #
-#   xferbench_cuda.sh PDX-XFERBENCH PDX-AGENT DATA-PATH
+#   xferbench_cuda.sh PDX-XFERBENCH PDX-AGENT DATA-PATH [MODEL]
 set -u
-xb=$1 agent=$2 path=$3
+xb=$1 agent=$2 path=$3 model=${4:-tiny}
 
-out=$("$xb" --mem cuda --model tiny --tokens 256 --concurrency 2 \
+out=$("$xb" --mem cuda --model "$model" --tokens 256 --concurrency 2 \
 	--random-blocks --iters 2 --layer-ms 1 --data-path "$path" --json \
 	--agent-bin "$agent")
 rc=$?
