@@ -201,6 +201,57 @@ static void same_tokens(struct side *s, struct side *d)
 	CHECK(out_s[1] != out_s[2] || out_s[2] != out_s[3]);
 }
 
+/* MLA (deepseek-v3: one latent tensor a layer, 576 bf16 a token, 64-token
+ * blocks): the check finds a flipped byte of the rotary part of one
+ * position in the last layer, the probe a cleared slot, and the next token
+ * depends on that layer's latent. */
+static void mla(void)
+{
+	struct pdx_shm_pool pool;
+	const uint32_t n = 100, slot = 576 * 2; /* two blocks, one partial */
+	uint32_t table[2] = { 3, 1 }, bad = 0, tok[100], first;
+	uint64_t h[100];
+	struct pdx_synth_seq q;
+	char name[64], err[128];
+	uint8_t *pos70;
+
+	snprintf(name, sizeof(name), "/pdx-unit-synth-%d-mla", (int)getpid());
+	if (pdx_shm_pool_create(&pool, name, pdx_model_find("deepseek-v3"), 4,
+				err, sizeof(err))) {
+		fprintf(stderr, "pool: %s\n", err);
+		check_failures++;
+		return;
+	}
+	CHECK_EQ(pool.layout.tensors, 1);
+	CHECK_EQ(pool.block_bytes, 64 * slot);
+	CHECK_EQ(pdx_synth_layout_check(&pool.layout), PDX_OK);
+	for (uint32_t i = 0; i < n; i++)
+		tok[i] = (i * 104729 + 7) % 129280;
+	pdx_synth_hashes(PDX_SYNTH_HASH_SEED, tok, n, h);
+	q = (struct pdx_synth_seq){ .layout = &pool.layout, .base = pool.base,
+				    .blocks = table, .hash = h };
+	for (uint32_t l = 0; l < pool.layout.layers; l++)
+		pdx_synth_fill(&q, l, 0, n);
+	CHECK(pdx_synth_check(&q, 0, n, &bad));
+	CHECK(pdx_synth_probe(&q, 0, n, &bad));
+	first = pdx_synth_next_token(&q, n, 129280);
+
+	pos70 = pdx_shm_pool_block(&pool, 60, 0, table[1]) + (70 - 64) * slot;
+	pos70[512 * 2 + 5] ^= 0x10; /* in qk_rope_head_dim's 64 values */
+	CHECK(!pdx_synth_check(&q, 0, n, &bad));
+	CHECK_EQ(bad, 70);
+	pos70[512 * 2 + 5] ^= 0x10;
+	memset(pos70, 0, slot);
+	CHECK(!pdx_synth_probe(&q, 0, n, &bad));
+	CHECK_EQ(bad, 70);
+	memset(pdx_shm_pool_block(&pool, 60, 0, table[1]), 0, pool.block_bytes);
+	CHECK(pdx_synth_next_token(&q, n, 129280) != first);
+	pdx_synth_fill(&q, 60, 64, n);
+	CHECK(pdx_synth_check(&q, 0, n, &bad));
+	CHECK_EQ(pdx_synth_next_token(&q, n, 129280), first);
+	pdx_shm_pool_destroy(&pool);
+}
+
 static void layouts(const struct side *s)
 {
 	struct pdx_kv_layout l = s->pool.layout;
@@ -238,6 +289,7 @@ int main(void)
 	chunks(&s, &t);
 	same_tokens(&s, &d);
 	layouts(&s);
+	mla();
 out:
 	pdx_shm_pool_destroy(&s.pool);
 	pdx_shm_pool_destroy(&t.pool);
