@@ -195,8 +195,24 @@ struct xfer {
 	char peer_abort[PDX_REASON_MAX]; /* the peer gave up before we began */
 };
 
+/* How a transfer's end reaches the files above xfer.c, which main.c (or
+ * a harness in its place) installs: xfer.c decides the outcome, these
+ * carry it out, so the transfer table calls nothing above itself. */
+struct xfer_ops {
+	/* Our engine's event, "sent", "received" or "failed" (engine_link.c). */
+	void (*engine_event)(struct agent *a, struct xfer *x, const char *kind);
+	/* The collector's notification of the same outcome (notify.c). */
+	void (*notify)(struct agent *a, struct xfer *x, const char *kind);
+	/* Tells the agent at addr: op "abort" (ours) or "error" (unknown). */
+	void (*tell_peer)(struct agent *a, const char *addr, const char *op,
+			  const struct pdx_xfer_id *xfer, const char *reason);
+	/* A transfer's timer failed it: run what that made ready. */
+	void (*settle)(struct agent *a);
+};
+
 struct agent {
 	struct agent_config cfg;
+	const struct xfer_ops *xfer_ops;
 	struct event_base *base;
 	void *zctx;
 	void *engine_sock; /* ROUTER, ipc:// */
@@ -225,6 +241,12 @@ struct agent {
 	uint64_t ops_inflight; /* UCX operations of all transfers */
 	uint64_t notify_dropped;
 };
+
+/* We hold a working handshake with p (it may be being refreshed). */
+static inline bool peer_known(const struct peer *p)
+{
+	return p && p->ep && !p->ep_failed;
+}
 
 /* Sends a msgpack buffer as one frame on sock (ROUTER: after identity). */
 int agent_zsend(void *sock, const void *id, size_t id_len, const void *buf,
@@ -259,8 +281,6 @@ struct peer *peer_get(struct agent *a, const char *addr);
  * force, so nothing more of ours lands there or of theirs here); the next
  * use says hello. */
 void peer_reset(struct agent *a, struct peer *p);
-/* We hold a working handshake with p (it may be being refreshed). */
-bool peer_known(const struct peer *p);
 /* user: with CURVE, the address listed for the sender's key. */
 void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		 const char *user);
@@ -272,6 +292,8 @@ int peer_send(struct agent *a, struct peer *p, const char *op,
 void peer_send_to_addr(struct agent *a, const char *addr, const char *op,
 		       const struct pdx_xfer_id *xfer, const char *reason);
 void peers_free(struct agent *a);
+/* The peer became ready or refused: move its transfers on. */
+void xfers_peer_ready(struct agent *a, struct peer *p);
 
 /* xfer.c */
 struct xfer *xfer_find(struct agent *a, const struct pdx_xfer_id *id);
@@ -300,8 +322,6 @@ void xfer_pack_outcome(msgpack_packer *pk, const struct xfer *x,
 /* Once a finished transfer's operations drained: its event to the engine,
  * and out of the table. */
 void xfer_maybe_release(struct xfer *x);
-/* The peer became ready, refused, or died: move its transfers on. */
-void xfers_peer_ready(struct agent *a, struct peer *p);
 /* Fails the peer's transfers; with instance != 0 only those begun with that
  * incarnation of it (a restarted peer knows nothing of them). */
 void xfers_peer_failed(struct agent *a, struct peer *p, uint64_t instance,
@@ -335,7 +355,6 @@ void on_ping(struct agent *a, const char *from, const msgpack_object *m);
 pdx_status_t gpu_push_layers(struct xfer *x, uint32_t layer, uint32_t n);
 /* Our plan (and the receiver's, for cuda-ipc) once the blocks are known. */
 pdx_status_t gpu_plan_xfer(struct xfer *x);
-void gpu_xfer_free(struct xfer *x);
 /* layer_done with a slot: our stream waits for that event. */
 void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot);
 /* Segments (staging blocks) per layer of x: tensors * (n_blocks - skip). */

@@ -60,13 +60,6 @@ pdx_status_t gpu_plan_xfer(struct xfer *x)
 		    x->remote_blocks + x->skip, n, &x->peer_plan);
 }
 
-void gpu_xfer_free(struct xfer *x)
-{
-	gpu_plan_free(x->agent->gpu, x->plan);
-	gpu_plan_free(x->agent->gpu, x->peer_plan);
-	x->plan = x->peer_plan = NULL;
-}
-
 struct put_layers {
 	struct xfer *x;
 	uint32_t layer, n;

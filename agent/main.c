@@ -274,6 +274,15 @@ void agent_settle(struct agent *a)
 	xfers_reap(a);
 }
 
+/* A transfer's outcome reaches the engine, the collector and the peer
+ * through these (xfer.c calls nothing above itself). */
+static const struct xfer_ops xfer_ops = {
+	.engine_event = engine_send_event,
+	.notify = notify_xfer,
+	.tell_peer = peer_send_to_addr,
+	.settle = agent_settle,
+};
+
 static void on_ready(evutil_socket_t fd, short what, void *arg)
 {
 	agent_settle(arg);
@@ -389,6 +398,7 @@ static int agent_start(struct agent *a)
 {
 	pdx_status_t st;
 
+	a->xfer_ops = &xfer_ops;
 	if (getrandom(&a->instance, sizeof(a->instance), 0) != sizeof(a->instance))
 		return -1;
 	host_identity(a->host_id, sizeof(a->host_id));

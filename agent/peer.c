@@ -44,11 +44,6 @@ void peer_reset(struct agent *a, struct peer *p)
 	p->instance = 0;
 }
 
-bool peer_known(const struct peer *p)
-{
-	return p && p->ep && !p->ep_failed;
-}
-
 static struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
 {
 	struct peer *p = NULL;
@@ -525,6 +520,41 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 		 data_path_name(p->path),
 		 p->staged_shared ? ", its staging mapped here" : "");
 	return PDX_OK;
+}
+
+static void fill_want(msgpack_packer *pk, void *arg)
+{
+	struct xfer *x = arg;
+
+	pdx_mp_kv_u32s(pk, "blocks", x->blocks, x->n_blocks);
+	pdx_mp_kv_u64(pk, "skip", x->skip);
+}
+
+void xfers_peer_ready(struct agent *a, struct peer *p)
+{
+	struct xfer *x, *tmp;
+
+	if (!p)
+		return;
+	HASH_ITER(hh, a->xfers, x, tmp) {
+		if (x->peer != p || x->finished || !x->announced)
+			continue;
+		if (p->state == PEER_REFUSED) {
+			xfer_fail(x, PDX_EINCOMPAT, false, "peer %s refused: %s",
+				  p->addr, p->refusal);
+		} else if (p->state != PEER_READY) {
+			continue;
+		} else if (x->role == XFER_RECV && !x->want_sent) {
+			x->want_sent = true;
+			log_debug("want to %s", p->addr);
+			x->peer_instance = p->instance;
+			if (peer_send(a, p, "want", &x->id, NULL, fill_want, 2, x))
+				xfer_fail(x, PDX_EPEER, false,
+					  "cannot reach %s", p->addr);
+		} else if (x->role == XFER_SEND) {
+			push_try(x);
+		}
+	}
 }
 
 static void on_hello(struct agent *a, const char *from, const msgpack_object *m,
