@@ -206,13 +206,14 @@ struct xfer_ops {
 	/* Tells the agent at addr: op "abort" (ours) or "error" (unknown). */
 	void (*tell_peer)(struct agent *a, const char *addr, const char *op,
 			  const struct pdx_xfer_id *xfer, const char *reason);
-	/* A transfer's timer failed it: run what that made ready. */
-	void (*settle)(struct agent *a);
 };
 
 struct agent {
 	struct agent_config cfg;
 	const struct xfer_ops *xfer_ops;
+	/* agent_settle(), installed by main.c: the timers and GPU completions
+	 * of the files below it end with it without calling up. */
+	void (*settle)(struct agent *a);
 	struct event_base *base;
 	void *zctx;
 	void *engine_sock; /* ROUTER, ipc:// */
@@ -248,7 +249,8 @@ static inline bool peer_known(const struct peer *p)
 	return p && p->ep && !p->ep_failed;
 }
 
-/* Sends a msgpack buffer as one frame on sock (ROUTER: after identity). */
+/* zsend.c: sends a msgpack buffer as one frame on sock (ROUTER: after
+ * identity). */
 int agent_zsend(void *sock, const void *id, size_t id_len, const void *buf,
 		size_t len);
 
@@ -265,8 +267,8 @@ static inline void xfer_unhold(struct xfer *x)
 	x->agent->ops_inflight--;
 }
 
-/* Runs everything ready (messages, UCX completions) until nothing is;
- * every event callback ends with it. */
+/* main.c: runs everything ready (messages, UCX completions) until nothing
+ * is; every event callback ends with it (a->settle below main.c). */
 void agent_settle(struct agent *a);
 
 /* engine_link.c */
@@ -330,35 +332,45 @@ void xfers_free(struct agent *a);
 /* Frees released transfers; only agent_settle() calls it. */
 void xfers_reap(struct agent *a);
 
-/* push.c: the data path */
-void push_try(struct xfer *x);
+/* complete.c: a transfer's data operations finishing */
 /* A data operation on x's blocks ended (the UCX callback form: _cb). */
 void push_op_done(struct xfer *x, pdx_status_t status);
 void push_op_done_cb(void *arg, pdx_status_t status);
-/* Every run of one layer, by UCX or a copy between mapped pools. */
-pdx_status_t push_layer_runs(struct xfer *x, uint32_t layer);
 /* Once every layer was pushed and every operation ended: "done". */
 void push_maybe_flush(struct xfer *x);
-void push_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
-		     size_t len, bool rndv);
+/* Receiver: once "done" came and what it announced arrived, success. */
 void recv_try_complete(struct xfer *x);
 
-/* liveness.c: heartbeats, leases, dead peers (docs/protocol.md) */
+/* host_path.c: ipc, put and am (and cuda-put's puts) */
+/* x's runs of blocks, once both sides' blocks are known; -1: no memory. */
+int host_plan_runs(struct xfer *x);
+/* Every run of one layer, by UCX or a copy between mapped pools. */
+pdx_status_t push_layer_runs(struct xfer *x, uint32_t layer);
+/* An active message of the am path: placed into x's blocks. */
+void host_on_message(struct agent *a, const void *hdr, size_t hdr_len,
+		     void *data, size_t len, bool rndv);
+
+/* push.c: the data path's driver */
+void push_try(struct xfer *x);
+/* UCX's active-message handler: to the path the message belongs to. */
+void push_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
+		     size_t len, bool rndv);
+
+/* liveness.c: heartbeats, silent peers (docs/protocol.md) */
 int liveness_start(struct agent *a);
 void liveness_stop(struct agent *a);
-/* Any message from p: it is alive. */
-void peer_heard(struct peer *p);
-void on_ping(struct agent *a, const char *from, const msgpack_object *m);
+
+/* gpu_plan.c: a GPU transfer's plans */
+/* Our plan (and the receiver's, for cuda-ipc) once the blocks are known. */
+pdx_status_t gpu_plan_xfer(struct xfer *x);
+/* Segments (staging blocks) per layer of x: tensors * (n_blocks - skip). */
+uint64_t gpu_layer_segments(const struct xfer *x);
 
 /* gpu_path.c: GPU memory (docs/gpu.md) */
 /* The sender pushes n computed layers from `layer` on by a GPU path. */
 pdx_status_t gpu_push_layers(struct xfer *x, uint32_t layer, uint32_t n);
-/* Our plan (and the receiver's, for cuda-ipc) once the blocks are known. */
-pdx_status_t gpu_plan_xfer(struct xfer *x);
 /* layer_done with a slot: our stream waits for that event. */
 void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot);
-/* Segments (staging blocks) per layer of x: tensors * (n_blocks - skip). */
-uint64_t gpu_layer_segments(const struct xfer *x);
 
 /* staged.c: the staged path's bounded buffers and messages */
 /* Its buffers, once GPU memory is registered (their name is in hellos). */

@@ -566,7 +566,7 @@ static void on_hello(struct agent *a, const char *from, const msgpack_object *m,
 
 	if (!p)
 		return;
-	peer_heard(p); /* first met through its hello: heard now */
+	p->heard_ns = pdx_now_ns(); /* first met through its hello: heard now */
 	log_debug("%s from %s (state %d)", is_ack ? "hello_ack" : "hello", from,
 		  p->state);
 	if (!a->reg.ok) {
@@ -755,6 +755,41 @@ static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
 		  refused ? "refused" : "aborted", p->addr, reason);
 }
 
+/* A ping says the peer is alive and lists the transfers its engine holds
+ * queued for us: their senders' leases are renewed (liveness.c sends
+ * ours). */
+static void on_ping(struct agent *a, const char *from, const msgpack_object *m)
+{
+	struct peer *p = peer_get(a, from);
+	const msgpack_object *hold = pdx_mp_get(m, "hold");
+	uint64_t lease_end;
+
+	if (!p)
+		return;
+	peer_send(a, p, "pong", NULL, NULL, NULL, 0, NULL);
+	/* Renewals count only from a peer we shook hands with (it may have
+	 * restarted and lost them); peer_get() sent it a hello if not. */
+	if (!peer_known(p) || !hold || hold->type != MSGPACK_OBJECT_ARRAY)
+		return;
+	lease_end = pdx_now_ns() + (uint64_t)a->cfg.lease_ms * 1000000ULL;
+	for (uint32_t i = 0; i < hold->via.array.size; i++) {
+		struct pdx_xfer_id id;
+		struct xfer *x;
+
+		if (pdx_mp_obj_xfer(&hold->via.array.ptr[i], &id))
+			continue;
+		/* Unknown here: our engine has not announced it, and its
+		 * lease starts in full when it does. */
+		x = xfer_find(a, &id);
+		xfer_claim(x, p);
+		if (x && x->role == XFER_SEND && x->peer == p && !x->finished &&
+		    lease_end > x->lease_ns) {
+			x->lease_ns = lease_end;
+			metrics_lease_renewed(a);
+		}
+	}
+}
+
 void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		 const char *user)
 {
@@ -777,7 +812,7 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		return;
 	}
 	if ((p = peer_lookup(a, from, false)) != NULL)
-		peer_heard(p);
+		p->heard_ns = pdx_now_ns();
 	if (strcmp(op, "ping") == 0) {
 		on_ping(a, from, &msg.data);
 	} else if (strcmp(op, "pong") == 0) {

@@ -127,7 +127,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 	else
 		xfer_fail(x, PDX_ETIMEDOUT, true, "timed out after %u ms %s",
 			  x->timeout_ms, xfer_stage(x));
-	a->xfer_ops->settle(a);
+	a->settle(a);
 }
 
 struct xfer *xfer_new(struct agent *a, const struct pdx_xfer_id *id,

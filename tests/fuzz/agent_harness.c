@@ -134,7 +134,6 @@ static const struct xfer_ops xfer_ops = {
 	.engine_event = engine_send_event,
 	.notify = notify_xfer,
 	.tell_peer = peer_send_to_addr,
-	.settle = agent_settle,
 };
 
 /* ---- shared memory: /fuzz... names are private memfds ---- */
@@ -485,6 +484,7 @@ void fa_init(struct agent *a, uint8_t cfg)
 	memset(a, 0, sizeof(*a));
 	a->cfg = agent_config_defaults();
 	a->xfer_ops = &xfer_ops;
+	a->settle = agent_settle;
 	a->cfg.max_xfers = 64;
 	a->cfg.data_path = path[cfg & 3];
 	a->base = base;
