@@ -195,8 +195,25 @@ struct xfer {
 	char peer_abort[PDX_REASON_MAX]; /* the peer gave up before we began */
 };
 
+/* How a transfer's end reaches the files above xfer.c, which main.c (or
+ * a harness in its place) installs: xfer.c decides the outcome, these
+ * carry it out, so the transfer table calls nothing above itself. */
+struct xfer_ops {
+	/* Our engine's event, "sent", "received" or "failed" (engine_link.c). */
+	void (*engine_event)(struct agent *a, struct xfer *x, const char *kind);
+	/* The collector's notification of the same outcome (notify.c). */
+	void (*notify)(struct agent *a, struct xfer *x, const char *kind);
+	/* Tells the agent at addr: op "abort" (ours) or "error" (unknown). */
+	void (*tell_peer)(struct agent *a, const char *addr, const char *op,
+			  const struct pdx_xfer_id *xfer, const char *reason);
+};
+
 struct agent {
 	struct agent_config cfg;
+	const struct xfer_ops *xfer_ops;
+	/* agent_settle(), installed by main.c: the timers and GPU completions
+	 * of the files below it end with it without calling up. */
+	void (*settle)(struct agent *a);
 	struct event_base *base;
 	void *zctx;
 	void *engine_sock; /* ROUTER, ipc:// */
@@ -226,7 +243,14 @@ struct agent {
 	uint64_t notify_dropped;
 };
 
-/* Sends a msgpack buffer as one frame on sock (ROUTER: after identity). */
+/* We hold a working handshake with p (it may be being refreshed). */
+static inline bool peer_known(const struct peer *p)
+{
+	return p && p->ep && !p->ep_failed;
+}
+
+/* zsend.c: sends a msgpack buffer as one frame on sock (ROUTER: after
+ * identity). */
 int agent_zsend(void *sock, const void *id, size_t id_len, const void *buf,
 		size_t len);
 
@@ -243,8 +267,8 @@ static inline void xfer_unhold(struct xfer *x)
 	x->agent->ops_inflight--;
 }
 
-/* Runs everything ready (messages, UCX completions) until nothing is;
- * every event callback ends with it. */
+/* main.c: runs everything ready (messages, UCX completions) until nothing
+ * is; every event callback ends with it (a->settle below main.c). */
 void agent_settle(struct agent *a);
 
 /* engine_link.c */
@@ -259,8 +283,6 @@ struct peer *peer_get(struct agent *a, const char *addr);
  * force, so nothing more of ours lands there or of theirs here); the next
  * use says hello. */
 void peer_reset(struct agent *a, struct peer *p);
-/* We hold a working handshake with p (it may be being refreshed). */
-bool peer_known(const struct peer *p);
 /* user: with CURVE, the address listed for the sender's key. */
 void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		 const char *user);
@@ -272,6 +294,8 @@ int peer_send(struct agent *a, struct peer *p, const char *op,
 void peer_send_to_addr(struct agent *a, const char *addr, const char *op,
 		       const struct pdx_xfer_id *xfer, const char *reason);
 void peers_free(struct agent *a);
+/* The peer became ready or refused: move its transfers on. */
+void xfers_peer_ready(struct agent *a, struct peer *p);
 
 /* xfer.c */
 struct xfer *xfer_find(struct agent *a, const struct pdx_xfer_id *id);
@@ -300,8 +324,6 @@ void xfer_pack_outcome(msgpack_packer *pk, const struct xfer *x,
 /* Once a finished transfer's operations drained: its event to the engine,
  * and out of the table. */
 void xfer_maybe_release(struct xfer *x);
-/* The peer became ready, refused, or died: move its transfers on. */
-void xfers_peer_ready(struct agent *a, struct peer *p);
 /* Fails the peer's transfers; with instance != 0 only those begun with that
  * incarnation of it (a restarted peer knows nothing of them). */
 void xfers_peer_failed(struct agent *a, struct peer *p, uint64_t instance,
@@ -310,36 +332,45 @@ void xfers_free(struct agent *a);
 /* Frees released transfers; only agent_settle() calls it. */
 void xfers_reap(struct agent *a);
 
-/* push.c: the data path */
-void push_try(struct xfer *x);
+/* complete.c: a transfer's data operations finishing */
 /* A data operation on x's blocks ended (the UCX callback form: _cb). */
 void push_op_done(struct xfer *x, pdx_status_t status);
 void push_op_done_cb(void *arg, pdx_status_t status);
-/* Every run of one layer, by UCX or a copy between mapped pools. */
-pdx_status_t push_layer_runs(struct xfer *x, uint32_t layer);
 /* Once every layer was pushed and every operation ended: "done". */
 void push_maybe_flush(struct xfer *x);
-void push_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
-		     size_t len, bool rndv);
+/* Receiver: once "done" came and what it announced arrived, success. */
 void recv_try_complete(struct xfer *x);
 
-/* liveness.c: heartbeats, leases, dead peers (docs/protocol.md) */
+/* host_path.c: ipc, put and am (and cuda-put's puts) */
+/* x's runs of blocks, once both sides' blocks are known; -1: no memory. */
+int host_plan_runs(struct xfer *x);
+/* Every run of one layer, by UCX or a copy between mapped pools. */
+pdx_status_t push_layer_runs(struct xfer *x, uint32_t layer);
+/* An active message of the am path: placed into x's blocks. */
+void host_on_message(struct agent *a, const void *hdr, size_t hdr_len,
+		     void *data, size_t len, bool rndv);
+
+/* push.c: the data path's driver */
+void push_try(struct xfer *x);
+/* UCX's active-message handler: to the path the message belongs to. */
+void push_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
+		     size_t len, bool rndv);
+
+/* liveness.c: heartbeats, silent peers (docs/protocol.md) */
 int liveness_start(struct agent *a);
 void liveness_stop(struct agent *a);
-/* Any message from p: it is alive. */
-void peer_heard(struct peer *p);
-void on_ping(struct agent *a, const char *from, const msgpack_object *m);
+
+/* gpu_plan.c: a GPU transfer's plans */
+/* Our plan (and the receiver's, for cuda-ipc) once the blocks are known. */
+pdx_status_t gpu_plan_xfer(struct xfer *x);
+/* Segments (staging blocks) per layer of x: tensors * (n_blocks - skip). */
+uint64_t gpu_layer_segments(const struct xfer *x);
 
 /* gpu_path.c: GPU memory (docs/gpu.md) */
 /* The sender pushes n computed layers from `layer` on by a GPU path. */
 pdx_status_t gpu_push_layers(struct xfer *x, uint32_t layer, uint32_t n);
-/* Our plan (and the receiver's, for cuda-ipc) once the blocks are known. */
-pdx_status_t gpu_plan_xfer(struct xfer *x);
-void gpu_xfer_free(struct xfer *x);
 /* layer_done with a slot: our stream waits for that event. */
 void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot);
-/* Segments (staging blocks) per layer of x: tensors * (n_blocks - skip). */
-uint64_t gpu_layer_segments(const struct xfer *x);
 
 /* staged.c: the staged path's bounded buffers and messages */
 /* Its buffers, once GPU memory is registered (their name is in hellos). */

@@ -146,7 +146,9 @@ void registration_clear(struct agent *a)
  * agent_settle(). */
 static void settle(void *arg)
 {
-	agent_settle(arg);
+	struct agent *a = arg;
+
+	a->settle(a);
 }
 
 /* The agent's stream lives on the engine's device, made at its first

@@ -1,7 +1,7 @@
-/* Transfers of GPU memory (docs/gpu.md): what the three GPU data paths
- * share (the "layer computed" events, the transfer's plans) and the two
- * that need no buffers of their own, cuda-ipc and cuda-put; staged.c
- * holds the third.
+/* Transfers of GPU memory (docs/gpu.md): the "layer computed" events the
+ * three GPU data paths share, and the two that need no buffers of their
+ * own, cuda-ipc and cuda-put; staged.c holds the third, gpu_plan.c the
+ * transfer's plans.
  *
  * Order is the stream's: a layer_done with a slot queues a wait for that
  * event on our stream, and every copy of that layer is queued after it, so
@@ -20,51 +20,6 @@ void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot)
 	if (gpu_wait(a->gpu, ev))
 		log_warn("cannot wait for layer %u's event (slot %u)", layer,
 			 slot);
-}
-
-uint64_t gpu_layer_segments(const struct xfer *x)
-{
-	return (uint64_t)x->agent->reg.layout.tensors * (x->n_blocks - x->skip);
-}
-
-static pdx_status_t plan(struct agent *a, const struct pdx_kv_layout *l,
-			 void *const *bases, uint32_t n_bases,
-			 const uint32_t *blocks, uint32_t n,
-			 struct pdx_kv_plan **out)
-{
-	uint8_t *base[PDX_MAX_REGIONS];
-	struct pdx_kv_region kv = { l, base, n_bases };
-
-	for (uint32_t i = 0; i < n_bases; i++)
-		base[i] = bases[i];
-	return gpu_plan_new(a->gpu, &kv, blocks, n, out);
-}
-
-pdx_status_t gpu_plan_xfer(struct xfer *x)
-{
-	struct agent *a = x->agent;
-	struct peer *p = x->peer;
-	void *bases[PDX_MAX_REGIONS];
-	uint32_t n = x->n_blocks - x->skip;
-	pdx_status_t st;
-
-	for (uint32_t i = 0; i < a->reg.n_regions; i++)
-		bases[i] = a->reg.regions[i].addr;
-	st = plan(a, &a->reg.layout, bases, a->reg.n_regions,
-		  x->blocks + x->skip, n, &x->plan);
-	if (st || x->role != XFER_SEND || p->path != DATA_CUDA_IPC)
-		return st;
-	for (uint32_t i = 0; i < p->n_regions; i++)
-		bases[i] = p->regions[i].dptr;
-	return plan(a, &p->layout, bases, p->n_regions,
-		    x->remote_blocks + x->skip, n, &x->peer_plan);
-}
-
-void gpu_xfer_free(struct xfer *x)
-{
-	gpu_plan_free(x->agent->gpu, x->plan);
-	gpu_plan_free(x->agent->gpu, x->peer_plan);
-	x->plan = x->peer_plan = NULL;
 }
 
 struct put_layers {

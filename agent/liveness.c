@@ -17,11 +17,6 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-void peer_heard(struct peer *p)
-{
-	p->heard_ns = pdx_now_ns();
-}
-
 struct ping_ctx {
 	struct agent *a;
 	struct peer *p;
@@ -123,39 +118,7 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 			c.n_held += held_for(x, p);
 		peer_send(a, p, "ping", NULL, NULL, fill_ping, 1, &c);
 	}
-	agent_settle(a);
-}
-
-void on_ping(struct agent *a, const char *from, const msgpack_object *m)
-{
-	struct peer *p = peer_get(a, from);
-	const msgpack_object *hold = pdx_mp_get(m, "hold");
-	uint64_t lease_end;
-
-	if (!p)
-		return;
-	peer_send(a, p, "pong", NULL, NULL, NULL, 0, NULL);
-	/* Renewals count only from a peer we shook hands with (it may have
-	 * restarted and lost them); peer_get() sent it a hello if not. */
-	if (!peer_known(p) || !hold || hold->type != MSGPACK_OBJECT_ARRAY)
-		return;
-	lease_end = pdx_now_ns() + (uint64_t)a->cfg.lease_ms * 1000000ULL;
-	for (uint32_t i = 0; i < hold->via.array.size; i++) {
-		struct pdx_xfer_id id;
-		struct xfer *x;
-
-		if (pdx_mp_obj_xfer(&hold->via.array.ptr[i], &id))
-			continue;
-		/* Unknown here: our engine has not announced it, and its
-		 * lease starts in full when it does. */
-		x = xfer_find(a, &id);
-		xfer_claim(x, p);
-		if (x && x->role == XFER_SEND && x->peer == p && !x->finished &&
-		    lease_end > x->lease_ns) {
-			x->lease_ns = lease_end;
-			metrics_lease_renewed(a);
-		}
-	}
+	a->settle(a);
 }
 
 int liveness_start(struct agent *a)

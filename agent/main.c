@@ -205,14 +205,6 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 	return 0;
 }
 
-int agent_zsend(void *sock, const void *id, size_t id_len, const void *buf,
-		size_t len)
-{
-	if (id && zmq_send(sock, id, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
-		return -1;
-	return zmq_send(sock, buf, len, ZMQ_DONTWAIT) < 0 ? -1 : 0;
-}
-
 /* Reads every message waiting on a ROUTER; returns how many. The ZeroMQ fd
  * is edge-triggered, so the loop settles by draining until nothing is left. */
 static int drain_router(struct agent *a, void *sock, bool engine)
@@ -273,6 +265,14 @@ void agent_settle(struct agent *a)
 	} while (n > 0);
 	xfers_reap(a);
 }
+
+/* A transfer's outcome reaches the engine, the collector and the peer
+ * through these (xfer.c calls nothing above itself). */
+static const struct xfer_ops xfer_ops = {
+	.engine_event = engine_send_event,
+	.notify = notify_xfer,
+	.tell_peer = peer_send_to_addr,
+};
 
 static void on_ready(evutil_socket_t fd, short what, void *arg)
 {
@@ -389,6 +389,8 @@ static int agent_start(struct agent *a)
 {
 	pdx_status_t st;
 
+	a->xfer_ops = &xfer_ops;
+	a->settle = agent_settle;
 	if (getrandom(&a->instance, sizeof(a->instance), 0) != sizeof(a->instance))
 		return -1;
 	host_identity(a->host_id, sizeof(a->host_id));

@@ -44,11 +44,6 @@ void peer_reset(struct agent *a, struct peer *p)
 	p->instance = 0;
 }
 
-bool peer_known(const struct peer *p)
-{
-	return p && p->ep && !p->ep_failed;
-}
-
 static struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
 {
 	struct peer *p = NULL;
@@ -527,6 +522,41 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 	return PDX_OK;
 }
 
+static void fill_want(msgpack_packer *pk, void *arg)
+{
+	struct xfer *x = arg;
+
+	pdx_mp_kv_u32s(pk, "blocks", x->blocks, x->n_blocks);
+	pdx_mp_kv_u64(pk, "skip", x->skip);
+}
+
+void xfers_peer_ready(struct agent *a, struct peer *p)
+{
+	struct xfer *x, *tmp;
+
+	if (!p)
+		return;
+	HASH_ITER(hh, a->xfers, x, tmp) {
+		if (x->peer != p || x->finished || !x->announced)
+			continue;
+		if (p->state == PEER_REFUSED) {
+			xfer_fail(x, PDX_EINCOMPAT, false, "peer %s refused: %s",
+				  p->addr, p->refusal);
+		} else if (p->state != PEER_READY) {
+			continue;
+		} else if (x->role == XFER_RECV && !x->want_sent) {
+			x->want_sent = true;
+			log_debug("want to %s", p->addr);
+			x->peer_instance = p->instance;
+			if (peer_send(a, p, "want", &x->id, NULL, fill_want, 2, x))
+				xfer_fail(x, PDX_EPEER, false,
+					  "cannot reach %s", p->addr);
+		} else if (x->role == XFER_SEND) {
+			push_try(x);
+		}
+	}
+}
+
 static void on_hello(struct agent *a, const char *from, const msgpack_object *m,
 		     bool is_ack)
 {
@@ -536,7 +566,7 @@ static void on_hello(struct agent *a, const char *from, const msgpack_object *m,
 
 	if (!p)
 		return;
-	peer_heard(p); /* first met through its hello: heard now */
+	p->heard_ns = pdx_now_ns(); /* first met through its hello: heard now */
 	log_debug("%s from %s (state %d)", is_ack ? "hello_ack" : "hello", from,
 		  p->state);
 	if (!a->reg.ok) {
@@ -725,6 +755,41 @@ static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
 		  refused ? "refused" : "aborted", p->addr, reason);
 }
 
+/* A ping says the peer is alive and lists the transfers its engine holds
+ * queued for us: their senders' leases are renewed (liveness.c sends
+ * ours). */
+static void on_ping(struct agent *a, const char *from, const msgpack_object *m)
+{
+	struct peer *p = peer_get(a, from);
+	const msgpack_object *hold = pdx_mp_get(m, "hold");
+	uint64_t lease_end;
+
+	if (!p)
+		return;
+	peer_send(a, p, "pong", NULL, NULL, NULL, 0, NULL);
+	/* Renewals count only from a peer we shook hands with (it may have
+	 * restarted and lost them); peer_get() sent it a hello if not. */
+	if (!peer_known(p) || !hold || hold->type != MSGPACK_OBJECT_ARRAY)
+		return;
+	lease_end = pdx_now_ns() + (uint64_t)a->cfg.lease_ms * 1000000ULL;
+	for (uint32_t i = 0; i < hold->via.array.size; i++) {
+		struct pdx_xfer_id id;
+		struct xfer *x;
+
+		if (pdx_mp_obj_xfer(&hold->via.array.ptr[i], &id))
+			continue;
+		/* Unknown here: our engine has not announced it, and its
+		 * lease starts in full when it does. */
+		x = xfer_find(a, &id);
+		xfer_claim(x, p);
+		if (x && x->role == XFER_SEND && x->peer == p && !x->finished &&
+		    lease_end > x->lease_ns) {
+			x->lease_ns = lease_end;
+			metrics_lease_renewed(a);
+		}
+	}
+}
+
 void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		 const char *user)
 {
@@ -747,7 +812,7 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		return;
 	}
 	if ((p = peer_lookup(a, from, false)) != NULL)
-		peer_heard(p);
+		p->heard_ns = pdx_now_ns();
 	if (strcmp(op, "ping") == 0) {
 		on_ping(a, from, &msg.data);
 	} else if (strcmp(op, "pong") == 0) {

@@ -1,5 +1,7 @@
 /* Transfers: the table, timeouts, and how each one ends (exactly one event
- * for the engine, one notification, and the peer told when it failed). */
+ * for the engine, one notification, and the peer told when it failed).
+ * The outcome leaves through the agent's xfer_ops (agent.h): this file
+ * calls nothing of the links or data paths above it. */
 #define PDX_LOG_TOPIC "xfer"
 #include <stdarg.h>
 #include <stdio.h>
@@ -125,7 +127,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 	else
 		xfer_fail(x, PDX_ETIMEDOUT, true, "timed out after %u ms %s",
 			  x->timeout_ms, xfer_stage(x));
-	agent_settle(a);
+	a->settle(a);
 }
 
 struct xfer *xfer_new(struct agent *a, const struct pdx_xfer_id *id,
@@ -163,8 +165,8 @@ struct xfer *xfer_new(struct agent *a, const struct pdx_xfer_id *id,
 
 static void xfer_destroy(struct xfer *x)
 {
-	if (x->plan || x->peer_plan)
-		gpu_xfer_free(x);
+	gpu_plan_free(x->agent->gpu, x->plan);
+	gpu_plan_free(x->agent->gpu, x->peer_plan);
 	event_free(x->timer);
 	free(x->blocks);
 	free(x->remote_blocks);
@@ -201,7 +203,7 @@ void xfer_maybe_release(struct xfer *x)
 		return;
 	if (x->announced && !x->event_sent) {
 		x->event_sent = true;
-		engine_send_event(a, x, x->status ? "failed"
+		a->xfer_ops->engine_event(a, x, x->status ? "failed"
 					: x->role == XFER_SEND ? "sent"
 							       : "received");
 	}
@@ -238,11 +240,12 @@ void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 	if (tell_peer && x->peer_addr[0]) {
 		bool ours = x->announced || x->held;
 
-		peer_send_to_addr(x->agent, x->peer_addr, ours ? "abort" : "error",
-				  &x->id, ours ? x->reason : "unknown transfer");
+		x->agent->xfer_ops->tell_peer(x->agent, x->peer_addr,
+					      ours ? "abort" : "error", &x->id,
+					      ours ? x->reason : "unknown transfer");
 	}
 	if (x->announced)
-		notify_xfer(x->agent, x, "failed");
+		x->agent->xfer_ops->notify(x->agent, x, "failed");
 	xfer_maybe_release(x);
 }
 
@@ -257,7 +260,8 @@ void xfer_succeed(struct xfer *x)
 	evtimer_del(x->timer);
 	pdx_xfer_id_hex(&x->id, hex);
 	log_debug("xfer %s done: %llu bytes", hex, (unsigned long long)x->bytes);
-	notify_xfer(x->agent, x, x->role == XFER_SEND ? "sent" : "received");
+	x->agent->xfer_ops->notify(x->agent, x,
+				   x->role == XFER_SEND ? "sent" : "received");
 	xfer_maybe_release(x);
 }
 
@@ -275,41 +279,6 @@ void xfer_claim(struct xfer *x, struct peer *p)
 	x->peer = p;
 	pdx_xfer_id_hex(&x->id, hex);
 	log_debug("xfer %s: claimed by %s", hex, p->addr);
-}
-
-static void fill_want(msgpack_packer *pk, void *arg)
-{
-	struct xfer *x = arg;
-
-	pdx_mp_kv_u32s(pk, "blocks", x->blocks, x->n_blocks);
-	pdx_mp_kv_u64(pk, "skip", x->skip);
-}
-
-void xfers_peer_ready(struct agent *a, struct peer *p)
-{
-	struct xfer *x, *tmp;
-
-	if (!p)
-		return;
-	HASH_ITER(hh, a->xfers, x, tmp) {
-		if (x->peer != p || x->finished || !x->announced)
-			continue;
-		if (p->state == PEER_REFUSED) {
-			xfer_fail(x, PDX_EINCOMPAT, false, "peer %s refused: %s",
-				  p->addr, p->refusal);
-		} else if (p->state != PEER_READY) {
-			continue;
-		} else if (x->role == XFER_RECV && !x->want_sent) {
-			x->want_sent = true;
-			log_debug("want to %s", p->addr);
-			x->peer_instance = p->instance;
-			if (peer_send(a, p, "want", &x->id, NULL, fill_want, 2, x))
-				xfer_fail(x, PDX_EPEER, false,
-					  "cannot reach %s", p->addr);
-		} else if (x->role == XFER_SEND) {
-			push_try(x);
-		}
-	}
 }
 
 void xfers_peer_failed(struct agent *a, struct peer *p, uint64_t instance,

@@ -129,6 +129,13 @@ void agent_settle(struct agent *a)
 	xfers_reap(a);
 }
 
+/* main.c's outcome interface, with the harness's settle. */
+static const struct xfer_ops xfer_ops = {
+	.engine_event = engine_send_event,
+	.notify = notify_xfer,
+	.tell_peer = peer_send_to_addr,
+};
+
 /* ---- shared memory: /fuzz... names are private memfds ---- */
 
 int shm_open(const char *name, int oflag, mode_t mode)
@@ -476,6 +483,8 @@ void fa_init(struct agent *a, uint8_t cfg)
 	}
 	memset(a, 0, sizeof(*a));
 	a->cfg = agent_config_defaults();
+	a->xfer_ops = &xfer_ops;
+	a->settle = agent_settle;
 	a->cfg.max_xfers = 64;
 	a->cfg.data_path = path[cfg & 3];
 	a->base = base;
