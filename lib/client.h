@@ -33,6 +33,7 @@
 #include <uthash.h>
 #include <zmq.h>
 
+#include "common/log.h"
 #include "common/mp.h"
 
 #define PDX__PROTOCOL_VERSION 1
@@ -79,6 +80,11 @@ struct pdx_engine {
 void pdx__why_clear(struct pdx_engine *e);
 pdx_status_t pdx__fail(struct pdx_engine *e, pdx_status_t st, const char *fmt,
 		       ...) __attribute__((format(printf, 3, 4)));
+/* The same, and the reason logged at lvl too (a failure the engine's
+ * operator should see even when the caller does not ask why). */
+pdx_status_t pdx__fail_log(struct pdx_engine *e, enum pdx_log_level lvl,
+			   pdx_status_t st, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 /* inflight.c */
 bool pdx__inflight_has(struct pdx_engine *e, const struct pdx_xfer_id *x);

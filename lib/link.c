@@ -62,33 +62,26 @@ pdx_status_t pdx__link_send(struct pdx_engine *e, const void *buf, size_t len,
 		if (errno == EINTR)
 			continue;
 		if (errno != EAGAIN) {
-			log_error("send to agent: %s", zmq_strerror(errno));
-			return pdx__fail(e, PDX_EIO, "send to agent: %s",
-					 zmq_strerror(errno));
+			return pdx__fail_log(e, PDX_LOG_ERROR, PDX_EIO,
+					     "send to agent: %s",
+					     zmq_strerror(errno));
 		}
 		if (!wait) {
-			log_warn("send to agent: not connected, or %d messages "
-				 "queued",
-				 SND_HWM);
-			return pdx__fail(e, PDX_EPEER,
-					 "send to agent: not connected, or %d "
-					 "messages queued",
-					 SND_HWM);
+			return pdx__fail_log(e, PDX_LOG_WARN, PDX_EPEER,
+					     "send to agent: not connected, or "
+					     "%d messages queued", SND_HWM);
 		}
 		left = pdx__ms_left(deadline);
 		if (left == 0) {
-			log_warn("send to agent: not connected or queue full "
-				 "after %d ms",
-				 e->timeout_ms);
-			return pdx__fail(e, PDX_ETIMEDOUT,
-					 "send to agent: not connected or "
-					 "queue full after %d ms",
-					 e->timeout_ms);
+			return pdx__fail_log(e, PDX_LOG_WARN, PDX_ETIMEDOUT,
+					     "send to agent: not connected or "
+					     "queue full after %d ms",
+					     e->timeout_ms);
 		}
 		if (zmq_poll(&it, 1, left) < 0 && errno != EINTR) {
-			log_error("poll agent socket: %s", zmq_strerror(errno));
-			return pdx__fail(e, PDX_EIO, "poll agent socket: %s",
-					 zmq_strerror(errno));
+			return pdx__fail_log(e, PDX_LOG_ERROR, PDX_EIO,
+					     "poll agent socket: %s",
+					     zmq_strerror(errno));
 		}
 	}
 }
@@ -112,9 +105,8 @@ int pdx__link_recv(struct pdx_engine *e, zmq_msg_t *msg)
 				return 0;
 			if (err == EINTR)
 				continue;
-			log_error("receive from agent: %s", zmq_strerror(err));
-			pdx__fail(e, PDX_EIO, "receive from agent: %s",
-				  zmq_strerror(err));
+			pdx__fail_log(e, PDX_LOG_ERROR, PDX_EIO,
+				      "receive from agent: %s", zmq_strerror(err));
 			return -1;
 		}
 		if (zmq_getsockopt(e->sock, ZMQ_RCVMORE, &more, &sz) == 0 &&

@@ -92,13 +92,11 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 		if (rc == 0) {
 			left = pdx__ms_left(deadline);
 			if (left == 0) {
-				log_warn("register: no answer from the agent "
-					 "in %d ms",
-					 e->timeout_ms);
-				return pdx__fail(e, PDX_ETIMEDOUT,
-						 "register: no answer from the "
-						 "agent in %d ms",
-						 e->timeout_ms);
+				return pdx__fail_log(e, PDX_LOG_WARN,
+						     PDX_ETIMEDOUT,
+						     "register: no answer from "
+						     "the agent in %d ms",
+						     e->timeout_ms);
 			}
 			if (zmq_poll(&it, 1, left) < 0 && errno != EINTR)
 				return pdx__fail(e, PDX_EIO,
@@ -214,8 +212,8 @@ pdx_status_t pdx__register(struct pdx_engine *e,
 		st = pdx_kv_layout_check(layout, sizes, n_regions, err,
 					 sizeof(err));
 		if (st != PDX_OK) {
-			log_error("register: layout refused: %s", err);
-			pdx__fail(e, st, "register: layout refused: %s", err);
+			pdx__fail_log(e, PDX_LOG_ERROR, st,
+				      "register: layout refused: %s", err);
 		}
 	}
 	free(sizes);
