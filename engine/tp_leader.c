@@ -340,7 +340,6 @@ pdx_status_t pdx_tp_leader_step(struct pdx_tp_leader *l,
 {
 	struct pdx_tp_msg m = {.kind = PDX_TP_STEP};
 	uint32_t bt = l->p.block_tokens;
-	pdx_status_t st = PDX_OK;
 
 	if (pdx_tp_leader_status(l, NULL, 0) != PDX_OK)
 		return PDX_EPEER;
@@ -365,7 +364,7 @@ pdx_status_t pdx_tp_leader_step(struct pdx_tp_leader *l,
 	for (uint32_t r = 1; r < l->p.size; r++)
 		send_to(l, r, &m);
 	free(m.runs);
-	return st;
+	return PDX_OK;
 }
 
 bool pdx_tp_leader_caught_up(const struct pdx_tp_leader *l)
