@@ -88,7 +88,15 @@ static void get_metrics(struct pdx_http_api *api, struct evhttp_request *req)
 	g.running = ss.running;
 	g.waiting = ss.waiting;
 	g.kv_total = bs.total;
-	g.kv_free = bs.free;
+	g.kv_free = pdx_kv_pool_free_blocks(api->p.pool);
+	if (pdx_kv_pool_cache(api->p.pool)) {
+		struct pdx_prefix_cache_stats cs;
+
+		pdx_prefix_cache_stats(pdx_kv_pool_cache(api->p.pool), &cs);
+		g.prefix_blocks = cs.cached;
+		g.prefix_query_tokens = cs.query_tokens;
+		g.prefix_hit_tokens = cs.hit_tokens;
+	}
 	g.has_agent = api->p.link != NULL;
 	g.agent_up = g.has_agent &&
 		     pdx_kv_link_status(api->p.link, NULL, 0) == PDX_OK;

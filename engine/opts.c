@@ -43,6 +43,10 @@ void pdx_engine_opts_usage(FILE *f)
 "                           16384 tokens; tiny: 4096 blocks, 8 MiB;\n"
 "                           llama3-8b: 1024 blocks, 2 GiB; deepseek-v3:\n"
 "                           256 blocks, 1.1 GiB)\n"
+"  --no-prefix-cache        free a request's KV blocks when it ends,\n"
+"                           instead of keeping its full blocks for the\n"
+"                           next prompt that starts with the same tokens\n"
+"                           (a decode engine then receives only the rest)\n"
 "  --kv-device D            where the KV pool lives: host (shared memory,\n"
 "                           default) or cuda[:N] (GPU N's memory, 0 by\n"
 "                           default; the synthetic model runs there and\n"
@@ -83,6 +87,7 @@ enum {
 	O_KV_QUARANTINE,
 	O_KV_DEVICE,
 	O_QUEUE_TIMEOUT,
+	O_NO_PREFIX_CACHE,
 	O_HELP,
 };
 
@@ -104,6 +109,7 @@ static const struct option long_opts[] = {
     {"agent-liveness-ms", required_argument, 0, O_AGENT_LIVENESS},
     {"kv-quarantine-ms", required_argument, 0, O_KV_QUARANTINE},
     {"kv-device", required_argument, 0, O_KV_DEVICE},
+    {"no-prefix-cache", no_argument, 0, O_NO_PREFIX_CACHE},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -245,6 +251,9 @@ static int parse_one(int c, const char *arg, struct pdx_engine_opts *o,
 				 &o->kv_quarantine_ms, err, errlen);
 	case O_KV_DEVICE:
 		return parse_kv_device(arg, o, err, errlen);
+	case O_NO_PREFIX_CACHE:
+		o->no_prefix_cache = true;
+		return 0;
 	case O_LOG_LEVEL:
 		if (pdx_log_set_level(arg) < 0) {
 			pdx_errbuf_set(err, errlen,

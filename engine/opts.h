@@ -6,6 +6,7 @@
 #ifndef PDX_ENGINE_OPTS_H
 #define PDX_ENGINE_OPTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,6 +44,8 @@ struct pdx_engine_opts {
 	uint32_t agent_liveness_ms; /* a hung agent noticed within: 1000 */
 	uint32_t kv_quarantine_ms;  /* blocks of a transfer failed because
 				       the agent went away: 6000 */
+	bool no_prefix_cache;	    /* --no-prefix-cache: blocks are free
+				       again when their request ends */
 };
 
 enum pdx_engine_opts_result {
