@@ -54,7 +54,7 @@ static int engine_start(struct engine *e)
 	    .model = e->o.model,
 	    .blocks = e->o.kv_blocks,
 	    .prefault = true,
-	    .prefix_cache = !e->o.no_prefix_cache,
+	    .prefix_cache = e->o.prefix_cache == 1,
 	};
 	struct pdx_sched_params sp = {
 	    .model = e->o.model,

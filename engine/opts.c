@@ -43,10 +43,12 @@ void pdx_engine_opts_usage(FILE *f)
 "                           16384 tokens; tiny: 4096 blocks, 8 MiB;\n"
 "                           llama3-8b: 1024 blocks, 2 GiB; deepseek-v3:\n"
 "                           256 blocks, 1.1 GiB)\n"
-"  --no-prefix-cache        free a request's KV blocks when it ends,\n"
-"                           instead of keeping its full blocks for the\n"
-"                           next prompt that starts with the same tokens\n"
-"                           (a decode engine then receives only the rest)\n"
+"  --prefix-cache, --no-prefix-cache\n"
+"                           keep a request's full KV blocks after it for\n"
+"                           the next prompt that starts with the same\n"
+"                           tokens (a decode engine then receives only the\n"
+"                           rest), or free them when it ends; default: on\n"
+"                           for --role decode, off for the others\n"
 "  --kv-device D            where the KV pool lives: host (shared memory,\n"
 "                           default) or cuda[:N] (GPU N's memory, 0 by\n"
 "                           default; the synthetic model runs there and\n"
@@ -87,6 +89,7 @@ enum {
 	O_KV_QUARANTINE,
 	O_KV_DEVICE,
 	O_QUEUE_TIMEOUT,
+	O_PREFIX_CACHE,
 	O_NO_PREFIX_CACHE,
 	O_HELP,
 };
@@ -109,6 +112,7 @@ static const struct option long_opts[] = {
     {"agent-liveness-ms", required_argument, 0, O_AGENT_LIVENESS},
     {"kv-quarantine-ms", required_argument, 0, O_KV_QUARANTINE},
     {"kv-device", required_argument, 0, O_KV_DEVICE},
+    {"prefix-cache", no_argument, 0, O_PREFIX_CACHE},
     {"no-prefix-cache", no_argument, 0, O_NO_PREFIX_CACHE},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
@@ -251,8 +255,9 @@ static int parse_one(int c, const char *arg, struct pdx_engine_opts *o,
 				 &o->kv_quarantine_ms, err, errlen);
 	case O_KV_DEVICE:
 		return parse_kv_device(arg, o, err, errlen);
+	case O_PREFIX_CACHE:
 	case O_NO_PREFIX_CACHE:
-		o->no_prefix_cache = true;
+		o->prefix_cache = c == O_PREFIX_CACHE;
 		return 0;
 	case O_LOG_LEVEL:
 		if (pdx_log_set_level(arg) < 0) {
@@ -290,6 +295,7 @@ enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
 	    .kv_timeout_ms = 30000,
 	    .agent_liveness_ms = 1000,
 	    .kv_quarantine_ms = 6000,
+	    .prefix_cache = -1,
 	};
 	optind = 0; /* glibc: full reinitialisation */
 	opterr = 0;
@@ -309,6 +315,10 @@ enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
 		o->kv_blocks = (PDX_ENGINE_DEFAULT_KV_TOKENS +
 				o->model->block_tokens - 1) /
 			       o->model->block_tokens;
+	/* where a hit saves a transfer; a prefill or colocated engine
+	 * computes every prompt unless asked, as its timings assume */
+	if (o->prefix_cache < 0)
+		o->prefix_cache = o->role == PDX_ROLE_DECODE;
 	if (o->role != PDX_ROLE_BOTH && !o->agent) {
 		pdx_errbuf_set(err, errlen, "--role %s needs --agent",
 			       o->role == PDX_ROLE_PREFILL ? "prefill"

@@ -44,8 +44,9 @@ struct pdx_engine_opts {
 	uint32_t agent_liveness_ms; /* a hung agent noticed within: 1000 */
 	uint32_t kv_quarantine_ms;  /* blocks of a transfer failed because
 				       the agent went away: 6000 */
-	bool no_prefix_cache;	    /* --no-prefix-cache: blocks are free
-				       again when their request ends */
+	/* keep full blocks for the next prompt that starts with them:
+	 * --prefix-cache, --no-prefix-cache; on for --role decode */
+	int prefix_cache; /* 1 on, 0 off (-1 while parsing: not given) */
 };
 
 enum pdx_engine_opts_result {
