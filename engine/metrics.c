@@ -90,6 +90,11 @@ int pdx_metrics_render(const struct pdx_engine_metrics *m,
 		      "Prompt tokens whose KV was found in the prefix cache "
 		      "(not computed, nor received on a decode engine).",
 		      mo, g->prefix_hit_tokens);
+	err |= family(out, "pdx_engine_prefix_hit_bytes_total", "counter",
+		      "KV bytes of the prompt tokens found in the prefix cache "
+		      "(every layer and tensor): on a decode engine, bytes "
+		      "its agent did not have to receive.",
+		      mo, g->prefix_hit_bytes);
 	if (g->has_agent)
 		err |= family(out, "pdx_engine_agent_up", "gauge",
 			      "1 while the engine's pdx-agent is there with its "

@@ -36,6 +36,8 @@ struct pdx_metrics_gauges {
 	 * blocks now, and its counters */
 	uint32_t prefix_blocks;
 	uint64_t prefix_query_tokens, prefix_hit_tokens;
+	uint64_t prefix_hit_bytes; /* the hits' KV: bytes not computed or
+				      received */
 	bool has_agent; /* --agent given: agent_up is reported */
 	bool agent_up;  /* its agent is there with our pool registered */
 };

@@ -6,12 +6,16 @@
 # every request of a group after its first finds the group's shared
 # blocks cached there: the two engines' prefix hits add up to exactly
 # that, and each answer equals a colocated engine's.
-#   prefix_route.sh PDX_ENGINE PDX_AGENT PDX_PROXY
+# pdx-bench's long-document set through the same proxy, given the decode
+# engines (--engine-metrics), reports the tokens its repeats found cached
+# and the KV bytes that saved, in its summary and its result JSON.
+#   prefix_route.sh PDX_ENGINE PDX_AGENT PDX_PROXY PDX_BENCH
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
 ENGINE=$1
 AGENT=$2
 PROXY=$3
+BENCH=$4
 
 GROUPS_N=4 PER_GROUP=3 SHARED=32 # tokens: 8 tiny blocks
 pd_engine_start P prefill --time-scale 0
@@ -47,6 +51,21 @@ got=$(($(hits D1) + $(hits D2)))
 [ "$got" -eq "$want" ] ||
 	fail "prefix hits on the decode engines: $got tokens (D1 $(hits D1), D2 $(hits D2)), want $want: each group's requests after its first on the group's engine"
 echo "ok   each group's later requests hit its decode engine's cache ($(hits D1) + $(hits D2) tokens)"
+
+# 3 documents of 64 tokens (16 blocks), each asked twice in a row
+"$BENCH" --host 127.0.0.1 --port "$PORT_X" --model tiny \
+	--dataset-name long-doc-qa --long-doc-num-documents 3 \
+	--long-doc-len 64 --long-doc-repeat-count 2 \
+	--long-doc-repeat-mode interleave --prompt-format ids --vocab-size 1024 --output-len 4 \
+	--max-concurrency 1 --engine-metrics "127.0.0.1:$PORT_D1" \
+	--engine-metrics "127.0.0.1:$PORT_D2" --save-result \
+	--result-dir "$E2E_TMP" --result-filename bench.json \
+	>"$E2E_TMP/bench.out" 2>&1 || { cat "$E2E_TMP/bench.out"; fail "pdx-bench"; }
+grep -q "KV bytes saved by prefix hits: *$((3 * 64 * 512)) *$" "$E2E_TMP/bench.out" ||
+	fail "pdx-bench's summary: $(grep -i prefix "$E2E_TMP/bench.out")"
+py "import json; r = json.load(open('$E2E_TMP/bench.json')); assert r['completed'] == 6 and r['pdx_prefix_hit_tokens'] == 3 * 64 and r['pdx_prefix_saved_bytes'] == 3 * 64 * 512, r" \
+	"pdx-bench's JSON: each document's second request found its 64 tokens cached (512 bytes a tiny token)"
+echo "ok   pdx-bench reports the prefix hits and the bytes they saved"
 
 blocks_free "$PORT_P" "$PORT_D1" "$PORT_D2"
 for x in X C D2 D1 P; do named_stop $x; done
