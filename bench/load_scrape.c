@@ -38,7 +38,8 @@ int pdx_load_scrape_prefix(const char *hostport, struct pdx_load_prefix *acc,
 	if (!colon || colon == hostport ||
 	    (size_t)(colon - hostport) >= sizeof(host) ||
 	    (port = atoi(colon + 1)) <= 0 || port > 65535) {
-		snprintf(err, errlen, "--engine-metrics: want HOST:PORT, got '%s'",
+		snprintf(err, errlen,
+			 "--engine-metrics: want HOST:PORT, got '%s'",
 			 hostport);
 		return -1;
 	}

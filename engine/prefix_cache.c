@@ -9,14 +9,14 @@
 
 struct pdx_prefix_cache {
 	struct pdx_block_alloc *alloc;
-	uint32_t bt;	     /* positions a block holds */
-	uint32_t total;	     /* blocks in the pool */
-	uint32_t mask;	     /* buckets - 1 */
-	uint32_t *bucket;    /* [mask + 1]: first block of the chain */
-	uint32_t *chain;     /* [total]: next block in its bucket */
-	uint64_t *key;	     /* [total]: a cached block's key */
-	bool *cached;	     /* [total] */
-	bool *idle;	     /* [total]: on the evictable list */
+	uint32_t bt;	       /* positions a block holds */
+	uint32_t total;	       /* blocks in the pool */
+	uint32_t mask;	       /* buckets - 1 */
+	uint32_t *bucket;      /* [mask + 1]: first block of the chain */
+	uint32_t *chain;       /* [total]: next block in its bucket */
+	uint64_t *key;	       /* [total]: a cached block's key */
+	bool *cached;	       /* [total] */
+	bool *idle;	       /* [total]: on the evictable list */
 	uint32_t *prev, *next; /* [total]: the evictable list */
 	uint32_t head, tail;   /* least and most recently released */
 	struct pdx_prefix_cache_stats st;
