@@ -137,6 +137,10 @@ void pdx_load_opts_usage(FILE *f)
 "  --result-filename F      default {label}-{rate}qps[-concurrency{C}]-\n"
 "                           {model}-{YYYYmmdd-HHMMSS}.json\n"
 "  --metadata KEY=VALUE ... extra keys for the result JSON\n"
+"  --engine-metrics HOST:PORT  an engine behind the server (repeatable, up\n"
+"                           to 16; the decode engines of a disaggregated\n"
+"                           pair): its prefix-cache hits over the run, and\n"
+"                           the KV bytes they saved, join the report\n"
 "  --disable-tqdm           no progress line on stderr (tqdm's: done/total,\n"
 "                           [elapsed<left, rate]; drawn only on a terminal,\n"
 "                           10 times a second)\n"
@@ -198,6 +202,7 @@ enum {
 	O_RESULT_DIR,
 	O_RESULT_FILE,
 	O_METADATA,
+	O_ENGINE_METRICS,
 	O_NO_TQDM,
 	O_PLOT,
 	O_MR_USERS,
@@ -255,6 +260,7 @@ static const struct option long_opts[] = {
     {"result-dir", required_argument, 0, O_RESULT_DIR},
     {"result-filename", required_argument, 0, O_RESULT_FILE},
     {"metadata", required_argument, 0, O_METADATA},
+    {"engine-metrics", required_argument, 0, O_ENGINE_METRICS},
     {"disable-tqdm", no_argument, 0, O_NO_TQDM},
     {"plot", required_argument, 0, O_PLOT},
     {"multi-round-num-users", required_argument, 0, O_MR_USERS},
@@ -590,6 +596,14 @@ int pdx_load_opts_parse(int argc, char **argv, struct pdx_load_opts *o)
 				}
 				o->metadata[o->n_metadata++] = argv[i];
 			} while ((i = take_more(argc, argv)) >= 0);
+			break;
+		case O_ENGINE_METRICS:
+			if (o->n_engine_metrics == 16) {
+				fprintf(stderr, "pdx-bench: --engine-metrics: "
+						"at most 16\n");
+				return -1;
+			}
+			o->engine_metrics[o->n_engine_metrics++] = optarg;
 			break;
 		case O_NO_TQDM:
 			o->disable_tqdm = true;

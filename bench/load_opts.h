@@ -36,6 +36,10 @@ struct pdx_load_opts {
 	const char *result_dir, *result_filename, *plot;
 	const char *metadata[32];
 	int n_metadata;
+	/* --engine-metrics HOST:PORT: engines whose prefix-cache counters
+	 * the report shows (bench/load_scrape.h) */
+	const char *engine_metrics[16];
+	int n_engine_metrics;
 };
 
 void pdx_load_opts_defaults(struct pdx_load_opts *o);

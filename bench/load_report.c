@@ -173,6 +173,14 @@ void pdx_load_report_print(FILE *f, const struct pdx_load_report *r)
 	row_f(f, "Peak output token throughput (tok/s):",
 	      m->max_output_tokens_per_s);
 	row_f(f, "Peak concurrent requests:", m->max_concurrent_requests);
+	if (r->prefix) {
+		row_int(f, "Prefix hit tokens (engines):",
+			(long)r->prefix->hit_tokens);
+		row_int(f, "Prefix queried tokens (engines):",
+			(long)r->prefix->query_tokens);
+		row_int(f, "KV bytes saved by prefix hits:",
+			(long)r->prefix->hit_bytes);
+	}
 	row_f(f, "Total token throughput (tok/s):", m->total_token_throughput);
 	for (i = 0; i < sizeof(metric_descs) / sizeof(metric_descs[0]); i++) {
 		const struct metric_desc *d = &metric_descs[i];
@@ -352,6 +360,14 @@ json_t *pdx_load_report_json(const struct pdx_load_report *r)
 		}
 	}
 	err |= set(o, "pdx_max_send_lag_ms", json_real(r->max_send_lag_ms));
+	if (r->prefix) {
+		err |= set(o, "pdx_prefix_hit_tokens",
+			   json_integer((json_int_t)r->prefix->hit_tokens));
+		err |= set(o, "pdx_prefix_query_tokens",
+			   json_integer((json_int_t)r->prefix->query_tokens));
+		err |= set(o, "pdx_prefix_saved_bytes",
+			   json_integer((json_int_t)r->prefix->hit_bytes));
+	}
 	if (err) {
 		json_decref(o);
 		return NULL;

@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "bench/load_metrics.h"
+#include "bench/load_scrape.h"
 
 /* --percentile-metrics, as bits. */
 enum {
@@ -48,6 +49,9 @@ struct pdx_load_report {
 	double max_send_lag_ms; /* pdx: how late the tool sent, at worst */
 	bool aborts; /* pdx: --abort-fraction > 0: "Aborted requests:" and
 		      * "aborted" */
+	/* pdx: --engine-metrics: the engines' prefix-cache counters over
+	 * the run (NULL: none given) */
+	const struct pdx_load_prefix *prefix;
 };
 
 /* "p99", "p99.9": vllm's percentile word. buf of at least 32 bytes. */

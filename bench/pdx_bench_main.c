@@ -7,6 +7,7 @@
 #include "bench/load_dataset.h"
 #include "bench/load_http.h"
 #include "bench/load_metrics.h"
+#include "bench/load_scrape.h"
 #include "bench/load_openai.h"
 #include "bench/load_opts.h"
 #include "bench/load_plot.h"
@@ -365,8 +366,25 @@ static int session_links(const struct pdx_load_dataset *ds, bool **out)
 	return 0;
 }
 
+/* The engines' prefix-cache counters now, summed (--engine-metrics). */
+static int scrape(const struct pdx_load_opts *o, struct pdx_load_prefix *out)
+{
+	char err[256];
+
+	*out = (struct pdx_load_prefix){0};
+	for (int i = 0; i < o->n_engine_metrics; i++) {
+		if (pdx_load_scrape_prefix(o->engine_metrics[i], out, err,
+					   sizeof(err))) {
+			fprintf(stderr, "pdx-bench: %s\n", err);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 static int run(struct pdx_load_opts *o)
 {
+	struct pdx_load_prefix px0, px1;
 	struct pdx_load_dataset ds = {0};
 	struct pdx_load_run_params rp = {0};
 	struct pdx_load_run_stats st = {0};
@@ -466,10 +484,17 @@ static int run(struct pdx_load_opts *o)
 	rp.progress = !o->disable_tqdm && isatty(STDERR_FILENO);
 	rp.keep_text = o->save_detailed;
 	rp.api_key = getenv("OPENAI_API_KEY");
+	if (scrape(o, &px0))
+		goto out;
 	if (pdx_load_run(&rp, res, &st, err, sizeof(err))) {
 		fprintf(stderr, "pdx-bench: %s\n", err);
 		goto out;
 	}
+	if (scrape(o, &px1))
+		goto out;
+	px1.hit_tokens -= px0.hit_tokens;
+	px1.hit_bytes -= px0.hit_bytes;
+	px1.query_tokens -= px0.query_tokens;
 	if (pdx_load_metrics_compute(res, ds.n, st.duration_s, pl.pcts, pl.npct,
 				     o->has_goodput ? &o->goodput : NULL, &m))
 		goto out;
@@ -499,6 +524,7 @@ static int run(struct pdx_load_opts *o)
 	rep.detailed = o->save_detailed;
 	rep.max_send_lag_ms = st.max_send_lag_s * 1000.0;
 	rep.aborts = o->abort_fraction > 0;
+	rep.prefix = o->n_engine_metrics ? &px1 : NULL;
 	pdx_load_report_print(stdout, &rep);
 	fflush(stdout);
 	if (o->save_result || o->save_detailed) {

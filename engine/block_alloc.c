@@ -125,6 +125,12 @@ void pdx_block_alloc_on_free(struct pdx_block_alloc *a,
 	a->on_free_arg = arg;
 }
 
+void pdx_block_alloc_wake(struct pdx_block_alloc *a)
+{
+	if (a->on_free)
+		a->on_free(a->on_free_arg);
+}
+
 uint32_t pdx_block_alloc_refs(const struct pdx_block_alloc *a, uint32_t id)
 {
 	return id < a->total ? a->refs[id] : 0;

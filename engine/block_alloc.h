@@ -61,6 +61,11 @@ pdx_status_t pdx_block_alloc_put(struct pdx_block_alloc *a,
 void pdx_block_alloc_on_free(struct pdx_block_alloc *a,
 			     void (*cb)(void *arg), void *arg);
 
+/* Runs the on_free hook now: for blocks that became as good as free
+ * without their last reference going (the prefix cache's, evictable once
+ * no request holds them: prefix_cache.h). */
+void pdx_block_alloc_wake(struct pdx_block_alloc *a);
+
 /* References block id holds now (0: free or out of range). */
 uint32_t pdx_block_alloc_refs(const struct pdx_block_alloc *a, uint32_t id);
 

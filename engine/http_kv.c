@@ -220,7 +220,7 @@ void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq)
 	k->w.n_tokens = k->n_prompt;
 	if (k->p.role == PDX_KV_RECV)
 		st = pdx_kv_link_recv(l, &k->w, k->p.remote_agent, seq->blocks,
-				      n);
+				      n, seq->cached);
 	else /* no remote_agent: the first agent to claim it */
 		st = pdx_kv_link_send(l, &k->w,
 				      k->p.remote_agent[0] ? k->p.remote_agent

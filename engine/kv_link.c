@@ -327,13 +327,14 @@ pdx_status_t pdx_kv_link_token(struct pdx_kv_link *l,
 
 pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 			      const char *peer, const uint32_t *blocks,
-			      size_t n_blocks)
+			      size_t n_blocks, uint32_t skip_tokens)
 {
 	pdx_status_t st;
 
 	if (find(l, &w->xfer))
 		return PDX_EEXIST;
-	st = pdx_engine_recv(l->e, &w->xfer, peer, blocks, n_blocks, 0);
+	st = pdx_engine_recv(l->e, &w->xfer, peer, blocks, n_blocks,
+			     skip_tokens);
 	if (st == PDX_OK) {
 		arm(l, w);
 		start_ranks(l, w, PDX_TP_RECV, blocks, n_blocks);

@@ -110,11 +110,12 @@ pdx_status_t pdx_kv_link_layer_done(struct pdx_kv_link *l,
 pdx_status_t pdx_kv_link_token(struct pdx_kv_link *l,
 			       const struct pdx_kv_waiter *w, uint32_t token);
 
-/* Decode side: pdx_engine_recv() from token 0; w->cb gets "received" or
- * "failed". */
+/* Decode side: pdx_engine_recv(); the first skip_tokens tokens are held
+ * already (a cached prefix: whole blocks of them are not sent); w->cb
+ * gets "received" or "failed". */
 pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 			      const char *peer, const uint32_t *blocks,
-			      size_t n_blocks);
+			      size_t n_blocks, uint32_t skip_tokens);
 
 /* Takes w off the link (no callback will come) and aborts its transfer
  * when it was still active. NULL-safe for a waiter never announced. */

@@ -12,6 +12,7 @@ struct pdx_kv_pool {
 	struct pdx__kv_mem *mem;
 	struct pdx_block_alloc *alloc;
 	struct pdx_tp_slice slice; /* its heads; slice.model its shape */
+	struct pdx_prefix_cache *cache; /* params.prefix_cache */
 };
 
 pdx_status_t pdx_kv_pool_new(const struct pdx_kv_pool_params *params,
@@ -64,8 +65,20 @@ pdx_status_t pdx_kv_pool_new(const struct pdx_kv_pool_params *params,
 			 pdx_status_str(st));
 		goto free_mem;
 	}
+	if (params->prefix_cache) {
+		st = pdx_prefix_cache_new(pool->alloc,
+					  pool->mem->layout->block_tokens,
+					  &pool->cache);
+		if (st != PDX_OK) {
+			snprintf(err, errlen, "prefix cache: %s",
+				 pdx_status_str(st));
+			goto free_alloc;
+		}
+	}
 	*out = pool;
 	return PDX_OK;
+free_alloc:
+	pdx_block_alloc_free(pool->alloc);
 free_mem:
 	pool->mem->ops->free(pool->mem);
 free_pool:
@@ -77,6 +90,7 @@ void pdx_kv_pool_free(struct pdx_kv_pool *pool)
 {
 	if (!pool)
 		return;
+	pdx_prefix_cache_free(pool->cache);
 	pdx_block_alloc_free(pool->alloc);
 	pool->mem->ops->free(pool->mem);
 	free(pool);
@@ -117,6 +131,22 @@ const struct pdx_shm_pool *pdx_kv_pool_shm(const struct pdx_kv_pool *pool)
 struct pdx_block_alloc *pdx_kv_pool_blocks(struct pdx_kv_pool *pool)
 {
 	return pool->alloc;
+}
+
+struct pdx_prefix_cache *pdx_kv_pool_cache(struct pdx_kv_pool *pool)
+{
+	return pool->cache;
+}
+
+uint32_t pdx_kv_pool_free_blocks(struct pdx_kv_pool *pool)
+{
+	struct pdx_prefix_cache_stats cs = {0};
+	struct pdx_block_stats bs;
+
+	pdx_block_alloc_stats(pool->alloc, &bs);
+	if (pool->cache)
+		pdx_prefix_cache_stats(pool->cache, &cs);
+	return bs.free + cs.evictable;
 }
 
 pdx_status_t pdx_kv_pool_pass(struct pdx_kv_pool *pool,

@@ -9,7 +9,8 @@
  * received KV (pdx_kv_pool_verify()), which run on the CPU or on the GPU
  * with the same results.
  *
- * The pool owns both. One thread at a time (the engine's loop); host
+ * The pool owns both, and the prefix cache of its blocks when it keeps
+ * one. One thread at a time (the engine's loop); host
  * block bytes may be read from any thread that holds them.
  */
 #ifndef PDX_ENGINE_KV_POOL_H
@@ -25,6 +26,7 @@
 #include "common/models.h"
 #include "common/shm_pool.h"
 #include "engine/block_alloc.h"
+#include "engine/prefix_cache.h"
 #include "engine/synth_model.h"
 
 struct pdx_kv_pool;
@@ -43,6 +45,9 @@ struct pdx_kv_pool_params {
 	 * the first write to a page: on the test VMs that costs ~1.3 s per
 	 * GiB even after MAP_POPULATE (docs/engine.md). */
 	bool prefault;
+	/* keep full blocks after their request for the next one that
+	 * starts with the same tokens (prefix_cache.h) */
+	bool prefix_cache;
 };
 
 /* A pass that wrote nothing, or wrote host memory: no event to wait on
@@ -83,6 +88,12 @@ const struct pdx_shm_pool *pdx_kv_pool_shm(const struct pdx_kv_pool *pool);
 
 /* The allocator of the pool's block ids. */
 struct pdx_block_alloc *pdx_kv_pool_blocks(struct pdx_kv_pool *pool);
+
+/* The pool's prefix cache; NULL when it has none. */
+struct pdx_prefix_cache *pdx_kv_pool_cache(struct pdx_kv_pool *pool);
+
+/* Blocks no request holds: free, or cached and evictable. */
+uint32_t pdx_kv_pool_free_blocks(struct pdx_kv_pool *pool);
 
 /* One forward pass: writes positions [a, b) of every run (disjoint
  * slots) in every layer, layer by layer (layer l of every run, then

@@ -9,6 +9,38 @@ static uint32_t block_tokens(const struct pdx_kv_pool *pool)
 	return pdx_kv_pool_layout(pool)->block_tokens;
 }
 
+static void hash_to(struct pdx_kv_seq *s, uint32_t to);
+
+/* The blocks, from the prefix cache when the pool has one: its hits are
+ * hashed first, so the prompt is. */
+static pdx_status_t take_blocks(struct pdx_kv_seq *s, uint32_t nb)
+{
+	struct pdx_prefix_cache *c = pdx_kv_pool_cache(s->pool);
+	uint32_t hits;
+	pdx_status_t st;
+
+	if (!c)
+		return pdx_block_alloc_get(pdx_kv_pool_blocks(s->pool), nb,
+					   s->blocks);
+	hash_to(s, s->n_tokens);
+	st = pdx_prefix_cache_get(c, s->hash, s->n_tokens, nb, s->blocks,
+				  &hits);
+	if (st == PDX_OK)
+		s->cached = s->filled = hits * block_tokens(s->pool);
+	return st;
+}
+
+/* Offers the full blocks of [0, filled) to the prefix cache, unless KV in
+ * them was received and not checked. */
+static void offer(struct pdx_kv_seq *s)
+{
+	struct pdx_prefix_cache *c = pdx_kv_pool_cache(s->pool);
+
+	if (c && !s->unchecked)
+		pdx_prefix_cache_offer(c, s->hash, s->blocks,
+				       s->filled / block_tokens(s->pool));
+}
+
 uint32_t pdx_kv_seq_blocks_for(const struct pdx_kv_pool *pool,
 			       uint32_t n_prompt, uint32_t max_new)
 {
@@ -36,12 +68,12 @@ pdx_status_t pdx_kv_seq_new(struct pdx_kv_pool *pool, const uint32_t *prompt,
 	s->blocks = malloc(sizeof(*s->blocks) * nb);
 	if (!s->tokens || !s->hash || !s->blocks)
 		goto free_arrays;
-	st = pdx_block_alloc_get(pdx_kv_pool_blocks(pool), nb, s->blocks);
+	memcpy(s->tokens, prompt, sizeof(*prompt) * n_prompt);
+	s->n_tokens = n_prompt;
+	st = take_blocks(s, nb);
 	if (st != PDX_OK)
 		goto free_arrays;
 	s->n_blocks = nb;
-	memcpy(s->tokens, prompt, sizeof(*prompt) * n_prompt);
-	s->n_tokens = n_prompt;
 	*out = s;
 	return PDX_OK;
 free_arrays:
@@ -54,12 +86,16 @@ free_arrays:
 
 void pdx_kv_seq_free(struct pdx_kv_seq *s)
 {
+	struct pdx_prefix_cache *c;
 	pdx_status_t st;
 
 	if (!s)
 		return;
-	st = pdx_block_alloc_put(pdx_kv_pool_blocks(s->pool), s->blocks,
-				 s->n_blocks);
+	c = pdx_kv_pool_cache(s->pool);
+	offer(s);
+	st = c ? pdx_prefix_cache_put(c, s->blocks, s->n_blocks)
+	       : pdx_block_alloc_put(pdx_kv_pool_blocks(s->pool), s->blocks,
+				     s->n_blocks);
 	assert(st == PDX_OK);
 	(void)st;
 	free(s->blocks);
@@ -82,9 +118,16 @@ static void hash_to(struct pdx_kv_seq *s, uint32_t to)
 
 void pdx_kv_seq_received(struct pdx_kv_seq *s, uint32_t n)
 {
-	assert(n <= s->n_tokens);
+	assert(n <= s->n_tokens && n >= s->cached);
 	hash_to(s, n);
 	s->filled = n;
+	s->unchecked = n > s->cached;
+}
+
+void pdx_kv_seq_unfill(struct pdx_kv_seq *s)
+{
+	s->filled = s->cached;
+	s->unchecked = false;
 }
 
 struct pdx_synth_run pdx_kv_seq_run(struct pdx_kv_seq *s, uint32_t to,
@@ -118,12 +161,19 @@ pdx_status_t pdx_kv_seq_next_token(struct pdx_kv_seq *s, uint32_t vocab,
 	return st;
 }
 
-pdx_status_t pdx_kv_seq_verify(const struct pdx_kv_seq *s, uint32_t n,
+pdx_status_t pdx_kv_seq_verify(struct pdx_kv_seq *s, uint32_t n,
 			       uint64_t *mismatches, uint32_t *bad)
 {
+	pdx_status_t st;
+
 	assert(n <= s->filled);
-	return pdx_kv_pool_verify(s->pool, s->blocks, s->hash, n, mismatches,
-				  bad);
+	st = pdx_kv_pool_verify(s->pool, s->blocks, s->hash, n, mismatches,
+				bad);
+	if (st == PDX_OK && *mismatches == 0) {
+		s->unchecked = false;
+		offer(s);
+	}
+	return st;
 }
 
 void pdx_kv_seq_push(struct pdx_kv_seq *s, uint32_t token)

@@ -14,6 +14,15 @@
  * length, and checked (pdx_kv_seq_verify()).
  * Decode: push the newest token, run its position with want_token.
  *
+ * With the pool's prefix cache (prefix_cache.h) the sequence starts with
+ * the cached blocks its prompt begins with: positions [0, cached) are
+ * filled from the start and never written again (other requests may hold
+ * them too), a local prefill starts after them, and a decode engine asks
+ * its agent for the rest only. Its own full blocks are offered to the
+ * cache once their KV is known right: received KV when it passed its
+ * check, all of them when the sequence is freed (but received KV never
+ * checked).
+ *
  * Owned by the caller; one thread (the engine's loop).
  */
 #ifndef PDX_ENGINE_KV_SEQ_H
@@ -36,6 +45,8 @@ struct pdx_kv_seq {
 	uint32_t n_tokens; /* known tokens */
 	uint32_t n_hashed; /* hash[0..n_hashed) computed */
 	uint32_t filled;   /* positions with KV written */
+	uint32_t cached;   /* leading positions from the prefix cache */
+	bool unchecked;	   /* [cached, filled) received, not checked yet */
 };
 
 /* Makes a sequence of prompt[0..n_prompt) (n_prompt > 0) that may grow by
@@ -69,10 +80,15 @@ pdx_status_t pdx_kv_seq_next_token(struct pdx_kv_seq *s, uint32_t vocab,
  * hashes them; filled = n. */
 void pdx_kv_seq_received(struct pdx_kv_seq *s, uint32_t n);
 
-/* Checks the received KV of [0, n) (n <= filled) with
- * pdx_kv_pool_verify(): PDX_OK with *mismatches and *bad (see there). */
-pdx_status_t pdx_kv_seq_verify(const struct pdx_kv_seq *s, uint32_t n,
+/* Checks the received KV of [0, n) (n <= filled), the cached prefix with
+ * it, with pdx_kv_pool_verify(): PDX_OK with *mismatches and *bad (see
+ * there). Right KV is offered to the prefix cache. */
+pdx_status_t pdx_kv_seq_verify(struct pdx_kv_seq *s, uint32_t n,
 			       uint64_t *mismatches, uint32_t *bad);
+
+/* Forgets the KV past the cached prefix (received and wrong, or never
+ * received): filled = cached, where a prefill here starts. */
+void pdx_kv_seq_unfill(struct pdx_kv_seq *s);
 
 /* Appends a generated token (n_tokens < cap). */
 void pdx_kv_seq_push(struct pdx_kv_seq *s, uint32_t token);

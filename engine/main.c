@@ -159,6 +159,7 @@ static int engine_start(struct engine *e)
 	    .prefault = true,
 	    .tp_size = e->o.tp_size,
 	    .tp_rank = e->o.tp_rank,
+	    .prefix_cache = e->o.prefix_cache == 1,
 	};
 	struct pdx_sched_params sp = {
 	    .model = e->o.model,

@@ -75,10 +75,26 @@ int pdx_metrics_render(const struct pdx_engine_metrics *m,
 	err |= family(out, "pdx_engine_kv_blocks_capacity", "gauge",
 		      "Blocks in the KV pool.", mo, g->kv_total);
 	err |= family(out, "pdx_engine_kv_blocks_free", "gauge",
-		      "KV blocks no request holds.", mo, g->kv_free);
+		      "KV blocks no request holds (free, or cached and evictable).", mo, g->kv_free);
 	err |=
 	    family(out, "pdx_engine_kv_blocks_used", "gauge",
 		   "KV blocks held by requests.", mo, g->kv_total - g->kv_free);
+	err |= family(out, "pdx_engine_prefix_cache_blocks", "gauge",
+		      "KV blocks kept in the prefix cache (held by requests "
+		      "or not).",
+		      mo, g->prefix_blocks);
+	err |= family(out, "pdx_engine_prefix_query_tokens_total", "counter",
+		      "Prompt tokens looked up in the prefix cache.", mo,
+		      g->prefix_query_tokens);
+	err |= family(out, "pdx_engine_prefix_hit_tokens_total", "counter",
+		      "Prompt tokens whose KV was found in the prefix cache "
+		      "(not computed, nor received on a decode engine).",
+		      mo, g->prefix_hit_tokens);
+	err |= family(out, "pdx_engine_prefix_hit_bytes_total", "counter",
+		      "KV bytes of the prompt tokens found in the prefix cache "
+		      "(every layer and tensor): on a decode engine, bytes "
+		      "its agent did not have to receive.",
+		      mo, g->prefix_hit_bytes);
 	if (g->has_agent)
 		err |= family(out, "pdx_engine_agent_up", "gauge",
 			      "1 while the engine's pdx-agent is there with its "

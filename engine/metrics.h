@@ -1,6 +1,6 @@
 /* The engine's Prometheus metrics: counters and the TTFT histogram kept
- * here, gauges (requests, KV blocks) read from their owners when
- * rendered. Names start with pdx_engine_; text exposition format 0.0.4.
+ * here, gauges (requests, KV blocks) and the prefix cache's counters read
+ * from their owners when rendered. Names start with pdx_engine_; text exposition format 0.0.4.
  *
  * One thread: the loop's.
  */
@@ -31,7 +31,13 @@ struct pdx_engine_metrics {
 struct pdx_metrics_gauges {
 	const char *model;
 	uint32_t running, waiting;
-	uint32_t kv_total, kv_free;
+	uint32_t kv_total, kv_free; /* free: no request holds them */
+	/* the prefix cache's (prefix_cache.h; zero without one): its
+	 * blocks now, and its counters */
+	uint32_t prefix_blocks;
+	uint64_t prefix_query_tokens, prefix_hit_tokens;
+	uint64_t prefix_hit_bytes; /* the hits' KV: bytes not computed or
+				      received */
 	bool has_agent; /* --agent given: agent_up is reported */
 	bool agent_up;  /* its agent is there with our pool registered */
 };

@@ -44,6 +44,12 @@ void pdx_engine_opts_usage(FILE *f)
 "                           16384 tokens; tiny: 4096 blocks, 8 MiB;\n"
 "                           llama3-8b: 1024 blocks, 2 GiB; deepseek-v3:\n"
 "                           256 blocks, 1.1 GiB)\n"
+"  --prefix-cache, --no-prefix-cache\n"
+"                           keep a request's full KV blocks after it for\n"
+"                           the next prompt that starts with the same\n"
+"                           tokens (a decode engine then receives only the\n"
+"                           rest), or free them when it ends; default: on\n"
+"                           for --role decode, off for the others\n"
 "  --kv-device D            where the KV pool lives: host (shared memory,\n"
 "                           default) or cuda[:N] (GPU N's memory, 0 by\n"
 "                           default; the synthetic model runs there and\n"
@@ -99,6 +105,8 @@ enum {
 	O_TP_SIZE,
 	O_TP_RANK,
 	O_TP_LEADER,
+	O_PREFIX_CACHE,
+	O_NO_PREFIX_CACHE,
 	O_HELP,
 };
 
@@ -123,6 +131,8 @@ static const struct option long_opts[] = {
     {"tp-size", required_argument, 0, O_TP_SIZE},
     {"tp-rank", required_argument, 0, O_TP_RANK},
     {"tp-leader", required_argument, 0, O_TP_LEADER},
+    {"prefix-cache", no_argument, 0, O_PREFIX_CACHE},
+    {"no-prefix-cache", no_argument, 0, O_NO_PREFIX_CACHE},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -280,6 +290,10 @@ static int parse_one(int c, const char *arg, struct pdx_engine_opts *o,
 		}
 		o->tp_leader = arg;
 		return 0;
+	case O_PREFIX_CACHE:
+	case O_NO_PREFIX_CACHE:
+		o->prefix_cache = c == O_PREFIX_CACHE;
+		return 0;
 	case O_LOG_LEVEL:
 		if (pdx_log_set_level(arg) < 0) {
 			pdx_errbuf_set(err, errlen,
@@ -324,6 +338,13 @@ static int check_tp(const struct pdx_engine_opts *o, char *err, size_t errlen)
 			       o->tp_size);
 		return -1;
 	}
+	if (o->prefix_cache == 1) {
+		pdx_errbuf_set(err, errlen,
+			       "--tp-size %u: the prefix cache is not yet "
+			       "shared by the ranks (--no-prefix-cache)",
+			       o->tp_size);
+		return -1;
+	}
 	return 0;
 }
 
@@ -349,6 +370,7 @@ enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
 	    .agent_liveness_ms = 1000,
 	    .kv_quarantine_ms = 6000,
 	    .tp_size = 1,
+	    .prefix_cache = -1,
 	};
 	optind = 0; /* glibc: full reinitialisation */
 	opterr = 0;
@@ -368,6 +390,11 @@ enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
 		o->kv_blocks = (PDX_ENGINE_DEFAULT_KV_TOKENS +
 				o->model->block_tokens - 1) /
 			       o->model->block_tokens;
+	/* where a hit saves a transfer; a prefill or colocated engine
+	 * computes every prompt unless asked, as its timings assume */
+	if (o->prefix_cache < 0)
+		o->prefix_cache = o->role == PDX_ROLE_DECODE &&
+				  o->tp_size == 1;
 	if (o->role != PDX_ROLE_BOTH && !o->agent) {
 		pdx_errbuf_set(err, errlen, "--role %s needs --agent",
 			       o->role == PDX_ROLE_PREFILL ? "prefill"

@@ -6,6 +6,7 @@
 #ifndef PDX_ENGINE_OPTS_H
 #define PDX_ENGINE_OPTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,6 +47,9 @@ struct pdx_engine_opts {
 	uint32_t tp_size;      /* ranks of a tensor-parallel instance: 1 */
 	uint32_t tp_rank;      /* this one's: 0 (the leader) */
 	const char *tp_leader; /* the leader's rank link, tp_size > 1 */
+	/* keep full blocks for the next prompt that starts with them:
+	 * --prefix-cache, --no-prefix-cache; on for --role decode */
+	int prefix_cache; /* 1 on, 0 off (-1 while parsing: not given) */
 };
 
 enum pdx_engine_opts_result {

@@ -208,7 +208,7 @@ static void settle_one(struct pdx_sched *s, struct pdx_sched_req *r)
 	if (r->sink.recompute && st != PDX_EAGENT) {
 		log_info("transfer failed (%s): prefilling here",
 			 pdx_status_str(st));
-		r->seq->filled = 0;
+		pdx_kv_seq_unfill(r->seq); /* after a cached prefix */
 		r->phase = PHASE_PREFILL;
 	} else {
 		end(s, r, st);

@@ -47,6 +47,11 @@ tp_start() {
 grep -q "do not split evenly" "$E2E_TMP/bad.log" || fail "why not 4: $(cat "$E2E_TMP/bad.log")"
 "$ENGINE" --model tiny --tp-size 3 --port 0 2>"$E2E_TMP/bad.log" && fail "TP 3 started"
 grep -q "power of two" "$E2E_TMP/bad.log" || fail "why not 3: $(cat "$E2E_TMP/bad.log")"
+"$ENGINE" --model tiny --role decode --prefix-cache --tp-size 2 \
+	--tp-leader ipc://x --agent ipc://y --port 0 2>"$E2E_TMP/bad.log" &&
+	fail "a TP decode instance started with the prefix cache"
+grep -q "prefix cache is not yet shared" "$E2E_TMP/bad.log" ||
+	fail "why no prefix cache: $(cat "$E2E_TMP/bad.log")"
 
 tp_start P prefill
 tp_start D decode
