@@ -110,6 +110,20 @@ static void get_info(struct pdx_http_api *api, struct evhttp_request *req)
 		      api->p.model->name, "agent", api->p.agent, "peer_addr",
 		      l ? pdx_kv_link_peer(l) : NULL);
 
+	struct pdx_kv_peers *own = l ? malloc(sizeof(*own)) : NULL;
+
+	/* a TP instance: every rank's agent, rank order */
+	if (own) {
+		pdx_kv_link_peers(l, own);
+		if (o && own->n > 1 &&
+		    (json_object_set_new(o, "peer_addrs",
+					 pdx_kv_peers_json(own)) ||
+		     json_object_set_new(o, "tp_size", json_integer(own->n)))) {
+			json_decref(o);
+			o = NULL;
+		}
+		free(own);
+	}
 	reply_json(req, 200, o ? json_dumps(o, JSON_COMPACT) : NULL);
 	json_decref(o);
 }

@@ -43,7 +43,7 @@ static void kv_free(struct pdx__kv *k)
 	 * not at its timeout. */
 	if (!k->announced && k->p.remote_agent[0])
 		pdx_kv_link_abort_at(k->api->p.link, &k->p.xfer,
-				     k->p.remote_agent);
+				     k->p.remote_agent, &k->p.remote_agents);
 	pdx_kv_link_cancel(k->api->p.link, &k->w);
 	pdx_http_post_free(k->callback);
 	LIST_REMOVE(k, link);
@@ -156,6 +156,7 @@ struct pdx__kv *pdx__kv_new(struct pdx_http_api *api,
 	k->w.xfer = p->xfer;
 	k->w.cb = on_event;
 	k->w.arg = k;
+	k->w.peers = &k->p.remote_agents;
 	LIST_INSERT_HEAD(&api->kvs, k, link);
 	return k;
 }
@@ -165,15 +166,34 @@ void pdx__kv_set_req(struct pdx__kv *k, struct pdx_sched_req *sreq)
 	k->sreq = sreq;
 	/* Queued: the prefill side keeps its KV while we wait for room. */
 	if (k->p.role == PDX_KV_RECV && !k->announced && k->p.remote_agent[0])
-		pdx_kv_link_hold(k->api->p.link, &k->p.xfer, k->p.remote_agent);
+		pdx_kv_link_hold(k->api->p.link, &k->p.xfer, k->p.remote_agent,
+				 &k->p.remote_agents);
+}
+
+/* The decode side's kv_transfer_params (first_token < 0: left out): its
+ * own agent, and in a TP instance every rank's. */
+static json_t *answer(const struct pdx__kv *k, int64_t first_token)
+{
+	struct pdx_kv_link *l = k->api->p.link;
+	json_t *o = pdx_kv_params_answer(&k->p, pdx_kv_link_peer(l),
+					 first_token);
+	struct pdx_kv_peers *own = malloc(sizeof(*own));
+
+	if (own)
+		pdx_kv_link_peers(l, own);
+	if (o && (!own || pdx_kv_params_answer_ranks(o, own))) {
+		json_decref(o);
+		o = NULL;
+	}
+	free(own);
+	return o;
 }
 
 /* Early callback: the decode side's kv_transfer_params, posted to the
  * proxy now that the prefill starts, so it dispatches the decode side. */
 static void post_callback(struct pdx__kv *k)
 {
-	json_t *o = pdx_kv_params_answer(
-	    &k->p, pdx_kv_link_peer(k->api->p.link), -1);
+	json_t *o = answer(k, -1);
 	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	char err[128];
 
@@ -196,6 +216,8 @@ void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq)
 	struct pdx_kv_link *l = k->api->p.link;
 	pdx_status_t st;
 
+	k->w.tokens = seq->tokens; /* the follower ranks check their KV */
+	k->w.n_tokens = k->n_prompt;
 	if (k->p.role == PDX_KV_RECV)
 		st = pdx_kv_link_recv(l, &k->w, k->p.remote_agent, seq->blocks,
 				      n);
@@ -251,8 +273,7 @@ json_t *pdx__kv_answer(const struct pdx__kv *k, uint32_t first_token)
 {
 	if (k->p.role != PDX_KV_SEND)
 		return NULL;
-	return pdx_kv_params_answer(&k->p, pdx_kv_link_peer(k->api->p.link),
-				    first_token);
+	return answer(k, first_token);
 }
 
 pdx_status_t pdx__kv_status(const struct pdx__kv *k, const char **reason)

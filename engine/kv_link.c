@@ -3,6 +3,7 @@
 #define PDX_LOG_TOPIC "kvlink"
 #include "engine/kv_link.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +20,55 @@ struct pdx_kv_link {
 	bool away; /* as last seen, for the log */
 	LIST_HEAD(, pdx_kv_waiter) waiters;
 	char peer[PDX_ADDR_MAX];
+	struct pdx_tp_leader *tp; /* rank 0 of a TP instance, else NULL */
+	uint32_t tp_size;	  /* 1 without */
 };
+
+/* A transfer action for the follower ranks, if any. */
+static void to_ranks(struct pdx_kv_link *l, enum pdx_tp_kind kind,
+		     const struct pdx_xfer_id *xfer, uint32_t value,
+		     const struct pdx_kv_peers *peers)
+{
+	struct pdx_tp_msg m = {.kind = kind, .xfer = *xfer, .value = value};
+
+	if (l->tp)
+		pdx_tp_leader_xfer(l->tp, &m, peers);
+}
+
+/* Not a rank's event: the link's own verdict (pdx_kv_link_fail_all). */
+#define NO_RANK UINT32_MAX
+
+/* The waiter's event from one rank: the first failure ends it (the
+ * ranks still under way are aborted), else the last rank's success,
+ * with rank 0's event (its first token). */
+static void deliver(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
+		    uint32_t rank, const struct pdx_engine_event *ev)
+{
+	bool failed = ev->kind == PDX_EVENT_FAILED;
+
+	if (rank == 0)
+		w->local_done = true;
+	if (failed) {
+		w->ev = *ev;
+		if (rank && rank != NO_RANK)
+			snprintf(w->ev.reason, sizeof(w->ev.reason),
+				 "tensor-parallel rank %u: %s", rank,
+				 ev->reason);
+	} else {
+		if (rank == 0)
+			w->ev = *ev;
+		if (--w->pending)
+			return;
+	}
+	LIST_REMOVE(w, link);
+	w->active = false;
+	if (failed) {
+		if (!w->local_done)
+			pdx_engine_abort(l->e, &w->xfer);
+		to_ranks(l, PDX_TP_ABORT, &w->xfer, 0, NULL);
+	}
+	w->cb(w->arg, &w->ev);
+}
 
 static struct pdx_kv_waiter *find(struct pdx_kv_link *l,
 				  const struct pdx_xfer_id *x)
@@ -64,9 +113,7 @@ static void on_events(evutil_socket_t fd, short what, void *arg)
 			log_debug("%s: event %d for no waiter", hex, ev.kind);
 			continue;
 		}
-		LIST_REMOVE(w, link);
-		w->active = false;
-		w->cb(w->arg, &ev);
+		deliver(l, w, 0, &ev);
 	}
 	note_state(l);
 }
@@ -99,6 +146,7 @@ pdx_status_t pdx_kv_link_new(struct event_base *base, const char *addr,
 	if (!l)
 		return PDX_ENOMEM;
 	LIST_INIT(&l->waiters);
+	l->tp_size = 1;
 	st = pdx_engine_connect(&ep, &l->e);
 	if (st != PDX_OK) {
 		snprintf(err, errlen, "connecting to %s: %s", addr,
@@ -148,10 +196,44 @@ void pdx_kv_link_free(struct pdx_kv_link *l)
 	free(l);
 }
 
+void pdx_kv_link_set_tp(struct pdx_kv_link *l, struct pdx_tp_leader *tp,
+			uint32_t size)
+{
+	l->tp = tp;
+	l->tp_size = size;
+}
+
+void pdx_kv_link_rank_event(struct pdx_kv_link *l, uint32_t rank,
+			    const struct pdx_engine_event *ev)
+{
+	struct pdx_kv_waiter *w = find(l, &ev->xfer);
+
+	if (w)
+		deliver(l, w, rank, ev);
+}
+
+void pdx_kv_link_fail_all(struct pdx_kv_link *l, const char *why)
+{
+	struct pdx_engine_event ev = {.kind = PDX_EVENT_FAILED,
+				      .status = PDX_EPEER,
+				      .first_token = -1};
+	struct pdx_kv_waiter *w;
+
+	snprintf(ev.reason, sizeof(ev.reason), "%s", why);
+	while ((w = LIST_FIRST(&l->waiters))) {
+		ev.xfer = w->xfer;
+		deliver(l, w, NO_RANK, &ev);
+	}
+}
+
 pdx_status_t pdx_kv_link_status(const struct pdx_kv_link *l, char *reason,
 				size_t reason_len)
 {
-	return pdx_engine_link_status(l->e, reason, reason_len);
+	pdx_status_t st = pdx_engine_link_status(l->e, reason, reason_len);
+
+	if (st == PDX_OK && l->tp)
+		st = pdx_tp_leader_status(l->tp, reason, reason_len);
+	return st;
 }
 
 const char *pdx_kv_link_peer(const struct pdx_kv_link *l)
@@ -159,10 +241,46 @@ const char *pdx_kv_link_peer(const struct pdx_kv_link *l)
 	return l->peer;
 }
 
+uint32_t pdx_kv_link_tp_size(const struct pdx_kv_link *l)
+{
+	return l->tp_size;
+}
+
+void pdx_kv_link_peers(const struct pdx_kv_link *l, struct pdx_kv_peers *out)
+{
+	out->n = l->tp ? l->tp_size : 0;
+	for (uint32_t r = 0; r < out->n; r++)
+		snprintf(out->addr[r], sizeof(out->addr[r]), "%s",
+			 r ? pdx_tp_leader_peer(l->tp, r) : l->peer);
+}
+
 static void arm(struct pdx_kv_link *l, struct pdx_kv_waiter *w)
 {
 	LIST_INSERT_HEAD(&l->waiters, w, link);
 	w->active = true;
+	w->local_done = false;
+	w->pending = l->tp_size;
+}
+
+/* SEND or RECV of w to the follower ranks. */
+static void start_ranks(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
+			enum pdx_tp_kind kind, const uint32_t *blocks,
+			size_t n_blocks)
+{
+	struct pdx_tp_msg m = {
+	    .kind = kind,
+	    .xfer = w->xfer,
+	    .n_block_ids = (uint32_t)n_blocks,
+	    .block_ids = (uint32_t *)blocks,
+	};
+
+	if (!l->tp)
+		return;
+	if (kind == PDX_TP_RECV) {
+		m.tokens = (uint32_t *)w->tokens;
+		m.n_tokens = w->n_tokens;
+	}
+	pdx_tp_leader_xfer(l->tp, &m, w->peers);
 }
 
 pdx_status_t pdx_kv_link_send(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
@@ -174,8 +292,10 @@ pdx_status_t pdx_kv_link_send(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 	if (find(l, &w->xfer))
 		return PDX_EEXIST;
 	st = pdx_engine_send(l->e, &w->xfer, peer, blocks, n_blocks);
-	if (st == PDX_OK)
+	if (st == PDX_OK) {
 		arm(l, w);
+		start_ranks(l, w, PDX_TP_SEND, blocks, n_blocks);
+	}
 	poke(l);
 	return st;
 }
@@ -190,7 +310,7 @@ pdx_status_t pdx_kv_link_layer_done(struct pdx_kv_link *l,
 		st = pdx_engine_layer_done(l->e, layer, &w->xfer, 1);
 	else
 		st = pdx_engine_layer_done_slot(l->e, layer, slot, &w->xfer, 1);
-
+	to_ranks(l, PDX_TP_LAYER, &w->xfer, layer, NULL);
 	poke(l);
 	return st;
 }
@@ -200,6 +320,7 @@ pdx_status_t pdx_kv_link_token(struct pdx_kv_link *l,
 {
 	pdx_status_t st = pdx_engine_token(l->e, &w->xfer, token);
 
+	to_ranks(l, PDX_TP_TOKEN, &w->xfer, token, NULL);
 	poke(l);
 	return st;
 }
@@ -213,23 +334,28 @@ pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 	if (find(l, &w->xfer))
 		return PDX_EEXIST;
 	st = pdx_engine_recv(l->e, &w->xfer, peer, blocks, n_blocks, 0);
-	if (st == PDX_OK)
+	if (st == PDX_OK) {
 		arm(l, w);
+		start_ranks(l, w, PDX_TP_RECV, blocks, n_blocks);
+	}
 	poke(l);
 	return st;
 }
 
 void pdx_kv_link_hold(struct pdx_kv_link *l, const struct pdx_xfer_id *xfer,
-		      const char *peer)
+		      const char *peer, const struct pdx_kv_peers *peers)
 {
 	pdx_engine_hold(l->e, xfer, peer);
+	to_ranks(l, PDX_TP_HOLD, xfer, 0, peers);
 	poke(l);
 }
 
 void pdx_kv_link_abort_at(struct pdx_kv_link *l,
-			  const struct pdx_xfer_id *xfer, const char *peer)
+			  const struct pdx_xfer_id *xfer, const char *peer,
+			  const struct pdx_kv_peers *peers)
 {
 	pdx_engine_abort_at(l->e, xfer, peer);
+	to_ranks(l, PDX_TP_ABORT_AT, xfer, 0, peers);
 	poke(l);
 }
 
@@ -239,6 +365,8 @@ void pdx_kv_link_cancel(struct pdx_kv_link *l, struct pdx_kv_waiter *w)
 		return;
 	LIST_REMOVE(w, link);
 	w->active = false;
-	pdx_engine_abort(l->e, &w->xfer);
+	if (!w->local_done)
+		pdx_engine_abort(l->e, &w->xfer);
+	to_ranks(l, PDX_TP_ABORT, &w->xfer, 0, NULL);
 	poke(l);
 }

@@ -22,7 +22,9 @@
 #include <pdx/engine.h>
 #include <pdx/status.h>
 
+#include "engine/kv_peers.h"
 #include "engine/kv_pool.h"
+#include "engine/tp_leader.h"
 
 struct pdx_kv_link;
 
@@ -33,6 +35,17 @@ struct pdx_kv_waiter {
 	bool active; /* on the link: its event is still to come */
 	void (*cb)(void *arg, const struct pdx_engine_event *ev);
 	void *arg;
+	/* Set by the caller before send or recv, for the follower ranks of
+	 * a TP instance (pdx_kv_link_set_tp()): the other side's rank
+	 * agents (NULL: none known, sends are open), and the prompt (recv:
+	 * each rank checks what it receives). Borrowed until the event. */
+	const struct pdx_kv_peers *peers;
+	const uint32_t *tokens;
+	uint32_t n_tokens;
+	/* the link's: ranks whose event is still to come, rank 0's */
+	uint32_t pending;
+	bool local_done;
+	struct pdx_engine_event ev;
 };
 
 /* Connects to the agent at addr (ipc://PATH) and registers the pool
@@ -47,15 +60,38 @@ pdx_status_t pdx_kv_link_new(struct event_base *base, const char *addr,
 /* Closes the link; the waiters left get no callback. NULL-safe. */
 void pdx_kv_link_free(struct pdx_kv_link *l);
 
-/* PDX_OK while the agent is there with our pool registered; PDX_EPEER
- * while it is away (its death or hang is noticed within the link's
- * liveness bound, every transfer in flight then fails), with why in
- * reason. The link registers again by itself when the agent is back. */
+/* Rank 0 of a TP instance: every transfer action goes to the follower
+ * ranks too (their agents pair with the other side's ranks), and a
+ * waiter gets its callback once every rank's event came, or at the
+ * first failure (the other ranks' transfers then aborted), its reason
+ * naming the rank. tp is borrowed and outlives the link. */
+void pdx_kv_link_set_tp(struct pdx_kv_link *l, struct pdx_tp_leader *tp,
+			uint32_t size);
+
+/* A follower rank's event for xfer (tp_leader.h's cbs.event). */
+void pdx_kv_link_rank_event(struct pdx_kv_link *l, uint32_t rank,
+			    const struct pdx_engine_event *ev);
+
+/* Every waiter fails now with why (PDX_EPEER): the TP group lost a
+ * rank. */
+void pdx_kv_link_fail_all(struct pdx_kv_link *l, const char *why);
+
+/* PDX_OK while the agent is there with our pool registered (and, in a
+ * TP instance, the group is whole: tp_leader.h); PDX_EPEER while it is
+ * away (its death or hang is noticed within the link's liveness bound,
+ * every transfer in flight then fails), with why in reason. The link
+ * registers again by itself when the agent is back. */
 pdx_status_t pdx_kv_link_status(const struct pdx_kv_link *l, char *reason,
 				size_t reason_len);
 
 /* The agent's peer address: the one the other side of a transfer needs. */
 const char *pdx_kv_link_peer(const struct pdx_kv_link *l);
+
+/* The instance's TP size: 1 but on rank 0 of a TP instance. */
+uint32_t pdx_kv_link_tp_size(const struct pdx_kv_link *l);
+
+/* Every rank's agent peer address, rank order (out->n 0 in TP 1). */
+void pdx_kv_link_peers(const struct pdx_kv_link *l, struct pdx_kv_peers *out);
 
 /* Prefill side: pdx_engine_send() (peer NULL: open); w->cb gets "sent"
  * or "failed". */
@@ -85,13 +121,16 @@ pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 void pdx_kv_link_cancel(struct pdx_kv_link *l, struct pdx_kv_waiter *w);
 
 /* Decode side: xfer's request waits in the queue; the agent keeps the
- * sender's KV for it (pdx_engine_hold()). */
+ * sender's KV for it (pdx_engine_hold()); peers: the sender's ranks, for
+ * the follower ranks (NULL: none). */
 void pdx_kv_link_hold(struct pdx_kv_link *l, const struct pdx_xfer_id *xfer,
-		      const char *peer);
+		      const char *peer, const struct pdx_kv_peers *peers);
 
-/* For a transfer never announced here: the agent at peer is told to
- * abort it (pdx_engine_abort_at()). */
+/* For a transfer never announced here: the agent at peer (and each
+ * follower rank's at its peers entry) is told to abort it
+ * (pdx_engine_abort_at()). */
 void pdx_kv_link_abort_at(struct pdx_kv_link *l,
-			  const struct pdx_xfer_id *xfer, const char *peer);
+			  const struct pdx_xfer_id *xfer, const char *peer,
+			  const struct pdx_kv_peers *peers);
 
 #endif

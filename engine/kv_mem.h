@@ -42,6 +42,8 @@ struct pdx__kv_mem {
 	const struct pdx_engine_cuda_events *events; /* NULL: none */
 	const struct pdx_shm_pool *shm; /* host memory only, else NULL */
 	uint64_t size;
+	uint32_t head0; /* the first KV head it holds (tp_slice.h): set by
+			   the pool after the constructor */
 	char where[80]; /* for the logs: "/dev/shm/NAME", "cuda:N" */
 };
 

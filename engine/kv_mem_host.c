@@ -24,6 +24,7 @@ static struct pdx_synth_seq view(struct kv_mem_host *h,
 	    .base = h->shm.base,
 	    .blocks = r->blocks,
 	    .hash = r->hash,
+	    .head0 = h->m.head0,
 	};
 }
 

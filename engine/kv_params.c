@@ -92,6 +92,54 @@ static bool absent(json_t *v)
 	return !v || json_is_null(v);
 }
 
+/* remote_agents and remote_tp_size, both optional; the list's first is
+ * remote_agent (taken as it when that is absent). */
+static int parse_ranks(json_t *o, struct pdx_kv_params *out, char *msg,
+		       size_t msglen)
+{
+	json_t *v = json_object_get(o, "remote_agents"), *a;
+	size_t i;
+
+	if (!absent(v)) {
+		if (!json_is_array(v) || json_array_size(v) == 0 ||
+		    json_array_size(v) > PDX_TP_MAX)
+			goto bad;
+		json_array_foreach(v, i, a)
+		{
+			const char *s = json_string_value(a);
+
+			if (!s || !*s || strlen(s) >= PDX_ADDR_MAX)
+				goto bad;
+			strcpy(out->remote_agents.addr[i], s);
+		}
+		out->remote_agents.n = (uint32_t)json_array_size(v);
+		if (!out->remote_agent[0])
+			strcpy(out->remote_agent, out->remote_agents.addr[0]);
+		else if (strcmp(out->remote_agent, out->remote_agents.addr[0]))
+			goto bad;
+	}
+	v = json_object_get(o, "remote_tp_size");
+	if (absent(v))
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+	    json_integer_value(v) > PDX_TP_MAX) {
+		snprintf(msg, msglen,
+			 "kv_transfer_params.remote_tp_size: want an integer "
+			 "in [1, %d]",
+			 PDX_TP_MAX);
+		return -1;
+	}
+	out->remote_tp = (uint32_t)json_integer_value(v);
+	return 0;
+bad:
+	snprintf(msg, msglen,
+		 "kv_transfer_params.remote_agents: want the other side's "
+		 "agent addresses, one per rank (at most %d), the first "
+		 "remote_agent",
+		 PDX_TP_MAX);
+	return -1;
+}
+
 int pdx_kv_params_parse(json_t *o, uint32_t vocab, struct pdx_kv_params *out,
 			char *msg, size_t msglen)
 {
@@ -130,18 +178,24 @@ int pdx_kv_params_parse(json_t *o, uint32_t vocab, struct pdx_kv_params *out,
 	}
 	v = json_object_get(o, "remote_agent");
 	s = json_string_value(v);
-	if (!(out->role == PDX_KV_SEND && absent(v)) &&
-	    (!s || !*s || strlen(s) >= sizeof(out->remote_agent))) {
-		snprintf(msg, msglen,
-			 "kv_transfer_params.remote_agent: want the other "
-			 "side's agent address");
-		return -1;
-	}
+	if (!absent(v) && (!s || !*s || strlen(s) >= sizeof(out->remote_agent)))
+		goto bad_agent;
 	if (s)
 		strcpy(out->remote_agent, s);
+	if (parse_ranks(o, out, msg, msglen))
+		return -1;
+	/* the decode side must know its sender (remote_agents' first will
+	 * do) */
+	if (out->role == PDX_KV_RECV && !out->remote_agent[0])
+		goto bad_agent;
 	if (out->role == PDX_KV_RECV)
 		return parse_decode_side(o, vocab, out, msg, msglen);
 	return parse_prefill_side(o, out, msg, msglen);
+bad_agent:
+	snprintf(msg, msglen,
+		 "kv_transfer_params.remote_agent: want the other side's agent "
+		 "address");
+	return -1;
 }
 
 int pdx_kv_params_mint(struct pdx_kv_params *p)
@@ -168,4 +222,65 @@ json_t *pdx_kv_params_answer(const struct pdx_kv_params *p,
 		return NULL;
 	}
 	return o;
+}
+
+json_t *pdx_kv_peers_json(const struct pdx_kv_peers *peers)
+{
+	json_t *a = json_array();
+
+	for (uint32_t r = 0; a && r < peers->n; r++)
+		if (json_array_append_new(a, json_string(peers->addr[r]))) {
+			json_decref(a);
+			a = NULL;
+		}
+	return a;
+}
+
+int pdx_kv_params_answer_ranks(json_t *answer, const struct pdx_kv_peers *own)
+{
+	if (own->n <= 1)
+		return 0; /* TP 1: the answer is as it always was */
+	if (json_object_set_new(answer, "remote_agents",
+				pdx_kv_peers_json(own)) ||
+	    json_object_set_new(answer, "remote_tp_size",
+				json_integer(own->n)))
+		return -1;
+	return 0;
+}
+
+int pdx_kv_params_check_tp(const struct pdx_kv_params *p, uint32_t own_tp,
+			   char *msg, size_t msglen)
+{
+	uint32_t n = p->remote_agents.n, other = p->remote_tp;
+
+	if (p->role == PDX_KV_NONE)
+		return 0;
+	if (n > 1 && other && n != other) {
+		snprintf(msg, msglen,
+			 "kv_transfer_params: %u remote_agents for a "
+			 "remote_tp_size of %u",
+			 n, other);
+		return -1;
+	}
+	if (!other && n > 1)
+		other = n;
+	if (other && other != own_tp) {
+		snprintf(msg, msglen,
+			 "kv_transfer_params: the other side has TP size %u, "
+			 "this instance %u: moving KV heads between different "
+			 "TP sizes needs the agents' reshard, which is not "
+			 "there yet",
+			 other, own_tp);
+		return -1;
+	}
+	if (p->role == PDX_KV_RECV && own_tp > 1 && n != own_tp) {
+		snprintf(msg, msglen,
+			 "kv_transfer_params.remote_agents: this decode "
+			 "instance has TP size %u and needs the agents of "
+			 "all %u prefill ranks (a TP prefill instance's "
+			 "answer has them)",
+			 own_tp, own_tp);
+		return -1;
+	}
+	return 0;
 }

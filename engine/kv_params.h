@@ -7,6 +7,10 @@
  *   remote_agent       the other side's agent peer address; prefill
  *                      side: absent or null, the receiver is left open
  *                      (the first agent to present the id claims it)
+ *   remote_agents      optional: the other side's agents, one per rank
+ *                      of its tensor-parallel instance, rank order (the
+ *                      first is remote_agent)
+ *   remote_tp_size     optional: the other side's TP size
  *   do_remote_prefill  true: decode side, the prompt's KV is received
  *   do_remote_decode   true: prefill side, the prompt's KV is sent
  *   first_token        decode side, optional: the prefill's first token
@@ -19,7 +23,8 @@
  * and a prefill engine answers (and posts to metaserver) the object a
  * decode request needs: xfer_id, remote_agent (its own agent),
  * do_remote_prefill: true, do_remote_decode: false, first_token (in the
- * answer; not known yet when the prefill starts).
+ * answer; not known yet when the prefill starts), and from a TP instance
+ * remote_agents and remote_tp_size (pdx_kv_params_answer_ranks()).
  *
  * Pure (jansson only) but for pdx_kv_params_mint(); any thread.
  */
@@ -32,6 +37,8 @@
 
 #include <jansson.h>
 #include <pdx/engine.h>
+
+#include "engine/kv_peers.h"
 
 #define PDX_KV_URL_MAX 256
 
@@ -46,6 +53,8 @@ struct pdx_kv_params {
 	struct pdx_xfer_id xfer;
 	char xfer_hex[33];
 	char remote_agent[PDX_ADDR_MAX];
+	struct pdx_kv_peers remote_agents; /* n 0: not given */
+	uint32_t remote_tp;		   /* remote_tp_size; 0: not given */
 	int64_t first_token; /* -1: not given */
 	bool recompute;	     /* on_failure "recompute" */
 	char metaserver[PDX_KV_URL_MAX]; /* "" when not given */
@@ -65,5 +74,20 @@ int pdx_kv_params_mint(struct pdx_kv_params *p);
  * callback): a new object, NULL when out of memory. */
 json_t *pdx_kv_params_answer(const struct pdx_kv_params *p,
 			     const char *own_agent, int64_t first_token);
+
+/* peers' addresses as a JSON array (a new one; NULL: out of memory). */
+json_t *pdx_kv_peers_json(const struct pdx_kv_peers *peers);
+
+/* Adds a TP instance's own rank agents (own->n > 1) to an answer:
+ * remote_agents and remote_tp_size. 0, or -1 when out of memory. */
+int pdx_kv_params_answer_ranks(json_t *answer, const struct pdx_kv_peers *own);
+
+/* 0 when an instance of TP size own_tp can make p's transfer: the other
+ * side's TP size, where it is known (remote_tp_size, or remote_agents'
+ * length), is own_tp (ranks pair one to one; a different size needs the
+ * agents to reshard heads, which they do not do yet), and a decode side
+ * of TP > 1 knows every sender rank's agent. Else -1 and why in msg. */
+int pdx_kv_params_check_tp(const struct pdx_kv_params *p, uint32_t own_tp,
+			   char *msg, size_t msglen);
 
 #endif

@@ -6,16 +6,20 @@
 #include <stdlib.h>
 
 #include "engine/kv_mem.h"
+#include "engine/tp_slice.h"
 
 struct pdx_kv_pool {
 	struct pdx__kv_mem *mem;
 	struct pdx_block_alloc *alloc;
+	struct pdx_tp_slice slice; /* its heads; slice.model its shape */
 };
 
 pdx_status_t pdx_kv_pool_new(const struct pdx_kv_pool_params *params,
 			     struct pdx_kv_pool **out, char *err,
 			     size_t errlen)
 {
+	uint32_t tp = params->tp_size ? params->tp_size : 1;
+	struct pdx_kv_pool_params q = *params;
 	struct pdx_kv_pool *pool;
 	pdx_status_t st;
 
@@ -23,17 +27,28 @@ pdx_status_t pdx_kv_pool_new(const struct pdx_kv_pool_params *params,
 		snprintf(err, errlen, "no model");
 		return PDX_EINVAL;
 	}
+	if (tp > 1 && params->mem != PDX_MEM_SHM) {
+		snprintf(err, errlen, "tensor parallelism runs in host memory "
+				      "only (not yet on a GPU)");
+		return PDX_EINVAL;
+	}
 	pool = calloc(1, sizeof(*pool));
 	if (!pool) {
 		snprintf(err, errlen, "out of memory");
 		return PDX_ENOMEM;
 	}
+	if (pdx_tp_slice(params->model, tp, params->tp_rank, &pool->slice, err,
+			 errlen)) {
+		st = PDX_EINVAL;
+		goto free_pool;
+	}
+	q.model = &pool->slice.model;
 	switch (params->mem) {
 	case PDX_MEM_SHM:
-		st = pdx__kv_mem_host_new(params, &pool->mem, err, errlen);
+		st = pdx__kv_mem_host_new(&q, &pool->mem, err, errlen);
 		break;
 	case PDX_MEM_CUDA:
-		st = pdx__kv_mem_cuda_new(params, &pool->mem, err, errlen);
+		st = pdx__kv_mem_cuda_new(&q, &pool->mem, err, errlen);
 		break;
 	default:
 		snprintf(err, errlen, "unknown memory type %d",
@@ -42,6 +57,7 @@ pdx_status_t pdx_kv_pool_new(const struct pdx_kv_pool_params *params,
 	}
 	if (st != PDX_OK)
 		goto free_pool;
+	pool->mem->head0 = pool->slice.head0;
 	st = pdx_block_alloc_new(params->blocks, &pool->alloc);
 	if (st != PDX_OK) {
 		snprintf(err, errlen, "block allocator: %s",

@@ -35,6 +35,10 @@ struct pdx_kv_pool_params {
 	int cuda_device;	       /* cuda: the device's ordinal */
 	const struct pdx_model *model; /* the shape of every block */
 	uint32_t blocks;	       /* blocks per layer and tensor */
+	/* one rank of a tensor-parallel instance: the pool holds only that
+	 * rank's KV heads (tp_slice.h), with the whole model's values for
+	 * them; 0 and 0: TP 1 */
+	uint32_t tp_size, tp_rank;
 	/* shm: write every byte once now, so that requests never pay for
 	 * the first write to a page: on the test VMs that costs ~1.3 s per
 	 * GiB even after MAP_POPULATE (docs/engine.md). */

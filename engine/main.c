@@ -1,6 +1,8 @@
 /* pdx-engine: options, the KV pool, the scheduler and the HTTP front on
  * one libevent loop, with the link to its pdx-agent (--agent); SIGTERM or
- * SIGINT end it cleanly. */
+ * SIGINT end it cleanly. A tensor-parallel instance's leader adds its
+ * link to the other ranks (tp_leader.h); a follower rank runs its pool,
+ * its agent link and its link to the leader only (tp_follower.h). */
 #define PDX_LOG_TOPIC "engine"
 #include <event2/event.h>
 #include <signal.h>
@@ -16,6 +18,8 @@
 #include "engine/metrics.h"
 #include "engine/opts.h"
 #include "engine/scheduler.h"
+#include "engine/tp_follower.h"
+#include "engine/tp_leader.h"
 
 struct engine {
 	struct pdx_engine_opts o;
@@ -26,7 +30,106 @@ struct engine {
 	struct pdx_kv_link *link; /* --agent */
 	struct pdx_http_api *http;
 	struct pdx_engine_metrics metrics;
+	struct pdx_tp_leader *tp;	/* rank 0 of --tp-size > 1 */
+	struct pdx_sched_mirror mirror; /* ... its passes to the others */
+	struct pdx_tp_follower *follower; /* --tp-rank > 0 */
 };
+
+/* The TP leader's reports, to the link and the scheduler. */
+static void on_rank_event(void *arg, uint32_t rank,
+			  const struct pdx_engine_event *ev)
+{
+	struct engine *e = arg;
+
+	pdx_kv_link_rank_event(e->link, rank, ev);
+}
+
+static void on_caught_up(void *arg)
+{
+	struct engine *e = arg;
+
+	pdx_sched_resume(e->sched);
+}
+
+static void on_broken(void *arg, const char *why)
+{
+	struct engine *e = arg;
+
+	pdx_kv_link_fail_all(e->link, why);
+	pdx_sched_resume(e->sched); /* nobody waits for a rank gone */
+}
+
+static pdx_status_t mirror_pass(void *arg, const struct pdx_synth_run *runs,
+				size_t n)
+{
+	return pdx_tp_leader_step(arg, runs, n);
+}
+
+static bool mirror_caught_up(void *arg)
+{
+	return pdx_tp_leader_caught_up(arg);
+}
+
+/* Rank 0 of a TP instance: the link to the others, under the agent link
+ * and the scheduler. */
+static int tp_lead(struct engine *e, struct pdx_sched_params *sp)
+{
+	struct pdx_tp_leader_params tp = {
+	    .base = e->base,
+	    .addr = e->o.tp_leader,
+	    .size = e->o.tp_size,
+	    .model = e->o.model->name,
+	    .blocks = e->o.kv_blocks,
+	    .block_tokens = e->o.model->block_tokens,
+	    .liveness_ms = e->o.agent_liveness_ms,
+	    .cbs = {.event = on_rank_event,
+		    .caught_up = on_caught_up,
+		    .broken = on_broken,
+		    .arg = e},
+	};
+	char err[256];
+
+	if (pdx_tp_leader_new(&tp, &e->tp, err, sizeof(err)) != PDX_OK) {
+		log_error("tensor-parallel leader: %s", err);
+		return 1;
+	}
+	pdx_kv_link_set_tp(e->link, e->tp, e->o.tp_size);
+	e->mirror = (struct pdx_sched_mirror){.pass = mirror_pass,
+					      .caught_up = mirror_caught_up,
+					      .arg = e->tp};
+	sp->mirror = &e->mirror;
+	log_info("tensor-parallel rank 0 of %u: the others join at %s",
+		 e->o.tp_size, e->o.tp_leader);
+	return 0;
+}
+
+/* A follower rank: no scheduler, no HTTP. */
+static int tp_follow(struct engine *e)
+{
+	struct pdx_tp_follower_params fp = {
+	    .base = e->base,
+	    .leader = e->o.tp_leader,
+	    .rank = e->o.tp_rank,
+	    .size = e->o.tp_size,
+	    .model = e->o.model->name,
+	    .pool = e->pool,
+	    .link = e->link,
+	    .liveness_ms = e->o.agent_liveness_ms,
+	};
+	char err[256];
+
+	if (pdx_tp_follower_new(&fp, &e->follower, err, sizeof(err)) !=
+	    PDX_OK) {
+		log_error("tensor-parallel follower: %s", err);
+		return 1;
+	}
+	log_info("model %s, %u kv blocks (%.1f MiB) in %s", e->o.model->name,
+		 e->o.kv_blocks, (double)pdx_kv_pool_size(e->pool) / (1 << 20),
+		 pdx_kv_pool_where(e->pool));
+	log_info("tensor-parallel rank %u of %u: following the leader at %s",
+		 e->o.tp_rank, e->o.tp_size, e->o.tp_leader);
+	return 0;
+}
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
@@ -54,6 +157,8 @@ static int engine_start(struct engine *e)
 	    .model = e->o.model,
 	    .blocks = e->o.kv_blocks,
 	    .prefault = true,
+	    .tp_size = e->o.tp_size,
+	    .tp_rank = e->o.tp_rank,
 	};
 	struct pdx_sched_params sp = {
 	    .model = e->o.model,
@@ -106,6 +211,10 @@ static int engine_start(struct engine *e)
 		log_info("agent %s, peer address %s", e->o.agent,
 			 pdx_kv_link_peer(e->link));
 	}
+	if (e->o.tp_rank > 0)
+		return tp_follow(e);
+	if (e->o.tp_size > 1 && tp_lead(e, &sp))
+		return 1;
 	sp.base = e->base;
 	sp.pool = e->pool;
 	st = pdx_sched_new(&sp, &e->sched);
@@ -142,7 +251,9 @@ static void engine_stop(struct engine *e)
 {
 	pdx_http_api_free(e->http);
 	pdx_sched_free(e->sched);
+	pdx_tp_follower_free(e->follower);
 	pdx_kv_link_free(e->link);
+	pdx_tp_leader_free(e->tp);
 	pdx_kv_pool_free(e->pool);
 	if (e->sigint)
 		event_free(e->sigint);
@@ -173,6 +284,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	rc = engine_start(&e);
 	if (rc == 0 && event_base_dispatch(e.base) != 0)
+		rc = 1;
+	if (e.follower && pdx_tp_follower_failed(e.follower))
 		rc = 1;
 	engine_stop(&e);
 	return rc;

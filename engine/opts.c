@@ -10,6 +10,7 @@
 
 #include "common/errbuf.h"
 #include "common/log.h"
+#include "engine/tp_slice.h"
 
 /* clang-format off */
 void pdx_engine_opts_usage(FILE *f)
@@ -55,6 +56,18 @@ void pdx_engine_opts_usage(FILE *f)
 "                           or not all its KV blocks free) gets 503;\n"
 "                           keep it under --kv-timeout-ms; 0: no bound\n"
 "                           (default 10000)\n"
+"  --tp-size N              tensor parallelism: the instance is N\n"
+"                           processes (one per rank, N a power of two\n"
+"                           that splits the model's KV heads evenly;\n"
+"                           an MLA model's latent is on every rank), each\n"
+"                           with its own --agent and a KV pool of its\n"
+"                           heads only (default 1)\n"
+"  --tp-rank R              this process's rank: 0, the leader, serves\n"
+"                           HTTP and schedules; the others follow it\n"
+"                           (default 0)\n"
+"  --tp-leader ADDR         where the ranks meet: the leader binds it,\n"
+"                           the others connect (ipc://PATH or\n"
+"                           tcp://HOST:PORT; needed with --tp-size > 1)\n"
 "  --max-prefill-tokens N   prefill tokens per step, chunked (default 8192)\n"
 "  --max-model-len N        prompt plus output tokens (default 8192)\n"
 "  --time-scale X           multiplies the modeled compute time; 0: no\n"
@@ -83,6 +96,9 @@ enum {
 	O_KV_QUARANTINE,
 	O_KV_DEVICE,
 	O_QUEUE_TIMEOUT,
+	O_TP_SIZE,
+	O_TP_RANK,
+	O_TP_LEADER,
 	O_HELP,
 };
 
@@ -104,6 +120,9 @@ static const struct option long_opts[] = {
     {"agent-liveness-ms", required_argument, 0, O_AGENT_LIVENESS},
     {"kv-quarantine-ms", required_argument, 0, O_KV_QUARANTINE},
     {"kv-device", required_argument, 0, O_KV_DEVICE},
+    {"tp-size", required_argument, 0, O_TP_SIZE},
+    {"tp-rank", required_argument, 0, O_TP_RANK},
+    {"tp-leader", required_argument, 0, O_TP_LEADER},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -245,6 +264,22 @@ static int parse_one(int c, const char *arg, struct pdx_engine_opts *o,
 				 &o->kv_quarantine_ms, err, errlen);
 	case O_KV_DEVICE:
 		return parse_kv_device(arg, o, err, errlen);
+	case O_TP_SIZE:
+		return parse_u32("tp-size", arg, 1, PDX_TP_MAX, &o->tp_size,
+				 err, errlen);
+	case O_TP_RANK:
+		return parse_u32("tp-rank", arg, 0, PDX_TP_MAX - 1,
+				 &o->tp_rank, err, errlen);
+	case O_TP_LEADER:
+		if (strncmp(arg, "ipc://", 6) && strncmp(arg, "tcp://", 6)) {
+			pdx_errbuf_set(err, errlen,
+				       "--tp-leader: want ipc://PATH or "
+				       "tcp://HOST:PORT, got '%s'",
+				       arg);
+			return -1;
+		}
+		o->tp_leader = arg;
+		return 0;
 	case O_LOG_LEVEL:
 		if (pdx_log_set_level(arg) < 0) {
 			pdx_errbuf_set(err, errlen,
@@ -258,6 +293,38 @@ static int parse_one(int c, const char *arg, struct pdx_engine_opts *o,
 		return 0;
 	}
 	return -1;
+}
+
+/* A TP split that works: the model's heads split, each rank with its
+ * own agent (its pool is its own), a place to meet. */
+static int check_tp(const struct pdx_engine_opts *o, char *err, size_t errlen)
+{
+	struct pdx_tp_slice slice;
+	char why[200];
+
+	if (pdx_tp_slice(o->model, o->tp_size, o->tp_rank, &slice, why,
+			 sizeof(why))) {
+		pdx_errbuf_set(err, errlen, "--tp-size/--tp-rank: %s", why);
+		return -1;
+	}
+	if (o->tp_size == 1)
+		return 0;
+	if (!o->tp_leader || !o->agent) {
+		pdx_errbuf_set(err, errlen,
+			       "--tp-size %u needs --tp-leader and --agent "
+			       "(every rank registers its KV heads with its "
+			       "own agent)",
+			       o->tp_size);
+		return -1;
+	}
+	if (o->kv_mem != PDX_MEM_SHM) {
+		pdx_errbuf_set(err, errlen,
+			       "--tp-size %u: tensor parallelism runs in host "
+			       "memory only (not yet with --kv-device cuda)",
+			       o->tp_size);
+		return -1;
+	}
+	return 0;
 }
 
 enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
@@ -281,6 +348,7 @@ enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
 	    .kv_timeout_ms = 30000,
 	    .agent_liveness_ms = 1000,
 	    .kv_quarantine_ms = 6000,
+	    .tp_size = 1,
 	};
 	optind = 0; /* glibc: full reinitialisation */
 	opterr = 0;
@@ -311,5 +379,5 @@ enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
 			       argv[optind]);
 		return PDX_OPTS_BAD;
 	}
-	return PDX_OPTS_RUN;
+	return check_tp(o, err, errlen) ? PDX_OPTS_BAD : PDX_OPTS_RUN;
 }

@@ -43,6 +43,9 @@ struct pdx_engine_opts {
 	uint32_t agent_liveness_ms; /* a hung agent noticed within: 1000 */
 	uint32_t kv_quarantine_ms;  /* blocks of a transfer failed because
 				       the agent went away: 6000 */
+	uint32_t tp_size;      /* ranks of a tensor-parallel instance: 1 */
+	uint32_t tp_rank;      /* this one's: 0 (the leader) */
+	const char *tp_leader; /* the leader's rank link, tp_size > 1 */
 };
 
 enum pdx_engine_opts_result {

@@ -284,6 +284,8 @@ static bool step_work(struct pdx_sched *s, struct pdx_synth_work *w)
 	}
 	st = pdx_kv_pool_pass(s->p.pool, s->runs, n, s->p.model->vocab,
 			      &s->slot);
+	if (st == PDX_OK && n && s->p.mirror)
+		st = s->p.mirror->pass(s->p.mirror->arg, s->runs, n);
 	if (st != PDX_OK)
 		log_error("forward pass of %u sequence(s): %s", n,
 			  pdx_status_str(st));
@@ -421,6 +423,8 @@ static void on_step(evutil_socket_t fd, short what, void *arg)
 	struct pdx_sched *s = arg;
 
 	if (s->in_step) {
+		if (s->p.mirror && !s->p.mirror->caught_up(s->p.mirror->arg))
+			return; /* pdx_sched_resume() */
 		s->in_step = false;
 		step_deliver(s);
 		evtimer_add(s->step, &now);
@@ -571,4 +575,10 @@ void pdx_sched_stats(const struct pdx_sched *s, struct pdx_sched_stats *out)
 {
 	out->running = s->n_running;
 	out->waiting = s->n_waiting;
+}
+
+void pdx_sched_resume(struct pdx_sched *s)
+{
+	if (s->in_step && !evtimer_pending(s->step, NULL))
+		evtimer_add(s->step, &now);
 }

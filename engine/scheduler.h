@@ -56,6 +56,19 @@ struct pdx_sched;
 struct pdx_sched_req;
 struct pdx_kv_seq;
 
+/* The other ranks of a tensor-parallel instance (engine/tp_leader.h):
+ * each pass run here is run there too, and a step's outputs wait until
+ * they did. */
+struct pdx_sched_mirror {
+	/* The pass just run here: a failure fails its requests. */
+	pdx_status_t (*pass)(void *arg, const struct pdx_synth_run *runs,
+			     size_t n);
+	/* Every rank ran every pass so far; else pdx_sched_resume() comes
+	 * when they have. */
+	bool (*caught_up)(void *arg);
+	void *arg;
+};
+
 struct pdx_sched_params {
 	/* With more than one priority (event_base_priority_init) steps get
 	 * the lowest, so the loop writes what a step delivered before the
@@ -69,6 +82,7 @@ struct pdx_sched_params {
 	uint32_t max_waiting;	       /* requests queued beyond those */
 	uint32_t max_prefill_tokens;   /* prompt tokens per step */
 	uint32_t queue_timeout_ms;     /* longest wait queued; 0: none */
+	const struct pdx_sched_mirror *mirror; /* borrowed; NULL: TP 1 */
 };
 
 /* Where a request's outputs go. */
@@ -131,5 +145,8 @@ void pdx_sched_kv_ready(struct pdx_sched *s, struct pdx_sched_req *r,
 			pdx_status_t status, int64_t first);
 
 void pdx_sched_stats(const struct pdx_sched *s, struct pdx_sched_stats *out);
+
+/* The mirror's ranks caught up: a step's outputs held for them go out. */
+void pdx_sched_resume(struct pdx_sched *s);
 
 #endif

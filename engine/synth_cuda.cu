@@ -34,6 +34,7 @@ struct dlayer {
 struct pdx_synth_cuda {
 	uint32_t layers, tensors, bt, blocks;
 	uint64_t words; /* 64-bit words per slot */
+	uint64_t hwords; /* ... per head: the token reads head 0's */
 	uint8_t *base;
 	cudaStream_t stream;
 	struct dlayer *h_layers, *d_layers;
@@ -128,7 +129,7 @@ __global__ void k_tokens(const uint8_t *base, const struct dlayer *layers,
 			 uint32_t n_layers, const struct tok_entry *tok,
 			 uint32_t n_tok, const uint32_t *tables,
 			 uint32_t tensors, uint32_t bt, uint64_t words,
-			 uint32_t vocab, uint32_t *out)
+			 uint64_t hwords, uint32_t vocab, uint32_t *out)
 {
 	__shared__ uint64_t part[THREADS];
 
@@ -148,7 +149,7 @@ __global__ void k_tokens(const uint8_t *base, const struct dlayer *layers,
 			const uint64_t *w = dslot((uint8_t *)base,
 						  &layers[layer], t, tab[blk],
 						  off, words);
-			uint64_t last = w[words - 1];
+			uint64_t last = w[hwords - 1];
 
 			sum += dmix(w[0] ^ (last << 32 | last >> 32) ^
 				    dsalt(layer, t, p));
@@ -195,6 +196,7 @@ extern "C" pdx_status_t pdx_synth_cuda_new(const struct pdx_kv_layout *l,
 	c->bt = l->block_tokens;
 	c->blocks = l->blocks;
 	c->words = slot / 8;
+	c->hwords = (uint64_t)l->head_dim * l->dtype_bytes / 8;
 	c->base = (uint8_t *)base;
 	c->stream = (cudaStream_t)stream;
 	c->h_layers = (struct dlayer *)calloc(l->layers, sizeof(struct dlayer));
@@ -404,7 +406,8 @@ extern "C" pdx_status_t pdx_synth_cuda_tokens(struct pdx_synth_cuda *c,
 							   c->tok_off),
 				c->n_tok, (const uint32_t *)(c->d_stage +
 							     c->tab_off),
-				c->tensors, c->bt, c->words, vocab, c->d_out);
+				c->tensors, c->bt, c->words, c->hwords, vocab,
+				c->d_out);
 	if (launched() != PDX_OK ||
 	    cudaMemcpyAsync(c->h_out, c->d_out, c->n_tok * sizeof(uint32_t),
 			    cudaMemcpyDeviceToHost, c->stream) != cudaSuccess ||

@@ -22,10 +22,11 @@ void pdx_synth_hashes(uint64_t prev, const uint32_t *tokens, size_t n,
 
 pdx_status_t pdx_synth_layout_check(const struct pdx_kv_layout *l)
 {
-	uint64_t slot = (uint64_t)l->kv_heads * l->head_dim * l->dtype_bytes;
+	uint64_t head = (uint64_t)l->head_dim * l->dtype_bytes;
 
 	if (l->order != PDX_KV_NHD || l->tensors < 1 || l->tensors > 2 ||
-	    !l->layer || l->block_tokens == 0 || slot == 0 || slot % 8)
+	    !l->layer || l->block_tokens == 0 || l->kv_heads == 0 ||
+	    head == 0 || head % 8)
 		return PDX_EINVAL;
 	for (uint32_t i = 0; i < l->layers; i++)
 		for (uint32_t t = 0; t < l->tensors; t++)
@@ -37,6 +38,18 @@ pdx_status_t pdx_synth_layout_check(const struct pdx_kv_layout *l)
 static inline uint64_t slot_words(const struct pdx_kv_layout *l)
 {
 	return (uint64_t)l->kv_heads * l->head_dim * l->dtype_bytes / 8;
+}
+
+static inline uint64_t head_words(const struct pdx_kv_layout *l)
+{
+	return (uint64_t)l->head_dim * l->dtype_bytes / 8;
+}
+
+/* Word j of a slot here is word head0 * head_words + j of the whole
+ * model's slot: its value is that many steps on. */
+static inline uint64_t word0(const struct pdx_synth_seq *s)
+{
+	return s->head0 * head_words(s->layout) * WORD_STEP;
 }
 
 static inline uint64_t *slot_at(const struct pdx_synth_seq *s, uint32_t layer,
@@ -71,7 +84,7 @@ void pdx_synth_fill(const struct pdx_synth_seq *s, uint32_t layer, uint32_t a,
 	for (uint32_t t = 0; t < s->layout->tensors; t++) {
 		for (uint32_t p = a; p < b; p++) {
 			uint64_t *w = slot_at(s, layer, t, p);
-			uint64_t key = slot_key(s, layer, t, p);
+			uint64_t key = slot_key(s, layer, t, p) + word0(s);
 
 			for (uint64_t i = 0; i < words; i++)
 				w[i] = key + i * WORD_STEP;
@@ -110,7 +123,7 @@ static bool check(const struct pdx_synth_seq *s, uint32_t a, uint32_t b,
 		for (uint32_t layer = 0; layer < l->layers; layer++) {
 			for (uint32_t t = 0; t < l->tensors; t++) {
 				if (!diff(slot_at(s, layer, t, p), words,
-					  slot_key(s, layer, t, p)))
+					  slot_key(s, layer, t, p) + word0(s)))
 					continue;
 				*bad = p;
 				return false;
@@ -137,7 +150,7 @@ uint32_t pdx_synth_next_token(const struct pdx_synth_seq *s, uint32_t n,
 {
 	const struct pdx_kv_layout *l = s->layout;
 	uint32_t bt = l->block_tokens, off = (n - 1) % bt;
-	uint64_t last = slot_words(l) - 1, sum = 0;
+	uint64_t last = head_words(l) - 1, sum = 0;
 
 	for (uint32_t p = off; p < n; p += bt) {
 		for (uint32_t layer = 0; layer < l->layers; layer++) {

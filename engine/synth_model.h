@@ -3,6 +3,10 @@
  * KV contents. A token's slot (one position of one tensor of one layer:
  * kv_heads * head_dim * dtype_bytes bytes, NHD) holds the 64-bit words
  *   w[i] = key + i * 0x9e3779b97f4a7c15,
+ * i counted over the whole model's heads: a pool that holds only heads
+ * [h0, h0 + k) (one rank of a tensor-parallel instance, tp_slice.h) holds
+ * words i = h0 * head_words + j of the slot, so a head's bytes do not
+ * depend on which rank computes them.
  *   key  = mix(hash[p] ^ mix(p | tensor << 32 | layer << 33)),
  * where mix is splitmix64's finalizer and hash[p] the prefix hash of tokens
  * 0..p (pdx_synth_hashes()). Like a transformer's KV, it depends on the
@@ -11,9 +15,11 @@
  *
  * Next token. Read back from the pool, never recomputed from the tokens:
  * for a sequence of n filled positions, in every block of it and every
- * layer and tensor, the first and last word of the slot at in-block offset
+ * layer and tensor, the first and last word of head 0 of the slot at
+ * in-block offset
  * (n - 1) % block_tokens (the last position itself, in the last block) are
- * mixed into a sum; the token is mix(sum ^ n) % vocab. The offset moves
+ * mixed into a sum (head 0: what rank 0 of any TP size holds, so the
+ * tokens do not depend on the TP size); the token is mix(sum ^ n) % vocab. The offset moves
  * with n, so over block_tokens steps every slot is read. Two engines with
  * the same KV bytes pick the same tokens; a block that lost its data
  * changes the very next token.
@@ -60,6 +66,8 @@ struct pdx_synth_seq {
 	const uint32_t *blocks;
 	/* hash[p] for every position used */
 	const uint64_t *hash;
+	/* the pool's first head in the whole model's (tp_slice.h); 0 */
+	uint32_t head0;
 };
 
 /* Positions [a, b) of one sequence, written (or checked) in a forward
@@ -74,7 +82,7 @@ struct pdx_synth_run {
 };
 
 /* PDX_OK when the layout is one the functions below handle: NHD, two
- * tensors or one, slots a multiple of 8 bytes, every tensor in region 0. */
+ * tensors or one, heads a multiple of 8 bytes, every tensor in region 0. */
 pdx_status_t pdx_synth_layout_check(const struct pdx_kv_layout *l);
 
 /* Writes the slots of positions [a, b) of every tensor of one layer. */

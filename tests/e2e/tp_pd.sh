@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Tensor parallelism 2 -> 2: a prefill and a decode instance of two ranks
+# each (four pdx-engine processes, four pdx-agents; rank i of one pairs
+# with rank i of the other), behind pdx-proxy (sequential flow) and
+# driven directly. Each rank holds its KV heads only: both decode ranks'
+# pools are checked byte for byte against the whole model's KV of their
+# heads (tp_kv_check.py, from docs/engine.md's formula); the text equals a
+# TP 1 colocated engine's (the token reads head 0, which rank 0 holds
+# whatever the TP size); every block comes back free. Then a follower
+# killed mid-request: the request ends at once with a reason naming the
+# rank (not at --kv-timeout-ms), /health says why, and the instance
+# refuses new transfers.
+#   tp_pd.sh PDX_ENGINE PDX_AGENT PDX_PROXY
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+ENGINE=$1
+AGENT=$2
+PROXY=$3
+
+small=(--model tiny --kv-blocks 64 --max-model-len 256 --time-scale 0
+	--kv-timeout-ms 30000)
+
+# tp_start NAME ROLE: rank 0 NAME (HTTP on PORT_NAME) and rank 1 NAME1,
+# each with its agent; waits until the instance is ready.
+tp_start() {
+	local name=$1 role=$2 side r
+	side=$(echo "$name" | tr '[:upper:]' '[:lower:]')
+	for r in 0 1; do agent_start "$side$r"; done
+	named_engine_start "$name" "$ENGINE" --role "$role" --tp-size 2 \
+		--tp-rank 0 --tp-leader "ipc://$E2E_TMP/$side.tp" \
+		--agent "ipc://$E2E_TMP/${side}0.engine" "${small[@]}"
+	bg_start "${name}1" "$ENGINE" --role "$role" --tp-size 2 --tp-rank 1 \
+		--tp-leader "ipc://$E2E_TMP/$side.tp" \
+		--agent "ipc://$E2E_TMP/${side}1.engine" "${small[@]}"
+	for _ in $(seq 100); do
+		[ "$(curl -s -o /dev/null -w '%{http_code}' \
+			"http://127.0.0.1:$(eval echo "\$PORT_$name")/health")" = 200 ] &&
+			return 0
+		sleep 0.1
+	done
+	fail "$name: not ready: $(tail -3 "$E2E_TMP/$name.log")"
+}
+
+# refusals first: a split that cannot work says why
+"$ENGINE" --model tiny --tp-size 4 --tp-leader ipc://x --agent ipc://y \
+	--port 0 2>"$E2E_TMP/bad.log" && fail "tiny (2 KV heads) on 4 ranks started"
+grep -q "do not split evenly" "$E2E_TMP/bad.log" || fail "why not 4: $(cat "$E2E_TMP/bad.log")"
+"$ENGINE" --model tiny --tp-size 3 --port 0 2>"$E2E_TMP/bad.log" && fail "TP 3 started"
+grep -q "power of two" "$E2E_TMP/bad.log" || fail "why not 3: $(cat "$E2E_TMP/bad.log")"
+
+tp_start P prefill
+tp_start D decode
+named_engine_start C "$ENGINE" "${small[@]}"
+named_engine_start X "$PROXY" --prefill "127.0.0.1:$PORT_P" \
+	--decode "127.0.0.1:$PORT_D" --flow sequential
+grep -q "engine registered: 4 layers x 2 tensors" "$E2E_TMP/agent_p1.log" ||
+	fail "rank 1's agent: $(grep registered "$E2E_TMP/agent_p1.log")"
+PORT=$PORT_P get /v1/pdx/info >"$E2E_TMP/info"
+py "import json; i=json.load(open('$E2E_TMP/info')); assert len(i['peer_addrs']) == 2 and i['peer_addrs'][0] == i['peer_addr'] and i['tp_size'] == 2, i" \
+	"the leader's info lists both ranks' agents"
+
+# directly, in vLLM's sequential shape: P's answer names both its ranks
+toks=$(seq -s, 7 36) # 30 tokens: 8 blocks of 4, the last one partial
+PORT=$PORT_P post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 1,
+	\"kv_transfer_params\": {\"do_remote_decode\": true}}" >"$E2E_TMP/p.json"
+status_is 200 "prefill"
+kv=$(python3 -c "import json; print(json.dumps(json.load(open('$E2E_TMP/p.json'))['kv_transfer_params']))")
+py "import json; k=json.loads('$kv'); assert k['remote_tp_size'] == 2 and len(k['remote_agents']) == 2 and k['remote_agents'][0] == k['remote_agent'], k" \
+	"the prefill answer carries both ranks' agents"
+PORT=$PORT_D post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 5,
+	\"kv_transfer_params\": $kv}" >"$E2E_TMP/d.json"
+status_is 200 "decode"
+PORT=$PORT_C post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 5}" >"$E2E_TMP/c.json"
+py "import json; a=json.load(open('$E2E_TMP/c.json')); b=json.load(open('$E2E_TMP/d.json')); assert a['choices'][0]['text'] == b['choices'][0]['text'], (a, b)" \
+	"TP 2 -> 2 equals TP 1 colocated"
+for r in "D:0" "D1:1" "P:0" "P1:1"; do
+	pid=$(eval echo "\$PID_${r%%:*}")
+	$PY "$HERE/tp_kv_check.py" "/dev/shm/pdx-engine-$pid" 4 2 2 16 2 4 64 2 \
+		"${r##*:}" "$toks" || fail "${r%%:*}'s KV is not its heads' exactly"
+done
+
+# through pdx-proxy
+n=0
+for p in '"Hello, world!"' "[$(seq -s, 1 64)]" '"The quick brown fox jumps over the lazy dog"'; do
+	n=$((n + 1))
+	req="{\"prompt\": $p, \"max_tokens\": $((n * 3))}"
+	PORT=$PORT_C post /v1/completions "$req" >"$E2E_TMP/c$n.json"
+	status_is 200 "colocated: $req"
+	PORT=$PORT_X post /v1/completions "$req" >"$E2E_TMP/x$n.json"
+	status_is 200 "through the proxy: $req"
+	py "import json; a=json.load(open('$E2E_TMP/c$n.json')); b=json.load(open('$E2E_TMP/x$n.json')); assert a['choices'][0]['text'] == b['choices'][0]['text'], (a, b)" \
+		"TP 2 -> 2 through pdx-proxy equals TP 1 colocated: $req"
+done
+blocks_free "$PORT_P" "$PORT_D"
+for x in D D1 P P1; do
+	grep -q "differs" "$E2E_TMP/$x.log" && fail "$x found KV that differs"
+done
+
+# a follower killed while a decode request waits for its KV: it ends now
+# with the reason, not at --kv-timeout-ms
+xid=$(python3 -c "import secrets; print(secrets.token_hex(16))")
+ag=$(python3 -c "import json; print(json.dumps(json.loads('$kv')['remote_agents']))")
+t0=$(date +%s.%N)
+curl -sS -o "$E2E_TMP/w.json" -w '%{http_code}' -H 'Content-Type: application/json' \
+	--data-binary "{\"prompt\": [1,2,3], \"max_tokens\": 3, \"kv_transfer_params\":
+	{\"do_remote_prefill\": true, \"xfer_id\": \"$xid\", \"remote_agents\": $ag}}" \
+	"http://127.0.0.1:$PORT_D/v1/completions" >"$E2E_TMP/w.status" &
+cpid=$!
+settle 10 "$PORT_D/$(e num_requests_running)=1" || fail "the waiting request did not start"
+kill9 D1
+wait $cpid
+t1=$(date +%s.%N)
+[ "$(cat "$E2E_TMP/w.status")" = 500 ] || fail "waiting request: HTTP $(cat "$E2E_TMP/w.status"): $(cat "$E2E_TMP/w.json")"
+grep -q "tensor-parallel rank 1" "$E2E_TMP/w.json" || fail "no reason: $(cat "$E2E_TMP/w.json")"
+py "assert $t1 - $t0 < 10, $t1 - $t0" "the request failed fast (not at the 30 s timeout)"
+PORT=$PORT_D get /health >/dev/null
+status_is 503 "health after a rank died"
+grep -q "tensor-parallel rank 1 is gone" "$E2E_TMP/body" || fail "health: $(cat "$E2E_TMP/body")"
+PORT=$PORT_D post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 5,
+	\"kv_transfer_params\": $kv}" >/dev/null
+status_is 503 "a transfer to an instance that lost a rank"
+PORT=$PORT_X post /v1/completions '{"prompt": "Hi", "max_tokens": 2}' >/dev/null
+[ "$(cat "$E2E_TMP/status")" != 200 ] || fail "the proxy served through an instance that lost a rank"
+
+for x in X C P P1 D; do named_stop $x; done
+echo ok
