@@ -52,6 +52,8 @@ struct agent_config {
 	const char *notify_addr; /* tcp://... collector, optional */
 	const char *metrics_addr; /* HOST:PORT of /metrics, optional */
 	enum data_path data_path;
+	bool pull; /* receiver: read the sender's blocks unless the engine's
+		    * recv says otherwise (--pull; docs/protocol.md, "Pull") */
 	uint32_t xfer_timeout_ms;
 	uint32_t handshake_timeout_ms;
 	uint32_t lease_ms;	   /* sender: KV kept for a receiver that has
@@ -168,7 +170,8 @@ struct xfer {
 	uint64_t peer_instance; /* the peer's incarnation we began with */
 	char peer_addr[PDX_ADDR_MAX];
 	uint32_t *blocks; /* ours, token order */
-	uint32_t *remote_blocks; /* sender: the receiver's */
+	uint32_t *remote_blocks; /* the other side's: the receiver's (send),
+				  * the sender's (a pull's receiver) */
 	uint32_t n_remote;
 	uint32_t n_blocks;
 	uint32_t skip; /* leading blocks not transferred */
@@ -184,6 +187,9 @@ struct xfer {
 	struct pdx_kv_plan *peer_plan; /* cuda-ipc sender: the receiver's */
 	bool done_seen;        /* receiver: "done" arrived */
 	bool want_sent;        /* receiver: "want" went to the sender */
+	bool pull;	       /* the receiver reads the sender's blocks once
+				* all layers are computed (pull.c) */
+	bool pulled_sent;      /* pull's receiver: its reads ended: "pulled" */
 	uint32_t timeout_ms;
 	struct event *timer;
 	uint64_t begun_ns;    /* the current phase began (xfer_arm) */
@@ -341,9 +347,22 @@ void push_maybe_flush(struct xfer *x);
 /* Receiver: once "done" came and what it announced arrived, success. */
 void recv_try_complete(struct xfer *x);
 
+/* Every byte is at the receiver (flushed): "done" to it, and x succeeds. */
+void push_send_done(struct xfer *x);
+
 /* host_path.c: ipc, put and am (and cuda-put's puts) */
-/* x's runs of blocks, once both sides' blocks are known; -1: no memory. */
+/* x's runs of blocks, once both sides' blocks are known; -1: no memory.
+ * A run's src is in the sender's pool, its dst in the receiver's. */
 int host_plan_runs(struct xfer *x);
+/* Our block of tensor t of layer `layer`, in the registered memory. */
+uint8_t *host_block_addr(const struct registration *g, uint32_t layer,
+			 uint32_t tensor, uint32_t block);
+/* Where len bytes from the peer's block `block` of tensor t of layer
+ * `layer` lie in its memory: region *ri at offset *off; PDX_ERANGE when
+ * they leave the region its layout names. */
+pdx_status_t host_peer_block(const struct peer *p, uint32_t layer,
+			     uint32_t tensor, uint32_t block, uint64_t len,
+			     uint32_t *ri, uint64_t *off);
 /* Every run of one layer, by UCX or a copy between mapped pools. */
 pdx_status_t push_layer_runs(struct xfer *x, uint32_t layer);
 /* An active message of the am path: placed into x's blocks. */
@@ -355,6 +374,16 @@ void push_try(struct xfer *x);
 /* UCX's active-message handler: to the path the message belongs to. */
 void push_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
 		     size_t len, bool rndv);
+
+/* pull.c: the receiver reads the sender's blocks (docs/protocol.md, "Pull") */
+/* Why x's receiver cannot pull over the lane to p; NULL: it can. */
+const char *pull_refusal(const struct agent *a, const struct peer *p);
+/* Sender: once every layer is computed, "readable" with our blocks. */
+void pull_offer(struct xfer *x);
+/* Receiver: the sender's "readable": read its blocks into ours. */
+void pull_on_readable(struct xfer *x, const msgpack_object *m);
+/* Sender: the receiver's "pulled": it has what it read; "done". */
+void pull_on_pulled(struct xfer *x, const msgpack_object *m);
 
 /* liveness.c: heartbeats, silent peers (docs/protocol.md) */
 int liveness_start(struct agent *a);

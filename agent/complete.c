@@ -22,8 +22,7 @@ void push_op_done_cb(void *arg, pdx_status_t status)
 	push_op_done(arg, status);
 }
 
-/* Every byte is at the receiver: tell it. */
-static void send_done(struct xfer *x)
+void push_send_done(struct xfer *x)
 {
 	struct pdx_mp_out o;
 
@@ -53,7 +52,7 @@ static void flush_done(void *arg, pdx_status_t status)
 		xfer_fail(x, status, true, "flush to %s failed: %s",
 			  x->peer_addr, pdx_status_str(status));
 	else if (!x->finished)
-		send_done(x);
+		push_send_done(x);
 	xfer_maybe_release(x);
 }
 
@@ -67,7 +66,7 @@ void push_maybe_flush(struct xfer *x)
 	if (x->finished || !pdx_xfer_sm_take_flush(&x->sm))
 		return;
 	if (x->peer->path == DATA_IPC || x->peer->path == DATA_CUDA_IPC) {
-		send_done(x);
+		push_send_done(x);
 		return;
 	}
 	log_debug("flush to %s", x->peer_addr);

@@ -663,6 +663,11 @@ static void on_recv(struct agent *a, const void *eid, size_t eid_len,
 	skip_tokens /= a->reg.layout.block_tokens;
 	x->skip = skip_tokens < x->n_blocks ? (uint32_t)skip_tokens
 					    : x->n_blocks;
+	x->pull = a->cfg.pull; /* the engine's "pull", when it says */
+	if (pdx_mp_get(m, "pull") && pdx_mp_get_bool(m, "pull", &x->pull)) {
+		xfer_fail(x, PDX_EINVAL, false, "pull: want true or false");
+		return;
+	}
 	xfers_peer_ready(a, x->peer); /* sends want if the peer is ready */
 }
 

@@ -11,8 +11,8 @@
 #define AM_ID 1
 #define AM_HDR_BYTES 24
 
-static uint8_t *block_addr(const struct registration *g, uint32_t layer,
-			   uint32_t tensor, uint32_t block)
+uint8_t *host_block_addr(const struct registration *g, uint32_t layer,
+			 uint32_t tensor, uint32_t block)
 {
 	const struct pdx_kv_layer *ly = &g->layout.layer[layer];
 
@@ -40,9 +40,29 @@ int host_plan_runs(struct xfer *x)
 	x->runs = calloc(x->n_blocks, sizeof(*x->runs));
 	if (!x->runs)
 		return -1;
-	x->n_runs = pdx_coalesce(x->blocks, x->remote_blocks, x->skip,
-				 x->n_blocks, max, x->runs);
+	if (x->role == XFER_SEND)
+		x->n_runs = pdx_coalesce(x->blocks, x->remote_blocks, x->skip,
+					 x->n_blocks, max, x->runs);
+	else
+		x->n_runs = pdx_coalesce(x->remote_blocks, x->blocks, x->skip,
+					 x->n_blocks, max, x->runs);
 	return 0;
+}
+
+pdx_status_t host_peer_block(const struct peer *p, uint32_t layer,
+			     uint32_t tensor, uint32_t block, uint64_t len,
+			     uint32_t *ri, uint64_t *off)
+{
+	const struct pdx_kv_layer *rl = &p->layout.layer[layer];
+	/* the peer's numbers: 128 bits, so none can wrap past its region */
+	unsigned __int128 end = (unsigned __int128)rl->base[tensor].offset +
+				(unsigned __int128)block * rl->block_stride + len;
+
+	*ri = rl->base[tensor].region;
+	if (*ri >= p->n_regions || end > p->regions[*ri].size)
+		return PDX_ERANGE;
+	*off = (uint64_t)(end - len);
+	return PDX_OK;
 }
 
 static pdx_status_t push_run(struct xfer *x, uint32_t layer, uint32_t t,
@@ -51,25 +71,18 @@ static pdx_status_t push_run(struct xfer *x, uint32_t layer, uint32_t t,
 	const struct registration *g = &x->agent->reg;
 	struct peer *p = x->peer;
 	uint64_t len = pdx_kv_layout_block_bytes(&g->layout) * r->count;
-	uint8_t *src = block_addr(g, layer, t, r->src);
+	uint8_t *src = host_block_addr(g, layer, t, r->src);
 	struct pdx_ucx_mem *mem =
 		g->regions[g->layout.layer[layer].base[t].region].mem;
 	pdx_status_t st;
 
 	if (p->path == DATA_IPC || p->path == DATA_PUT ||
 	    p->path == DATA_CUDA_PUT) {
-		const struct pdx_kv_layer *rl = &p->layout.layer[layer];
-		uint32_t ri = rl->base[t].region;
-		/* the peer's numbers: 128 bits, so none can wrap past its
-		 * region */
-		unsigned __int128 end =
-		    (unsigned __int128)rl->base[t].offset +
-		    (unsigned __int128)r->dst * rl->block_stride + len;
+		uint32_t ri;
 		uint64_t off;
 
-		if (ri >= p->n_regions || end > p->regions[ri].size)
+		if (host_peer_block(p, layer, t, r->dst, len, &ri, &off))
 			return PDX_ERANGE;
-		off = (uint64_t)(end - len);
 		if (p->path == DATA_IPC) {
 			memcpy(p->regions[ri].map + off, src, len);
 			x->bytes += len;
@@ -140,7 +153,7 @@ static uint8_t *am_target(struct xfer *x, uint32_t layer, uint32_t t,
 	for (uint64_t k = 1; k < n; k++)
 		if (x->blocks[index + k] != x->blocks[index] + k)
 			return NULL;
-	return block_addr(g, layer, t, x->blocks[index]);
+	return host_block_addr(g, layer, t, x->blocks[index]);
 }
 
 void host_on_message(struct agent *a, const void *hdr, size_t hdr_len,

@@ -37,6 +37,10 @@ static void usage(FILE *f)
 		"  --data-path MODE        auto (default); host memory: ipc, put or am\n"
 		"                          (docs/architecture.md); GPU memory: cuda-put,\n"
 		"                          cuda-ipc or staged (docs/gpu.md)\n"
+		"  --pull                  receiving, read the sender's blocks once all\n"
+		"                          layers are computed instead of having each\n"
+		"                          layer pushed, unless the engine's recv says\n"
+		"                          (host memory, ipc and put lanes; default: push)\n"
 		"  --staging-mb N          GPU memory, staged path: pinned host buffers\n"
 		"                          (and as much GPU memory) at most (default 256)\n"
 		"  --staging-chunk-mb N    one staged message at most (default 16; the\n"
@@ -85,6 +89,7 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 		{ "notify", required_argument, NULL, 'n' },
 		{ "metrics", required_argument, NULL, 'R' },
 		{ "data-path", required_argument, NULL, 'd' },
+		{ "pull", no_argument, NULL, 'U' },
 		{ "xfer-timeout-ms", required_argument, NULL, 't' },
 		{ "handshake-timeout-ms", required_argument, NULL, 'H' },
 		{ "lease-ms", required_argument, NULL, 'E' },
@@ -121,6 +126,7 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 			c->metrics_addr = optarg;
 			break;
 		}
+		case 'U': c->pull = true; break;
 		case 'K': c->curve_key = optarg; break;
 		case 'M': c->curve_peers = optarg; break;
 		case 'G': {

@@ -528,6 +528,10 @@ static void fill_want(msgpack_packer *pk, void *arg)
 
 	pdx_mp_kv_u32s(pk, "blocks", x->blocks, x->n_blocks);
 	pdx_mp_kv_u64(pk, "skip", x->skip);
+	if (x->pull) {
+		pdx_mp_str(pk, "pull");
+		msgpack_pack_true(pk);
+	}
 }
 
 void xfers_peer_ready(struct agent *a, struct peer *p)
@@ -545,10 +549,21 @@ void xfers_peer_ready(struct agent *a, struct peer *p)
 		} else if (p->state != PEER_READY) {
 			continue;
 		} else if (x->role == XFER_RECV && !x->want_sent) {
+			/* with every block held here there is nothing to read */
+			const char *why = x->pull && x->skip < x->n_blocks
+						  ? pull_refusal(a, p)
+						  : NULL;
+
+			if (why) {
+				xfer_fail(x, PDX_EINCOMPAT, true,
+					  "pull from %s: %s", p->addr, why);
+				continue;
+			}
 			x->want_sent = true;
 			log_debug("want to %s", p->addr);
 			x->peer_instance = p->instance;
-			if (peer_send(a, p, "want", &x->id, NULL, fill_want, 2, x))
+			if (peer_send(a, p, "want", &x->id, NULL, fill_want,
+				      2 + x->pull, x))
 				xfer_fail(x, PDX_EPEER, false,
 					  "cannot reach %s", p->addr);
 		} else if (x->role == XFER_SEND) {
@@ -613,12 +628,14 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 	uint32_t *blocks = NULL;
 	size_t n = 0;
 	uint64_t skip = 0;
+	bool pull = false;
 	const char *why;
 
 	if (pdx_mp_get_xfer(m, "xfer", &id))
 		return;
 	if (!a->reg.ok || pdx_mp_get_u32s(m, "blocks", MAX_BLOCKS, &blocks, &n) || n == 0 ||
-	    pdx_mp_get_u64(m, "skip", &skip) || skip > n) {
+	    pdx_mp_get_u64(m, "skip", &skip) || skip > n ||
+	    (pdx_mp_get(m, "pull") && pdx_mp_get_bool(m, "pull", &pull))) {
 		free(blocks);
 		peer_send(a, p, "error", &id, "want: malformed or no handshake",
 			  NULL, 0, NULL);
@@ -668,6 +685,7 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 	x->remote_blocks = blocks;
 	x->n_remote = (uint32_t)n; /* checked against ours before any push */
 	x->skip = (uint32_t)skip;
+	x->pull = pull;
 	x->peer_instance = p->instance;
 	pdx_xfer_sm_blocks_known(&x->sm);
 	if (x->announced) {
@@ -686,7 +704,7 @@ static struct xfer *peer_xfer(struct agent *a, struct peer *p,
 		return NULL;
 	x = xfer_find(a, &id);
 	if (!x || x->finished || strcmp(x->peer_addr, p->addr) != 0) {
-		if (strcmp(op, "done") == 0)
+		if (strcmp(op, "done") == 0 || strcmp(op, "readable") == 0)
 			peer_send(a, p, "error", &id, "unknown transfer", NULL,
 				  0, NULL);
 		log_debug("%s from %s for a transfer not in flight: ignored", op,
@@ -837,6 +855,13 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		on_want(a, p, &msg.data);
 	} else if (strcmp(op, "done") == 0) {
 		on_done(a, p, &msg.data);
+	} else if (strcmp(op, "readable") == 0 || strcmp(op, "pulled") == 0) {
+		struct xfer *x = peer_xfer(a, p, &msg.data, op);
+
+		if (x && op[0] == 'r')
+			pull_on_readable(x, &msg.data);
+		else if (x)
+			pull_on_pulled(x, &msg.data);
 	} else if (strcmp(op, "abort") == 0 || strcmp(op, "error") == 0) {
 		on_abort(a, p, &msg.data, op[0] == 'e');
 	} else {

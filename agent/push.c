@@ -29,6 +29,10 @@ void push_try(struct xfer *x)
 			return;
 		}
 	}
+	if (x->pull && x->skip < x->n_blocks) {
+		pull_offer(x); /* the receiver reads them */
+		return;
+	}
 	while ((layer = pdx_xfer_sm_next(&x->sm)) >= 0) {
 		pdx_status_t st;
 		uint32_t n = 1;

@@ -27,6 +27,8 @@ static const char *xfer_stage(const struct xfer *x)
 	if (x->role == XFER_RECV) {
 		if (!x->announced)
 			return "held while our engine queued it";
+		if (x->pull && x->remote_blocks && !x->done_seen)
+			return "reading the sender's blocks";
 		return x->done_seen ? "receiving the last bytes"
 				    : "waiting for the sender";
 	}
@@ -36,7 +38,8 @@ static const char *xfer_stage(const struct xfer *x)
 		return "waiting for the receiver's blocks";
 	if (x->sm.pushed_count < x->sm.layers)
 		return "waiting for layers to be computed";
-	return "pushing the last layers";
+	return x->pull ? "waiting for the receiver to read"
+		       : "pushing the last layers";
 }
 
 enum bound { BOUND_PHASE, BOUND_LEASE, BOUND_LAYER, BOUND_HANDSHAKE };

@@ -71,6 +71,7 @@ struct opts {
 	bool json;
 	char agent_bin[4096];
 	const char *data_path;
+	bool pull;            /* the decode agent reads (pdx_engine_recv_opts) */
 	uint32_t xfer_timeout_ms;
 	uint64_t seed;
 	bool cuda;            /* --mem cuda[:DEVICE] */
@@ -430,9 +431,14 @@ static void ch_do(struct child *k, const struct cmd *c)
 		return;
 	case CMD_RECV:
 		for (uint32_t x = 0; x < plan.conc; x++) {
-			st = pdx_engine_recv(ch_eng, &plan.ids[x], c->peer,
-					     plan.dst + (size_t)x * nb, nb,
-					     plan.skip_tokens);
+			struct pdx_recv_opts ro = {
+				.skip_tokens = plan.skip_tokens,
+				.mode = o.pull ? PDX_XFER_PULL : PDX_XFER_PUSH,
+			};
+
+			st = pdx_engine_recv_opts(ch_eng, &plan.ids[x], c->peer,
+						  plan.dst + (size_t)x * nb, nb,
+						  &ro);
 			if (st != PDX_OK) {
 				ch_ack(k->ack_fd, 0, 0, NULL, "pdx_engine_recv: %s",
 				       pdx_status_str(st));
@@ -1045,6 +1051,8 @@ static void usage(FILE *f)
 		"  --data-path PATH       passed to both agents as is: auto (default), ipc,\n"
 		"                         put, am; for GPU memory e.g. cuda-ipc, staged,\n"
 		"                         cuda-put\n"
+		"  --pull                 the decode agent reads the prefill agent's blocks\n"
+		"                         once all layers are computed (default: push)\n"
 		"  --xfer-timeout-ms N    passed to the agents (default: theirs)\n"
 		"  --agent-bin PATH       pdx-agent (default: ../agent/pdx-agent beside\n"
 		"                         this program)\n"
@@ -1098,7 +1106,7 @@ static void parse_opts(int argc, char **argv)
 	enum {
 		O_TLS = 256, O_MODEL, O_TOKENS, O_SKIP, O_RANDOM, O_CONC, O_LAYER,
 		O_ITERS, O_JSON, O_BIN, O_DATA, O_XTMO, O_SEED, O_MEM, O_DDEV,
-		O_HELP
+		O_PULL, O_HELP
 	};
 	static const struct option lo[] = {
 		{ "tls", required_argument, NULL, O_TLS },
@@ -1112,6 +1120,7 @@ static void parse_opts(int argc, char **argv)
 		{ "json", no_argument, NULL, O_JSON },
 		{ "agent-bin", required_argument, NULL, O_BIN },
 		{ "data-path", required_argument, NULL, O_DATA },
+		{ "pull", no_argument, NULL, O_PULL },
 		{ "xfer-timeout-ms", required_argument, NULL, O_XTMO },
 		{ "seed", required_argument, NULL, O_SEED },
 		{ "mem", required_argument, NULL, O_MEM },
@@ -1176,6 +1185,9 @@ static void parse_opts(int argc, char **argv)
 			break;
 		case O_DATA:
 			o.data_path = optarg;
+			break;
+		case O_PULL:
+			o.pull = true;
 			break;
 		case O_XTMO:
 			o.xfer_timeout_ms = (uint32_t)parse_u64(
@@ -1328,7 +1340,8 @@ static void print_results(double gbps, double op_bytes, double p50, double p99,
 		printf("{\"tls\": \"%s\", \"model\": \"%s\", \"tokens\": %u, "
 		       "\"skip_tokens\": %u, \"concurrency\": %u, "
 		       "\"random_blocks\": %s, \"layer_ms\": %g, \"iters\": %u, "
-		       "\"data_path\": \"%s\", \"seed\": %" PRIu64 ", "
+		       "\"data_path\": \"%s\", \"pull\": %s, "
+		       "\"seed\": %" PRIu64 ", "
 		       "\"gbps\": %.4f, \"bytes\": %" PRIu64 ", \"op_bytes\": %.1f, "
 		       "\"xfers\": %u, \"p50_ms\": %.4f, \"p99_ms\": %.4f, "
 		       "\"layer_xfer_ms\": %.4f, \"exposed_ms\": %.4f, "
@@ -1336,7 +1349,8 @@ static void print_results(double gbps, double op_bytes, double p50, double p99,
 		       "\"verified\": %s, \"memcpy_gbps\": %.4f",
 		       o.tls, o.model->name, o.tokens, o.skip_tokens,
 		       o.concurrency, o.random_blocks ? "true" : "false",
-		       o.layer_ms, o.iters, o.data_path, o.seed, gbps, bytes,
+		       o.layer_ms, o.iters, o.data_path,
+		       o.pull ? "true" : "false", o.seed, gbps, bytes,
 		       op_bytes, res.xfers, p50, p99, layer_xfer, exposed,
 		       engine_exposed(), res.verified ? "true" : "false", mgbps);
 		json_mem(gbps);
@@ -1344,9 +1358,9 @@ static void print_results(double gbps, double op_bytes, double p50, double p99,
 		fflush(stdout);
 		return;
 	}
-	printf("pdx-xferbench: model %s, %u tokens%s, tls %s (UCX_TLS=%s), data path %s\n",
+	printf("pdx-xferbench: model %s, %u tokens%s, tls %s (UCX_TLS=%s), data path %s%s\n",
 	       o.model->name, o.tokens, o.skip_tokens ? " (some held)" : "",
-	       o.tls, o.ucx_tls, o.data_path);
+	       o.tls, o.ucx_tls, o.data_path, o.pull ? ", pulled" : "");
 	printf("  concurrency %u, %s blocks, layer compute %g ms, %u iterations\n",
 	       o.concurrency, o.random_blocks ? "random" : "contiguous",
 	       o.layer_ms, o.iters);

@@ -226,6 +226,16 @@ int pdx_mp_get_u64(const msgpack_object *map, const char *key, uint64_t *out)
 	return pdx_mp_obj_u64(pdx_mp_get(map, key), out);
 }
 
+int pdx_mp_get_bool(const msgpack_object *map, const char *key, bool *out)
+{
+	const msgpack_object *o = pdx_mp_get(map, key);
+
+	if (!o || o->type != MSGPACK_OBJECT_BOOLEAN)
+		return -1;
+	*out = o->via.boolean;
+	return 0;
+}
+
 int pdx_mp_get_i64(const msgpack_object *map, const char *key, int64_t *out)
 {
 	const msgpack_object *o = pdx_mp_get(map, key);

@@ -48,6 +48,8 @@ int pdx_mp_parse(const void *buf, size_t len, msgpack_unpacked *msg,
 const msgpack_object *pdx_mp_get(const msgpack_object *map, const char *key);
 int pdx_mp_get_u64(const msgpack_object *map, const char *key, uint64_t *out);
 int pdx_mp_get_i64(const msgpack_object *map, const char *key, int64_t *out);
+/* -1 when key is missing or not a msgpack bool. */
+int pdx_mp_get_bool(const msgpack_object *map, const char *key, bool *out);
 int pdx_mp_get_str(const msgpack_object *map, const char *key, char *out,
 		   size_t outlen);
 int pdx_mp_get_bin(const msgpack_object *map, const char *key,

@@ -53,7 +53,7 @@ static pdx_status_t send_out(struct pdx_engine *e, struct pdx_mp_out *o)
 static pdx_status_t announce(struct pdx_engine *e, const char *op,
 			     const struct pdx_xfer_id *xfer, const char *peer,
 			     const uint32_t *blocks, size_t n_blocks,
-			     bool with_skip, uint32_t skip_tokens)
+			     const struct pdx_recv_opts *ro)
 {
 	struct pdx_mp_out o;
 	struct pdx__inflight *t;
@@ -74,16 +74,29 @@ static pdx_status_t announce(struct pdx_engine *e, const char *op,
 		return pdx__fail(e, PDX_EEXIST,
 				 "%s: transfer %s is in flight already", op,
 				 hex(xfer).s); /* the one in flight goes on */
+	if (ro && ro->mode != PDX_XFER_DEFAULT && ro->mode != PDX_XFER_PUSH &&
+	    ro->mode != PDX_XFER_PULL)
+		return pdx__fail(e, PDX_EINVAL, "%s: mode %d is not a "
+				 "pdx_xfer_mode", op, (int)ro->mode);
 	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, 3 + (peer != NULL) + (with_skip ? 1 : 0) +
+	msgpack_pack_map(&o.pk, 3 + (peer != NULL) +
+				    (ro && ro->skip_tokens ? 1 : 0) +
+				    (ro && ro->mode ? 1 : 0) +
 				    (e->xfer_timeout_ms ? 1 : 0));
 	pdx_mp_kv_str(&o.pk, "op", op);
 	pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
 	if (peer)
 		pdx_mp_kv_str(&o.pk, "peer", peer);
 	pdx_mp_kv_u32s(&o.pk, "blocks", blocks, n_blocks);
-	if (with_skip)
-		pdx_mp_kv_u64(&o.pk, "skip_tokens", skip_tokens);
+	if (ro && ro->skip_tokens)
+		pdx_mp_kv_u64(&o.pk, "skip_tokens", ro->skip_tokens);
+	if (ro && ro->mode) {
+		pdx_mp_str(&o.pk, "pull");
+		if (ro->mode == PDX_XFER_PULL)
+			msgpack_pack_true(&o.pk);
+		else
+			msgpack_pack_false(&o.pk);
+	}
 	if (e->xfer_timeout_ms)
 		pdx_mp_kv_u64(&o.pk, "timeout_ms", e->xfer_timeout_ms);
 	/* In flight only once it went out: send_out() may first find the
@@ -106,7 +119,7 @@ pdx_status_t pdx_engine_send(struct pdx_engine *e,
 			     const struct pdx_xfer_id *xfer, const char *peer,
 			     const uint32_t *blocks, size_t n_blocks)
 {
-	return announce(e, "send", xfer, peer, blocks, n_blocks, false, 0);
+	return announce(e, "send", xfer, peer, blocks, n_blocks, NULL);
 }
 
 pdx_status_t pdx_engine_recv(struct pdx_engine *e,
@@ -114,8 +127,20 @@ pdx_status_t pdx_engine_recv(struct pdx_engine *e,
 			     const uint32_t *blocks, size_t n_blocks,
 			     uint32_t skip_tokens)
 {
-	return announce(e, "recv", xfer, peer, blocks, n_blocks,
-			skip_tokens != 0, skip_tokens);
+	struct pdx_recv_opts ro = { .skip_tokens = skip_tokens };
+
+	return announce(e, "recv", xfer, peer, blocks, n_blocks, &ro);
+}
+
+pdx_status_t pdx_engine_recv_opts(struct pdx_engine *e,
+				  const struct pdx_xfer_id *xfer,
+				  const char *peer, const uint32_t *blocks,
+				  size_t n_blocks,
+				  const struct pdx_recv_opts *opts)
+{
+	struct pdx_recv_opts ro = opts ? *opts : (struct pdx_recv_opts){ 0 };
+
+	return announce(e, "recv", xfer, peer, blocks, n_blocks, &ro);
 }
 
 pdx_status_t pdx_engine_layer_done(struct pdx_engine *e, uint32_t layer,

@@ -477,6 +477,21 @@ pdx_status_t pdx_ucx_put(struct pdx_ucx_ep *ep, const void *src, size_t len,
 				      &p));
 }
 
+pdx_status_t pdx_ucx_get(struct pdx_ucx_ep *ep, void *dst, size_t len,
+			 struct pdx_ucx_mem *dst_mem, uint64_t remote_addr,
+			 struct pdx_ucx_rkey *rkey, pdx_ucx_done_cb cb, void *arg)
+{
+	struct op *o = op_new(cb, arg);
+	ucp_request_param_t p;
+
+	if (!o)
+		return PDX_ENOMEM;
+	p = send_param(o, dst_mem);
+	return op_started(ep->u, o,
+			  ucp_get_nbx(ep->ep, dst, len, remote_addr, rkey->rkey,
+				      &p));
+}
+
 static pdx_status_t am_send(struct pdx_ucx_ep *ep, unsigned id,
 			    const void *hdr, size_t hdr_len, const void *src,
 			    size_t len, struct pdx_ucx_mem *src_mem, bool rndv,

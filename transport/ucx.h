@@ -1,6 +1,6 @@
 /* UCX, reduced to what an agent needs: one context and worker, endpoints
- * with peer-error handling, a few large registered regions, and three
- * non-blocking operations (put, active-message send, flush).
+ * with peer-error handling, a few large registered regions, and four
+ * non-blocking operations (put, get, active-message send, flush).
  *
  * Threading: everything runs on the thread that owns the worker.
  * Callbacks: an operation that returns PDX_OK always completes later,
@@ -92,6 +92,14 @@ void pdx_ucx_rkey_free(struct pdx_ucx_rkey *rk);
  * in the peer's region described by rkey. */
 pdx_status_t pdx_ucx_put(struct pdx_ucx_ep *ep, const void *src, size_t len,
 			 struct pdx_ucx_mem *src_mem, uint64_t remote_addr,
+			 struct pdx_ucx_rkey *rkey, pdx_ucx_done_cb cb,
+			 void *arg);
+
+/* Reads len bytes at remote_addr in the peer's region described by rkey
+ * into dst (inside registered region dst_mem): a pull; complete (the bytes
+ * are here) when cb fires. */
+pdx_status_t pdx_ucx_get(struct pdx_ucx_ep *ep, void *dst, size_t len,
+			 struct pdx_ucx_mem *dst_mem, uint64_t remote_addr,
 			 struct pdx_ucx_rkey *rkey, pdx_ucx_done_cb cb,
 			 void *arg);
 

@@ -226,6 +226,32 @@ pdx_status_t pdx_engine_recv(struct pdx_engine *e, const struct pdx_xfer_id *xfe
 			     const char *peer, const uint32_t *blocks,
 			     size_t n_blocks, uint32_t skip_tokens);
 
+/* How a transfer's bytes move (docs/protocol.md, "Pull"). */
+enum pdx_xfer_mode {
+	PDX_XFER_DEFAULT = 0, /* the decode agent's choice: push, or pull
+			       * when it runs with --pull */
+	PDX_XFER_PUSH = 1,    /* the sender writes each layer into our
+			       * blocks as soon as its engine computed it */
+	PDX_XFER_PULL = 2,    /* our agent reads the sender's blocks once
+			       * its engine computed every layer: for a
+			       * prefill engine that cannot say when one
+			       * layer is computed (host memory; the ipc and
+			       * put lanes) */
+};
+
+struct pdx_recv_opts {
+	uint32_t skip_tokens;    /* as pdx_engine_recv()'s */
+	enum pdx_xfer_mode mode;
+};
+
+/* pdx_engine_recv() with options; opts NULL: skip_tokens 0, the agent's
+ * mode. */
+pdx_status_t pdx_engine_recv_opts(struct pdx_engine *e,
+				  const struct pdx_xfer_id *xfer,
+				  const char *peer, const uint32_t *blocks,
+				  size_t n_blocks,
+				  const struct pdx_recv_opts *opts);
+
 /* Decode side, optional: a request whose KV comes from the agent at peer
  * waits in our queue (no blocks yet). Until pdx_engine_recv() or an abort,
  * the agent renews the sender's lease on that KV with its heartbeats, for

@@ -55,6 +55,14 @@ class EngineParams(ctypes.Structure):
                 ("liveness_ms", ctypes.c_int)]
 
 
+class RecvOpts(ctypes.Structure):
+    _fields_ = [("skip_tokens", ctypes.c_uint32), ("mode", ctypes.c_int)]
+
+
+# enum pdx_xfer_mode
+XFER_DEFAULT, XFER_PUSH, XFER_PULL = 0, 1, 2
+
+
 class EngineEvent(ctypes.Structure):
     _fields_ = [("xfer", XferIdC), ("kind", ctypes.c_int),
                 ("status", ctypes.c_int), ("bytes", ctypes.c_uint64),
@@ -117,6 +125,9 @@ _OPTIONAL = {
     "pdx_engine_layer_done_stream": (_STATUS, [_ENG, ctypes.c_uint32,
                                                ctypes.c_void_p, _XID,
                                                ctypes.c_size_t]),
+    # libpdx 0.3
+    "pdx_engine_recv_opts": (_STATUS, [_ENG, _XID, ctypes.c_char_p, _U32S,
+                                       ctypes.c_size_t, _P(RecvOpts)]),
 }
 
 

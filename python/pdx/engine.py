@@ -361,14 +361,24 @@ class Engine:
                                        _peer(peer), b, n), "send")
 
     def recv(self, xfer: XferLike, peer: str, blocks: Sequence[int],
-             skip_tokens: int = 0) -> None:
+             skip_tokens: int = 0, pull: Optional[bool] = None) -> None:
         """Decode side: receive xfer from the agent at peer into these
-        blocks; the first skip_tokens tokens are held here already."""
+        blocks; the first skip_tokens tokens are held here already.
+        pull: True, our agent reads the sender's blocks once all layers
+        are computed; False, the sender pushes each layer; None, the
+        agent's default (--pull) (docs/protocol.md, "Pull")."""
         b, n = _blocks(blocks)
-        self._call(lib.pdx_engine_recv(self._handle(),
-                                       ctypes.byref(_xid(xfer)._c),
-                                       _peer(peer), b, n, skip_tokens),
-                   "recv")
+        xid = ctypes.byref(_xid(xfer)._c)
+        if pull is None:
+            st = lib.pdx_engine_recv(self._handle(), xid, _peer(peer), b, n,
+                                     skip_tokens)
+        else:
+            opts = _clib.RecvOpts(skip_tokens, _clib.XFER_PULL if pull
+                                  else _clib.XFER_PUSH)
+            st = _lib_fn("pdx_engine_recv_opts")(self._handle(), xid,
+                                                  _peer(peer), b, n,
+                                                  ctypes.byref(opts))
+        self._call(st, "recv")
 
     def layer_done(self, layer: int, xfers: Sequence[XferLike],
                    slot: Optional[int] = None, stream=None) -> None:

@@ -388,6 +388,20 @@ pdx_status_t pdx_ucx_put(struct pdx_ucx_ep *ep, const void *src, size_t len,
 	return op_add(ep, cb, arg);
 }
 
+pdx_status_t pdx_ucx_get(struct pdx_ucx_ep *ep, void *dst, size_t len,
+			 struct pdx_ucx_mem *dst_mem, uint64_t remote_addr,
+			 struct pdx_ucx_rkey *rkey, pdx_ucx_done_cb cb,
+			 void *arg)
+{
+	check_local(dst, len, "get destination");
+	if (!dst_mem || (uint8_t *)dst < (uint8_t *)dst_mem->addr ||
+	    (size_t)((uint8_t *)dst - (uint8_t *)dst_mem->addr) + len >
+		dst_mem->len)
+		die("get destination outside its memory handle");
+	check_remote(rkey, remote_addr, len);
+	return op_add(ep, cb, arg);
+}
+
 pdx_status_t pdx_ucx_am_send(struct pdx_ucx_ep *ep, unsigned id,
 			     const void *hdr, size_t hdr_len, const void *src,
 			     size_t len, struct pdx_ucx_mem *src_mem,

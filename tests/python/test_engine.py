@@ -52,9 +52,9 @@ class Pair(unittest.TestCase):
                     return ev
         self.fail("no event for %s on %s in %ss" % (xfer, side, timeout))
 
-    def push(self, xfer, src, dst, token=None, skip_tokens=0):
+    def push(self, xfer, src, dst, token=None, skip_tokens=0, pull=None):
         P, D = self.eng["p"], self.eng["d"]
-        D.recv(xfer, P.peer_addr, dst, skip_tokens=skip_tokens)
+        D.recv(xfer, P.peer_addr, dst, skip_tokens=skip_tokens, pull=pull)
         P.send(xfer, D.peer_addr, src)
         if token is not None:
             P.token(xfer, token)
@@ -87,6 +87,22 @@ class Transfers(Pair):
                             for b in (7, 8)), "skipped blocks written")
         self.assertTrue(same_blocks(self.pools["p"].buf, [3],
                                     dbuf, [9]))
+
+    def test_pull_is_byte_exact(self):
+        # the decode agent reads the blocks (docs/protocol.md, "Pull"),
+        # the first held already; recv(pull=False) pushes
+        for pull in (True, False):
+            x = pdx.XferId()
+            src, dst = [11, 12, 13, 50], [21, 22, 23, 60]
+            self.push(x, src, dst, token=77, skip_tokens=4, pull=pull)
+            d, p = self.event("d", x), self.event("p", x)
+            self.assertEqual((d.kind, p.kind), (pdx.RECEIVED, pdx.SENT),
+                             "pull=%s: %s / %s" % (pull, d.reason, p.reason))
+            self.assertEqual(d.first_token, 77)
+            self.assertEqual(d.bytes, 3 * LAYERS * 2 * 256)
+            self.assertEqual(p.bytes, d.bytes)
+            self.assertTrue(same_blocks(self.pools["p"].buf, src[1:],
+                                        self.pools["d"].buf, dst[1:]))
 
     def test_ids_from_hex_and_bytes(self):
         x = pdx.XferId()

@@ -1,0 +1,205 @@
+/* Pull (docs/protocol.md, "Pull"): for an engine that cannot say when a
+ * layer is computed until all are, the receiver reads the sender's blocks
+ * instead of the sender writing each layer into its own. The sender, once
+ * its engine computed every layer, offers its blocks ("readable"); the
+ * receiver reads them (a copy from the sender's mapped pool on the ipc
+ * lane, UCX get on the put lane), says "pulled", and the sender answers
+ * "done" as a push would: the receiver succeeds only on that "done", so
+ * it never keeps bytes read after the sender's engine took its blocks
+ * back (an abort there reaches it first). */
+#define PDX_LOG_TOPIC "pull"
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/agent.h"
+#include "common/log.h"
+
+#define MAX_BLOCKS (1u << 20)
+
+const char *pull_refusal(const struct agent *a, const struct peer *p)
+{
+	if (a->reg.cuda || p->cuda)
+		return "GPU memory is not pulled (push it: docs/protocol.md, \"Pull\")";
+	if (p->path != DATA_IPC && p->path != DATA_PUT)
+		return "pull reads by ipc or by ucx get (the put lane); the lane "
+		       "to this sender is am, where UCX emulates get over "
+		       "messages (push instead)";
+	return NULL;
+}
+
+/* {op, from, xfer, ...}: what pull sends on the peer link, on the peer's
+ * DEALER as "done" goes (complete.c). */
+static int pull_send(struct xfer *x, const char *op, bool blocks)
+{
+	struct pdx_mp_out o;
+	int rc;
+
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, 4);
+	pdx_mp_kv_str(&o.pk, "op", op);
+	pdx_mp_kv_str(&o.pk, "from", x->agent->peer_addr);
+	pdx_mp_kv_xfer(&o.pk, "xfer", &x->id);
+	if (blocks)
+		pdx_mp_kv_u32s(&o.pk, "blocks", x->blocks, x->n_blocks);
+	else
+		pdx_mp_kv_u64(&o.pk, "bytes", x->bytes);
+	rc = agent_zsend(x->peer->dealer, NULL, 0, o.buf.data, o.buf.size);
+	pdx_mp_out_free(&o);
+	return rc;
+}
+
+void pull_offer(struct xfer *x)
+{
+	if (x->agent->reg.cuda) {
+		xfer_fail(x, PDX_EINCOMPAT, true, "pull: %s",
+			  pull_refusal(x->agent, x->peer));
+		return;
+	}
+	/* A computed layer moves nothing: the receiver reads them all. */
+	while (pdx_xfer_sm_next(&x->sm) >= 0)
+		;
+	if (!pdx_xfer_sm_take_flush(&x->sm))
+		return;
+	log_debug("readable to %s", x->peer_addr);
+	if (pull_send(x, "readable", true))
+		xfer_fail(x, PDX_EPEER, false, "cannot send readable to %s",
+			  x->peer_addr);
+}
+
+void pull_on_pulled(struct xfer *x, const msgpack_object *m)
+{
+	uint64_t bytes;
+
+	if (x->role != XFER_SEND || !x->pull || !x->sm.flush_started ||
+	    pdx_mp_get_u64(m, "bytes", &bytes)) {
+		xfer_fail(x, PDX_EINVAL, true, "pulled: %s",
+			  x->role != XFER_SEND ? "not a transfer from you"
+			  : !x->pull	       ? "the transfer is pushed"
+			  : !x->sm.flush_started ? "before readable"
+						 : "bytes: want an int");
+		return;
+	}
+	log_debug("pulled by %s: %llu bytes", x->peer_addr,
+		  (unsigned long long)bytes);
+	x->bytes = bytes;
+	push_send_done(x);
+}
+
+/* Every read ended: the sender hears how much arrived and answers "done"
+ * (or its abort came first). */
+static void pull_maybe_pulled(struct xfer *x)
+{
+	if (x->finished || x->inflight || x->pulled_sent)
+		return;
+	x->pulled_sent = true;
+	log_debug("pulled from %s: %llu bytes", x->peer_addr,
+		  (unsigned long long)x->bytes);
+	if (pull_send(x, "pulled", false))
+		xfer_fail(x, PDX_EPEER, false, "cannot send pulled to %s",
+			  x->peer_addr);
+}
+
+static void read_done(void *arg, pdx_status_t status)
+{
+	struct xfer *x = arg;
+
+	xfer_unhold(x);
+	if (status && !x->finished)
+		xfer_fail(x, status, true, "reading from %s failed: %s",
+			  x->peer_addr, pdx_status_str(status));
+	pull_maybe_pulled(x);
+	xfer_maybe_release(x);
+}
+
+/* One run of blocks of one tensor of one layer, into ours. */
+static pdx_status_t read_run(struct xfer *x, uint32_t layer, uint32_t t,
+			     const struct pdx_run *r)
+{
+	const struct registration *g = &x->agent->reg;
+	struct peer *p = x->peer;
+	uint64_t len = pdx_kv_layout_block_bytes(&g->layout) * r->count;
+	uint8_t *dst = host_block_addr(g, layer, t, r->dst);
+	uint32_t ri;
+	uint64_t off;
+	pdx_status_t st;
+
+	if (host_peer_block(p, layer, t, r->src, len, &ri, &off))
+		return PDX_ERANGE;
+	if (p->path == DATA_IPC) {
+		memcpy(dst, p->regions[ri].map + off, len);
+		x->bytes += len;
+		return PDX_OK;
+	}
+	st = pdx_ucx_get(p->ep, dst, len,
+			 g->regions[g->layout.layer[layer].base[t].region].mem,
+			 p->regions[ri].addr + off, p->regions[ri].rkey,
+			 read_done, x);
+	if (!st) {
+		xfer_hold(x);
+		x->bytes += len;
+	}
+	return st;
+}
+
+void pull_on_readable(struct xfer *x, const msgpack_object *m)
+{
+	struct peer *p = x->peer;
+	uint32_t *blocks = NULL;
+	size_t n = 0;
+	const char *why;
+
+	if (x->role != XFER_RECV || !x->pull || !x->want_sent ||
+	    x->remote_blocks) {
+		xfer_fail(x, PDX_EINVAL, true, "readable: %s",
+			  x->role != XFER_RECV ? "not a transfer to you"
+			  : !x->pull	       ? "we asked for a push"
+					       : "not now (sent twice?)");
+		return;
+	}
+	if ((why = pull_refusal(x->agent, p)) != NULL) {
+		xfer_fail(x, PDX_EINCOMPAT, true, "pull from %s: %s", p->addr,
+			  why);
+		return;
+	}
+	if (pdx_mp_get_u32s(m, "blocks", MAX_BLOCKS, &blocks, &n) ||
+	    n != x->n_blocks) {
+		free(blocks);
+		xfer_fail(x, PDX_EINVAL, true,
+			  "readable: blocks: want %u block ids (got %zu)",
+			  x->n_blocks, n);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (blocks[i] >= p->layout.blocks) {
+			xfer_fail(x, PDX_ERANGE, true,
+				  "readable: blocks[%zu]: block %u is outside "
+				  "your layout (%u blocks)",
+				  i, blocks[i], p->layout.blocks);
+			free(blocks);
+			return;
+		}
+	}
+	x->remote_blocks = blocks;
+	x->n_remote = (uint32_t)n;
+	if (host_plan_runs(x)) {
+		xfer_fail(x, PDX_ENOMEM, true, "out of memory");
+		return;
+	}
+	log_debug("reading %zu runs x %u layers from %s", x->n_runs,
+		  p->layout.layers, p->addr);
+	for (uint32_t l = 0; l < x->agent->reg.layout.layers; l++)
+		for (uint32_t t = 0; t < x->agent->reg.layout.tensors; t++)
+			for (size_t i = 0; i < x->n_runs; i++) {
+				pdx_status_t st =
+				    read_run(x, l, t, &x->runs[i]);
+
+				if (st) {
+					xfer_fail(x, st, true,
+						  "reading layer %u from %s: %s",
+						  l, p->addr,
+						  pdx_status_str(st));
+					return; /* reads started drain first */
+				}
+			}
+	pull_maybe_pulled(x);
+}
