@@ -31,7 +31,7 @@ static void cuda_refusals(struct pdx_engine *e, const struct pdx_kv_layout *l,
 	struct pdx_xfer_id x;
 	char why[512] = "", peer[PDX_ADDR_MAX];
 	uint64_t off = 7;
-	void *host = malloc(4096);
+	void *host = calloc(1, 4096);
 	pdx_status_t st;
 
 	st = pdx_engine_cuda_region(host, 4096, &r, &off, why, sizeof(why));

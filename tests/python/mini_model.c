@@ -42,7 +42,8 @@ EXPORT void pdx_mv_fill(const struct pdx_kv_layout *l, uint8_t *base,
 			const uint32_t *blocks, const uint64_t *hash,
 			uint32_t layer, uint32_t a, uint32_t b)
 {
-	struct pdx_synth_seq s = { l, base, blocks, hash };
+	struct pdx_synth_seq s = {
+	    .layout = l, .base = base, .blocks = blocks, .hash = hash};
 
 	pdx_synth_fill(&s, layer, a, b);
 }
@@ -51,7 +52,8 @@ EXPORT uint32_t pdx_mv_next_token(const struct pdx_kv_layout *l,
 				  uint8_t *base, const uint32_t *blocks,
 				  uint32_t n, uint32_t vocab)
 {
-	struct pdx_synth_seq s = { l, base, blocks, NULL };
+	struct pdx_synth_seq s = {
+	    .layout = l, .base = base, .blocks = blocks};
 
 	return pdx_synth_next_token(&s, n, vocab);
 }
@@ -62,7 +64,8 @@ EXPORT int64_t pdx_mv_check(const struct pdx_kv_layout *l, uint8_t *base,
 			    const uint32_t *blocks, const uint64_t *hash,
 			    uint32_t a, uint32_t b)
 {
-	struct pdx_synth_seq s = { l, base, blocks, hash };
+	struct pdx_synth_seq s = {
+	    .layout = l, .base = base, .blocks = blocks, .hash = hash};
 	uint32_t bad;
 
 	return pdx_synth_check(&s, a, b, &bad) ? -1 : (int64_t)bad;
