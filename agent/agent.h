@@ -17,8 +17,10 @@
 #include "agent/ended.h"
 #include "agent/gpu.h"
 #include "agent/metrics.h"
+#include "agent/trace.h"
 #include "common/mp.h"
 #include "agent/xfer_sm.h"
+#include "common/clock.h"
 #include "transport/ucx.h"
 
 /* How bytes move to a peer (docs/architecture.md, "Data path"). Host
@@ -190,6 +192,7 @@ struct xfer {
 	uint64_t lease_ns;    /* sender before "want": kept until then */
 	uint64_t progress_ns; /* sender: the last layer computed */
 	uint64_t t_first_ns;
+	uint64_t marks[MARK_N]; /* PDX_AGENT_TRACE: trace.h */
 	pdx_status_t status;
 	char reason[PDX_REASON_MAX];
 	char peer_abort[PDX_REASON_MAX]; /* the peer gave up before we began */
@@ -241,6 +244,7 @@ struct agent {
 	uint32_t n_xfers;
 	uint64_t ops_inflight; /* UCX operations of all transfers */
 	uint64_t notify_dropped;
+	bool trace; /* PDX_AGENT_TRACE=1: transfers are stamped (trace.h) */
 };
 
 /* We hold a working handshake with p (it may be being refreshed). */
@@ -265,6 +269,13 @@ static inline void xfer_unhold(struct xfer *x)
 {
 	x->inflight--;
 	x->agent->ops_inflight--;
+}
+
+/* A step of x's control path, stamped when tracing (trace.h). */
+static inline void xfer_mark(struct xfer *x, enum xfer_mark m)
+{
+	if (x->agent->trace)
+		x->marks[m] = pdx_now_ns();
 }
 
 /* main.c: runs everything ready (messages, UCX completions) until nothing

@@ -27,6 +27,7 @@ static void send_done(struct xfer *x)
 {
 	struct pdx_mp_out o;
 
+	xfer_mark(x, MARK_FLUSHED);
 	pdx_mp_out_init(&o);
 	msgpack_pack_map(&o.pk, 6);
 	pdx_mp_kv_str(&o.pk, "op", "done");
@@ -35,11 +36,13 @@ static void send_done(struct xfer *x)
 	pdx_mp_kv_xfer(&o.pk, "xfer", &x->id);
 	pdx_mp_kv_u64(&o.pk, "bytes", x->bytes);
 	pdx_mp_kv_u64(&o.pk, "am_bytes", x->am_bytes);
-	if (agent_zsend(x->peer->dealer, NULL, 0, o.buf.data, o.buf.size))
+	if (agent_zsend(x->peer->dealer, NULL, 0, o.buf.data, o.buf.size)) {
 		xfer_fail(x, PDX_EPEER, false, "cannot send done to %s",
 			  x->peer_addr);
-	else
+	} else {
+		xfer_mark(x, MARK_DONE_SENT);
 		xfer_succeed(x);
+	}
 	log_debug("done sent to %s", x->peer_addr);
 	pdx_mp_out_free(&o);
 }

@@ -502,6 +502,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (getenv("PDX_LOG_LEVEL"))
 		pdx_log_set_level(getenv("PDX_LOG_LEVEL"));
+	a.trace = getenv("PDX_AGENT_TRACE") &&
+		  strcmp(getenv("PDX_AGENT_TRACE"), "1") == 0;
 	if (parse_args(argc, argv, &a.cfg))
 		return 2;
 	pdx_log_prefix("pdx-agent");

@@ -703,6 +703,7 @@ static void on_done(struct agent *a, struct peer *p, const msgpack_object *m)
 
 	if (!x)
 		return;
+	xfer_mark(x, MARK_DONE_HEARD);
 	if (x->role != XFER_RECV || !x->announced ||
 	    pdx_mp_get_u64(m, "bytes", &bytes)) {
 		peer_send(a, p, "error", &x->id, "done: not a transfer to you",

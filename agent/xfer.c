@@ -206,6 +206,9 @@ void xfer_maybe_release(struct xfer *x)
 		a->xfer_ops->engine_event(a, x, x->status ? "failed"
 					: x->role == XFER_SEND ? "sent"
 							       : "received");
+		xfer_mark(x, MARK_EVENT);
+		if (a->trace)
+			xfer_trace_log(x);
 	}
 	pdx_ended_add(a->ended, &x->id, x->peer_addr,
 		  x->status ? x->reason : "it completed");
