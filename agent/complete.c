@@ -36,13 +36,12 @@ static void send_done(struct xfer *x)
 	pdx_mp_kv_xfer(&o.pk, "xfer", &x->id);
 	pdx_mp_kv_u64(&o.pk, "bytes", x->bytes);
 	pdx_mp_kv_u64(&o.pk, "am_bytes", x->am_bytes);
-	if (agent_zsend(x->peer->dealer, NULL, 0, o.buf.data, o.buf.size)) {
+	xfer_mark(x, MARK_DONE_SENT);
+	if (agent_zsend(x->peer->dealer, NULL, 0, o.buf.data, o.buf.size))
 		xfer_fail(x, PDX_EPEER, false, "cannot send done to %s",
 			  x->peer_addr);
-	} else {
-		xfer_mark(x, MARK_DONE_SENT);
+	else
 		xfer_succeed(x);
-	}
 	log_debug("done sent to %s", x->peer_addr);
 	pdx_mp_out_free(&o);
 }

@@ -14,9 +14,11 @@ enum xfer_mark {
 	MARK_PUSH,	 /* sender: a layer's push begins */
 	MARK_PUSHED,	 /* sender: it returned (ipc: copied) */
 	MARK_FLUSHED,	 /* sender: every byte is at the receiver */
-	MARK_DONE_SENT,	 /* sender: "done" handed to ZeroMQ */
+	/* the sends are stamped as they begin: a stamp after one would race
+	 * the receiver, which may read the message first */
+	MARK_DONE_SENT,	 /* sender: "done" built, being sent */
 	MARK_DONE_HEARD, /* receiver: "done" read off the peer link */
-	MARK_EVENT,	 /* the engine's event handed to ZeroMQ */
+	MARK_EVENT,	 /* the engine's event about to be built and sent */
 	MARK_N,
 };
 

@@ -203,10 +203,10 @@ void xfer_maybe_release(struct xfer *x)
 		return;
 	if (x->announced && !x->event_sent) {
 		x->event_sent = true;
+		xfer_mark(x, MARK_EVENT);
 		a->xfer_ops->engine_event(a, x, x->status ? "failed"
 					: x->role == XFER_SEND ? "sent"
 							       : "received");
-		xfer_mark(x, MARK_EVENT);
 		if (a->trace)
 			xfer_trace_log(x);
 	}

@@ -425,13 +425,16 @@ static void ch_yardsticks(struct child *k)
 }
 
 /* The yardstick of --one-block: a bare round trip over our agent's engine
- * link, through its loop, on a socket of our own beside the engine's. */
-static void ch_ping_once(struct child *k)
+ * link, through its loop, on a socket of our own beside the engine's,
+ * after idle_ms of quiet: a transfer's hops wake threads (and, in a VM,
+ * CPUs) that slept as long, which costs more than waking warm ones. */
+static void ch_ping_once(struct child *k, double idle_ms)
 {
 	struct ack a;
 	char err[512];
 
 	memset(&a, 0, sizeof(a));
+	ch_sleep_until(pdx_now_ns() + (uint64_t)llround(idle_ms * 1e6));
 	if (!ch_ping)
 		ch_ping = xc_ping_open(k->engine, err, sizeof(err));
 	if (!ch_ping || xc_ping(ch_ping, PING_TIMEOUT_MS, &a.rtt_ns, err,
@@ -549,7 +552,7 @@ static void ch_do(struct child *k, const struct cmd *c)
 		ch_yardsticks(k);
 		return;
 	case CMD_PING:
-		ch_ping_once(k);
+		ch_ping_once(k, c->layer_ms);
 		return;
 	default:
 		ch_ack(k->ack_fd, 0, 0, NULL, "unknown command %u", c->op);
@@ -1071,8 +1074,8 @@ static void ob_trace(const char *line)
 }
 
 /* --one-block: one-block transfers one after another, each followed by a
- * ping over the decode agent's engine link, so that both see the same
- * machine. The layers come ONE_BLOCK_LAYER_MS apart (or --layer-ms), so
+ * ping over the decode agent's engine link after as long a quiet as the
+ * transfer's, so that both see the same machine. The layers come ONE_BLOCK_LAYER_MS apart (or --layer-ms), so
  * the agent is idle when the last one is computed: what follows it is
  * that layer's copy and the control path. */
 static void run_one_block(void)
@@ -1114,7 +1117,7 @@ static void run_one_block(void)
 				acks[1].reason);
 			res.verified = false;
 		}
-		send_cmd(D, CMD_PING, -1, 0, NULL);
+		send_cmd(D, CMD_PING, -1, o.model->layers * layer_ms, NULL);
 		wait_acks(&D, 1, acks, ACK_TIMEOUT_MS, "ping");
 		if (!smp)
 			continue;
@@ -1470,13 +1473,13 @@ static void print_gpu(double gbps)
  * event, step by step (agent/trace.h's marks between the engines'). */
 static const char *const ob_seg_key[OB_SEGS] = {
 	"engine_link_prefill", "to_push", "push", "completion",
-	"done_send", "peer_link", "decode_agent", "engine_link_decode",
+	"done_build", "peer_link", "decode_agent", "engine_link_decode",
 };
 static const char *const ob_seg_name[OB_SEGS] = {
 	"layer_done to prefill agent", "agent to push issued",
 	"push (ipc: the copy)", "push to completion",
-	"done built and sent", "done to decode agent",
-	"decode agent to event sent", "event to decode engine",
+	"done built", "done to decode agent",
+	"decode agent to event", "event sent, to D engine",
 };
 
 struct ob_stat {

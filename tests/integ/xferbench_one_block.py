@@ -14,7 +14,7 @@ import sys
 
 N = 30
 STEPS = ["engine_link_prefill", "to_push", "push", "completion",
-         "done_send", "peer_link", "decode_agent", "engine_link_decode"]
+         "done_build", "peer_link", "decode_agent", "engine_link_decode"]
 failures = []
 
 
