@@ -136,6 +136,7 @@ struct peer {
 	bool ep_failed; /* UCX found it dead; the endpoint awaits closing */
 	bool cuda;	/* its engine's KV is GPU memory */
 	bool cuda_ucx;	/* its UCX moves GPU memory */
+	bool done_ucx;	/* it takes "done" by UCX on the ipc lane */
 	/* staged path, same host: its staging mapped here (staged.c) */
 	bool staged_shared;
 	uint8_t *staging_map;
@@ -351,6 +352,14 @@ void push_op_done_cb(void *arg, pdx_status_t status);
 void push_maybe_flush(struct xfer *x);
 /* Receiver: once "done" came and what it announced arrived, success. */
 void recv_try_complete(struct xfer *x);
+/* Receiver: the sender's "done" (either link) says what it sent. */
+void recv_done(struct xfer *x, uint64_t bytes, uint64_t am_bytes,
+	       int64_t first_token);
+/* UCX's handler of AM_ID_DONE: "done" on the ipc lane. */
+void done_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
+		     size_t len, bool rndv);
+/* The active-message id of "done" by UCX (docs/protocol.md, section 4). */
+#define AM_ID_DONE 2
 
 /* host_path.c: ipc, put and am (and cuda-put's puts) */
 /* x's runs of blocks, once both sides' blocks are known; -1: no memory. */

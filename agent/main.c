@@ -406,6 +406,8 @@ static int agent_start(struct agent *a)
 		return -1;
 	}
 	st = pdx_ucx_am_handler(a->ucx, 1, push_am_handler, a);
+	if (!st)
+		st = pdx_ucx_am_handler(a->ucx, AM_ID_DONE, done_am_handler, a);
 	if (st) {
 		log_error("ucx active-message handler: %s", pdx_status_str(st));
 		return -1;
