@@ -1,7 +1,8 @@
 /* How a transfer's data operations finish: each one that ends is counted
  * off the transfer; the sender flushes and says "done" once every layer is
- * at the receiver, and the receiver succeeds once what "done" announced
- * arrived. Every data path (host and GPU) ends its operations here. */
+ * at the receiver (on the ipc lane by UCX, else on the peer link), and the
+ * receiver succeeds once what "done" announced arrived. Every data path
+ * (host and GPU) ends its operations here. */
 #define PDX_LOG_TOPIC "push"
 #include <string.h>
 
@@ -78,6 +79,8 @@ void done_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
 		return;
 	}
 	xfer_mark(x, MARK_DONE_HEARD);
+	log_debug("done from %s by ucx: %llu bytes", x->peer_addr,
+		  (unsigned long long)bytes);
 	recv_done(x, bytes, am_bytes, first_token);
 }
 
@@ -109,6 +112,7 @@ static void send_done(struct xfer *x)
 				  x->peer_addr, pdx_status_str(st));
 		else
 			xfer_succeed(x);
+		log_debug("done sent to %s by ucx", x->peer_addr);
 		return;
 	}
 	pdx_mp_out_init(&o);
