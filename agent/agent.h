@@ -17,8 +17,10 @@
 #include "agent/ended.h"
 #include "agent/gpu.h"
 #include "agent/metrics.h"
+#include "agent/trace.h"
 #include "common/mp.h"
 #include "agent/xfer_sm.h"
+#include "common/clock.h"
 #include "transport/ucx.h"
 
 /* How bytes move to a peer (docs/architecture.md, "Data path"). Host
@@ -136,6 +138,7 @@ struct peer {
 	bool ep_failed; /* UCX found it dead; the endpoint awaits closing */
 	bool cuda;	/* its engine's KV is GPU memory */
 	bool cuda_ucx;	/* its UCX moves GPU memory */
+	bool done_ucx;	/* it takes "done" by UCX on the ipc lane */
 	/* staged path, same host: its staging mapped here (staged.c) */
 	bool staged_shared;
 	uint8_t *staging_map;
@@ -196,6 +199,7 @@ struct xfer {
 	uint64_t lease_ns;    /* sender before "want": kept until then */
 	uint64_t progress_ns; /* sender: the last layer computed */
 	uint64_t t_first_ns;
+	uint64_t marks[MARK_N]; /* PDX_AGENT_TRACE: trace.h */
 	pdx_status_t status;
 	char reason[PDX_REASON_MAX];
 	char peer_abort[PDX_REASON_MAX]; /* the peer gave up before we began */
@@ -247,6 +251,7 @@ struct agent {
 	uint32_t n_xfers;
 	uint64_t ops_inflight; /* UCX operations of all transfers */
 	uint64_t notify_dropped;
+	bool trace; /* PDX_AGENT_TRACE=1: transfers are stamped (trace.h) */
 };
 
 /* We hold a working handshake with p (it may be being refreshed). */
@@ -271,6 +276,13 @@ static inline void xfer_unhold(struct xfer *x)
 {
 	x->inflight--;
 	x->agent->ops_inflight--;
+}
+
+/* A step of x's control path, stamped when tracing (trace.h). */
+static inline void xfer_mark(struct xfer *x, enum xfer_mark m)
+{
+	if (x->agent->trace)
+		x->marks[m] = pdx_now_ns();
 }
 
 /* main.c: runs everything ready (messages, UCX completions) until nothing
@@ -346,6 +358,14 @@ void push_op_done_cb(void *arg, pdx_status_t status);
 void push_maybe_flush(struct xfer *x);
 /* Receiver: once "done" came and what it announced arrived, success. */
 void recv_try_complete(struct xfer *x);
+/* Receiver: the sender's "done" (either link) says what it sent. */
+void recv_done(struct xfer *x, uint64_t bytes, uint64_t am_bytes,
+	       int64_t first_token);
+/* UCX's handler of AM_ID_DONE: "done" on the ipc lane. */
+void done_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
+		     size_t len, bool rndv);
+/* The active-message id of "done" by UCX (docs/protocol.md, section 4). */
+#define AM_ID_DONE 2
 
 /* Every byte is at the receiver (flushed): "done" to it, and x succeeds. */
 void push_send_done(struct xfer *x);

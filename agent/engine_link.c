@@ -724,6 +724,7 @@ static void on_layer_done(struct agent *a, const void *eid, size_t eid_len,
 			continue;
 		}
 		x->progress_ns = pdx_now_ns();
+		xfer_mark(x, MARK_LAYER_DONE);
 		push_try(x);
 	}
 }
@@ -817,6 +818,23 @@ static void on_abort(struct agent *a, const void *eid, size_t eid_len,
 			  "aborted by its engine before it began");
 }
 
+/* A bare round trip through our loop, answered on any connection: the
+ * yardstick of pdx-xferbench --one-block. "seq" comes back as sent. */
+static void on_ping(struct agent *a, const void *eid, size_t eid_len,
+		    const msgpack_object *m)
+{
+	struct pdx_mp_out o;
+	int64_t seq = 0;
+
+	pdx_mp_get_i64(m, "seq", &seq);
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, 2);
+	pdx_mp_kv_str(&o.pk, "op", "pong");
+	pdx_mp_kv_i64(&o.pk, "seq", seq);
+	agent_zsend(a->engine_sock, eid, eid_len, o.buf.data, o.buf.size);
+	pdx_mp_out_free(&o);
+}
+
 void engine_on_msg(struct agent *a, const void *id, size_t id_len,
 		   const void *buf, size_t len)
 {
@@ -832,7 +850,9 @@ void engine_on_msg(struct agent *a, const void *id, size_t id_len,
 		return;
 	}
 	m = &msg.data;
-	if (strcmp(op, "register") == 0) {
+	if (strcmp(op, "ping") == 0) {
+		on_ping(a, id, id_len, m);
+	} else if (strcmp(op, "register") == 0) {
 		on_register(a, id, id_len, m);
 	} else if (strcmp(op, "send") == 0) {
 		on_send(a, id, id_len, m);

@@ -412,6 +412,8 @@ static int agent_start(struct agent *a)
 		return -1;
 	}
 	st = pdx_ucx_am_handler(a->ucx, 1, push_am_handler, a);
+	if (!st)
+		st = pdx_ucx_am_handler(a->ucx, AM_ID_DONE, done_am_handler, a);
 	if (st) {
 		log_error("ucx active-message handler: %s", pdx_status_str(st));
 		return -1;
@@ -508,6 +510,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (getenv("PDX_LOG_LEVEL"))
 		pdx_log_set_level(getenv("PDX_LOG_LEVEL"));
+	a.trace = getenv("PDX_AGENT_TRACE") &&
+		  strcmp(getenv("PDX_AGENT_TRACE"), "1") == 0;
 	if (parse_args(argc, argv, &a.cfg))
 		return 2;
 	pdx_log_prefix("pdx-agent");

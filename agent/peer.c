@@ -166,6 +166,8 @@ static void fill_hello(msgpack_packer *pk, void *arg)
 		msgpack_pack_false(pk);
 	pdx_mp_str(pk, "staging");
 	staged_pack_hello(a, pk);
+	pdx_mp_str(pk, "done_ucx");
+	msgpack_pack_true(pk);
 	pdx_mp_str(pk, "regions");
 	msgpack_pack_array(pk, a->reg.n_regions);
 	for (uint32_t i = 0; i < a->reg.n_regions; i++) {
@@ -183,7 +185,7 @@ static void fill_hello(msgpack_packer *pk, void *arg)
 	}
 }
 
-#define HELLO_FIELDS 10
+#define HELLO_FIELDS 11
 
 static void send_hello(struct agent *a, struct peer *p, const char *op)
 {
@@ -443,6 +445,9 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 	p->cuda_ucx = pdx_mp_get(m, "cuda_ucx") &&
 		      pdx_mp_get(m, "cuda_ucx")->type == MSGPACK_OBJECT_BOOLEAN &&
 		      pdx_mp_get(m, "cuda_ucx")->via.boolean;
+	p->done_ucx = pdx_mp_get(m, "done_ucx") &&
+		      pdx_mp_get(m, "done_ucx")->type == MSGPACK_OBJECT_BOOLEAN &&
+		      pdx_mp_get(m, "done_ucx")->via.boolean;
 	p->cuda = false;
 	st = pdx_ucx_ep_new(a->ucx, ucx, ucx_len,
 			    !(p->same_host && p->peer_shm && ucx_has_shm()),
@@ -718,9 +723,11 @@ static void on_done(struct agent *a, struct peer *p, const msgpack_object *m)
 {
 	struct xfer *x = peer_xfer(a, p, m, "done");
 	uint64_t bytes, am_bytes = 0;
+	int64_t first_token;
 
 	if (!x)
 		return;
+	xfer_mark(x, MARK_DONE_HEARD);
 	if (x->role != XFER_RECV || !x->announced ||
 	    pdx_mp_get_u64(m, "bytes", &bytes)) {
 		peer_send(a, p, "error", &x->id, "done: not a transfer to you",
@@ -728,14 +735,10 @@ static void on_done(struct agent *a, struct peer *p, const msgpack_object *m)
 		return;
 	}
 	pdx_mp_get_u64(m, "am_bytes", &am_bytes);
-	if (pdx_mp_get_i64(m, "first_token", &x->first_token) ||
-	    x->first_token < 0 || x->first_token > UINT32_MAX)
-		x->first_token = -1; /* optional */
+	if (pdx_mp_get_i64(m, "first_token", &first_token))
+		first_token = -1; /* optional */
 	log_debug("done from %s: %llu bytes", p->addr, (unsigned long long)bytes);
-	x->done_seen = true;
-	x->am_expected = am_bytes;
-	x->bytes = bytes;
-	recv_try_complete(x);
+	recv_done(x, bytes, am_bytes, first_token);
 }
 
 static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,

@@ -39,6 +39,7 @@ void push_try(struct xfer *x)
 
 		if (x->skip == x->n_blocks)
 			continue; /* the receiver holds them all: done alone */
+		xfer_mark(x, MARK_PUSH);
 		if (data_path_gpu(x->peer->path)) {
 			/* the ready layers after it too: one launch */
 			n += pdx_xfer_sm_take_run(&x->sm, (uint32_t)layer + 1,
@@ -49,6 +50,7 @@ void push_try(struct xfer *x)
 			log_debug("push layer %d: %zu runs", layer, x->n_runs);
 			st = push_layer_runs(x, (uint32_t)layer);
 		}
+		xfer_mark(x, MARK_PUSHED);
 		if (st) {
 			xfer_fail(x, st, true, "push of layer %d to %s: %s",
 				  layer, x->peer_addr, pdx_status_str(st));

@@ -206,9 +206,12 @@ void xfer_maybe_release(struct xfer *x)
 		return;
 	if (x->announced && !x->event_sent) {
 		x->event_sent = true;
+		xfer_mark(x, MARK_EVENT);
 		a->xfer_ops->engine_event(a, x, x->status ? "failed"
 					: x->role == XFER_SEND ? "sent"
 							       : "received");
+		if (a->trace)
+			xfer_trace_log(x);
 	}
 	pdx_ended_add(a->ended, &x->id, x->peer_addr,
 		  x->status ? x->reason : "it completed");

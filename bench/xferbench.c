@@ -46,6 +46,7 @@
 #include <pdx/engine.h>
 
 #include "bench/pdx_bench.h"
+#include "bench/xfer_ctl.h"
 #include "bench/xfer_cuda.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -56,6 +57,10 @@
 #define QUIT_TIMEOUT_MS 5000
 #define EVENT_SLOTS 4            /* the engines' CUDA event ring */
 #define YARD_REPS 9              /* timed copies per GPU yardstick */
+#define ONE_BLOCK_WARMUP 10      /* --one-block: transfers not counted */
+#define ONE_BLOCK_LAYER_MS 0.1   /* its layers this far apart, unless
+				  * --layer-ms says */
+#define PING_TIMEOUT_MS 5000
 
 struct opts {
 	const char *tls;
@@ -78,6 +83,7 @@ struct opts {
 	int cuda_dev;
 	int decode_dev;       /* --decode-device, default cuda_dev */
 	char mem[24];         /* "shm", "cuda:N" or "cuda:P,D", as reported */
+	uint32_t one_block;   /* --one-block N: one-block transfers measured */
 };
 
 /* What the parent and both engines share (a MAP_SHARED anonymous mapping
@@ -101,7 +107,9 @@ struct plan {
 	uint64_t *ev_bytes;      /* [conc] D: bytes of the received event */
 };
 
-enum cmd_op { CMD_FILL = 1, CMD_RECV, CMD_WAIT, CMD_SEND, CMD_YARD, CMD_QUIT };
+enum cmd_op {
+	CMD_FILL = 1, CMD_RECV, CMD_WAIT, CMD_SEND, CMD_YARD, CMD_PING, CMD_QUIT
+};
 
 struct cmd {
 	uint32_t op;
@@ -118,6 +126,7 @@ struct ack {
 	char gpu[128];        /* --mem cuda: the device's name */
 	double d2d_gbps;      /* YARD */
 	double d2h_gbps;
+	uint64_t rtt_ns;      /* PING */
 };
 
 struct child {
@@ -213,6 +222,7 @@ static struct pdx_engine *ch_eng;
 static struct pdx_shm_pool ch_pool;
 static struct xb_cuda_pool *ch_gpu; /* --mem cuda: the pool instead */
 static uint32_t ch_sends;           /* SENDs so far: picks the event slot */
+static struct xc_ping *ch_ping;     /* PING: our own socket to our agent */
 
 static void ch_ack_send(int fd, struct ack *a)
 {
@@ -415,6 +425,28 @@ static void ch_yardsticks(struct child *k)
 	ch_ack_send(k->ack_fd, &a);
 }
 
+/* The yardstick of --one-block: a bare round trip over our agent's engine
+ * link, through its loop, on a socket of our own beside the engine's,
+ * after idle_ms of quiet: a transfer's hops wake threads (and, in a VM,
+ * CPUs) that slept as long, which costs more than waking warm ones. */
+static void ch_ping_once(struct child *k, double idle_ms)
+{
+	struct ack a;
+	char err[512];
+
+	memset(&a, 0, sizeof(a));
+	ch_sleep_until(pdx_now_ns() + (uint64_t)llround(idle_ms * 1e6));
+	if (!ch_ping)
+		ch_ping = xc_ping_open(k->engine, err, sizeof(err));
+	if (!ch_ping || xc_ping(ch_ping, PING_TIMEOUT_MS, &a.rtt_ns, err,
+				sizeof(err))) {
+		ch_ack(k->ack_fd, 0, 0, NULL, "ping: %s", err);
+		return;
+	}
+	a.ok = 1;
+	ch_ack_send(k->ack_fd, &a);
+}
+
 static void ch_do(struct child *k, const struct cmd *c)
 {
 	uint32_t nb = plan.nblocks;
@@ -508,12 +540,13 @@ static void ch_do(struct child *k, const struct cmd *c)
 				ch_sleep_until(start + (l + 1) * layer_ns);
 			if (l == 0)
 				*plan.t_first_ld = pdx_now_ns();
+			if (l == o.model->layers - 1)
+				*plan.t_last_ld = pdx_now_ns();
 			if (ch_layer_done(l, slot, err, sizeof(err))) {
 				ch_ack(k->ack_fd, 0, 0, NULL, "%s", err);
 				return;
 			}
 		}
-		*plan.t_last_ld = pdx_now_ns();
 		if (ch_collect(PDX_EVENT_SENT, plan.t_sent, err, sizeof(err))) {
 			ch_ack(k->ack_fd, 0, 0, NULL, "%s", err);
 			return;
@@ -523,6 +556,9 @@ static void ch_do(struct child *k, const struct cmd *c)
 	}
 	case CMD_YARD:
 		ch_yardsticks(k);
+		return;
+	case CMD_PING:
+		ch_ping_once(k, c->layer_ms);
 		return;
 	default:
 		ch_ack(k->ack_fd, 0, 0, NULL, "unknown command %u", c->op);
@@ -596,6 +632,7 @@ static void __attribute__((noreturn)) child_main(struct child *k, pid_t parent)
 	ch_ack(k->ack_fd, 1, 0, peer, NULL);
 	while (read_all(k->cmd_fd, &c, sizeof(c)) == 0 && c.op != CMD_QUIT)
 		ch_do(k, &c);
+	xc_ping_close(ch_ping);
 	pdx_engine_free(ch_eng);
 	xb_cuda_pool_free(ch_gpu);
 	pb_pool_destroy(&ch_pool);
@@ -604,8 +641,11 @@ static void __attribute__((noreturn)) child_main(struct child *k, pid_t parent)
 
 /* ---- the parent ---- */
 
-/* One line of an agent's log: peer.c says which path it moves data by as
- * "peer ADDR ready: ..., data by PATH". */
+static void ob_trace(const char *line);
+
+/* One line of an agent's log, copied to our stderr unless it is a trace
+ * line (--one-block reads those). peer.c says which path it moves data
+ * by as "peer ADDR ready: ..., data by PATH". */
 static void agent_log_line(struct child *k)
 {
 	static const char by[] = ", data by ";
@@ -614,11 +654,17 @@ static void agent_log_line(struct child *k)
 
 	if (d)
 		snprintf(k->data_by, sizeof(k->data_by), "%s", d + strlen(by));
+	if (strstr(k->logline, " trace: ")) {
+		ob_trace(k->logline);
+		return;
+	}
+	k->logline[k->loglen++] = '\n';
+	write_all(2, k->logline, k->loglen);
 }
 
-/* Copies what the agents logged since the last call to our stderr, noting
- * their data paths. Also the cleanup hook: a failed run still shows the
- * agents' last words. */
+/* Copies what the agents logged since the last call to our stderr, line
+ * by line, noting their data paths. Also the cleanup hook: a failed run
+ * still shows the agents' last words. */
 static void agent_logs_drain(void)
 {
 	char buf[4096];
@@ -633,15 +679,15 @@ static void agent_logs_drain(void)
 				continue;
 			if (n <= 0)
 				break;
-			if (write_all(2, buf, (size_t)n))
-				break;
 			for (ssize_t j = 0; j < n; j++) {
-				if (buf[j] == '\n') {
+				if (buf[j] != '\n')
+					k->logline[k->loglen++] = buf[j];
+				/* room for the newline and the NUL */
+				if (buf[j] == '\n' ||
+				    k->loglen == sizeof(k->logline) - 2) {
 					k->logline[k->loglen] = '\0';
 					agent_log_line(k);
 					k->loglen = 0;
-				} else if (k->loglen < sizeof(k->logline) - 1) {
-					k->logline[k->loglen++] = buf[j];
 				}
 			}
 		}
@@ -1002,6 +1048,92 @@ static void run_iter(int iter, enum iter_kind kind, double layer_ms)
 	}
 }
 
+/* --one-block: one measured transfer. The agents' marks (agent/trace.h)
+ * come later, through their logs. */
+struct ob_sample {
+	char hex[33];
+	uint64_t t_ld;           /* P: the last layer_done called */
+	uint64_t t_ev;           /* D: the engine read "received" */
+	uint64_t rtt_ns;         /* the ping right after it */
+	uint64_t p[MARK_N];      /* the prefill agent's marks */
+	uint64_t d[MARK_N];      /* the decode agent's */
+};
+
+static struct ob_sample *ob;
+static uint32_t ob_n;
+
+/* A trace line: its marks go to the sample of its transfer, if any. */
+static void ob_trace(const char *line)
+{
+	uint64_t marks[MARK_N];
+	char hex[33];
+	bool send;
+
+	if (!xc_trace_parse(line, hex, &send, marks))
+		return;
+	for (uint32_t i = 0; i < ob_n; i++) {
+		if (strcmp(ob[i].hex, hex))
+			continue;
+		memcpy(send ? ob[i].p : ob[i].d, marks, sizeof(marks));
+		return;
+	}
+}
+
+/* --one-block: one-block transfers one after another, each followed by a
+ * ping over the decode agent's engine link after as long a quiet as the
+ * transfer's, so that both see the same machine. The layers come ONE_BLOCK_LAYER_MS apart (or --layer-ms), so
+ * the agent is idle when the last one is computed: what follows it is
+ * that layer's copy and the control path. */
+static void run_one_block(void)
+{
+	struct child *P = &kids[0], *D = &kids[1];
+	struct child *both[2] = { P, D };
+	double layer_ms = o.layer_ms > 0 ? o.layer_ms : ONE_BLOCK_LAYER_MS;
+	struct plan saved = plan;
+	struct ack acks[2];
+
+	ob = calloc(o.one_block, sizeof(*ob));
+	if (!ob)
+		fail("out of memory");
+	plan.conc = 1;
+	plan.nblocks = 1;
+	plan.skip_blocks = 0;
+	plan.skip_tokens = 0;
+	for (uint32_t i = 0; i < ONE_BLOCK_WARMUP + o.one_block; i++) {
+		struct ob_sample *smp = i < ONE_BLOCK_WARMUP ? NULL : &ob[ob_n];
+
+		if (pdx_xfer_id_random(&plan.ids[0]) != PDX_OK)
+			fail("cannot draw a transfer id");
+		plan.seeds[0] = pb_rand(&rng);
+		pb_pick_blocks(plan.src, 1, plan.pool_blocks, false, &rng);
+		pb_pick_blocks(plan.dst, 1, plan.pool_blocks, false, &rng);
+		if (smp) { /* before its trace lines can come */
+			pdx_xfer_id_hex(&plan.ids[0], smp->hex);
+			ob_n++;
+		}
+		send_cmd(P, CMD_FILL, -1, layer_ms, NULL);
+		wait_acks(&P, 1, acks, ACK_TIMEOUT_MS, "one-block fill");
+		send_cmd(D, CMD_RECV, -1, 0, P->peer);
+		wait_acks(&D, 1, acks, ACK_TIMEOUT_MS, "one-block recv");
+		send_cmd(D, CMD_WAIT, -1, 0, NULL);
+		send_cmd(P, CMD_SEND, -1, layer_ms, D->peer);
+		wait_acks(both, 2, acks, ACK_TIMEOUT_MS, "one-block transfer");
+		if (!acks[1].verified) {
+			fprintf(stderr, "pdx-xferbench: MISMATCH: %s\n",
+				acks[1].reason);
+			res.verified = false;
+		}
+		send_cmd(D, CMD_PING, -1, o.model->layers * layer_ms, NULL);
+		wait_acks(&D, 1, acks, ACK_TIMEOUT_MS, "ping");
+		if (!smp)
+			continue;
+		smp->t_ld = *plan.t_last_ld;
+		smp->t_ev = plan.t_recv[0];
+		smp->rtt_ns = acks[0].rtt_ns;
+	}
+	plan = saved;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -1057,6 +1189,11 @@ static void usage(FILE *f)
 		"  --agent-bin PATH       pdx-agent (default: ../agent/pdx-agent beside\n"
 		"                         this program)\n"
 		"  --seed N               seed for block choice and data (default: random)\n"
+		"  --one-block N          then N one-block transfers one after another\n"
+		"                         (after %d warm-up), layers %g ms apart (or\n"
+		"                         --layer-ms), each followed by a ping over the\n"
+		"                         decode agent's engine link; the agents trace\n"
+		"                         their steps (PDX_AGENT_TRACE=1)\n"
 		"  --json                 one JSON object on stdout, logs on stderr\n"
 		"  --help                 this text\n"
 		"\n"
@@ -1068,11 +1205,16 @@ static void usage(FILE *f)
 		"agent's \"received\" (engine_exposed_ms: to the engine reading it);\n"
 		"p50_ms, p99_ms = send posted to \"received\" read, per transfer;\n"
 		"data_by = the path the prefill agent logged it moves data by\n"
-		"(data_by_decode: the decode agent's). With --mem cuda: d2d_gbps,\n"
+		"(data_by_decode: the decode agent's). With --one-block:\n"
+		"one_block_ctl_us = {p50, p90, mean, n} from the last layer_done called\n"
+		"to the decode engine reading \"received\"; zmq_rtt_us = the same of the\n"
+		"pings; one_block_ratio = their p50s' ratio; one_block_breakdown_us =\n"
+		"{step: {p50, mean}} from the agents' traces (docs/benchmarking.md).\n"
+		"With --mem cuda: d2d_gbps,\n"
 		"d2h_gbps = cudaMemcpy of one transfer's bytes device to device and\n"
 		"device to pinned host on that GPU (median of %d, timed by CUDA events);\n"
 		"d2d_ratio, d2h_ratio = gbps / them.\n",
-		pdx_model_names(), YARD_REPS);
+		pdx_model_names(), ONE_BLOCK_WARMUP, ONE_BLOCK_LAYER_MS, YARD_REPS);
 }
 
 static void __attribute__((noreturn)) bad(const char *fmt, ...)
@@ -1106,7 +1248,7 @@ static void parse_opts(int argc, char **argv)
 	enum {
 		O_TLS = 256, O_MODEL, O_TOKENS, O_SKIP, O_RANDOM, O_CONC, O_LAYER,
 		O_ITERS, O_JSON, O_BIN, O_DATA, O_XTMO, O_SEED, O_MEM, O_DDEV,
-		O_PULL, O_HELP
+		O_PULL, O_ONE, O_HELP
 	};
 	static const struct option lo[] = {
 		{ "tls", required_argument, NULL, O_TLS },
@@ -1125,6 +1267,7 @@ static void parse_opts(int argc, char **argv)
 		{ "seed", required_argument, NULL, O_SEED },
 		{ "mem", required_argument, NULL, O_MEM },
 		{ "decode-device", required_argument, NULL, O_DDEV },
+		{ "one-block", required_argument, NULL, O_ONE },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1204,6 +1347,10 @@ static void parse_opts(int argc, char **argv)
 			o.decode_dev = (int)parse_u64("--decode-device", optarg, 0,
 						      1023);
 			have_ddev = true;
+			break;
+		case O_ONE:
+			o.one_block = (uint32_t)parse_u64("--one-block", optarg,
+							  1, 100000);
 			break;
 		case O_HELP:
 			usage(stdout);
@@ -1330,6 +1477,157 @@ static void print_gpu(double gbps)
 	       res.d2h_gbps > 0 ? gbps / res.d2h_gbps : 0);
 }
 
+/* ---- --one-block's figures ---- */
+
+#define OB_SEGS 8
+
+/* From the last layer_done called to the decode engine reading its
+ * event, step by step (agent/trace.h's marks between the engines'). */
+static const char *const ob_seg_key[OB_SEGS] = {
+	"engine_link_prefill", "to_push", "push", "completion",
+	"done_build", "peer_link", "decode_agent", "engine_link_decode",
+};
+static const char *const ob_seg_name[OB_SEGS] = {
+	"layer_done to prefill agent", "agent to push issued",
+	"push (ipc: the copy)", "push to completion",
+	"done built", "done to decode agent",
+	"decode agent to event", "event sent, to D engine",
+};
+
+struct ob_stat {
+	double p50, p90, mean;
+	size_t n;
+};
+
+struct ob_summary {
+	struct ob_stat ctl, rtt;
+	struct ob_stat seg[OB_SEGS];
+};
+
+static struct ob_summary obs;
+
+/* v sorted; its percentiles and mean. */
+static struct ob_stat ob_stat(double *v, size_t n)
+{
+	struct ob_stat st = { .n = n };
+
+	qsort(v, n, sizeof(double), cmp_double);
+	for (size_t i = 0; i < n; i++)
+		st.mean += v[i] / (double)n;
+	st.p50 = percentile(v, n, 0.50);
+	st.p90 = percentile(v, n, 0.90);
+	return st;
+}
+
+/* The sample's timeline, or false when a mark is missing (no trace line:
+ * an agent without PDX_AGENT_TRACE, or one that logs below info). */
+static bool ob_timeline(const struct ob_sample *s, uint64_t t[OB_SEGS + 1])
+{
+	const uint64_t tl[OB_SEGS + 1] = {
+		s->t_ld, s->p[MARK_LAYER_DONE], s->p[MARK_PUSH],
+		s->p[MARK_PUSHED], s->p[MARK_FLUSHED], s->p[MARK_DONE_SENT],
+		s->d[MARK_DONE_HEARD], s->d[MARK_EVENT], s->t_ev,
+	};
+
+	memcpy(t, tl, sizeof(tl));
+	for (int i = 0; i <= OB_SEGS; i++)
+		if (!t[i])
+			return false;
+	return true;
+}
+
+static void ob_summarize(void)
+{
+	double *v = calloc(ob_n ? ob_n : 1, sizeof(double));
+	double *seg[OB_SEGS];
+	size_t traced = 0;
+
+	if (!v)
+		fail("out of memory");
+	for (int g = 0; g < OB_SEGS; g++) {
+		seg[g] = calloc(ob_n ? ob_n : 1, sizeof(double));
+		if (!seg[g])
+			fail("out of memory");
+	}
+	for (uint32_t i = 0; i < ob_n; i++) {
+		uint64_t t[OB_SEGS + 1];
+
+		v[i] = ((double)ob[i].t_ev - (double)ob[i].t_ld) / 1e3;
+		if (!ob_timeline(&ob[i], t))
+			continue;
+		for (int g = 0; g < OB_SEGS; g++)
+			seg[g][traced] = ((double)t[g + 1] - (double)t[g]) / 1e3;
+		traced++;
+	}
+	obs.ctl = ob_stat(v, ob_n);
+	for (int g = 0; g < OB_SEGS; g++) {
+		obs.seg[g] = ob_stat(seg[g], traced);
+		free(seg[g]);
+	}
+	for (uint32_t i = 0; i < ob_n; i++)
+		v[i] = (double)ob[i].rtt_ns / 1e3;
+	obs.rtt = ob_stat(v, ob_n);
+	free(v);
+}
+
+static void json_stat(const char *key, const struct ob_stat *st)
+{
+	printf(", \"%s\": {\"p50\": %.1f, \"p90\": %.1f, \"mean\": %.1f, "
+	       "\"n\": %zu}", key, st->p50, st->p90, st->mean, st->n);
+}
+
+/* The keys of --one-block, null without it (or, for the breakdown,
+ * without the agents' trace lines). */
+static void json_one_block(void)
+{
+	if (!o.one_block) {
+		printf(", \"one_block_ctl_us\": null, \"zmq_rtt_us\": null, "
+		       "\"one_block_ratio\": null, "
+		       "\"one_block_breakdown_us\": null");
+		return;
+	}
+	json_stat("one_block_ctl_us", &obs.ctl);
+	json_stat("zmq_rtt_us", &obs.rtt);
+	printf(", \"one_block_ratio\": %.3f, \"one_block_breakdown_us\": ",
+	       obs.rtt.p50 > 0 ? obs.ctl.p50 / obs.rtt.p50 : 0);
+	if (!obs.seg[0].n) {
+		printf("null");
+		return;
+	}
+	for (int g = 0; g < OB_SEGS; g++)
+		printf("%s\"%s\": {\"p50\": %.1f, \"mean\": %.1f}",
+		       g ? ", " : "{", ob_seg_key[g], obs.seg[g].p50,
+		       obs.seg[g].mean);
+	printf(", \"n\": %zu}", obs.seg[0].n);
+}
+
+static void print_one_block(void)
+{
+	double layer_ms = o.layer_ms > 0 ? o.layer_ms : ONE_BLOCK_LAYER_MS;
+	double sum = 0;
+
+	printf("\n  one-block control path: %zu transfers of one block, %u layers %g ms apart\n",
+	       obs.ctl.n, o.model->layers, layer_ms);
+	printf("  %-34s %8s %8s %8s\n", "", "p50 us", "p90 us", "mean us");
+	printf("  %-34s %8.1f %8.1f %8.1f\n", "last layer_done to D's event",
+	       obs.ctl.p50, obs.ctl.p90, obs.ctl.mean);
+	printf("  %-34s %8.1f %8.1f %8.1f\n", "ping over D's engine link",
+	       obs.rtt.p50, obs.rtt.p90, obs.rtt.mean);
+	printf("  %-34s %8.2f\n", "ratio (p50)",
+	       obs.rtt.p50 > 0 ? obs.ctl.p50 / obs.rtt.p50 : 0);
+	if (!obs.seg[0].n) {
+		printf("  (no trace lines from the agents: no breakdown)\n");
+		return;
+	}
+	printf("  where it goes (%zu traced):\n", obs.seg[0].n);
+	for (int g = 0; g < OB_SEGS; g++) {
+		printf("    %-32s %8.1f %8s %8.1f\n", ob_seg_name[g],
+		       obs.seg[g].p50, "", obs.seg[g].mean);
+		sum += obs.seg[g].mean;
+	}
+	printf("    %-32s %8s %8s %8.1f\n", "sum of means", "", "", sum);
+}
+
 static void print_results(double gbps, double op_bytes, double p50, double p99,
 			  double layer_xfer, double exposed, double mgbps)
 {
@@ -1354,6 +1652,7 @@ static void print_results(double gbps, double op_bytes, double p50, double p99,
 		       op_bytes, res.xfers, p50, p99, layer_xfer, exposed,
 		       engine_exposed(), res.verified ? "true" : "false", mgbps);
 		json_mem(gbps);
+		json_one_block();
 		printf("}\n");
 		fflush(stdout);
 		return;
@@ -1387,6 +1686,8 @@ static void print_results(double gbps, double op_bytes, double p50, double p99,
 	printf("  %-22s %.3f ms (engine read it after %.3f ms)\n",
 	       "exposed after compute", exposed, engine_exposed());
 	printf("  %-22s %s\n", "verified", res.verified ? "yes" : "NO");
+	if (o.one_block)
+		print_one_block();
 	fflush(stdout);
 }
 
@@ -1475,6 +1776,8 @@ int main(int argc, char **argv)
 		ao.tls = o.ucx_tls;
 		ao.data_path = o.data_path;
 		ao.xfer_timeout_ms = o.xfer_timeout_ms;
+		if (o.one_block)
+			ao.env[0] = "PDX_AGENT_TRACE=1"; /* the breakdown */
 		log_wfd = agent_log_open(k, dir);
 		ao.log_fd = log_wfd;
 		if (pb_agent_start(&k->agent, &ao))
@@ -1503,6 +1806,8 @@ int main(int argc, char **argv)
 		run_iter(0, ITER_CALIBRATE, 0);
 	for (uint32_t i = 1; i <= o.iters; i++)
 		run_iter((int)i, ITER_MEASURE, o.layer_ms);
+	if (o.one_block)
+		run_one_block();
 
 	/* orderly stop: engines first, then agents */
 	for (int i = 0; i < 2; i++)
@@ -1540,6 +1845,8 @@ int main(int argc, char **argv)
 	qsort(res.exposed_ms, res.exposed_n, sizeof(double), cmp_double);
 	exposed = percentile(res.exposed_ms, res.exposed_n, 0.50);
 	mgbps = res.memcpy_s > 0 ? (double)res.memcpy_bytes / res.memcpy_s / 1e9 : 0;
+	if (o.one_block)
+		ob_summarize();
 	print_results(gbps, op_bytes, p50, p99, layer_xfer, exposed, mgbps);
 	free(res.lat_ms);
 	return res.verified ? 0 : 1;

@@ -14,6 +14,8 @@ Checked: no crash (A exits 0 on SIGTERM at the end); the documented
 `error` answers; no event reaches A's engine for a transfer it did not
 announce, and no second event for one it did; transfers work afterwards
 (one between F and A, and a real one between B and A, byte for byte).
+F and G show B's hello without `done_ucx`, so A's `done` to them comes
+on the peer link; once G's says `done_ucx`, it does not (it goes by UCX).
 
     late_messages.py PATH-TO-pdx-agent
 
@@ -118,8 +120,11 @@ def main():
         hello = F.expect("hello", sender=B)
         check(hello is not None and "ucx" in hello,
               "a ping to an agent that does not know us brings its hello")
+        # F and G read done off the peer link: no done_ucx (they have no
+        # UCX worker of their own to take it)
         for P in (F, G):
-            P.hello = dict(hello, instance=random.getrandbits(63))
+            P.hello = dict(hello, instance=random.getrandbits(63),
+                           done_ucx=False)
             P.to(A, dict(P.hello, op="hello"))
             ack = P.expect("hello_ack", sender=A)
             check(ack is not None and ack["from"] == A,
@@ -200,6 +205,24 @@ def main():
         EA.pump(200)
         check(EA.n_events(x3) == 1, "no second event for it")
 
+        # 4b. a peer whose hello says done_ucx: on the ipc lane A says
+        # done by UCX, to the worker that hello names (B's, which knows
+        # no such transfer and drops it), and not on the peer link
+        G.hello = dict(hello, instance=random.getrandbits(63), done_ucx=True)
+        G.to(A, dict(G.hello, op="hello"))
+        check(G.expect("hello_ack", sender=A) is not None,
+              "a hello with done_ucx is answered")
+        x3b = xid()
+        EA.send({"op": "send", "xfer": x3b, "peer": G.addr, "blocks": P_blocks})
+        for layer in range(LAYERS):
+            EA.send({"op": "layer_done", "layer": layer, "xfers": [x3b]})
+        G.to(A, {"op": "want", "xfer": x3b, "blocks": [20, 21, 22], "skip": 0})
+        ev = EA.event(x3b)
+        check(ev is not None and ev["kind"] == "sent" and
+              ev["bytes"] == LAYERS * TENSORS * 3 * BLOCK_BYTES,
+              f"to a done_ucx peer: A's engine gets sent ({ev and ev['bytes']} bytes)")
+        check(G.quiet(x3b, 300), "and no done on the peer link")
+
         # 5. a want after the lease expired
         x4 = xid()
         EA.send({"op": "send", "xfer": x4, "peer": F.addr, "blocks": P_blocks})
@@ -238,7 +261,8 @@ def main():
         # it is answered and changes nothing in flight
         x6 = xid()
         recv_from_f(x6)
-        F.hello = dict(hello, instance=random.getrandbits(63))
+        F.hello = dict(hello, instance=random.getrandbits(63),
+                       done_ucx=False)
         F.to(A, dict(F.hello, op="hello"))
         check(F.expect("hello_ack", sender=A) is not None, "a new instance's hello is answered")
         ev = EA.event(x6, 2000)
