@@ -13,7 +13,7 @@
 # address while every other process and the deployment stay up, and
 # requests are served again. Then TP 2 -> 2 (--prefill-tp/--decode-tp):
 # every rank its own engine and agent, served as above, a rank 1 agent
-# restarted; 2 -> 4 refused.
+# restarted, and across namespaces; 2 -> 4 refused.
 #   xpyd.sh BUILD_DIR
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -361,6 +361,15 @@ if netns_works; then
 	stop netns
 	! ip netns list | grep -q "^pdxy$XPID-" || fail "netns: namespaces left: $(ip netns list)"
 	! ip -o link | grep -q "pdxy$XPID" || fail "netns: links left: $(ip -o link | grep "pdxy$XPID")"
+	# TP 2 -> 2 across namespaces: rank r's agents meet on port 7100+r
+	launch netnstp --netns --prefill-tp 2 --decode-tp 2
+	grep -q '^d0r1 .*tcp://10\.77\.[0-9]*\.2:7101 ' "$E2E_TMP/netnstp.out" ||
+		fail "netnstp: d0r1's agent: $(cat "$E2E_TMP/netnstp.out")"
+	requests netnstp
+	served netnstp
+	grep -q "peer tcp://10\.77\.[0-9]*\.1:7101 ready" "$E2E_TMP/netnstp/d0r1.agent.log" ||
+		fail "netnstp: d0r1's agent did not meet p0r1's: $(grep peer "$E2E_TMP/netnstp/d0r1.agent.log")"
+	stop netnstp
 else
 	echo "skip: --netns needs root and working ip netns"
 fi
