@@ -75,10 +75,16 @@ int pdx_flow_pick(struct pdx_call *c);
 void pdx_flow_learn_peer(struct pdx_call *c, struct pdx_inst *inst,
 			 void (*next)(struct pdx_call *c));
 
+/* Names instance i's agent in kv: remote_agent, and for a tensor-parallel
+ * instance every rank's (remote_agents, rank order) and remote_tp_size,
+ * so each rank of the other side pairs with its own; any ranks kv named
+ * before are dropped. -1: out of memory. */
+int pdx_flow_set_agents(json_t *kv, const struct pdx_inst *i);
+
 /* P's request body: the client's with max_tokens 1, no streaming, and
- * do_remote_decode, the xfer_id, D's agent (when D has one and the client
- * named none) and metaserver (when not NULL) merged into the client's
- * kv_transfer_params. NULL: out of memory. */
+ * do_remote_decode, the xfer_id, D's agents (pdx_flow_set_agents; when D
+ * has one and the client named none) and metaserver (when not NULL)
+ * merged into the client's kv_transfer_params. NULL: out of memory. */
 char *pdx_flow_prefill_body(struct pdx_call *c, const char *metaserver);
 
 /* P's leg to p is going out: its transfer counts in p's and D's load

@@ -149,10 +149,39 @@ int pdx_flow_pick(struct pdx_call *c)
 	return 0;
 }
 
+/* A tensor-parallel instance's info: every rank's agent (peer_addrs,
+ * rank order, the first peer_addr) and tp_size. Anything else leaves i
+ * at TP 1, with the reason logged. */
+static void info_ranks(struct pdx_inst *i, const json_t *j)
+{
+	const json_t *a = json_object_get(j, "peer_addrs");
+	json_int_t tp = json_integer_value(json_object_get(j, "tp_size"));
+	size_t r, n = json_array_size(a);
+
+	if (!a && tp <= 1)
+		return; /* TP 1 */
+	if (n < 2 || n > PDX_POOL_TP_MAX || tp != (json_int_t)n)
+		goto bad;
+	for (r = 0; r < n; r++) {
+		const char *s = json_string_value(json_array_get(a, r));
+
+		if (!s || !*s || strlen(s) >= sizeof(i->peers[r]) ||
+		    (!r && strcmp(s, i->peer)))
+			goto bad;
+		strcpy(i->peers[r], s);
+	}
+	i->tp = (unsigned)n;
+	return;
+bad:
+	log_warn("%s instance %s: /v1/pdx/info: want peer_addrs of tp_size "
+		 "agents (2 to %d, the first peer_addr); taken as TP 1",
+		 pdx_pool_role_name(i->role), i->url, PDX_POOL_TP_MAX);
+}
+
 /* GET /v1/pdx/info answered: the instance's agent peer address, if it
- * has one. An engine without the route (404, e.g. vLLM) has none; an
- * unreachable one is asked again next time (its own leg will say what is
- * wrong). */
+ * has one, and a tensor-parallel instance's every rank's. An engine
+ * without the route (404, e.g. vLLM) has none; an unreachable one is
+ * asked again next time (its own leg will say what is wrong). */
 static void info_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 		     int err_status, const char *why, void *arg)
 {
@@ -166,13 +195,16 @@ static void info_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 		    json_string_value(json_object_get(j, "peer_addr"));
 
 		snprintf(i->peer, sizeof(i->peer), "%s", peer ? peer : "");
+		i->tp = 1;
+		if (peer)
+			info_ranks(i, j);
 		json_decref(j);
 	}
 	if (status)
 		i->peer_known = true;
-	log_debug("%s: %s instance %s: agent %s", c->req_id,
+	log_debug("%s: %s instance %s: agent %s, TP %u", c->req_id,
 		  pdx_pool_role_name(i->role), i->url,
-		  i->peer[0] ? i->peer : "none");
+		  i->peer[0] ? i->peer : "none", i->tp ? i->tp : 1);
 	pdx_call_leg_done(c);
 	c->next(c);
 }
@@ -198,6 +230,26 @@ static int set_str(json_t *o, const char *key, const char *v)
 	return json_object_set_new(o, key, json_string(v));
 }
 
+int pdx_flow_set_agents(json_t *kv, const struct pdx_inst *i)
+{
+	json_t *a;
+
+	json_object_del(kv, "remote_agents");
+	json_object_del(kv, "remote_tp_size");
+	if (set_str(kv, "remote_agent", i->peer))
+		return -1;
+	if (i->tp <= 1)
+		return 0;
+	a = json_array();
+	for (unsigned r = 0; a && r < i->tp; r++)
+		if (json_array_append_new(a, json_string(i->peers[r]))) {
+			json_decref(a);
+			a = NULL;
+		}
+	return json_object_set_new(kv, "remote_agents", a) ||
+	       json_object_set_new(kv, "remote_tp_size", json_integer(i->tp));
+}
+
 char *pdx_flow_prefill_body(struct pdx_call *c, const char *metaserver)
 {
 	/* shallow: the prompt (maybe thousands of ids) is shared, not
@@ -214,7 +266,8 @@ char *pdx_flow_prefill_body(struct pdx_call *c, const char *metaserver)
 		goto out;
 	if (set_str(kv, "xfer_id", c->xfer_id) ||
 	    (*d_peer && !json_object_get(kv, "remote_agent") &&
-	     set_str(kv, "remote_agent", d_peer)) ||
+	     !json_object_get(kv, "remote_agents") &&
+	     pdx_flow_set_agents(kv, c->decode)) ||
 	    (metaserver && set_str(kv, "metaserver", metaserver)) ||
 	    json_object_set_new(kv, "do_remote_decode", json_true()) ||
 	    json_object_set_new(p, "max_tokens", json_integer(1)) ||

@@ -36,7 +36,8 @@ static void prefill_end(struct pdx_upstream *u, int status,
 }
 
 /* D's request: the client's, with do_remote_prefill, the xfer_id and
- * P's agent merged into the client's kv_transfer_params. */
+ * P's agents (every rank's for a TP instance) merged into the client's
+ * kv_transfer_params. */
 static json_t *decode_kv(struct pdx_call *c)
 {
 	json_t *own = json_object_get(c->body, "kv_transfer_params");
@@ -44,8 +45,7 @@ static json_t *decode_kv(struct pdx_call *c)
 
 	if (kv && !json_object_set_new(kv, "do_remote_prefill", json_true()) &&
 	    !json_object_set_new(kv, "xfer_id", json_string(c->xfer_id)) &&
-	    !json_object_set_new(kv, "remote_agent",
-				 json_string(c->prefill->peer)) &&
+	    !pdx_flow_set_agents(kv, c->prefill) &&
 	    !pdx_flow_failure_policy(c, kv))
 		return kv;
 	json_decref(kv);

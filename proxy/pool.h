@@ -40,6 +40,9 @@
 /* how much more loaded than the least loaded instance a prefix's own
  * instance may be and still get it */
 #define PDX_POOL_PREFIX_SLACK 4
+/* tensor-parallel ranks of one instance the proxy knows the agents of
+ * (pdx-engine's PDX_TP_MAX) */
+#define PDX_POOL_TP_MAX 16
 
 struct event;
 struct pdx_probe;
@@ -71,9 +74,14 @@ struct pdx_inst {
 	unsigned refs;
 	bool removed;
 	/* the engine's agent peer address from GET /v1/pdx/info ("" if it
-	 * has none); asked once, when first needed */
+	 * has none); asked once, when first needed. A tensor-parallel
+	 * instance is one instance here (the proxy talks to rank 0's HTTP
+	 * only) with one agent per rank: peers[r] is rank r's, peers[0] is
+	 * peer; tp is 1 otherwise */
 	bool peer_known;
 	char peer[PDX_POOL_ADDR_MAX];
+	unsigned tp;
+	char peers[PDX_POOL_TP_MAX][PDX_POOL_ADDR_MAX];
 	/* idle keep-alive connections, oldest first, and the timer that
 	 * closes them when they expire (upstream.c) */
 	struct {

@@ -18,6 +18,9 @@
 struct pdx_transfer {
 	char id[33];		 /* the xfer_id as the proxy sent it */
 	struct pdx_inst *side[2]; /* [PDX_POOL_PREFILL], [PDX_POOL_DECODE] */
+	/* a side's ranks whose agents have not reported it done: a
+	 * tensor-parallel instance's every rank's agent moves its part */
+	unsigned left[2];
 	uint64_t start_ns;
 	UT_hash_handle hh;
 };
@@ -47,8 +50,10 @@ const char *const pdx_transfer_paths[PDX_TRANSFER_PATHS] = {
 	"ipc", "put", "am", "cuda-put", "cuda-ipc", "staged",
 };
 
-/* A "sent" notification: counted by the path it names. */
-static void count_path(struct pdx_transfers *t, const msgpack_object *m)
+/* A rank's "sent" notification: its bytes counted by the path it names,
+ * and the transfer once its last rank sent. */
+static void count_path(struct pdx_transfers *t, const msgpack_object *m,
+		       bool last)
 {
 	char path[16];
 	uint64_t bytes = 0;
@@ -58,12 +63,27 @@ static void count_path(struct pdx_transfers *t, const msgpack_object *m)
 	pdx_mp_get_u64(m, "bytes", &bytes);
 	for (int i = 0; i < PDX_TRANSFER_PATHS; i++)
 		if (!strcmp(path, pdx_transfer_paths[i])) {
-			t->sent[i]++;
+			t->sent[i] += last;
 			t->sent_bytes[i] += bytes;
 		}
 }
 
-/* One xfer_event: the side whose agent sent it is done. */
+/* Is agent one of i's (any rank's)? */
+static bool inst_agent(const struct pdx_inst *i, const char *agent)
+{
+	if (!i)
+		return false;
+	if (i->tp <= 1)
+		return !strcmp(agent, i->peer);
+	for (unsigned r = 0; r < i->tp; r++)
+		if (!strcmp(agent, i->peers[r]))
+			return true;
+	return false;
+}
+
+/* One xfer_event: the side whose agent sent it is done once all its
+ * ranks' agents said so; a failure ends it at once (the instance fails
+ * the transfer on every rank). */
 static void on_event(struct pdx_transfers *t, const void *buf, size_t len)
 {
 	char op[32], kind[16], agent[PDX_POOL_ADDR_MAX], id[33];
@@ -84,8 +104,8 @@ static void on_event(struct pdx_transfers *t, const void *buf, size_t len)
 	t->events++;
 	pdx_xfer_id_hex(&xid, id);
 	HASH_FIND_STR(t->table, id, x);
-	if (x && !strcmp(kind, "sent"))
-		count_path(t, &msg.data);
+	if (x && x->side[PDX_POOL_PREFILL] && !strcmp(kind, "sent"))
+		count_path(t, &msg.data, x->left[PDX_POOL_PREFILL] == 1);
 	msgpack_unpacked_destroy(&msg);
 	if (!x) {
 		t->unknown++;
@@ -95,13 +115,15 @@ static void on_event(struct pdx_transfers *t, const void *buf, size_t len)
 		role = PDX_POOL_PREFILL;
 	else if (!strcmp(kind, "received"))
 		role = PDX_POOL_DECODE;
-	else /* "failed": either side; D's agent is always known */
-		role = x->side[PDX_POOL_DECODE] &&
-			       !strcmp(agent, x->side[PDX_POOL_DECODE]->peer)
+	else /* "failed": either side; D's agents are always known */
+		role = inst_agent(x->side[PDX_POOL_DECODE], agent)
 			   ? PDX_POOL_DECODE
 			   : PDX_POOL_PREFILL;
 	log_debug("%s: %s by %s", id, kind, agent);
-	side_end(x, role);
+	if (strcmp(kind, "failed") && x->left[role] > 1)
+		x->left[role]--;
+	else
+		side_end(x, role);
 	if (!x->side[PDX_POOL_PREFILL] && !x->side[PDX_POOL_DECODE])
 		transfer_free(t, x);
 }
@@ -199,6 +221,7 @@ static void side_start(struct pdx_transfer *x, int role, struct pdx_inst *i)
 	pdx_pool_ref(i);
 	i->xfers++;
 	x->side[role] = i;
+	x->left[role] = i->tp > 1 ? i->tp : 1;
 }
 
 void pdx_transfers_start(struct pdx_transfers *t, const char *xfer_id,

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # scripts/demo at small scale (tiny model) with the binaries under test, in
-# each flow, and once with deepseek-v3 (MLA): it exits 0, its --json file holds both results with every
-# request completed, and it leaves no process behind. Then SIGTERM in the
+# each flow, once with deepseek-v3 (MLA) and once with TP 2 -> 2 (2 -> 4
+# and TP with --kv-device cuda refused, saying why): it exits 0, its
+# --json file holds both results with every request completed, and it
+# leaves no process behind. Then SIGTERM in the
 # middle of a run (Ctrl-C's SIGINT takes the same path, but a background
 # job of a script ignores SIGINT): exit 143, nothing left running.
 #   demo.sh BUILD_DIR
@@ -50,6 +52,29 @@ for k in ('disaggregated', 'colocated'):
     assert r[k]['total_output_tokens'] == 24, r[k]" ||
 	demo_fail mla "demo --model deepseek-v3: results"
 [ -z "$(left)" ] || fail "demo --model deepseek-v3 left processes: $(left)"
+
+# tensor parallelism 2 -> 2: two engines and two agents a side
+"$DEMO" --build "$BUILD" --model tiny --input-len 48 --output-len 6 \
+	--num-prompts 12 --max-concurrency 3 --prefill-tp 2 --decode-tp 2 \
+	--quiet --out "$E2E_TMP/tp" --json "$E2E_TMP/tp.json" \
+	>"$E2E_TMP/tp.txt" 2>"$E2E_TMP/tp.err" ||
+	demo_fail tp "demo --prefill-tp 2 --decode-tp 2: $(tail -5 "$E2E_TMP/tp.err")"
+python3 -c "import json; r = json.load(open('$E2E_TMP/tp.json'))
+for k in ('disaggregated', 'colocated'):
+    assert r[k]['completed'] == 12 and r[k]['failed'] == 0, (k, r[k]['completed'], r[k]['failed'])
+    assert r[k]['total_output_tokens'] == 72, r[k]" ||
+	demo_fail tp "demo --prefill-tp 2 --decode-tp 2: results"
+for s in p1 d1; do
+	grep -q "tensor-parallel rank 1 of 2" "$E2E_TMP/tp/$s.log" ||
+		demo_fail tp "demo --prefill-tp 2: no rank 1 in $s.log"
+done
+[ -z "$(left)" ] || fail "demo --prefill-tp 2 left processes: $(left)"
+"$DEMO" --build "$BUILD" --prefill-tp 2 --decode-tp 4 2>"$E2E_TMP/tp24.err" &&
+	fail "demo --prefill-tp 2 --decode-tp 4 ran"
+grep -q reshard "$E2E_TMP/tp24.err" || fail "demo 2 -> 4: why: $(cat "$E2E_TMP/tp24.err")"
+"$DEMO" --build "$BUILD" --prefill-tp 2 --decode-tp 2 --kv-device cuda 2>"$E2E_TMP/tpcuda.err" &&
+	fail "demo TP 2 with --kv-device cuda ran"
+grep -q "host memory only" "$E2E_TMP/tpcuda.err" || fail "demo TP 2 on cuda: why: $(cat "$E2E_TMP/tpcuda.err")"
 
 # SIGTERM while pdx-bench runs: everything stops, exit 143
 "$DEMO" --build "$BUILD" --model tiny --input-len 48 --output-len 400 \

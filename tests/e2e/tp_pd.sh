@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Tensor parallelism 2 -> 2: a prefill and a decode instance of two ranks
 # each (four pdx-engine processes, four pdx-agents; rank i of one pairs
-# with rank i of the other), behind pdx-proxy (sequential flow) and
-# driven directly. Each rank holds its KV heads only: both decode ranks'
+# with rank i of the other), driven directly and behind pdx-proxy in each
+# of its flows (sequential, concurrent, early-callback: the proxy names
+# every rank's agent to the other side and counts each transfer once per
+# instance, done when all its ranks' agents reported it). Each rank holds its KV heads only: both decode ranks'
 # pools are checked byte for byte against the whole model's KV of their
 # heads (tp_kv_check.py, from docs/engine.md's formula); the text equals a
 # TP 1 colocated engine's (the token reads head 0, which rank 0 holds
@@ -17,6 +19,8 @@ ENGINE=$1
 AGENT=$2
 PROXY=$3
 
+notify="tcp://127.0.0.1:$(free_port)"
+AGENT_OPTS+=(--notify "$notify")
 small=(--model tiny --kv-blocks 64 --max-model-len 256 --time-scale 0
 	--kv-timeout-ms 30000)
 
@@ -56,8 +60,6 @@ grep -q "prefix cache is not yet shared" "$E2E_TMP/bad.log" ||
 tp_start P prefill
 tp_start D decode
 named_engine_start C "$ENGINE" "${small[@]}"
-named_engine_start X "$PROXY" --prefill "127.0.0.1:$PORT_P" \
-	--decode "127.0.0.1:$PORT_D" --flow sequential
 grep -q "engine registered: 4 layers x 2 tensors" "$E2E_TMP/agent_p1.log" ||
 	fail "rank 1's agent: $(grep registered "$E2E_TMP/agent_p1.log")"
 PORT=$PORT_P get /v1/pdx/info >"$E2E_TMP/info"
@@ -84,19 +86,35 @@ for r in "D:0" "D1:1" "P:0" "P1:1"; do
 		"${r##*:}" "$toks" || fail "${r%%:*}'s KV is not its heads' exactly"
 done
 
-# through pdx-proxy
-n=0
-for p in '"Hello, world!"' "[$(seq -s, 1 64)]" '"The quick brown fox jumps over the lazy dog"'; do
-	n=$((n + 1))
-	req="{\"prompt\": $p, \"max_tokens\": $((n * 3))}"
-	PORT=$PORT_C post /v1/completions "$req" >"$E2E_TMP/c$n.json"
-	status_is 200 "colocated: $req"
-	PORT=$PORT_X post /v1/completions "$req" >"$E2E_TMP/x$n.json"
-	status_is 200 "through the proxy: $req"
-	py "import json; a=json.load(open('$E2E_TMP/c$n.json')); b=json.load(open('$E2E_TMP/x$n.json')); assert a['choices'][0]['text'] == b['choices'][0]['text'], (a, b)" \
-		"TP 2 -> 2 through pdx-proxy equals TP 1 colocated: $req"
+# through pdx-proxy, in each flow; every rank's agent reports to it
+# proxy_start NAME FLOW: the proxy, also as PORT_X
+proxy_start() {
+	named_engine_start "$1" "$PROXY" --prefill "127.0.0.1:$PORT_P" \
+		--decode "127.0.0.1:$PORT_D" --flow "$2" --notify-bind "$notify"
+	PORT_X=$(eval echo "\$PORT_$1")
+}
+for flow in sequential concurrent early-callback; do
+	proxy_start "X_${flow%%-*}" $flow
+	n=0
+	for p in '"Hello, world!"' "[$(seq -s, 1 64)]" '"The quick brown fox jumps over the lazy dog"'; do
+		n=$((n + 1))
+		req="{\"prompt\": $p, \"max_tokens\": $((n * 3))}"
+		PORT=$PORT_C post /v1/completions "$req" >"$E2E_TMP/c$n.json"
+		status_is 200 "colocated: $req"
+		PORT=$PORT_X post /v1/completions "$req" >"$E2E_TMP/x$n.json"
+		status_is 200 "through the proxy ($flow): $req"
+		py "import json; a=json.load(open('$E2E_TMP/c$n.json')); b=json.load(open('$E2E_TMP/x$n.json')); assert a['choices'][0]['text'] == b['choices'][0]['text'], (a, b)" \
+			"TP 2 -> 2 through pdx-proxy ($flow) equals TP 1 colocated: $req"
+	done
+	blocks_free "$PORT_P" "$PORT_D"
+	# one transfer per request, each instance counted as one
+	settle 10 "$PORT_X/pdx_proxy_transfers_sent_total{path=\"ipc\"}=3" \
+		"$PORT_X/pdx_proxy_instance_transfers{$(instance P)}=0" \
+		"$PORT_X/pdx_proxy_instance_transfers{$(instance D)}=0" ||
+		fail "$flow: the proxy's transfer counts"
+	named_stop "X_${flow%%-*}"
 done
-blocks_free "$PORT_P" "$PORT_D"
+proxy_start X sequential
 for x in D D1 P P1; do
 	grep -q "differs" "$E2E_TMP/$x.log" && fail "$x found KV that differs"
 done

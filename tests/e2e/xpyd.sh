@@ -11,7 +11,9 @@
 # ports are N (notifications) and N+1.. (engines, agents) as its --help
 # says; a decode agent killed (SIGKILL) is started again at its same
 # address while every other process and the deployment stay up, and
-# requests are served again.
+# requests are served again. Then TP 2 -> 2 (--prefill-tp/--decode-tp):
+# every rank its own engine and agent, served as above, a rank 1 agent
+# restarted, and across namespaces; 2 -> 4 refused.
 #   xpyd.sh BUILD_DIR
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -298,6 +300,43 @@ assert used == {0, 1}, "every prefix on one instance: %s" % used
 PY
 stop prefix
 
+# tensor parallelism: one prefill and one decode instance of two ranks
+# each, every rank a pdx-engine with its own agent; the proxy knows rank
+# 0 only. A rank 1 agent killed is started again, and requests are
+# served again. Different TP sizes are refused, saying why.
+"$LAUNCH" --build "$BUILD" --prefill-tp 2 --decode-tp 4 >/dev/null 2>"$E2E_TMP/tp24.err" &&
+	fail "tp: --prefill-tp 2 --decode-tp 4 started"
+grep -q "reshard" "$E2E_TMP/tp24.err" || fail "tp: why not 2 -> 4: $(cat "$E2E_TMP/tp24.err")"
+launch tp --prefill-tp 2 --decode-tp 2
+for r in "p0r1 rank1-of-p0" "d0r1 rank1-of-d0"; do
+	awk '$3 == "-" && $4 ~ /^tcp:/ { print $1, $2 }' "$E2E_TMP/tp.out" | grep -qx "$r" ||
+		fail "tp: no row \"$r\" in $(cat "$E2E_TMP/tp.out")"
+done
+[ "$(wc -l <"$E2E_TMP/tp.inst")" = 2 ] || fail "tp: want 2 instances: $(cat "$E2E_TMP/tp.inst")"
+grep -q "tensor-parallel rank 1 of 2" "$E2E_TMP/tp/d0r1.engine.log" ||
+	fail "tp: d0r1 is no rank 1: $(tail -3 "$E2E_TMP/tp/d0r1.engine.log")"
+requests tp
+served tp
+addr=$(awk '$1 == "d0r1" { print $4 }' "$E2E_TMP/tp.out")
+old=$(agent)
+[ -n "$old" ] || fail "tp: no agent listening at $addr"
+kill -9 "$old"
+for _ in $(seq 100); do
+	new=$(agent)
+	[ -n "$new" ] && [ "$new" != "$old" ] && break
+	sleep 0.1
+done
+[ -n "$new" ] && [ "$new" != "$old" ] || fail "tp: d0r1's agent was not started again: $(tail -5 "$E2E_TMP/tp.err")"
+ok=0
+for _ in $(seq 100); do
+	curl -sf -o /dev/null --max-time 10 -H 'Content-Type: application/json' \
+		-d '{"prompt": "after the rank 1 agent restart", "max_tokens": 4}' "$XURL/v1/completions" &&
+		{ ok=$((ok + 1)); [ $ok -ge 4 ] && break; }
+	sleep 0.1
+done
+[ $ok -ge 4 ] || fail "tp: requests fail after d0r1's agent restart: $(tail -5 "$E2E_TMP/tp/d0r1.engine.log")"
+stop tp
+
 # --netns: only as root where ip netns works
 netns_works() {
 	local probe=pdxyprobe$$ rc
@@ -322,6 +361,15 @@ if netns_works; then
 	stop netns
 	! ip netns list | grep -q "^pdxy$XPID-" || fail "netns: namespaces left: $(ip netns list)"
 	! ip -o link | grep -q "pdxy$XPID" || fail "netns: links left: $(ip -o link | grep "pdxy$XPID")"
+	# TP 2 -> 2 across namespaces: rank r's agents meet on port 7100+r
+	launch netnstp --netns --prefill-tp 2 --decode-tp 2
+	grep -q '^d0r1 .*tcp://10\.77\.[0-9]*\.2:7101 ' "$E2E_TMP/netnstp.out" ||
+		fail "netnstp: d0r1's agent: $(cat "$E2E_TMP/netnstp.out")"
+	requests netnstp
+	served netnstp
+	grep -q "peer tcp://10\.77\.[0-9]*\.1:7101 ready" "$E2E_TMP/netnstp/d0r1.agent.log" ||
+		fail "netnstp: d0r1's agent did not meet p0r1's: $(grep peer "$E2E_TMP/netnstp/d0r1.agent.log")"
+	stop netnstp
 else
 	echo "skip: --netns needs root and working ip netns"
 fi
