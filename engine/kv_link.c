@@ -265,10 +265,11 @@ static void arm(struct pdx_kv_link *l, struct pdx_kv_waiter *w)
 /* SEND or RECV of w to the follower ranks. */
 static void start_ranks(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 			enum pdx_tp_kind kind, const uint32_t *blocks,
-			size_t n_blocks)
+			size_t n_blocks, uint32_t skip_tokens)
 {
 	struct pdx_tp_msg m = {
 	    .kind = kind,
+	    .value = skip_tokens,
 	    .xfer = w->xfer,
 	    .n_block_ids = (uint32_t)n_blocks,
 	    .block_ids = (uint32_t *)blocks,
@@ -294,7 +295,7 @@ pdx_status_t pdx_kv_link_send(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 	st = pdx_engine_send(l->e, &w->xfer, peer, blocks, n_blocks);
 	if (st == PDX_OK) {
 		arm(l, w);
-		start_ranks(l, w, PDX_TP_SEND, blocks, n_blocks);
+		start_ranks(l, w, PDX_TP_SEND, blocks, n_blocks, 0);
 	}
 	poke(l);
 	return st;
@@ -337,7 +338,8 @@ pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 			     skip_tokens);
 	if (st == PDX_OK) {
 		arm(l, w);
-		start_ranks(l, w, PDX_TP_RECV, blocks, n_blocks);
+		start_ranks(l, w, PDX_TP_RECV, blocks, n_blocks,
+			    skip_tokens);
 	}
 	poke(l);
 	return st;

@@ -338,13 +338,6 @@ static int check_tp(const struct pdx_engine_opts *o, char *err, size_t errlen)
 			       o->tp_size);
 		return -1;
 	}
-	if (o->prefix_cache == 1) {
-		pdx_errbuf_set(err, errlen,
-			       "--tp-size %u: the prefix cache is not yet "
-			       "shared by the ranks (--no-prefix-cache)",
-			       o->tp_size);
-		return -1;
-	}
 	return 0;
 }
 
@@ -393,8 +386,7 @@ enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
 	/* where a hit saves a transfer; a prefill or colocated engine
 	 * computes every prompt unless asked, as its timings assume */
 	if (o->prefix_cache < 0)
-		o->prefix_cache = o->role == PDX_ROLE_DECODE &&
-				  o->tp_size == 1;
+		o->prefix_cache = o->role == PDX_ROLE_DECODE;
 	if (o->role != PDX_ROLE_BOTH && !o->agent) {
 		pdx_errbuf_set(err, errlen, "--role %s needs --agent",
 			       o->role == PDX_ROLE_PREFILL ? "prefill"

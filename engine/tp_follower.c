@@ -147,7 +147,7 @@ static void xfer_start(struct pdx_tp_follower *f, struct pdx_tp_msg *m)
 			st = PDX_EINVAL; /* no sender to ask */
 		else if (x->recv)
 			st = pdx_kv_link_recv(f->p.link, &x->w, m->peer,
-					      x->blocks, x->n_blocks, 0);
+					      x->blocks, x->n_blocks, m->value);
 		else
 			st = pdx_kv_link_send(f->p.link, &x->w,
 					      m->peer[0] ? m->peer : NULL,

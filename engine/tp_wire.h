@@ -43,8 +43,10 @@ enum pdx_tp_kind {
 	/* leader -> follower, a transfer of its agent's: pdx_engine_send()
 	 * of xfer (peer: the receiver, "" open) and blocks */
 	PDX_TP_SEND,
-	/* pdx_engine_recv() of xfer from peer into blocks; tokens: the
-	 * prompt, whose KV the follower checks once it is in */
+	/* pdx_engine_recv() of xfer from peer into blocks, value its
+	 * skip_tokens (the leader's prefix-cache hit: the follower's same
+	 * blocks hold the same heads' KV); tokens: the prompt, whose KV
+	 * the follower checks once it is in */
 	PDX_TP_RECV,
 	PDX_TP_LAYER,	 /* value: layer computed, of xfer */
 	PDX_TP_TOKEN,	 /* value: the first token of xfer */
