@@ -364,7 +364,8 @@ static int ch_fill(double layer_ms, char *err, size_t errlen)
 			seed = ~seed;
 		for (uint32_t l = 0; l < o.model->layers; l++)
 			if (xb_cuda_fill_layer(ch_gpu, l, seed, b, nb,
-					       plan.shape->skip_blocks, err, errlen))
+					       plan.shape->skip_blocks, err,
+					       errlen))
 				return -1;
 	}
 	/* done before the ack, so no fill runs into SEND's timings */
@@ -418,8 +419,8 @@ static int ch_verify(uint32_t x, char *err, size_t errlen)
 		return xb_cuda_verify(ch_gpu, plan.seeds[x],
 				      plan.src + (size_t)x * nb, dst, nb,
 				      plan.shape->skip_blocks, err, errlen);
-	return pb_verify(&ch_pool, plan.seeds[x], dst, nb, plan.shape->skip_blocks,
-			 err, errlen) ? 1 : 0;
+	return pb_verify(&ch_pool, plan.seeds[x], dst, nb,
+			 plan.shape->skip_blocks, err, errlen) ? 1 : 0;
 }
 
 /* P on a GPU: the device's copy rates for one transfer's bytes. */
@@ -482,7 +483,8 @@ static void ch_do(struct child *k, const struct cmd *c)
 		for (uint32_t x = 0; x < plan.conc; x++) {
 			struct pdx_recv_opts ro = {
 				.skip_tokens = plan.shape->skip_tokens,
-				.mode = plan.shape->pull ? PDX_XFER_PULL : PDX_XFER_PUSH,
+				.mode = plan.shape->pull ? PDX_XFER_PULL :
+							   PDX_XFER_PUSH,
 			};
 
 			st = pdx_engine_recv_opts(ch_eng, &plan.ids[x], c->peer,
