@@ -84,6 +84,17 @@ struct opts {
 	int decode_dev;       /* --decode-device, default cuda_dev */
 	char mem[24];         /* "shm", "cuda:N" or "cuda:P,D", as reported */
 	uint32_t one_block;   /* --one-block N: one-block transfers measured */
+	const char *versus;   /* --versus WHAT, or NULL */
+};
+
+/* What a transfer asks of the engines beyond its blocks, set by the parent
+ * before each iteration: the part of the run --versus varies. A variant
+ * that needs other agents (tensor parallelism) would add its own agents per
+ * arm instead; these only change what the same two engines post. */
+struct shape {
+	uint32_t skip_tokens;
+	uint32_t skip_blocks; /* leading blocks D already holds */
+	bool pull;            /* the decode agent reads (pdx_engine_recv_opts) */
 };
 
 /* What the parent and both engines share (a MAP_SHARED anonymous mapping
@@ -91,8 +102,7 @@ struct opts {
 struct plan {
 	uint32_t conc;
 	uint32_t nblocks;     /* blocks per transfer, skipped ones included */
-	uint32_t skip_blocks; /* leading blocks D already holds */
-	uint32_t skip_tokens;
+	struct shape *shape;  /* this iteration's */
 	uint32_t pool_blocks;
 	struct pdx_xfer_id *ids; /* [conc] */
 	uint64_t *seeds;         /* [conc] */
@@ -207,13 +217,20 @@ static int xfer_index(const struct pdx_xfer_id *x)
 	return -1;
 }
 
-static uint64_t xfer_bytes(void)
+/* The payload of one transfer of that shape. */
+static uint64_t shape_bytes(const struct shape *sh)
 {
 	const struct pdx_model *m = o.model;
 
-	return (uint64_t)(plan.nblocks - plan.skip_blocks) * m->layers *
+	return (uint64_t)(plan.nblocks - sh->skip_blocks) * m->layers *
 	       m->tensors * m->block_tokens * m->kv_heads * m->head_dim *
 	       m->dtype_bytes;
+}
+
+/* ... of this iteration's */
+static uint64_t xfer_bytes(void)
+{
+	return shape_bytes(plan.shape);
 }
 
 /* ---- the synthetic engines (children) ---- */
@@ -340,14 +357,15 @@ static int ch_fill(double layer_ms, char *err, size_t errlen)
 		uint64_t seed = plan.seeds[x];
 
 		if (!ch_gpu) {
-			pb_fill(&ch_pool, seed, b, nb, plan.skip_blocks);
+			pb_fill(&ch_pool, seed, b, nb, plan.shape->skip_blocks);
 			continue;
 		}
 		if (layer_ms > 0)
 			seed = ~seed;
 		for (uint32_t l = 0; l < o.model->layers; l++)
 			if (xb_cuda_fill_layer(ch_gpu, l, seed, b, nb,
-					       plan.skip_blocks, err, errlen))
+					       plan.shape->skip_blocks, err,
+					       errlen))
 				return -1;
 	}
 	/* done before the ack, so no fill runs into SEND's timings */
@@ -363,7 +381,7 @@ static int ch_compute_layer(uint32_t l, char *err, size_t errlen)
 	for (uint32_t x = 0; x < plan.conc; x++)
 		if (xb_cuda_fill_layer(ch_gpu, l, plan.seeds[x],
 				       plan.src + (size_t)x * nb, nb,
-				       plan.skip_blocks, err, errlen))
+				       plan.shape->skip_blocks, err, errlen))
 			return -1;
 	return 0;
 }
@@ -400,9 +418,9 @@ static int ch_verify(uint32_t x, char *err, size_t errlen)
 	if (ch_gpu)
 		return xb_cuda_verify(ch_gpu, plan.seeds[x],
 				      plan.src + (size_t)x * nb, dst, nb,
-				      plan.skip_blocks, err, errlen);
-	return pb_verify(&ch_pool, plan.seeds[x], dst, nb, plan.skip_blocks,
-			 err, errlen) ? 1 : 0;
+				      plan.shape->skip_blocks, err, errlen);
+	return pb_verify(&ch_pool, plan.seeds[x], dst, nb,
+			 plan.shape->skip_blocks, err, errlen) ? 1 : 0;
 }
 
 /* P on a GPU: the device's copy rates for one transfer's bytes. */
@@ -464,8 +482,9 @@ static void ch_do(struct child *k, const struct cmd *c)
 	case CMD_RECV:
 		for (uint32_t x = 0; x < plan.conc; x++) {
 			struct pdx_recv_opts ro = {
-				.skip_tokens = plan.skip_tokens,
-				.mode = o.pull ? PDX_XFER_PULL : PDX_XFER_PUSH,
+				.skip_tokens = plan.shape->skip_tokens,
+				.mode = plan.shape->pull ? PDX_XFER_PULL :
+							   PDX_XFER_PUSH,
 			};
 
 			st = pdx_engine_recv_opts(ch_eng, &plan.ids[x], c->peer,
@@ -897,6 +916,7 @@ static void plan_alloc(void)
 	plan.ev_bytes = shared_alloc(&used, c * 8);
 	plan.t_first_ld = shared_alloc(&used, 8);
 	plan.t_last_ld = shared_alloc(&used, 8);
+	plan.shape = shared_alloc(&used, sizeof(*plan.shape));
 }
 
 /* ---- measurement ---- */
@@ -908,6 +928,7 @@ struct results {
 	size_t n_lat;
 	double wall_s;        /* sum over measured iterations */
 	uint64_t bytes;       /* over measured iterations */
+	uint64_t ev_bytes;    /* the same, as the decode agent's events say */
 	uint64_t ops;         /* UCX operations over measured iterations */
 	double layer_sum_ms;  /* layer_xfer samples */
 	size_t layer_n;
@@ -920,13 +941,26 @@ struct results {
 	uint32_t xfers;
 	double memcpy_s;      /* the paired copy limit */
 	uint64_t memcpy_bytes;
-	/* --mem cuda: the device's copy rates, measured once */
-	char gpu[128];
-	double d2d_gbps, d2h_gbps;
 };
 
-static struct results res = { .verified = true };
+/* One configuration measured. arms[0] is the run's options; with --versus,
+ * arms[1] is the variant, measured in the same process, iteration by
+ * iteration beside the baseline. */
+struct arm {
+	struct shape shape;
+	struct results res;
+};
+
+static struct arm arms[2] = { { .res.verified = true },
+			      { .res.verified = true } };
+static uint32_t n_arms = 1;
 static uint64_t rng;
+
+/* --mem cuda: the device and its copy rates, measured once */
+static struct {
+	char gpu[128];
+	double d2d_gbps, d2h_gbps;
+} dev;
 
 enum iter_kind { ITER_WARMUP, ITER_CALIBRATE, ITER_MEASURE };
 
@@ -935,18 +969,24 @@ enum iter_kind { ITER_WARMUP, ITER_CALIBRATE, ITER_MEASURE };
  * that iteration's op size between two pre-faulted buffers of one
  * transfer's size, so both figures see the same machine load. */
 static void memcpy_pass(uint64_t bytes, uint64_t piece, uint32_t times,
-			bool count)
+			struct results *r)
 {
 	static uint8_t *a, *b;
+	static uint64_t cap;
 	uint64_t t0;
 
-	if (!a) {
+	/* the largest arm's size: each arm's warm-up comes before its first
+	 * counted pass */
+	if (bytes > cap) {
+		free(a);
+		free(b);
 		a = malloc(bytes);
 		b = malloc(bytes);
 		if (!a || !b)
 			fail("cannot allocate the memcpy buffers");
 		memset(a, 0x5a, bytes);
 		memset(b, 0xa5, bytes); /* not 0: that could become calloc */
+		cap = bytes;
 	}
 	if (piece == 0 || piece > bytes)
 		piece = bytes;
@@ -957,14 +997,18 @@ static void memcpy_pass(uint64_t bytes, uint64_t piece, uint32_t times,
 			       piece < bytes - off ? piece : bytes - off);
 		__asm__ volatile("" ::: "memory");
 	}
-	if (count) {
-		res.memcpy_s += (double)(pdx_now_ns() - t0) / 1e9;
-		res.memcpy_bytes += bytes * times;
+	if (r) {
+		r->memcpy_s += (double)(pdx_now_ns() - t0) / 1e9;
+		r->memcpy_bytes += bytes * times;
 	}
 }
 
-static void run_iter(int iter, enum iter_kind kind, double layer_ms)
+/* One iteration of arm a: its shape goes to the engines through the shared
+ * plan, its figures to a->res. */
+static void run_iter(int iter, enum iter_kind kind, double layer_ms,
+		     struct arm *a)
 {
+	struct results *r = &a->res;
 	struct child *P = &kids[0], *D = &kids[1];
 	struct child *both[2] = { P, D };
 	struct ack acks[2];
@@ -979,17 +1023,18 @@ static void run_iter(int iter, enum iter_kind kind, double layer_ms)
 	}
 	pb_pick_blocks(plan.src, total, plan.pool_blocks, o.random_blocks, &rng);
 	pb_pick_blocks(plan.dst, total, plan.pool_blocks, o.random_blocks, &rng);
+	*plan.shape = a->shape;
 
 	/* before the recv is posted, so the copy limit never holds up a
 	 * transfer; the warm-up warms the buffers */
 	if (kind != ITER_CALIBRATE) {
-		uint64_t ops = pb_runs(plan.src + plan.skip_blocks,
-				       plan.dst + plan.skip_blocks,
-				       plan.nblocks - plan.skip_blocks) *
+		uint64_t ops = pb_runs(plan.src + plan.shape->skip_blocks,
+				       plan.dst + plan.shape->skip_blocks,
+				       plan.nblocks - plan.shape->skip_blocks) *
 			       layers * o.model->tensors;
 
 		memcpy_pass(xfer_bytes(), ops ? xfer_bytes() / ops : 0, plan.conc,
-			    kind == ITER_MEASURE);
+			    kind == ITER_MEASURE ? r : NULL);
 	}
 	send_cmd(P, CMD_FILL, iter, layer_ms, NULL);
 	wait_acks(&P, 1, acks, ACK_TIMEOUT_MS, "fill");
@@ -1001,7 +1046,7 @@ static void run_iter(int iter, enum iter_kind kind, double layer_ms)
 
 	if (!acks[1].verified) {
 		fprintf(stderr, "pdx-xferbench: MISMATCH: %s\n", acks[1].reason);
-		res.verified = false;
+		r->verified = false;
 	}
 	for (uint32_t c = 0; c < plan.conc; c++) {
 		if (plan.t_send[c] < first_send)
@@ -1013,12 +1058,13 @@ static void run_iter(int iter, enum iter_kind kind, double layer_ms)
 	}
 	if (kind != ITER_WARMUP && layer_ms == 0) {
 		for (uint32_t c = 0; c < plan.conc; c++) {
-			res.layer_sum_ms += (double)(plan.t_recv[c] - *plan.t_first_ld) /
+			r->layer_sum_ms += (double)(plan.t_recv[c] - *plan.t_first_ld) /
 					    1e6 / layers;
-			res.layer_n++;
+			r->layer_n++;
 		}
 	}
-	fprintf(stderr, "pdx-xferbench: %s %d: %u transfers, %.3f ms, exposed %.3f ms (engine %.3f)%s\n",
+	fprintf(stderr, "pdx-xferbench: %s%s %d: %u transfers, %.3f ms, exposed %.3f ms (engine %.3f)%s\n",
+		n_arms == 1 ? "" : a == arms ? "baseline " : "variant ",
 		kind == ITER_WARMUP ? "warm-up" :
 		kind == ITER_CALIBRATE ? "layer calibration" : "iteration",
 		iter, plan.conc, (double)(last_recv - first_send) / 1e6,
@@ -1031,20 +1077,22 @@ static void run_iter(int iter, enum iter_kind kind, double layer_ms)
 		const uint32_t *s = plan.src + (size_t)c * plan.nblocks;
 		const uint32_t *d = plan.dst + (size_t)c * plan.nblocks;
 
-		res.lat_ms[res.n_lat++] = (double)(plan.t_recv[c] - plan.t_send[c]) / 1e6;
-		res.bytes += xfer_bytes();
-		res.ops += pb_runs(s + plan.skip_blocks, d + plan.skip_blocks,
-				   plan.nblocks - plan.skip_blocks) *
+		r->lat_ms[r->n_lat++] = (double)(plan.t_recv[c] - plan.t_send[c]) / 1e6;
+		r->bytes += xfer_bytes();
+		r->ev_bytes += plan.ev_bytes[c];
+		r->ops += pb_runs(s + plan.shape->skip_blocks,
+				  d + plan.shape->skip_blocks,
+				  plan.nblocks - plan.shape->skip_blocks) *
 			   layers * o.model->tensors;
-		res.xfers++;
+		r->xfers++;
 	}
-	res.wall_s += (double)(last_recv - first_send) / 1e9;
-	if (res.exposed_n < MAX_ITERS) {
-		res.exposed_ms[res.exposed_n] =
+	r->wall_s += (double)(last_recv - first_send) / 1e9;
+	if (r->exposed_n < MAX_ITERS) {
+		r->exposed_ms[r->exposed_n] =
 			((double)last_recv_agent - (double)*plan.t_last_ld) / 1e6;
-		res.engine_exposed_ms[res.exposed_n] =
+		r->engine_exposed_ms[r->exposed_n] =
 			((double)last_recv - (double)*plan.t_last_ld) / 1e6;
-		res.exposed_n++;
+		r->exposed_n++;
 	}
 }
 
@@ -1097,8 +1145,8 @@ static void run_one_block(void)
 		fail("out of memory");
 	plan.conc = 1;
 	plan.nblocks = 1;
-	plan.skip_blocks = 0;
-	plan.skip_tokens = 0;
+	/* the run's own transfer (not --versus's variant), whole */
+	*plan.shape = (struct shape){ .pull = arms[0].shape.pull };
 	for (uint32_t i = 0; i < ONE_BLOCK_WARMUP + o.one_block; i++) {
 		struct ob_sample *smp = i < ONE_BLOCK_WARMUP ? NULL : &ob[ob_n];
 
@@ -1121,7 +1169,7 @@ static void run_one_block(void)
 		if (!acks[1].verified) {
 			fprintf(stderr, "pdx-xferbench: MISMATCH: %s\n",
 				acks[1].reason);
-			res.verified = false;
+			arms[0].res.verified = false;
 		}
 		send_cmd(D, CMD_PING, -1, o.model->layers * layer_ms, NULL);
 		wait_acks(&D, 1, acks, ACK_TIMEOUT_MS, "ping");
@@ -1194,6 +1242,11 @@ static void usage(FILE *f)
 		"                         --layer-ms), each followed by a ping over the\n"
 		"                         decode agent's engine link; the agents trace\n"
 		"                         their steps (PDX_AGENT_TRACE=1)\n"
+		"  --versus WHAT          measure a variant beside the run's own transfer\n"
+		"                         (the baseline), iterations alternating, both\n"
+		"                         verified: pull (the decode agent pulls),\n"
+		"                         skip-half (it holds the first half of the\n"
+		"                         prompt), skip=N (the first N tokens)\n"
 		"  --json                 one JSON object on stdout, logs on stderr\n"
 		"  --help                 this text\n"
 		"\n"
@@ -1210,6 +1263,11 @@ static void usage(FILE *f)
 		"to the decode engine reading \"received\"; zmq_rtt_us = the same of the\n"
 		"pings; one_block_ratio = their p50s' ratio; one_block_breakdown_us =\n"
 		"{step: {p50, mean}} from the agents' traces (docs/benchmarking.md).\n"
+		"With --versus: versus = {what, baseline, variant, time_ratio,\n"
+		"mean_time_ratio, exposed_ratio, bytes_ratio}, each arm's figures and\n"
+		"the variant's over the baseline's (p50, mean, exposed_ms, bytes the\n"
+		"decode agent received); the other keys are the baseline's, but\n"
+		"verified covers both.\n"
 		"With --mem cuda: d2d_gbps,\n"
 		"d2h_gbps = cudaMemcpy of one transfer's bytes device to device and\n"
 		"device to pinned host on that GPU (median of %d, timed by CUDA events);\n"
@@ -1243,12 +1301,46 @@ static uint64_t parse_u64(const char *opt, const char *s, uint64_t lo,
 	return v;
 }
 
+static void check_skip(const char *opt, uint32_t skip)
+{
+	if (skip / o.model->block_tokens >=
+	    (o.tokens + o.model->block_tokens - 1) / o.model->block_tokens)
+		bad("%s %u leaves no block of the %u tokens to move", opt, skip,
+		    o.tokens);
+}
+
+/* --versus WHAT: the variant, measured beside the run's own transfer (the
+ * baseline). A variant differs from the baseline in one thing only. */
+static void parse_versus(const char *what)
+{
+	struct shape *v = &arms[1].shape;
+
+	*v = arms[0].shape;
+	if (!strcmp(what, "pull")) {
+		if (o.pull)
+			bad("--versus pull: the baseline pushes; drop --pull");
+		v->pull = true;
+	} else if (!strcmp(what, "skip-half") || !strncmp(what, "skip=", 5)) {
+		if (o.skip_tokens)
+			bad("--versus %s: the baseline moves the whole prompt; "
+			    "drop --skip-tokens", what);
+		v->skip_tokens = what[4] == '=' ?
+			(uint32_t)parse_u64("--versus skip=N", what + 5, 1,
+					    1u << 22) : o.tokens / 2;
+		check_skip("--versus skip", v->skip_tokens);
+		v->skip_blocks = v->skip_tokens / o.model->block_tokens;
+	} else {
+		bad("--versus: \"%s\" is none of pull, skip-half, skip=N", what);
+	}
+	n_arms = 2;
+}
+
 static void parse_opts(int argc, char **argv)
 {
 	enum {
 		O_TLS = 256, O_MODEL, O_TOKENS, O_SKIP, O_RANDOM, O_CONC, O_LAYER,
 		O_ITERS, O_JSON, O_BIN, O_DATA, O_XTMO, O_SEED, O_MEM, O_DDEV,
-		O_PULL, O_ONE, O_HELP
+		O_PULL, O_ONE, O_VERSUS, O_HELP
 	};
 	static const struct option lo[] = {
 		{ "tls", required_argument, NULL, O_TLS },
@@ -1268,6 +1360,7 @@ static void parse_opts(int argc, char **argv)
 		{ "mem", required_argument, NULL, O_MEM },
 		{ "decode-device", required_argument, NULL, O_DDEV },
 		{ "one-block", required_argument, NULL, O_ONE },
+		{ "versus", required_argument, NULL, O_VERSUS },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1352,6 +1445,9 @@ static void parse_opts(int argc, char **argv)
 			o.one_block = (uint32_t)parse_u64("--one-block", optarg,
 							  1, 100000);
 			break;
+		case O_VERSUS:
+			o.versus = optarg;
+			break;
 		case O_HELP:
 			usage(stdout);
 			exit(0);
@@ -1397,10 +1493,14 @@ static void parse_opts(int argc, char **argv)
 		snprintf(o.mem, sizeof(o.mem), "cuda:%d", o.cuda_dev);
 	else
 		snprintf(o.mem, sizeof(o.mem), "shm");
-	if (o.skip_tokens / o.model->block_tokens >=
-	    (o.tokens + o.model->block_tokens - 1) / o.model->block_tokens)
-		bad("--skip-tokens %u leaves no block of the %u tokens to move",
-		    o.skip_tokens, o.tokens);
+	check_skip("--skip-tokens", o.skip_tokens);
+	arms[0].shape = (struct shape){
+		.skip_tokens = o.skip_tokens,
+		.skip_blocks = o.skip_tokens / o.model->block_tokens,
+		.pull = o.pull,
+	};
+	if (o.versus)
+		parse_versus(o.versus);
 	if (!o.agent_bin[0] &&
 	    pb_default_agent_bin(o.agent_bin, sizeof(o.agent_bin)))
 		bad("cannot find pdx-agent beside this program; use --agent-bin");
@@ -1412,12 +1512,40 @@ static void parse_opts(int argc, char **argv)
 
 /* ---- output ---- */
 
-/* exposed_ms ends when the decode agent emits "received"; this one when the
- * decode engine read it, which adds the engine process's wake-up. */
-static double engine_exposed(void)
+/* An arm's figures (the keys of --help's text), from its results. */
+struct figures {
+	uint64_t bytes;       /* per transfer */
+	uint64_t ev_bytes;    /* per transfer, as the decode agent's events say */
+	double gbps, op_bytes, p50, p99, mean, layer_xfer, exposed, mgbps;
+	/* exposed ends when the decode agent emits "received"; this one when
+	 * the decode engine read it, which adds the engine process's wake-up */
+	double engine_exposed;
+};
+
+/* Sorts a's samples. */
+static struct figures figures_of(struct arm *a)
 {
-	qsort(res.engine_exposed_ms, res.exposed_n, sizeof(double), cmp_double);
-	return percentile(res.engine_exposed_ms, res.exposed_n, 0.50);
+	struct results *r = &a->res;
+	struct figures f = {
+		.bytes = shape_bytes(&a->shape),
+		.ev_bytes = r->xfers ? r->ev_bytes / r->xfers : 0,
+		.gbps = r->wall_s > 0 ? (double)r->bytes / r->wall_s / 1e9 : 0,
+		.op_bytes = r->ops ? (double)r->bytes / (double)r->ops : 0,
+		.layer_xfer = r->layer_n ? r->layer_sum_ms / (double)r->layer_n : 0,
+		.mgbps = r->memcpy_s > 0 ?
+			 (double)r->memcpy_bytes / r->memcpy_s / 1e9 : 0,
+	};
+
+	qsort(r->lat_ms, r->n_lat, sizeof(double), cmp_double);
+	f.p50 = percentile(r->lat_ms, r->n_lat, 0.50);
+	f.p99 = percentile(r->lat_ms, r->n_lat, 0.99);
+	for (size_t i = 0; i < r->n_lat; i++)
+		f.mean += r->lat_ms[i] / (double)r->n_lat;
+	qsort(r->exposed_ms, r->exposed_n, sizeof(double), cmp_double);
+	f.exposed = percentile(r->exposed_ms, r->exposed_n, 0.50);
+	qsort(r->engine_exposed_ms, r->exposed_n, sizeof(double), cmp_double);
+	f.engine_exposed = percentile(r->engine_exposed_ms, r->exposed_n, 0.50);
+	return f;
 }
 
 /* s as a JSON string (quotes and escapes); null when empty. */
@@ -1456,25 +1584,25 @@ static void json_gpu_num(const char *key, double x)
 static void json_mem(double gbps)
 {
 	printf(", \"mem\": \"%s\", \"gpu\": ", o.mem);
-	json_str(res.gpu);
+	json_str(dev.gpu);
 	printf(", \"data_by\": ");
 	json_str(kids[0].data_by);
 	printf(", \"data_by_decode\": ");
 	json_str(kids[1].data_by);
-	json_gpu_num("d2d_gbps", res.d2d_gbps);
-	json_gpu_num("d2h_gbps", res.d2h_gbps);
-	json_gpu_num("d2d_ratio", res.d2d_gbps > 0 ? gbps / res.d2d_gbps : 0);
-	json_gpu_num("d2h_ratio", res.d2h_gbps > 0 ? gbps / res.d2h_gbps : 0);
+	json_gpu_num("d2d_gbps", dev.d2d_gbps);
+	json_gpu_num("d2h_gbps", dev.d2h_gbps);
+	json_gpu_num("d2d_ratio", dev.d2d_gbps > 0 ? gbps / dev.d2d_gbps : 0);
+	json_gpu_num("d2h_ratio", dev.d2h_gbps > 0 ? gbps / dev.d2h_gbps : 0);
 }
 
 static void print_gpu(double gbps)
 {
 	printf("  %-22s %.3f GB/s (throughput / it = %.3f)\n",
-	       "cudaMemcpy d2d", res.d2d_gbps,
-	       res.d2d_gbps > 0 ? gbps / res.d2d_gbps : 0);
+	       "cudaMemcpy d2d", dev.d2d_gbps,
+	       dev.d2d_gbps > 0 ? gbps / dev.d2d_gbps : 0);
 	printf("  %-22s %.3f GB/s (throughput / it = %.3f)\n",
-	       "cudaMemcpy d2h pinned", res.d2h_gbps,
-	       res.d2h_gbps > 0 ? gbps / res.d2h_gbps : 0);
+	       "cudaMemcpy d2h pinned", dev.d2h_gbps,
+	       dev.d2h_gbps > 0 ? gbps / dev.d2h_gbps : 0);
 }
 
 /* ---- --one-block's figures ---- */
@@ -1628,10 +1756,85 @@ static void print_one_block(void)
 	printf("    %-32s %8s %8s %8.1f\n", "sum of means", "", "", sum);
 }
 
-static void print_results(double gbps, double op_bytes, double p50, double p99,
-			  double layer_xfer, double exposed, double mgbps)
+static bool all_verified(void)
 {
-	uint64_t bytes = xfer_bytes();
+	return arms[0].res.verified && arms[1].res.verified;
+}
+
+static double ratio(double x, double y)
+{
+	return y > 0 ? x / y : 0;
+}
+
+/* One arm of --versus in JSON. */
+static void json_arm(const char *key, const struct arm *a,
+		     const struct figures *f)
+{
+	printf("\"%s\": {\"skip_tokens\": %u, \"pull\": %s, "
+	       "\"bytes\": %" PRIu64 ", \"event_bytes\": %" PRIu64 ", "
+	       "\"xfers\": %u, \"p50_ms\": %.4f, \"mean_ms\": %.4f, "
+	       "\"p99_ms\": %.4f, \"gbps\": %.4f, \"exposed_ms\": %.4f, "
+	       "\"engine_exposed_ms\": %.4f, \"memcpy_gbps\": %.4f, "
+	       "\"verified\": %s}",
+	       key, a->shape.skip_tokens, a->shape.pull ? "true" : "false",
+	       f->bytes, f->ev_bytes, a->res.xfers, f->p50, f->mean, f->p99,
+	       f->gbps, f->exposed, f->engine_exposed, f->mgbps,
+	       a->res.verified ? "true" : "false");
+}
+
+/* The versus object, null without --versus. The ratios are the variant's
+ * over the baseline's; bytes_ratio is of the bytes the decode agent said it
+ * received, printed exactly (both are integers). */
+static void json_versus(const struct figures *f, const struct figures *v)
+{
+	if (n_arms == 1) {
+		printf(", \"versus\": null");
+		return;
+	}
+	printf(", \"versus\": {\"what\": ");
+	json_str(o.versus);
+	printf(", ");
+	json_arm("baseline", &arms[0], f);
+	printf(", ");
+	json_arm("variant", &arms[1], v);
+	printf(", \"time_ratio\": %.4f, \"mean_time_ratio\": %.4f, "
+	       "\"exposed_ratio\": %.4f, \"bytes_ratio\": %.17g}",
+	       ratio(v->p50, f->p50), ratio(v->mean, f->mean),
+	       ratio(v->exposed, f->exposed),
+	       ratio((double)v->ev_bytes, (double)f->ev_bytes));
+}
+
+static void print_versus(const struct figures *f, const struct figures *v)
+{
+	const struct shape *bs = &arms[0].shape, *vs = &arms[1].shape;
+
+	printf("\n  versus %s: both in this run, iterations alternating\n",
+	       o.versus);
+	printf("  %-26s %14s %14s %9s\n", "", "baseline", "variant",
+	       "ratio");
+	printf("  %-26s %14u %14u\n", "tokens held by decode",
+	       bs->skip_tokens, vs->skip_tokens);
+	printf("  %-26s %14s %14s\n", "moved by", bs->pull ? "pull" : "push",
+	       vs->pull ? "pull" : "push");
+	printf("  %-26s %14" PRIu64 " %14" PRIu64 " %9.4f\n",
+	       "bytes per transfer", f->ev_bytes, v->ev_bytes,
+	       ratio((double)v->ev_bytes, (double)f->ev_bytes));
+	printf("  %-26s %14.3f %14.3f %9.3f\n", "latency p50, ms", f->p50,
+	       v->p50, ratio(v->p50, f->p50));
+	printf("  %-26s %14.3f %14.3f %9.3f\n", "latency mean, ms", f->mean,
+	       v->mean, ratio(v->mean, f->mean));
+	printf("  %-26s %14.3f %14.3f %9.3f\n", "exposed after compute, ms",
+	       f->exposed, v->exposed, ratio(v->exposed, f->exposed));
+	printf("  %-26s %14.3f %14.3f\n", "throughput, GB/s", f->gbps,
+	       v->gbps);
+	printf("  %-26s %14s %14s\n", "verified",
+	       arms[0].res.verified ? "yes" : "NO",
+	       arms[1].res.verified ? "yes" : "NO");
+}
+
+/* f: the run's own figures (arms[0]); v: --versus's variant, or NULL. */
+static void print_results(const struct figures *f, const struct figures *v)
+{
 	const char *by_p = kids[0].data_by[0] ? kids[0].data_by : "(not logged)";
 
 	if (o.json) {
@@ -1648,11 +1851,13 @@ static void print_results(double gbps, double op_bytes, double p50, double p99,
 		       o.tls, o.model->name, o.tokens, o.skip_tokens,
 		       o.concurrency, o.random_blocks ? "true" : "false",
 		       o.layer_ms, o.iters, o.data_path,
-		       o.pull ? "true" : "false", o.seed, gbps, bytes,
-		       op_bytes, res.xfers, p50, p99, layer_xfer, exposed,
-		       engine_exposed(), res.verified ? "true" : "false", mgbps);
-		json_mem(gbps);
+		       o.pull ? "true" : "false", o.seed, f->gbps, f->bytes,
+		       f->op_bytes, arms[0].res.xfers, f->p50, f->p99,
+		       f->layer_xfer, f->exposed, f->engine_exposed,
+		       all_verified() ? "true" : "false", f->mgbps);
+		json_mem(f->gbps);
 		json_one_block();
+		json_versus(f, v);
 		printf("}\n");
 		fflush(stdout);
 		return;
@@ -1665,29 +1870,31 @@ static void print_results(double gbps, double op_bytes, double p50, double p99,
 	       o.layer_ms, o.iters);
 	if (o.cuda)
 		printf("  KV pools in GPU memory, %s%s%s%s\n\n", o.mem,
-		       res.gpu[0] ? " (" : "", res.gpu, res.gpu[0] ? ")" : "");
+		       dev.gpu[0] ? " (" : "", dev.gpu, dev.gpu[0] ? ")" : "");
 	else
 		printf("  KV pools in /dev/shm\n\n");
 	printf("  %-22s %s", "data by", by_p);
 	if (kids[1].data_by[0] && strcmp(kids[1].data_by, kids[0].data_by))
 		printf(" (decode agent: %s)", kids[1].data_by);
 	printf("\n");
-	printf("  %-22s %" PRIu64 " (%.2f MiB)\n", "bytes per transfer", bytes,
-	       (double)bytes / 1048576.0);
-	printf("  %-22s %.0f\n", "bytes per UCX op", op_bytes);
-	printf("  %-22s %u\n", "transfers measured", res.xfers);
-	printf("  %-22s %.3f GB/s\n", "throughput", gbps);
-	printf("  %-22s %.3f GB/s\n", "memcpy (1 thread)", mgbps);
+	printf("  %-22s %" PRIu64 " (%.2f MiB)\n", "bytes per transfer",
+	       f->bytes, (double)f->bytes / 1048576.0);
+	printf("  %-22s %.0f\n", "bytes per UCX op", f->op_bytes);
+	printf("  %-22s %u\n", "transfers measured", arms[0].res.xfers);
+	printf("  %-22s %.3f GB/s\n", "throughput", f->gbps);
+	printf("  %-22s %.3f GB/s\n", "memcpy (1 thread)", f->mgbps);
 	if (o.cuda)
-		print_gpu(gbps);
-	printf("  %-22s %.3f ms\n", "latency p50", p50);
-	printf("  %-22s %.3f ms\n", "latency p99", p99);
-	printf("  %-22s %.4f ms\n", "per-layer transfer", layer_xfer);
+		print_gpu(f->gbps);
+	printf("  %-22s %.3f ms\n", "latency p50", f->p50);
+	printf("  %-22s %.3f ms\n", "latency p99", f->p99);
+	printf("  %-22s %.4f ms\n", "per-layer transfer", f->layer_xfer);
 	printf("  %-22s %.3f ms (engine read it after %.3f ms)\n",
-	       "exposed after compute", exposed, engine_exposed());
-	printf("  %-22s %s\n", "verified", res.verified ? "yes" : "NO");
+	       "exposed after compute", f->exposed, f->engine_exposed);
+	printf("  %-22s %s\n", "verified", all_verified() ? "yes" : "NO");
 	if (o.one_block)
 		print_one_block();
+	if (v)
+		print_versus(f, v);
 	fflush(stdout);
 }
 
@@ -1698,10 +1905,11 @@ static void gpu_yardsticks(void)
 	struct child *P = &kids[0];
 	struct ack a;
 
+	*plan.shape = arms[0].shape; /* the run's own transfer's bytes */
 	send_cmd(P, CMD_YARD, 0, 0, NULL);
 	wait_acks(&P, 1, &a, ACK_TIMEOUT_MS, "yardsticks");
-	res.d2d_gbps = a.d2d_gbps;
-	res.d2h_gbps = a.d2h_gbps;
+	dev.d2d_gbps = a.d2d_gbps;
+	dev.d2h_gbps = a.d2h_gbps;
 	fprintf(stderr, "pdx-xferbench: %s: cudaMemcpy d2d %.3f GB/s, d2h (pinned) %.3f GB/s\n",
 		o.mem, a.d2d_gbps, a.d2h_gbps);
 }
@@ -1713,7 +1921,7 @@ int main(int argc, char **argv)
 	uint64_t pool_bytes;
 	struct statvfs sv;
 	pid_t me = getpid();
-	double gbps, op_bytes, p50, p99, layer_xfer, exposed, mgbps;
+	struct figures f, v;
 	int ports[2] = { -1, -1 };
 
 	parse_opts(argc, argv);
@@ -1723,8 +1931,6 @@ int main(int argc, char **argv)
 
 	plan.conc = o.concurrency;
 	plan.nblocks = (o.tokens + o.model->block_tokens - 1) / o.model->block_tokens;
-	plan.skip_tokens = o.skip_tokens;
-	plan.skip_blocks = o.skip_tokens / o.model->block_tokens;
 	plan.pool_blocks = plan.conc * plan.nblocks + 4;
 	pool_bytes = (uint64_t)plan.pool_blocks * o.model->layers *
 		     o.model->tensors * o.model->block_tokens *
@@ -1735,9 +1941,12 @@ int main(int argc, char **argv)
 		     (double)sv.f_bavail * sv.f_frsize / 1073741824.0,
 		     2.0 * pool_bytes / 1073741824.0);
 	rng = o.seed;
-	res.lat_ms = calloc((size_t)o.iters * o.concurrency, sizeof(double));
-	if (!res.lat_ms)
-		fail("out of memory");
+	for (uint32_t a = 0; a < n_arms; a++) {
+		arms[a].res.lat_ms = calloc((size_t)o.iters * o.concurrency,
+					    sizeof(double));
+		if (!arms[a].res.lat_ms)
+			fail("out of memory");
+	}
 
 	pb_cleanup_install();
 	pb_cleanup_hook(agent_logs_drain);
@@ -1797,15 +2006,20 @@ int main(int argc, char **argv)
 			kids[i].role, acks[i].gpu[0] ? " on " : "", acks[i].gpu,
 			kids[i].peer);
 	}
-	snprintf(res.gpu, sizeof(res.gpu), "%s", acks[0].gpu);
+	snprintf(dev.gpu, sizeof(dev.gpu), "%s", acks[0].gpu);
 
-	run_iter(0, ITER_WARMUP, 0);
+	for (uint32_t a = 0; a < n_arms; a++)
+		run_iter(0, ITER_WARMUP, 0, &arms[a]);
 	if (o.cuda)
 		gpu_yardsticks();
-	if (o.layer_ms > 0)
-		run_iter(0, ITER_CALIBRATE, 0);
+	for (uint32_t a = 0; o.layer_ms > 0 && a < n_arms; a++)
+		run_iter(0, ITER_CALIBRATE, 0, &arms[a]);
+	/* --versus: the arms take turns, each iteration in the other order
+	 * (ABBA), so that neither always runs right after the other */
 	for (uint32_t i = 1; i <= o.iters; i++)
-		run_iter((int)i, ITER_MEASURE, o.layer_ms);
+		for (uint32_t a = 0; a < n_arms; a++)
+			run_iter((int)i, ITER_MEASURE, o.layer_ms,
+				 &arms[i % 2 ? a : n_arms - 1 - a]);
 	if (o.one_block)
 		run_one_block();
 
@@ -1836,18 +2050,13 @@ int main(int argc, char **argv)
 	agent_logs_drain();
 	pb_tmpdir_remove(dir);
 
-	gbps = res.wall_s > 0 ? (double)res.bytes / res.wall_s / 1e9 : 0;
-	op_bytes = res.ops ? (double)res.bytes / (double)res.ops : 0;
-	qsort(res.lat_ms, res.n_lat, sizeof(double), cmp_double);
-	p50 = percentile(res.lat_ms, res.n_lat, 0.50);
-	p99 = percentile(res.lat_ms, res.n_lat, 0.99);
-	layer_xfer = res.layer_n ? res.layer_sum_ms / (double)res.layer_n : 0;
-	qsort(res.exposed_ms, res.exposed_n, sizeof(double), cmp_double);
-	exposed = percentile(res.exposed_ms, res.exposed_n, 0.50);
-	mgbps = res.memcpy_s > 0 ? (double)res.memcpy_bytes / res.memcpy_s / 1e9 : 0;
+	f = figures_of(&arms[0]);
+	if (n_arms > 1)
+		v = figures_of(&arms[1]);
 	if (o.one_block)
 		ob_summarize();
-	print_results(gbps, op_bytes, p50, p99, layer_xfer, exposed, mgbps);
-	free(res.lat_ms);
-	return res.verified ? 0 : 1;
+	print_results(&f, n_arms > 1 ? &v : NULL);
+	for (uint32_t a = 0; a < n_arms; a++)
+		free(arms[a].res.lat_ms);
+	return all_verified() ? 0 : 1;
 }
