@@ -92,6 +92,9 @@ struct opts {
  * that needs other agents (tensor parallelism) would add its own agents per
  * arm instead; these only change what the same two engines post. */
 struct shape {
+	/* transfers at once and blocks of each, skipped ones included: the
+	 * run's, or 1 and 1 for --one-block's */
+	uint32_t conc, nblocks;
 	uint32_t skip_tokens;
 	uint32_t skip_blocks; /* leading blocks D already holds */
 	bool pull;            /* the decode agent reads (pdx_engine_recv_opts) */
@@ -100,9 +103,8 @@ struct shape {
 /* What the parent and both engines share (a MAP_SHARED anonymous mapping
  * made before the fork, so the pointers are the same everywhere). */
 struct plan {
-	uint32_t conc;
-	uint32_t nblocks;     /* blocks per transfer, skipped ones included */
-	struct shape *shape;  /* this iteration's */
+	uint32_t conc, nblocks; /* the run's: the arrays' dimensions */
+	struct shape *shape;    /* this iteration's */
 	uint32_t pool_blocks;
 	struct pdx_xfer_id *ids; /* [conc] */
 	uint64_t *seeds;         /* [conc] */
@@ -211,7 +213,7 @@ static int read_all(int fd, void *buf, size_t len)
 
 static int xfer_index(const struct pdx_xfer_id *x)
 {
-	for (uint32_t c = 0; c < plan.conc; c++)
+	for (uint32_t c = 0; c < plan.shape->conc; c++)
 		if (!memcmp(plan.ids[c].b, x->b, sizeof(x->b)))
 			return (int)c;
 	return -1;
@@ -222,7 +224,7 @@ static uint64_t shape_bytes(const struct shape *sh)
 {
 	const struct pdx_model *m = o.model;
 
-	return (uint64_t)(plan.nblocks - sh->skip_blocks) * m->layers *
+	return (uint64_t)(plan.shape->nblocks - sh->skip_blocks) * m->layers *
 	       m->tensors * m->block_tokens * m->kv_heads * m->head_dim *
 	       m->dtype_bytes;
 }
@@ -278,13 +280,13 @@ static int ch_collect(enum pdx_event_kind want, uint64_t *times, char *err,
 {
 	uint64_t deadline = pdx_now_ns() + EVENT_TIMEOUT_MS * 1000000ULL;
 	uint32_t got = 0;
-	char *seen = calloc(plan.conc, 1);
+	char *seen = calloc(plan.shape->conc, 1);
 
 	if (!seen) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	while (got < plan.conc) {
+	while (got < plan.shape->conc) {
 		struct pdx_engine_event ev;
 		uint64_t now = pdx_now_ns();
 		pdx_status_t st;
@@ -293,7 +295,7 @@ static int ch_collect(enum pdx_event_kind want, uint64_t *times, char *err,
 
 		if (now >= deadline) {
 			snprintf(err, errlen, "%u of %u %s events after %d s", got,
-				 plan.conc, want == PDX_EVENT_SENT ? "sent" : "received",
+				 plan.shape->conc, want == PDX_EVENT_SENT ? "sent" : "received",
 				 EVENT_TIMEOUT_MS / 1000);
 			free(seen);
 			return -1;
@@ -350,9 +352,9 @@ static void ch_sleep_until(uint64_t t_ns)
  * the real pattern is written here and SEND only records the events. */
 static int ch_fill(double layer_ms, char *err, size_t errlen)
 {
-	uint32_t nb = plan.nblocks;
+	uint32_t nb = plan.shape->nblocks;
 
-	for (uint32_t x = 0; x < plan.conc; x++) {
+	for (uint32_t x = 0; x < plan.shape->conc; x++) {
 		const uint32_t *b = plan.src + (size_t)x * nb;
 		uint64_t seed = plan.seeds[x];
 
@@ -376,9 +378,9 @@ static int ch_fill(double layer_ms, char *err, size_t errlen)
  * transfer on the compute stream. */
 static int ch_compute_layer(uint32_t l, char *err, size_t errlen)
 {
-	uint32_t nb = plan.nblocks;
+	uint32_t nb = plan.shape->nblocks;
 
-	for (uint32_t x = 0; x < plan.conc; x++)
+	for (uint32_t x = 0; x < plan.shape->conc; x++)
 		if (xb_cuda_fill_layer(ch_gpu, l, plan.seeds[x],
 				       plan.src + (size_t)x * nb, nb,
 				       plan.shape->skip_blocks, err, errlen))
@@ -397,9 +399,9 @@ static int ch_layer_done(uint32_t l, uint32_t slot, char *err, size_t errlen)
 		return -1;
 	if (ch_gpu)
 		st = pdx_engine_layer_done_slot(ch_eng, l, slot, plan.ids,
-						plan.conc);
+						plan.shape->conc);
 	else
-		st = pdx_engine_layer_done(ch_eng, l, plan.ids, plan.conc);
+		st = pdx_engine_layer_done(ch_eng, l, plan.ids, plan.shape->conc);
 	if (st != PDX_OK) {
 		snprintf(err, errlen, "pdx_engine_layer_done%s(%u): %s",
 			 ch_gpu ? "_slot" : "", l, pdx_status_str(st));
@@ -412,7 +414,7 @@ static int ch_layer_done(uint32_t l, uint32_t slot, char *err, size_t errlen)
  * first difference in err; -1: the check itself failed. */
 static int ch_verify(uint32_t x, char *err, size_t errlen)
 {
-	uint32_t nb = plan.nblocks;
+	uint32_t nb = plan.shape->nblocks;
 	const uint32_t *dst = plan.dst + (size_t)x * nb;
 
 	if (ch_gpu)
@@ -467,7 +469,7 @@ static void ch_ping_once(struct child *k, double idle_ms)
 
 static void ch_do(struct child *k, const struct cmd *c)
 {
-	uint32_t nb = plan.nblocks;
+	uint32_t nb = plan.shape->nblocks;
 	char err[1024];
 	pdx_status_t st;
 
@@ -480,7 +482,7 @@ static void ch_do(struct child *k, const struct cmd *c)
 		ch_ack(k->ack_fd, 1, 0, NULL, NULL);
 		return;
 	case CMD_RECV:
-		for (uint32_t x = 0; x < plan.conc; x++) {
+		for (uint32_t x = 0; x < plan.shape->conc; x++) {
 			struct pdx_recv_opts ro = {
 				.skip_tokens = plan.shape->skip_tokens,
 				.mode = plan.shape->pull ? PDX_XFER_PULL :
@@ -506,7 +508,7 @@ static void ch_do(struct child *k, const struct cmd *c)
 			ch_ack(k->ack_fd, 0, 0, NULL, "%s", err);
 			return;
 		}
-		for (uint32_t x = 0; x < plan.conc; x++) {
+		for (uint32_t x = 0; x < plan.shape->conc; x++) {
 			int rc;
 
 			if (plan.ev_bytes[x] != want && !bytes_warned) {
@@ -537,7 +539,7 @@ static void ch_do(struct child *k, const struct cmd *c)
 		uint64_t start, layer_ns = (uint64_t)llround(c->layer_ms * 1e6);
 		uint32_t slot = ch_sends++ % EVENT_SLOTS;
 
-		for (uint32_t x = 0; x < plan.conc; x++) {
+		for (uint32_t x = 0; x < plan.shape->conc; x++) {
 			plan.t_send[x] = pdx_now_ns();
 			st = pdx_engine_send(ch_eng, &plan.ids[x], c->peer,
 					     plan.src + (size_t)x * nb, nb);
@@ -1012,28 +1014,28 @@ static void run_iter(int iter, enum iter_kind kind, double layer_ms,
 	struct child *P = &kids[0], *D = &kids[1];
 	struct child *both[2] = { P, D };
 	struct ack acks[2];
-	size_t total = (size_t)plan.conc * plan.nblocks;
+	size_t total = (size_t)a->shape.conc * a->shape.nblocks;
 	uint64_t first_send = UINT64_MAX, last_recv = 0, last_recv_agent = 0;
 	const uint32_t layers = o.model->layers;
 
-	for (uint32_t c = 0; c < plan.conc; c++) {
+	*plan.shape = a->shape;
+	for (uint32_t c = 0; c < plan.shape->conc; c++) {
 		if (pdx_xfer_id_random(&plan.ids[c]) != PDX_OK)
 			fail("cannot draw a transfer id");
 		plan.seeds[c] = pb_rand(&rng);
 	}
 	pb_pick_blocks(plan.src, total, plan.pool_blocks, o.random_blocks, &rng);
 	pb_pick_blocks(plan.dst, total, plan.pool_blocks, o.random_blocks, &rng);
-	*plan.shape = a->shape;
 
 	/* before the recv is posted, so the copy limit never holds up a
 	 * transfer; the warm-up warms the buffers */
 	if (kind != ITER_CALIBRATE) {
 		uint64_t ops = pb_runs(plan.src + plan.shape->skip_blocks,
 				       plan.dst + plan.shape->skip_blocks,
-				       plan.nblocks - plan.shape->skip_blocks) *
+				       plan.shape->nblocks - plan.shape->skip_blocks) *
 			       layers * o.model->tensors;
 
-		memcpy_pass(xfer_bytes(), ops ? xfer_bytes() / ops : 0, plan.conc,
+		memcpy_pass(xfer_bytes(), ops ? xfer_bytes() / ops : 0, plan.shape->conc,
 			    kind == ITER_MEASURE ? r : NULL);
 	}
 	send_cmd(P, CMD_FILL, iter, layer_ms, NULL);
@@ -1048,7 +1050,7 @@ static void run_iter(int iter, enum iter_kind kind, double layer_ms,
 		fprintf(stderr, "pdx-xferbench: MISMATCH: %s\n", acks[1].reason);
 		r->verified = false;
 	}
-	for (uint32_t c = 0; c < plan.conc; c++) {
+	for (uint32_t c = 0; c < plan.shape->conc; c++) {
 		if (plan.t_send[c] < first_send)
 			first_send = plan.t_send[c];
 		if (plan.t_recv[c] > last_recv)
@@ -1057,7 +1059,7 @@ static void run_iter(int iter, enum iter_kind kind, double layer_ms,
 			last_recv_agent = plan.t_recv_agent[c];
 	}
 	if (kind != ITER_WARMUP && layer_ms == 0) {
-		for (uint32_t c = 0; c < plan.conc; c++) {
+		for (uint32_t c = 0; c < plan.shape->conc; c++) {
 			r->layer_sum_ms += (double)(plan.t_recv[c] - *plan.t_first_ld) /
 					    1e6 / layers;
 			r->layer_n++;
@@ -1067,22 +1069,22 @@ static void run_iter(int iter, enum iter_kind kind, double layer_ms,
 		n_arms == 1 ? "" : a == arms ? "baseline " : "variant ",
 		kind == ITER_WARMUP ? "warm-up" :
 		kind == ITER_CALIBRATE ? "layer calibration" : "iteration",
-		iter, plan.conc, (double)(last_recv - first_send) / 1e6,
+		iter, plan.shape->conc, (double)(last_recv - first_send) / 1e6,
 		((double)last_recv_agent - (double)*plan.t_last_ld) / 1e6,
 		((double)last_recv - (double)*plan.t_last_ld) / 1e6,
 		acks[1].verified ? "" : " (MISMATCH)");
 	if (kind != ITER_MEASURE)
 		return;
-	for (uint32_t c = 0; c < plan.conc; c++) {
-		const uint32_t *s = plan.src + (size_t)c * plan.nblocks;
-		const uint32_t *d = plan.dst + (size_t)c * plan.nblocks;
+	for (uint32_t c = 0; c < plan.shape->conc; c++) {
+		const uint32_t *s = plan.src + (size_t)c * plan.shape->nblocks;
+		const uint32_t *d = plan.dst + (size_t)c * plan.shape->nblocks;
 
 		r->lat_ms[r->n_lat++] = (double)(plan.t_recv[c] - plan.t_send[c]) / 1e6;
 		r->bytes += xfer_bytes();
 		r->ev_bytes += plan.ev_bytes[c];
 		r->ops += pb_runs(s + plan.shape->skip_blocks,
 				  d + plan.shape->skip_blocks,
-				  plan.nblocks - plan.shape->skip_blocks) *
+				  plan.shape->nblocks - plan.shape->skip_blocks) *
 			   layers * o.model->tensors;
 		r->xfers++;
 	}
@@ -1143,10 +1145,9 @@ static void run_one_block(void)
 	ob = calloc(o.one_block, sizeof(*ob));
 	if (!ob)
 		fail("out of memory");
-	plan.conc = 1;
-	plan.nblocks = 1;
 	/* the run's own transfer (not --versus's variant), whole */
-	*plan.shape = (struct shape){ .pull = arms[0].shape.pull };
+	*plan.shape = (struct shape){
+		.conc = 1, .nblocks = 1, .pull = arms[0].shape.pull };
 	for (uint32_t i = 0; i < ONE_BLOCK_WARMUP + o.one_block; i++) {
 		struct ob_sample *smp = i < ONE_BLOCK_WARMUP ? NULL : &ob[ob_n];
 
@@ -1495,6 +1496,9 @@ static void parse_opts(int argc, char **argv)
 		snprintf(o.mem, sizeof(o.mem), "shm");
 	check_skip("--skip-tokens", o.skip_tokens);
 	arms[0].shape = (struct shape){
+		.conc = o.concurrency,
+		.nblocks = (o.tokens + o.model->block_tokens - 1) /
+			   o.model->block_tokens,
 		.skip_tokens = o.skip_tokens,
 		.skip_blocks = o.skip_tokens / o.model->block_tokens,
 		.pull = o.pull,
@@ -1929,8 +1933,8 @@ int main(int argc, char **argv)
 	if (o.cuda)
 		cuda_probe();
 
-	plan.conc = o.concurrency;
-	plan.nblocks = (o.tokens + o.model->block_tokens - 1) / o.model->block_tokens;
+	plan.conc = arms[0].shape.conc;
+	plan.nblocks = arms[0].shape.nblocks;
 	plan.pool_blocks = plan.conc * plan.nblocks + 4;
 	pool_bytes = (uint64_t)plan.pool_blocks * o.model->layers *
 		     o.model->tensors * o.model->block_tokens *
