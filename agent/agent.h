@@ -12,6 +12,7 @@
 #include <pdx/engine.h>
 #include <pdx/layout.h>
 
+#include "agent/am.h"
 #include "agent/coalesce.h"
 #include "agent/curve.h"
 #include "agent/ended.h"
@@ -44,6 +45,9 @@ static inline bool data_path_gpu(enum data_path d)
 const char *data_path_name(enum data_path d);
 /* The option's spelling: "ipc", "cuda-ipc", ... ("auto" for none). */
 const char *data_path_key(enum data_path d);
+struct agent;
+/* Registers every active message's handler with our UCX worker. */
+pdx_status_t data_path_am_register(struct agent *a);
 
 struct agent_config {
 	const char *engine_addr; /* ipc://... the engine link */
@@ -346,15 +350,12 @@ void recv_try_complete(struct xfer *x);
 int host_plan_runs(struct xfer *x);
 /* Every run of one layer, by UCX or a copy between mapped pools. */
 pdx_status_t push_layer_runs(struct xfer *x, uint32_t layer);
-/* An active message of the am path: placed into x's blocks. */
-void host_on_message(struct agent *a, const void *hdr, size_t hdr_len,
-		     void *data, size_t len, bool rndv);
+/* AM_RUN, an active message of the am path: placed into x's blocks. */
+void host_on_run(void *agent, const void *hdr, size_t hdr_len, void *data,
+		 size_t len, bool rndv);
 
 /* push.c: the data path's driver */
 void push_try(struct xfer *x);
-/* UCX's active-message handler: to the path the message belongs to. */
-void push_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
-		     size_t len, bool rndv);
 
 /* liveness.c: heartbeats, silent peers (docs/protocol.md) */
 int liveness_start(struct agent *a);
@@ -377,11 +378,13 @@ void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot);
 pdx_status_t staged_init(struct agent *a);
 void staged_free(struct agent *a);
 pdx_status_t staged_send(struct xfer *x, uint64_t first, uint64_t count);
-#define STAGED_HDR_BYTES 32   /* a chunk, its bytes sent with it */
-#define STAGED_READY_BYTES 48 /* a chunk in the sender's shared slot */
-#define STAGED_FREE_BYTES 20  /* that slot is the sender's again */
-void staged_on_message(struct agent *a, const uint8_t *hdr, size_t hdr_len,
-		       void *data, size_t len, bool rndv);
+/* The handlers of AM_STAGED_CHUNK, _READY and _FREE (agent/am.h). */
+void staged_on_chunk(void *agent, const void *hdr, size_t hdr_len, void *data,
+		     size_t len, bool rndv);
+void staged_on_ready(void *agent, const void *hdr, size_t hdr_len, void *data,
+		     size_t len, bool rndv);
+void staged_on_free(void *agent, const void *hdr, size_t hdr_len, void *data,
+		    size_t len, bool rndv);
 /* The hello's "staging": {"name", "slots", "slot_bytes"}. */
 void staged_pack_hello(struct agent *a, msgpack_packer *pk);
 /* Same host: maps and pins the peer's staging named in its hello. */

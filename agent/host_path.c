@@ -8,9 +8,6 @@
 #include "agent/agent.h"
 #include "common/log.h"
 
-#define AM_ID 1
-#define AM_HDR_BYTES 24
-
 static uint8_t *block_addr(const struct registration *g, uint32_t layer,
 			   uint32_t tensor, uint32_t block)
 {
@@ -78,14 +75,14 @@ static pdx_status_t push_run(struct xfer *x, uint32_t layer, uint32_t t,
 		st = pdx_ucx_put(p->ep, src, len, mem, p->regions[ri].addr + off,
 				 p->regions[ri].rkey, push_op_done_cb, x);
 	} else {
-		uint8_t hdr[AM_HDR_BYTES] = { 0 };
+		uint8_t hdr[AM_RUN_BYTES] = { 0 };
 		uint16_t l16 = (uint16_t)layer;
 
 		memcpy(hdr, x->id.b, 16);
 		memcpy(hdr + 16, &l16, 2);
 		hdr[18] = (uint8_t)t;
 		memcpy(hdr + 20, &r->index, 4);
-		st = pdx_ucx_am_send(p->ep, AM_ID, hdr, sizeof(hdr), src, len, mem,
+		st = pdx_ucx_am_send(p->ep, AM_RUN, hdr, sizeof(hdr), src, len, mem,
 				     push_op_done_cb, x);
 		if (!st)
 			x->am_bytes += len;
@@ -143,16 +140,17 @@ static uint8_t *am_target(struct xfer *x, uint32_t layer, uint32_t t,
 	return block_addr(g, layer, t, x->blocks[index]);
 }
 
-void host_on_message(struct agent *a, const void *hdr, size_t hdr_len,
-		     void *data, size_t len, bool rndv)
+void host_on_run(void *agent, const void *hdr, size_t hdr_len, void *data,
+		 size_t len, bool rndv)
 {
+	struct agent *a = agent;
 	struct pdx_xfer_id id;
 	uint16_t layer;
 	uint32_t index;
 	struct xfer *x;
 	uint8_t *dst = NULL;
 
-	if (hdr_len == AM_HDR_BYTES) {
+	if (hdr_len == AM_RUN_BYTES) {
 		const uint8_t *h = hdr;
 
 		memcpy(id.b, h, 16);

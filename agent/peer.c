@@ -147,7 +147,7 @@ static void fill_hello(msgpack_packer *pk, void *arg)
 	size_t ucx_len;
 
 	pdx_ucx_address(a->ucx, &ucx, &ucx_len);
-	pdx_mp_kv_u64(pk, "v", 1);
+	pdx_mp_kv_u64(pk, "v", PEER_PROTOCOL_VERSION);
 	pdx_mp_kv_u64(pk, "instance", a->instance);
 	pdx_mp_kv_str(pk, "host", a->host_id);
 	pdx_mp_str(pk, "shm");
@@ -396,12 +396,13 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 	const msgpack_object *regions, *shm;
 	const void *ucx;
 	size_t ucx_len;
-	uint64_t v, instance, compat;
+	uint64_t v = 0, instance, compat;
 	char host[192], diff[PDX_REASON_MAX];
 	pdx_status_t st;
 
-	if (pdx_mp_get_u64(m, "v", &v) || v != 1) {
-		snprintf(err, errlen, "protocol version differs (want 1)");
+	if (pdx_mp_get_u64(m, "v", &v) || v != PEER_PROTOCOL_VERSION) {
+		snprintf(err, errlen, "protocol version %llu != %d",
+			 (unsigned long long)v, PEER_PROTOCOL_VERSION);
 		return PDX_EINCOMPAT;
 	}
 	regions = pdx_mp_get(m, "regions");

@@ -1,7 +1,6 @@
 /* The data path's driver: the sender pushes each computed layer into the
  * receiver's blocks by the path chosen at the handshake (host_path.c,
- * gpu_path.c), then flushes and says "done" (complete.c); the receiver
- * hands each data message to the path it belongs to. */
+ * gpu_path.c), then flushes and says "done" (complete.c). */
 #define PDX_LOG_TOPIC "push"
 #include "agent/agent.h"
 #include "common/log.h"
@@ -52,16 +51,4 @@ void push_try(struct xfer *x)
 		}
 	}
 	push_maybe_flush(x);
-}
-
-void push_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
-		     size_t len, bool rndv)
-{
-	struct agent *a = arg;
-
-	if (hdr_len == STAGED_HDR_BYTES || hdr_len == STAGED_READY_BYTES ||
-	    hdr_len == STAGED_FREE_BYTES)
-		staged_on_message(a, hdr, hdr_len, data, len, rndv);
-	else
-		host_on_message(a, hdr, hdr_len, data, len, rndv);
 }

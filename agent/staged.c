@@ -20,7 +20,7 @@
  * is held back rather than copies piling up. With two or more slots a
  * side, one chunk's transport overlaps the next chunk's gather.
  *
- * Headers (little-endian) tell the messages apart by length; a segment is
+ * Each message has its own active-message id (agent/am.h); a segment is
  * one block of one tensor of one layer, in the staging order of
  * kernels/kv_kernels.h over the transfer's blocks [skip, n), so sender and
  * receiver agree on it whatever their block ids:
@@ -44,7 +44,6 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-#define AM_ID 1
 #define MAGIC_CHUNK 0x53584450u /* "PDXS" */
 #define MAGIC_READY 0x52584450u /* "PDXR" */
 #define MAGIC_FREE 0x46584450u	/* "PDXF" */
@@ -343,7 +342,7 @@ static void staged(void *arg, pdx_status_t st)
 {
 	struct chunk *c = arg;
 	struct xfer *x = c->x;
-	uint8_t hdr[STAGED_READY_BYTES] = { 0 };
+	uint8_t hdr[AM_STAGED_READY_BYTES] = { 0 };
 
 	if (st || x->finished || !x->peer->ep) {
 		chunk_end(c, st ? st : x->finished ? PDX_OK : PDX_EPEER);
@@ -357,14 +356,15 @@ static void staged(void *arg, pdx_status_t st)
 		memcpy(hdr + 40, &c->agent->instance, 8);
 		c->slot->lent = c;
 		c->ready_pending = true;
-		st = pdx_ucx_am_send(x->peer->ep, AM_ID, hdr, STAGED_READY_BYTES,
+		st = pdx_ucx_am_send(x->peer->ep, AM_STAGED_READY, hdr,
+				     AM_STAGED_READY_BYTES,
 				     NULL, 0, NULL, ready_sent, c);
 		if (st)
 			c->ready_pending = false;
 	} else {
 		pack_chunk(hdr, &x->id, c->first, c->count, MAGIC_CHUNK);
-		st = pdx_ucx_am_send_rndv(x->peer->ep, AM_ID, hdr,
-					  STAGED_HDR_BYTES, c->slot->host,
+		st = pdx_ucx_am_send_rndv(x->peer->ep, AM_STAGED_CHUNK, hdr,
+					  AM_STAGED_CHUNK_BYTES, c->slot->host,
 					  c->len, c->slot->mem, chunk_done, c);
 	}
 	if (st)
@@ -382,7 +382,7 @@ static void sent_nothing_to_do(void *arg, pdx_status_t st)
 static void send_free(struct peer *p, uint32_t slot, uint32_t lend,
 		      uint64_t instance)
 {
-	uint8_t hdr[STAGED_FREE_BYTES];
+	uint8_t hdr[AM_STAGED_FREE_BYTES];
 	uint32_t magic = MAGIC_FREE;
 
 	if (!p || p->instance != instance)
@@ -391,7 +391,7 @@ static void send_free(struct peer *p, uint32_t slot, uint32_t lend,
 	memcpy(hdr + 4, &magic, 4);
 	memcpy(hdr + 8, &lend, 4);
 	memcpy(hdr + 12, &instance, 8);
-	if (!p->ep || pdx_ucx_am_send(p->ep, AM_ID, hdr, sizeof(hdr), NULL, 0,
+	if (!p->ep || pdx_ucx_am_send(p->ep, AM_STAGED_FREE, hdr, sizeof(hdr), NULL, 0,
 				      NULL, sent_nothing_to_do, NULL))
 		log_warn("cannot free staging slot %u of %s", slot, p->addr);
 }
@@ -667,21 +667,43 @@ void staged_stop(struct agent *a)
 		a->staging->stopping = true;
 }
 
-void staged_on_message(struct agent *a, const uint8_t *hdr, size_t hdr_len,
-		       void *data, size_t len, bool rndv)
+/* A ready or free of the wrong size: nothing of it is read. */
+static bool malformed(struct agent *a, const char *what, size_t hdr_len,
+		      size_t want, void *data, size_t len, bool rndv)
 {
+	if (hdr_len == want && len == 0)
+		return false;
+	log_warn("staged %s (header %zu bytes, payload %zu): dropped", what,
+		 hdr_len, len);
+	if (rndv)
+		pdx_ucx_am_drop(a->ucx, data);
+	return true;
+}
+
+void staged_on_ready(void *agent, const void *hdr, size_t hdr_len, void *data,
+		     size_t len, bool rndv)
+{
+	if (!malformed(agent, "ready", hdr_len, AM_STAGED_READY_BYTES, data,
+		       len, rndv))
+		on_ready(agent, hdr);
+}
+
+void staged_on_free(void *agent, const void *hdr, size_t hdr_len, void *data,
+		    size_t len, bool rndv)
+{
+	if (!malformed(agent, "free", hdr_len, AM_STAGED_FREE_BYTES, data, len,
+		       rndv))
+		on_free(agent, hdr);
+}
+
+void staged_on_chunk(void *agent, const void *hdr, size_t hdr_len, void *data,
+		     size_t len, bool rndv)
+{
+	struct agent *a = agent;
 	uint64_t first, count;
 	struct xfer *x;
 
-	if (hdr_len == STAGED_READY_BYTES && len == 0) {
-		on_ready(a, hdr);
-		return;
-	}
-	if (hdr_len == STAGED_FREE_BYTES && len == 0) {
-		on_free(a, hdr);
-		return;
-	}
-	x = hdr_len == STAGED_HDR_BYTES ?
+	x = hdr_len == AM_STAGED_CHUNK_BYTES ?
 		    chunk_target(a, hdr, len, MAGIC_CHUNK, &first, &count) :
 		    NULL;
 	if (!x || !rndv) {
