@@ -45,9 +45,6 @@ static inline bool data_path_gpu(enum data_path d)
 const char *data_path_name(enum data_path d);
 /* The option's spelling: "ipc", "cuda-ipc", ... ("auto" for none). */
 const char *data_path_key(enum data_path d);
-struct agent;
-/* Registers every active message's handler with our UCX worker. */
-pdx_status_t data_path_am_register(struct agent *a);
 
 struct agent_config {
 	const char *engine_addr; /* ipc://... the engine link */
@@ -281,6 +278,23 @@ void engine_on_msg(struct agent *a, const void *id, size_t id_len,
 void engine_send_event(struct agent *a, struct xfer *x, const char *kind);
 void registration_clear(struct agent *a);
 
+/* peer_msg.c: every message to a peer, built in one place */
+struct peer_msg {
+	struct pdx_mp_msg m; /* add fields with pdx_mp_msg_*(&pm.m, ...) */
+	const char *op;
+};
+/* Starts {"op": op, "from": our address} with "xfer" and "reason" when
+ * given; the caller adds its fields and sends it. */
+void peer_msg_begin(struct peer_msg *pm, const struct agent *a, const char *op,
+		    const struct pdx_xfer_id *xfer, const char *reason);
+/* Sends it on p's DEALER and frees it, whatever happens: PDX_ENOMEM when
+ * building it ran out of memory, PDX_EPEER when the socket refused it
+ * (both logged, with the op and the peer). */
+pdx_status_t peer_msg_send(struct peer_msg *pm, struct peer *p);
+/* A message of no fields but those peer_msg_begin() writes. */
+pdx_status_t peer_send(struct agent *a, struct peer *p, const char *op,
+		       const struct pdx_xfer_id *xfer, const char *reason);
+
 /* peer.c */
 struct peer *peer_get(struct agent *a, const char *addr);
 /* Drops p's handshake: its regions, rkeys and UCX endpoint (closed by
@@ -290,11 +304,6 @@ void peer_reset(struct agent *a, struct peer *p);
 /* user: with CURVE, the address listed for the sender's key. */
 void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		 const char *user);
-/* Sends a message built by fill() to peer: {"op", "from", ...fields}. */
-int peer_send(struct agent *a, struct peer *p, const char *op,
-	      const struct pdx_xfer_id *xfer, const char *reason,
-	      void (*fill)(msgpack_packer *pk, void *arg), int n_fields,
-	      void *arg);
 void peer_send_to_addr(struct agent *a, const char *addr, const char *op,
 		       const struct pdx_xfer_id *xfer, const char *reason);
 void peers_free(struct agent *a);
@@ -321,9 +330,8 @@ void xfer_begin_phase(struct xfer *x);
  * the sender's lease before "want", the sender's gap between layers. */
 void xfer_arm(struct xfer *x);
 /* The fields an engine event and a notification share (docs/protocol.md):
- * xfer, kind, status, reason, bytes, t_first, t_last. */
-#define XFER_OUTCOME_FIELDS 8
-void xfer_pack_outcome(msgpack_packer *pk, const struct xfer *x,
+ * xfer, kind, status, reason, bytes, t_first, t_last, first_token. */
+void xfer_pack_outcome(struct pdx_mp_msg *m, const struct xfer *x,
 		       const char *kind);
 /* Once a finished transfer's operations drained: its event to the engine,
  * and out of the table. */
@@ -356,6 +364,8 @@ void host_on_run(void *agent, const void *hdr, size_t hdr_len, void *data,
 
 /* push.c: the data path's driver */
 void push_try(struct xfer *x);
+/* Registers each active message's handler (agent/am.h) with our UCX. */
+pdx_status_t push_am_register(struct agent *a);
 
 /* liveness.c: heartbeats, silent peers (docs/protocol.md) */
 int liveness_start(struct agent *a);
@@ -385,8 +395,8 @@ void staged_on_ready(void *agent, const void *hdr, size_t hdr_len, void *data,
 		     size_t len, bool rndv);
 void staged_on_free(void *agent, const void *hdr, size_t hdr_len, void *data,
 		    size_t len, bool rndv);
-/* The hello's "staging": {"name", "slots", "slot_bytes"}. */
-void staged_pack_hello(struct agent *a, msgpack_packer *pk);
+/* The hello's field "staging": {"name", "slots", "slot_bytes"}. */
+void staged_pack_hello(struct agent *a, struct pdx_mp_msg *m);
 /* Same host: maps and pins the peer's staging named in its hello. */
 bool staged_peer_map(struct agent *a, struct peer *p,
 		     const msgpack_object *staging);

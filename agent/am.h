@@ -1,6 +1,6 @@
 /* The UCX active messages agents send each other (docs/protocol.md,
  * section 4). Each kind has its own id and its own handler, registered
- * once by data_path_am_register(), so no message is told apart from
+ * once by push_am_register(), so no message is told apart from
  * another by the length of its header; a handler still checks the length
  * of the one header it expects, since the bytes come from a peer. */
 #ifndef PDX_AGENT_AM_H

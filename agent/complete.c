@@ -25,23 +25,20 @@ void push_op_done_cb(void *arg, pdx_status_t status)
 /* Every byte is at the receiver: tell it. */
 static void send_done(struct xfer *x)
 {
-	struct pdx_mp_out o;
+	struct peer_msg pm;
+	pdx_status_t st;
 
-	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, 6);
-	pdx_mp_kv_str(&o.pk, "op", "done");
-	pdx_mp_kv_i64(&o.pk, "first_token", x->first_token);
-	pdx_mp_kv_str(&o.pk, "from", x->agent->peer_addr);
-	pdx_mp_kv_xfer(&o.pk, "xfer", &x->id);
-	pdx_mp_kv_u64(&o.pk, "bytes", x->bytes);
-	pdx_mp_kv_u64(&o.pk, "am_bytes", x->am_bytes);
-	if (agent_zsend(x->peer->dealer, NULL, 0, o.buf.data, o.buf.size))
-		xfer_fail(x, PDX_EPEER, false, "cannot send done to %s",
-			  x->peer_addr);
+	peer_msg_begin(&pm, x->agent, "done", &x->id, NULL);
+	pdx_mp_msg_i64(&pm.m, "first_token", x->first_token);
+	pdx_mp_msg_u64(&pm.m, "bytes", x->bytes);
+	pdx_mp_msg_u64(&pm.m, "am_bytes", x->am_bytes);
+	st = peer_msg_send(&pm, x->peer);
+	if (st)
+		xfer_fail(x, PDX_EPEER, false, "cannot send done to %s: %s",
+			  x->peer_addr, pdx_status_str(st));
 	else
 		xfer_succeed(x);
 	log_debug("done sent to %s", x->peer_addr);
-	pdx_mp_out_free(&o);
 }
 
 static void flush_done(void *arg, pdx_status_t status)

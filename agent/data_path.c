@@ -1,6 +1,5 @@
-/* The data paths' names (agent.h), for the log, the notifications, the
- * options and the metrics alike; and the handler of each active message
- * (agent/am.h) a path receives. */
+/* The data paths' names (agent.h): pure tables, for the log, the
+ * notifications, the options and the metrics alike. */
 #include "agent/agent.h"
 
 const char *data_path_key(enum data_path d)
@@ -28,26 +27,4 @@ const char *data_path_name(enum data_path d)
 	};
 
 	return names[d];
-}
-
-pdx_status_t data_path_am_register(struct agent *a)
-{
-	static const struct {
-		enum am_id id;
-		pdx_ucx_am_cb cb;
-	} handlers[] = {
-		{ AM_RUN, host_on_run },
-		{ AM_STAGED_CHUNK, staged_on_chunk },
-		{ AM_STAGED_READY, staged_on_ready },
-		{ AM_STAGED_FREE, staged_on_free },
-	};
-
-	for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++) {
-		pdx_status_t st = pdx_ucx_am_handler(a->ucx, handlers[i].id,
-						     handlers[i].cb, a);
-
-		if (st)
-			return st;
-	}
-	return PDX_OK;
 }

@@ -405,7 +405,7 @@ static int agent_start(struct agent *a)
 		log_error("ucx init failed: %s", pdx_status_str(st));
 		return -1;
 	}
-	st = data_path_am_register(a);
+	st = push_am_register(a);
 	if (st) {
 		log_error("ucx active-message handlers: %s", pdx_status_str(st));
 		return -1;

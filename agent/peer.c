@@ -80,39 +80,13 @@ free_p:
 	return NULL;
 }
 
-int peer_send(struct agent *a, struct peer *p, const char *op,
-	      const struct pdx_xfer_id *xfer, const char *reason,
-	      void (*fill)(msgpack_packer *pk, void *arg), int n_fields,
-	      void *arg)
-{
-	struct pdx_mp_out o;
-	int rc;
-
-	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, 2 + (xfer != NULL) + (reason != NULL) + n_fields);
-	pdx_mp_kv_str(&o.pk, "op", op);
-	pdx_mp_kv_str(&o.pk, "from", a->peer_addr);
-	if (xfer)
-		pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
-	if (reason)
-		pdx_mp_kv_str(&o.pk, "reason", reason);
-	if (fill)
-		fill(&o.pk, arg);
-	rc = agent_zsend(p->dealer, NULL, 0, o.buf.data, o.buf.size);
-	if (rc)
-		log_warn("%s to %s dropped: %s", op, p->addr,
-			 zmq_strerror(zmq_errno()));
-	pdx_mp_out_free(&o);
-	return rc;
-}
-
 void peer_send_to_addr(struct agent *a, const char *addr, const char *op,
 		       const struct pdx_xfer_id *xfer, const char *reason)
 {
 	struct peer *p = peer_lookup(a, addr, true);
 
 	if (p)
-		peer_send(a, p, op, xfer, reason, NULL, 0, NULL);
+		peer_send(a, p, op, xfer, reason);
 }
 
 /* UCX shared-memory transports are usable unless UCX_TLS leaves them out. */
@@ -140,56 +114,42 @@ static bool ucx_has_shm(void)
 	return tls[0] == '^';
 }
 
-static void fill_hello(msgpack_packer *pk, void *arg)
+/* hello or hello_ack: what a peer needs of us to pick a data path. */
+static void send_hello(struct agent *a, struct peer *p, const char *op)
 {
-	struct agent *a = arg;
+	struct peer_msg pm;
 	const void *ucx;
 	size_t ucx_len;
 
+	log_debug("%s to %s (state %d)", op, p->addr, p->state);
 	pdx_ucx_address(a->ucx, &ucx, &ucx_len);
-	pdx_mp_kv_u64(pk, "v", PEER_PROTOCOL_VERSION);
-	pdx_mp_kv_u64(pk, "instance", a->instance);
-	pdx_mp_kv_str(pk, "host", a->host_id);
-	pdx_mp_str(pk, "shm");
-	if (ucx_has_shm())
-		msgpack_pack_true(pk);
-	else
-		msgpack_pack_false(pk);
-	pdx_mp_kv_u64(pk, "compat", pdx_kv_layout_compat_hash(&a->reg.layout));
-	pdx_mp_str(pk, "layout");
-	pdx_layout_pack(pk, &a->reg.layout);
-	pdx_mp_kv_bin(pk, "ucx", ucx, ucx_len);
-	pdx_mp_str(pk, "cuda_ucx");
-	if (pdx_ucx_has_cuda(a->ucx))
-		msgpack_pack_true(pk);
-	else
-		msgpack_pack_false(pk);
-	pdx_mp_str(pk, "staging");
-	staged_pack_hello(a, pk);
-	pdx_mp_str(pk, "regions");
-	msgpack_pack_array(pk, a->reg.n_regions);
+	peer_msg_begin(&pm, a, op, NULL, NULL);
+	pdx_mp_msg_u64(&pm.m, "v", PEER_PROTOCOL_VERSION);
+	pdx_mp_msg_u64(&pm.m, "instance", a->instance);
+	pdx_mp_msg_str(&pm.m, "host", a->host_id);
+	pdx_mp_msg_bool(&pm.m, "shm", ucx_has_shm());
+	pdx_mp_msg_u64(&pm.m, "compat",
+		       pdx_kv_layout_compat_hash(&a->reg.layout));
+	pdx_layout_pack(pdx_mp_msg_key(&pm.m, "layout"), &a->reg.layout);
+	pdx_mp_msg_bin(&pm.m, "ucx", ucx, ucx_len);
+	pdx_mp_msg_bool(&pm.m, "cuda_ucx", pdx_ucx_has_cuda(a->ucx));
+	staged_pack_hello(a, &pm.m);
+	msgpack_pack_array(pdx_mp_msg_key(&pm.m, "regions"), a->reg.n_regions);
 	for (uint32_t i = 0; i < a->reg.n_regions; i++) {
 		const struct region *r = &a->reg.regions[i];
 
-		msgpack_pack_map(pk, r->cuda ? 6 : 4);
-		pdx_mp_kv_str(pk, "name", r->shm_name);
-		pdx_mp_kv_u64(pk, "addr", (uint64_t)(uintptr_t)r->addr);
-		pdx_mp_kv_u64(pk, "size", r->size);
-		pdx_mp_kv_bin(pk, "rkey", r->rkey, r->rkey_len);
+		pdx_mp_msg_map_open(&pm.m, NULL);
+		pdx_mp_msg_str(&pm.m, "name", r->shm_name);
+		pdx_mp_msg_u64(&pm.m, "addr", (uint64_t)(uintptr_t)r->addr);
+		pdx_mp_msg_u64(&pm.m, "size", r->size);
+		pdx_mp_msg_bin(&pm.m, "rkey", r->rkey, r->rkey_len);
 		if (r->cuda) {
-			pdx_mp_kv_str(pk, "type", "cuda");
-			pdx_mp_kv_bin(pk, "ipc", r->ipc, PDX_CUDA_IPC_BYTES);
+			pdx_mp_msg_str(&pm.m, "type", "cuda");
+			pdx_mp_msg_bin(&pm.m, "ipc", r->ipc, PDX_CUDA_IPC_BYTES);
 		}
+		pdx_mp_msg_map_close(&pm.m);
 	}
-}
-
-#define HELLO_FIELDS 10
-
-static void send_hello(struct agent *a, struct peer *p, const char *op)
-{
-	log_debug("%s to %s (state %d)", op, p->addr, p->state);
-	if (peer_send(a, p, op, NULL, NULL, fill_hello, HELLO_FIELDS, a) == 0 &&
-	    strcmp(op, "hello") == 0) {
+	if (peer_msg_send(&pm, p) == PDX_OK && strcmp(op, "hello") == 0) {
 		/* A stale peer's new transfers wait for its answer, which
 		 * tells whether it restarted. */
 		p->state = PEER_HELLO_SENT;
@@ -523,12 +483,16 @@ static pdx_status_t peer_accept(struct agent *a, struct peer *p,
 	return PDX_OK;
 }
 
-static void fill_want(msgpack_packer *pk, void *arg)
+/* {"op": "want", "xfer", "blocks": ours, "skip"} */
+static pdx_status_t send_want(struct agent *a, struct peer *p,
+			      const struct xfer *x)
 {
-	struct xfer *x = arg;
+	struct peer_msg pm;
 
-	pdx_mp_kv_u32s(pk, "blocks", x->blocks, x->n_blocks);
-	pdx_mp_kv_u64(pk, "skip", x->skip);
+	peer_msg_begin(&pm, a, "want", &x->id, NULL);
+	pdx_mp_msg_u32s(&pm.m, "blocks", x->blocks, x->n_blocks);
+	pdx_mp_msg_u64(&pm.m, "skip", x->skip);
+	return peer_msg_send(&pm, p);
 }
 
 void xfers_peer_ready(struct agent *a, struct peer *p)
@@ -549,7 +513,7 @@ void xfers_peer_ready(struct agent *a, struct peer *p)
 			x->want_sent = true;
 			log_debug("want to %s", p->addr);
 			x->peer_instance = p->instance;
-			if (peer_send(a, p, "want", &x->id, NULL, fill_want, 2, x))
+			if (send_want(a, p, x))
 				xfer_fail(x, PDX_EPEER, false,
 					  "cannot reach %s", p->addr);
 		} else if (x->role == XFER_SEND) {
@@ -581,7 +545,7 @@ static void on_hello(struct agent *a, const char *from, const msgpack_object *m,
 		log_warn("handshake with %s refused: %s", from, err);
 		peer_reset(a, p);
 		if (!is_ack)
-			peer_send(a, p, "hello_nack", NULL, err, NULL, 0, NULL);
+			peer_send(a, p, "hello_nack", NULL, err);
 		p->state = PEER_REFUSED;
 		snprintf(p->refusal, sizeof(p->refusal), "%s", err);
 	} else if (!is_ack) {
@@ -621,16 +585,14 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 	if (!a->reg.ok || pdx_mp_get_u32s(m, "blocks", MAX_BLOCKS, &blocks, &n) || n == 0 ||
 	    pdx_mp_get_u64(m, "skip", &skip) || skip > n) {
 		free(blocks);
-		peer_send(a, p, "error", &id, "want: malformed or no handshake",
-			  NULL, 0, NULL);
+		peer_send(a, p, "error", &id, "want: malformed or no handshake");
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (blocks[i] >= p->layout.blocks) {
 			free(blocks);
 			peer_send(a, p, "error", &id,
-				  "want: block outside your registered layout",
-				  NULL, 0, NULL);
+				  "want: block outside your registered layout");
 			return;
 		}
 	}
@@ -641,7 +603,7 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 
 		free(blocks);
 		snprintf(reason, sizeof(reason), "transfer ended here: %s", why);
-		peer_send(a, p, "error", &id, reason, NULL, 0, NULL);
+		peer_send(a, p, "error", &id, reason);
 		return;
 	}
 	/* another agent's, in flight or ended here (an open send it
@@ -651,8 +613,7 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 	    (!x && pdx_ended_find(a->ended, &id, NULL))) {
 		free(blocks);
 		log_warn("want from %s refused: transfer is not for it", p->addr);
-		peer_send(a, p, "error", &id, "transfer is not for this agent",
-			  NULL, 0, NULL);
+		peer_send(a, p, "error", &id, "transfer is not for this agent");
 		return;
 	}
 	if (!x) {
@@ -660,8 +621,7 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 		x = xfer_new(a, &id, XFER_SEND, p->addr, a->cfg.xfer_timeout_ms);
 		if (!x) {
 			free(blocks);
-			peer_send(a, p, "error", &id, "sender is full", NULL, 0,
-				  NULL);
+			peer_send(a, p, "error", &id, "sender is full");
 			return;
 		}
 		x->peer = p;
@@ -688,8 +648,7 @@ static struct xfer *peer_xfer(struct agent *a, struct peer *p,
 	x = xfer_find(a, &id);
 	if (!x || x->finished || strcmp(x->peer_addr, p->addr) != 0) {
 		if (strcmp(op, "done") == 0)
-			peer_send(a, p, "error", &id, "unknown transfer", NULL,
-				  0, NULL);
+			peer_send(a, p, "error", &id, "unknown transfer");
 		log_debug("%s from %s for a transfer not in flight: ignored", op,
 			  p->addr);
 		return NULL;
@@ -706,8 +665,7 @@ static void on_done(struct agent *a, struct peer *p, const msgpack_object *m)
 		return;
 	if (x->role != XFER_RECV || !x->announced ||
 	    pdx_mp_get_u64(m, "bytes", &bytes)) {
-		peer_send(a, p, "error", &x->id, "done: not a transfer to you",
-			  NULL, 0, NULL);
+		peer_send(a, p, "error", &x->id, "done: not a transfer to you");
 		return;
 	}
 	pdx_mp_get_u64(m, "am_bytes", &am_bytes);
@@ -767,7 +725,7 @@ static void on_ping(struct agent *a, const char *from, const msgpack_object *m)
 
 	if (!p)
 		return;
-	peer_send(a, p, "pong", NULL, NULL, NULL, 0, NULL);
+	peer_send(a, p, "pong", NULL, NULL);
 	/* Renewals count only from a peer we shook hands with (it may have
 	 * restarted and lost them); peer_get() sent it a hello if not. */
 	if (!peer_known(p) || !hold || hold->type != MSGPACK_OBJECT_ARRAY)
@@ -832,8 +790,7 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		if (p && pdx_mp_get_xfer(&msg.data, "xfer", &id) == 0 &&
 		    strcmp(op, "error") != 0 && strcmp(op, "abort") != 0)
 			peer_send(a, p, "error", &id,
-				  "no handshake with you: send hello first",
-				  NULL, 0, NULL);
+				  "no handshake with you: send hello first");
 	} else if (strcmp(op, "want") == 0) {
 		on_want(a, p, &msg.data);
 	} else if (strcmp(op, "done") == 0) {

@@ -1,6 +1,7 @@
 /* The data path's driver: the sender pushes each computed layer into the
  * receiver's blocks by the path chosen at the handshake (host_path.c,
- * gpu_path.c), then flushes and says "done" (complete.c). */
+ * gpu_path.c), then flushes and says "done" (complete.c). The receiver's
+ * UCX hands each active message to its kind's handler, registered here. */
 #define PDX_LOG_TOPIC "push"
 #include "agent/agent.h"
 #include "common/log.h"
@@ -51,4 +52,26 @@ void push_try(struct xfer *x)
 		}
 	}
 	push_maybe_flush(x);
+}
+
+pdx_status_t push_am_register(struct agent *a)
+{
+	static const struct {
+		enum am_id id;
+		pdx_ucx_am_cb cb;
+	} handlers[] = {
+		{ AM_RUN, host_on_run },
+		{ AM_STAGED_CHUNK, staged_on_chunk },
+		{ AM_STAGED_READY, staged_on_ready },
+		{ AM_STAGED_FREE, staged_on_free },
+	};
+
+	for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++) {
+		pdx_status_t st = pdx_ucx_am_handler(a->ucx, handlers[i].id,
+						     handlers[i].cb, a);
+
+		if (st)
+			return st;
+	}
+	return PDX_OK;
 }

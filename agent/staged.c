@@ -213,14 +213,15 @@ fail:
 	return PDX_ENOMEM;
 }
 
-void staged_pack_hello(struct agent *a, msgpack_packer *pk)
+void staged_pack_hello(struct agent *a, struct pdx_mp_msg *m)
 {
 	struct staging *s = a->staging;
 
-	msgpack_pack_map(pk, 3);
-	pdx_mp_kv_str(pk, "name", s ? s->shm_name : "");
-	pdx_mp_kv_u64(pk, "slots", s ? s->n_slots : 0);
-	pdx_mp_kv_u64(pk, "slot_bytes", s ? s->slot_bytes : 0);
+	pdx_mp_msg_map_open(m, "staging");
+	pdx_mp_msg_str(m, "name", s ? s->shm_name : "");
+	pdx_mp_msg_u64(m, "slots", s ? s->n_slots : 0);
+	pdx_mp_msg_u64(m, "slot_bytes", s ? s->slot_bytes : 0);
+	pdx_mp_msg_map_close(m);
 }
 
 void staged_peer_unmap(struct agent *a, struct peer *p)

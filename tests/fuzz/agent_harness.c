@@ -414,7 +414,7 @@ pdx_status_t pdx_ucx_flush(struct pdx_ucx_ep *ep, pdx_ucx_done_cb cb, void *arg)
 	return op_add(ep, cb, arg);
 }
 
-/* The handlers data_path_am_register() sets, by active-message id. */
+/* The handlers push_am_register() sets, by active-message id. */
 static pdx_ucx_am_cb am_handlers[8];
 
 pdx_status_t pdx_ucx_am_handler(struct pdx_ucx *u, unsigned id,
@@ -507,7 +507,7 @@ void fa_init(struct agent *a, uint8_t cfg)
 	a->instance = 1;
 	snprintf(a->peer_addr, sizeof(a->peer_addr), "%s", FA_SELF);
 	snprintf(a->host_id, sizeof(a->host_id), "%s", FA_HOST);
-	if (data_path_am_register(a) || !am_handlers[AM_RUN])
+	if (push_am_register(a) || !am_handlers[AM_RUN])
 		die("no handler for the am path's messages");
 	cur = a;
 }
