@@ -278,7 +278,7 @@ void engine_on_msg(struct agent *a, const void *id, size_t id_len,
 void engine_send_event(struct agent *a, struct xfer *x, const char *kind);
 void registration_clear(struct agent *a);
 
-/* peer_msg.c: every message to a peer, built in one place */
+/* peer_send.c: every message to a peer, built in one place */
 struct peer_msg {
 	struct pdx_mp_msg m; /* add fields with pdx_mp_msg_*(&pm.m, ...) */
 	const char *op;
@@ -295,20 +295,43 @@ pdx_status_t peer_msg_send(struct peer_msg *pm, struct peer *p);
 pdx_status_t peer_send(struct agent *a, struct peer *p, const char *op,
 		       const struct pdx_xfer_id *xfer, const char *reason);
 
-/* peer.c */
-struct peer *peer_get(struct agent *a, const char *addr);
+/* peer.c: the peers we know, by address */
+/* create: a peer met for the first time gets its DEALER; NULL when it
+ * cannot be connected (or, without create, is not known). */
+struct peer *peer_lookup(struct agent *a, const char *addr, bool create);
 /* Drops p's handshake: its regions, rkeys and UCX endpoint (closed by
  * force, so nothing more of ours lands there or of theirs here); the next
  * use says hello. */
 void peer_reset(struct agent *a, struct peer *p);
-/* user: with CURVE, the address listed for the sender's key. */
-void peer_on_msg(struct agent *a, const void *buf, size_t len,
-		 const char *user);
 void peer_send_to_addr(struct agent *a, const char *addr, const char *op,
 		       const struct pdx_xfer_id *xfer, const char *reason);
 void peers_free(struct agent *a);
+
+/* handshake.c: hello, hello_ack, hello_nack */
+/* The peer at addr, with a hello sent when it needs one (never met, its
+ * hello unanswered in time, quiet or stale). */
+struct peer *peer_get(struct agent *a, const char *addr);
+/* Their hello or hello_ack: parsed, checked, applied, or refused. */
+void handshake_on_hello(struct agent *a, const char *from,
+			const msgpack_object *m, bool is_ack);
+void handshake_on_nack(struct agent *a, struct peer *p,
+		       const msgpack_object *m);
 /* The peer became ready or refused: move its transfers on. */
 void xfers_peer_ready(struct agent *a, struct peer *p);
+
+/* path_choice.c: a peer's data path, chosen when its hello is applied */
+/* UCX may use shared-memory transports (UCX_TLS does not leave them out). */
+bool path_ucx_has_shm(void);
+/* Sets p->path from both sides' hellos and --data-path; a forced path
+ * that cannot work is refused with why. staging: the peer's hello's. */
+pdx_status_t path_choose(struct agent *a, struct peer *p,
+			 const msgpack_object *staging, char *err,
+			 size_t errlen);
+
+/* peer_dispatch.c: the peer link's messages as they arrive */
+/* user: with CURVE, the address listed for the sender's key. */
+void peer_on_msg(struct agent *a, const void *buf, size_t len,
+		 const char *user);
 
 /* xfer.c */
 struct xfer *xfer_find(struct agent *a, const struct pdx_xfer_id *id);
