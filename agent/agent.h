@@ -46,6 +46,41 @@ const char *data_path_name(enum data_path d);
 /* The option's spelling: "ipc", "cuda-ipc", ... ("auto" for none). */
 const char *data_path_key(enum data_path d);
 
+struct xfer;
+struct agent;
+
+/* An active message a data path's receiver takes (agent/am.h). */
+struct data_path_am {
+	enum am_id id;
+	pdx_ucx_am_cb on_message;
+};
+
+/* One data path, behind the operations the driver (push.c) calls; a
+ * peer's is chosen once, when its hello is applied (path_choice.c). */
+struct data_path_ops {
+	/* Once both sides' blocks are known, before the first push: what
+	 * the path needs of them (runs of blocks); NULL: nothing. */
+	pdx_status_t (*ready)(struct xfer *x);
+	/* Pushes n computed layers from `layer` on into the receiver's
+	 * blocks; n is 1 unless layer_runs (one GPU launch moves them). */
+	pdx_status_t (*push)(struct xfer *x, uint32_t layer, uint32_t n);
+	bool layer_runs;
+	/* Every layer pushed and every operation ended: gets every byte to
+	 * the receiver, then "done" (complete.c); NULL: our copies are
+	 * there when they end, "done" goes at once. */
+	pdx_status_t (*flush)(struct xfer *x);
+	/* The data messages its receiver takes, each by its own id. */
+	const struct data_path_am *am;
+	uint32_t n_am;
+};
+
+/* host_path.c */
+extern const struct data_path_ops data_path_ipc_ops, data_path_put_ops,
+	data_path_am_ops;
+/* gpu_path.c, staged.c */
+extern const struct data_path_ops data_path_cuda_put_ops,
+	data_path_cuda_ipc_ops, data_path_staged_ops;
+
 struct agent_config {
 	const char *engine_addr; /* ipc://... the engine link */
 	const char *listen_addr; /* tcp://HOST:PORT the peer link */
@@ -141,7 +176,8 @@ struct peer {
 	size_t staging_len;
 	uint32_t staging_slots;
 	uint64_t staging_slot_bytes;
-	enum data_path path; /* ipc, put or am: chosen at handshake */
+	enum data_path path; /* chosen at the handshake (path_choice.c) */
+	const struct data_path_ops *ops; /* path's operations */
 	struct pdx_kv_layout layout;
 	struct pdx_ucx_ep *ep;
 	struct remote_region *regions;
@@ -176,6 +212,7 @@ struct xfer {
 	struct pdx_xfer_sm sm; /* sender */
 	struct pdx_run *runs;  /* sender: coalesced runs, once blocks known */
 	size_t n_runs;
+	bool path_ready;       /* sender: the path's ready() ran */
 	uint32_t inflight;     /* UCX operations referencing this transfer */
 	uint64_t bytes;        /* payload bytes moved */
 	uint64_t am_bytes;     /* receiver: bytes that arrived as messages */
@@ -369,21 +406,22 @@ void xfers_reap(struct agent *a);
 
 /* complete.c: a transfer's data operations finishing */
 /* A data operation on x's blocks ended (the UCX callback form: _cb). */
-void push_op_done(struct xfer *x, pdx_status_t status);
-void push_op_done_cb(void *arg, pdx_status_t status);
-/* Once every layer was pushed and every operation ended: "done". */
-void push_maybe_flush(struct xfer *x);
+void complete_op_ended(struct xfer *x, pdx_status_t status);
+void complete_op_ended_cb(void *arg, pdx_status_t status);
+/* Once every layer was pushed and every operation ended: the path's
+ * flush, then "done". */
+void complete_try_flush(struct xfer *x);
+/* The flush of the paths whose bytes UCX moves: its flush, then "done". */
+pdx_status_t complete_flush_ucx(struct xfer *x);
 /* Receiver: once "done" came and what it announced arrived, success. */
-void recv_try_complete(struct xfer *x);
+void complete_try_received(struct xfer *x);
 
 /* host_path.c: ipc, put and am (and cuda-put's puts) */
-/* x's runs of blocks, once both sides' blocks are known; -1: no memory. */
-int host_plan_runs(struct xfer *x);
-/* Every run of one layer, by UCX or a copy between mapped pools. */
-pdx_status_t push_layer_runs(struct xfer *x, uint32_t layer);
-/* AM_RUN, an active message of the am path: placed into x's blocks. */
-void host_on_run(void *agent, const void *hdr, size_t hdr_len, void *data,
-		 size_t len, bool rndv);
+/* x's runs of blocks, once both sides' blocks are known (ready of ipc,
+ * put, am and cuda-put). */
+pdx_status_t host_plan_runs(struct xfer *x);
+/* Every run of one layer put by UCX, from wherever the memory is. */
+pdx_status_t host_put_layer(struct xfer *x, uint32_t layer);
 
 /* push.c: the data path's driver */
 void push_try(struct xfer *x);
@@ -401,8 +439,6 @@ pdx_status_t gpu_plan_xfer(struct xfer *x);
 uint64_t gpu_layer_segments(const struct xfer *x);
 
 /* gpu_path.c: GPU memory (docs/gpu.md) */
-/* The sender pushes n computed layers from `layer` on by a GPU path. */
-pdx_status_t gpu_push_layers(struct xfer *x, uint32_t layer, uint32_t n);
 /* layer_done with a slot: our stream waits for that event. */
 void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot);
 
@@ -410,14 +446,6 @@ void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot);
 /* Its buffers, once GPU memory is registered (their name is in hellos). */
 pdx_status_t staged_init(struct agent *a);
 void staged_free(struct agent *a);
-pdx_status_t staged_send(struct xfer *x, uint64_t first, uint64_t count);
-/* The handlers of AM_STAGED_CHUNK, _READY and _FREE (agent/am.h). */
-void staged_on_chunk(void *agent, const void *hdr, size_t hdr_len, void *data,
-		     size_t len, bool rndv);
-void staged_on_ready(void *agent, const void *hdr, size_t hdr_len, void *data,
-		     size_t len, bool rndv);
-void staged_on_free(void *agent, const void *hdr, size_t hdr_len, void *data,
-		    size_t len, bool rndv);
 /* The hello's field "staging": {"name", "slots", "slot_bytes"}. */
 void staged_pack_hello(struct agent *a, struct pdx_mp_msg *m);
 /* Same host: maps and pins the peer's staging named in its hello. */

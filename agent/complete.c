@@ -6,20 +6,20 @@
 #include "agent/agent.h"
 #include "common/log.h"
 
-void push_op_done(struct xfer *x, pdx_status_t status)
+void complete_op_ended(struct xfer *x, pdx_status_t status)
 {
 	xfer_unhold(x);
 	pdx_xfer_sm_op_finished(&x->sm);
 	if (status && !x->finished)
 		xfer_fail(x, status, true, "data operation to %s failed: %s",
 			  x->peer_addr, pdx_status_str(status));
-	push_maybe_flush(x);
+	complete_try_flush(x);
 	xfer_maybe_release(x);
 }
 
-void push_op_done_cb(void *arg, pdx_status_t status)
+void complete_op_ended_cb(void *arg, pdx_status_t status)
 {
-	push_op_done(arg, status);
+	complete_op_ended(arg, status);
 }
 
 /* Every byte is at the receiver: tell it. */
@@ -54,29 +54,37 @@ static void flush_done(void *arg, pdx_status_t status)
 	xfer_maybe_release(x);
 }
 
+pdx_status_t complete_flush_ucx(struct xfer *x)
+{
+	pdx_status_t st;
+
+	log_debug("flush to %s", x->peer_addr);
+	st = pdx_ucx_flush(x->peer->ep, flush_done, x);
+	if (!st)
+		xfer_hold(x);
+	return st;
+}
+
 /* "done" only after every byte is at the receiver: UCX operations are
- * flushed first; ipc copies are complete when they return, cuda-ipc ones
- * when their stream callback ran. */
-void push_maybe_flush(struct xfer *x)
+ * flushed first (the path's flush); ipc copies are complete when they
+ * return, cuda-ipc ones when their stream callback ran. */
+void complete_try_flush(struct xfer *x)
 {
 	pdx_status_t st;
 
 	if (x->finished || !pdx_xfer_sm_take_flush(&x->sm))
 		return;
-	if (x->peer->path == DATA_IPC || x->peer->path == DATA_CUDA_IPC) {
+	if (!x->peer->ops->flush) {
 		send_done(x);
 		return;
 	}
-	log_debug("flush to %s", x->peer_addr);
-	st = pdx_ucx_flush(x->peer->ep, flush_done, x);
+	st = x->peer->ops->flush(x);
 	if (st)
 		xfer_fail(x, st, true, "flush to %s: %s", x->peer_addr,
 			  pdx_status_str(st));
-	else
-		xfer_hold(x);
 }
 
-void recv_try_complete(struct xfer *x)
+void complete_try_received(struct xfer *x)
 {
 	if (x->finished || !x->done_seen || x->inflight)
 		return;

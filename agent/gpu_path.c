@@ -36,50 +36,63 @@ static void put_ready(void *arg, pdx_status_t st)
 
 	for (uint32_t l = pl->layer; !st && !x->finished && l < pl->layer + pl->n;
 	     l++)
-		st = push_layer_runs(x, l);
+		st = host_put_layer(x, l);
 	free(pl);
-	push_op_done(x, st);
+	complete_op_ended(x, st);
 }
 
-/* Layers are consecutive segments in staging order, so n layers are one
- * range: one copy kernel, or chunks that may span layers. */
-pdx_status_t gpu_push_layers(struct xfer *x, uint32_t layer, uint32_t n)
+/* Each launch holds x (its blocks, and the engine's event) until it ran:
+ * a completion costs an event, not a stall. */
+static pdx_status_t launched(struct xfer *x, pdx_status_t st)
 {
-	struct agent *a = x->agent;
-	uint64_t segs = gpu_layer_segments(x), first = layer * segs;
-	struct put_layers *pl;
-	pdx_status_t st;
-
-	/* cuda-put moves runs from the registered memory: no plan */
-	if (x->peer->path != DATA_CUDA_PUT && !x->plan &&
-	    (st = gpu_plan_xfer(x)))
-		return st;
-	switch (x->peer->path) {
-	case DATA_STAGED:
-		return staged_send(x, first, n * segs);
-	case DATA_CUDA_IPC:
-		st = gpu_plan_copy(a->gpu, x->plan, x->peer_plan, first,
-				   n * segs);
-		if (st)
-			return st;
-		x->bytes += n * segs * pdx_kv_layout_block_bytes(&a->reg.layout);
-		/* each launch holds x (its blocks, and the engine's event)
-		 * until it ran: a completion costs an event, not a stall */
-		st = gpu_then(a->gpu, push_op_done_cb, x);
-		break;
-	default: /* DATA_CUDA_PUT */
-		pl = malloc(sizeof(*pl));
-		if (!pl)
-			return PDX_ENOMEM;
-		*pl = (struct put_layers){ x, layer, n };
-		st = gpu_then(a->gpu, put_ready, pl);
-		if (st)
-			free(pl);
-		break;
-	}
 	if (!st) {
 		xfer_hold(x);
 		pdx_xfer_sm_op_started(&x->sm);
 	}
 	return st;
 }
+
+static pdx_status_t cuda_put_push(struct xfer *x, uint32_t layer, uint32_t n)
+{
+	struct put_layers *pl = malloc(sizeof(*pl));
+	pdx_status_t st;
+
+	if (!pl)
+		return PDX_ENOMEM;
+	*pl = (struct put_layers){ x, layer, n };
+	st = gpu_then(x->agent->gpu, put_ready, pl);
+	if (st)
+		free(pl);
+	return launched(x, st);
+}
+
+/* Layers are consecutive segments in staging order, so n layers are one
+ * range: one copy kernel into the receiver's blocks, opened here. */
+static pdx_status_t cuda_ipc_push(struct xfer *x, uint32_t layer, uint32_t n)
+{
+	struct agent *a = x->agent;
+	uint64_t segs = gpu_layer_segments(x);
+	pdx_status_t st;
+
+	if (!x->plan && (st = gpu_plan_xfer(x)))
+		return st;
+	st = gpu_plan_copy(a->gpu, x->plan, x->peer_plan, layer * segs,
+			   n * segs);
+	if (st)
+		return st;
+	x->bytes += n * segs * pdx_kv_layout_block_bytes(&a->reg.layout);
+	return launched(x, gpu_then(a->gpu, complete_op_ended_cb, x));
+}
+
+/* cuda-put moves runs from the registered memory: no plan. */
+const struct data_path_ops data_path_cuda_put_ops = {
+	.ready = host_plan_runs,
+	.push = cuda_put_push,
+	.layer_runs = true,
+	.flush = complete_flush_ucx,
+};
+
+const struct data_path_ops data_path_cuda_ipc_ops = {
+	.push = cuda_ipc_push,
+	.layer_runs = true,
+};

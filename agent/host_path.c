@@ -29,82 +29,142 @@ static bool packed(const struct pdx_kv_layout *l)
 	return true;
 }
 
-int host_plan_runs(struct xfer *x)
+pdx_status_t host_plan_runs(struct xfer *x)
 {
 	struct agent *a = x->agent;
 	uint32_t max = packed(&a->reg.layout) && packed(&x->peer->layout) ? 0 : 1;
 
 	x->runs = calloc(x->n_blocks, sizeof(*x->runs));
 	if (!x->runs)
-		return -1;
+		return PDX_ENOMEM;
 	x->n_runs = pdx_coalesce(x->blocks, x->remote_blocks, x->skip,
 				 x->n_blocks, max, x->runs);
-	return 0;
+	return PDX_OK;
 }
 
-static pdx_status_t push_run(struct xfer *x, uint32_t layer, uint32_t t,
-			     const struct pdx_run *r)
+/* One run of one tensor of one layer: from our block... */
+struct run {
+	uint8_t *src;
+	struct pdx_ucx_mem *mem; /* our region's UCX registration */
+	uint64_t len;
+	/* ...to the peer's region ri at off (ipc, put) */
+	uint32_t ri;
+	uint64_t off;
+};
+
+typedef pdx_status_t (*run_fn)(struct xfer *x, uint32_t layer, uint32_t t,
+			       const struct pdx_run *r, const struct run *at);
+
+/* Each run of each tensor of layer, by fn; to_peer: where it lands in the
+ * peer's regions, checked against them (the peer's numbers, in 128 bits,
+ * so none can wrap past its region). */
+static pdx_status_t each_run(struct xfer *x, uint32_t layer, bool to_peer,
+			     run_fn fn)
 {
 	const struct registration *g = &x->agent->reg;
-	struct peer *p = x->peer;
-	uint64_t len = pdx_kv_layout_block_bytes(&g->layout) * r->count;
-	uint8_t *src = block_addr(g, layer, t, r->src);
-	struct pdx_ucx_mem *mem =
-		g->regions[g->layout.layer[layer].base[t].region].mem;
-	pdx_status_t st;
+	const struct peer *p = x->peer;
+	uint64_t bb = pdx_kv_layout_block_bytes(&g->layout);
 
-	if (p->path == DATA_IPC || p->path == DATA_PUT ||
-	    p->path == DATA_CUDA_PUT) {
-		const struct pdx_kv_layer *rl = &p->layout.layer[layer];
-		uint32_t ri = rl->base[t].region;
-		/* the peer's numbers: 128 bits, so none can wrap past its
-		 * region */
-		unsigned __int128 end =
-		    (unsigned __int128)rl->base[t].offset +
-		    (unsigned __int128)r->dst * rl->block_stride + len;
-		uint64_t off;
-
-		if (ri >= p->n_regions || end > p->regions[ri].size)
-			return PDX_ERANGE;
-		off = (uint64_t)(end - len);
-		if (p->path == DATA_IPC) {
-			memcpy(p->regions[ri].map + off, src, len);
-			x->bytes += len;
-			return PDX_OK;
-		}
-		st = pdx_ucx_put(p->ep, src, len, mem, p->regions[ri].addr + off,
-				 p->regions[ri].rkey, push_op_done_cb, x);
-	} else {
-		uint8_t hdr[AM_RUN_BYTES] = { 0 };
-		uint16_t l16 = (uint16_t)layer;
-
-		memcpy(hdr, x->id.b, 16);
-		memcpy(hdr + 16, &l16, 2);
-		hdr[18] = (uint8_t)t;
-		memcpy(hdr + 20, &r->index, 4);
-		st = pdx_ucx_am_send(p->ep, AM_RUN, hdr, sizeof(hdr), src, len, mem,
-				     push_op_done_cb, x);
-		if (!st)
-			x->am_bytes += len;
-	}
-	if (!st) {
-		xfer_hold(x);
-		pdx_xfer_sm_op_started(&x->sm);
-		x->bytes += len;
-	}
-	return st;
-}
-
-pdx_status_t push_layer_runs(struct xfer *x, uint32_t layer)
-{
 	for (size_t i = 0; i < x->n_runs; i++)
-		for (uint32_t t = 0; t < x->agent->reg.layout.tensors; t++) {
-			pdx_status_t st = push_run(x, layer, t, &x->runs[i]);
+		for (uint32_t t = 0; t < g->layout.tensors; t++) {
+			const struct pdx_run *r = &x->runs[i];
+			struct run at = {
+				.src = block_addr(g, layer, t, r->src),
+				.mem = g->regions[g->layout.layer[layer]
+							  .base[t].region].mem,
+				.len = bb * r->count,
+			};
+			pdx_status_t st;
 
+			if (to_peer) {
+				const struct pdx_kv_layer *rl = &p->layout.layer[layer];
+				unsigned __int128 end =
+				    (unsigned __int128)rl->base[t].offset +
+				    (unsigned __int128)r->dst * rl->block_stride +
+				    at.len;
+
+				at.ri = rl->base[t].region;
+				if (at.ri >= p->n_regions ||
+				    end > p->regions[at.ri].size)
+					return PDX_ERANGE;
+				at.off = (uint64_t)(end - at.len);
+			}
+			st = fn(x, layer, t, r, &at);
 			if (st)
 				return st;
 		}
 	return PDX_OK;
+}
+
+/* A UCX operation on x's blocks began. */
+static void op_started(struct xfer *x, uint64_t len)
+{
+	xfer_hold(x);
+	pdx_xfer_sm_op_started(&x->sm);
+	x->bytes += len;
+}
+
+/* ipc: a copy into the peer's pool, mapped here; complete on return. */
+static pdx_status_t ipc_run(struct xfer *x, uint32_t layer, uint32_t t,
+			    const struct pdx_run *r, const struct run *at)
+{
+	memcpy(x->peer->regions[at->ri].map + at->off, at->src, at->len);
+	x->bytes += at->len;
+	return PDX_OK;
+}
+
+static pdx_status_t ipc_push(struct xfer *x, uint32_t layer, uint32_t n)
+{
+	return each_run(x, layer, true, ipc_run);
+}
+
+static pdx_status_t put_run(struct xfer *x, uint32_t layer, uint32_t t,
+			    const struct pdx_run *r, const struct run *at)
+{
+	const struct remote_region *rr = &x->peer->regions[at->ri];
+	pdx_status_t st;
+
+	st = pdx_ucx_put(x->peer->ep, at->src, at->len, at->mem,
+			 rr->addr + at->off, rr->rkey, complete_op_ended_cb, x);
+	if (!st)
+		op_started(x, at->len);
+	return st;
+}
+
+pdx_status_t host_put_layer(struct xfer *x, uint32_t layer)
+{
+	return each_run(x, layer, true, put_run);
+}
+
+static pdx_status_t put_push(struct xfer *x, uint32_t layer, uint32_t n)
+{
+	return host_put_layer(x, layer);
+}
+
+/* am: the run as one active message; the receiver places it. */
+static pdx_status_t am_run(struct xfer *x, uint32_t layer, uint32_t t,
+			   const struct pdx_run *r, const struct run *at)
+{
+	uint8_t hdr[AM_RUN_BYTES] = { 0 };
+	uint16_t l16 = (uint16_t)layer;
+	pdx_status_t st;
+
+	memcpy(hdr, x->id.b, 16);
+	memcpy(hdr + 16, &l16, 2);
+	hdr[18] = (uint8_t)t;
+	memcpy(hdr + 20, &r->index, 4);
+	st = pdx_ucx_am_send(x->peer->ep, AM_RUN, hdr, sizeof(hdr), at->src,
+			     at->len, at->mem, complete_op_ended_cb, x);
+	if (!st) {
+		x->am_bytes += at->len;
+		op_started(x, at->len);
+	}
+	return st;
+}
+
+static pdx_status_t am_push(struct xfer *x, uint32_t layer, uint32_t n)
+{
+	return each_run(x, layer, false, am_run);
 }
 
 static void am_recv_done(void *arg, pdx_status_t status)
@@ -115,7 +175,7 @@ static void am_recv_done(void *arg, pdx_status_t status)
 	if (status)
 		xfer_fail(x, status, true, "receiving from %s: %s", x->peer_addr,
 			  pdx_status_str(status));
-	recv_try_complete(x);
+	complete_try_received(x);
 	xfer_maybe_release(x);
 }
 
@@ -140,8 +200,9 @@ static uint8_t *am_target(struct xfer *x, uint32_t layer, uint32_t t,
 	return block_addr(g, layer, t, x->blocks[index]);
 }
 
-void host_on_run(void *agent, const void *hdr, size_t hdr_len, void *data,
-		 size_t len, bool rndv)
+/* AM_RUN: placed into x's blocks, where our own layout says they are. */
+static void on_run(void *agent, const void *hdr, size_t hdr_len, void *data,
+		   size_t len, bool rndv)
 {
 	struct agent *a = agent;
 	struct pdx_xfer_id id;
@@ -171,7 +232,7 @@ void host_on_run(void *agent, const void *hdr, size_t hdr_len, void *data,
 	x->am_bytes += len;
 	if (!rndv) {
 		memcpy(dst, data, len);
-		recv_try_complete(x);
+		complete_try_received(x);
 		return;
 	}
 	xfer_hold(x);
@@ -181,3 +242,24 @@ void host_on_run(void *agent, const void *hdr, size_t hdr_len, void *data,
 			  x->peer_addr);
 	}
 }
+
+static const struct data_path_am am_messages[] = { { AM_RUN, on_run } };
+
+const struct data_path_ops data_path_ipc_ops = {
+	.ready = host_plan_runs,
+	.push = ipc_push,
+};
+
+const struct data_path_ops data_path_put_ops = {
+	.ready = host_plan_runs,
+	.push = put_push,
+	.flush = complete_flush_ucx,
+};
+
+const struct data_path_ops data_path_am_ops = {
+	.ready = host_plan_runs,
+	.push = am_push,
+	.flush = complete_flush_ucx,
+	.am = am_messages,
+	.n_am = 1,
+};

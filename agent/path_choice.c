@@ -176,13 +176,26 @@ static enum data_path choose_path(struct agent *a, struct peer *p)
 pdx_status_t path_choose(struct agent *a, struct peer *p,
 			 const msgpack_object *staging, char *err, size_t errlen)
 {
-	if (a->reg.cuda)
-		return choose_gpu_path(a, p, staging, err, errlen);
-	if (data_path_gpu(a->cfg.data_path)) {
+	static const struct data_path_ops *const ops[] = {
+		[DATA_IPC] = &data_path_ipc_ops,
+		[DATA_PUT] = &data_path_put_ops,
+		[DATA_AM] = &data_path_am_ops,
+		[DATA_CUDA_PUT] = &data_path_cuda_put_ops,
+		[DATA_CUDA_IPC] = &data_path_cuda_ipc_ops,
+		[DATA_STAGED] = &data_path_staged_ops,
+	};
+	pdx_status_t st = PDX_OK;
+
+	if (a->reg.cuda) {
+		st = choose_gpu_path(a, p, staging, err, errlen);
+	} else if (data_path_gpu(a->cfg.data_path)) {
 		snprintf(err, errlen, "data path %s needs GPU memory; the KV is in host memory",
 			 data_path_name(a->cfg.data_path));
-		return PDX_EINCOMPAT;
+		st = PDX_EINCOMPAT;
+	} else {
+		p->path = choose_path(a, p);
 	}
-	p->path = choose_path(a, p);
-	return PDX_OK;
+	if (!st)
+		p->ops = ops[p->path];
+	return st;
 }

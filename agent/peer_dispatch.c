@@ -118,7 +118,7 @@ static void on_done(struct agent *a, struct peer *p, const msgpack_object *m)
 	x->done_seen = true;
 	x->am_expected = am_bytes;
 	x->bytes = bytes;
-	recv_try_complete(x);
+	complete_try_received(x);
 }
 
 static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,

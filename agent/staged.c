@@ -298,13 +298,13 @@ static void chunk_end(struct chunk *c, pdx_status_t st)
 	if (a->staging->stopping) /* the transfers are gone: only memory */
 		return;
 	if (send) {
-		push_op_done(x, st);
+		complete_op_ended(x, st);
 	} else {
 		xfer_unhold(x);
 		if (st && !x->finished)
 			xfer_fail(x, st, true, "staged data from %s: %s",
 				  x->peer_addr, pdx_status_str(st));
-		recv_try_complete(x);
+		complete_try_received(x);
 		xfer_maybe_release(x);
 	}
 	if (sl)
@@ -495,7 +495,8 @@ static void enqueue(struct agent *a, struct chunk *c)
 	pump(a, sd);
 }
 
-pdx_status_t staged_send(struct xfer *x, uint64_t first, uint64_t count)
+/* Segments [first, first + count) of x, in chunks of at most a slot. */
+static pdx_status_t staged_send(struct xfer *x, uint64_t first, uint64_t count)
 {
 	struct agent *a = x->agent;
 	uint64_t bb = pdx_kv_layout_block_bytes(&a->reg.layout), per;
@@ -681,7 +682,7 @@ static bool malformed(struct agent *a, const char *what, size_t hdr_len,
 	return true;
 }
 
-void staged_on_ready(void *agent, const void *hdr, size_t hdr_len, void *data,
+static void am_ready(void *agent, const void *hdr, size_t hdr_len, void *data,
 		     size_t len, bool rndv)
 {
 	if (!malformed(agent, "ready", hdr_len, AM_STAGED_READY_BYTES, data,
@@ -689,7 +690,7 @@ void staged_on_ready(void *agent, const void *hdr, size_t hdr_len, void *data,
 		on_ready(agent, hdr);
 }
 
-void staged_on_free(void *agent, const void *hdr, size_t hdr_len, void *data,
+static void am_free(void *agent, const void *hdr, size_t hdr_len, void *data,
 		    size_t len, bool rndv)
 {
 	if (!malformed(agent, "free", hdr_len, AM_STAGED_FREE_BYTES, data, len,
@@ -697,7 +698,7 @@ void staged_on_free(void *agent, const void *hdr, size_t hdr_len, void *data,
 		on_free(agent, hdr);
 }
 
-void staged_on_chunk(void *agent, const void *hdr, size_t hdr_len, void *data,
+static void am_chunk(void *agent, const void *hdr, size_t hdr_len, void *data,
 		     size_t len, bool rndv)
 {
 	struct agent *a = agent;
@@ -720,3 +721,29 @@ void staged_on_chunk(void *agent, const void *hdr, size_t hdr_len, void *data,
 	}
 	chunk_received(a, x, first, count, len, data, NULL, NULL);
 }
+
+/* Layers are consecutive segments in staging order, so n layers are one
+ * range of chunks, which may span layers. */
+static pdx_status_t staged_push(struct xfer *x, uint32_t layer, uint32_t n)
+{
+	uint64_t segs = gpu_layer_segments(x);
+	pdx_status_t st;
+
+	if (!x->plan && (st = gpu_plan_xfer(x)))
+		return st;
+	return staged_send(x, layer * segs, n * segs);
+}
+
+static const struct data_path_am staged_messages[] = {
+	{ AM_STAGED_CHUNK, am_chunk },
+	{ AM_STAGED_READY, am_ready },
+	{ AM_STAGED_FREE, am_free },
+};
+
+const struct data_path_ops data_path_staged_ops = {
+	.push = staged_push,
+	.layer_runs = true,
+	.flush = complete_flush_ucx,
+	.am = staged_messages,
+	.n_am = sizeof(staged_messages) / sizeof(staged_messages[0]),
+};
