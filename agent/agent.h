@@ -74,12 +74,11 @@ struct data_path_ops {
 	uint32_t n_am;
 };
 
-/* host_path.c */
+/* The paths, a file each: path_ipc.c, path_put.c, path_am.c,
+ * path_cuda_put.c, path_cuda_ipc.c, staged.c. */
 extern const struct data_path_ops data_path_ipc_ops, data_path_put_ops,
-	data_path_am_ops;
-/* gpu_path.c, staged.c */
-extern const struct data_path_ops data_path_cuda_put_ops,
-	data_path_cuda_ipc_ops, data_path_staged_ops;
+	data_path_am_ops, data_path_cuda_put_ops, data_path_cuda_ipc_ops,
+	data_path_staged_ops;
 
 struct agent_config {
 	const char *engine_addr; /* ipc://... the engine link */
@@ -416,12 +415,34 @@ pdx_status_t complete_flush_ucx(struct xfer *x);
 /* Receiver: once "done" came and what it announced arrived, success. */
 void complete_try_received(struct xfer *x);
 
-/* host_path.c: ipc, put and am (and cuda-put's puts) */
-/* x's runs of blocks, once both sides' blocks are known (ready of ipc,
- * put, am and cuda-put). */
+/* host_path.c: what the host paths share (ipc, put, am; cuda-put) */
+uint8_t *host_block_addr(const struct registration *g, uint32_t layer,
+			 uint32_t tensor, uint32_t block);
+/* x's runs of blocks, once both sides' blocks are known (the ready of
+ * ipc, put, am and cuda-put). */
 pdx_status_t host_plan_runs(struct xfer *x);
-/* Every run of one layer put by UCX, from wherever the memory is. */
-pdx_status_t host_put_layer(struct xfer *x, uint32_t layer);
+/* One run of one tensor of one layer: from our block... */
+struct host_run {
+	uint8_t *src;
+	struct pdx_ucx_mem *mem; /* our region's UCX registration */
+	uint64_t len;
+	/* ...to the peer's region ri at off (to_peer only) */
+	uint32_t ri;
+	uint64_t off;
+};
+typedef pdx_status_t (*host_run_fn)(struct xfer *x, uint32_t layer,
+				    uint32_t t, const struct pdx_run *r,
+				    const struct host_run *at);
+/* fn on each run of each tensor of layer; to_peer: with where it lands in
+ * the peer's regions, checked against their sizes (PDX_ERANGE). */
+pdx_status_t host_each_run(struct xfer *x, uint32_t layer, bool to_peer,
+			   host_run_fn fn);
+/* A UCX operation on x's blocks of len bytes began. */
+void host_op_started(struct xfer *x, uint64_t len);
+
+/* path_put.c: every run of one layer put by UCX, from wherever the
+ * memory is (cuda-put's puts too). */
+pdx_status_t path_put_layer(struct xfer *x, uint32_t layer);
 
 /* push.c: the data path's driver */
 void push_try(struct xfer *x);
@@ -439,6 +460,9 @@ pdx_status_t gpu_plan_xfer(struct xfer *x);
 uint64_t gpu_layer_segments(const struct xfer *x);
 
 /* gpu_path.c: GPU memory (docs/gpu.md) */
+/* A launch on our stream for x began (st == PDX_OK): x is held until its
+ * completion ends it. Returns st. */
+pdx_status_t gpu_launched(struct xfer *x, pdx_status_t st);
 /* layer_done with a slot: our stream waits for that event. */
 void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot);
 
