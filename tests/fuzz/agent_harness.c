@@ -422,6 +422,8 @@ pdx_status_t pdx_ucx_am_handler(struct pdx_ucx *u, unsigned id,
 {
 	if (id >= 8)
 		return PDX_EINVAL;
+	if (am_handlers[id] && am_handlers[id] != cb)
+		die("two handlers for active-message id %u", id);
 	am_handlers[id] = cb;
 	return PDX_OK;
 }
