@@ -12,6 +12,7 @@
 #include <pdx/engine.h>
 #include <pdx/layout.h>
 
+#include "agent/am.h"
 #include "agent/coalesce.h"
 #include "agent/curve.h"
 #include "agent/ended.h"
@@ -46,6 +47,40 @@ static inline bool data_path_gpu(enum data_path d)
 const char *data_path_name(enum data_path d);
 /* The option's spelling: "ipc", "cuda-ipc", ... ("auto" for none). */
 const char *data_path_key(enum data_path d);
+
+struct xfer;
+struct agent;
+
+/* An active message a data path's receiver takes (agent/am.h). */
+struct data_path_am {
+	enum am_id id;
+	pdx_ucx_am_cb on_message;
+};
+
+/* One data path, behind the operations the driver (push.c) calls; a
+ * peer's is chosen once, when its hello is applied (path_choice.c). */
+struct data_path_ops {
+	/* Once both sides' blocks are known, before the first push: what
+	 * the path needs of them (runs of blocks); NULL: nothing. */
+	pdx_status_t (*ready)(struct xfer *x);
+	/* Pushes n computed layers from `layer` on into the receiver's
+	 * blocks; n is 1 unless layer_runs (one GPU launch moves them). */
+	pdx_status_t (*push)(struct xfer *x, uint32_t layer, uint32_t n);
+	bool layer_runs;
+	/* Every layer pushed and every operation ended: gets every byte to
+	 * the receiver, then "done" (complete.c); NULL: our copies are
+	 * there when they end, "done" goes at once. */
+	pdx_status_t (*flush)(struct xfer *x);
+	/* The data messages its receiver takes, each by its own id. */
+	const struct data_path_am *am;
+	uint32_t n_am;
+};
+
+/* The paths, a file each: path_ipc.c, path_put.c, path_am.c,
+ * path_cuda_put.c, path_cuda_ipc.c, staged.c. */
+extern const struct data_path_ops data_path_ipc_ops, data_path_put_ops,
+	data_path_am_ops, data_path_cuda_put_ops, data_path_cuda_ipc_ops,
+	data_path_staged_ops;
 
 struct agent_config {
 	const char *engine_addr; /* ipc://... the engine link */
@@ -145,7 +180,8 @@ struct peer {
 	size_t staging_len;
 	uint32_t staging_slots;
 	uint64_t staging_slot_bytes;
-	enum data_path path; /* ipc, put or am: chosen at handshake */
+	enum data_path path; /* chosen at the handshake (path_choice.c) */
+	const struct data_path_ops *ops; /* path's operations */
 	struct pdx_kv_layout layout;
 	struct pdx_ucx_ep *ep;
 	struct remote_region *regions;
@@ -181,6 +217,7 @@ struct xfer {
 	struct pdx_xfer_sm sm; /* sender */
 	struct pdx_run *runs;  /* sender: coalesced runs, once blocks known */
 	size_t n_runs;
+	bool path_ready;       /* sender: the path's ready() ran */
 	uint32_t inflight;     /* UCX operations referencing this transfer */
 	uint64_t bytes;        /* payload bytes moved */
 	uint64_t am_bytes;     /* receiver: bytes that arrived as messages */
@@ -295,25 +332,60 @@ void engine_on_msg(struct agent *a, const void *id, size_t id_len,
 void engine_send_event(struct agent *a, struct xfer *x, const char *kind);
 void registration_clear(struct agent *a);
 
-/* peer.c */
-struct peer *peer_get(struct agent *a, const char *addr);
+/* peer_send.c: every message to a peer, built in one place */
+struct peer_msg {
+	struct pdx_mp_msg m; /* add fields with pdx_mp_msg_*(&pm.m, ...) */
+	const char *op;
+};
+/* Starts {"op": op, "from": our address} with "xfer" and "reason" when
+ * given; the caller adds its fields and sends it. */
+void peer_msg_begin(struct peer_msg *pm, const struct agent *a, const char *op,
+		    const struct pdx_xfer_id *xfer, const char *reason);
+/* Sends it on p's DEALER and frees it, whatever happens: PDX_ENOMEM when
+ * building it ran out of memory, PDX_EPEER when the socket refused it
+ * (both logged, with the op and the peer). */
+pdx_status_t peer_msg_send(struct peer_msg *pm, struct peer *p);
+/* A message of no fields but those peer_msg_begin() writes. */
+pdx_status_t peer_send(struct agent *a, struct peer *p, const char *op,
+		       const struct pdx_xfer_id *xfer, const char *reason);
+
+/* peer.c: the peers we know, by address */
+/* create: a peer met for the first time gets its DEALER; NULL when it
+ * cannot be connected (or, without create, is not known). */
+struct peer *peer_lookup(struct agent *a, const char *addr, bool create);
 /* Drops p's handshake: its regions, rkeys and UCX endpoint (closed by
  * force, so nothing more of ours lands there or of theirs here); the next
  * use says hello. */
 void peer_reset(struct agent *a, struct peer *p);
-/* user: with CURVE, the address listed for the sender's key. */
-void peer_on_msg(struct agent *a, const void *buf, size_t len,
-		 const char *user);
-/* Sends a message built by fill() to peer: {"op", "from", ...fields}. */
-int peer_send(struct agent *a, struct peer *p, const char *op,
-	      const struct pdx_xfer_id *xfer, const char *reason,
-	      void (*fill)(msgpack_packer *pk, void *arg), int n_fields,
-	      void *arg);
 void peer_send_to_addr(struct agent *a, const char *addr, const char *op,
 		       const struct pdx_xfer_id *xfer, const char *reason);
 void peers_free(struct agent *a);
+
+/* handshake.c: hello, hello_ack, hello_nack */
+/* The peer at addr, with a hello sent when it needs one (never met, its
+ * hello unanswered in time, quiet or stale). */
+struct peer *peer_get(struct agent *a, const char *addr);
+/* Their hello or hello_ack: parsed, checked, applied, or refused. */
+void handshake_on_hello(struct agent *a, const char *from,
+			const msgpack_object *m, bool is_ack);
+void handshake_on_nack(struct agent *a, struct peer *p,
+		       const msgpack_object *m);
 /* The peer became ready or refused: move its transfers on. */
 void xfers_peer_ready(struct agent *a, struct peer *p);
+
+/* path_choice.c: a peer's data path, chosen when its hello is applied */
+/* UCX may use shared-memory transports (UCX_TLS does not leave them out). */
+bool path_ucx_has_shm(void);
+/* Sets p->path from both sides' hellos and --data-path; a forced path
+ * that cannot work is refused with why. staging: the peer's hello's. */
+pdx_status_t path_choose(struct agent *a, struct peer *p,
+			 const msgpack_object *staging, char *err,
+			 size_t errlen);
+
+/* peer_dispatch.c: the peer link's messages as they arrive */
+/* user: with CURVE, the address listed for the sender's key. */
+void peer_on_msg(struct agent *a, const void *buf, size_t len,
+		 const char *user);
 
 /* xfer.c */
 struct xfer *xfer_find(struct agent *a, const struct pdx_xfer_id *id);
@@ -335,9 +407,8 @@ void xfer_begin_phase(struct xfer *x);
  * the sender's lease before "want", the sender's gap between layers. */
 void xfer_arm(struct xfer *x);
 /* The fields an engine event and a notification share (docs/protocol.md):
- * xfer, kind, status, reason, bytes, t_first, t_last. */
-#define XFER_OUTCOME_FIELDS 8
-void xfer_pack_outcome(msgpack_packer *pk, const struct xfer *x,
+ * xfer, kind, status, reason, bytes, t_first, t_last, first_token. */
+void xfer_pack_outcome(struct pdx_mp_msg *m, const struct xfer *x,
 		       const char *kind);
 /* Once a finished transfer's operations drained: its event to the engine,
  * and out of the table. */
@@ -352,48 +423,59 @@ void xfers_reap(struct agent *a);
 
 /* complete.c: a transfer's data operations finishing */
 /* A data operation on x's blocks ended (the UCX callback form: _cb). */
-void push_op_done(struct xfer *x, pdx_status_t status);
-void push_op_done_cb(void *arg, pdx_status_t status);
-/* Once every layer was pushed and every operation ended: "done". */
-void push_maybe_flush(struct xfer *x);
+void complete_op_ended(struct xfer *x, pdx_status_t status);
+void complete_op_ended_cb(void *arg, pdx_status_t status);
+/* Once every layer was pushed and every operation ended: the path's
+ * flush, then "done". */
+void complete_try_flush(struct xfer *x);
+/* The flush of the paths whose bytes UCX moves: its flush, then "done". */
+pdx_status_t complete_flush_ucx(struct xfer *x);
 /* Receiver: once "done" came and what it announced arrived, success. */
-void recv_try_complete(struct xfer *x);
+void complete_try_received(struct xfer *x);
 /* Receiver: the sender's "done" (either link) says what it sent. */
-void recv_done(struct xfer *x, uint64_t bytes, uint64_t am_bytes,
-	       int64_t first_token);
-/* UCX's handler of AM_ID_DONE: "done" on the ipc lane. */
-void done_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
-		     size_t len, bool rndv);
-/* The active-message id of "done" by UCX (docs/protocol.md, section 4). */
-#define AM_ID_DONE 2
+void complete_done_heard(struct xfer *x, uint64_t bytes, uint64_t am_bytes,
+			 int64_t first_token);
+/* UCX's handler of AM_DONE: "done" on the ipc lane. */
+void complete_on_done_am(void *arg, const void *hdr, size_t hdr_len,
+			 void *data, size_t len, bool rndv);
+/* Every byte is at the receiver (flushed, or read by a pull): "done" to
+ * it, and x succeeds. */
+void complete_send_done(struct xfer *x);
 
-/* Every byte is at the receiver (flushed): "done" to it, and x succeeds. */
-void push_send_done(struct xfer *x);
-
-/* host_path.c: ipc, put and am (and cuda-put's puts) */
-/* x's runs of blocks, once both sides' blocks are known; -1: no memory.
- * A run's src is in the sender's pool, its dst in the receiver's. */
-int host_plan_runs(struct xfer *x);
-/* Our block of tensor t of layer `layer`, in the registered memory. */
+/* host_path.c: what the host paths share (ipc, put, am; cuda-put) */
 uint8_t *host_block_addr(const struct registration *g, uint32_t layer,
 			 uint32_t tensor, uint32_t block);
-/* Where len bytes from the peer's block `block` of tensor t of layer
- * `layer` lie in its memory: region *ri at offset *off; PDX_ERANGE when
- * they leave the region its layout names. */
-pdx_status_t host_peer_block(const struct peer *p, uint32_t layer,
-			     uint32_t tensor, uint32_t block, uint64_t len,
-			     uint32_t *ri, uint64_t *off);
-/* Every run of one layer, by UCX or a copy between mapped pools. */
-pdx_status_t push_layer_runs(struct xfer *x, uint32_t layer);
-/* An active message of the am path: placed into x's blocks. */
-void host_on_message(struct agent *a, const void *hdr, size_t hdr_len,
-		     void *data, size_t len, bool rndv);
+/* x's runs of blocks, once both sides' blocks are known (the ready of
+ * ipc, put, am and cuda-put). */
+pdx_status_t host_plan_runs(struct xfer *x);
+/* One run of one tensor of one layer: our blocks (what a push sends, where
+ * a pull reads into)... */
+struct host_run {
+	uint8_t *src;
+	struct pdx_ucx_mem *mem; /* our region's UCX registration */
+	uint64_t len;
+	/* ...and the peer's: region ri at off (to_peer only) */
+	uint32_t ri;
+	uint64_t off;
+};
+typedef pdx_status_t (*host_run_fn)(struct xfer *x, uint32_t layer,
+				    uint32_t t, const struct pdx_run *r,
+				    const struct host_run *at);
+/* fn on each run of each tensor of layer; to_peer: with where it lands in
+ * the peer's regions, checked against their sizes (PDX_ERANGE). */
+pdx_status_t host_each_run(struct xfer *x, uint32_t layer, bool to_peer,
+			   host_run_fn fn);
+/* A UCX operation on x's blocks of len bytes began. */
+void host_op_started(struct xfer *x, uint64_t len);
+
+/* path_put.c: every run of one layer put by UCX, from wherever the
+ * memory is (cuda-put's puts too). */
+pdx_status_t path_put_layer(struct xfer *x, uint32_t layer);
 
 /* push.c: the data path's driver */
 void push_try(struct xfer *x);
-/* UCX's active-message handler: to the path the message belongs to. */
-void push_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
-		     size_t len, bool rndv);
+/* Registers each active message's handler (agent/am.h) with our UCX. */
+pdx_status_t push_am_register(struct agent *a);
 
 /* pull.c: the receiver reads the sender's blocks (docs/protocol.md, "Pull") */
 /* Why x's receiver cannot pull over the lane to p; NULL: it can. */
@@ -416,8 +498,9 @@ pdx_status_t gpu_plan_xfer(struct xfer *x);
 uint64_t gpu_layer_segments(const struct xfer *x);
 
 /* gpu_path.c: GPU memory (docs/gpu.md) */
-/* The sender pushes n computed layers from `layer` on by a GPU path. */
-pdx_status_t gpu_push_layers(struct xfer *x, uint32_t layer, uint32_t n);
+/* A launch on our stream for x began (st == PDX_OK): x is held until its
+ * completion ends it. Returns st. */
+pdx_status_t gpu_launched(struct xfer *x, pdx_status_t st);
 /* layer_done with a slot: our stream waits for that event. */
 void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot);
 
@@ -425,14 +508,8 @@ void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot);
 /* Its buffers, once GPU memory is registered (their name is in hellos). */
 pdx_status_t staged_init(struct agent *a);
 void staged_free(struct agent *a);
-pdx_status_t staged_send(struct xfer *x, uint64_t first, uint64_t count);
-#define STAGED_HDR_BYTES 32   /* a chunk, its bytes sent with it */
-#define STAGED_READY_BYTES 48 /* a chunk in the sender's shared slot */
-#define STAGED_FREE_BYTES 20  /* that slot is the sender's again */
-void staged_on_message(struct agent *a, const uint8_t *hdr, size_t hdr_len,
-		       void *data, size_t len, bool rndv);
-/* The hello's "staging": {"name", "slots", "slot_bytes"}. */
-void staged_pack_hello(struct agent *a, msgpack_packer *pk);
+/* The hello's field "staging": {"name", "slots", "slot_bytes"}. */
+void staged_pack_hello(struct agent *a, struct pdx_mp_msg *m);
 /* Same host: maps and pins the peer's staging named in its hello. */
 bool staged_peer_map(struct agent *a, struct peer *p,
 		     const msgpack_object *staging);

@@ -22,6 +22,20 @@
 
 /* An op refused: {"op": "error", "status", "reason", "refused": the op it
  * answers, "xfer" when the refused message named one}. */
+/* Sends a message built for the engine eid and frees it; one that ran out
+ * of memory or found the link full is dropped, and logged. */
+static void engine_reply(struct agent *a, const void *eid, size_t eid_len,
+			 struct pdx_mp_msg *m, const char *what)
+{
+	if (pdx_mp_msg_end(m))
+		log_warn("%s for the engine dropped: out of memory", what);
+	else if (agent_zsend(a->engine_sock, eid, eid_len, m->buf.data,
+			     m->buf.size))
+		log_warn("%s for the engine dropped: engine link busy or gone",
+			 what);
+	pdx_mp_msg_free(m);
+}
+
 static void reply_error(struct agent *a, const void *eid, size_t eid_len,
 			const char *refused, const struct pdx_xfer_id *xfer,
 			pdx_status_t st, const char *fmt, ...)
@@ -32,37 +46,32 @@ static void reply_error(struct agent *a, const void *eid, size_t eid_len,
 			pdx_status_t st, const char *fmt, ...)
 {
 	char reason[PDX_REASON_MAX];
-	struct pdx_mp_out o;
+	struct pdx_mp_msg m;
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(reason, sizeof(reason), fmt, ap);
 	va_end(ap);
 	log_warn("%s refused: %s", refused[0] ? refused : "a message", reason);
-	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, 4 + (xfer != NULL));
-	pdx_mp_kv_str(&o.pk, "op", "error");
-	pdx_mp_kv_i64(&o.pk, "status", st);
-	pdx_mp_kv_str(&o.pk, "reason", reason);
-	pdx_mp_kv_str(&o.pk, "refused", refused);
+	pdx_mp_msg_init(&m);
+	pdx_mp_msg_str(&m, "op", "error");
+	pdx_mp_msg_i64(&m, "status", st);
+	pdx_mp_msg_str(&m, "reason", reason);
+	pdx_mp_msg_str(&m, "refused", refused);
 	if (xfer)
-		pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
-	agent_zsend(a->engine_sock, eid, eid_len, o.buf.data, o.buf.size);
-	pdx_mp_out_free(&o);
+		pdx_mp_msg_xfer(&m, "xfer", xfer);
+	engine_reply(a, eid, eid_len, &m, "error");
 }
 
 static void send_event(struct agent *a, const void *eid, size_t eid_len,
 		       const struct xfer *x, const char *kind)
 {
-	struct pdx_mp_out o;
+	struct pdx_mp_msg m;
 
-	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, 1 + XFER_OUTCOME_FIELDS);
-	pdx_mp_kv_str(&o.pk, "op", "event");
-	xfer_pack_outcome(&o.pk, x, kind);
-	if (agent_zsend(a->engine_sock, eid, eid_len, o.buf.data, o.buf.size))
-		log_warn("event for the engine dropped: engine link busy or gone");
-	pdx_mp_out_free(&o);
+	pdx_mp_msg_init(&m);
+	pdx_mp_msg_str(&m, "op", "event");
+	xfer_pack_outcome(&m, x, kind);
+	engine_reply(a, eid, eid_len, &m, "event");
 }
 
 /* To the connection registered now: a transfer of an earlier registration
@@ -442,14 +451,12 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 	if (again)
 		renew_instance(a);
 	{
-		struct pdx_mp_out o;
+		struct pdx_mp_msg ans;
 
-		pdx_mp_out_init(&o);
-		msgpack_pack_map(&o.pk, 2);
-		pdx_mp_kv_str(&o.pk, "op", "registered");
-		pdx_mp_kv_str(&o.pk, "peer", a->peer_addr);
-		agent_zsend(a->engine_sock, id, id_len, o.buf.data, o.buf.size);
-		pdx_mp_out_free(&o);
+		pdx_mp_msg_init(&ans);
+		pdx_mp_msg_str(&ans, "op", "registered");
+		pdx_mp_msg_str(&ans, "peer", a->peer_addr);
+		engine_reply(a, id, id_len, &ans, "registered");
 	}
 	return;
 

@@ -1,15 +1,10 @@
-/* The host data paths (ipc, put, am; cuda-put's puts too): a layer moves
- * as runs of blocks, copied into the peer's mapped pools, put by UCX, or
- * sent as active messages the receiver places into its own blocks. */
+/* What the host data paths share (path_ipc.c, path_put.c, path_am.c;
+ * cuda-put's puts too): a layer moves as runs of blocks consecutive on
+ * both sides, each run of each tensor one operation. */
 #define PDX_LOG_TOPIC "push"
 #include <stdlib.h>
-#include <string.h>
 
 #include "agent/agent.h"
-#include "common/log.h"
-
-#define AM_ID 1
-#define AM_HDR_BYTES 24
 
 uint8_t *host_block_addr(const struct registration *g, uint32_t layer,
 			 uint32_t tensor, uint32_t block)
@@ -32,167 +27,62 @@ static bool packed(const struct pdx_kv_layout *l)
 	return true;
 }
 
-int host_plan_runs(struct xfer *x)
+pdx_status_t host_plan_runs(struct xfer *x)
 {
 	struct agent *a = x->agent;
 	uint32_t max = packed(&a->reg.layout) && packed(&x->peer->layout) ? 0 : 1;
 
 	x->runs = calloc(x->n_blocks, sizeof(*x->runs));
 	if (!x->runs)
-		return -1;
-	if (x->role == XFER_SEND)
-		x->n_runs = pdx_coalesce(x->blocks, x->remote_blocks, x->skip,
-					 x->n_blocks, max, x->runs);
-	else
-		x->n_runs = pdx_coalesce(x->remote_blocks, x->blocks, x->skip,
-					 x->n_blocks, max, x->runs);
-	return 0;
-}
-
-pdx_status_t host_peer_block(const struct peer *p, uint32_t layer,
-			     uint32_t tensor, uint32_t block, uint64_t len,
-			     uint32_t *ri, uint64_t *off)
-{
-	const struct pdx_kv_layer *rl = &p->layout.layer[layer];
-	/* the peer's numbers: 128 bits, so none can wrap past its region */
-	unsigned __int128 end = (unsigned __int128)rl->base[tensor].offset +
-				(unsigned __int128)block * rl->block_stride + len;
-
-	*ri = rl->base[tensor].region;
-	if (*ri >= p->n_regions || end > p->regions[*ri].size)
-		return PDX_ERANGE;
-	*off = (uint64_t)(end - len);
+		return PDX_ENOMEM;
+	x->n_runs = pdx_coalesce(x->blocks, x->remote_blocks, x->skip,
+				 x->n_blocks, max, x->runs);
 	return PDX_OK;
 }
 
-static pdx_status_t push_run(struct xfer *x, uint32_t layer, uint32_t t,
-			     const struct pdx_run *r)
+/* The peer's numbers are checked in 128 bits, so none can wrap past its
+ * region. */
+pdx_status_t host_each_run(struct xfer *x, uint32_t layer, bool to_peer,
+			   host_run_fn fn)
 {
 	const struct registration *g = &x->agent->reg;
-	struct peer *p = x->peer;
-	uint64_t len = pdx_kv_layout_block_bytes(&g->layout) * r->count;
-	uint8_t *src = host_block_addr(g, layer, t, r->src);
-	struct pdx_ucx_mem *mem =
-		g->regions[g->layout.layer[layer].base[t].region].mem;
-	pdx_status_t st;
+	const struct peer *p = x->peer;
+	uint64_t bb = pdx_kv_layout_block_bytes(&g->layout);
 
-	if (p->path == DATA_IPC || p->path == DATA_PUT ||
-	    p->path == DATA_CUDA_PUT) {
-		uint32_t ri;
-		uint64_t off;
-
-		if (host_peer_block(p, layer, t, r->dst, len, &ri, &off))
-			return PDX_ERANGE;
-		if (p->path == DATA_IPC) {
-			memcpy(p->regions[ri].map + off, src, len);
-			x->bytes += len;
-			return PDX_OK;
-		}
-		st = pdx_ucx_put(p->ep, src, len, mem, p->regions[ri].addr + off,
-				 p->regions[ri].rkey, push_op_done_cb, x);
-	} else {
-		uint8_t hdr[AM_HDR_BYTES] = { 0 };
-		uint16_t l16 = (uint16_t)layer;
-
-		memcpy(hdr, x->id.b, 16);
-		memcpy(hdr + 16, &l16, 2);
-		hdr[18] = (uint8_t)t;
-		memcpy(hdr + 20, &r->index, 4);
-		st = pdx_ucx_am_send(p->ep, AM_ID, hdr, sizeof(hdr), src, len, mem,
-				     push_op_done_cb, x);
-		if (!st)
-			x->am_bytes += len;
-	}
-	if (!st) {
-		xfer_hold(x);
-		pdx_xfer_sm_op_started(&x->sm);
-		x->bytes += len;
-	}
-	return st;
-}
-
-pdx_status_t push_layer_runs(struct xfer *x, uint32_t layer)
-{
 	for (size_t i = 0; i < x->n_runs; i++)
-		for (uint32_t t = 0; t < x->agent->reg.layout.tensors; t++) {
-			pdx_status_t st = push_run(x, layer, t, &x->runs[i]);
+		for (uint32_t t = 0; t < g->layout.tensors; t++) {
+			const struct pdx_run *r = &x->runs[i];
+			struct host_run at = {
+				.src = host_block_addr(g, layer, t, r->src),
+				.mem = g->regions[g->layout.layer[layer]
+							  .base[t].region].mem,
+				.len = bb * r->count,
+			};
+			pdx_status_t st;
 
+			if (to_peer) {
+				const struct pdx_kv_layer *rl = &p->layout.layer[layer];
+				unsigned __int128 end =
+				    (unsigned __int128)rl->base[t].offset +
+				    (unsigned __int128)r->dst * rl->block_stride +
+				    at.len;
+
+				at.ri = rl->base[t].region;
+				if (at.ri >= p->n_regions ||
+				    end > p->regions[at.ri].size)
+					return PDX_ERANGE;
+				at.off = (uint64_t)(end - at.len);
+			}
+			st = fn(x, layer, t, r, &at);
 			if (st)
 				return st;
 		}
 	return PDX_OK;
 }
 
-static void am_recv_done(void *arg, pdx_status_t status)
+void host_op_started(struct xfer *x, uint64_t len)
 {
-	struct xfer *x = arg;
-
-	xfer_unhold(x);
-	if (status)
-		xfer_fail(x, status, true, "receiving from %s: %s", x->peer_addr,
-			  pdx_status_str(status));
-	recv_try_complete(x);
-	xfer_maybe_release(x);
-}
-
-/* Where a message's payload goes, computed from our own layout; NULL if
- * it does not fall exactly on blocks this transfer awaits. */
-static uint8_t *am_target(struct xfer *x, uint32_t layer, uint32_t t,
-			  uint32_t index, size_t len)
-{
-	const struct registration *g = &x->agent->reg;
-	uint64_t bb = pdx_kv_layout_block_bytes(&g->layout);
-	uint64_t n = len / bb;
-
-	if (layer >= g->layout.layers || t >= g->layout.tensors || len == 0 ||
-	    len % bb || index < x->skip || index >= x->n_blocks ||
-	    n > x->n_blocks - index)
-		return NULL;
-	if (n > 1 && g->layout.layer[layer].block_stride != bb)
-		return NULL;
-	for (uint64_t k = 1; k < n; k++)
-		if (x->blocks[index + k] != x->blocks[index] + k)
-			return NULL;
-	return host_block_addr(g, layer, t, x->blocks[index]);
-}
-
-void host_on_message(struct agent *a, const void *hdr, size_t hdr_len,
-		     void *data, size_t len, bool rndv)
-{
-	struct pdx_xfer_id id;
-	uint16_t layer;
-	uint32_t index;
-	struct xfer *x;
-	uint8_t *dst = NULL;
-
-	if (hdr_len == AM_HDR_BYTES) {
-		const uint8_t *h = hdr;
-
-		memcpy(id.b, h, 16);
-		memcpy(&layer, h + 16, 2);
-		memcpy(&index, h + 20, 4);
-		x = xfer_find(a, &id);
-		if (x && x->role == XFER_RECV && x->announced && !x->finished &&
-		    a->reg.ok)
-			dst = am_target(x, layer, h[18], index, len);
-	}
-	if (!dst) {
-		log_warn("data message (%zu bytes, header %zu) for no awaited blocks: dropped",
-			 len, hdr_len);
-		if (rndv)
-			pdx_ucx_am_drop(a->ucx, data);
-		return;
-	}
-	x->am_bytes += len;
-	if (!rndv) {
-		memcpy(dst, data, len);
-		recv_try_complete(x);
-		return;
-	}
 	xfer_hold(x);
-	if (pdx_ucx_am_recv(a->ucx, data, dst, len, am_recv_done, x)) {
-		xfer_unhold(x);
-		xfer_fail(x, PDX_EIO, true, "cannot receive data from %s",
-			  x->peer_addr);
-	}
+	pdx_xfer_sm_op_started(&x->sm);
+	x->bytes += len;
 }

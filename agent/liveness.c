@@ -17,29 +17,28 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-struct ping_ctx {
-	struct agent *a;
-	struct peer *p;
-	uint32_t n_held;
-};
-
 static bool held_for(const struct xfer *x, const struct peer *p)
 {
 	return x->peer == p && x->role == XFER_RECV && x->held &&
 	       !x->announced && !x->finished;
 }
 
-static void fill_ping(msgpack_packer *pk, void *arg)
+/* {"op": "ping", "hold": [xfer ids our engine holds queued for p]} */
+static void send_ping(struct agent *a, struct peer *p)
 {
-	struct ping_ctx *c = arg;
 	struct xfer *x, *tmp;
+	struct peer_msg pm;
+	uint32_t n = 0;
 
-	pdx_mp_str(pk, "hold");
-	msgpack_pack_array(pk, c->n_held);
-	HASH_ITER(hh, c->a->xfers, x, tmp) {
-		if (held_for(x, c->p))
-			pdx_mp_bin(pk, x->id.b, sizeof(x->id.b));
+	HASH_ITER(hh, a->xfers, x, tmp)
+		n += held_for(x, p);
+	peer_msg_begin(&pm, a, "ping", NULL, NULL);
+	msgpack_pack_array(pdx_mp_msg_key(&pm.m, "hold"), n);
+	HASH_ITER(hh, a->xfers, x, tmp) {
+		if (held_for(x, p))
+			pdx_mp_bin(&pm.m.pk, x->id.b, sizeof(x->id.b));
 	}
+	peer_msg_send(&pm, p);
 }
 
 static void peer_silent(struct agent *a, struct peer *p, uint64_t silent_ns)
@@ -86,8 +85,6 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 			x->peer->busy = true;
 	}
 	HASH_ITER(hh, a->peers, p, ptmp) {
-		struct ping_ctx c = { a, p, 0 };
-
 		/* Idle peers we hold a handshake with are pinged too: one
 		 * that restarted answers with a hello (its new instance), so
 		 * our next transfer with it does not go by the old one's
@@ -114,9 +111,7 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 			peer_reset(a, p);
 			continue;
 		}
-		HASH_ITER(hh, a->xfers, x, xtmp)
-			c.n_held += held_for(x, p);
-		peer_send(a, p, "ping", NULL, NULL, fill_ping, 1, &c);
+		send_ping(a, p);
 	}
 	a->settle(a);
 }

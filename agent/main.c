@@ -411,11 +411,9 @@ static int agent_start(struct agent *a)
 		log_error("ucx init failed: %s", pdx_status_str(st));
 		return -1;
 	}
-	st = pdx_ucx_am_handler(a->ucx, 1, push_am_handler, a);
-	if (!st)
-		st = pdx_ucx_am_handler(a->ucx, AM_ID_DONE, done_am_handler, a);
+	st = push_am_register(a);
 	if (st) {
-		log_error("ucx active-message handler: %s", pdx_status_str(st));
+		log_error("ucx active-message handlers: %s", pdx_status_str(st));
 		return -1;
 	}
 	if (a->cfg.curve_key && curve_start(a))

@@ -27,25 +27,17 @@ const char *pull_refusal(const struct agent *a, const struct peer *p)
 	return NULL;
 }
 
-/* {op, from, xfer, ...}: what pull sends on the peer link, on the peer's
- * DEALER as "done" goes (complete.c). */
-static int pull_send(struct xfer *x, const char *op, bool blocks)
+/* "readable" carries our blocks, "pulled" the bytes read. */
+static pdx_status_t pull_send(struct xfer *x, const char *op, bool blocks)
 {
-	struct pdx_mp_out o;
-	int rc;
+	struct peer_msg pm;
 
-	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, 4);
-	pdx_mp_kv_str(&o.pk, "op", op);
-	pdx_mp_kv_str(&o.pk, "from", x->agent->peer_addr);
-	pdx_mp_kv_xfer(&o.pk, "xfer", &x->id);
+	peer_msg_begin(&pm, x->agent, op, &x->id, NULL);
 	if (blocks)
-		pdx_mp_kv_u32s(&o.pk, "blocks", x->blocks, x->n_blocks);
+		pdx_mp_msg_u32s(&pm.m, "blocks", x->blocks, x->n_blocks);
 	else
-		pdx_mp_kv_u64(&o.pk, "bytes", x->bytes);
-	rc = agent_zsend(x->peer->dealer, NULL, 0, o.buf.data, o.buf.size);
-	pdx_mp_out_free(&o);
-	return rc;
+		pdx_mp_msg_u64(&pm.m, "bytes", x->bytes);
+	return peer_msg_send(&pm, x->peer);
 }
 
 void pull_offer(struct xfer *x)
@@ -82,7 +74,7 @@ void pull_on_pulled(struct xfer *x, const msgpack_object *m)
 	log_debug("pulled by %s: %llu bytes", x->peer_addr,
 		  (unsigned long long)bytes);
 	x->bytes = bytes;
-	push_send_done(x);
+	complete_send_done(x);
 }
 
 /* Every read ended: the sender hears how much arrived and answers "done"
@@ -111,32 +103,25 @@ static void read_done(void *arg, pdx_status_t status)
 	xfer_maybe_release(x);
 }
 
-/* One run of blocks of one tensor of one layer, into ours. */
+/* One run of blocks of one tensor of one layer: the peer's (at->ri,
+ * at->off) into ours (at->src). */
 static pdx_status_t read_run(struct xfer *x, uint32_t layer, uint32_t t,
-			     const struct pdx_run *r)
+			     const struct pdx_run *r, const struct host_run *at)
 {
-	const struct registration *g = &x->agent->reg;
 	struct peer *p = x->peer;
-	uint64_t len = pdx_kv_layout_block_bytes(&g->layout) * r->count;
-	uint8_t *dst = host_block_addr(g, layer, t, r->dst);
-	uint32_t ri;
-	uint64_t off;
 	pdx_status_t st;
 
-	if (host_peer_block(p, layer, t, r->src, len, &ri, &off))
-		return PDX_ERANGE;
 	if (p->path == DATA_IPC) {
-		memcpy(dst, p->regions[ri].map + off, len);
-		x->bytes += len;
+		memcpy(at->src, p->regions[at->ri].map + at->off, at->len);
+		x->bytes += at->len;
 		return PDX_OK;
 	}
-	st = pdx_ucx_get(p->ep, dst, len,
-			 g->regions[g->layout.layer[layer].base[t].region].mem,
-			 p->regions[ri].addr + off, p->regions[ri].rkey,
-			 read_done, x);
+	st = pdx_ucx_get(p->ep, at->src, at->len, at->mem,
+			 p->regions[at->ri].addr + at->off,
+			 p->regions[at->ri].rkey, read_done, x);
 	if (!st) {
 		xfer_hold(x);
-		x->bytes += len;
+		x->bytes += at->len;
 	}
 	return st;
 }
@@ -187,19 +172,14 @@ void pull_on_readable(struct xfer *x, const msgpack_object *m)
 	}
 	log_debug("reading %zu runs x %u layers from %s", x->n_runs,
 		  p->layout.layers, p->addr);
-	for (uint32_t l = 0; l < x->agent->reg.layout.layers; l++)
-		for (uint32_t t = 0; t < x->agent->reg.layout.tensors; t++)
-			for (size_t i = 0; i < x->n_runs; i++) {
-				pdx_status_t st =
-				    read_run(x, l, t, &x->runs[i]);
+	for (uint32_t l = 0; l < x->agent->reg.layout.layers; l++) {
+		pdx_status_t st = host_each_run(x, l, true, read_run);
 
-				if (st) {
-					xfer_fail(x, st, true,
-						  "reading layer %u from %s: %s",
-						  l, p->addr,
-						  pdx_status_str(st));
-					return; /* reads started drain first */
-				}
-			}
+		if (st) {
+			xfer_fail(x, st, true, "reading layer %u from %s: %s", l,
+				  p->addr, pdx_status_str(st));
+			return; /* reads started drain first */
+		}
+	}
 	pull_maybe_pulled(x);
 }

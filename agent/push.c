@@ -1,19 +1,26 @@
 /* The data path's driver: the sender pushes each computed layer into the
- * receiver's blocks by the path chosen at the handshake (host_path.c,
- * gpu_path.c), then flushes and says "done" (complete.c); the receiver
- * hands each data message to the path it belongs to. */
+ * receiver's blocks through the operations of the path chosen at the
+ * handshake (struct data_path_ops: host_path.c, gpu_path.c, staged.c),
+ * then flushes and says "done" (complete.c). The receiver's UCX hands
+ * each active message to the handler its path gave its id, registered
+ * here. */
 #define PDX_LOG_TOPIC "push"
 #include "agent/agent.h"
+#include "agent/am.h"
 #include "common/log.h"
 
 void push_try(struct xfer *x)
 {
+	const struct data_path_ops *ops;
 	int layer;
 
 	if (x->finished || !x->announced || x->role != XFER_SEND || !x->peer ||
 	    x->peer->state != PEER_READY || !x->sm.blocks_known)
 		return;
-	if (!x->runs) {
+	ops = x->peer->ops;
+	if (!x->path_ready) {
+		pdx_status_t st;
+
 		if (x->n_remote != x->n_blocks) {
 			xfer_fail(x, PDX_EINVAL, true,
 				  "receiver has %u blocks, sender %u", x->n_remote,
@@ -24,10 +31,13 @@ void push_try(struct xfer *x)
 			xfer_fail(x, PDX_EINCOMPAT, true, "layer counts differ");
 			return;
 		}
-		if (host_plan_runs(x)) {
-			xfer_fail(x, PDX_ENOMEM, true, "out of memory");
+		st = ops->ready ? ops->ready(x) : PDX_OK;
+		if (st) {
+			xfer_fail(x, st, true, "%s", st == PDX_ENOMEM ?
+				  "out of memory" : pdx_status_str(st));
 			return;
 		}
+		x->path_ready = true;
 	}
 	if (x->pull && x->skip < x->n_blocks) {
 		pull_offer(x); /* the receiver reads them */
@@ -40,16 +50,14 @@ void push_try(struct xfer *x)
 		if (x->skip == x->n_blocks)
 			continue; /* the receiver holds them all: done alone */
 		xfer_mark(x, MARK_PUSH);
-		if (data_path_gpu(x->peer->path)) {
-			/* the ready layers after it too: one launch */
+		if (ops->layer_runs) { /* the ready layers after it too */
 			n += pdx_xfer_sm_take_run(&x->sm, (uint32_t)layer + 1,
 						  UINT32_MAX);
 			log_debug("push layers %d..%u", layer, layer + n - 1);
-			st = gpu_push_layers(x, (uint32_t)layer, n);
-		} else {
+		} else { /* tests wait for this line */
 			log_debug("push layer %d: %zu runs", layer, x->n_runs);
-			st = push_layer_runs(x, (uint32_t)layer);
 		}
+		st = ops->push(x, (uint32_t)layer, n);
 		xfer_mark(x, MARK_PUSHED);
 		if (st) {
 			xfer_fail(x, st, true, "push of layer %d to %s: %s",
@@ -57,17 +65,26 @@ void push_try(struct xfer *x)
 			return;
 		}
 	}
-	push_maybe_flush(x);
+	complete_try_flush(x);
 }
 
-void push_am_handler(void *arg, const void *hdr, size_t hdr_len, void *data,
-		     size_t len, bool rndv)
+pdx_status_t push_am_register(struct agent *a)
 {
-	struct agent *a = arg;
+	static const struct data_path_ops *const paths[] = {
+		&data_path_ipc_ops,	 &data_path_put_ops,
+		&data_path_am_ops,	 &data_path_cuda_put_ops,
+		&data_path_cuda_ipc_ops, &data_path_staged_ops,
+	};
 
-	if (hdr_len == STAGED_HDR_BYTES || hdr_len == STAGED_READY_BYTES ||
-	    hdr_len == STAGED_FREE_BYTES)
-		staged_on_message(a, hdr, hdr_len, data, len, rndv);
-	else
-		host_on_message(a, hdr, hdr_len, data, len, rndv);
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+		for (uint32_t k = 0; k < paths[i]->n_am; k++) {
+			const struct data_path_am *m = &paths[i]->am[k];
+			pdx_status_t st = pdx_ucx_am_handler(a->ucx, m->id,
+							     m->on_message, a);
+
+			if (st)
+				return st;
+		}
+	/* not a data path's: "done" on the ipc lane (complete.c) */
+	return pdx_ucx_am_handler(a->ucx, AM_DONE, complete_on_done_am, a);
 }

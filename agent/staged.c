@@ -20,7 +20,7 @@
  * is held back rather than copies piling up. With two or more slots a
  * side, one chunk's transport overlaps the next chunk's gather.
  *
- * Headers (little-endian) tell the messages apart by length; a segment is
+ * Each message has its own active-message id (agent/am.h); a segment is
  * one block of one tensor of one layer, in the staging order of
  * kernels/kv_kernels.h over the transfer's blocks [skip, n), so sender and
  * receiver agree on it whatever their block ids:
@@ -44,7 +44,6 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-#define AM_ID 1
 #define MAGIC_CHUNK 0x53584450u /* "PDXS" */
 #define MAGIC_READY 0x52584450u /* "PDXR" */
 #define MAGIC_FREE 0x46584450u	/* "PDXF" */
@@ -214,14 +213,15 @@ fail:
 	return PDX_ENOMEM;
 }
 
-void staged_pack_hello(struct agent *a, msgpack_packer *pk)
+void staged_pack_hello(struct agent *a, struct pdx_mp_msg *m)
 {
 	struct staging *s = a->staging;
 
-	msgpack_pack_map(pk, 3);
-	pdx_mp_kv_str(pk, "name", s ? s->shm_name : "");
-	pdx_mp_kv_u64(pk, "slots", s ? s->n_slots : 0);
-	pdx_mp_kv_u64(pk, "slot_bytes", s ? s->slot_bytes : 0);
+	pdx_mp_msg_map_open(m, "staging");
+	pdx_mp_msg_str(m, "name", s ? s->shm_name : "");
+	pdx_mp_msg_u64(m, "slots", s ? s->n_slots : 0);
+	pdx_mp_msg_u64(m, "slot_bytes", s ? s->slot_bytes : 0);
+	pdx_mp_msg_map_close(m);
 }
 
 void staged_peer_unmap(struct agent *a, struct peer *p)
@@ -298,13 +298,13 @@ static void chunk_end(struct chunk *c, pdx_status_t st)
 	if (a->staging->stopping) /* the transfers are gone: only memory */
 		return;
 	if (send) {
-		push_op_done(x, st);
+		complete_op_ended(x, st);
 	} else {
 		xfer_unhold(x);
 		if (st && !x->finished)
 			xfer_fail(x, st, true, "staged data from %s: %s",
 				  x->peer_addr, pdx_status_str(st));
-		recv_try_complete(x);
+		complete_try_received(x);
 		xfer_maybe_release(x);
 	}
 	if (sl)
@@ -343,7 +343,7 @@ static void staged(void *arg, pdx_status_t st)
 {
 	struct chunk *c = arg;
 	struct xfer *x = c->x;
-	uint8_t hdr[STAGED_READY_BYTES] = { 0 };
+	uint8_t hdr[AM_STAGED_READY_BYTES] = { 0 };
 
 	if (st || x->finished || !x->peer->ep) {
 		chunk_end(c, st ? st : x->finished ? PDX_OK : PDX_EPEER);
@@ -357,14 +357,15 @@ static void staged(void *arg, pdx_status_t st)
 		memcpy(hdr + 40, &c->agent->instance, 8);
 		c->slot->lent = c;
 		c->ready_pending = true;
-		st = pdx_ucx_am_send(x->peer->ep, AM_ID, hdr, STAGED_READY_BYTES,
+		st = pdx_ucx_am_send(x->peer->ep, AM_STAGED_READY, hdr,
+				     AM_STAGED_READY_BYTES,
 				     NULL, 0, NULL, ready_sent, c);
 		if (st)
 			c->ready_pending = false;
 	} else {
 		pack_chunk(hdr, &x->id, c->first, c->count, MAGIC_CHUNK);
-		st = pdx_ucx_am_send_rndv(x->peer->ep, AM_ID, hdr,
-					  STAGED_HDR_BYTES, c->slot->host,
+		st = pdx_ucx_am_send_rndv(x->peer->ep, AM_STAGED_CHUNK, hdr,
+					  AM_STAGED_CHUNK_BYTES, c->slot->host,
 					  c->len, c->slot->mem, chunk_done, c);
 	}
 	if (st)
@@ -382,7 +383,7 @@ static void sent_nothing_to_do(void *arg, pdx_status_t st)
 static void send_free(struct peer *p, uint32_t slot, uint32_t lend,
 		      uint64_t instance)
 {
-	uint8_t hdr[STAGED_FREE_BYTES];
+	uint8_t hdr[AM_STAGED_FREE_BYTES];
 	uint32_t magic = MAGIC_FREE;
 
 	if (!p || p->instance != instance)
@@ -391,7 +392,7 @@ static void send_free(struct peer *p, uint32_t slot, uint32_t lend,
 	memcpy(hdr + 4, &magic, 4);
 	memcpy(hdr + 8, &lend, 4);
 	memcpy(hdr + 12, &instance, 8);
-	if (!p->ep || pdx_ucx_am_send(p->ep, AM_ID, hdr, sizeof(hdr), NULL, 0,
+	if (!p->ep || pdx_ucx_am_send(p->ep, AM_STAGED_FREE, hdr, sizeof(hdr), NULL, 0,
 				      NULL, sent_nothing_to_do, NULL))
 		log_warn("cannot free staging slot %u of %s", slot, p->addr);
 }
@@ -494,7 +495,8 @@ static void enqueue(struct agent *a, struct chunk *c)
 	pump(a, sd);
 }
 
-pdx_status_t staged_send(struct xfer *x, uint64_t first, uint64_t count)
+/* Segments [first, first + count) of x, in chunks of at most a slot. */
+static pdx_status_t staged_send(struct xfer *x, uint64_t first, uint64_t count)
 {
 	struct agent *a = x->agent;
 	uint64_t bb = pdx_kv_layout_block_bytes(&a->reg.layout), per;
@@ -667,21 +669,43 @@ void staged_stop(struct agent *a)
 		a->staging->stopping = true;
 }
 
-void staged_on_message(struct agent *a, const uint8_t *hdr, size_t hdr_len,
-		       void *data, size_t len, bool rndv)
+/* A ready or free of the wrong size: nothing of it is read. */
+static bool malformed(struct agent *a, const char *what, size_t hdr_len,
+		      size_t want, void *data, size_t len, bool rndv)
 {
+	if (hdr_len == want && len == 0)
+		return false;
+	log_warn("staged %s (header %zu bytes, payload %zu): dropped", what,
+		 hdr_len, len);
+	if (rndv)
+		pdx_ucx_am_drop(a->ucx, data);
+	return true;
+}
+
+static void am_ready(void *agent, const void *hdr, size_t hdr_len, void *data,
+		     size_t len, bool rndv)
+{
+	if (!malformed(agent, "ready", hdr_len, AM_STAGED_READY_BYTES, data,
+		       len, rndv))
+		on_ready(agent, hdr);
+}
+
+static void am_free(void *agent, const void *hdr, size_t hdr_len, void *data,
+		    size_t len, bool rndv)
+{
+	if (!malformed(agent, "free", hdr_len, AM_STAGED_FREE_BYTES, data, len,
+		       rndv))
+		on_free(agent, hdr);
+}
+
+static void am_chunk(void *agent, const void *hdr, size_t hdr_len, void *data,
+		     size_t len, bool rndv)
+{
+	struct agent *a = agent;
 	uint64_t first, count;
 	struct xfer *x;
 
-	if (hdr_len == STAGED_READY_BYTES && len == 0) {
-		on_ready(a, hdr);
-		return;
-	}
-	if (hdr_len == STAGED_FREE_BYTES && len == 0) {
-		on_free(a, hdr);
-		return;
-	}
-	x = hdr_len == STAGED_HDR_BYTES ?
+	x = hdr_len == AM_STAGED_CHUNK_BYTES ?
 		    chunk_target(a, hdr, len, MAGIC_CHUNK, &first, &count) :
 		    NULL;
 	if (!x || !rndv) {
@@ -697,3 +721,29 @@ void staged_on_message(struct agent *a, const uint8_t *hdr, size_t hdr_len,
 	}
 	chunk_received(a, x, first, count, len, data, NULL, NULL);
 }
+
+/* Layers are consecutive segments in staging order, so n layers are one
+ * range of chunks, which may span layers. */
+static pdx_status_t staged_push(struct xfer *x, uint32_t layer, uint32_t n)
+{
+	uint64_t segs = gpu_layer_segments(x);
+	pdx_status_t st;
+
+	if (!x->plan && (st = gpu_plan_xfer(x)))
+		return st;
+	return staged_send(x, layer * segs, n * segs);
+}
+
+static const struct data_path_am staged_messages[] = {
+	{ AM_STAGED_CHUNK, am_chunk },
+	{ AM_STAGED_READY, am_ready },
+	{ AM_STAGED_FREE, am_free },
+};
+
+const struct data_path_ops data_path_staged_ops = {
+	.push = staged_push,
+	.layer_runs = true,
+	.flush = complete_flush_ucx,
+	.am = staged_messages,
+	.n_am = sizeof(staged_messages) / sizeof(staged_messages[0]),
+};

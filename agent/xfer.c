@@ -308,15 +308,15 @@ void xfers_free(struct agent *a)
 	xfers_reap(a);
 }
 
-void xfer_pack_outcome(msgpack_packer *pk, const struct xfer *x,
+void xfer_pack_outcome(struct pdx_mp_msg *m, const struct xfer *x,
 		       const char *kind)
 {
-	pdx_mp_kv_xfer(pk, "xfer", &x->id);
-	pdx_mp_kv_str(pk, "kind", kind);
-	pdx_mp_kv_i64(pk, "status", x->status);
-	pdx_mp_kv_str(pk, "reason", x->reason);
-	pdx_mp_kv_u64(pk, "bytes", x->bytes);
-	pdx_mp_kv_u64(pk, "t_first", x->t_first_ns);
-	pdx_mp_kv_u64(pk, "t_last", pdx_now_ns());
-	pdx_mp_kv_i64(pk, "first_token", x->first_token);
+	pdx_mp_msg_xfer(m, "xfer", &x->id);
+	pdx_mp_msg_str(m, "kind", kind);
+	pdx_mp_msg_i64(m, "status", x->status);
+	pdx_mp_msg_str(m, "reason", x->reason);
+	pdx_mp_msg_u64(m, "bytes", x->bytes);
+	pdx_mp_msg_u64(m, "t_first", x->t_first_ns);
+	pdx_mp_msg_u64(m, "t_last", pdx_now_ns());
+	pdx_mp_msg_i64(m, "first_token", x->first_token);
 }

@@ -67,6 +67,166 @@ void pdx_mp_kv_u32s(msgpack_packer *pk, const char *key, const uint32_t *v,
 		msgpack_pack_uint32(pk, v[i]);
 }
 
+/* Every write of a message goes through here: the first that runs out of
+ * memory marks it failed, and nothing is written after it. */
+static int msg_write(void *data, const char *buf, size_t len)
+{
+	struct pdx_mp_msg *m = data;
+
+	if (m->failed)
+		return -1;
+	if (msgpack_sbuffer_write(&m->buf, buf, len)) {
+		m->failed = true;
+		return -1;
+	}
+	return 0;
+}
+
+/* A map header whose size is not known yet: map32, rewritten on close. */
+static void msg_open(struct pdx_mp_msg *m)
+{
+	static const char map32[5] = { (char)0xdf, 0, 0, 0, 0 };
+
+	if (m->depth == PDX_MP_MSG_DEPTH) {
+		m->failed = true;
+		return;
+	}
+	m->open[m->depth].at = m->buf.size;
+	m->open[m->depth].n = 0;
+	m->depth++;
+	msg_write(m, map32, sizeof(map32));
+}
+
+/* The innermost map's header, now that its fields are counted: the one
+ * msgpack_pack_map() writes, the bytes after it moved up to meet it. */
+static void msg_close(struct pdx_mp_msg *m)
+{
+	size_t at, hdr;
+	uint8_t *b;
+	uint32_t n;
+
+	if (m->depth == 0) {
+		m->failed = true;
+		return;
+	}
+	m->depth--;
+	if (m->failed)
+		return;
+	at = m->open[m->depth].at;
+	n = m->open[m->depth].n;
+	b = (uint8_t *)m->buf.data + at;
+	if (n < 16) {
+		b[0] = (uint8_t)(0x80 | n);
+		hdr = 1;
+	} else if (n < 65536) {
+		b[0] = 0xde;
+		b[1] = (uint8_t)(n >> 8);
+		b[2] = (uint8_t)n;
+		hdr = 3;
+	} else {
+		b[1] = (uint8_t)(n >> 24);
+		b[2] = (uint8_t)(n >> 16);
+		b[3] = (uint8_t)(n >> 8);
+		b[4] = (uint8_t)n;
+		return;
+	}
+	memmove(b + hdr, b + 5, m->buf.size - at - 5);
+	m->buf.size -= 5 - hdr;
+}
+
+void pdx_mp_msg_init(struct pdx_mp_msg *m)
+{
+	memset(m, 0, sizeof(*m));
+	msgpack_sbuffer_init(&m->buf);
+	msgpack_packer_init(&m->pk, m, msg_write);
+	msg_open(m);
+}
+
+int pdx_mp_msg_end(struct pdx_mp_msg *m)
+{
+	bool nested = m->depth != 1;
+
+	msg_close(m);
+	return m->failed || nested ? -1 : 0;
+}
+
+void pdx_mp_msg_free(struct pdx_mp_msg *m)
+{
+	msgpack_sbuffer_destroy(&m->buf);
+}
+
+msgpack_packer *pdx_mp_msg_key(struct pdx_mp_msg *m, const char *key)
+{
+	if (m->depth)
+		m->open[m->depth - 1].n++;
+	else
+		m->failed = true;
+	pdx_mp_str(&m->pk, key);
+	return &m->pk;
+}
+
+void pdx_mp_msg_str(struct pdx_mp_msg *m, const char *key, const char *val)
+{
+	pdx_mp_str(pdx_mp_msg_key(m, key), val);
+}
+
+void pdx_mp_msg_u64(struct pdx_mp_msg *m, const char *key, uint64_t val)
+{
+	msgpack_pack_uint64(pdx_mp_msg_key(m, key), val);
+}
+
+void pdx_mp_msg_i64(struct pdx_mp_msg *m, const char *key, int64_t val)
+{
+	msgpack_pack_int64(pdx_mp_msg_key(m, key), val);
+}
+
+void pdx_mp_msg_bool(struct pdx_mp_msg *m, const char *key, bool val)
+{
+	msgpack_packer *pk = pdx_mp_msg_key(m, key);
+
+	if (val)
+		msgpack_pack_true(pk);
+	else
+		msgpack_pack_false(pk);
+}
+
+void pdx_mp_msg_bin(struct pdx_mp_msg *m, const char *key, const void *p,
+		    size_t n)
+{
+	pdx_mp_bin(pdx_mp_msg_key(m, key), p, n);
+}
+
+void pdx_mp_msg_xfer(struct pdx_mp_msg *m, const char *key,
+		     const struct pdx_xfer_id *x)
+{
+	pdx_mp_msg_bin(m, key, x->b, sizeof(x->b));
+}
+
+void pdx_mp_msg_u32s(struct pdx_mp_msg *m, const char *key, const uint32_t *v,
+		     size_t n)
+{
+	msgpack_packer *pk = pdx_mp_msg_key(m, key);
+
+	msgpack_pack_array(pk, n);
+	for (size_t i = 0; i < n && !m->failed; i++)
+		msgpack_pack_uint32(pk, v[i]);
+}
+
+void pdx_mp_msg_map_open(struct pdx_mp_msg *m, const char *key)
+{
+	if (key)
+		pdx_mp_msg_key(m, key);
+	msg_open(m);
+}
+
+void pdx_mp_msg_map_close(struct pdx_mp_msg *m)
+{
+	if (m->depth <= 1) /* the top map closes only at the end */
+		m->failed = true;
+	else
+		msg_close(m);
+}
+
 /* The size of the header at p[0..left) and what follows it: *body bytes of
  * payload, *items elements. -1 when the header itself is cut short. */
 static int mp_header(const uint8_t *p, size_t left, size_t *hdr, uint64_t *body,

@@ -19,6 +19,50 @@ struct pdx_mp_out {
 void pdx_mp_out_init(struct pdx_mp_out *o);
 void pdx_mp_out_free(struct pdx_mp_out *o);
 
+/* A message being built: a map whose fields are counted as they are
+ * written (no map size written by hand that can drift from the fields
+ * below it), and whose every write is checked, so that one check at the
+ * end reports a message that ran out of memory. Maps nest (a field whose
+ * value is a map) up to PDX_MP_MSG_DEPTH; each is encoded as
+ * msgpack_pack_map() would, smallest header first. */
+#define PDX_MP_MSG_DEPTH 4
+
+struct pdx_mp_msg {
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+	bool failed; /* a write ran out of memory, or maps nest too deep */
+	uint32_t depth;
+	struct {
+		size_t at;  /* its header's offset in buf */
+		uint32_t n; /* fields written */
+	} open[PDX_MP_MSG_DEPTH];
+};
+
+/* Starts a message: its top map is open. */
+void pdx_mp_msg_init(struct pdx_mp_msg *m);
+/* Closes the top map: 0, or -1 when a write failed or a nested map was
+ * left open (the message is then unusable; free it). */
+int pdx_mp_msg_end(struct pdx_mp_msg *m);
+void pdx_mp_msg_free(struct pdx_mp_msg *m);
+/* Writes key as the next field of the innermost open map and counts it;
+ * the caller packs exactly one value with the packer returned. */
+msgpack_packer *pdx_mp_msg_key(struct pdx_mp_msg *m, const char *key);
+void pdx_mp_msg_str(struct pdx_mp_msg *m, const char *key, const char *val);
+void pdx_mp_msg_u64(struct pdx_mp_msg *m, const char *key, uint64_t val);
+void pdx_mp_msg_i64(struct pdx_mp_msg *m, const char *key, int64_t val);
+void pdx_mp_msg_bool(struct pdx_mp_msg *m, const char *key, bool val);
+void pdx_mp_msg_bin(struct pdx_mp_msg *m, const char *key, const void *p,
+		    size_t n);
+void pdx_mp_msg_xfer(struct pdx_mp_msg *m, const char *key,
+		     const struct pdx_xfer_id *x);
+void pdx_mp_msg_u32s(struct pdx_mp_msg *m, const char *key, const uint32_t *v,
+		     size_t n);
+/* Opens a map as a value: of the field key, or (key NULL) as the next
+ * element of an array the caller packed; its fields follow, counted, until
+ * pdx_mp_msg_map_close(). */
+void pdx_mp_msg_map_open(struct pdx_mp_msg *m, const char *key);
+void pdx_mp_msg_map_close(struct pdx_mp_msg *m);
+
 void pdx_mp_str(msgpack_packer *pk, const char *s);
 void pdx_mp_bin(msgpack_packer *pk, const void *p, size_t n);
 void pdx_mp_kv_str(msgpack_packer *pk, const char *key, const char *val);

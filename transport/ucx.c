@@ -25,7 +25,7 @@ struct am_handler {
 	struct pdx_ucx *u;
 };
 
-#define AM_IDS 4
+#define AM_IDS 8
 
 struct pdx_ucx {
 	ucp_context_h ctx;

@@ -47,6 +47,7 @@ void pdx_ucx_progress(struct pdx_ucx *u, uint64_t spin_ns);
 /* The worker address to give peers; valid until pdx_ucx_free(). */
 void pdx_ucx_address(const struct pdx_ucx *u, const void **addr, size_t *len);
 
+/* Sets the handler of active-message id (below 8: PDX_EINVAL else). */
 pdx_status_t pdx_ucx_am_handler(struct pdx_ucx *u, unsigned id,
 				pdx_ucx_am_cb cb, void *arg);
 /* Receives rendezvous data straight into dst (len bytes); cb fires when it

@@ -428,6 +428,20 @@ pdx_status_t pdx_ucx_flush(struct pdx_ucx_ep *ep, pdx_ucx_done_cb cb, void *arg)
 	return op_add(ep, cb, arg);
 }
 
+/* The handlers push_am_register() sets, by active-message id. */
+static pdx_ucx_am_cb am_handlers[8];
+
+pdx_status_t pdx_ucx_am_handler(struct pdx_ucx *u, unsigned id,
+				pdx_ucx_am_cb cb, void *arg)
+{
+	if (id >= 8)
+		return PDX_EINVAL;
+	if (am_handlers[id] && am_handlers[id] != cb)
+		die("two handlers for active-message id %u", id);
+	am_handlers[id] = cb;
+	return PDX_OK;
+}
+
 /* A rendezvous descriptor: the payload of the record that delivered it. */
 struct rndv {
 	const uint8_t *data;
@@ -509,6 +523,8 @@ void fa_init(struct agent *a, uint8_t cfg)
 	a->instance = 1;
 	snprintf(a->peer_addr, sizeof(a->peer_addr), "%s", FA_SELF);
 	snprintf(a->host_id, sizeof(a->host_id), "%s", FA_HOST);
+	if (push_am_register(a) || !am_handlers[AM_RUN])
+		die("no handler for the am path's messages");
 	cur = a;
 }
 
@@ -571,7 +587,7 @@ void fa_hello(struct agent *a)
 	msgpack_pack_map(&o.pk, 10);
 	pdx_mp_kv_str(&o.pk, "op", "hello");
 	pdx_mp_kv_str(&o.pk, "from", FA_PEER);
-	pdx_mp_kv_u64(&o.pk, "v", 1);
+	pdx_mp_kv_u64(&o.pk, "v", PEER_PROTOCOL_VERSION);
 	pdx_mp_kv_u64(&o.pk, "instance", 7);
 	pdx_mp_kv_str(&o.pk, "host", FA_HOST);
 	pdx_mp_str(&o.pk, "shm");
@@ -602,7 +618,7 @@ static void am_deliver(struct agent *a, const uint8_t *p, size_t n, bool rndv)
 
 	/* the handler may write into the payload when eager; give it a copy */
 	if (rndv) {
-		push_am_handler(a, p, hdr_len, &r, r.len, true);
+		am_handlers[AM_RUN](a, p, hdr_len, &r, r.len, true);
 		return;
 	}
 	{
@@ -611,7 +627,7 @@ static void am_deliver(struct agent *a, const uint8_t *p, size_t n, bool rndv)
 		if (!copy)
 			die("out of memory");
 		memcpy(copy, r.data, r.len);
-		push_am_handler(a, p, hdr_len, copy, r.len, false);
+		am_handlers[AM_RUN](a, p, hdr_len, copy, r.len, false);
 		free(copy);
 	}
 }

@@ -1,5 +1,5 @@
-/* An agent for the fuzz targets: agent/engine_link.c, peer.c, xfer.c, the
- * data paths and notify.c as they are, with main.c's sockets (and its
+/* An agent for the fuzz targets: agent/engine_link.c, the peer link,
+ * xfer.c, the data paths and notify.c as they are, with main.c's sockets (and its
  * xfer_ops and settle), zsend.c, ZeroMQ and the UCX transport replaced by
  * stubs in agent_harness.c (no socket, no shared memory: a "shm" region
  * named /fuzz... is a memfd of FA_SHM_BYTES).

@@ -1,5 +1,7 @@
 /* msgpack helpers and the layout codec: round trips, and refusals. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/layout_mp.h"
 #include "common/mp.h"
@@ -193,10 +195,115 @@ static void utf8_clean(void)
 		 0); /* cut on a boundary */
 }
 
+/* A huge allocation fails (returns NULL) under ASan as it does without. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+	return "allocator_may_return_null=1";
+}
+
+/* n fields built by the counting builder, byte for byte what a map size
+ * written by hand gives. */
+static void msg_counts(uint32_t n)
+{
+	struct pdx_mp_msg m;
+	struct pdx_mp_out o;
+	char key[16];
+
+	pdx_mp_msg_init(&m);
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, n);
+	for (uint32_t i = 0; i < n; i++) {
+		snprintf(key, sizeof(key), "k%u", i);
+		pdx_mp_msg_u64(&m, key, i);
+		pdx_mp_kv_u64(&o.pk, key, i);
+	}
+	CHECK_EQ(pdx_mp_msg_end(&m), 0);
+	CHECK_EQ(m.buf.size, o.buf.size);
+	CHECK(m.buf.size == o.buf.size &&
+	      memcmp(m.buf.data, o.buf.data, o.buf.size) == 0);
+	pdx_mp_msg_free(&m);
+	pdx_mp_out_free(&o);
+}
+
+static void msg_builder(void)
+{
+	static const uint32_t blocks[] = { 7, 8, 1u << 31 };
+	struct pdx_xfer_id id;
+	struct pdx_mp_msg m;
+	msgpack_unpacked msg;
+	const msgpack_object *r;
+	char op[16], s[16];
+	uint64_t u;
+
+	msg_counts(0);
+	msg_counts(15);
+	msg_counts(16);
+	msg_counts(70000);
+
+	/* nested maps, in a field and in an array, counted each */
+	pdx_xfer_id_random(&id);
+	pdx_mp_msg_init(&m);
+	pdx_mp_msg_str(&m, "op", "hello");
+	pdx_mp_msg_xfer(&m, "xfer", &id);
+	pdx_mp_msg_map_open(&m, "staging");
+	pdx_mp_msg_str(&m, "name", "/s");
+	pdx_mp_msg_u64(&m, "slots", 4);
+	pdx_mp_msg_map_close(&m);
+	msgpack_pack_array(pdx_mp_msg_key(&m, "regions"), 2);
+	for (int i = 0; i < 2; i++) {
+		pdx_mp_msg_map_open(&m, NULL);
+		pdx_mp_msg_u64(&m, "size", 100 + i);
+		if (i)
+			pdx_mp_msg_bool(&m, "cuda", true);
+		pdx_mp_msg_map_close(&m);
+	}
+	pdx_mp_msg_u32s(&m, "blocks", blocks, 3);
+	pdx_mp_msg_i64(&m, "status", -101);
+	CHECK_EQ(pdx_mp_msg_end(&m), 0);
+	CHECK_EQ(pdx_mp_parse(m.buf.data, m.buf.size, &msg, op, sizeof(op)), 0);
+	CHECK_EQ(msg.data.via.map.size, 6);
+	CHECK_EQ(pdx_mp_get_str(pdx_mp_get(&msg.data, "staging"), "name", s,
+				sizeof(s)), 0);
+	CHECK_EQ(pdx_mp_get_u64(pdx_mp_get(&msg.data, "staging"), "slots", &u),
+		 0);
+	CHECK_EQ(u, 4);
+	r = pdx_mp_get(&msg.data, "regions");
+	CHECK(r && r->type == MSGPACK_OBJECT_ARRAY && r->via.array.size == 2);
+	if (r && r->type == MSGPACK_OBJECT_ARRAY && r->via.array.size == 2) {
+		CHECK_EQ(r->via.array.ptr[0].via.map.size, 1);
+		CHECK_EQ(r->via.array.ptr[1].via.map.size, 2);
+		CHECK_EQ(pdx_mp_get_u64(&r->via.array.ptr[1], "size", &u), 0);
+		CHECK_EQ(u, 101);
+	}
+	CHECK_EQ(pdx_mp_get_u64(&msg.data, "status", &u), -1); /* negative */
+	msgpack_unpacked_destroy(&msg);
+	pdx_mp_msg_free(&m);
+
+	/* out of memory: reported at the end, whatever came after it */
+	pdx_mp_msg_init(&m);
+	pdx_mp_msg_str(&m, "op", "want");
+	pdx_mp_msg_bin(&m, "huge", "x", (size_t)1 << 52);
+	pdx_mp_msg_u64(&m, "skip", 1);
+	CHECK_EQ(pdx_mp_msg_end(&m), -1);
+	pdx_mp_msg_free(&m);
+
+	/* a nested map left open, or one closed too many: refused */
+	pdx_mp_msg_init(&m);
+	pdx_mp_msg_map_open(&m, "a");
+	CHECK_EQ(pdx_mp_msg_end(&m), -1);
+	pdx_mp_msg_free(&m);
+	pdx_mp_msg_init(&m);
+	pdx_mp_msg_map_close(&m);
+	CHECK_EQ(pdx_mp_msg_end(&m), -1);
+	pdx_mp_msg_free(&m);
+}
+
 int main(void)
 {
 	layout_round_trip();
 	message_round_trip();
+	msg_builder();
 	layout_checks();
 	container_bombs();
 	utf8_clean();

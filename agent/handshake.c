@@ -1,0 +1,416 @@
+/* The handshake (docs/protocol.md, "hello and hello_ack"): our hello,
+ * sent before the first transfer with a peer and again when it may have
+ * restarted; and theirs, taken in three steps: parsed into a struct
+ * hello (nothing of ours touched), checked against our registration
+ * (refused with why), applied to the peer (its endpoint, regions, rkeys
+ * and data path). A peer ready or refused moves its transfers on. */
+#define PDX_LOG_TOPIC "peer"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/agent.h"
+#include "common/clock.h"
+#include "common/layout_mp.h"
+#include "common/log.h"
+#include "common/mp.h"
+
+/* A hello as it came, read into our types; regions and layout are its
+ * own until hello_apply() gives them to the peer. */
+struct hello {
+	uint64_t v, instance, compat;
+	char host[192];
+	bool shm;      /* its UCX may use shared memory */
+	bool cuda_ucx; /* its UCX moves GPU memory */
+	bool cuda;     /* its KV is GPU memory (a region of type cuda) */
+	bool done_ucx; /* it takes "done" by UCX on the ipc lane */
+	const void *ucx; /* its worker address, in the message */
+	size_t ucx_len;
+	struct pdx_kv_layout layout;
+	struct remote_region *regions; /* addr, size, name, cuda, ipc */
+	struct {
+		const void *p; /* the packed rkey, in the message */
+		size_t len;
+	} *rkeys;
+	uint32_t n_regions;
+	const msgpack_object *staging;
+};
+
+static void hello_free(struct hello *h)
+{
+	free(h->layout.layer);
+	free(h->regions);
+	free(h->rkeys);
+}
+
+static bool get_bool(const msgpack_object *m, const char *key)
+{
+	const msgpack_object *o = pdx_mp_get(m, key);
+
+	return o && o->type == MSGPACK_OBJECT_BOOLEAN && o->via.boolean;
+}
+
+/* One region of the hello; a GPU one carries its CUDA IPC handle. */
+static int parse_region(const msgpack_object *o, struct remote_region *r,
+			const void **rkey, size_t *rkey_len)
+{
+	char type[16];
+	const void *ipc;
+	size_t ipc_len;
+
+	if (pdx_mp_get_u64(o, "addr", &r->addr) ||
+	    pdx_mp_get_u64(o, "size", &r->size) ||
+	    pdx_mp_get_bin(o, "rkey", rkey, rkey_len))
+		return -1;
+	pdx_mp_get_str(o, "name", r->shm_name, sizeof(r->shm_name));
+	if (pdx_mp_get_str(o, "type", type, sizeof(type)) == 0 &&
+	    strcmp(type, "cuda") == 0) {
+		r->cuda = true;
+		if (pdx_mp_get_bin(o, "ipc", &ipc, &ipc_len) == 0 &&
+		    ipc_len == PDX_CUDA_IPC_BYTES)
+			memcpy(r->ipc, ipc, PDX_CUDA_IPC_BYTES);
+	}
+	return 0;
+}
+
+/* Reads m into h (which hello_free() frees whatever this returns); a
+ * message it cannot read is refused, saying what is wrong. */
+static pdx_status_t hello_parse(const msgpack_object *m, struct hello *h,
+				char *err, size_t errlen)
+{
+	const msgpack_object *regions = pdx_mp_get(m, "regions");
+	const msgpack_object *layout = pdx_mp_get(m, "layout");
+
+	memset(h, 0, sizeof(*h));
+	if (pdx_mp_get_u64(m, "v", &h->v) ||
+	    pdx_mp_get_u64(m, "instance", &h->instance) ||
+	    pdx_mp_get_str(m, "host", h->host, sizeof(h->host)) ||
+	    pdx_mp_get_u64(m, "compat", &h->compat) ||
+	    pdx_mp_get_bin(m, "ucx", &h->ucx, &h->ucx_len) || !regions ||
+	    regions->type != MSGPACK_OBJECT_ARRAY ||
+	    regions->via.array.size > PDX_MAX_REGIONS) {
+		/* another version may say all this otherwise: the version,
+		 * when it differs, is the reason */
+		if (h->v && h->v != PEER_PROTOCOL_VERSION)
+			return PDX_OK;
+		snprintf(err, errlen, "malformed handshake");
+		return PDX_EINVAL;
+	}
+	h->shm = get_bool(m, "shm");
+	h->cuda_ucx = get_bool(m, "cuda_ucx");
+	h->done_ucx = get_bool(m, "done_ucx");
+	h->staging = pdx_mp_get(m, "staging");
+	h->n_regions = regions->via.array.size;
+	h->regions = calloc(h->n_regions ? h->n_regions : 1, sizeof(*h->regions));
+	h->rkeys = calloc(h->n_regions ? h->n_regions : 1, sizeof(*h->rkeys));
+	if (!h->regions || !h->rkeys) {
+		snprintf(err, errlen, "out of memory");
+		return PDX_ENOMEM;
+	}
+	for (uint32_t i = 0; i < h->n_regions; i++) {
+		if (parse_region(&regions->via.array.ptr[i], &h->regions[i],
+				 &h->rkeys[i].p, &h->rkeys[i].len)) {
+			snprintf(err, errlen, "malformed region %u", i);
+			return PDX_EINVAL;
+		}
+		h->cuda = h->cuda || h->regions[i].cuda;
+	}
+	return pdx_layout_unpack(layout ? layout : m, &h->layout, err, errlen);
+}
+
+/* Whether we can transfer with the agent that sent h: an engine here,
+ * the same protocol, the same layout, which fits the regions it offers,
+ * and the same kind of memory. */
+static pdx_status_t hello_check(const struct agent *a, const struct peer *p,
+				const struct hello *h, char *err, size_t errlen)
+{
+	char diff[PDX_REASON_MAX], why[PDX_REASON_MAX];
+	uint64_t *sizes;
+	int bad;
+
+	if (!a->reg.ok) {
+		snprintf(err, errlen, "no engine registered at %s", a->peer_addr);
+		return PDX_ENOTREG;
+	}
+	if (h->v != PEER_PROTOCOL_VERSION) {
+		snprintf(err, errlen, "protocol version %llu != %d",
+			 (unsigned long long)h->v, PEER_PROTOCOL_VERSION);
+		return PDX_EINCOMPAT;
+	}
+	if (pdx_kv_layout_diff(&a->reg.layout, &h->layout, diff, sizeof(diff)) ||
+	    h->compat != pdx_kv_layout_compat_hash(&h->layout)) {
+		snprintf(err, errlen, "layout differs (ours vs %s): %s", p->addr,
+			 diff[0] ? diff : "compatibility hash");
+		return PDX_EINCOMPAT;
+	}
+	/* Its layout must fit the regions it offers: refused here with a
+	 * reason, not found out at the first push. */
+	sizes = calloc(h->n_regions ? h->n_regions : 1, sizeof(*sizes));
+	if (!sizes) {
+		snprintf(err, errlen, "out of memory");
+		return PDX_ENOMEM;
+	}
+	for (uint32_t i = 0; i < h->n_regions; i++)
+		sizes[i] = h->regions[i].size;
+	bad = pdx_kv_layout_check(&h->layout, sizes, h->n_regions, why,
+				  sizeof(why));
+	free(sizes);
+	if (bad) {
+		snprintf(err, errlen, "layout of %s does not fit its regions: %s",
+			 p->addr, why);
+		return PDX_EINVAL;
+	}
+	if (a->reg.cuda != h->cuda) {
+		snprintf(err, errlen, "our KV is in %s memory, %s's in %s memory: not supported",
+			 a->reg.cuda ? "GPU" : "host", p->addr,
+			 h->cuda ? "GPU" : "host");
+		return PDX_EINCOMPAT;
+	}
+	return PDX_OK;
+}
+
+/* hello or hello_ack: what a peer needs of us to pick a data path. */
+static void send_hello(struct agent *a, struct peer *p, const char *op)
+{
+	struct peer_msg pm;
+	const void *ucx;
+	size_t ucx_len;
+
+	log_debug("%s to %s (state %d)", op, p->addr, p->state);
+	pdx_ucx_address(a->ucx, &ucx, &ucx_len);
+	peer_msg_begin(&pm, a, op, NULL, NULL);
+	pdx_mp_msg_u64(&pm.m, "v", PEER_PROTOCOL_VERSION);
+	pdx_mp_msg_u64(&pm.m, "instance", a->instance);
+	pdx_mp_msg_str(&pm.m, "host", a->host_id);
+	pdx_mp_msg_bool(&pm.m, "shm", path_ucx_has_shm());
+	pdx_mp_msg_u64(&pm.m, "compat",
+		       pdx_kv_layout_compat_hash(&a->reg.layout));
+	pdx_layout_pack(pdx_mp_msg_key(&pm.m, "layout"), &a->reg.layout);
+	pdx_mp_msg_bin(&pm.m, "ucx", ucx, ucx_len);
+	pdx_mp_msg_bool(&pm.m, "cuda_ucx", pdx_ucx_has_cuda(a->ucx));
+	staged_pack_hello(a, &pm.m);
+	pdx_mp_msg_bool(&pm.m, "done_ucx", true);
+	msgpack_pack_array(pdx_mp_msg_key(&pm.m, "regions"), a->reg.n_regions);
+	for (uint32_t i = 0; i < a->reg.n_regions; i++) {
+		const struct region *r = &a->reg.regions[i];
+
+		pdx_mp_msg_map_open(&pm.m, NULL);
+		pdx_mp_msg_str(&pm.m, "name", r->shm_name);
+		pdx_mp_msg_u64(&pm.m, "addr", (uint64_t)(uintptr_t)r->addr);
+		pdx_mp_msg_u64(&pm.m, "size", r->size);
+		pdx_mp_msg_bin(&pm.m, "rkey", r->rkey, r->rkey_len);
+		if (r->cuda) {
+			pdx_mp_msg_str(&pm.m, "type", "cuda");
+			pdx_mp_msg_bin(&pm.m, "ipc", r->ipc, PDX_CUDA_IPC_BYTES);
+		}
+		pdx_mp_msg_map_close(&pm.m);
+	}
+	if (peer_msg_send(&pm, p) == PDX_OK && strcmp(op, "hello") == 0) {
+		/* A stale peer's new transfers wait for its answer, which
+		 * tells whether it restarted. */
+		p->state = PEER_HELLO_SENT;
+		p->stale = false;
+		p->hello_sent_ns = pdx_now_ns();
+	}
+}
+
+struct peer *peer_get(struct agent *a, const char *addr)
+{
+	struct peer *p = peer_lookup(a, addr, true);
+	uint64_t bound = (uint64_t)a->cfg.handshake_timeout_ms * 1000000ULL;
+	uint64_t now = pdx_now_ns();
+	uint64_t quiet = 2ULL * a->cfg.heartbeat_ms * 1000000ULL;
+
+	if (!p || !a->reg.ok)
+		return p;
+	/* A hello that got no answer in time is sent again; so is one to a
+	 * peer that stopped answering (it may have restarted), and to one
+	 * we have not heard from for two heartbeat periods (one we have
+	 * transfers with answers our pings every period). Heartbeats watch
+	 * only peers with transfers: one killed while we had none with it
+	 * and restarted on the same address would otherwise get our next
+	 * "want" on its dead predecessor's handshake, and its hello crossing
+	 * that want would fail the transfer as begun with the old one
+	 * (found by scripts/soak: the first request to a restarted prefill
+	 * instance failed, and that instance kept the KV for a lease). The
+	 * hello costs a round trip, only after a quiet spell. */
+	if (p->state == PEER_NEW ||
+	    (p->state == PEER_READY && (p->stale || now - p->heard_ns > quiet)) ||
+	    (p->state == PEER_HELLO_SENT && now - p->hello_sent_ns > bound))
+		send_hello(a, p, "hello");
+	return p;
+}
+
+/* UCX found the peer dead: its transfers fail now; the endpoint is closed
+ * when the peer is met again (never from inside this callback). */
+static void peer_ep_error(void *arg, pdx_status_t status)
+{
+	struct peer *p = arg;
+
+	log_warn("peer %s unreachable: %s", p->addr, pdx_status_str(status));
+	p->state = PEER_NEW;
+	p->ep_failed = true;
+	staged_peer_gone(p->agent, p); /* no "free" will come */
+	xfers_peer_failed(p->agent, p, 0, PDX_EPEER, "ucx endpoint failed");
+}
+
+/* A checked hello -> a ready peer: its endpoint, its regions with their
+ * rkeys, its data path. A repeated hello (same instance) leaves the cache
+ * as it stands; a new instance fails what was begun with the old one. */
+static pdx_status_t hello_apply(struct agent *a, struct peer *p,
+				struct hello *h, char *err, size_t errlen)
+{
+	pdx_status_t st;
+
+	if (peer_known(p) && p->instance == h->instance) {
+		p->state = PEER_READY;
+		return PDX_OK;
+	}
+	if (p->ep) {
+		log_info("peer %s restarted: transfers begun with it fail", p->addr);
+		xfers_peer_failed(a, p, p->instance, PDX_EPEER, "peer restarted");
+	}
+	peer_reset(a, p);
+	p->layout = h->layout;
+	h->layout.layer = NULL;
+	p->instance = h->instance;
+	p->same_host = strcmp(h->host, a->host_id) == 0;
+	p->peer_shm = h->shm;
+	p->cuda_ucx = h->cuda_ucx;
+	p->cuda = h->cuda;
+	p->done_ucx = h->done_ucx;
+	st = pdx_ucx_ep_new(a->ucx, h->ucx, h->ucx_len,
+			    !(p->same_host && p->peer_shm && path_ucx_has_shm()),
+			    peer_ep_error, p, &p->ep);
+	if (st) {
+		snprintf(err, errlen, "ucx endpoint to %s: %s", p->addr,
+			 pdx_status_str(st));
+		return st;
+	}
+	p->regions = h->regions;
+	p->n_regions = h->n_regions;
+	h->regions = NULL;
+	for (uint32_t i = 0; i < p->n_regions; i++) {
+		/* a GPU region's rkey is empty where its UCX cannot register
+		 * GPU memory */
+		if (p->regions[i].cuda && h->rkeys[i].len == 0)
+			continue;
+		st = pdx_ucx_rkey_unpack(p->ep, h->rkeys[i].p, h->rkeys[i].len,
+					 &p->regions[i].rkey);
+		if (st) {
+			snprintf(err, errlen, "rkey %u of %s: %s", i, p->addr,
+				 pdx_status_str(st));
+			return st;
+		}
+	}
+	st = path_choose(a, p, h->staging, err, errlen);
+	if (st)
+		return st;
+	p->state = PEER_READY;
+	log_info("peer %s ready: %s, data by %s%s", p->addr,
+		 p->same_host ? "same host" : "remote host",
+		 data_path_name(p->path),
+		 p->staged_shared ? ", its staging mapped here" : "");
+	return PDX_OK;
+}
+
+/* {"op": "want", "xfer", "blocks": ours, "skip", "pull" when we read} */
+static pdx_status_t send_want(struct agent *a, struct peer *p,
+			      const struct xfer *x)
+{
+	struct peer_msg pm;
+
+	peer_msg_begin(&pm, a, "want", &x->id, NULL);
+	pdx_mp_msg_u32s(&pm.m, "blocks", x->blocks, x->n_blocks);
+	pdx_mp_msg_u64(&pm.m, "skip", x->skip);
+	if (x->pull)
+		pdx_mp_msg_bool(&pm.m, "pull", true);
+	return peer_msg_send(&pm, p);
+}
+
+void xfers_peer_ready(struct agent *a, struct peer *p)
+{
+	struct xfer *x, *tmp;
+
+	if (!p)
+		return;
+	HASH_ITER(hh, a->xfers, x, tmp) {
+		if (x->peer != p || x->finished || !x->announced)
+			continue;
+		if (p->state == PEER_REFUSED) {
+			xfer_fail(x, PDX_EINCOMPAT, false, "peer %s refused: %s",
+				  p->addr, p->refusal);
+		} else if (p->state != PEER_READY) {
+			continue;
+		} else if (x->role == XFER_RECV && !x->want_sent) {
+			/* with every block held here there is nothing to read */
+			const char *why = x->pull && x->skip < x->n_blocks
+						  ? pull_refusal(a, p)
+						  : NULL;
+
+			if (why) {
+				xfer_fail(x, PDX_EINCOMPAT, true,
+					  "pull from %s: %s", p->addr, why);
+				continue;
+			}
+			x->want_sent = true;
+			log_debug("want to %s", p->addr);
+			x->peer_instance = p->instance;
+			if (send_want(a, p, x))
+				xfer_fail(x, PDX_EPEER, false,
+					  "cannot reach %s", p->addr);
+		} else if (x->role == XFER_SEND) {
+			push_try(x);
+		}
+	}
+}
+
+void handshake_on_hello(struct agent *a, const char *from,
+			const msgpack_object *m, bool is_ack)
+{
+	struct peer *p = peer_lookup(a, from, true);
+	char err[PDX_REASON_MAX];
+	struct hello h;
+	pdx_status_t st;
+
+	if (!p)
+		return;
+	p->heard_ns = pdx_now_ns(); /* first met through its hello: heard now */
+	log_debug("%s from %s (state %d)", is_ack ? "hello_ack" : "hello", from,
+		  p->state);
+	st = hello_parse(m, &h, err, sizeof(err));
+	if (!st)
+		st = hello_check(a, p, &h, err, sizeof(err));
+	if (!st)
+		st = hello_apply(a, p, &h, err, sizeof(err));
+	hello_free(&h);
+	metrics_handshake(a, st == PDX_OK);
+	if (st) {
+		log_warn("handshake with %s refused: %s", from, err);
+		peer_reset(a, p);
+		if (!is_ack)
+			peer_send(a, p, "hello_nack", NULL, err);
+		p->state = PEER_REFUSED;
+		snprintf(p->refusal, sizeof(p->refusal), "%s", err);
+	} else if (!is_ack) {
+		send_hello(a, p, "hello_ack");
+	}
+	xfers_peer_ready(a, p);
+	if (p->state == PEER_REFUSED)
+		peer_reset(a, p); /* the next transfer tries afresh */
+}
+
+void handshake_on_nack(struct agent *a, struct peer *p,
+		       const msgpack_object *m)
+{
+	char reason[PDX_REASON_MAX] = "refused";
+
+	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
+	log_warn("handshake refused by %s: %s", p->addr, reason);
+	metrics_handshake(a, false);
+	peer_reset(a, p);
+	p->state = PEER_REFUSED;
+	snprintf(p->refusal, sizeof(p->refusal), "%s", reason);
+	xfers_peer_ready(a, p);
+	peer_reset(a, p);
+}

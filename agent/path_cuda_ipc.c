@@ -1,0 +1,29 @@
+/* The cuda-ipc data path (GPU memory, one host): our stream copies each
+ * run of computed layers straight into the receiver's blocks, its memory
+ * opened here with CUDA IPC; a copy is complete when its stream callback
+ * runs, so "done" needs no flush. */
+#define PDX_LOG_TOPIC "gpu"
+#include "agent/agent.h"
+
+/* Layers are consecutive segments in staging order, so n layers are one
+ * range: one copy kernel into the receiver's blocks, opened here. */
+static pdx_status_t cuda_ipc_push(struct xfer *x, uint32_t layer, uint32_t n)
+{
+	struct agent *a = x->agent;
+	uint64_t segs = gpu_layer_segments(x);
+	pdx_status_t st;
+
+	if (!x->plan && (st = gpu_plan_xfer(x)))
+		return st;
+	st = gpu_plan_copy(a->gpu, x->plan, x->peer_plan, layer * segs,
+			   n * segs);
+	if (st)
+		return st;
+	x->bytes += n * segs * pdx_kv_layout_block_bytes(&a->reg.layout);
+	return gpu_launched(x, gpu_then(a->gpu, complete_op_ended_cb, x));
+}
+
+const struct data_path_ops data_path_cuda_ipc_ops = {
+	.push = cuda_ipc_push,
+	.layer_runs = true,
+};

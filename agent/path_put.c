@@ -1,0 +1,35 @@
+/* The put data path (host memory): UCX puts each run into the
+ * receiver's blocks with its rkeys, flushed before "done"; cuda-put puts
+ * GPU memory the same way. */
+#define PDX_LOG_TOPIC "push"
+#include "agent/agent.h"
+
+static pdx_status_t put_run(struct xfer *x, uint32_t layer, uint32_t t,
+			    const struct pdx_run *r, const struct host_run *at)
+{
+	const struct remote_region *rr = &x->peer->regions[at->ri];
+	pdx_status_t st;
+
+	st = pdx_ucx_put(x->peer->ep, at->src, at->len, at->mem,
+			 rr->addr + at->off, rr->rkey, complete_op_ended_cb, x);
+	if (!st)
+		host_op_started(x, at->len);
+	return st;
+}
+
+pdx_status_t path_put_layer(struct xfer *x, uint32_t layer)
+{
+	return host_each_run(x, layer, true, put_run);
+}
+
+static pdx_status_t put_push(struct xfer *x, uint32_t layer, uint32_t n)
+{
+	return path_put_layer(x, layer);
+}
+
+const struct data_path_ops data_path_put_ops = {
+	.ready = host_plan_runs,
+	.push = put_push,
+	.flush = complete_flush_ucx,
+};
+

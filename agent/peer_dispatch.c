@@ -1,0 +1,254 @@
+/* The peer link's messages as they arrive (docs/protocol.md section 2):
+ * each op to its handler; the handshake's to handshake.c, pull's
+ * (readable, pulled) to pull.c, want, done, abort, error and ping here. */
+#define PDX_LOG_TOPIC "peer"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/agent.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/mp.h"
+
+#define MAX_BLOCKS (1u << 20)
+
+static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
+{
+	struct pdx_xfer_id id;
+	struct xfer *x;
+	uint32_t *blocks = NULL;
+	size_t n = 0;
+	uint64_t skip = 0;
+	bool pull = false;
+	const char *why;
+
+	if (pdx_mp_get_xfer(m, "xfer", &id))
+		return;
+	if (!a->reg.ok || pdx_mp_get_u32s(m, "blocks", MAX_BLOCKS, &blocks, &n) || n == 0 ||
+	    pdx_mp_get_u64(m, "skip", &skip) || skip > n ||
+	    (pdx_mp_get(m, "pull") && pdx_mp_get_bool(m, "pull", &pull))) {
+		free(blocks);
+		peer_send(a, p, "error", &id, "want: malformed or no handshake");
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (blocks[i] >= p->layout.blocks) {
+			free(blocks);
+			peer_send(a, p, "error", &id,
+				  "want: block outside your registered layout");
+			return;
+		}
+	}
+	x = xfer_find(a, &id);
+	xfer_claim(x, p);
+	if (!x && (why = pdx_ended_find(a->ended, &id, p->addr)) != NULL) {
+		char reason[PDX_REASON_MAX];
+
+		free(blocks);
+		snprintf(reason, sizeof(reason), "transfer ended here: %s", why);
+		peer_send(a, p, "error", &id, reason);
+		return;
+	}
+	/* another agent's, in flight or ended here (an open send it
+	 * claimed first) */
+	if ((x && (x->role != XFER_SEND || x->remote_blocks || x->finished ||
+		   strcmp(x->peer_addr, p->addr) != 0)) ||
+	    (!x && pdx_ended_find(a->ended, &id, NULL))) {
+		free(blocks);
+		log_warn("want from %s refused: transfer is not for it", p->addr);
+		peer_send(a, p, "error", &id, "transfer is not for this agent");
+		return;
+	}
+	if (!x) {
+		/* Before our engine announced it: hold it, bounded in time. */
+		x = xfer_new(a, &id, XFER_SEND, p->addr, a->cfg.xfer_timeout_ms);
+		if (!x) {
+			free(blocks);
+			peer_send(a, p, "error", &id, "sender is full");
+			return;
+		}
+		x->peer = p;
+	}
+	x->remote_blocks = blocks;
+	x->n_remote = (uint32_t)n; /* checked against ours before any push */
+	x->skip = (uint32_t)skip;
+	x->pull = pull;
+	x->peer_instance = p->instance;
+	pdx_xfer_sm_blocks_known(&x->sm);
+	if (x->announced) {
+		xfer_begin_phase(x); /* the lease ends, the transfer begins */
+		push_try(x);
+	}
+}
+
+static struct xfer *peer_xfer(struct agent *a, struct peer *p,
+			      const msgpack_object *m, const char *op)
+{
+	struct pdx_xfer_id id;
+	struct xfer *x;
+
+	if (pdx_mp_get_xfer(m, "xfer", &id))
+		return NULL;
+	x = xfer_find(a, &id);
+	if (!x || x->finished || strcmp(x->peer_addr, p->addr) != 0) {
+		if (strcmp(op, "done") == 0 || strcmp(op, "readable") == 0)
+			peer_send(a, p, "error", &id, "unknown transfer");
+		log_debug("%s from %s for a transfer not in flight: ignored", op,
+			  p->addr);
+		return NULL;
+	}
+	return x;
+}
+
+static void on_done(struct agent *a, struct peer *p, const msgpack_object *m)
+{
+	struct xfer *x = peer_xfer(a, p, m, "done");
+	uint64_t bytes, am_bytes = 0;
+	int64_t first_token;
+
+	if (!x)
+		return;
+	xfer_mark(x, MARK_DONE_HEARD);
+	if (x->role != XFER_RECV || !x->announced ||
+	    pdx_mp_get_u64(m, "bytes", &bytes)) {
+		peer_send(a, p, "error", &x->id, "done: not a transfer to you");
+		return;
+	}
+	pdx_mp_get_u64(m, "am_bytes", &am_bytes);
+	if (pdx_mp_get_i64(m, "first_token", &first_token))
+		first_token = -1; /* optional */
+	log_debug("done from %s: %llu bytes", p->addr, (unsigned long long)bytes);
+	complete_done_heard(x, bytes, am_bytes, first_token);
+}
+
+static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
+		     bool refused)
+{
+	char reason[PDX_REASON_MAX] = "no reason given", why[PDX_REASON_MAX];
+	struct pdx_xfer_id id;
+	struct xfer *x;
+
+	/* An abort presenting an open send's id claims it as a want would
+	 * (the id is its credential), to end it: a decode request that left
+	 * before asking for its KV frees the sender's blocks now. */
+	if (!refused && pdx_mp_get_xfer(m, "xfer", &id) == 0)
+		xfer_claim(xfer_find(a, &id), p);
+	x = peer_xfer(a, p, m, "abort");
+	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
+	if (!x && !refused && pdx_mp_get_xfer(m, "xfer", &id) == 0 &&
+	    !xfer_find(a, &id)) {
+		/* Before our engine heard of it: when it announces it, it
+		 * fails at once. */
+		snprintf(why, sizeof(why), "aborted by %s: %s", p->addr, reason);
+		pdx_ended_add(a->ended, &id, p->addr, why);
+	}
+	if (!x)
+		return;
+	if (!x->announced) {
+		/* Our engine has not announced it yet: remember, so that it
+		 * fails at once when it does instead of waiting for blocks
+		 * that will never come. */
+		snprintf(x->peer_abort, sizeof(x->peer_abort), "%s by %s: %s",
+			 refused ? "refused" : "aborted", p->addr, reason);
+		return;
+	}
+	xfer_fail(x, refused ? PDX_ENOENT : PDX_ECANCELED, false, "%s by %s: %s",
+		  refused ? "refused" : "aborted", p->addr, reason);
+}
+
+/* A ping says the peer is alive and lists the transfers its engine holds
+ * queued for us: their senders' leases are renewed (liveness.c sends
+ * ours). */
+static void on_ping(struct agent *a, const char *from, const msgpack_object *m)
+{
+	struct peer *p = peer_get(a, from);
+	const msgpack_object *hold = pdx_mp_get(m, "hold");
+	uint64_t lease_end;
+
+	if (!p)
+		return;
+	peer_send(a, p, "pong", NULL, NULL);
+	/* Renewals count only from a peer we shook hands with (it may have
+	 * restarted and lost them); peer_get() sent it a hello if not. */
+	if (!peer_known(p) || !hold || hold->type != MSGPACK_OBJECT_ARRAY)
+		return;
+	lease_end = pdx_now_ns() + (uint64_t)a->cfg.lease_ms * 1000000ULL;
+	for (uint32_t i = 0; i < hold->via.array.size; i++) {
+		struct pdx_xfer_id id;
+		struct xfer *x;
+
+		if (pdx_mp_obj_xfer(&hold->via.array.ptr[i], &id))
+			continue;
+		/* Unknown here: our engine has not announced it, and its
+		 * lease starts in full when it does. */
+		x = xfer_find(a, &id);
+		xfer_claim(x, p);
+		if (x && x->role == XFER_SEND && x->peer == p && !x->finished &&
+		    lease_end > x->lease_ns) {
+			x->lease_ns = lease_end;
+			metrics_lease_renewed(a);
+		}
+	}
+}
+
+void peer_on_msg(struct agent *a, const void *buf, size_t len,
+		 const char *user)
+{
+	msgpack_unpacked msg;
+	char op[32], from[PDX_ADDR_MAX];
+	struct peer *p;
+
+	if (pdx_mp_parse(buf, len, &msg, op, sizeof(op)) ||
+	    pdx_mp_get_str(&msg.data, "from", from, sizeof(from)) ||
+	    strncmp(from, "tcp://", 6) != 0) {
+		log_warn("malformed peer message (%zu bytes): ignored", len);
+		msgpack_unpacked_destroy(&msg);
+		return;
+	}
+	/* With CURVE a member speaks only for the address its key has. */
+	if (a->curve && (!user || strcmp(user, from) != 0)) {
+		log_warn("%s claiming to be from %s, but its key is %s's: "
+			 "dropped", op, from, user ? user : "nobody");
+		msgpack_unpacked_destroy(&msg);
+		return;
+	}
+	if ((p = peer_lookup(a, from, false)) != NULL)
+		p->heard_ns = pdx_now_ns();
+	if (strcmp(op, "ping") == 0) {
+		on_ping(a, from, &msg.data);
+	} else if (strcmp(op, "pong") == 0) {
+		/* heard: that is all it says */
+	} else if (strcmp(op, "hello") == 0 || strcmp(op, "hello_ack") == 0) {
+		handshake_on_hello(a, from, &msg.data, op[5] == '_');
+	} else if (strcmp(op, "hello_nack") == 0) {
+		if ((p = peer_lookup(a, from, false)) != NULL)
+			handshake_on_nack(a, p, &msg.data);
+	} else if (!peer_known(p = peer_lookup(a, from, false))) {
+		struct pdx_xfer_id id;
+
+		/* Perhaps we restarted and it still holds our old handshake. */
+		log_warn("%s from %s without a handshake: refused", op, from);
+		p = peer_lookup(a, from, true);
+		if (p && pdx_mp_get_xfer(&msg.data, "xfer", &id) == 0 &&
+		    strcmp(op, "error") != 0 && strcmp(op, "abort") != 0)
+			peer_send(a, p, "error", &id,
+				  "no handshake with you: send hello first");
+	} else if (strcmp(op, "want") == 0) {
+		on_want(a, p, &msg.data);
+	} else if (strcmp(op, "done") == 0) {
+		on_done(a, p, &msg.data);
+	} else if (strcmp(op, "readable") == 0 || strcmp(op, "pulled") == 0) {
+		struct xfer *x = peer_xfer(a, p, &msg.data, op);
+
+		if (x && op[0] == 'r')
+			pull_on_readable(x, &msg.data);
+		else if (x)
+			pull_on_pulled(x, &msg.data);
+	} else if (strcmp(op, "abort") == 0 || strcmp(op, "error") == 0) {
+		on_abort(a, p, &msg.data, op[0] == 'e');
+	} else {
+		log_warn("unknown op %s from %s: ignored", op, from);
+	}
+	msgpack_unpacked_destroy(&msg);
+}
