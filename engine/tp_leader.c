@@ -3,6 +3,7 @@
 #define PDX_LOG_TOPIC "tp"
 #include "engine/tp_leader.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 struct rank {
 	bool joined, gone;
+	int send_errno; /* a send to it failed (ZMQ_ROUTER_MANDATORY): why */
 	uint8_t id[ID_MAX]; /* its ROUTER routing id */
 	size_t id_len;
 	uint64_t heard_ns; /* when anything last came from it */
@@ -29,11 +31,15 @@ struct pdx_tp_leader {
 	struct event *ev, *tick;
 	struct rank ranks[PDX_TP_MAX]; /* [0]: this one */
 	uint64_t seq;		       /* the last pass sent */
+	uint64_t step_ns;	       /* when it went out */
 	bool broken;
 	char why[PDX_REASON_MAX];
 };
 
-/* Sends m to rank r; a failure is the rank's (its liveness tells). */
+/* Sends m to rank r. The ROUTER is mandatory, so a rank whose connection
+ * is gone, or that reads nothing while its queue filled up, fails the
+ * send rather than losing the message unseen; the next tick breaks the
+ * group for it (callbacks never run inside a pdx_tp_leader_* call). */
 static void send_to(struct pdx_tp_leader *l, uint32_t r,
 		    const struct pdx_tp_msg *m)
 {
@@ -47,8 +53,11 @@ static void send_to(struct pdx_tp_leader *l, uint32_t r,
 	}
 	if (zmq_send(l->sock, k->id, k->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) <
 		0 ||
-	    zmq_send(l->sock, buf, len, ZMQ_DONTWAIT) < 0)
-		log_warn("rank %u: sending: %s", r, zmq_strerror(zmq_errno()));
+	    zmq_send(l->sock, buf, len, ZMQ_DONTWAIT) < 0) {
+		if (!k->send_errno)
+			k->send_errno = zmq_errno() ? zmq_errno() : EIO;
+		event_active(l->tick, EV_TIMEOUT, 0);
+	}
 	free(buf);
 	/* ZMQ_FD is edge-triggered: a send may take its edge */
 	event_active(l->ev, EV_READ, 0);
@@ -221,13 +230,41 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-/* Pings every follower; a rank silent for liveness_ms is gone. */
+/* Why rank r is gone, into why; false while it is not. A rank that
+ * answers pings but not the pass it was sent is gone too: the step would
+ * wait for it forever. */
+static bool rank_gone(const struct pdx_tp_leader *l, uint32_t r, uint64_t now,
+		      char *why, size_t len)
+{
+	const struct rank *k = &l->ranks[r];
+	uint64_t bound = (uint64_t)l->p.liveness_ms * 1000000;
+
+	if (k->send_errno)
+		snprintf(why, len,
+			 "tensor-parallel rank %u is gone (cannot send to "
+			 "it: %s)",
+			 r, zmq_strerror(k->send_errno));
+	else if (now - k->heard_ns > bound)
+		snprintf(why, len,
+			 "tensor-parallel rank %u is gone (nothing from it "
+			 "for %u ms)",
+			 r, l->p.liveness_ms);
+	else if (k->done != l->seq && now - l->step_ns > bound)
+		snprintf(why, len,
+			 "tensor-parallel rank %u is gone (pass %llu not "
+			 "written in %u ms)",
+			 r, (unsigned long long)k->done + 1, l->p.liveness_ms);
+	else
+		return false;
+	return true;
+}
+
+/* Pings every follower and breaks the group for one that is gone. */
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	struct pdx_tp_leader *l = arg;
 	struct pdx_tp_msg ping = {.kind = PDX_TP_PING};
-	uint64_t now = pdx_now_ns(),
-		 bound = (uint64_t)l->p.liveness_ms * 1000000;
+	uint64_t now = pdx_now_ns();
 	char why[PDX_REASON_MAX];
 
 	for (uint32_t r = 1; r < l->p.size; r++) {
@@ -235,12 +272,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 		if (!k->joined || k->gone)
 			continue;
-		if (now - k->heard_ns > bound) {
+		if (rank_gone(l, r, now, why, sizeof(why))) {
 			k->gone = true;
-			snprintf(why, sizeof(why),
-				 "tensor-parallel rank %u is gone (nothing "
-				 "from it for %u ms)",
-				 r, l->p.liveness_ms);
 			break_group(l, why);
 			continue;
 		}
@@ -255,7 +288,7 @@ pdx_status_t pdx_tp_leader_new(const struct pdx_tp_leader_params *p,
 	uint32_t ms = p->liveness_ms / 4 ? p->liveness_ms / 4 : 1;
 	struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
 	struct pdx_tp_leader *l = calloc(1, sizeof(*l));
-	int fd, zero = 0;
+	int fd, zero = 0, one = 1;
 	size_t len = sizeof(fd);
 
 	if (!l) {
@@ -273,6 +306,7 @@ pdx_status_t pdx_tp_leader_new(const struct pdx_tp_leader_params *p,
 		goto fail;
 	}
 	zmq_setsockopt(l->sock, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_setsockopt(l->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
 	if (zmq_bind(l->sock, p->addr) < 0) {
 		snprintf(err, errlen, "binding %s: %s", p->addr,
 			 zmq_strerror(zmq_errno()));
@@ -361,6 +395,7 @@ pdx_status_t pdx_tp_leader_step(struct pdx_tp_leader *l,
 		}
 	}
 	m.seq = ++l->seq;
+	l->step_ns = pdx_now_ns();
 	for (uint32_t r = 1; r < l->p.size; r++)
 		send_to(l, r, &m);
 	free(m.runs);
