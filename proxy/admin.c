@@ -48,6 +48,14 @@ static bool authorized(struct pdx_proxy *px, struct evhttp_request *req)
 	return true;
 }
 
+/* The instance's TP size once GET /v1/pdx/info told it (its agents'
+ * transfers count until every rank reported them), else null. */
+static json_t *tp_known(const struct pdx_inst *i)
+{
+	return i->peer_known && i->peer[0] ? json_integer(i->tp ? i->tp : 1)
+					   : json_null();
+}
+
 static void list(struct pdx_proxy *px, struct evhttp_request *req)
 {
 	json_t *arr = json_array();
@@ -58,9 +66,10 @@ static void list(struct pdx_proxy *px, struct evhttp_request *req)
 		for (unsigned i = 0; i < p->n; i++)
 			json_array_append_new(
 			    arr,
-			    json_pack("{s:s, s:s, s:i, s:i, s:I, s:I, s:b, s:s}",
+			    json_pack("{s:s, s:s, s:o, s:i, s:i, s:I, s:I, s:b, s:s}",
 				      "role", pdx_pool_role_name(p->role),
-				      "url", p->inst[i]->url, "inflight",
+				      "url", p->inst[i]->url, "tp",
+				      tp_known(p->inst[i]), "inflight",
 				      (int)p->inst[i]->inflight, "transfers",
 				      (int)p->inst[i]->xfers, "requests",
 				      (json_int_t)p->inst[i]->requests,

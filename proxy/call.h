@@ -47,7 +47,8 @@ struct pdx_call {
 	struct pdx_upstream_cbs side_cbs;
 	struct pdx_inst *decode;  /* D, picked first (a reference) */
 	struct pdx_inst *prefill; /* P, picked up front (a reference) */
-	void (*next)(struct pdx_call *c); /* after pdx_flow_learn_peer() */
+	void (*next)(struct pdx_call *c); /* after pdx_flow_learn_peers() */
+	unsigned learned; /* of D and P, how many pdx_flow_learn_peers asked */
 	char xfer_id[33];		  /* minted by the flow, or "" */
 	bool awaiting_callback; /* early-callback: D waits for P's post */
 	/* the relayed leg's response head, sent with its first body bytes

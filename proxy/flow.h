@@ -70,10 +70,12 @@ void pdx_flow_metaserver(struct pdx_proxy *px, struct evhttp_request *req);
  * stays NULL); sets c->xfer_id. -1: the call got its 503. */
 int pdx_flow_pick(struct pdx_call *c);
 
-/* Runs c->next = next once inst's agent peer address is known (asked
- * with GET /v1/pdx/info the first time; "" when the engine has none). */
-void pdx_flow_learn_peer(struct pdx_call *c, struct pdx_inst *inst,
-			 void (*next)(struct pdx_call *c));
+/* Runs c->next = next once D's and P's agents are known (each asked with
+ * GET /v1/pdx/info the first time; "" when the engine has none): every
+ * flow needs D's, the concurrent one P's, and every one P's TP size, so
+ * that a TP prefill instance's transfer counts until all its ranks
+ * reported it (transfers.h). */
+void pdx_flow_learn_peers(struct pdx_call *c, void (*next)(struct pdx_call *c));
 
 /* Names instance i's agent in kv: remote_agent, and for a tensor-parallel
  * instance every rank's (remote_agents, rank order) and remote_tp_size,

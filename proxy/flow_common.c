@@ -178,6 +178,8 @@ bad:
 		 pdx_pool_role_name(i->role), i->url, PDX_POOL_TP_MAX);
 }
 
+static void learn_next(struct pdx_call *c);
+
 /* GET /v1/pdx/info answered: the instance's agent peer address, if it
  * has one, and a tensor-parallel instance's every rank's. An engine
  * without the route (404, e.g. vLLM) has none; an unreachable one is
@@ -206,23 +208,34 @@ static void info_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 		  pdx_pool_role_name(i->role), i->url,
 		  i->peer[0] ? i->peer : "none", i->tp ? i->tp : 1);
 	pdx_call_leg_done(c);
-	c->next(c);
+	learn_next(c);
 }
 
-void pdx_flow_learn_peer(struct pdx_call *c, struct pdx_inst *inst,
-			 void (*next)(struct pdx_call *c))
+/* Asks D, then P, what it does not know yet; then c->next. */
+static void learn_next(struct pdx_call *c)
 {
 	static const struct pdx_upstream_cbs info = {.on_end = info_end};
 	struct pdx_upstream_cbs cbs = info;
 
-	if (inst->peer_known) {
-		next(c);
+	while (c->learned < 2) {
+		struct pdx_inst *inst = c->learned++ ? c->prefill : c->decode;
+
+		if (!inst || inst->peer_known)
+			continue;
+		cbs.arg = c;
+		pdx_pool_hold(inst);
+		pdx_call_leg(c, inst, inst->role, "/v1/pdx/info", NULL, 0,
+			     &cbs);
 		return;
 	}
+	c->next(c);
+}
+
+void pdx_flow_learn_peers(struct pdx_call *c, void (*next)(struct pdx_call *c))
+{
 	c->next = next;
-	cbs.arg = c;
-	pdx_pool_hold(inst);
-	pdx_call_leg(c, inst, inst->role, "/v1/pdx/info", NULL, 0, &cbs);
+	c->learned = 0;
+	learn_next(c);
 }
 
 static int set_str(json_t *o, const char *key, const char *v)

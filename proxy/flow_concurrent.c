@@ -83,11 +83,6 @@ static void dispatch(struct pdx_call *c)
 	free(body);
 }
 
-static void learn_prefill(struct pdx_call *c)
-{
-	pdx_flow_learn_peer(c, c->prefill, dispatch);
-}
-
 void pdx_flow_concurrent(struct pdx_call *c)
 {
 	if (pdx_flow_pick(c))
@@ -96,5 +91,5 @@ void pdx_flow_concurrent(struct pdx_call *c)
 		pdx_flow_send_decode(c, NULL);
 		return;
 	}
-	pdx_flow_learn_peer(c, c->decode, learn_prefill);
+	pdx_flow_learn_peers(c, dispatch);
 }

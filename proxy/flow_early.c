@@ -73,7 +73,7 @@ void pdx_flow_early_callback(struct pdx_call *c)
 		pdx_flow_send_decode(c, NULL);
 		return;
 	}
-	pdx_flow_learn_peer(c, c->decode, send_prefill);
+	pdx_flow_learn_peers(c, send_prefill);
 }
 
 /* The call waiting for this transfer's callback, or NULL. The xfer_id

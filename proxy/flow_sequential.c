@@ -65,5 +65,5 @@ void pdx_flow_sequential(struct pdx_call *c)
 		pdx_flow_send_decode(c, NULL);
 		return;
 	}
-	pdx_flow_learn_peer(c, c->decode, pdx_flow_sequential_prefill);
+	pdx_flow_learn_peers(c, pdx_flow_sequential_prefill);
 }

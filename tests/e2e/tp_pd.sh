@@ -102,8 +102,15 @@ py "import json; a=json.load(open('$E2E_TMP/c2.json')); b=json.load(open('$E2E_T
 # proxy_start NAME FLOW: the proxy, also as PORT_X
 proxy_start() {
 	named_engine_start "$1" "$PROXY" --prefill "127.0.0.1:$PORT_P" \
-		--decode "127.0.0.1:$PORT_D" --flow "$2" --notify-bind "$notify"
+		--decode "127.0.0.1:$PORT_D" --flow "$2" --notify-bind "$notify" \
+		--admin-token s3cret
 	PORT_X=$(eval echo "\$PORT_$1")
+}
+# tp_known ROLE: the TP size the proxy learned for that instance
+tp_known() {
+	curl -sS -H 'Authorization: Bearer s3cret' \
+		"http://127.0.0.1:$PORT_X/admin/instances" >"$E2E_TMP/admin.json"
+	$PY -c "import json; print([i.get('tp') for i in json.load(open('$E2E_TMP/admin.json'))['instances'] if i['role'] == '$1'][0])"
 }
 for flow in sequential concurrent early-callback; do
 	proxy_start "X_${flow%%-*}" $flow
@@ -119,6 +126,11 @@ for flow in sequential concurrent early-callback; do
 			"TP 2 -> 2 through pdx-proxy ($flow) equals TP 1 colocated: $req"
 	done
 	blocks_free "$PORT_P" "$PORT_D"
+	# P's TP size, in every flow: its transfers count until both its
+	# ranks reported them (the sequential and early-callback flows never
+	# asked P, and ended P's count at rank 0's report)
+	[ "$(tp_known prefill)" = 2 ] && [ "$(tp_known decode)" = 2 ] ||
+		fail "$flow: the proxy's TP sizes: $(cat "$E2E_TMP/admin.json")"
 	# one transfer per request, each instance counted as one
 	settle 10 "$PORT_X/pdx_proxy_transfers_sent_total{path=\"ipc\"}=3" \
 		"$PORT_X/pdx_proxy_instance_transfers{$(instance P)}=0" \
