@@ -489,7 +489,7 @@ void pdx__gen_handle(struct pdx_http_api *api, struct evhttp_request *req,
 		return;
 	}
 	st = pdx_sched_submit(api->p.sched, r.prompt, r.n_prompt, r.max_tokens,
-			      &sink, &c->sreq);
+			      r.cache_salt, &sink, &c->sreq);
 	if (st != PDX_OK) {
 		refuse(api, req, st, &r);
 		pdx_oai_req_clear(&r);

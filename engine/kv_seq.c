@@ -23,8 +23,8 @@ static pdx_status_t take_blocks(struct pdx_kv_seq *s, uint32_t nb)
 		return pdx_block_alloc_get(pdx_kv_pool_blocks(s->pool), nb,
 					   s->blocks);
 	hash_to(s, s->n_tokens);
-	st = pdx_prefix_cache_get(c, s->hash, s->n_tokens, nb, s->blocks,
-				  &hits);
+	st = pdx_prefix_cache_get(c, s->hash, s->cache_salt, s->n_tokens, nb,
+				  s->blocks, &hits);
 	if (st == PDX_OK)
 		s->cached = s->filled = hits * block_tokens(s->pool);
 	return st;
@@ -37,7 +37,7 @@ static void offer(struct pdx_kv_seq *s)
 	struct pdx_prefix_cache *c = pdx_kv_pool_cache(s->pool);
 
 	if (c && !s->unchecked)
-		pdx_prefix_cache_offer(c, s->hash, s->blocks,
+		pdx_prefix_cache_offer(c, s->hash, s->cache_salt, s->blocks,
 				       s->filled / block_tokens(s->pool));
 }
 
@@ -52,7 +52,7 @@ uint32_t pdx_kv_seq_blocks_for(const struct pdx_kv_pool *pool,
 
 pdx_status_t pdx_kv_seq_new(struct pdx_kv_pool *pool, const uint32_t *prompt,
 			    uint32_t n_prompt, uint32_t max_new,
-			    struct pdx_kv_seq **out)
+			    uint64_t cache_salt, struct pdx_kv_seq **out)
 {
 	uint32_t nb = pdx_kv_seq_blocks_for(pool, n_prompt, max_new);
 	struct pdx_kv_seq *s;
@@ -62,6 +62,7 @@ pdx_status_t pdx_kv_seq_new(struct pdx_kv_pool *pool, const uint32_t *prompt,
 	if (!s)
 		return PDX_ENOMEM;
 	s->pool = pool;
+	s->cache_salt = cache_salt;
 	s->cap = n_prompt + max_new - 1;
 	s->tokens = malloc(sizeof(*s->tokens) * s->cap);
 	s->hash = malloc(sizeof(*s->hash) * s->cap);

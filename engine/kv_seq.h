@@ -47,15 +47,17 @@ struct pdx_kv_seq {
 	uint32_t filled;   /* positions with KV written */
 	uint32_t cached;   /* leading positions from the prefix cache */
 	bool unchecked;	   /* [cached, filled) received, not checked yet */
+	uint64_t cache_salt; /* the prefix cache's salt (prefix_cache.h) */
 };
 
 /* Makes a sequence of prompt[0..n_prompt) (n_prompt > 0) that may grow by
- * max_new tokens (>= 1), taking its blocks from pool. PDX_EAGAIN: not
+ * max_new tokens (>= 1), taking its blocks from pool (from its prefix
+ * cache under cache_salt, 0: none). PDX_EAGAIN: not
  * enough free blocks now; PDX_ETOOBIG: more than the pool has;
  * PDX_ENOMEM. Nothing is held on failure. */
 pdx_status_t pdx_kv_seq_new(struct pdx_kv_pool *pool, const uint32_t *prompt,
 			    uint32_t n_prompt, uint32_t max_new,
-			    struct pdx_kv_seq **out);
+			    uint64_t cache_salt, struct pdx_kv_seq **out);
 
 /* Returns the blocks to the pool and frees the sequence; NULL-safe. */
 void pdx_kv_seq_free(struct pdx_kv_seq *s);

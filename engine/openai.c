@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fnv.h"
 #include "common/oai_params.h"
 #include "engine/tokenizer.h"
 
@@ -366,7 +367,7 @@ static int parse_max_tokens(json_t *root, bool chat,
 	return 0;
 }
 
-/* model, stream, stream_options, kv_transfer_params. */
+/* model, stream, stream_options, cache_salt, kv_transfer_params. */
 static int parse_options(json_t *root, const struct pdx_oai_limits *lim,
 			 struct pdx_oai_req *out, struct pdx_oai_error *err)
 {
@@ -382,6 +383,11 @@ static int parse_options(json_t *root, const struct pdx_oai_limits *lim,
 	so = json_object_get(root, "stream_options");
 	v = json_object_get(so, "include_usage");
 	out->include_usage = json_is_object(so) && (!v || json_is_true(v));
+	v = json_object_get(root, "cache_salt"); /* a non-empty string */
+	if (json_is_string(v))
+		out->cache_salt = pdx_fnv1a64(PDX_FNV1A64_INIT,
+					      json_string_value(v),
+					      json_string_length(v));
 	if (pdx_kv_params_parse(json_object_get(root, "kv_transfer_params"),
 				lim->vocab, &out->kv, msg, sizeof(msg)))
 		return refuse(err, "kv_transfer_params", "%s", msg);

@@ -36,6 +36,7 @@ struct pdx_oai_req {
 	uint32_t *prompt;   /* token ids, malloc'd */
 	uint32_t n_prompt;
 	uint32_t max_tokens;
+	uint64_t cache_salt; /* cache_salt's FNV-1a 64; 0: none */
 	struct pdx_kv_params kv; /* kv_transfer_params */
 };
 

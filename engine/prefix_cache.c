@@ -137,7 +137,8 @@ static void evict_one(struct pdx_prefix_cache *c)
 }
 
 pdx_status_t pdx_prefix_cache_get(struct pdx_prefix_cache *c,
-				  const uint64_t *hash, uint32_t n_prompt,
+				  const uint64_t *hash, uint64_t salt,
+				  uint32_t n_prompt,
 				  uint32_t n, uint32_t *out, uint32_t *hits)
 {
 	uint32_t full = n_prompt / c->bt, h = 0, idle_hits = 0, id;
@@ -149,7 +150,7 @@ pdx_status_t pdx_prefix_cache_get(struct pdx_prefix_cache *c,
 	if (full > n)
 		full = n;
 	for (; h < full; h++) {
-		id = find(c, hash[(h + 1) * c->bt - 1]);
+		id = find(c, hash[(h + 1) * c->bt - 1] ^ salt);
 		if (id == NONE)
 			break;
 		out[h] = id;
@@ -182,10 +183,11 @@ pdx_status_t pdx_prefix_cache_get(struct pdx_prefix_cache *c,
 }
 
 void pdx_prefix_cache_offer(struct pdx_prefix_cache *c, const uint64_t *hash,
+			    uint64_t salt,
 			    const uint32_t *ids, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
-		uint64_t key = hash[(i + 1) * c->bt - 1];
+		uint64_t key = hash[(i + 1) * c->bt - 1] ^ salt;
 		uint32_t id = ids[i], *slot;
 
 		/* the same KV computed twice (two requests at once): one

@@ -7,7 +7,10 @@
  * A block's key is the prefix hash of its last position (kv_seq.h: hash[p]
  * covers tokens 0..p), so block i of a prompt is keyed by tokens
  * 0..(i+1)*block_tokens, and a prompt's hits are its longest run of
- * leading blocks found. Only full blocks whose KV is known right are
+ * leading blocks found. A request's cache salt (0: none; vLLM's
+ * cache_salt, hashed) is XORed into its keys, so requests of different
+ * salts never share a block, as in vLLM, whose salt is for tenants that
+ * must not learn from each other's hits. Only full blocks whose KV is known right are
  * offered: computed here, or received and checked.
  *
  * The cache holds one reference on each cached block (block_alloc.h). A
@@ -55,14 +58,15 @@ void pdx_prefix_cache_free(struct pdx_prefix_cache *c);
  * pdx_block_alloc_get(): PDX_EAGAIN when fewer than needed are free or
  * evictable (nothing taken), PDX_ETOOBIG when n exceeds the pool. */
 pdx_status_t pdx_prefix_cache_get(struct pdx_prefix_cache *c,
-				  const uint64_t *hash, uint32_t n_prompt,
+				  const uint64_t *hash, uint64_t salt,
+				  uint32_t n_prompt,
 				  uint32_t n, uint32_t *out, uint32_t *hits);
 
 /* Offers the full blocks ids[0..n) of a sequence whose positions
  * [0, n * block_tokens) have prefix hashes hash and right KV: each whose
  * key is not cached yet is cached (the cache takes a reference). */
 void pdx_prefix_cache_offer(struct pdx_prefix_cache *c, const uint64_t *hash,
-			    const uint32_t *ids, uint32_t n);
+			    uint64_t salt, const uint32_t *ids, uint32_t n);
 
 /* As pdx_block_alloc_put(): a holder lets go of ids[0..n). Cached blocks
  * left to the cache alone become evictable, the last of ids first, and

@@ -26,6 +26,7 @@ struct pdx_sched_req {
 	enum req_phase phase;
 	uint32_t *prompt; /* until admitted; then in seq */
 	uint32_t n_prompt, max_new;
+	uint64_t cache_salt;
 	uint64_t queued_ns; /* when it was submitted */
 	struct pdx_kv_seq *seq;
 	uint32_t n_out;		/* tokens delivered */
@@ -96,7 +97,7 @@ static void admit(struct pdx_sched *s)
 	while ((r = TAILQ_FIRST(&s->waiting)) &&
 	       s->n_running < s->p.max_num_seqs) {
 		st = pdx_kv_seq_new(s->p.pool, r->prompt, r->n_prompt,
-				    r->max_new, &r->seq);
+				    r->max_new, r->cache_salt, &r->seq);
 		if (st == PDX_EAGAIN)
 			break;
 		TAILQ_REMOVE(&s->waiting, r, link);
@@ -512,6 +513,7 @@ void pdx_sched_free(struct pdx_sched *s)
 
 pdx_status_t pdx_sched_submit(struct pdx_sched *s, const uint32_t *prompt,
 			      uint32_t n_prompt, uint32_t max_new,
+			      uint64_t cache_salt,
 			      const struct pdx_sched_sink *sink,
 			      struct pdx_sched_req **out)
 {
@@ -535,6 +537,7 @@ pdx_status_t pdx_sched_submit(struct pdx_sched *s, const uint32_t *prompt,
 	memcpy(r->prompt, prompt, sizeof(*prompt) * n_prompt);
 	r->n_prompt = n_prompt;
 	r->max_new = max_new;
+	r->cache_salt = cache_salt;
 	r->sink = *sink;
 	r->phase = PHASE_QUEUED;
 	r->queued_ns = pdx_now_ns();

@@ -125,12 +125,14 @@ pdx_status_t pdx_sched_new(const struct pdx_sched_params *p,
 void pdx_sched_free(struct pdx_sched *s);
 
 /* Queues a request of prompt[0..n_prompt) (copied; n_prompt > 0) for
- * max_new (>= 1) output tokens. *out is the handle for
+ * max_new (>= 1) output tokens, its prefix-cache hits under cache_salt
+ * (0: none; kv_seq.h). *out is the handle for
  * pdx_sched_abort(), valid until its sink's done returns.
  * PDX_ETOOBIG: it needs more KV blocks than the pool has (never fits);
  * PDX_EAGAIN: the queue is full; PDX_ENOMEM. */
 pdx_status_t pdx_sched_submit(struct pdx_sched *s, const uint32_t *prompt,
 			      uint32_t n_prompt, uint32_t max_new,
+			      uint64_t cache_salt,
 			      const struct pdx_sched_sink *sink,
 			      struct pdx_sched_req **out);
 

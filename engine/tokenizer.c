@@ -1,8 +1,7 @@
 /* Pieces, their ids and the words of ids; the rules are in tokenizer.h. */
 #include "engine/tokenizer.h"
 
-#define FNV_OFFSET 0xcbf29ce484222325ULL
-#define FNV_PRIME 0x100000001b3ULL
+#include "common/fnv.h"
 
 static const char consonants[16] = "bdfghjklmnprstvz";
 static const char vowels[4] = "aeio";
@@ -49,15 +48,10 @@ static long long word_id(const char *s, size_t len, uint32_t vocab)
 static uint32_t piece_id(const char *s, size_t len, uint32_t vocab)
 {
 	long long id = word_id(s, len, vocab);
-	uint64_t h = FNV_OFFSET;
 
 	if (id >= 0)
 		return (uint32_t)id;
-	for (size_t i = 0; i < len; i++) {
-		h ^= (unsigned char)s[i];
-		h *= FNV_PRIME;
-	}
-	return (uint32_t)(h % vocab);
+	return (uint32_t)(pdx_fnv1a64(PDX_FNV1A64_INIT, s, len) % vocab);
 }
 
 size_t pdx_tok_encode(const char *text, size_t len, uint32_t vocab,

@@ -10,6 +10,7 @@
 
 #include <pdx/engine.h>
 
+#include "common/fnv.h"
 #include "common/log.h"
 #include "proxy/call.h"
 
@@ -56,7 +57,7 @@ static uint64_t key_add(uint64_t h, const void *p, size_t n, size_t *left)
 {
 	n = n < *left ? n : *left;
 	*left -= n;
-	return pdx_pool_key_add(h, p, n);
+	return pdx_fnv1a64(h, p, n);
 }
 
 static uint64_t key_add_str(uint64_t h, const json_t *s, size_t *left)
@@ -94,7 +95,7 @@ static uint64_t key_prompt(uint64_t h, const json_t *prompt, size_t *left)
 static uint64_t prefix_key(const json_t *body, size_t len)
 {
 	const json_t *msgs = json_object_get(body, "messages");
-	uint64_t h = PDX_POOL_KEY_INIT;
+	uint64_t h = PDX_FNV1A64_INIT;
 	size_t k, left = len;
 	json_t *m;
 

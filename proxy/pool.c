@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/fnv.h"
 
 void pdx_pool_idle_close(struct pdx_inst *i)
 {
@@ -106,7 +107,7 @@ int pdx_pool_add(struct pdx_pool *p, const char *addr, char *err, size_t errlen)
 	i->role = p->role;
 	i->breaker.failures = p->breaker_failures;
 	i->breaker.open_ns = p->breaker_open_ns;
-	i->url_hash = pdx_pool_key_add(PDX_POOL_KEY_INIT, i->url,
+	i->url_hash = pdx_fnv1a64(PDX_FNV1A64_INIT, i->url,
 				       strlen(i->url));
 	i->refs = 1; /* the pool's */
 	p->inst[p->n++] = i;
@@ -134,15 +135,6 @@ int pdx_pool_remove(struct pdx_pool *p, const char *addr)
 	i->inflight++; /* balanced by the put below */
 	pdx_pool_put(i);
 	return 0;
-}
-
-uint64_t pdx_pool_key_add(uint64_t h, const void *p, size_t n)
-{
-	const unsigned char *b = p;
-
-	for (size_t k = 0; k < n; k++)
-		h = (h ^ b[k]) * 0x100000001b3ull;
-	return h;
 }
 
 unsigned pdx_pool_load(const struct pdx_inst *i)

@@ -146,11 +146,6 @@ bool pdx_pool_health(struct pdx_inst *i, bool ok, unsigned down_after,
 /* An instance's load: in-flight requests plus unfinished transfers. */
 unsigned pdx_pool_load(const struct pdx_inst *i);
 
-/* The prefix key of n bytes (FNV-1a 64), fed in pieces: start with
- * h = PDX_POOL_KEY_INIT and pass the running value back in. */
-#define PDX_POOL_KEY_INIT 0xcbf29ce484222325ull
-uint64_t pdx_pool_key_add(uint64_t h, const void *p, size_t n);
-
 /* Takes a reference and an in-flight slot on an instance already held
  * (a second leg to the same instance). */
 void pdx_pool_hold(struct pdx_inst *i);

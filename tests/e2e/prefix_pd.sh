@@ -8,7 +8,8 @@
 # KV of the whole prompt, cached prefix and received tail (KV that
 # differs fails the request); the text equals the colocated engine's. A
 # prompt cached whole moves no byte and still completes with the prefill
-# side's first token (a transfer of no block). Under pressure (a decode
+# side's first token (a transfer of no block). A request with vLLM's
+# cache_salt hits only blocks cached under the same salt. Under pressure (a decode
 # pool of four requests' blocks, then four requests at once) cached
 # blocks are evicted and no request fails; every block comes back free.
 #   prefix_pd.sh PDX_ENGINE PDX_AGENT PDX_PROXY
@@ -36,10 +37,10 @@ n=0 bytes=0 hits=0
 
 ids() { seq -s, "$@"; }
 
-# ask PROMPT_IDS WHAT: one completion through the proxy, whose text must
-# equal the colocated engine's
+# ask PROMPT_IDS WHAT [FIELDS]: one completion through the proxy, whose
+# text must equal the colocated engine's
 ask() {
-	local req="{\"prompt\": [$1], \"max_tokens\": 8}"
+	local req="{\"prompt\": [$1], \"max_tokens\": 8${3:+, $3}}"
 	PORT=$PORT_C post /v1/completions "$req" >"$E2E_TMP/c.json"
 	status_is 200 "colocated: $2"
 	PORT=$PORT_X post /v1/completions "$req" >"$E2E_TMP/x.json"
@@ -69,6 +70,10 @@ ask "$(ids 1 40)" "the first prompt again"
 moved 0 40 "a prompt cached whole moves no byte and still completes"
 ask "$(ids 1 42)" "the first prompt and 2 tokens"
 moved 1 40 "a prompt cached but for a partial block moves that block"
+ask "$(ids 1 40)" "the first prompt under a cache_salt" '"cache_salt": "tenant-a"'
+moved 10 0 "a salted prompt finds none of the blocks cached without its salt"
+ask "$(ids 1 40)" "the same under the same salt" '"cache_salt": "tenant-a"'
+moved 0 40 "and all of them under its own salt"
 settle 10 "$PORT_D/$(e prefix_cache_blocks)>=11" "$PORT_D/$(e kv_blocks_used)=0" ||
 	fail "the decode engine keeps its blocks cached, none held"
 

@@ -20,6 +20,7 @@ struct seq {
 	uint32_t n; /* prompt tokens */
 	uint32_t blocks[16];
 	uint32_t nb, hits;
+	uint64_t salt; /* the request's cache salt, 0: none */
 };
 
 static void prompt(struct seq *s, uint32_t n, uint32_t seed, uint32_t from)
@@ -28,6 +29,7 @@ static void prompt(struct seq *s, uint32_t n, uint32_t seed, uint32_t from)
 	for (uint32_t i = 0; i < n; i++)
 		s->tokens[i] = i < from ? i + 1 : seed * 1000 + i;
 	s->n = n;
+	s->salt = 0;
 	pdx_synth_hashes(PDX_SYNTH_HASH_SEED, s->tokens, n, s->hash);
 }
 
@@ -36,13 +38,13 @@ static pdx_status_t get(struct pdx_prefix_cache *c, struct seq *s,
 {
 	s->nb = nb;
 	s->hits = UINT32_MAX;
-	return pdx_prefix_cache_get(c, s->hash, s->n, nb, s->blocks, &s->hits);
+	return pdx_prefix_cache_get(c, s->hash, s->salt, s->n, nb, s->blocks, &s->hits);
 }
 
 /* the request ends with its KV right: full prompt blocks offered */
 static void end(struct pdx_prefix_cache *c, struct seq *s)
 {
-	pdx_prefix_cache_offer(c, s->hash, s->blocks, s->n / BT);
+	pdx_prefix_cache_offer(c, s->hash, s->salt, s->blocks, s->n / BT);
 	CHECK_EQ(pdx_prefix_cache_put(c, s->blocks, s->nb), PDX_OK);
 }
 
@@ -127,6 +129,40 @@ static void hits(void)
 
 /* Under pressure cached blocks go, deepest and oldest first; a request
  * fails only when the blocks requests hold leave too few. */
+/* vLLM's cache_salt: a salted request hits only blocks cached under its
+ * own salt, and an unsalted one only unsalted blocks. */
+static void salted(void)
+{
+	struct pdx_block_alloc *a;
+	struct pdx_prefix_cache *c;
+	struct seq s1, s2;
+
+	CHECK_EQ(pdx_block_alloc_new(16, &a), PDX_OK);
+	CHECK_EQ(pdx_prefix_cache_new(a, BT, &c), PDX_OK);
+	prompt(&s1, 8, 1, 8);
+	s1.salt = 0x7e11a47;
+	CHECK_EQ(get(c, &s1, 2), PDX_OK);
+	end(c, &s1);
+	prompt(&s2, 8, 2, 8); /* the same tokens */
+	CHECK_EQ(get(c, &s2, 2), PDX_OK);
+	CHECK_EQ(s2.hits, 0, "no salt: none of the salted blocks");
+	end(c, &s2);
+	prompt(&s2, 8, 2, 8);
+	s2.salt = 0x0be;
+	CHECK_EQ(get(c, &s2, 2), PDX_OK);
+	CHECK_EQ(s2.hits, 0, "another salt: none either");
+	end(c, &s2);
+	prompt(&s2, 8, 2, 8);
+	s2.salt = s1.salt;
+	CHECK_EQ(get(c, &s2, 2), PDX_OK);
+	CHECK_EQ(s2.hits, 2, "the same salt: both blocks");
+	CHECK(!memcmp(s2.blocks, s1.blocks, sizeof(s1.blocks[0]) * 2),
+	      "the very blocks the first request cached");
+	end(c, &s2);
+	pdx_prefix_cache_free(c);
+	pdx_block_alloc_free(a);
+}
+
 static void eviction(void)
 {
 	struct pdx_block_alloc *a;
@@ -254,6 +290,7 @@ static void never_worse(void)
 int main(void)
 {
 	hits();
+	salted();
 	eviction();
 	never_worse();
 	CHECK_DONE();

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/fnv.h"
 #include "proxy/pool.h"
 #include "tests/check.h"
 
@@ -28,7 +29,7 @@ static uint64_t key_of(unsigned k)
 	char s[32];
 
 	snprintf(s, sizeof(s), "prompt prefix %u", k);
-	return pdx_pool_key_add(PDX_POOL_KEY_INIT, s, strlen(s));
+	return pdx_fnv1a64(PDX_FNV1A64_INIT, s, strlen(s));
 }
 
 /* Picks and at once gives back: a pick on an idle pool. */
