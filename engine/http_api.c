@@ -1,4 +1,4 @@
-/* The evhttp server: binding, routing, errors, and the routes that only
+/* The evhttp server: binding, routing, and the routes that only
  * read state (/v1/models, /health, /live, /metrics, /v1/pdx/info). */
 #define PDX_LOG_TOPIC "http"
 #include "engine/http_internal.h"
@@ -44,24 +44,6 @@ static void reply_json(struct evhttp_request *req, int status, char *json)
 	}
 	evbuffer_free(b);
 	free(json);
-}
-
-void pdx__http_error(struct pdx_http_api *api, struct evhttp_request *req,
-		     int status, const char *type, const char *message)
-{
-	api->p.metrics->req_rejected++;
-	log_debug("%d %s", status, message);
-	pdx_http_send_error(req, status, type, message);
-}
-
-void pdx__http_refuse(struct pdx_http_api *api, struct evhttp_request *req,
-		      const struct pdx_oai_error *e)
-{
-	api->p.metrics->req_rejected++;
-	log_debug("%d %s", e->status, e->message);
-	pdx_http_send_json(req, e->status,
-			   pdx_http_error_obj(e->status, e->type, e->param,
-					      e->message));
 }
 
 static void get_models(struct pdx_http_api *api, struct evhttp_request *req)

@@ -47,6 +47,7 @@ struct pdx_call {
 	struct pdx_upstream_cbs side_cbs;
 	struct pdx_inst *decode;  /* D, picked first (a reference) */
 	struct pdx_inst *prefill; /* P, picked up front (a reference) */
+	void (*flow)(struct pdx_call *c); /* the flow it runs (flow_start.c) */
 	void (*next)(struct pdx_call *c); /* after pdx_flow_learn_peers() */
 	unsigned learned; /* of D and P, how many pdx_flow_learn_peers asked */
 	char xfer_id[33];		  /* minted by the flow, or "" */

@@ -14,21 +14,6 @@
 #include "common/log.h"
 #include "proxy/call.h"
 
-void pdx_flow_start(struct pdx_call *c)
-{
-	c->retry = pdx_flow_retry;
-	switch (c->px->o->flow) {
-	case PDX_FLOW_CONCURRENT:
-		pdx_flow_concurrent(c);
-		break;
-	case PDX_FLOW_EARLY_CALLBACK:
-		pdx_flow_early_callback(c);
-		break;
-	default:
-		pdx_flow_sequential(c);
-	}
-}
-
 static int xfer_id_mint(struct pdx_call *c)
 {
 	struct pdx_xfer_id x;
@@ -382,7 +367,7 @@ bool pdx_flow_retry(struct pdx_call *c, struct pdx_upstream *u, int status,
 		 "(was %s)",
 		 c->req_id, status ? said : why, c->retries,
 		 c->px->o->retries, c->xfer_id, old[0] ? old : "none");
-	pdx_flow_start(c);
+	c->flow(c);
 	return true;
 }
 
