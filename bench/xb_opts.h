@@ -1,0 +1,52 @@
+/* pdx-xferbench's command line: what a run measures, parsed and checked
+ * before anything starts (a bad value exits 2 through xb_bad()), and the
+ * --help text, which also explains every figure the report prints. */
+#ifndef PDX_BENCH_XB_OPTS_H
+#define PDX_BENCH_XB_OPTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bench/xb_plan.h"
+#include "common/models.h"
+
+/* Numbers the --help text quotes, so they are defined beside it. */
+#define MAX_ITERS 10000          /* --iters at most */
+#define YARD_REPS 9              /* timed copies per GPU yardstick */
+#define ONE_BLOCK_WARMUP 10      /* --one-block: transfers not counted */
+#define ONE_BLOCK_LAYER_MS 0.1   /* its layers this far apart, unless
+				  * --layer-ms says */
+
+struct xb_opts {
+	const char *tls;
+	const char *ucx_tls;
+	const char *model_name;
+	const struct pdx_model *model;
+	uint32_t tokens;
+	uint32_t skip_tokens;
+	bool random_blocks;
+	uint32_t concurrency;
+	double layer_ms;
+	uint32_t iters;
+	bool json;
+	char agent_bin[4096];
+	const char *data_path;
+	bool pull;            /* the decode agent reads (pdx_engine_recv_opts) */
+	uint32_t xfer_timeout_ms;
+	uint64_t seed;
+	bool cuda;            /* --mem cuda[:DEVICE] */
+	int cuda_dev;
+	int decode_dev;       /* --decode-device, default cuda_dev */
+	char mem[24];         /* "shm", "cuda:N" or "cuda:P,D", as reported */
+	uint32_t one_block;   /* --one-block N: one-block transfers measured */
+	const char *versus;   /* --versus WHAT, or NULL */
+	/* the arms' transfers: [0] the run's own, [1] --versus's variant */
+	struct xb_shape arm[2];
+	uint32_t n_arms;
+};
+
+/* Fills o from argv (o zeroed by the caller); --help prints and exits 0,
+ * anything wrong exits 2. */
+void xb_opts_parse(int argc, char **argv, struct xb_opts *o);
+
+#endif

@@ -1,0 +1,113 @@
+/* The plan pdx-xferbench's parent and engines share, and the pipes'
+ * records (xb_plan.h). */
+#define _GNU_SOURCE
+#include "bench/xb_plan.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "bench/xb_fail.h"
+
+static void *shared_alloc(size_t *used, size_t n)
+{
+	static uint8_t *area;
+	static size_t cap;
+	void *p;
+
+	if (!area) {
+		cap = *used;
+		area = mmap(NULL, cap, PROT_READ | PROT_WRITE,
+			    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (area == MAP_FAILED)
+			xb_fail("mmap shared area: %s", strerror(errno));
+		*used = 0;
+		return NULL;
+	}
+	n = (n + 63) & ~(size_t)63;
+	if (*used + n > cap)
+		xb_fail("shared area too small");
+	p = area + *used;
+	*used += n;
+	return p;
+}
+
+void xb_plan_alloc(struct xb_plan *p)
+{
+	size_t c = p->conc, nb = p->nblocks;
+	size_t need = 64 * 16 + c * (sizeof(struct pdx_xfer_id) + 6 * 8) +
+		      2 * c * nb * 4 + 16 * 64;
+	size_t used = need;
+
+	shared_alloc(&used, 0);
+	p->ids = shared_alloc(&used, c * sizeof(*p->ids));
+	p->seeds = shared_alloc(&used, c * 8);
+	p->src = shared_alloc(&used, c * nb * 4);
+	p->dst = shared_alloc(&used, c * nb * 4);
+	p->t_send = shared_alloc(&used, c * 8);
+	p->t_sent = shared_alloc(&used, c * 8);
+	p->t_recv = shared_alloc(&used, c * 8);
+	p->t_recv_agent = shared_alloc(&used, c * 8);
+	p->ev_bytes = shared_alloc(&used, c * 8);
+	p->t_first_ld = shared_alloc(&used, 8);
+	p->t_last_ld = shared_alloc(&used, 8);
+	p->shape = shared_alloc(&used, sizeof(*p->shape));
+}
+
+int xb_plan_xfer_index(const struct xb_plan *p, const struct pdx_xfer_id *x)
+{
+	for (uint32_t c = 0; c < p->shape->conc; c++)
+		if (!memcmp(p->ids[c].b, x->b, sizeof(x->b)))
+			return (int)c;
+	return -1;
+}
+
+uint64_t xb_plan_shape_bytes(const struct xb_plan *p,
+			     const struct xb_shape *sh)
+{
+	const struct pdx_model *m = p->model;
+
+	return (uint64_t)(p->shape->nblocks - sh->skip_blocks) * m->layers *
+	       m->tensors * m->block_tokens * m->kv_heads * m->head_dim *
+	       m->dtype_bytes;
+}
+
+uint64_t xb_plan_xfer_bytes(const struct xb_plan *p)
+{
+	return xb_plan_shape_bytes(p, p->shape);
+}
+
+int xb_write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int xb_read_all(int fd, void *buf, size_t len)
+{
+	char *p = buf;
+
+	while (len) {
+		ssize_t n = read(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
