@@ -68,7 +68,7 @@ uint64_t xb_plan_shape_bytes(const struct xb_plan *p,
 {
 	const struct pdx_model *m = p->model;
 
-	return (uint64_t)(p->shape->nblocks - sh->skip_blocks) * m->layers *
+	return (uint64_t)(sh->nblocks - sh->skip_blocks) * m->layers *
 	       m->tensors * m->block_tokens * m->kv_heads * m->head_dim *
 	       m->dtype_bytes;
 }

@@ -74,7 +74,12 @@ def main():
     summary = "ok: one-block control path %.1f us p50, ping %.1f us p50" % (
         r["one_block_ctl_us"]["p50"], r["zmq_rtt_us"]["p50"])
 
+    one_block_bytes = r["bytes"]
     r, _ = run(xb, agent, [])
+    check(one_block_bytes == r["bytes"],
+          "bytes per transfer %r with --one-block, %r without: the one-block "
+          "transfers after the run must not change the run's figure" %
+          (one_block_bytes, r["bytes"]))
     for key in ["one_block_ctl_us", "zmq_rtt_us", "one_block_ratio",
                 "one_block_breakdown_us"]:
         check(key in r and r[key] is None,
