@@ -1,15 +1,8 @@
 #include "bench/load_rng.h"
 
+#include "common/mix64.h"
+
 #include <math.h>
-
-static uint64_t splitmix64(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
 
 static uint64_t rotl(uint64_t x, int k)
 {
@@ -22,7 +15,7 @@ void pdx_load_rng_seed(struct pdx_load_rng *r, uint64_t seed, uint64_t stream)
 	int i;
 
 	for (i = 0; i < 4; i++)
-		r->s[i] = splitmix64(&x);
+		r->s[i] = pdx_splitmix64(&x);
 }
 
 uint64_t pdx_load_rng_next(struct pdx_load_rng *r)

@@ -18,6 +18,7 @@
 #include <pdx/engine.h>
 #include <pdx/layout.h>
 
+#include "common/mix64.h"
 #include "common/models.h"
 #include "common/shm_pool.h"
 
@@ -48,8 +49,6 @@ int pb_verify(const struct pdx_shm_pool *p, uint64_t seed,
  * ids are consecutive on both sides. */
 uint64_t pb_runs(const uint32_t *src, const uint32_t *dst, size_t n);
 
-/* splitmix64 */
-uint64_t pb_rand(uint64_t *state);
 /* n distinct block ids out of pool_blocks: 0..n-1 or a random subset in
  * random order. */
 void pb_pick_blocks(uint32_t *out, size_t n, uint32_t pool_blocks, bool random,

@@ -30,28 +30,20 @@ void pb_pool_destroy(struct pdx_shm_pool *p)
 
 /* ---- the pattern ---- */
 
-static inline uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
-#define WORD_STEP 0x9e3779b97f4a7c15ULL
 
 /* The first word of token-block idx of (layer, tensor) of transfer seed;
- * word w of the block is key + w * WORD_STEP. */
+ * word w of the block is key + w * PDX_GOLDEN_STEP. */
 static inline uint64_t block_key(uint64_t seed, uint32_t layer, uint32_t tensor,
 				 size_t idx)
 {
-	return mix64(seed ^ mix64((uint64_t)idx | (uint64_t)layer << 32 |
+	return pdx_mix64(seed ^ pdx_mix64((uint64_t)idx | (uint64_t)layer << 32 |
 				  (uint64_t)tensor << 48));
 }
 
 static void fill_words(uint64_t *w, size_t n, uint64_t key)
 {
 	for (size_t i = 0; i < n; i++)
-		w[i] = key + i * WORD_STEP;
+		w[i] = key + i * PDX_GOLDEN_STEP;
 }
 
 void pb_fill(const struct pdx_shm_pool *p, uint64_t seed,
@@ -83,7 +75,7 @@ static uint64_t diff_words(const uint64_t *w, size_t n, uint64_t key)
 	uint64_t d = 0;
 
 	for (size_t i = 0; i < n; i++)
-		d |= w[i] ^ (key + i * WORD_STEP);
+		d |= w[i] ^ (key + i * PDX_GOLDEN_STEP);
 	return d;
 }
 
@@ -104,7 +96,7 @@ int pb_verify(const struct pdx_shm_pool *p, uint64_t seed,
 				if (!diff_words(w, words, key))
 					continue;
 				for (size_t k = 0; k < words; k++) {
-					uint64_t want = key + k * WORD_STEP;
+					uint64_t want = key + k * PDX_GOLDEN_STEP;
 
 					if (w[k] == want)
 						continue;
@@ -131,12 +123,6 @@ uint64_t pb_runs(const uint32_t *src, const uint32_t *dst, size_t n)
 	return runs;
 }
 
-uint64_t pb_rand(uint64_t *state)
-{
-	*state += WORD_STEP;
-	return mix64(*state);
-}
-
 void pb_pick_blocks(uint32_t *out, size_t n, uint32_t pool_blocks, bool random,
 		    uint64_t *rng)
 {
@@ -157,7 +143,7 @@ void pb_pick_blocks(uint32_t *out, size_t n, uint32_t pool_blocks, bool random,
 		all[i] = i;
 	/* partial Fisher-Yates: the first n are a uniform random subset */
 	for (size_t i = 0; i < n; i++) {
-		size_t j = i + pb_rand(rng) % (pool_blocks - i);
+		size_t j = i + pdx_splitmix64(rng) % (pool_blocks - i);
 		uint32_t t = all[i];
 
 		all[i] = all[j];

@@ -447,7 +447,7 @@ int pb_free_port(const char *host)
 	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
 		return -1;
 	for (int i = 0; i < 64; i++) {
-		int cand = 20000 + (int)(pb_rand(&rng) % 12768);
+		int cand = 20000 + (int)(pdx_splitmix64(&rng) % 12768);
 
 		fd = socket(AF_INET, SOCK_STREAM, 0);
 		if (fd < 0)

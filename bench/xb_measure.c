@@ -68,7 +68,7 @@ static void run_iter(struct xb_run *run, int iter, enum iter_kind kind,
 	for (uint32_t c = 0; c < plan->shape->conc; c++) {
 		if (pdx_xfer_id_random(&plan->ids[c]) != PDX_OK)
 			xb_fail("cannot draw a transfer id");
-		plan->seeds[c] = pb_rand(&run->rng);
+		plan->seeds[c] = pdx_splitmix64(&run->rng);
 	}
 	pb_pick_blocks(plan->src, total, plan->pool_blocks, o->random_blocks,
 		       &run->rng);

@@ -52,7 +52,7 @@ void xb_one_block_run(struct xb_run *r, struct xb_one_block *ob)
 
 		if (pdx_xfer_id_random(&plan->ids[0]) != PDX_OK)
 			xb_fail("cannot draw a transfer id");
-		plan->seeds[0] = pb_rand(&r->rng);
+		plan->seeds[0] = pdx_splitmix64(&r->rng);
 		pb_pick_blocks(plan->src, 1, plan->pool_blocks, false, &r->rng);
 		pb_pick_blocks(plan->dst, 1, plan->pool_blocks, false, &r->rng);
 		if (smp) { /* before its trace lines can come */

@@ -15,6 +15,7 @@
 #include "common/http_error.h"
 #include "common/http_listen.h"
 #include "common/log.h"
+#include "common/mix64.h"
 #include "engine/kv_seq.h"
 #include "engine/openai.h"
 #include "engine/tokenizer.h"
@@ -55,13 +56,6 @@ static bool req_id_ok(const char *s)
 	return true;
 }
 
-static uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
 /* The client's X-Request-Id, or 32 fresh hex digits; echoed back. */
 static void set_ids(struct pdx__gen_call *c, bool chat)
 {
@@ -75,8 +69,8 @@ static void set_ids(struct pdx__gen_call *c, bool chat)
 		uint64_t n = ++api->next_id;
 
 		snprintf(c->req_id, sizeof(c->req_id), "%016llx%016llx",
-			 (unsigned long long)mix64(api->id_seed ^ n),
-			 (unsigned long long)mix64(api->id_seed + n));
+			 (unsigned long long)pdx_mix64(api->id_seed ^ n),
+			 (unsigned long long)pdx_mix64(api->id_seed + n));
 	}
 	snprintf(c->id, sizeof(c->id), "%s%s", chat ? "chatcmpl-" : "cmpl-",
 		 c->req_id);

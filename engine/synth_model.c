@@ -2,20 +2,13 @@
  * synth_model.h. */
 #include "engine/synth_model.h"
 
-#define WORD_STEP 0x9e3779b97f4a7c15ULL
-
-static inline uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
+#include "common/mix64.h"
 
 void pdx_synth_hashes(uint64_t prev, const uint32_t *tokens, size_t n,
 		      uint64_t *out)
 {
 	for (size_t i = 0; i < n; i++) {
-		prev = mix64(prev ^ ((uint64_t)tokens[i] + WORD_STEP));
+		prev = pdx_mix64(prev ^ ((uint64_t)tokens[i] + PDX_GOLDEN_STEP));
 		out[i] = prev;
 	}
 }
@@ -49,7 +42,7 @@ static inline uint64_t head_words(const struct pdx_kv_layout *l)
  * model's slot: its value is that many steps on. */
 static inline uint64_t word0(const struct pdx_synth_seq *s)
 {
-	return s->head0 * head_words(s->layout) * WORD_STEP;
+	return s->head0 * head_words(s->layout) * PDX_GOLDEN_STEP;
 }
 
 static inline uint64_t *slot_at(const struct pdx_synth_seq *s, uint32_t layer,
@@ -66,14 +59,14 @@ static inline uint64_t *slot_at(const struct pdx_synth_seq *s, uint32_t layer,
 
 static inline uint64_t salt(uint32_t layer, uint32_t tensor, uint32_t p)
 {
-	return mix64((uint64_t)p | (uint64_t)tensor << 32 |
+	return pdx_mix64((uint64_t)p | (uint64_t)tensor << 32 |
 		     (uint64_t)layer << 33);
 }
 
 static inline uint64_t slot_key(const struct pdx_synth_seq *s, uint32_t layer,
 				uint32_t tensor, uint32_t p)
 {
-	return mix64(s->hash[p] ^ salt(layer, tensor, p));
+	return pdx_mix64(s->hash[p] ^ salt(layer, tensor, p));
 }
 
 void pdx_synth_fill(const struct pdx_synth_seq *s, uint32_t layer, uint32_t a,
@@ -87,7 +80,7 @@ void pdx_synth_fill(const struct pdx_synth_seq *s, uint32_t layer, uint32_t a,
 			uint64_t key = slot_key(s, layer, t, p) + word0(s);
 
 			for (uint64_t i = 0; i < words; i++)
-				w[i] = key + i * WORD_STEP;
+				w[i] = key + i * PDX_GOLDEN_STEP;
 		}
 	}
 }
@@ -98,7 +91,7 @@ static uint64_t slot_diff(const uint64_t *w, uint64_t words, uint64_t key)
 	uint64_t d = 0;
 
 	for (uint64_t i = 0; i < words; i++)
-		d |= w[i] ^ (key + i * WORD_STEP);
+		d |= w[i] ^ (key + i * PDX_GOLDEN_STEP);
 	return d;
 }
 
@@ -108,8 +101,8 @@ static uint64_t slot_probe(const uint64_t *w, uint64_t words, uint64_t key)
 {
 	uint64_t mid = words / 2, last = words - 1;
 
-	return (w[0] ^ key) | (w[mid] ^ (key + mid * WORD_STEP)) |
-	       (w[last] ^ (key + last * WORD_STEP));
+	return (w[0] ^ key) | (w[mid] ^ (key + mid * PDX_GOLDEN_STEP)) |
+	       (w[last] ^ (key + last * PDX_GOLDEN_STEP));
 }
 
 static bool check(const struct pdx_synth_seq *s, uint32_t a, uint32_t b,
@@ -159,9 +152,9 @@ uint32_t pdx_synth_next_token(const struct pdx_synth_seq *s, uint32_t n,
 				uint64_t tail = w[last] << 32 | w[last] >> 32;
 
 				/* a sum, not a xor: equal terms never cancel */
-				sum += mix64(w[0] ^ tail ^ salt(layer, t, p));
+				sum += pdx_mix64(w[0] ^ tail ^ salt(layer, t, p));
 			}
 		}
 	}
-	return (uint32_t)(mix64(sum ^ n) % vocab);
+	return (uint32_t)(pdx_mix64(sum ^ n) % vocab);
 }

@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/fnv.h"
+#include "common/mix64.h"
 
 void pdx_pool_idle_close(struct pdx_inst *i)
 {
@@ -142,17 +143,6 @@ unsigned pdx_pool_load(const struct pdx_inst *i)
 	return i->inflight + i->xfers;
 }
 
-/* splitmix64's finalizer: the instance's weight for a prefix, so that
- * each prefix orders the instances differently */
-static uint64_t mix(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 bool pdx_pool_usable(const struct pdx_inst *i, uint64_t now)
 {
 	return !i->unhealthy && pdx_breaker_usable(&i->breaker, now);
@@ -216,7 +206,7 @@ static struct pdx_inst *prefix_aware(struct pdx_inst **c, unsigned n,
 
 	for (unsigned k = 0; k < n; k++) {
 		struct pdx_inst *i = c[k];
-		uint64_t w = mix(key ^ i->url_hash);
+		uint64_t w = pdx_mix64(key ^ i->url_hash);
 
 		if (pdx_pool_load(i) <= bound && (!best || w > best_w)) {
 			best = i;

@@ -298,9 +298,9 @@ void h_plan(struct h_env *env, struct h_xfer *x, size_t count, uint32_t n,
 	for (size_t i = 0; i < count; i++) {
 		memset(&x[i], 0, sizeof(x[i]));
 		pdx_xfer_id_random(&x[i].id);
-		x[i].seed = pb_rand(&env->rng);
+		x[i].seed = pdx_splitmix64(&env->rng);
 		x[i].token = -1;
-		x[i].n = n ? n : 1 + (uint32_t)(pb_rand(&env->rng) % max_n);
+		x[i].n = n ? n : 1 + (uint32_t)(pdx_splitmix64(&env->rng) % max_n);
 		total += x[i].n;
 	}
 	src = malloc(total * sizeof(*src));
