@@ -15,7 +15,7 @@
 
 static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 {
-	struct pdx_xfer_id id;
+	struct pdx_xfer_id id, of;
 	struct xfer *x;
 	uint32_t *blocks = NULL;
 	size_t n = 0;
@@ -39,6 +39,13 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 				  "want: block outside your registered layout");
 			return;
 		}
+	}
+	/* a leg of our engine's transfer "of" (TP p != d) */
+	if (pdx_mp_get(m, "of") && pdx_mp_get_xfer(m, "of", &of) == 0 &&
+	    memcmp(of.b, id.b, sizeof(id.b)) != 0) {
+		tp_legs_want(a, p, &id, &of, blocks, (uint32_t)n,
+			     (uint32_t)skip, pull);
+		return;
 	}
 	x = xfer_find(a, &id);
 	xfer_claim(x, p);
