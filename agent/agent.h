@@ -595,6 +595,11 @@ void tp_legs_recv(struct xfer *x, const msgpack_object *peers);
 void tp_legs_want(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
 		  const struct pdx_xfer_id *of, uint32_t *blocks, uint32_t n,
 		  uint32_t skip, bool pull);
+/* Prefill side: an abort for id, a leg we have not heard of: the leg's
+ * group (or our engine's open send, or its send to come) fails. True
+ * when id is such a leg. */
+bool tp_legs_abort(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
+		   const char *reason);
 /* Prefill side: our engine announced group x, or computed a layer of it
  * (layer >= 0), or gave its first token: its legs follow. */
 void tp_legs_announced(struct xfer *x);

@@ -144,6 +144,9 @@ static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
 	x = peer_xfer(a, p, m, "abort");
 	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
 	if (!x && !refused && pdx_mp_get_xfer(m, "xfer", &id) == 0 &&
+	    !xfer_find(a, &id) && tp_legs_abort(a, p, &id, reason))
+		return; /* a leg that had not asked yet: its group fails */
+	if (!x && !refused && pdx_mp_get_xfer(m, "xfer", &id) == 0 &&
 	    !xfer_find(a, &id)) {
 		/* Before our engine heard of it: when it announces it, it
 		 * fails at once. */

@@ -263,6 +263,34 @@ void tp_legs_want(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
 		leg_announce(g, leg);
 }
 
+bool tp_legs_abort(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
+		   const char *reason)
+{
+	const struct pdx_kv_layout *l = &a->reg.layout;
+	struct tp_rank me = a->reg.tp;
+	char why[PDX_REASON_MAX];
+	struct pdx_xfer_id of;
+	struct tp_slice sl;
+	struct xfer *g;
+	bool skip_all;
+
+	if (!a->reg.ok || p->tp.size == me.size ||
+	    !pair(l, l->kv_heads * me.size, me, p->tp, &sl, &skip_all))
+		return false;
+	tp_leg_id(id, me.rank, p->tp.rank, &of); /* its own inverse */
+	g = xfer_find(a, &of);
+	if (g && (g->role != XFER_SEND || g->finished ||
+		  (!g->tp && (!g->announced || g->peer_addr[0]))))
+		return false;
+	snprintf(why, sizeof(why), "aborted by %s (rank %u of TP %u) before "
+		 "it asked: %s", p->addr, p->tp.rank, p->tp.size, reason);
+	if (g)
+		xfer_fail(g, PDX_ECANCELED, false, "%s", why);
+	else /* our engine's send of it fails at once */
+		pdx_ended_add(a->ended, &of, "", why);
+	return true;
+}
+
 void tp_legs_announced(struct xfer *x)
 {
 	if (x->peer_addr[0]) {

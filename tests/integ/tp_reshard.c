@@ -352,6 +352,70 @@ static void expect_refused(struct inst *D, uint32_t j, const char *const *peers,
 	      "a refused split fails with why");
 }
 
+/* One transfer X of TP 2 -> 1 whose engine on side `who` aborts it:
+ * every engine hears "failed" at once (not at a lease), each reason
+ * naming what it must. */
+static void abort_one(struct inst *P, struct inst *D, const char *who,
+		      bool computed, const char *want_p0, const char *want_p1,
+		      const char *want_d)
+{
+	const char *peers[2] = { P->r[0].peer, P->r[1].peer };
+	struct pdx_recv_opts ro = { .peers = peers, .n_peers = 2 };
+	uint32_t blocks[2] = { 3, 4 };
+	struct pdx_engine_event ev[3] = { 0 };
+	struct pdx_xfer_id id;
+	struct pdx_engine *by = who[0] == 'd' ? D->r[0].eng : P->r[1].eng;
+	bool ok;
+
+	pdx_xfer_id_random(&id);
+	pdx_engine_recv_opts(D->r[0].eng, &id, NULL, blocks, 2, &ro);
+	pdx_engine_send(P->r[0].eng, &id, NULL, blocks, 2);
+	pdx_engine_send(P->r[1].eng, &id, NULL, blocks, 2);
+	if (computed) {
+		pdx_engine_layer_done(P->r[0].eng, 0, &id, 1);
+		pdx_engine_layer_done(P->r[1].eng, 0, &id, 1);
+		h_sleep_ms(200); /* layer 0 on its way */
+	}
+	pdx_engine_abort(by, &id);
+	ok = !wait_all(P->r[0].eng, &id, 1, &ev[0], 5000) &&
+	     !wait_all(P->r[1].eng, &id, 1, &ev[1], 5000) &&
+	     !wait_all(D->r[0].eng, &id, 1, &ev[2], 5000);
+	for (int k = 0; k < 3 && ok; k++)
+		h_note("%s: %s: %s", k < 2 ? "prefill" : "decode",
+		       h_kind(ev[k].kind), ev[k].reason);
+	CHECK(ok && ev[0].kind == PDX_EVENT_FAILED &&
+		      ev[1].kind == PDX_EVENT_FAILED &&
+		      ev[2].kind == PDX_EVENT_FAILED &&
+		      strstr(ev[0].reason, want_p0) &&
+		      strstr(ev[1].reason, want_p1) &&
+		      strstr(ev[2].reason, want_d),
+	      "an abort on one rank fails the transfer on every rank at once, "
+	      "saying which rank");
+}
+
+static void aborts(void)
+{
+	struct inst *P = calloc(1, sizeof(*P)), *D = calloc(1, sizeof(*D));
+
+	h_note("aborts, TP 2 -> 1");
+	if (inst_start(P, 2, 4, false, PDX_KV_HND, 'p', NULL) ||
+	    inst_start(D, 1, 8, false, PDX_KV_HND, 'd', NULL)) {
+		CHECK_FAIL("aborts: the agents and engines start");
+	} else {
+		/* the decode engine, before anything was computed */
+		abort_one(P, D, "decode", false, "rank 0 of TP 1",
+			  "rank 0 of TP 1", "aborted by engine");
+		/* prefill rank 1, after a layer: its leg fails the
+		 * decode side's transfer, which aborts rank 0's leg */
+		abort_one(P, D, "prefill", true, "rank 1 of TP 2",
+			  "aborted by engine", "from rank 1 of TP 2");
+	}
+	inst_stop(P);
+	inst_stop(D);
+	free(P);
+	free(D);
+}
+
 static void refusals(void)
 {
 	struct inst *P = calloc(1, sizeof(*P)), *D = calloc(1, sizeof(*D));
@@ -417,6 +481,7 @@ int main(int argc, char **argv)
 	run_case(2, 1, PDX_KV_NHD, true, NULL);
 	run_case(1, 2, PDX_KV_NHD, true, NULL);
 	refusals();
+	aborts();
 	pb_tmpdir_remove(dir);
 	pb_cleanup_run();
 	return check_status();
