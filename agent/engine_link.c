@@ -390,10 +390,6 @@ static pdx_status_t register_tp(const msgpack_object *m, struct registration *g,
 			 (unsigned long long)rank, (unsigned long long)size);
 		return PDX_EINVAL;
 	}
-	if (g->layout.tensors != 1 && size > 1 && !g->layout.kv_heads) {
-		snprintf(err, errlen, "tp: no KV heads on this rank");
-		return PDX_EINVAL;
-	}
 	g->tp = (struct tp_rank){ (uint32_t)rank, (uint32_t)size };
 	return PDX_OK;
 }
