@@ -51,6 +51,19 @@ const char *data_path_key(enum data_path d);
 struct xfer;
 struct agent;
 
+/* Tensor parallelism (docs/protocol.md, "TP legs"): an engine's rank of
+ * its TP size; {0, 1} without TP. */
+struct tp_rank {
+	uint32_t rank, size;
+};
+
+/* The KV heads one leg moves: heads [src_head, src_head + n) of the
+ * sender's blocks land at [dst_head, dst_head + n) of the receiver's.
+ * n == 0: whole blocks (equal TP, MLA's latent). */
+struct tp_slice {
+	uint32_t src_head, dst_head, n;
+};
+
 /* An active message a data path's receiver takes (agent/am.h). */
 struct data_path_am {
 	enum am_id id;
@@ -144,6 +157,7 @@ struct registration {
 	int device;	    /* cuda: the engine's device */
 	void **events;	    /* cuda: slots x layers "layer computed" events */
 	uint32_t event_slots; /* 0: none; layer_done means written */
+	struct tp_rank tp;    /* register's "tp" */
 };
 
 struct remote_region {
@@ -183,6 +197,7 @@ struct peer {
 	enum data_path path; /* chosen at the handshake (path_choice.c) */
 	const struct data_path_ops *ops; /* path's operations */
 	struct pdx_kv_layout layout;
+	struct tp_rank tp; /* its hello's "tp" */
 	struct pdx_ucx_ep *ep;
 	struct remote_region *regions;
 	uint32_t n_regions;
@@ -240,6 +255,12 @@ struct xfer {
 	pdx_status_t status;
 	char reason[PDX_REASON_MAX];
 	char peer_abort[PDX_REASON_MAX]; /* the peer gave up before we began */
+	/* TP p != d (tp_legs.c): the engine's transfer is a group of legs,
+	 * each an ordinary transfer with one peer. */
+	struct xfer *group;	/* a leg: its group, held (inflight) by it */
+	struct tp_group *tp;	/* a group: its legs */
+	struct tp_slice slice;	/* a leg: the heads it moves */
+	struct tp_rank peer_tp;	/* a leg: the peer's rank, as listed */
 };
 
 /* How a transfer's end reaches the files above xfer.c, which main.c (or
@@ -253,6 +274,8 @@ struct xfer_ops {
 	/* Tells the agent at addr: op "abort" (ours) or "error" (unknown). */
 	void (*tell_peer)(struct agent *a, const char *addr, const char *op,
 			  const struct pdx_xfer_id *xfer, const char *reason);
+	/* A leg or a group of legs decided its outcome (tp_legs.c). */
+	void (*legs_decided)(struct xfer *x);
 };
 
 struct agent {
@@ -519,6 +542,72 @@ void staged_peer_gone(struct agent *a, struct peer *p);
 /* The agent stops (its transfers are about to be freed): chunks still on
  * their way only free themselves. */
 void staged_stop(struct agent *a);
+
+/* tp_slice.c: which KV heads a pair of TP ranks exchange (pure) */
+/* The leg's id: the engine's transfer id xfer with its last four bytes,
+ * big-endian, XORed with 0x80000000 | sender << 16 | receiver. */
+void tp_leg_id(const struct pdx_xfer_id *xfer, uint32_t sender,
+	       uint32_t receiver, struct pdx_xfer_id *out);
+/* The heads sender s and receiver r share of `heads` KV heads (the full
+ * count, kv_heads * size on either side) in *out; false when none. */
+bool tp_slice_of(uint32_t heads, struct tp_rank s, struct tp_rank r,
+		 struct tp_slice *out);
+/* Whether the receiver r of TP takes from sender s (MLA: one sender gives
+ * each receiver the latent; *skip_all: s only gets a want that asks for
+ * nothing, so that every sender hears from max(1, d / p) receivers). */
+bool tp_mla_pair(struct tp_rank s, struct tp_rank r, bool *skip_all);
+/* Why a size or pair of sizes cannot be resharded; NULL when it can. */
+const char *tp_size_refusal(uint32_t size, char *why, size_t len);
+/* Why layouts a (ours, of TP ta) and b (of TP tb), the same but in
+ * kv_heads, cannot exchange heads; NULL: they can. */
+const char *tp_heads_refusal(const struct pdx_kv_layout *a, struct tp_rank ta,
+			     const struct pdx_kv_layout *b, struct tp_rank tb,
+			     char *why, size_t len);
+/* Why leg x cannot go to or come from p (not the rank it was listed
+ * as, or a slice its path cannot move); NULL: it can. */
+const char *tp_leg_refusal(const struct xfer *x, const struct peer *p,
+			   char *why, size_t len);
+/* Why a leg with slice s cannot take path (or a pull); NULL: it can. */
+const char *tp_slice_refusal(const struct tp_slice *s, enum data_path path,
+			     bool pull, struct tp_rank from, struct tp_rank to,
+			     char *why, size_t len);
+/* One piece of a sliced run: src_off and dst_off from the run's first
+ * byte on each side, len bytes. */
+typedef pdx_status_t (*tp_piece_fn)(struct xfer *x, const void *ctx,
+				    uint64_t src_off, uint64_t dst_off,
+				    uint64_t len);
+/* fn on each contiguous piece of s's heads in a run of count blocks of
+ * one tensor (HND: one per block, NHD: one per token). */
+pdx_status_t tp_slice_each_piece(struct xfer *x, const struct tp_slice *s,
+				 const struct pdx_kv_layout *src,
+				 const struct pdx_kv_layout *dst, uint32_t count,
+				 tp_piece_fn fn, const void *ctx);
+
+/* tp_legs.c: an engine's transfer with TP p != d as a group of legs */
+/* Decode side, recv with "peers" (rank order): the peer of equal TP in
+ * peer (returns 0), or 1 when legs are needed, or -1 with why. */
+int tp_legs_pick(const struct agent *a, const msgpack_object *peers,
+		 char *peer, size_t len, char *why, size_t whylen);
+/* Decode side: x (announced, blocks known) gets a leg from every prefill
+ * rank that holds our heads. */
+void tp_legs_recv(struct xfer *x, const msgpack_object *peers);
+/* Prefill side: a want for leg id of the engine's transfer `of`. */
+void tp_legs_want(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
+		  const struct pdx_xfer_id *of, uint32_t *blocks, uint32_t n,
+		  uint32_t skip, bool pull);
+/* Prefill side: an abort for id, a leg we have not heard of: the leg's
+ * group (or our engine's open send, or its send to come) fails. True
+ * when id is such a leg. */
+bool tp_legs_abort(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
+		   const char *reason);
+/* Prefill side: our engine announced group x, or computed a layer of it
+ * (layer >= 0), or gave its first token: its legs follow. */
+void tp_legs_announced(struct xfer *x);
+void tp_legs_layer_done(struct xfer *x, uint32_t layer);
+void tp_legs_token(struct xfer *x);
+/* xfer_ops.legs_decided: a leg's outcome counts into its group; a group
+ * that failed fails its other legs. */
+void tp_legs_decided(struct xfer *x);
 
 /* notify.c */
 void notify_xfer(struct agent *a, struct xfer *x, const char *kind);

@@ -368,6 +368,32 @@ static void renew_instance(struct agent *a)
 	}
 }
 
+/* "tp": {rank, size}, optional: this engine's rank of its TP size. */
+static pdx_status_t register_tp(const msgpack_object *m, struct registration *g,
+				char *err, size_t errlen)
+{
+	const msgpack_object *tp = pdx_mp_get(m, "tp");
+	uint64_t rank, size;
+
+	g->tp = (struct tp_rank){ 0, 1 };
+	if (!tp)
+		return PDX_OK;
+	if (tp->type != MSGPACK_OBJECT_MAP || pdx_mp_get_u64(tp, "rank", &rank) ||
+	    pdx_mp_get_u64(tp, "size", &size) || size > UINT32_MAX) {
+		snprintf(err, errlen, "tp: want a map {rank, size} (ints)");
+		return PDX_EINVAL;
+	}
+	if (tp_size_refusal((uint32_t)size, err, errlen))
+		return PDX_EINVAL;
+	if (rank >= size) {
+		snprintf(err, errlen, "tp: rank %llu of size %llu",
+			 (unsigned long long)rank, (unsigned long long)size);
+		return PDX_EINVAL;
+	}
+	g->tp = (struct tp_rank){ (uint32_t)rank, (uint32_t)size };
+	return PDX_OK;
+}
+
 static void on_register(struct agent *a, const void *id, size_t id_len,
 			const msgpack_object *m)
 {
@@ -397,6 +423,8 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 		goto refuse;
 	}
 	st = pdx_layout_unpack(layout, &g.layout, err, sizeof(err));
+	if (!st)
+		st = register_tp(m, &g, err, sizeof(err));
 	if (st)
 		goto refuse;
 	g.n_regions = regions->via.array.size;
@@ -543,6 +571,8 @@ static struct xfer *announce(struct agent *a, const void *eid, size_t eid_len,
 			     const msgpack_object *m, enum xfer_role role)
 {
 	const char *op = role == XFER_SEND ? "send" : "recv";
+	const msgpack_object *peers = role == XFER_RECV ? pdx_mp_get(m, "peers")
+						       : NULL;
 	struct pdx_xfer_id id;
 	char peer[PDX_ADDR_MAX] = "", why[PDX_REASON_MAX] = "";
 	uint32_t *blocks = NULL;
@@ -572,7 +602,10 @@ static struct xfer *announce(struct agent *a, const void *eid, size_t eid_len,
 					 : "its peer asked for");
 		return NULL;
 	}
-	if (!announced_peer(m, role, x, peer, sizeof(peer))) {
+	if (peers && tp_legs_pick(a, peers, peer, sizeof(peer), why,
+				  sizeof(why)) < 0) {
+		peer[0] = '\0';
+	} else if (!peers && !announced_peer(m, role, x, peer, sizeof(peer))) {
 		snprintf(why, sizeof(why), "peer: want the peer agent's "
 			 "tcp:// address%s", role == XFER_SEND ?
 			 " (or none: the first to claim it)" : "");
@@ -652,7 +685,9 @@ static void on_send(struct agent *a, const void *eid, size_t eid_len,
 {
 	struct xfer *x = announce(a, eid, eid_len, m, XFER_SEND);
 
-	if (x)
+	if (x && x->tp) /* legs asked for it already */
+		tp_legs_announced(x);
+	else if (x)
 		push_try(x);
 }
 
@@ -662,6 +697,7 @@ static void on_recv(struct agent *a, const void *eid, size_t eid_len,
 		    const msgpack_object *m)
 {
 	struct xfer *x = announce(a, eid, eid_len, m, XFER_RECV);
+	const msgpack_object *peers = pdx_mp_get(m, "peers");
 	uint64_t skip_tokens = 0;
 
 	if (!x)
@@ -675,7 +711,10 @@ static void on_recv(struct agent *a, const void *eid, size_t eid_len,
 		xfer_fail(x, PDX_EINVAL, false, "pull: want true or false");
 		return;
 	}
-	xfers_peer_ready(a, x->peer); /* sends want if the peer is ready */
+	if (peers && !x->peer_addr[0]) /* TP p != d */
+		tp_legs_recv(x, peers);
+	else
+		xfers_peer_ready(a, x->peer); /* want, if the peer is ready */
 }
 
 static void on_layer_done(struct agent *a, const void *eid, size_t eid_len,
@@ -732,7 +771,10 @@ static void on_layer_done(struct agent *a, const void *eid, size_t eid_len,
 		}
 		x->progress_ns = pdx_now_ns();
 		xfer_mark(x, MARK_LAYER_DONE);
-		push_try(x);
+		if (x->tp)
+			tp_legs_layer_done(x, (uint32_t)layer);
+		else
+			push_try(x);
 	}
 }
 
@@ -756,8 +798,11 @@ static void on_token(struct agent *a, const void *eid, size_t eid_len,
 		return;
 	}
 	x = xfer_find(a, &id);
-	if (x && x->role == XFER_SEND && x->announced && !x->finished)
+	if (x && x->role == XFER_SEND && x->announced && !x->finished) {
 		x->first_token = (int64_t)token;
+		if (x->tp)
+			tp_legs_token(x);
+	}
 }
 
 /* Decode side: our engine queued a request whose KV the peer holds. Until

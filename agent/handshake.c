@@ -24,6 +24,7 @@ struct hello {
 	bool cuda_ucx; /* its UCX moves GPU memory */
 	bool cuda;     /* its KV is GPU memory (a region of type cuda) */
 	bool done_ucx; /* it takes "done" by UCX on the ipc lane */
+	struct tp_rank tp; /* its engine's rank of its TP size */
 	const void *ucx; /* its worker address, in the message */
 	size_t ucx_len;
 	struct pdx_kv_layout layout;
@@ -100,6 +101,19 @@ static pdx_status_t hello_parse(const msgpack_object *m, struct hello *h,
 	h->cuda_ucx = get_bool(m, "cuda_ucx");
 	h->done_ucx = get_bool(m, "done_ucx");
 	h->staging = pdx_mp_get(m, "staging");
+	h->tp = (struct tp_rank){ 0, 1 };
+	if (pdx_mp_get(m, "tp")) {
+		const msgpack_object *tp = pdx_mp_get(m, "tp");
+		uint64_t rank, size;
+
+		if (pdx_mp_get_u64(tp, "rank", &rank) ||
+		    pdx_mp_get_u64(tp, "size", &size) || size > UINT32_MAX ||
+		    rank > UINT32_MAX) {
+			snprintf(err, errlen, "malformed tp");
+			return PDX_EINVAL;
+		}
+		h->tp = (struct tp_rank){ (uint32_t)rank, (uint32_t)size };
+	}
 	h->n_regions = regions->via.array.size;
 	h->regions = calloc(h->n_regions ? h->n_regions : 1, sizeof(*h->regions));
 	h->rkeys = calloc(h->n_regions ? h->n_regions : 1, sizeof(*h->rkeys));
@@ -125,6 +139,7 @@ static pdx_status_t hello_check(const struct agent *a, const struct peer *p,
 				const struct hello *h, char *err, size_t errlen)
 {
 	char diff[PDX_REASON_MAX], why[PDX_REASON_MAX];
+	struct pdx_kv_layout heads = h->layout;
 	uint64_t *sizes;
 	int bad;
 
@@ -137,10 +152,20 @@ static pdx_status_t hello_check(const struct agent *a, const struct peer *p,
 			 (unsigned long long)h->v, PEER_PROTOCOL_VERSION);
 		return PDX_EINCOMPAT;
 	}
-	if (pdx_kv_layout_diff(&a->reg.layout, &h->layout, diff, sizeof(diff)) ||
-	    h->compat != pdx_kv_layout_compat_hash(&h->layout)) {
+	/* kv_heads may differ between TP sizes (tp_slice.c): checked apart */
+	heads.kv_heads = a->reg.layout.kv_heads;
+	if (pdx_kv_layout_diff(&a->reg.layout, &heads, diff, sizeof(diff)) ||
+	    h->compat != pdx_kv_layout_compat_hash(&h->layout) ||
+	    (a->reg.tp.size == 1 && h->tp.size == 1 &&
+	     pdx_kv_layout_diff(&a->reg.layout, &h->layout, diff, sizeof(diff)))) {
 		snprintf(err, errlen, "layout differs (ours vs %s): %s", p->addr,
 			 diff[0] ? diff : "compatibility hash");
+		return PDX_EINCOMPAT;
+	}
+	if (tp_heads_refusal(&a->reg.layout, a->reg.tp, &h->layout, h->tp, why,
+			     sizeof(why))) {
+		snprintf(err, errlen, "layout differs (ours vs %s): %s", p->addr,
+			 why);
 		return PDX_EINCOMPAT;
 	}
 	/* Its layout must fit the regions it offers: refused here with a
@@ -190,6 +215,10 @@ static void send_hello(struct agent *a, struct peer *p, const char *op)
 	pdx_mp_msg_bool(&pm.m, "cuda_ucx", pdx_ucx_has_cuda(a->ucx));
 	staged_pack_hello(a, &pm.m);
 	pdx_mp_msg_bool(&pm.m, "done_ucx", true);
+	pdx_mp_msg_map_open(&pm.m, "tp");
+	pdx_mp_msg_u64(&pm.m, "rank", a->reg.tp.rank);
+	pdx_mp_msg_u64(&pm.m, "size", a->reg.tp.size);
+	pdx_mp_msg_map_close(&pm.m);
 	msgpack_pack_array(pdx_mp_msg_key(&pm.m, "regions"), a->reg.n_regions);
 	for (uint32_t i = 0; i < a->reg.n_regions; i++) {
 		const struct region *r = &a->reg.regions[i];
@@ -279,6 +308,7 @@ static pdx_status_t hello_apply(struct agent *a, struct peer *p,
 	p->cuda_ucx = h->cuda_ucx;
 	p->cuda = h->cuda;
 	p->done_ucx = h->done_ucx;
+	p->tp = h->tp;
 	st = pdx_ucx_ep_new(a->ucx, h->ucx, h->ucx_len,
 			    !(p->same_host && p->peer_shm && path_ucx_has_shm()),
 			    peer_ep_error, p, &p->ep);
@@ -325,6 +355,8 @@ static pdx_status_t send_want(struct agent *a, struct peer *p,
 	pdx_mp_msg_u64(&pm.m, "skip", x->skip);
 	if (x->pull)
 		pdx_mp_msg_bool(&pm.m, "pull", true);
+	if (x->group)
+		pdx_mp_msg_xfer(&pm.m, "of", &x->group->id);
 	return peer_msg_send(&pm, p);
 }
 
@@ -347,7 +379,13 @@ void xfers_peer_ready(struct agent *a, struct peer *p)
 			const char *why = x->pull && x->skip < x->n_blocks
 						  ? pull_refusal(a, p)
 						  : NULL;
+			char leg_why[PDX_REASON_MAX];
 
+			if (!why && x->group &&
+			    tp_leg_refusal(x, p, leg_why, sizeof(leg_why))) {
+				xfer_fail(x, PDX_EINCOMPAT, true, "%s", leg_why);
+				continue;
+			}
 			if (why) {
 				xfer_fail(x, PDX_EINCOMPAT, true,
 					  "pull from %s: %s", p->addr, why);

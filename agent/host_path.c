@@ -48,6 +48,8 @@ pdx_status_t host_each_run(struct xfer *x, uint32_t layer, bool to_peer,
 	const struct registration *g = &x->agent->reg;
 	const struct peer *p = x->peer;
 	uint64_t bb = pdx_kv_layout_block_bytes(&g->layout);
+	/* the receiver's blocks hold other heads than ours with TP p != d */
+	uint64_t peer_bb = to_peer ? pdx_kv_layout_block_bytes(&p->layout) : 0;
 
 	for (size_t i = 0; i < x->n_runs; i++)
 		for (uint32_t t = 0; t < g->layout.tensors; t++) {
@@ -62,16 +64,17 @@ pdx_status_t host_each_run(struct xfer *x, uint32_t layer, bool to_peer,
 
 			if (to_peer) {
 				const struct pdx_kv_layer *rl = &p->layout.layer[layer];
+				uint64_t peer_len = peer_bb * r->count;
 				unsigned __int128 end =
 				    (unsigned __int128)rl->base[t].offset +
 				    (unsigned __int128)r->dst * rl->block_stride +
-				    at.len;
+				    peer_len;
 
 				at.ri = rl->base[t].region;
 				if (at.ri >= p->n_regions ||
 				    end > p->regions[at.ri].size)
 					return PDX_ERANGE;
-				at.off = (uint64_t)(end - at.len);
+				at.off = (uint64_t)(end - peer_len);
 			}
 			st = fn(x, layer, t, r, &at);
 			if (st)

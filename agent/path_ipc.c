@@ -6,12 +6,26 @@
 
 #include "agent/agent.h"
 
+static pdx_status_t ipc_piece(struct xfer *x, const void *ctx,
+			      uint64_t src_off, uint64_t dst_off, uint64_t len)
+{
+	const struct host_run *at = ctx;
+
+	memcpy(x->peer->regions[at->ri].map + at->off + dst_off,
+	       at->src + src_off, len);
+	x->bytes += len;
+	return PDX_OK;
+}
+
+/* A leg of TP p != d copies its heads of each block (tp_slice.c). */
 static pdx_status_t ipc_run(struct xfer *x, uint32_t layer, uint32_t t,
 			    const struct pdx_run *r, const struct host_run *at)
 {
-	memcpy(x->peer->regions[at->ri].map + at->off, at->src, at->len);
-	x->bytes += at->len;
-	return PDX_OK;
+	if (x->slice.n)
+		return tp_slice_each_piece(x, &x->slice, &x->agent->reg.layout,
+					   &x->peer->layout, r->count,
+					   ipc_piece, at);
+	return ipc_piece(x, at, 0, 0, at->len);
 }
 
 static pdx_status_t ipc_push(struct xfer *x, uint32_t layer, uint32_t n)

@@ -4,17 +4,30 @@
 #define PDX_LOG_TOPIC "push"
 #include "agent/agent.h"
 
-static pdx_status_t put_run(struct xfer *x, uint32_t layer, uint32_t t,
-			    const struct pdx_run *r, const struct host_run *at)
+static pdx_status_t put_piece(struct xfer *x, const void *ctx,
+			      uint64_t src_off, uint64_t dst_off, uint64_t len)
 {
+	const struct host_run *at = ctx;
 	const struct remote_region *rr = &x->peer->regions[at->ri];
 	pdx_status_t st;
 
-	st = pdx_ucx_put(x->peer->ep, at->src, at->len, at->mem,
-			 rr->addr + at->off, rr->rkey, complete_op_ended_cb, x);
+	st = pdx_ucx_put(x->peer->ep, at->src + src_off, len, at->mem,
+			 rr->addr + at->off + dst_off, rr->rkey,
+			 complete_op_ended_cb, x);
 	if (!st)
-		host_op_started(x, at->len);
+		host_op_started(x, len);
 	return st;
+}
+
+/* A leg of TP p != d puts its heads of each block (tp_slice.c). */
+static pdx_status_t put_run(struct xfer *x, uint32_t layer, uint32_t t,
+			    const struct pdx_run *r, const struct host_run *at)
+{
+	if (x->slice.n)
+		return tp_slice_each_piece(x, &x->slice, &x->agent->reg.layout,
+					   &x->peer->layout, r->count,
+					   put_piece, at);
+	return put_piece(x, at, 0, 0, at->len);
 }
 
 pdx_status_t path_put_layer(struct xfer *x, uint32_t layer)

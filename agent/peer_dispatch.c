@@ -15,7 +15,7 @@
 
 static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 {
-	struct pdx_xfer_id id;
+	struct pdx_xfer_id id, of;
 	struct xfer *x;
 	uint32_t *blocks = NULL;
 	size_t n = 0;
@@ -39,6 +39,13 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 				  "want: block outside your registered layout");
 			return;
 		}
+	}
+	/* a leg of our engine's transfer "of" (TP p != d) */
+	if (pdx_mp_get(m, "of") && pdx_mp_get_xfer(m, "of", &of) == 0 &&
+	    memcmp(of.b, id.b, sizeof(id.b)) != 0) {
+		tp_legs_want(a, p, &id, &of, blocks, (uint32_t)n,
+			     (uint32_t)skip, pull);
+		return;
 	}
 	x = xfer_find(a, &id);
 	xfer_claim(x, p);
@@ -136,6 +143,9 @@ static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
 		xfer_claim(xfer_find(a, &id), p);
 	x = peer_xfer(a, p, m, "abort");
 	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
+	if (!x && !refused && pdx_mp_get_xfer(m, "xfer", &id) == 0 &&
+	    !xfer_find(a, &id) && tp_legs_abort(a, p, &id, reason))
+		return; /* a leg that had not asked yet: its group fails */
 	if (!x && !refused && pdx_mp_get_xfer(m, "xfer", &id) == 0 &&
 	    !xfer_find(a, &id)) {
 		/* Before our engine heard of it: when it announces it, it

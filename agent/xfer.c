@@ -59,11 +59,13 @@ static uint64_t xfer_deadline(const struct xfer *x, enum bound *which)
 	uint64_t d = x->begun_ns + ms_ns(x->timeout_ms);
 
 	*which = BOUND_PHASE;
+	if (x->tp) /* a group of legs: they say why first, a second before */
+		d += ms_ns(1000);
 	if (x->role == XFER_SEND && x->announced && !x->sm.blocks_known) {
 		/* The receiver has not asked: its holds keep the KV. */
 		*which = BOUND_LEASE;
 		d = x->lease_ns;
-	} else if (x->role == XFER_SEND && x->announced &&
+	} else if (x->role == XFER_SEND && x->announced && !x->tp &&
 		   x->sm.pushed_count < x->sm.layers &&
 		   x->progress_ns + ms_ns(c->layer_timeout_ms) < d) {
 		*which = BOUND_LAYER;
@@ -174,6 +176,7 @@ static void xfer_destroy(struct xfer *x)
 	free(x->blocks);
 	free(x->remote_blocks);
 	free(x->runs);
+	free(x->tp);
 	free(x);
 }
 
@@ -204,7 +207,7 @@ void xfer_maybe_release(struct xfer *x)
 
 	if (!x->finished || x->inflight || x->released)
 		return;
-	if (x->announced && !x->event_sent) {
+	if (x->announced && !x->event_sent && !x->group) {
 		x->event_sent = true;
 		xfer_mark(x, MARK_EVENT);
 		a->xfer_ops->engine_event(a, x, x->status ? "failed"
@@ -218,6 +221,10 @@ void xfer_maybe_release(struct xfer *x)
 	metrics_xfer_ended(a, x,
 			   peer_known(x->peer) ? x->peer->path : DATA_AUTO);
 	xfer_unlink(a, x);
+	if (x->group) { /* a leg gives its group back */
+		x->group->inflight--;
+		xfer_maybe_release(x->group);
+	}
 }
 
 void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
@@ -250,8 +257,10 @@ void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 					      ours ? "abort" : "error", &x->id,
 					      ours ? x->reason : "unknown transfer");
 	}
-	if (x->announced)
+	if (x->announced && !x->group)
 		x->agent->xfer_ops->notify(x->agent, x, "failed");
+	if (x->group || x->tp)
+		x->agent->xfer_ops->legs_decided(x);
 	xfer_maybe_release(x);
 }
 
@@ -266,8 +275,11 @@ void xfer_succeed(struct xfer *x)
 	evtimer_del(x->timer);
 	pdx_xfer_id_hex(&x->id, hex);
 	log_debug("xfer %s done: %llu bytes", hex, (unsigned long long)x->bytes);
-	x->agent->xfer_ops->notify(x->agent, x,
-				   x->role == XFER_SEND ? "sent" : "received");
+	if (!x->group)
+		x->agent->xfer_ops->notify(x->agent, x, x->role == XFER_SEND
+						     ? "sent" : "received");
+	if (x->group || x->tp)
+		x->agent->xfer_ops->legs_decided(x);
 	xfer_maybe_release(x);
 }
 
@@ -279,7 +291,7 @@ void xfer_claim(struct xfer *x, struct peer *p)
 	char hex[33];
 
 	if (!x || x->role != XFER_SEND || !x->announced || x->finished ||
-	    x->peer_addr[0])
+	    x->peer_addr[0] || x->tp)
 		return;
 	snprintf(x->peer_addr, sizeof(x->peer_addr), "%s", p->addr);
 	x->peer = p;

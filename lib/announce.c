@@ -65,11 +65,23 @@ static pdx_status_t announce(struct pdx_engine *e, const char *op,
 	if (!xfer || !blocks || n_blocks == 0 || n_blocks > UINT32_MAX)
 		return pdx__fail(e, PDX_EINVAL, "%s: needs a transfer id and "
 				 "1 to 2^32-1 blocks", op);
-	/* a send may leave its receiver open: the first to claim it */
-	if (!(peer ? peer_ok(peer) : op[0] == 's'))
+	if (ro && ro->n_peers) {
+		if (!ro->peers || ro->n_peers > 0x7fff)
+			return pdx__fail(e, PDX_EINVAL, "%s: n_peers %u needs "
+					 "that many peers (at most 32767)", op,
+					 ro->n_peers);
+		for (uint32_t i = 0; i < ro->n_peers; i++)
+			if (!peer_ok(ro->peers[i]))
+				return pdx__fail(e, PDX_EINVAL, "%s: peers[%u] "
+						 "needs an address of 1 to %d "
+						 "bytes", op, i, PDX_ADDR_MAX - 1);
+		peer = NULL; /* the agent picks among them */
+	} else if (!(peer ? peer_ok(peer) : op[0] == 's')) {
+		/* a send may leave its receiver open: the first to claim it */
 		return pdx__fail(e, PDX_EINVAL,
 				 "%s: needs a peer address of 1 to %d bytes",
 				 op, PDX_ADDR_MAX - 1);
+	}
 	if (pdx__inflight_has(e, xfer))
 		return pdx__fail(e, PDX_EEXIST,
 				 "%s: transfer %s is in flight already", op,
@@ -82,11 +94,18 @@ static pdx_status_t announce(struct pdx_engine *e, const char *op,
 	msgpack_pack_map(&o.pk, 3 + (peer != NULL) +
 				    (ro && ro->skip_tokens ? 1 : 0) +
 				    (ro && ro->mode ? 1 : 0) +
+				    (ro && ro->n_peers ? 1 : 0) +
 				    (e->xfer_timeout_ms ? 1 : 0));
 	pdx_mp_kv_str(&o.pk, "op", op);
 	pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
 	if (peer)
 		pdx_mp_kv_str(&o.pk, "peer", peer);
+	if (ro && ro->n_peers) {
+		pdx_mp_str(&o.pk, "peers");
+		msgpack_pack_array(&o.pk, ro->n_peers);
+		for (uint32_t i = 0; i < ro->n_peers; i++)
+			pdx_mp_str(&o.pk, ro->peers[i]);
+	}
 	pdx_mp_kv_u32s(&o.pk, "blocks", blocks, n_blocks);
 	if (ro && ro->skip_tokens)
 		pdx_mp_kv_u64(&o.pk, "skip_tokens", ro->skip_tokens);

@@ -53,6 +53,7 @@ struct pdx_engine {
 	int timeout_ms;
 	int liveness_ms;
 	uint32_t xfer_timeout_ms;
+	uint32_t tp_rank, tp_size; /* pdx_engine_set_tp(); size 0: none */
 	void *mon;         /* PAIR: the socket monitor's connection events */
 	int efd;           /* epoll over both sockets' ZMQ_FDs: pdx_engine_fd() */
 	void *reg;         /* the last accepted register message, to resend */

@@ -18,6 +18,20 @@
 
 #define SHM_NAME_MAX 255 /* NAME_MAX for shm_open() */
 
+pdx_status_t pdx_engine_set_tp(struct pdx_engine *e, uint32_t rank,
+			       uint32_t size)
+{
+	if (!e)
+		return PDX_EINVAL;
+	pdx__why_clear(e);
+	if (!size || (size & (size - 1)) || rank >= size)
+		return pdx__fail(e, PDX_EINVAL, "set_tp: rank %u of size %u "
+				 "(a power of two above the rank)", rank, size);
+	e->tp_rank = rank;
+	e->tp_size = size;
+	return PDX_OK;
+}
+
 static pdx_status_t check_regions(struct pdx_engine *e,
 				  const struct pdx_engine_region *regions,
 				  size_t n_regions, uint64_t *sizes)
@@ -221,8 +235,14 @@ pdx_status_t pdx__register(struct pdx_engine *e,
 		return st;
 
 	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, ev ? 6 : 4);
+	msgpack_pack_map(&o.pk, (ev ? 6 : 4) + (e->tp_size ? 1 : 0));
 	pdx_mp_kv_str(&o.pk, "op", "register");
+	if (e->tp_size) {
+		pdx_mp_str(&o.pk, "tp");
+		msgpack_pack_map(&o.pk, 2);
+		pdx_mp_kv_u64(&o.pk, "rank", e->tp_rank);
+		pdx_mp_kv_u64(&o.pk, "size", e->tp_size);
+	}
 	pdx_mp_kv_u64(&o.pk, "v", PDX__PROTOCOL_VERSION);
 	pdx_mp_str(&o.pk, "layout");
 	pdx_layout_pack(&o.pk, layout);

@@ -132,6 +132,16 @@ pdx_status_t pdx_engine_register(struct pdx_engine *e,
 				 size_t n_regions, char *peer_addr,
 				 size_t peer_addr_len);
 
+/* Tensor parallelism: this engine is rank `rank` of a TP instance of
+ * `size` ranks (a power of two; rank r holds KV heads [r * H / size,
+ * (r + 1) * H / size) of H, kv_heads = H / size in its layout; MLA's
+ * latent is on every rank). Takes effect at the next register (and is
+ * kept for the registers sent again); without it, 0 of 1. The agents then
+ * reshard between prefill and decode instances of other TP sizes
+ * (docs/protocol.md, "TP legs"). */
+pdx_status_t pdx_engine_set_tp(struct pdx_engine *e, uint32_t rank,
+			       uint32_t size);
+
 /* The same, for a GPU engine with "layer computed" events (NULL: none). */
 pdx_status_t pdx_engine_register_cuda(struct pdx_engine *e,
 				      const struct pdx_kv_layout *layout,
@@ -242,6 +252,11 @@ enum pdx_xfer_mode {
 struct pdx_recv_opts {
 	uint32_t skip_tokens;    /* as pdx_engine_recv()'s */
 	enum pdx_xfer_mode mode;
+	/* TP: every prefill rank's agent, rank order (n_peers of them; the
+	 * peer argument may then be NULL). Our agent takes from those that
+	 * hold our heads. n_peers 0: the peer argument. */
+	const char *const *peers;
+	uint32_t n_peers;
 };
 
 /* pdx_engine_recv() with options; opts NULL: skip_tokens 0, the agent's

@@ -56,7 +56,9 @@ class EngineParams(ctypes.Structure):
 
 
 class RecvOpts(ctypes.Structure):
-    _fields_ = [("skip_tokens", ctypes.c_uint32), ("mode", ctypes.c_int)]
+    _fields_ = [("skip_tokens", ctypes.c_uint32), ("mode", ctypes.c_int),
+                ("peers", ctypes.POINTER(ctypes.c_char_p)),
+                ("n_peers", ctypes.c_uint32)]
 
 
 # enum pdx_xfer_mode
@@ -128,6 +130,7 @@ _OPTIONAL = {
     # libpdx 0.3
     "pdx_engine_recv_opts": (_STATUS, [_ENG, _XID, ctypes.c_char_p, _U32S,
                                        ctypes.c_size_t, _P(RecvOpts)]),
+    "pdx_engine_set_tp": (_STATUS, [_ENG, ctypes.c_uint32, ctypes.c_uint32]),
 }
 
 

@@ -360,16 +360,32 @@ class Engine:
                                        ctypes.byref(_xid(xfer)._c),
                                        _peer(peer), b, n), "send")
 
-    def recv(self, xfer: XferLike, peer: str, blocks: Sequence[int],
-             skip_tokens: int = 0, pull: Optional[bool] = None) -> None:
+    def set_tp(self, rank: int, size: int) -> None:
+        """Tensor parallelism: this engine is rank of a TP instance of size
+        ranks, from the next register on (docs/protocol.md, "TP legs")."""
+        self._call(_lib_fn("pdx_engine_set_tp")(self._handle(), rank, size),
+                   "set_tp")
+
+    def recv(self, xfer: XferLike, peer: Optional[str], blocks: Sequence[int],
+             skip_tokens: int = 0, pull: Optional[bool] = None,
+             peers: Optional[Sequence[str]] = None) -> None:
         """Decode side: receive xfer from the agent at peer into these
         blocks; the first skip_tokens tokens are held here already.
         pull: True, our agent reads the sender's blocks once all layers
         are computed; False, the sender pushes each layer; None, the
-        agent's default (--pull) (docs/protocol.md, "Pull")."""
+        agent's default (--pull) (docs/protocol.md, "Pull"). peers: every
+        prefill rank's agent, rank order (TP; peer is then None): our
+        agent takes our heads from those that hold them."""
         b, n = _blocks(blocks)
         xid = ctypes.byref(_xid(xfer)._c)
-        if pull is None:
+        if peers:
+            arr = (ctypes.c_char_p * len(peers))(*[p.encode() for p in peers])
+            opts = _clib.RecvOpts(skip_tokens, 0 if pull is None else
+                                  _clib.XFER_PULL if pull else _clib.XFER_PUSH,
+                                  arr, len(peers))
+            st = _lib_fn("pdx_engine_recv_opts")(self._handle(), xid, None,
+                                                  b, n, ctypes.byref(opts))
+        elif pull is None:
             st = lib.pdx_engine_recv(self._handle(), xid, _peer(peer), b, n,
                                      skip_tokens)
         else:

@@ -134,6 +134,7 @@ static const struct xfer_ops xfer_ops = {
 	.engine_event = engine_send_event,
 	.notify = notify_xfer,
 	.tell_peer = peer_send_to_addr,
+	.legs_decided = tp_legs_decided,
 };
 
 /* ---- shared memory: /fuzz... names are private memfds ---- */

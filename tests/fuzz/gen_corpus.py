@@ -19,10 +19,11 @@ X1 = bytes(range(16))
 X2 = bytes(range(16, 32))
 
 
-def layout(layers=4, tensors=2, blocks=64, order="NHD", bb=64):
+def layout(layers=4, tensors=2, blocks=64, order="NHD", bb=64, kv_heads=2):
     return {
         "layers": layers, "tensors": tensors, "blocks": blocks,
-        "block_tokens": 4, "kv_heads": 2, "head_dim": 4, "dtype_bytes": 2,
+        "block_tokens": 4, "kv_heads": kv_heads, "head_dim": 4,
+        "dtype_bytes": 2,
         "order": order,
         "bases": [[[0, (l * tensors + t) * blocks * bb]
                    for t in range(tensors)] for l in range(layers)],
@@ -103,6 +104,13 @@ def want(x=X1, blocks=(8, 9, 10, 11), skip=0):
                  "skip": skip})
 
 
+def leg_id(x, i, j):
+    """The id of the TP leg from prefill rank i to decode rank j of x
+    (docs/protocol.md, "TP legs")."""
+    v = int.from_bytes(x[12:], "big") ^ (1 << 31 | i << 16 | j)
+    return x[:12] + v.to_bytes(4, "big")
+
+
 def done(x=X1, nbytes=2048, am_bytes=0, first_token=5):
     return peer({"op": "done", "xfer": x, "bytes": nbytes,
                  "am_bytes": am_bytes, "first_token": first_token})
@@ -148,6 +156,33 @@ def engine_link():
     c["send_skip_all"] = b"\1" + reg + eng(send()) + hi + \
         want(skip=4) + eng({"op": "token", "xfer": X1, "token": 9}) + \
         layers_done()
+    # TP: we are prefill rank 0 of 2 (2 of 4 heads), the peer decode
+    # rank 0 of 1 (all 4)
+    reg_tp = eng({**REGISTER, "tp": {"rank": 0, "size": 2}})
+    hi_d1 = peer({**hello("hello_ack", lay=layout(kv_heads=4, bb=128),
+                          size=4 * 2 * 64 * 128),
+                  "tp": {"rank": 0, "size": 1}})
+    leg = peer({"op": "want", "xfer": leg_id(X1, 0, 0), "of": X1,
+                "blocks": [8, 9, 10, 11], "skip": 0})
+    for path in range(4):
+        c["tp_send_leg_%d" % path] = bytes([path]) + reg_tp + \
+            eng(send(peer=None)) + hi_d1 + leg + \
+            eng({"op": "token", "xfer": X1, "token": 42}) + layers_done()
+    c["tp_want_before_send"] = b"\0" + reg_tp + hi_d1 + leg + \
+        eng(send(peer=None)) + layers_done()
+    c["tp_abort_before_want"] = b"\0" + reg_tp + eng(send(peer=None)) + \
+        hi_d1 + peer({"op": "abort", "xfer": leg_id(X1, 0, 0),
+                      "reason": "aborted by engine"})
+    c["tp_register_size_3"] = b"\0" + eng({**REGISTER, "tp": {
+        "rank": 0, "size": 3}})
+    # we are decode rank 0 of 1, the peers prefill ranks of 2
+    hi_p2 = peer({**hello("hello_ack", lay=layout(kv_heads=1, bb=32),
+                          size=4 * 2 * 64 * 32),
+                  "tp": {"rank": 0, "size": 2}})
+    c["tp_recv_legs"] = b"\0" + reg + \
+        eng(recv(peers=[PEER, "tcp://peer2.fuzz:7000"])) + hi_p2 + \
+        done(leg_id(X1, 0, 0), nbytes=1024)
+    c["tp_recv_peers_3"] = b"\0" + reg + eng(recv(peers=[PEER] * 3))
     return c
 
 
@@ -375,7 +410,7 @@ MP_WORDS = ["op", "v", "layout", "regions", "type", "name", "size", "shm",
             "error", "from", "instance", "host", "compat", "ucx", "addr",
             "rkey", "skip", "bytes", "am_bytes", "first_token", "reason",
             "/fuzz-kv", "/fuzz-peer", PEER, HOST, "tcp://", "hold", "ping",
-            "pong"]
+            "pong", "tp", "rank", "peers", "of"]
 
 
 def mp_dict():

@@ -1,0 +1,139 @@
+/* Which KV heads two TP ranks exchange (docs/protocol.md, "TP legs"):
+ * rank r of TP n holds heads [r * H / n, (r + 1) * H / n) of H; a leg
+ * moves the overlap of its sender's and its receiver's heads, as pieces
+ * contiguous on both sides. Pure arithmetic: it calls nothing. */
+#include <stdio.h>
+
+#include "agent/agent.h"
+
+void tp_leg_id(const struct pdx_xfer_id *xfer, uint32_t sender,
+	       uint32_t receiver, struct pdx_xfer_id *out)
+{
+	uint32_t v = 0x80000000u | (sender & 0x7fff) << 16 | (receiver & 0xffff);
+
+	*out = *xfer;
+	for (int i = 0; i < 4; i++)
+		out->b[12 + i] ^= (uint8_t)(v >> (24 - 8 * i));
+}
+
+bool tp_slice_of(uint32_t heads, struct tp_rank s, struct tp_rank r,
+		 struct tp_slice *out)
+{
+	uint32_t s_lo = s.rank * (heads / s.size), s_hi = s_lo + heads / s.size;
+	uint32_t r_lo = r.rank * (heads / r.size), r_hi = r_lo + heads / r.size;
+	uint32_t lo = s_lo > r_lo ? s_lo : r_lo, hi = s_hi < r_hi ? s_hi : r_hi;
+
+	if (lo >= hi)
+		return false;
+	*out = (struct tp_slice){ .src_head = lo - s_lo, .dst_head = lo - r_lo,
+				  .n = hi - lo };
+	return true;
+}
+
+/* The latent is on every rank: receiver j reads it from sender j % p.
+ * With p > d the senders outnumber the receivers: each other sender i
+ * with i % d == j hears a want for nothing from j, and ends at once. */
+bool tp_mla_pair(struct tp_rank s, struct tp_rank r, bool *skip_all)
+{
+	*skip_all = false;
+	if (s.rank == r.rank % s.size)
+		return true;
+	*skip_all = s.size > r.size && s.rank % r.size == r.rank;
+	return *skip_all;
+}
+
+const char *tp_size_refusal(uint32_t size, char *why, size_t len)
+{
+	if (size && !(size & (size - 1)) && size <= 0x7fff)
+		return NULL;
+	snprintf(why, len, "tp size %u is not a power of two (1..16384)", size);
+	return why;
+}
+
+const char *tp_slice_refusal(const struct tp_slice *s, enum data_path path,
+			     bool pull, struct tp_rank from, struct tp_rank to,
+			     char *why, size_t len)
+{
+	if (!s->n)
+		return NULL; /* whole blocks: any path */
+	if (pull)
+		snprintf(why, len, "TP %u -> %u by pull is not supported yet "
+			 "(the sender pushes)", from.size, to.size);
+	else if (path != DATA_IPC && path != DATA_PUT)
+		snprintf(why, len, "TP %u -> %u over the %s lane is not "
+			 "supported yet (ipc and put are)", from.size, to.size,
+			 data_path_key(path));
+	else
+		return NULL;
+	return why;
+}
+
+pdx_status_t tp_slice_each_piece(struct xfer *x, const struct tp_slice *s,
+				 const struct pdx_kv_layout *src,
+				 const struct pdx_kv_layout *dst, uint32_t count,
+				 tp_piece_fn fn, const void *ctx)
+{
+	uint64_t head = (uint64_t)src->head_dim * src->dtype_bytes;
+	uint64_t sbb = pdx_kv_layout_block_bytes(src);
+	uint64_t dbb = pdx_kv_layout_block_bytes(dst);
+	uint32_t tokens = src->block_tokens;
+	pdx_status_t st = PDX_OK;
+
+	for (uint32_t k = 0; k < count && !st; k++) {
+		if (src->order == PDX_KV_HND) {
+			uint64_t h = head * tokens; /* one head of a block */
+
+			st = fn(x, ctx, k * sbb + s->src_head * h,
+				k * dbb + s->dst_head * h, s->n * h);
+			continue;
+		}
+		for (uint32_t t = 0; t < tokens && !st; t++)
+			st = fn(x, ctx,
+				k * sbb + ((uint64_t)t * src->kv_heads +
+					   s->src_head) * head,
+				k * dbb + ((uint64_t)t * dst->kv_heads +
+					   s->dst_head) * head,
+				s->n * head);
+	}
+	return st;
+}
+
+const char *tp_heads_refusal(const struct pdx_kv_layout *a, struct tp_rank ta,
+			     const struct pdx_kv_layout *b, struct tp_rank tb,
+			     char *why, size_t len)
+{
+	if (tp_size_refusal(tb.size, why, len))
+		return why;
+	if (tb.rank >= tb.size)
+		snprintf(why, len, "tp rank %u of size %u", tb.rank, tb.size);
+	else if (a->tensors == 1 && a->kv_heads != b->kv_heads)
+		snprintf(why, len, "kv_heads %u != %u (MLA: every rank holds "
+			 "the whole latent)", a->kv_heads, b->kv_heads);
+	else if (a->tensors != 1 &&
+		 (uint64_t)a->kv_heads * ta.size != (uint64_t)b->kv_heads * tb.size)
+		snprintf(why, len, "kv_heads %u x tp %u = %llu != %u x tp %u = "
+			 "%llu", a->kv_heads, ta.size,
+			 (unsigned long long)a->kv_heads * ta.size, b->kv_heads,
+			 tb.size, (unsigned long long)b->kv_heads * tb.size);
+	else
+		return NULL;
+	return why;
+}
+
+const char *tp_leg_refusal(const struct xfer *x, const struct peer *p,
+			   char *why, size_t len)
+{
+	struct tp_rank me = x->agent->reg.tp;
+
+	if (p->tp.rank != x->peer_tp.rank || p->tp.size != x->peer_tp.size) {
+		snprintf(why, len, "%s is rank %u of TP %u, not rank %u of TP %u "
+			 "as listed", p->addr, p->tp.rank, p->tp.size,
+			 x->peer_tp.rank, x->peer_tp.size);
+		return why;
+	}
+	return x->role == XFER_RECV
+		       ? tp_slice_refusal(&x->slice, p->path, x->pull, p->tp,
+					  me, why, len)
+		       : tp_slice_refusal(&x->slice, p->path, x->pull, me,
+					  p->tp, why, len);
+}
