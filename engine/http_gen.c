@@ -322,7 +322,7 @@ static void refused_transfer(struct pdx_http_api *api, json_t *kv_obj)
 		return;
 	if (kv.role != PDX_KV_NONE && kv.remote_agent[0]) {
 		log_debug("%s: refused; its peer agent is told", kv.xfer_hex);
-		pdx_kv_link_abort_at(api->p.link, &kv.xfer, kv.remote_agent,
+		pdx_kv_link_abort_at(api->p.link, &kv.xfer,
 				     &kv.remote_agents);
 	}
 }
@@ -343,15 +343,12 @@ static int kv_setup(struct pdx__gen_call *c, struct pdx_oai_req *r,
 		bad = "do_remote_prefill: this is a prefill engine";
 	else if (!recv && !strcmp(api->p.role, "decode"))
 		bad = "do_remote_decode: this is a decode engine";
-	else if (pdx_kv_params_check_tp(&r->kv,
-					pdx_kv_link_tp_size(api->p.link), why,
-					sizeof(why)))
+	else if (pdx_kv_params_check_tp(&r->kv, why, sizeof(why)))
 		bad = why;
 	if (bad) {
 		pdx__http_error(api, c->req, 400, "invalid_request_error", bad);
 		if (api->p.link && r->kv.remote_agent[0])
 			pdx_kv_link_abort_at(api->p.link, &r->kv.xfer,
-					     r->kv.remote_agent,
 					     &r->kv.remote_agents);
 		return -1;
 	}

@@ -41,9 +41,9 @@ static void kv_free(struct pdx__kv *k)
 	/* A transfer the other side announced and this one never did (a
 	 * request that left while queued): its peer frees its blocks now,
 	 * not at its timeout. */
-	if (!k->announced && k->p.remote_agent[0])
+	if (!k->announced)
 		pdx_kv_link_abort_at(k->api->p.link, &k->p.xfer,
-				     k->p.remote_agent, &k->p.remote_agents);
+				     &k->p.remote_agents);
 	pdx_kv_link_cancel(k->api->p.link, &k->w);
 	pdx_http_post_free(k->callback);
 	LIST_REMOVE(k, link);
@@ -156,7 +156,6 @@ struct pdx__kv *pdx__kv_new(struct pdx_http_api *api,
 	k->w.xfer = p->xfer;
 	k->w.cb = on_event;
 	k->w.arg = k;
-	k->w.peers = &k->p.remote_agents;
 	LIST_INSERT_HEAD(&api->kvs, k, link);
 	return k;
 }
@@ -165,8 +164,8 @@ void pdx__kv_set_req(struct pdx__kv *k, struct pdx_sched_req *sreq)
 {
 	k->sreq = sreq;
 	/* Queued: the prefill side keeps its KV while we wait for room. */
-	if (k->p.role == PDX_KV_RECV && !k->announced && k->p.remote_agent[0])
-		pdx_kv_link_hold(k->api->p.link, &k->p.xfer, k->p.remote_agent,
+	if (k->p.role == PDX_KV_RECV && !k->announced)
+		pdx_kv_link_hold(k->api->p.link, &k->p.xfer,
 				 &k->p.remote_agents);
 }
 
@@ -219,12 +218,10 @@ void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq)
 	k->w.tokens = seq->tokens; /* the follower ranks check their KV */
 	k->w.n_tokens = k->n_prompt;
 	if (k->p.role == PDX_KV_RECV)
-		st = pdx_kv_link_recv(l, &k->w, k->p.remote_agent, seq->blocks,
-				      n, seq->cached);
+		st = pdx_kv_link_recv(l, &k->w, &k->p.remote_agents,
+				      seq->blocks, n, seq->cached);
 	else /* no remote_agent: the first agent to claim it */
-		st = pdx_kv_link_send(l, &k->w,
-				      k->p.remote_agent[0] ? k->p.remote_agent
-							   : NULL,
+		st = pdx_kv_link_send(l, &k->w, &k->p.remote_agents,
 				      seq->blocks, n);
 	if (st != PDX_OK) {
 		over(k, st, st == PDX_EPEER ? "cannot reach the agent"

@@ -22,17 +22,33 @@ struct pdx_kv_link {
 	char peer[PDX_ADDR_MAX];
 	struct pdx_tp_leader *tp; /* rank 0 of a TP instance, else NULL */
 	uint32_t tp_size;	  /* 1 without */
+	uint32_t rank, ranks;	  /* this engine's TP rank, of ranks */
 };
 
-/* A transfer action for the follower ranks, if any. */
+/* The one agent of the other side (its ranks' agents, rank order) that
+ * ours deals with alone: at equal TP sizes, our rank's pair. NULL at
+ * different sizes, where our agent takes our heads from the ranks that
+ * hold them and gives its own to those that want them (docs/protocol.md,
+ * "TP legs"), or when none is known. */
+static const char *own_pair(const struct pdx_kv_link *l,
+			    const struct pdx_kv_peers *other)
+{
+	return other && other->n == l->ranks ? other->addr[l->rank] : NULL;
+}
+
+/* A transfer action for the follower ranks, if any, with the other
+ * side's agents (each rank picks its own, as own_pair says). */
 static void to_ranks(struct pdx_kv_link *l, enum pdx_tp_kind kind,
 		     const struct pdx_xfer_id *xfer, uint32_t value,
-		     const struct pdx_kv_peers *peers)
+		     const struct pdx_kv_peers *other)
 {
 	struct pdx_tp_msg m = {.kind = kind, .xfer = *xfer, .value = value};
 
-	if (l->tp)
-		pdx_tp_leader_xfer(l->tp, &m, peers);
+	if (!l->tp)
+		return;
+	if (other)
+		m.peers = *other;
+	pdx_tp_leader_xfer(l->tp, &m);
 }
 
 /* Not a rank's event: the link's own verdict (pdx_kv_link_fail_all). */
@@ -134,6 +150,7 @@ static void poke(struct pdx_kv_link *l)
 
 pdx_status_t pdx_kv_link_new(struct event_base *base, const char *addr,
 			     uint32_t liveness_ms, struct pdx_kv_pool *pool,
+			     uint32_t rank, uint32_t ranks,
 			     struct pdx_kv_link **out, char *err,
 			     size_t errlen)
 {
@@ -147,9 +164,18 @@ pdx_status_t pdx_kv_link_new(struct event_base *base, const char *addr,
 		return PDX_ENOMEM;
 	LIST_INIT(&l->waiters);
 	l->tp_size = 1;
+	l->rank = rank;
+	l->ranks = ranks;
 	st = pdx_engine_connect(&ep, &l->e);
 	if (st != PDX_OK) {
 		snprintf(err, errlen, "connecting to %s: %s", addr,
+			 pdx_status_str(st));
+		goto fail;
+	}
+	if (ranks > 1) /* the agent reshards heads between TP sizes */
+		st = pdx_engine_set_tp(l->e, rank, ranks);
+	if (st != PDX_OK) {
+		snprintf(err, errlen, "TP rank %u of %u: %s", rank, ranks,
 			 pdx_status_str(st));
 		goto fail;
 	}
@@ -264,8 +290,9 @@ static void arm(struct pdx_kv_link *l, struct pdx_kv_waiter *w)
 
 /* SEND or RECV of w to the follower ranks. */
 static void start_ranks(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
-			enum pdx_tp_kind kind, const uint32_t *blocks,
-			size_t n_blocks, uint32_t skip_tokens)
+			enum pdx_tp_kind kind, const struct pdx_kv_peers *other,
+			const uint32_t *blocks, size_t n_blocks,
+			uint32_t skip_tokens)
 {
 	struct pdx_tp_msg m = {
 	    .kind = kind,
@@ -281,21 +308,24 @@ static void start_ranks(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 		m.tokens = (uint32_t *)w->tokens;
 		m.n_tokens = w->n_tokens;
 	}
-	pdx_tp_leader_xfer(l->tp, &m, w->peers);
+	if (other)
+		m.peers = *other;
+	pdx_tp_leader_xfer(l->tp, &m);
 }
 
 pdx_status_t pdx_kv_link_send(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
-			      const char *peer, const uint32_t *blocks,
-			      size_t n_blocks)
+			      const struct pdx_kv_peers *other,
+			      const uint32_t *blocks, size_t n_blocks)
 {
 	pdx_status_t st;
 
 	if (find(l, &w->xfer))
 		return PDX_EEXIST;
-	st = pdx_engine_send(l->e, &w->xfer, peer, blocks, n_blocks);
+	st = pdx_engine_send(l->e, &w->xfer, own_pair(l, other), blocks,
+			     n_blocks);
 	if (st == PDX_OK) {
 		arm(l, w);
-		start_ranks(l, w, PDX_TP_SEND, blocks, n_blocks, 0);
+		start_ranks(l, w, PDX_TP_SEND, other, blocks, n_blocks, 0);
 	}
 	poke(l);
 	return st;
@@ -327,18 +357,31 @@ pdx_status_t pdx_kv_link_token(struct pdx_kv_link *l,
 }
 
 pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
-			      const char *peer, const uint32_t *blocks,
-			      size_t n_blocks, uint32_t skip_tokens)
+			      const struct pdx_kv_peers *other,
+			      const uint32_t *blocks, size_t n_blocks,
+			      uint32_t skip_tokens)
 {
+	const char *addrs[PDX_TP_MAX];
+	struct pdx_recv_opts opts = {.skip_tokens = skip_tokens,
+				     .mode = PDX_XFER_DEFAULT};
+	const char *peer = own_pair(l, other);
 	pdx_status_t st;
 
+	if (!other || !other->n)
+		return PDX_EINVAL; /* no sender to ask */
 	if (find(l, &w->xfer))
 		return PDX_EEXIST;
-	st = pdx_engine_recv(l->e, &w->xfer, peer, blocks, n_blocks,
-			     skip_tokens);
+	if (!peer) { /* every prefill rank: the agent takes our heads */
+		for (uint32_t r = 0; r < other->n; r++)
+			addrs[r] = other->addr[r];
+		opts.peers = addrs;
+		opts.n_peers = other->n;
+	}
+	st = pdx_engine_recv_opts(l->e, &w->xfer, peer, blocks, n_blocks,
+				  &opts);
 	if (st == PDX_OK) {
 		arm(l, w);
-		start_ranks(l, w, PDX_TP_RECV, blocks, n_blocks,
+		start_ranks(l, w, PDX_TP_RECV, other, blocks, n_blocks,
 			    skip_tokens);
 	}
 	poke(l);
@@ -346,19 +389,28 @@ pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 }
 
 void pdx_kv_link_hold(struct pdx_kv_link *l, const struct pdx_xfer_id *xfer,
-		      const char *peer, const struct pdx_kv_peers *peers)
+		      const struct pdx_kv_peers *other)
 {
-	pdx_engine_hold(l->e, xfer, peer);
-	to_ranks(l, PDX_TP_HOLD, xfer, 0, peers);
+	const char *peer = own_pair(l, other);
+
+	/* at different TP sizes, at every rank: each holds the transfer */
+	for (uint32_t r = 0; other && r < other->n; r++)
+		if (!peer || peer == other->addr[r])
+			pdx_engine_hold(l->e, xfer, other->addr[r]);
+	to_ranks(l, PDX_TP_HOLD, xfer, 0, other);
 	poke(l);
 }
 
 void pdx_kv_link_abort_at(struct pdx_kv_link *l,
-			  const struct pdx_xfer_id *xfer, const char *peer,
-			  const struct pdx_kv_peers *peers)
+			  const struct pdx_xfer_id *xfer,
+			  const struct pdx_kv_peers *other)
 {
-	pdx_engine_abort_at(l->e, xfer, peer);
-	to_ranks(l, PDX_TP_ABORT_AT, xfer, 0, peers);
+	const char *peer = own_pair(l, other);
+
+	for (uint32_t r = 0; other && r < other->n; r++)
+		if (!peer || peer == other->addr[r])
+			pdx_engine_abort_at(l->e, xfer, other->addr[r]);
+	to_ranks(l, PDX_TP_ABORT_AT, xfer, 0, other);
 	poke(l);
 }
 

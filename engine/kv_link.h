@@ -35,11 +35,9 @@ struct pdx_kv_waiter {
 	bool active; /* on the link: its event is still to come */
 	void (*cb)(void *arg, const struct pdx_engine_event *ev);
 	void *arg;
-	/* Set by the caller before send or recv, for the follower ranks of
-	 * a TP instance (pdx_kv_link_set_tp()): the other side's rank
-	 * agents (NULL: none known, sends are open), and the prompt (recv:
-	 * each rank checks what it receives). Borrowed until the event. */
-	const struct pdx_kv_peers *peers;
+	/* Set by the caller before recv, for the follower ranks of a TP
+	 * instance (pdx_kv_link_set_tp()): the prompt (each rank checks
+	 * what it receives). Borrowed until the event. */
 	const uint32_t *tokens;
 	uint32_t n_tokens;
 	/* the link's: ranks whose event is still to come, rank 0's */
@@ -49,11 +47,20 @@ struct pdx_kv_waiter {
 };
 
 /* Connects to the agent at addr (ipc://PATH) and registers the pool
- * (its memory, and its events when it lives on a GPU); waits for the
- * agent's answer (bounded). A hung agent is noticed within liveness_ms
- * (engine.h). On failure writes the reason to err. */
+ * (its memory, and its events when it lives on a GPU) as rank `rank` of a
+ * TP instance of `ranks` (0 of 1 without); waits for the agent's answer
+ * (bounded). A hung agent is noticed within liveness_ms (engine.h). On
+ * failure writes the reason to err.
+ *
+ * The transfer calls below take the other side's agents, one per rank of
+ * its instance in rank order (`other`). At equal TP sizes this rank's
+ * agent deals with its own rank's pair alone; at different sizes with
+ * every one of them, and the agents move each rank's heads between the
+ * ranks that hold them (docs/protocol.md, "TP legs"). This file is the
+ * one place that rule lives. */
 pdx_status_t pdx_kv_link_new(struct event_base *base, const char *addr,
 			     uint32_t liveness_ms, struct pdx_kv_pool *pool,
+			     uint32_t rank, uint32_t ranks,
 			     struct pdx_kv_link **out, char *err,
 			     size_t errlen);
 
@@ -93,11 +100,11 @@ uint32_t pdx_kv_link_tp_size(const struct pdx_kv_link *l);
 /* Every rank's agent peer address, rank order (out->n 0 in TP 1). */
 void pdx_kv_link_peers(const struct pdx_kv_link *l, struct pdx_kv_peers *out);
 
-/* Prefill side: pdx_engine_send() (peer NULL: open); w->cb gets "sent"
- * or "failed". */
+/* Prefill side: pdx_engine_send(), to our pair, else open (other NULL
+ * or empty: none known); w->cb gets "sent" or "failed". */
 pdx_status_t pdx_kv_link_send(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
-			      const char *peer, const uint32_t *blocks,
-			      size_t n_blocks);
+			      const struct pdx_kv_peers *other,
+			      const uint32_t *blocks, size_t n_blocks);
 
 /* A layer of w's transfer is computed; in GPU memory, once the event of
  * slot for it completes (PDX_KV_POOL_NO_SLOT: the bytes are in memory
@@ -110,28 +117,29 @@ pdx_status_t pdx_kv_link_layer_done(struct pdx_kv_link *l,
 pdx_status_t pdx_kv_link_token(struct pdx_kv_link *l,
 			       const struct pdx_kv_waiter *w, uint32_t token);
 
-/* Decode side: pdx_engine_recv(); the first skip_tokens tokens are held
- * already (a cached prefix: whole blocks of them are not sent); w->cb
- * gets "received" or "failed". */
+/* Decode side: pdx_engine_recv() from our pair, else from every rank
+ * (pdx_recv_opts.peers); the first skip_tokens tokens are held already (a
+ * cached prefix: whole blocks of them are not sent); w->cb gets
+ * "received" or "failed". PDX_EINVAL: no sender known. */
 pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
-			      const char *peer, const uint32_t *blocks,
-			      size_t n_blocks, uint32_t skip_tokens);
+			      const struct pdx_kv_peers *other,
+			      const uint32_t *blocks, size_t n_blocks,
+			      uint32_t skip_tokens);
 
 /* Takes w off the link (no callback will come) and aborts its transfer
  * when it was still active. NULL-safe for a waiter never announced. */
 void pdx_kv_link_cancel(struct pdx_kv_link *l, struct pdx_kv_waiter *w);
 
-/* Decode side: xfer's request waits in the queue; the agent keeps the
- * sender's KV for it (pdx_engine_hold()); peers: the sender's ranks, for
- * the follower ranks (NULL: none). */
+/* Decode side: xfer's request waits in the queue; the agents of the other
+ * side keep its KV for it (pdx_engine_hold(): our pair's, or every
+ * rank's). */
 void pdx_kv_link_hold(struct pdx_kv_link *l, const struct pdx_xfer_id *xfer,
-		      const char *peer, const struct pdx_kv_peers *peers);
+		      const struct pdx_kv_peers *other);
 
-/* For a transfer never announced here: the agent at peer (and each
- * follower rank's at its peers entry) is told to abort it
- * (pdx_engine_abort_at()). */
+/* For a transfer never announced here: the other side's agents (our
+ * pair's, or every rank's) are told to abort it (pdx_engine_abort_at()). */
 void pdx_kv_link_abort_at(struct pdx_kv_link *l,
-			  const struct pdx_xfer_id *xfer, const char *peer,
-			  const struct pdx_kv_peers *peers);
+			  const struct pdx_xfer_id *xfer,
+			  const struct pdx_kv_peers *other);
 
 #endif

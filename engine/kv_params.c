@@ -93,7 +93,8 @@ static bool absent(json_t *v)
 }
 
 /* remote_agents and remote_tp_size, both optional; the list's first is
- * remote_agent (taken as it when that is absent). */
+ * remote_agent (taken as it when that is absent), and remote_agent alone
+ * is a list of one. */
 static int parse_ranks(json_t *o, struct pdx_kv_params *out, char *msg,
 		       size_t msglen)
 {
@@ -117,6 +118,9 @@ static int parse_ranks(json_t *o, struct pdx_kv_params *out, char *msg,
 			strcpy(out->remote_agent, out->remote_agents.addr[0]);
 		else if (strcmp(out->remote_agent, out->remote_agents.addr[0]))
 			goto bad;
+	} else if (out->remote_agent[0]) {
+		strcpy(out->remote_agents.addr[0], out->remote_agent);
+		out->remote_agents.n = 1;
 	}
 	v = json_object_get(o, "remote_tp_size");
 	if (absent(v))
@@ -248,8 +252,8 @@ int pdx_kv_params_answer_ranks(json_t *answer, const struct pdx_kv_peers *own)
 	return 0;
 }
 
-int pdx_kv_params_check_tp(const struct pdx_kv_params *p, uint32_t own_tp,
-			   char *msg, size_t msglen)
+int pdx_kv_params_check_tp(const struct pdx_kv_params *p, char *msg,
+			   size_t msglen)
 {
 	uint32_t n = p->remote_agents.n, other = p->remote_tp;
 
@@ -262,24 +266,16 @@ int pdx_kv_params_check_tp(const struct pdx_kv_params *p, uint32_t own_tp,
 			 n, other);
 		return -1;
 	}
-	if (!other && n > 1)
-		other = n;
-	if (other && other != own_tp) {
+	/* a decode rank takes its heads from the prefill ranks that hold
+	 * them, whatever the two TP sizes (their agents reshard): it must
+	 * know every one of them */
+	if (p->role == PDX_KV_RECV && other > 1 && n != other) {
 		snprintf(msg, msglen,
-			 "kv_transfer_params: the other side has TP size %u, "
-			 "this instance %u: moving KV heads between different "
-			 "TP sizes needs the agents' reshard, which is not "
-			 "there yet",
-			 other, own_tp);
-		return -1;
-	}
-	if (p->role == PDX_KV_RECV && own_tp > 1 && n != own_tp) {
-		snprintf(msg, msglen,
-			 "kv_transfer_params.remote_agents: this decode "
-			 "instance has TP size %u and needs the agents of "
-			 "all %u prefill ranks (a TP prefill instance's "
+			 "kv_transfer_params.remote_agents: the prefill "
+			 "instance has TP size %u; this decode instance needs "
+			 "the agents of all %u ranks (a TP prefill instance's "
 			 "answer has them)",
-			 own_tp, own_tp);
+			 other, other);
 		return -1;
 	}
 	return 0;

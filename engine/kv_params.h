@@ -82,12 +82,12 @@ json_t *pdx_kv_peers_json(const struct pdx_kv_peers *peers);
  * remote_agents and remote_tp_size. 0, or -1 when out of memory. */
 int pdx_kv_params_answer_ranks(json_t *answer, const struct pdx_kv_peers *own);
 
-/* 0 when an instance of TP size own_tp can make p's transfer: the other
- * side's TP size, where it is known (remote_tp_size, or remote_agents'
- * length), is own_tp (ranks pair one to one; a different size needs the
- * agents to reshard heads, which they do not do yet), and a decode side
- * of TP > 1 knows every sender rank's agent. Else -1 and why in msg. */
-int pdx_kv_params_check_tp(const struct pdx_kv_params *p, uint32_t own_tp,
+/* 0 when p's ranks add up: remote_agents lists remote_tp_size agents
+ * where both are given, and a decode side knows every prefill rank's
+ * agent. Any two TP sizes may pair: the agents reshard the KV heads
+ * (docs/protocol.md, "TP legs"; a split that cannot work, they refuse
+ * saying why). Else -1 and why in msg. */
+int pdx_kv_params_check_tp(const struct pdx_kv_params *p,
 			   char *msg, size_t msglen);
 
 #endif

@@ -203,7 +203,8 @@ static int engine_start(struct engine *e)
 	}
 	if (e->o.agent) {
 		st = pdx_kv_link_new(e->base, e->o.agent,
-				     e->o.agent_liveness_ms, e->pool, &e->link,
+				     e->o.agent_liveness_ms, e->pool,
+				     e->o.tp_rank, e->o.tp_size, &e->link,
 				     err, sizeof(err));
 		if (st != PDX_OK) {
 			log_error("agent: %s", err);

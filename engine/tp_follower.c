@@ -143,14 +143,13 @@ static void xfer_start(struct pdx_tp_follower *f, struct pdx_tp_msg *m)
 		x->n_tokens = m->n_tokens;
 		m->block_ids = m->tokens = NULL;
 		LIST_INSERT_HEAD(&f->xfers, x, link);
-		if (x->recv && (!m->peer[0] || x->n_tokens == 0))
-			st = PDX_EINVAL; /* no sender to ask */
+		if (x->recv && x->n_tokens == 0)
+			st = PDX_EINVAL; /* no prompt to check */
 		else if (x->recv)
-			st = pdx_kv_link_recv(f->p.link, &x->w, m->peer,
+			st = pdx_kv_link_recv(f->p.link, &x->w, &m->peers,
 					      x->blocks, x->n_blocks, m->value);
 		else
-			st = pdx_kv_link_send(f->p.link, &x->w,
-					      m->peer[0] ? m->peer : NULL,
+			st = pdx_kv_link_send(f->p.link, &x->w, &m->peers,
 					      x->blocks, x->n_blocks);
 	}
 	if (st == PDX_OK)
@@ -242,17 +241,14 @@ static void on_message(struct pdx_tp_follower *f, struct pdx_tp_msg *m)
 			pdx_kv_link_token(f->p.link, &x->w, m->value);
 		break;
 	case PDX_TP_HOLD:
-		if (m->peer[0])
-			pdx_kv_link_hold(f->p.link, &m->xfer, m->peer, NULL);
+		pdx_kv_link_hold(f->p.link, &m->xfer, &m->peers);
 		break;
 	case PDX_TP_ABORT:
 		if (x)
 			xfer_free(x);
 		break;
 	case PDX_TP_ABORT_AT:
-		if (m->peer[0])
-			pdx_kv_link_abort_at(f->p.link, &m->xfer, m->peer,
-					     NULL);
+		pdx_kv_link_abort_at(f->p.link, &m->xfer, &m->peers);
 		break;
 	default:
 		break; /* PDX_TP_PING: heard */

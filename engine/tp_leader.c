@@ -412,14 +412,9 @@ bool pdx_tp_leader_caught_up(const struct pdx_tp_leader *l)
 	return true;
 }
 
-void pdx_tp_leader_xfer(struct pdx_tp_leader *l, struct pdx_tp_msg *m,
-			const struct pdx_kv_peers *peers)
+void pdx_tp_leader_xfer(struct pdx_tp_leader *l, const struct pdx_tp_msg *m)
 {
-	for (uint32_t r = 1; r < l->p.size; r++) {
-		if (!l->ranks[r].joined || l->ranks[r].gone)
-			continue;
-		snprintf(m->peer, sizeof(m->peer), "%s",
-			 peers && r < peers->n ? peers->addr[r] : "");
-		send_to(l, r, m);
-	}
+	for (uint32_t r = 1; r < l->p.size; r++)
+		if (l->ranks[r].joined && !l->ranks[r].gone)
+			send_to(l, r, m);
 }

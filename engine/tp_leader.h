@@ -80,9 +80,8 @@ pdx_status_t pdx_tp_leader_step(struct pdx_tp_leader *l,
 bool pdx_tp_leader_caught_up(const struct pdx_tp_leader *l);
 
 /* Sends a transfer action (PDX_TP_SEND ... PDX_TP_ABORT_AT) to every
- * follower, m->peer set for follower r to peers->addr[r] ("" where peers
- * has none: an open send). */
-void pdx_tp_leader_xfer(struct pdx_tp_leader *l, struct pdx_tp_msg *m,
-			const struct pdx_kv_peers *peers);
+ * follower; m->peers, the other side's agents, is the same for all (each
+ * follower's link picks its own: kv_link.h). */
+void pdx_tp_leader_xfer(struct pdx_tp_leader *l, const struct pdx_tp_msg *m);
 
 #endif

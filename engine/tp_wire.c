@@ -89,6 +89,9 @@ pdx_status_t pdx_tp_msg_encode(const struct pdx_tp_msg *m, uint8_t **out,
 	put(&w, m->xfer.b, sizeof(m->xfer.b));
 	put_str(&w, m->peer, sizeof(m->peer));
 	put_str(&w, m->text, sizeof(m->text));
+	put_u32(&w, m->peers.n);
+	for (uint32_t i = 0; i < m->peers.n && i < PDX_TP_MAX; i++)
+		put_str(&w, m->peers.addr[i], sizeof(m->peers.addr[i]));
 	put_u32s(&w, m->block_ids, m->n_block_ids);
 	put_u32s(&w, m->tokens, m->n_tokens);
 	put_u32(&w, m->n_runs);
@@ -224,6 +227,11 @@ pdx_status_t pdx_tp_msg_decode(const uint8_t *buf, size_t len,
 	get(&r, m->xfer.b, sizeof(m->xfer.b));
 	get_str(&r, m->peer, sizeof(m->peer));
 	get_str(&r, m->text, sizeof(m->text));
+	m->peers.n = get_u32(&r);
+	if (m->peers.n > PDX_TP_MAX)
+		r.bad = true;
+	for (uint32_t i = 0; i < m->peers.n && !r.bad; i++)
+		get_str(&r, m->peers.addr[i], sizeof(m->peers.addr[i]));
 	m->n_block_ids = get_u32(&r);
 	m->block_ids = get_array(&r, m->n_block_ids, 4, &oom);
 	m->n_tokens = get_u32(&r);

@@ -9,7 +9,8 @@
  * says which ones mean something; the others are zero or empty): kind
  * u8, rank u32, size u32, blocks u32, seq u64, status i32, value u32,
  * xfer 16 bytes, peer and text (u16 length + bytes, no NUL), then the
- * arrays, each a u32 count and its items: blocks (u32), tokens (u32),
+ * arrays, each a u32 count and its items: peers (strings as peer, at
+ * most PDX_TP_MAX), blocks (u32), tokens (u32),
  * runs (a u32, b u32, blocks: u32 count + u32 ids, hashes: b - a
  * u64).
  *
@@ -25,7 +26,9 @@
 #include <pdx/engine.h>
 #include <pdx/status.h>
 
-#define PDX_TP_WIRE_VERSION 1
+#include "engine/kv_peers.h"
+
+#define PDX_TP_WIRE_VERSION 2
 
 enum pdx_tp_kind {
 	/* follower -> leader: rank, size, blocks (its pool's), text (the
@@ -41,18 +44,20 @@ enum pdx_tp_kind {
 	/* follower -> leader: pass seq written (status) */
 	PDX_TP_STEP_DONE,
 	/* leader -> follower, a transfer of its agent's: pdx_engine_send()
-	 * of xfer (peer: the receiver, "" open) and blocks */
+	 * of xfer and blocks; peers: the other side's agents, rank order,
+	 * from which the follower's link picks its own (kv_link.h; none:
+	 * open) */
 	PDX_TP_SEND,
-	/* pdx_engine_recv() of xfer from peer into blocks, value its
+	/* pdx_engine_recv() of xfer from peers into blocks, value its
 	 * skip_tokens (the leader's prefix-cache hit: the follower's same
 	 * blocks hold the same heads' KV); tokens: the prompt, whose KV
 	 * the follower checks once it is in */
 	PDX_TP_RECV,
 	PDX_TP_LAYER,	 /* value: layer computed, of xfer */
 	PDX_TP_TOKEN,	 /* value: the first token of xfer */
-	PDX_TP_HOLD,	 /* pdx_engine_hold() of xfer at peer */
+	PDX_TP_HOLD,	 /* pdx_engine_hold() of xfer at peers */
 	PDX_TP_ABORT,	 /* xfer ends: abort it (nothing if it is over) */
-	PDX_TP_ABORT_AT, /* pdx_engine_abort_at() of xfer at peer */
+	PDX_TP_ABORT_AT, /* pdx_engine_abort_at() of xfer at peers */
 	/* follower -> leader: xfer's event at its agent: value the
 	 * pdx_event_kind, status, text the reason */
 	PDX_TP_EVENT,
@@ -76,8 +81,9 @@ struct pdx_tp_msg {
 	int32_t status;
 	uint32_t value;
 	struct pdx_xfer_id xfer;
-	char peer[PDX_ADDR_MAX];
+	char peer[PDX_ADDR_MAX]; /* hello: the follower's agent */
 	char text[PDX_REASON_MAX];
+	struct pdx_kv_peers peers;
 	uint32_t n_block_ids;
 	uint32_t *block_ids;
 	uint32_t n_tokens;

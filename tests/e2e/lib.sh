@@ -194,6 +194,32 @@ pd_engine_start() {
 		--agent "ipc://$E2E_TMP/$side.engine" "$@"
 }
 
+# tp_engine_start NAME ROLE SIZE ARGS...: a pdx-engine instance of SIZE
+# tensor-parallel ranks, each with its agent (agents SIDE0, SIDE1, ...,
+# SIDE the name in lower case; engines NAME, NAME1, ...; HTTP on
+# PORT_NAME); waits until it is ready (/health 200).
+tp_engine_start() {
+	local name=$1 role=$2 size=$3 side r
+	shift 3
+	side=$(echo "$name" | tr '[:upper:]' '[:lower:]')
+	for r in $(seq 0 $((size - 1))); do agent_start "$side$r"; done
+	local tp=(--tp-size "$size" --tp-leader "ipc://$E2E_TMP/$side.tp")
+	[ "$size" = 1 ] && tp=()
+	named_engine_start "$name" "$ENGINE" --role "$role" "${tp[@]}" \
+		--agent "ipc://$E2E_TMP/${side}0.engine" "$@"
+	for r in $(seq 1 $((size - 1))); do
+		bg_start "$name$r" "$ENGINE" --role "$role" "${tp[@]}" \
+			--tp-rank "$r" --agent "ipc://$E2E_TMP/$side$r.engine" "$@"
+	done
+	for _ in $(seq 100); do
+		[ "$(curl -s -o /dev/null -w '%{http_code}' \
+			"http://127.0.0.1:$(eval echo "\$PORT_$name")/health")" = 200 ] &&
+			return 0
+		sleep 0.1
+	done
+	fail "$name: not ready: $(tail -3 "$E2E_TMP/$name.log")"
+}
+
 # e NAME: an engine's sample NAME (the model E2E_MODEL, tiny by default).
 e() { echo "pdx_engine_$1{model_name=\"${E2E_MODEL:-tiny}\"}"; }
 

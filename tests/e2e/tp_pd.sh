@@ -24,27 +24,6 @@ AGENT_OPTS+=(--notify "$notify")
 small=(--model tiny --kv-blocks 64 --max-model-len 256 --time-scale 0
 	--kv-timeout-ms 30000)
 
-# tp_start NAME ROLE: rank 0 NAME (HTTP on PORT_NAME) and rank 1 NAME1,
-# each with its agent; waits until the instance is ready.
-tp_start() {
-	local name=$1 role=$2 side r
-	side=$(echo "$name" | tr '[:upper:]' '[:lower:]')
-	for r in 0 1; do agent_start "$side$r"; done
-	named_engine_start "$name" "$ENGINE" --role "$role" --tp-size 2 \
-		--tp-rank 0 --tp-leader "ipc://$E2E_TMP/$side.tp" \
-		--agent "ipc://$E2E_TMP/${side}0.engine" "${small[@]}"
-	bg_start "${name}1" "$ENGINE" --role "$role" --tp-size 2 --tp-rank 1 \
-		--tp-leader "ipc://$E2E_TMP/$side.tp" \
-		--agent "ipc://$E2E_TMP/${side}1.engine" "${small[@]}"
-	for _ in $(seq 100); do
-		[ "$(curl -s -o /dev/null -w '%{http_code}' \
-			"http://127.0.0.1:$(eval echo "\$PORT_$name")/health")" = 200 ] &&
-			return 0
-		sleep 0.1
-	done
-	fail "$name: not ready: $(tail -3 "$E2E_TMP/$name.log")"
-}
-
 # refusals first: a split that cannot work says why
 "$ENGINE" --model tiny --tp-size 4 --tp-leader ipc://x --agent ipc://y \
 	--port 0 2>"$E2E_TMP/bad.log" && fail "tiny (2 KV heads) on 4 ranks started"
@@ -52,8 +31,8 @@ grep -q "do not split evenly" "$E2E_TMP/bad.log" || fail "why not 4: $(cat "$E2E
 "$ENGINE" --model tiny --tp-size 3 --port 0 2>"$E2E_TMP/bad.log" && fail "TP 3 started"
 grep -q "power of two" "$E2E_TMP/bad.log" || fail "why not 3: $(cat "$E2E_TMP/bad.log")"
 
-tp_start P prefill
-tp_start D decode
+tp_engine_start P prefill 2 "${small[@]}"
+tp_engine_start D decode 2 "${small[@]}"
 named_engine_start C "$ENGINE" "${small[@]}"
 grep -q "engine registered: 4 layers x 2 tensors" "$E2E_TMP/agent_p1.log" ||
 	fail "rank 1's agent: $(grep registered "$E2E_TMP/agent_p1.log")"

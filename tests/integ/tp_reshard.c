@@ -219,7 +219,7 @@ static void run_case(uint32_t p, uint32_t d, enum pdx_kv_order order,
 			for (uint32_t t = 0; t < P->tensors; t++) {
 				ref[x][l][t] = malloc(full);
 				for (uint64_t b = 0; b < full; b += 8) {
-					uint64_t v = pb_rand(&rng);
+					uint64_t v = pdx_splitmix64(&rng);
 
 					memcpy(ref[x][l][t] + b, &v, 8);
 				}
