@@ -69,9 +69,17 @@ for s in p1 d1; do
 		demo_fail tp "demo --prefill-tp 2: no rank 1 in $s.log"
 done
 [ -z "$(left)" ] || fail "demo --prefill-tp 2 left processes: $(left)"
-"$DEMO" --build "$BUILD" --prefill-tp 2 --decode-tp 4 2>"$E2E_TMP/tp24.err" &&
-	fail "demo --prefill-tp 2 --decode-tp 4 ran"
-grep -q reshard "$E2E_TMP/tp24.err" || fail "demo 2 -> 4: why: $(cat "$E2E_TMP/tp24.err")"
+# 1 -> 2: the agents reshard the KV heads
+"$DEMO" --build "$BUILD" --model tiny --input-len 48 --output-len 6 \
+	--num-prompts 6 --max-concurrency 3 --prefill-tp 1 --decode-tp 2 \
+	--quiet --out "$E2E_TMP/tp12" --json "$E2E_TMP/tp12.json" \
+	>"$E2E_TMP/tp12.txt" 2>"$E2E_TMP/tp12.err" ||
+	demo_fail tp12 "demo --prefill-tp 1 --decode-tp 2: $(tail -5 "$E2E_TMP/tp12.err")"
+python3 -c "import json; r = json.load(open('$E2E_TMP/tp12.json'))
+for k in ('disaggregated', 'colocated'):
+    assert r[k]['completed'] == 6 and r[k]['failed'] == 0, (k, r[k]['completed'], r[k]['failed'])" ||
+	demo_fail tp12 "demo --prefill-tp 1 --decode-tp 2: results"
+[ -z "$(left)" ] || fail "demo 1 -> 2 left processes: $(left)"
 "$DEMO" --build "$BUILD" --prefill-tp 2 --decode-tp 2 --kv-device cuda 2>"$E2E_TMP/tpcuda.err" &&
 	fail "demo TP 2 with --kv-device cuda ran"
 grep -q "host memory only" "$E2E_TMP/tpcuda.err" || fail "demo TP 2 on cuda: why: $(cat "$E2E_TMP/tpcuda.err")"

@@ -69,6 +69,9 @@ static void xfer_roundtrip(void)
 
 	memset(m.xfer.b, 0x5a, sizeof(m.xfer.b));
 	strcpy(m.peer, "tcp://127.0.0.1:5001");
+	m.peers.n = 2;
+	strcpy(m.peers.addr[0], "tcp://127.0.0.1:6001");
+	strcpy(m.peers.addr[1], "tcp://[::1]:6002");
 	CHECK(pdx_tp_msg_encode(&m, &buf, &len) == PDX_OK &&
 		  pdx_tp_msg_decode(buf, len, &d) == PDX_OK,
 	      "a recv action encodes and decodes");
@@ -77,6 +80,9 @@ static void xfer_roundtrip(void)
 		  !memcmp(d.block_ids, blocks, sizeof(blocks)) &&
 		  d.n_tokens == 5 && !memcmp(d.tokens, tokens, sizeof(tokens)),
 	      "its transfer id, peer, blocks and prompt come back");
+	CHECK(d.peers.n == 2 && !strcmp(d.peers.addr[0], m.peers.addr[0]) &&
+		  !strcmp(d.peers.addr[1], m.peers.addr[1]),
+	      "and the other side's agents, in rank order");
 	pdx_tp_msg_clear(&d);
 	free(buf);
 	m = (struct pdx_tp_msg){.kind = PDX_TP_EVENT, .status = PDX_EIO,
