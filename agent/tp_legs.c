@@ -263,6 +263,14 @@ void tp_legs_want(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
 		leg_announce(g, leg);
 }
 
+bool tp_legs_holder(const struct agent *a, const struct peer *p,
+		    const struct xfer *x)
+{
+	return a->reg.ok && p->tp.size != a->reg.tp.size && x &&
+	       x->role == XFER_SEND && !x->finished && !x->peer_addr[0] &&
+	       (x->tp || x->announced);
+}
+
 bool tp_legs_abort(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
 		   const char *reason)
 {
@@ -271,23 +279,32 @@ bool tp_legs_abort(struct agent *a, struct peer *p, const struct pdx_xfer_id *id
 	char why[PDX_REASON_MAX];
 	struct pdx_xfer_id of;
 	struct tp_slice sl;
-	struct xfer *g;
+	struct xfer *g = xfer_find(a, id);
 	bool skip_all;
 
 	if (!a->reg.ok || p->tp.size == me.size ||
 	    !pair(l, l->kv_heads * me.size, me, p->tp, &sl, &skip_all))
 		return false;
-	tp_leg_id(id, me.rank, p->tp.rank, &of); /* its own inverse */
-	g = xfer_find(a, &of);
-	if (g && (g->role != XFER_SEND || g->finished ||
-		  (!g->tp && (!g->announced || g->peer_addr[0]))))
-		return false;
+	if (g && !tp_legs_holder(a, p, g))
+		return false; /* a leg of ours, or not an open send */
+	if (!g) {
+		tp_leg_id(id, me.rank, p->tp.rank, &of); /* its own inverse */
+		g = xfer_find(a, &of);
+		if (g && !tp_legs_holder(a, p, g))
+			return false;
+	} else {
+		of = *id; /* the engines' id itself (abort_at) */
+	}
 	snprintf(why, sizeof(why), "aborted by %s (rank %u of TP %u) before "
 		 "it asked: %s", p->addr, p->tp.rank, p->tp.size, reason);
-	if (g)
+	if (g) {
 		xfer_fail(g, PDX_ECANCELED, false, "%s", why);
-	else /* our engine's send of it fails at once */
+	} else {
+		/* Unknown here: the engines' id (abort_at) or a leg's. Our
+		 * engine's send of it, to come, fails at once. */
+		pdx_ended_add(a->ended, id, "", why);
 		pdx_ended_add(a->ended, &of, "", why);
+	}
 	return true;
 }
 
