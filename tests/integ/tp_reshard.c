@@ -497,7 +497,7 @@ out:
 static void refusals(void)
 {
 	struct inst *P = calloc(1, sizeof(*P)), *D = calloc(1, sizeof(*D));
-	const char *peers[3];
+	const char *peers[4];
 
 	/* decode TP 2 of 2 heads vs prefill TP 2 of 8 heads */
 	if (inst_start(P, 2, 4, false, PDX_KV_NHD, 'p', NULL) ||
@@ -512,6 +512,9 @@ static void refusals(void)
 		       "8 heads on prefill, 2 on decode");
 	expect_refused(D, 0, peers, 3, "tp size 3 is not a power of two",
 		       "three prefill ranks");
+	peers[3] = P->r[1].peer;
+	expect_refused(D, 0, peers, 4, "do not split over TP 4",
+		       "2 heads over four prefill ranks");
 	CHECK(pdx_engine_set_tp(D->r[0].eng, 1, 3) == PDX_EINVAL &&
 		      strstr(pdx_engine_last_error(D->r[0].eng), "power of two"),
 	      "libpdx refuses TP size 3, saying why");
