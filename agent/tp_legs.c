@@ -29,7 +29,8 @@ struct tp_group {
 static struct tp_group *group_new(struct xfer *x, uint32_t expected,
 				  uint32_t peer_size)
 {
-	struct tp_group *g = calloc(1, sizeof(*g) + expected * sizeof(g->legs[0]));
+	struct tp_group *g = calloc(1, sizeof(*g) +
+					       expected * sizeof(g->legs[0]));
 
 	if (g) {
 		g->expected = expected;
@@ -83,7 +84,8 @@ int tp_legs_pick(const struct agent *a, const msgpack_object *peers,
 	if (n == me.size) {
 		const msgpack_object *o = &peers->via.array.ptr[me.rank];
 
-		snprintf(peer, len, "%.*s", (int)o->via.str.size, o->via.str.ptr);
+		snprintf(peer, len, "%.*s", (int)o->via.str.size,
+			 o->via.str.ptr);
 		return 0; /* equal TP: our rank's peer, as a plain recv */
 	}
 	if (tp_size_refusal(n, why, whylen))
@@ -131,7 +133,8 @@ void tp_legs_recv(struct xfer *x, const msgpack_object *peers)
 		struct pdx_xfer_id id;
 		struct xfer *leg;
 
-		if (!pair(l, heads, (struct tp_rank){ i, n }, me, &sl, &skip_all))
+		if (!pair(l, heads, (struct tp_rank){ i, n }, me, &sl,
+			  &skip_all))
 			continue;
 		snprintf(addr, sizeof(addr), "%.*s", (int)o->via.str.size,
 			 o->via.str.ptr);
@@ -156,7 +159,8 @@ void tp_legs_recv(struct xfer *x, const msgpack_object *peers)
 		if (!leg->blocks)
 			xfer_fail(leg, PDX_ENOMEM, false, "out of memory");
 		else if (!leg->peer)
-			xfer_fail(leg, PDX_EPEER, false, "cannot reach %s", addr);
+			xfer_fail(leg, PDX_EPEER, false, "cannot reach %s",
+				  addr);
 		else
 			memcpy(leg->blocks, x->blocks,
 			       x->n_blocks * sizeof(*leg->blocks));
@@ -223,7 +227,8 @@ void tp_legs_want(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
 		snprintf(why, sizeof(why), "transfer is not for this agent");
 	else if (!g && (ended = pdx_ended_find(a->ended, of, NULL)) != NULL)
 		snprintf(why, sizeof(why), "transfer ended here: %s", ended);
-	else if (!g && !(g = xfer_new(a, of, XFER_SEND, "", a->cfg.xfer_timeout_ms)))
+	else if (!g && !(g = xfer_new(a, of, XFER_SEND, "",
+				      a->cfg.xfer_timeout_ms)))
 		snprintf(why, sizeof(why), "sender is full");
 	else if (!g->tp && !group_new(g, p->tp.size > me.size ?
 					     p->tp.size / me.size : 1,

@@ -186,6 +186,30 @@ static uint8_t *shard(const struct inst *in, const uint8_t *ref, uint32_t i)
 	return all;
 }
 
+/* Decode rank j's blocks of transfer x (layer l, tensor t) against its
+ * heads of ref; the second transfer's first block is held (poisoned).
+ * The number of blocks that differ. */
+static int check_blocks(const struct inst *D, uint32_t j, const uint8_t *ref,
+			int x, int l, uint32_t t, const uint32_t *dst)
+{
+	const struct pdx_shm_pool *pool = &D->r[j].pool;
+	uint8_t *s = shard(D, ref, j), poison[4096];
+	uint64_t part = pool->block_bytes;
+	int bad = 0;
+
+	memset(poison, 0xee, part);
+	for (int k = 0; k < NB; k++) {
+		const uint8_t *want = x == 1 && k == 0 ? poison : s + k * part;
+
+		if (memcmp(pdx_shm_pool_block(pool, l, t, dst[k]), want, part) &&
+		    !bad++)
+			h_note("decode rank %u, transfer %d, layer %d, tensor %u,"
+			       " block %d differs", j, x, l, t, k);
+	}
+	free(s);
+	return bad;
+}
+
 /* One case: NX transfers from every prefill rank to every decode rank,
  * the second with its first block held by the decode side already. */
 static void run_case(uint32_t p, uint32_t d, enum pdx_kv_order order,
@@ -303,29 +327,9 @@ static void run_case(uint32_t p, uint32_t d, enum pdx_kv_order order,
 	for (uint32_t j = 0; j < d; j++)
 		for (int x = 0; x < NX; x++)
 			for (int l = 0; l < LAYERS; l++)
-				for (uint32_t t = 0; t < D->tensors; t++) {
-					uint8_t *s = shard(D, ref[x][l][t], j);
-
-					part = D->r[j].pool.block_bytes;
-					for (int k = 0; k < NB; k++) {
-						const uint8_t *got = pdx_shm_pool_block(
-						    &D->r[j].pool, l, t, dst[x][k]);
-						uint8_t poison[4096];
-
-						memset(poison, 0xee, part);
-						if (memcmp(got, x == 1 && k == 0
-								    ? poison
-								    : s + k * part,
-							   part) && !bad++)
-							h_note("decode rank %u, "
-							       "transfer %d, "
-							       "layer %d, tensor "
-							       "%u, block %d "
-							       "differs", j, x,
-							       l, t, k);
-					}
-					free(s);
-				}
+				for (uint32_t t = 0; t < D->tensors; t++)
+					bad += check_blocks(D, j, ref[x][l][t],
+							    x, l, t, dst[x]);
 	CHECK_EQ(bad, 0, "every decode rank holds exactly its heads of every "
 		 "block (the held block untouched)");
 out:
