@@ -595,9 +595,15 @@ void tp_legs_recv(struct xfer *x, const msgpack_object *peers);
 void tp_legs_want(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
 		  const struct pdx_xfer_id *of, uint32_t *blocks, uint32_t n,
 		  uint32_t skip, bool pull);
-/* Prefill side: an abort for id, a leg we have not heard of: the leg's
- * group (or our engine's open send, or its send to come) fails. True
- * when id is such a leg. */
+/* Prefill side: p, of another TP size than ours, may hold x (its pings
+ * renew x's lease) without claiming it: x is our engine's open send, or
+ * a group of legs. */
+bool tp_legs_holder(const struct agent *a, const struct peer *p,
+		    const struct xfer *x);
+/* Prefill side: an abort from p (of another TP size) for id, our
+ * engine's open send or group, or a leg of it we have not heard of: that
+ * transfer fails (or, not announced yet, fails when it is). True when id
+ * is such a transfer or leg. */
 bool tp_legs_abort(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
 		   const char *reason);
 /* Prefill side: our engine announced group x, or computed a layer of it

@@ -641,8 +641,10 @@ static struct xfer *announce(struct agent *a, const void *eid, size_t eid_len,
 		xfer_fail(x, st, true, "%s", why);
 		return NULL;
 	}
-	if (x->peer_addr[0] && strcmp(x->peer_addr, peer) != 0) {
-		/* A want arrived first from another agent than the one named. */
+	if (x->peer_addr[0] && peer[0] && strcmp(x->peer_addr, peer) != 0) {
+		/* A want arrived first from another agent than the one named
+		 * (or our engine held a recv at another; with TP legs, "",
+		 * the held one is one of them). */
 		peer_send_to_addr(a, x->peer_addr, "error", &id,
 				  "transfer is not for this agent");
 		snprintf(x->peer_addr, sizeof(x->peer_addr), "%s", peer);

@@ -136,16 +136,18 @@ static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
 	struct pdx_xfer_id id;
 	struct xfer *x;
 
+	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
+	/* From a peer of another TP size: our open send, its group of legs,
+	 * or a leg that had not asked yet: the engines' transfer fails. */
+	if (!refused && pdx_mp_get_xfer(m, "xfer", &id) == 0 &&
+	    tp_legs_abort(a, p, &id, reason))
+		return;
 	/* An abort presenting an open send's id claims it as a want would
 	 * (the id is its credential), to end it: a decode request that left
 	 * before asking for its KV frees the sender's blocks now. */
 	if (!refused && pdx_mp_get_xfer(m, "xfer", &id) == 0)
 		xfer_claim(xfer_find(a, &id), p);
 	x = peer_xfer(a, p, m, "abort");
-	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
-	if (!x && !refused && pdx_mp_get_xfer(m, "xfer", &id) == 0 &&
-	    !xfer_find(a, &id) && tp_legs_abort(a, p, &id, reason))
-		return; /* a leg that had not asked yet: its group fails */
 	if (!x && !refused && pdx_mp_get_xfer(m, "xfer", &id) == 0 &&
 	    !xfer_find(a, &id)) {
 		/* Before our engine heard of it: when it announces it, it
@@ -193,8 +195,12 @@ static void on_ping(struct agent *a, const char *from, const msgpack_object *m)
 		/* Unknown here: our engine has not announced it, and its
 		 * lease starts in full when it does. */
 		x = xfer_find(a, &id);
-		xfer_claim(x, p);
-		if (x && x->role == XFER_SEND && x->peer == p && !x->finished &&
+		/* a decode rank of another TP size holds our open send (or
+		 * its legs' group) without claiming it: legs will */
+		if (!tp_legs_holder(a, p, x))
+			xfer_claim(x, p);
+		if (x && x->role == XFER_SEND && !x->finished &&
+		    (x->peer == p || tp_legs_holder(a, p, x)) &&
 		    lease_end > x->lease_ns) {
 			x->lease_ns = lease_end;
 			metrics_lease_renewed(a);

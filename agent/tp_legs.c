@@ -29,7 +29,8 @@ struct tp_group {
 static struct tp_group *group_new(struct xfer *x, uint32_t expected,
 				  uint32_t peer_size)
 {
-	struct tp_group *g = calloc(1, sizeof(*g) + expected * sizeof(g->legs[0]));
+	struct tp_group *g = calloc(1, sizeof(*g) +
+					       expected * sizeof(g->legs[0]));
 
 	if (g) {
 		g->expected = expected;
@@ -83,7 +84,8 @@ int tp_legs_pick(const struct agent *a, const msgpack_object *peers,
 	if (n == me.size) {
 		const msgpack_object *o = &peers->via.array.ptr[me.rank];
 
-		snprintf(peer, len, "%.*s", (int)o->via.str.size, o->via.str.ptr);
+		snprintf(peer, len, "%.*s", (int)o->via.str.size,
+			 o->via.str.ptr);
 		return 0; /* equal TP: our rank's peer, as a plain recv */
 	}
 	if (tp_size_refusal(n, why, whylen))
@@ -131,7 +133,8 @@ void tp_legs_recv(struct xfer *x, const msgpack_object *peers)
 		struct pdx_xfer_id id;
 		struct xfer *leg;
 
-		if (!pair(l, heads, (struct tp_rank){ i, n }, me, &sl, &skip_all))
+		if (!pair(l, heads, (struct tp_rank){ i, n }, me, &sl,
+			  &skip_all))
 			continue;
 		snprintf(addr, sizeof(addr), "%.*s", (int)o->via.str.size,
 			 o->via.str.ptr);
@@ -156,7 +159,8 @@ void tp_legs_recv(struct xfer *x, const msgpack_object *peers)
 		if (!leg->blocks)
 			xfer_fail(leg, PDX_ENOMEM, false, "out of memory");
 		else if (!leg->peer)
-			xfer_fail(leg, PDX_EPEER, false, "cannot reach %s", addr);
+			xfer_fail(leg, PDX_EPEER, false, "cannot reach %s",
+				  addr);
 		else
 			memcpy(leg->blocks, x->blocks,
 			       x->n_blocks * sizeof(*leg->blocks));
@@ -223,7 +227,8 @@ void tp_legs_want(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
 		snprintf(why, sizeof(why), "transfer is not for this agent");
 	else if (!g && (ended = pdx_ended_find(a->ended, of, NULL)) != NULL)
 		snprintf(why, sizeof(why), "transfer ended here: %s", ended);
-	else if (!g && !(g = xfer_new(a, of, XFER_SEND, "", a->cfg.xfer_timeout_ms)))
+	else if (!g && !(g = xfer_new(a, of, XFER_SEND, "",
+				      a->cfg.xfer_timeout_ms)))
 		snprintf(why, sizeof(why), "sender is full");
 	else if (!g->tp && !group_new(g, p->tp.size > me.size ?
 					     p->tp.size / me.size : 1,
@@ -263,6 +268,14 @@ void tp_legs_want(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
 		leg_announce(g, leg);
 }
 
+bool tp_legs_holder(const struct agent *a, const struct peer *p,
+		    const struct xfer *x)
+{
+	return a->reg.ok && p->tp.size != a->reg.tp.size && x &&
+	       x->role == XFER_SEND && !x->finished && !x->peer_addr[0] &&
+	       (x->tp || x->announced);
+}
+
 bool tp_legs_abort(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
 		   const char *reason)
 {
@@ -271,23 +284,32 @@ bool tp_legs_abort(struct agent *a, struct peer *p, const struct pdx_xfer_id *id
 	char why[PDX_REASON_MAX];
 	struct pdx_xfer_id of;
 	struct tp_slice sl;
-	struct xfer *g;
+	struct xfer *g = xfer_find(a, id);
 	bool skip_all;
 
 	if (!a->reg.ok || p->tp.size == me.size ||
 	    !pair(l, l->kv_heads * me.size, me, p->tp, &sl, &skip_all))
 		return false;
-	tp_leg_id(id, me.rank, p->tp.rank, &of); /* its own inverse */
-	g = xfer_find(a, &of);
-	if (g && (g->role != XFER_SEND || g->finished ||
-		  (!g->tp && (!g->announced || g->peer_addr[0]))))
-		return false;
+	if (g && !tp_legs_holder(a, p, g))
+		return false; /* a leg of ours, or not an open send */
+	if (!g) {
+		tp_leg_id(id, me.rank, p->tp.rank, &of); /* its own inverse */
+		g = xfer_find(a, &of);
+		if (g && !tp_legs_holder(a, p, g))
+			return false;
+	} else {
+		of = *id; /* the engines' id itself (abort_at) */
+	}
 	snprintf(why, sizeof(why), "aborted by %s (rank %u of TP %u) before "
 		 "it asked: %s", p->addr, p->tp.rank, p->tp.size, reason);
-	if (g)
+	if (g) {
 		xfer_fail(g, PDX_ECANCELED, false, "%s", why);
-	else /* our engine's send of it fails at once */
+	} else {
+		/* Unknown here: the engines' id (abort_at) or a leg's. Our
+		 * engine's send of it, to come, fails at once. */
+		pdx_ended_add(a->ended, id, "", why);
 		pdx_ended_add(a->ended, &of, "", why);
+	}
 	return true;
 }
 

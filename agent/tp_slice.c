@@ -109,8 +109,8 @@ const char *tp_heads_refusal(const struct pdx_kv_layout *a, struct tp_rank ta,
 	else if (a->tensors == 1 && a->kv_heads != b->kv_heads)
 		snprintf(why, len, "kv_heads %u != %u (MLA: every rank holds "
 			 "the whole latent)", a->kv_heads, b->kv_heads);
-	else if (a->tensors != 1 &&
-		 (uint64_t)a->kv_heads * ta.size != (uint64_t)b->kv_heads * tb.size)
+	else if (a->tensors != 1 && (uint64_t)a->kv_heads * ta.size !=
+					    (uint64_t)b->kv_heads * tb.size)
 		snprintf(why, len, "kv_heads %u x tp %u = %llu != %u x tp %u = "
 			 "%llu", a->kv_heads, ta.size,
 			 (unsigned long long)a->kv_heads * ta.size, b->kv_heads,

@@ -218,8 +218,9 @@ void xfer_maybe_release(struct xfer *x)
 	}
 	pdx_ended_add(a->ended, &x->id, x->peer_addr,
 		  x->status ? x->reason : "it completed");
-	metrics_xfer_ended(a, x,
-			   peer_known(x->peer) ? x->peer->path : DATA_AUTO);
+	if (!x->tp) /* a group's bytes and path are its legs' */
+		metrics_xfer_ended(a, x, peer_known(x->peer) ? x->peer->path
+							  : DATA_AUTO);
 	xfer_unlink(a, x);
 	if (x->group) { /* a leg gives its group back */
 		x->group->inflight--;

@@ -46,6 +46,7 @@ static char dir[256];
 static const char *agent_bin;
 static uint64_t rng;
 static int n_started;
+static const char *lease_ms; /* --lease-ms for the agents; NULL: none */
 
 static int rank_start(struct inst *in, uint32_t i, char tag,
 		      const char *data_path)
@@ -75,6 +76,12 @@ static int rank_start(struct inst *in, uint32_t i, char tag,
 	ao.tls = "sm,self";
 	ao.data_path = data_path;
 	ao.xfer_timeout_ms = 20000;
+	if (lease_ms) { /* renewed by pings 5 times a lease */
+		ao.args[0] = "--lease-ms";
+		ao.args[1] = lease_ms;
+		ao.args[2] = "--heartbeat-ms";
+		ao.args[3] = "200";
+	}
 	if (pb_agent_start(&r->agent, &ao))
 		return -1;
 	ep.agent = r->engine_addr;
@@ -177,6 +184,30 @@ static uint8_t *shard(const struct inst *in, const uint8_t *ref, uint32_t i)
 	pdx_kv_heads_split_cpu(&s, ref, in->size, dst, NB);
 	memmove(all, all + i * part, part);
 	return all;
+}
+
+/* Decode rank j's blocks of transfer x (layer l, tensor t) against its
+ * heads of ref; the second transfer's first block is held (poisoned).
+ * The number of blocks that differ. */
+static int check_blocks(const struct inst *D, uint32_t j, const uint8_t *ref,
+			int x, int l, uint32_t t, const uint32_t *dst)
+{
+	const struct pdx_shm_pool *pool = &D->r[j].pool;
+	uint8_t *s = shard(D, ref, j), poison[4096];
+	uint64_t part = pool->block_bytes;
+	int bad = 0;
+
+	memset(poison, 0xee, part);
+	for (int k = 0; k < NB; k++) {
+		const uint8_t *want = x == 1 && k == 0 ? poison : s + k * part;
+
+		if (memcmp(pdx_shm_pool_block(pool, l, t, dst[k]), want, part) &&
+		    !bad++)
+			h_note("decode rank %u, transfer %d, layer %d, tensor %u,"
+			       " block %d differs", j, x, l, t, k);
+	}
+	free(s);
+	return bad;
 }
 
 /* One case: NX transfers from every prefill rank to every decode rank,
@@ -296,29 +327,9 @@ static void run_case(uint32_t p, uint32_t d, enum pdx_kv_order order,
 	for (uint32_t j = 0; j < d; j++)
 		for (int x = 0; x < NX; x++)
 			for (int l = 0; l < LAYERS; l++)
-				for (uint32_t t = 0; t < D->tensors; t++) {
-					uint8_t *s = shard(D, ref[x][l][t], j);
-
-					part = D->r[j].pool.block_bytes;
-					for (int k = 0; k < NB; k++) {
-						const uint8_t *got = pdx_shm_pool_block(
-						    &D->r[j].pool, l, t, dst[x][k]);
-						uint8_t poison[4096];
-
-						memset(poison, 0xee, part);
-						if (memcmp(got, x == 1 && k == 0
-								    ? poison
-								    : s + k * part,
-							   part) && !bad++)
-							h_note("decode rank %u, "
-							       "transfer %d, "
-							       "layer %d, tensor "
-							       "%u, block %d "
-							       "differs", j, x,
-							       l, t, k);
-					}
-					free(s);
-				}
+				for (uint32_t t = 0; t < D->tensors; t++)
+					bad += check_blocks(D, j, ref[x][l][t],
+							    x, l, t, dst[x]);
 	CHECK_EQ(bad, 0, "every decode rank holds exactly its heads of every "
 		 "block (the held block untouched)");
 out:
@@ -416,10 +427,81 @@ static void aborts(void)
 	free(D);
 }
 
+/* TP 1 -> 2: decode engines hold their requests at the prefill rank's
+ * agent (pdx_engine_hold) past its lease, or give up on one before its
+ * recv (pdx_engine_abort_at). */
+static void holds(void)
+{
+	struct inst *P = calloc(1, sizeof(*P)), *D = calloc(1, sizeof(*D));
+	const char *peers[1];
+	struct pdx_recv_opts ro = { .n_peers = 1 };
+	uint32_t blocks[2] = { 5, 6 };
+	struct pdx_engine_event ev[3] = { 0 };
+	struct pdx_xfer_id id;
+	bool ok;
+
+	h_note("holds and abort_at, TP 1 -> 2, --lease-ms 1000");
+	lease_ms = "1000";
+	if (inst_start(P, 1, 8, false, PDX_KV_NHD, 'p', NULL) ||
+	    inst_start(D, 2, 4, false, PDX_KV_NHD, 'd', NULL)) {
+		CHECK_FAIL("holds: the agents and engines start");
+		goto out;
+	}
+	peers[0] = P->r[0].peer;
+	ro.peers = peers;
+	pdx_xfer_id_random(&id);
+	pdx_engine_hold(D->r[0].eng, &id, P->r[0].peer);
+	pdx_engine_hold(D->r[1].eng, &id, P->r[0].peer);
+	pdx_engine_send(P->r[0].eng, &id, NULL, blocks, 2);
+	h_sleep_ms(2500); /* 2.5 leases */
+	pdx_engine_recv_opts(D->r[0].eng, &id, NULL, blocks, 2, &ro);
+	pdx_engine_recv_opts(D->r[1].eng, &id, NULL, blocks, 2, &ro);
+	pdx_engine_layer_done(P->r[0].eng, 0, &id, 1);
+	pdx_engine_layer_done(P->r[0].eng, 1, &id, 1);
+	ok = !wait_all(P->r[0].eng, &id, 1, &ev[0], 10000) &&
+	     !wait_all(D->r[0].eng, &id, 1, &ev[1], 10000) &&
+	     !wait_all(D->r[1].eng, &id, 1, &ev[2], 10000);
+	for (int k = 0; k < 3 && ok; k++)
+		h_note("%s: %s %s", k ? "decode" : "prefill", h_kind(ev[k].kind),
+		       ev[k].reason);
+	CHECK(ok && ev[0].kind == PDX_EVENT_SENT &&
+		      ev[1].kind == PDX_EVENT_RECEIVED &&
+		      ev[2].kind == PDX_EVENT_RECEIVED,
+	      "decode ranks of another TP size hold the prefill rank's KV past "
+	      "its lease without claiming it");
+
+	/* both hold it, decode rank 1 asks, rank 0's request leaves before
+	 * its recv: the holds keep the lease, so only the abort ends it */
+	pdx_xfer_id_random(&id);
+	pdx_engine_hold(D->r[0].eng, &id, P->r[0].peer);
+	pdx_engine_hold(D->r[1].eng, &id, P->r[0].peer);
+	pdx_engine_send(P->r[0].eng, &id, NULL, blocks, 2);
+	pdx_engine_recv_opts(D->r[1].eng, &id, NULL, blocks, 2, &ro);
+	h_sleep_ms(300);
+	pdx_engine_abort_at(D->r[0].eng, &id, P->r[0].peer);
+	ok = !wait_all(P->r[0].eng, &id, 1, &ev[0], 5000) &&
+	     !wait_all(D->r[1].eng, &id, 1, &ev[2], 5000);
+	if (ok)
+		h_note("prefill: %s; decode rank 1: %s", ev[0].reason,
+		       ev[2].reason);
+	CHECK(ok && ev[0].kind == PDX_EVENT_FAILED &&
+		      ev[2].kind == PDX_EVENT_FAILED &&
+		      strstr(ev[0].reason, "rank 0 of TP 2") &&
+		      strstr(ev[2].reason, "rank 0 of TP 2"),
+	      "a decode rank's abort_at of a held request fails the transfer "
+	      "on every rank");
+out:
+	lease_ms = NULL;
+	inst_stop(P);
+	inst_stop(D);
+	free(P);
+	free(D);
+}
+
 static void refusals(void)
 {
 	struct inst *P = calloc(1, sizeof(*P)), *D = calloc(1, sizeof(*D));
-	const char *peers[3];
+	const char *peers[4];
 
 	/* decode TP 2 of 2 heads vs prefill TP 2 of 8 heads */
 	if (inst_start(P, 2, 4, false, PDX_KV_NHD, 'p', NULL) ||
@@ -434,6 +516,9 @@ static void refusals(void)
 		       "8 heads on prefill, 2 on decode");
 	expect_refused(D, 0, peers, 3, "tp size 3 is not a power of two",
 		       "three prefill ranks");
+	peers[3] = P->r[1].peer;
+	expect_refused(D, 0, peers, 4, "do not split over TP 4",
+		       "2 heads over four prefill ranks");
 	CHECK(pdx_engine_set_tp(D->r[0].eng, 1, 3) == PDX_EINVAL &&
 		      strstr(pdx_engine_last_error(D->r[0].eng), "power of two"),
 	      "libpdx refuses TP size 3, saying why");
@@ -482,6 +567,7 @@ int main(int argc, char **argv)
 	run_case(1, 2, PDX_KV_NHD, true, NULL);
 	refusals();
 	aborts();
+	holds();
 	pb_tmpdir_remove(dir);
 	pb_cleanup_run();
 	return check_status();
