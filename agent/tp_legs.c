@@ -202,7 +202,7 @@ void tp_legs_want(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
 	char why[PDX_REASON_MAX] = "";
 	struct pdx_xfer_id expect;
 	struct tp_slice sl;
-	struct xfer *g, *leg;
+	struct xfer *g, *leg = NULL;
 	const char *ended;
 	bool skip_all;
 
