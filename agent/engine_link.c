@@ -664,7 +664,10 @@ static struct xfer *announce(struct agent *a, const void *eid, size_t eid_len,
 	snprintf(x->peer_addr, sizeof(x->peer_addr), "%s", peer);
 	x->peer = peer[0] ? peer_get(a, peer) : NULL;
 	xfer_arm(x); /* a hello just sent bounds it too */
-	if (!x->peer_abort[0] && (ended = pdx_ended_find(a->ended, &id, peer)) != NULL)
+	/* an open send names no peer: an abort from any agent that knew its
+	 * id (the credential) ends it, as one after its announce would */
+	if (!x->peer_abort[0] &&
+	    (ended = pdx_ended_find(a->ended, &id, peer[0] ? peer : NULL)))
 		snprintf(x->peer_abort, sizeof(x->peer_abort),
 			 "ended before our engine announced it: %s", ended);
 	if (x->peer_abort[0]) {

@@ -133,6 +133,26 @@ static void held_then_left(struct h_env *env)
 	h_plan_free(x, 1);
 }
 
+/* The decode side gives up (abort_at) before the prefill engine announced
+ * its send, and that send is open (no receiver named; the id is the
+ * credential): it fails at once, not after its lease. */
+static void aborted_before_open_send(struct h_env *env)
+{
+	struct h_xfer x[1];
+	uint64_t t0;
+
+	h_plan(env, x, 1, 4, 0, true);
+	h_prepare(env, x, 1);
+	pdx_engine_abort_at(env->d.eng, &x->id, env->p.peer);
+	h_sleep_ms(300); /* the abort reaches the prefill agent first */
+	t0 = pdx_now_ns();
+	CHECK_EQ(pdx_engine_send(env->p.eng, &x->id, NULL, x->src, x->n),
+		 PDX_OK, "an open send of the aborted transfer is announced");
+	expect_failed(&env->p, x, PDX_ECANCELED, "aborted by", t0, 0, 200,
+		      "an open send aborted before it was announced");
+	h_plan_free(x, 1);
+}
+
 /* SIGSTOP the agent of `stopped` mid-transfer: the other side fails the
  * transfer by silence; then it resumes. */
 static void agent_stalls(struct h_env *env, struct h_side *stopped)
@@ -226,6 +246,7 @@ int main(int argc, char **argv)
 	held_past_lease(&env);
 	lease_expires(&env);
 	held_then_left(&env);
+	aborted_before_open_send(&env);
 	agent_stalls(&env, &env.d);
 	agent_stalls(&env, &env.p);
 	layers_stop(&env);
