@@ -313,9 +313,10 @@ class Decode:
         self.mgr.close()
 
 
-def run(P, D, pairs, timeout=20.0):
+def run(P, D, pairs, timeout=20.0, each=None):
     """Both event loops, turn about, until every request ended on both
-    sides (pairs: (prefill Req, decode Req) of one room)."""
+    sides (pairs: (prefill Req, decode Req) of one room); each() after
+    every turn (a test's abort, a kill)."""
     for p, d in pairs:
         P.add(p)
         D.add(d, P.sa.disaggregation_bootstrap_port)
@@ -330,4 +331,6 @@ def run(P, D, pairs, timeout=20.0):
                                    D.pending + D.queue + D.transfer]))
         P.step()
         D.step()
+        if each is not None:
+            each()
         time.sleep(0.002)

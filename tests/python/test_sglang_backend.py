@@ -4,16 +4,18 @@ a decode scheduler in this process, each manager with the pdx-agent it
 starts, the prefill instance's bootstrap server pdx's own. Every check of
 KV is byte by byte: the decode side's pages against the prefill side's.
 
-Covered: MHA transfers (chunked prefill with a partial last page, two
-rooms at once, pages at other indices on each side), the first token and
-the room landing in the decode side's aux rows, the transfer metric, and
-a decode pool whose layout differs refused before any transfer with both
-layouts in words.
+Covered: MHA and MLA transfers (chunked prefill with a partial last
+page, two rooms at once, pages at other indices on each side), the first
+token and the room landing in the decode side's aux rows, the transfer
+metric, an abort from either side, the decode rank's agent killed (both
+sides Failed with pdx's reason within the bound), and a decode pool whose
+layout differs refused before any transfer with both layouts in words.
 
     test_sglang_backend.py PATH-TO-pdx-agent
 """
 import os
 import sys
+import time
 import unittest
 
 import pdx.sglang
@@ -55,6 +57,71 @@ class Backend(unittest.TestCase):
         self.assertEqual(pairs[0][0].metric.transfer_total_bytes,
                          10 * 4 * 2 * 4 * 2 * 16 * 2)
 
+    def test_mla_byte_exact(self):
+        self.start(Pool(mla=True, head_dim=72), Pool(mla=True, head_dim=72))
+        self.D.pool.alloc(3)
+        p, d = Req(11, 21, first_token=99, chunk=8), Req(11, 21)
+        run(self.P, self.D, [(p, d)])
+        self.assertEqual((p.done, d.done), (KVPoll.Success, KVPoll.Success),
+                         p.error + d.error)
+        self.assertEqual(self.P.pool.page_bytes(p.pages),
+                         self.D.pool.page_bytes(d.pages))
+        self.assertEqual(d.got_token, 99)
+
+    def test_abort_on_decode(self):
+        """The decode side aborts once its pages are named (SGLang's
+        AbortReq): its poll says Failed at once, and the prefill side's
+        transfer fails too: cancelled, or, when the abort reached the
+        prefill agent before its engine announced the send, at the end of
+        the lease (3 s here), still before the transfer timeout."""
+        self.start(Pool(), Pool())
+        p, d = Req(21, 16, chunk=4), Req(21, 16)
+
+        def abort():
+            if d.receiver.state == KVPoll.Transferring:
+                d.receiver.abort()
+        t0 = time.monotonic()
+        run(self.P, self.D, [(p, d)], timeout=10, each=abort)
+        self.assertEqual(d.done, KVPoll.Failed)
+        self.assertIn("aborted by SGLang", d.error)
+        self.assertEqual(p.done, KVPoll.Failed)
+        self.assertRegex(p.error, "ECANCELED|lease expired")
+        self.assertLess(time.monotonic() - t0, 4.5)
+
+    def test_abort_on_prefill(self):
+        """The prefill side aborts after announcing: the decode side's
+        receive fails with pdx's reason (unless its KV had all landed
+        already: the abort races the transfer)."""
+        self.start(Pool(), Pool())
+        p, d = Req(22, 16), Req(22, 16)
+
+        def abort():
+            if p.sender.state == KVPoll.Transferring and d.done is None:
+                p.sender.abort()
+        run(self.P, self.D, [(p, d)], timeout=10, each=abort)
+        self.assertEqual(p.done, KVPoll.Failed)
+        self.assertIn("aborted by SGLang", p.error)
+        self.assertIn(d.done, (KVPoll.Failed, KVPoll.Success))
+        if d.done == KVPoll.Failed:
+            self.assertIn("aborted by engine", d.error)
+
+    def test_decode_agent_killed(self):
+        """The decode rank's agent dies mid-transfer: both sides end
+        Failed within the bound, each with pdx's reason."""
+        self.start(Pool(), Pool())
+        p, d = Req(31, 16, chunk=4), Req(31, 16)
+
+        def kill():
+            if d.receiver.state == KVPoll.Transferring and \
+                    self.D.mgr.agent.proc is not None and \
+                    self.D.mgr.agent.proc.poll() is None:
+                self.D.mgr.agent.proc.kill()
+        t0 = time.monotonic()
+        run(self.P, self.D, [(p, d)], timeout=15, each=kill)
+        self.assertEqual((p.done, d.done), (KVPoll.Failed, KVPoll.Failed))
+        self.assertIn("EAGENT", d.error)
+        self.assertLess(time.monotonic() - t0, 12)
+
     def test_layout_differs(self):
         self.start(Pool(), Pool(head_dim=8))
         p, d = Req(5, 12), Req(5, 12)
@@ -76,7 +143,9 @@ class Backend(unittest.TestCase):
 if __name__ == "__main__":
     os.environ["PDX_SGLANG_AGENT_BIN"] = sys.argv.pop(1)
     os.environ.setdefault("PDX_SGLANG_XFER_TIMEOUT_MS", "5000")
-    os.environ.setdefault("PDX_SGLANG_AGENT_ARGS", "--lease-ms 3000")
+    os.environ.setdefault("PDX_SGLANG_AGENT_ARGS", "--lease-ms 3000 "
+                          "--peer-timeout-ms 2000")
+    os.environ.setdefault("PDX_SGLANG_LIVENESS_MS", "1000")
     os.environ.setdefault("UCX_TLS", "sm,self")
     os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
     unittest.main(verbosity=2)

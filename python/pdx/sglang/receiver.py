@@ -79,9 +79,13 @@ class PdxKVReceiver(Transfer):
         self.state = KVPoll.Success
 
     def _abort_at_agent(self) -> None:
-        if self.announced or self.peer is None:
-            return super()._abort_at_agent()
-        try:  # not announced here: tell the prefill side's agent
+        super()._abort_at_agent()
+        if self.peer is None:
+            return
+        # the prefill side may not have announced its send yet, nor heard
+        # of our receive: its agent is told by name, so that the send,
+        # when it comes, fails at once rather than waits out the lease
+        try:
             self.kv_mgr.eng.abort(self.xid, self.peer)
         except pdx.Error:
             pass
