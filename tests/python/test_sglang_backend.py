@@ -106,13 +106,15 @@ class Backend(unittest.TestCase):
             self.assertIn("aborted by engine", d.error)
 
     def test_decode_agent_killed(self):
-        """The decode rank's agent dies mid-transfer: both sides end
-        Failed within the bound, each with pdx's reason."""
+        """The decode rank's agent dies once its receive is announced,
+        before the prefill side's send: both sides end Failed within the
+        bound, each with pdx's reason."""
         self.start(Pool(), Pool())
         p, d = Req(31, 16, chunk=4), Req(31, 16)
 
         def kill():
             if d.receiver.state == KVPoll.Transferring and \
+                    p.sender.state == KVPoll.WaitingForInput and \
                     self.D.mgr.agent.proc is not None and \
                     self.D.mgr.agent.proc.poll() is None:
                 self.D.mgr.agent.proc.kill()
