@@ -142,6 +142,50 @@ class Backend(unittest.TestCase):
         self.assertEqual(p.sender.poll(), KVPoll.Failed)
 
 
+class Hook(unittest.TestCase):
+    """install() against stand-in modules of SGLang's names (SGLang is not
+    installed here): utils' get_kv_class and a module that imported it by
+    name hand out pdx's classes for the backend named, SGLang's own for
+    the others."""
+
+    def test_install(self):
+        import enum
+        import types
+        names = ["sglang", "sglang.srt", "sglang.srt.disaggregation",
+                 "sglang.srt.disaggregation.utils",
+                 "sglang.srt.disaggregation.prefill"]
+        mods = {n: types.ModuleType(n) for n in names}
+        Backend = enum.Enum("TransferBackend", {"MOONCAKE": "mooncake",
+                                                "NIXL": "nixl"})
+        Kind = enum.Enum("KVClassType", {"MANAGER": "manager",
+                                         "SENDER": "sender",
+                                         "KVARGS": "kvargs"})
+
+        def original(backend, kind):
+            return ("sglang's", backend.value, kind.value)
+        mods[names[3]].get_kv_class = original
+        mods[names[4]].get_kv_class = original
+        mods[names[2]].utils = mods[names[3]]
+        for n, m in mods.items():
+            self.addCleanup(sys.modules.pop, n, None)
+            sys.modules[n] = m
+        pdx.sglang.install("nixl")
+        for m in (mods[names[3]], mods[names[4]]):
+            get = m.get_kv_class
+            self.assertIs(get(Backend.NIXL, Kind.MANAGER),
+                          pdx.sglang.PdxKVManager)
+            self.assertIs(get(Backend.NIXL, Kind.SENDER),
+                          pdx.sglang.PdxKVSender)
+            self.assertEqual(get(Backend.NIXL, Kind.KVARGS),
+                             ("sglang's", "nixl", "kvargs"))
+            self.assertEqual(get(Backend.MOONCAKE, Kind.MANAGER),
+                             ("sglang's", "mooncake", "manager"))
+        pdx.sglang.install("nixl")   # again: still one layer deep
+        self.assertEqual(mods[names[4]].get_kv_class(Backend.MOONCAKE,
+                                                     Kind.SENDER),
+                         ("sglang's", "mooncake", "sender"))
+
+
 if __name__ == "__main__":
     os.environ["PDX_SGLANG_AGENT_BIN"] = sys.argv.pop(1)
     os.environ.setdefault("PDX_SGLANG_XFER_TIMEOUT_MS", "5000")
