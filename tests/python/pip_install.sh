@@ -23,6 +23,7 @@ import sys
 import pdx
 assert pdx.__file__.startswith(sys.argv[1] + "/site/"), pdx.__file__
 from pdx.vllm import layout  # the connector's modules are installed too
+import pdx.sglang  # and the SGLang backend's
 pool = pdx.SharedPool(4 * 2 * 64 * 256)
 lay = pdx.Layout(blocks=64, block_tokens=4, kv_heads=2, head_dim=16,
                  dtype_bytes=2, bases=[[(0, (2 * l + t) * 64 * 256)

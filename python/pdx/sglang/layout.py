@@ -1,0 +1,116 @@
+"""A pdx layout from SGLang's KV arguments (KVArgs.kv_data_ptrs, _lens,
+_item_lens, page_size): one region reference per layer buffer, an SGLang
+page being a pdx block.
+
+SGLang's pools (get_contiguous_buf_infos) give, per buffer, its address,
+its bytes and one page's bytes: an MHA pool every layer's K buffer, then
+every layer's V buffer; an MLA pool one latent buffer per layer. Page p
+of a buffer is at p * item_len. The bytes of one token are the layout's
+kv_heads x head_dim with dtype_bytes 1: SGLang's decode side does not
+tell its head count, so both sides describe a token the same way from
+its bytes alone.
+"""
+from dataclasses import dataclass
+from typing import List, Sequence, Tuple
+
+import pdx
+
+HEAD_DIM_MAX = 65536  # include/pdx/layout.h's bound on head_dim
+
+
+@dataclass
+class Shape:
+    """What the two sides compare before a transfer."""
+    tensors: int
+    layers: int
+    page_size: int
+    item_lens: List[int]
+
+    def differs(self, other: "Shape") -> str:
+        """"" when the same, else what differs in words."""
+        for f in ("tensors", "layers", "page_size", "item_lens"):
+            a, b = getattr(self, f), getattr(other, f)
+            if a != b:
+                return "%s %s != %s" % (f, a, b)
+        return ""
+
+
+def _token_split(token_bytes: int) -> Tuple[int, int]:
+    """(kv_heads, head_dim) with kv_heads * head_dim == token_bytes and
+    head_dim within pdx's bound: the fewest heads that fit."""
+    for heads in range(1, token_bytes + 1):
+        if token_bytes % heads == 0 and token_bytes // heads <= HEAD_DIM_MAX:
+            return heads, token_bytes // heads
+    raise ValueError("pdx.sglang: a token of %d bytes" % token_bytes)
+
+
+def shape_of(kv_args, is_mla: bool) -> Shape:
+    ptrs, lens, items = (list(kv_args.kv_data_ptrs), list(kv_args.kv_data_lens),
+                         list(kv_args.kv_item_lens))
+    tensors = 1 if is_mla else 2
+    if not ptrs or len(ptrs) != len(lens) or len(ptrs) != len(items):
+        raise ValueError("pdx.sglang: kv_data_ptrs, kv_data_lens and "
+                         "kv_item_lens must be as long (%d, %d, %d) and "
+                         "not empty" % (len(ptrs), len(lens), len(items)))
+    if len(ptrs) % tensors:
+        raise ValueError("pdx.sglang: an MHA pool has a K and a V buffer "
+                         "per layer; %d buffers" % len(ptrs))
+    layers = len(ptrs) // tensors
+    per_layer = items[:layers]
+    for t in range(1, tensors):
+        if items[t * layers:(t + 1) * layers] != per_layer:
+            raise ValueError("pdx.sglang: K and V pages differ in bytes: "
+                             "%s vs %s" % (per_layer,
+                                           items[t * layers:(t + 1) * layers]))
+    return Shape(tensors, layers, int(kv_args.page_size), per_layer)
+
+
+def build(kv_args, is_mla: bool):
+    """(Shape, pdx.Layout, regions, cuda): host buffers must be in POSIX
+    shared memory (pdx.SharedPool); device buffers are shared by CUDA
+    IPC, each allocation one region."""
+    shape = shape_of(kv_args, is_mla)
+    page = shape.page_size
+    if len(set(shape.item_lens)) != 1:
+        raise ValueError("pdx.sglang: layers with pages of different bytes "
+                         "(%s) are not one pdx layout" % sorted(
+                             set(shape.item_lens)))
+    item = shape.item_lens[0]
+    if page < 1 or item % page:
+        raise ValueError("pdx.sglang: a page of %d bytes is not %d tokens"
+                         % (item, page))
+    heads, dim = _token_split(item // page)
+    ptrs, lens = list(kv_args.kv_data_ptrs), list(kv_args.kv_data_lens)
+    blocks = min(n // i for n, i in zip(lens, kv_args.kv_item_lens))
+    regions, refs, cuda = _regions(list(zip(ptrs, lens)))
+    bases = [[refs[t * shape.layers + l] for t in range(shape.tensors)]
+             for l in range(shape.layers)]
+    lay = pdx.Layout(blocks=blocks, block_tokens=page, kv_heads=heads,
+                     head_dim=dim, dtype_bytes=1, bases=bases,
+                     block_stride=list(shape.item_lens),
+                     tensors=shape.tensors)
+    return shape, lay, regions, cuda
+
+
+def _regions(spans: Sequence[Tuple[int, int]]):
+    try:
+        regions, refs = pdx.regions_for(spans)
+        return regions, refs, False
+    except pdx.Error as host_err:
+        try:
+            return _cuda_regions(spans) + (True,)
+        except pdx.Error as cuda_err:
+            raise pdx.Error(pdx.EINVAL, "pdx.sglang: the KV buffers are "
+                            "neither host shared memory (%s) nor CUDA IPC "
+                            "memory (%s)" % (host_err.reason, cuda_err.reason))
+
+
+def _cuda_regions(spans):
+    regions, refs, index = [], [], {}
+    for ptr, size in spans:
+        r, off = pdx.cuda_region(ptr, size)
+        if r.base not in index:
+            index[r.base] = len(regions)
+            regions.append(r)
+        refs.append((index[r.base], off))
+    return regions, refs

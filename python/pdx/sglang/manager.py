@@ -1,0 +1,186 @@
+"""PdxKVManager: one per SGLang scheduler (a tensor-parallel rank), in the
+prefill or the decode instance. It links to that rank's pdx-agent (the one
+PDX_SGLANG_AGENT names, "{rank}" standing for engine_rank, else one it
+starts), registers SGLang's KV pool with it, and on the prefill side
+registers the agent with the instance's bootstrap server. Its senders and
+receivers share its link: poll() drains the link's events into the
+transfers they end.
+
+Configuration is by environment, as SGLang's server arguments have no room
+for a backend's own (docs/sglang.md): PDX_SGLANG_AGENT, PDX_SGLANG_AGENT_BIN,
+PDX_SGLANG_AGENT_ARGS, PDX_SGLANG_AGENT_HOST (its peer link's
+address), PDX_SGLANG_XFER_TIMEOUT_MS, PDX_SGLANG_LIVENESS_MS,
+PDX_SGLANG_BOOTSTRAP_TIMEOUT_S.
+"""
+import logging
+import os
+import shlex
+import time
+from typing import Dict, Optional
+
+import pdx
+from pdx.vllm.agent import AgentProcess
+
+from . import bootstrap
+from .aux import AuxRows
+from .base import mode_name
+from .layout import Shape, build
+
+log = logging.getLogger("pdx.sglang")
+
+
+def xfer_id(room: int, rank: int, pp_rank: int) -> pdx.XferId:
+    """The transfer of SGLang's room between the prefill and the decode
+    rank of the same (tensor, pipeline) rank: both sides make it alike."""
+    return pdx.XferId((room & (2**64 - 1)).to_bytes(8, "big") +
+                      rank.to_bytes(4, "big") + pp_rank.to_bytes(4, "big"))
+
+
+class PrefillInfo:
+    """What decode.py reads of a prefill instance (prefill_info_table)."""
+
+    def __init__(self, sizes: dict):
+        self.dp_size = int(sizes["dp_size"])
+        self.attn_tp_size = int(sizes["attn_tp_size"])
+        self.pp_size = int(sizes["pp_size"])
+        self.follow_bootstrap_room = bool(sizes.get("follow_bootstrap_room",
+                                                    True))
+
+
+def _env_int(name: str) -> int:
+    return int(os.environ.get(name, "0") or 0)
+
+
+class PdxKVManager:
+    def __init__(self, args, disaggregation_mode, server_args,
+                 is_mla_backend: Optional[bool] = False):
+        self.kv_args = args
+        self.mode = mode_name(disaggregation_mode)
+        self.server_args = server_args
+        self.is_mla_backend = bool(is_mla_backend)
+        self.rank = int(args.engine_rank)
+        self.pp_rank = int(getattr(args, "pp_rank", 0) or 0)
+        self.dp_rank = int(getattr(args, "system_dp_rank", 0) or 0)
+        self.bootstrap_host = getattr(server_args, "host", "127.0.0.1")
+        self.bootstrap_port = getattr(server_args,
+                                      "disaggregation_bootstrap_port", None)
+        self.bootstrap_timeout = float(os.environ.get(
+            "PDX_SGLANG_BOOTSTRAP_TIMEOUT_S", "30"))
+        self.agent = None
+        addr = os.environ.get("PDX_SGLANG_AGENT")
+        if addr:
+            addr = addr.replace("{rank}", str(self.rank))
+        else:
+            self.agent = AgentProcess(
+                os.environ.get("PDX_SGLANG_AGENT_BIN", "pdx-agent"),
+                os.environ.get("PDX_SGLANG_AGENT_HOST", "127.0.0.1"),
+                args=shlex.split(os.environ.get("PDX_SGLANG_AGENT_ARGS", "")))
+            addr = self.agent.engine_addr
+        self.agent_addr = addr
+        self.eng = pdx.Engine(addr,
+                              xfer_timeout_ms=_env_int(
+                                  "PDX_SGLANG_XFER_TIMEOUT_MS"),
+                              liveness_ms=_env_int("PDX_SGLANG_LIVENESS_MS"))
+        self.shape, lay, regions, self.cuda = build(args, self.is_mla_backend)
+        self.peer_addr = self.eng.register(
+            lay, regions, cuda_event_slots=4 if self.cuda else 0)
+        self.aux = AuxRows(args)
+        self.xfers: Dict[pdx.XferId, object] = {}  # announced -> its end
+        self.prefill_info_table: Dict[str, PrefillInfo] = {}
+        log.info("pdx.sglang: %s rank %d registered %d layers with %s",
+                 self.mode, self.rank, self.shape.layers, self.peer_addr)
+        if self.mode == "prefill":
+            self.register_to_bootstrap()
+
+    # -- bootstrap -------------------------------------------------------
+    def _sizes(self) -> dict:
+        sa = self.server_args
+        tp = int(getattr(sa, "tp_size", 1) or 1)
+        dp = int(getattr(sa, "dp_size", 1) or 1)
+        # DP attention splits the tensor-parallel ranks into dp groups
+        dp_attn = bool(getattr(sa, "enable_dp_attention", False))
+        return {"attn_tp_size": tp // dp if dp_attn else tp,
+                "pp_size": int(getattr(sa, "pp_size", 1) or 1),
+                "dp_size": dp}
+
+    def register_to_bootstrap(self) -> None:
+        """Tells the instance's bootstrap server this rank's agent and
+        layout; waits for the server (it may start after this rank)."""
+        reg = dict(self._sizes(), attn_tp_rank=self.rank,
+                   pp_rank=self.pp_rank, dp_rank=self.dp_rank,
+                   peer_addr=self.peer_addr, shape=vars(self.shape))
+        addr = "%s:%s" % (self.bootstrap_host, self.bootstrap_port)
+        end = time.monotonic() + self.bootstrap_timeout
+        while True:
+            try:
+                return bootstrap.register(addr, reg)
+            except OSError as e:
+                if time.monotonic() > end:
+                    raise RuntimeError("pdx.sglang: cannot register with "
+                                       "the bootstrap server %s: %s"
+                                       % (addr, e))
+                time.sleep(0.1)
+
+    def try_ensure_parallel_info(self, bootstrap_addr: str) -> bool:
+        """decode.py: whether the prefill instance's sizes are known (asks
+        its bootstrap server once when not)."""
+        if bootstrap_addr in self.prefill_info_table:
+            return True
+        sizes = bootstrap.query(bootstrap_addr, -1, -1, -1)
+        if sizes is None:
+            return False
+        self.prefill_info_table[bootstrap_addr] = PrefillInfo(sizes)
+        return True
+
+    def prefill_rank(self, bootstrap_addr: str, dp_rank: int) -> Optional[dict]:
+        """The prefill rank this decode rank receives from (its agent and
+        layout), None while its server cannot say yet; LookupError when
+        it will not."""
+        if not self.try_ensure_parallel_info(bootstrap_addr):
+            return None
+        info = self.prefill_info_table[bootstrap_addr]
+        ours = self._sizes()
+        if (info.attn_tp_size, info.pp_size) != (ours["attn_tp_size"],
+                                                  ours["pp_size"]):
+            raise LookupError(
+                "pdx.sglang: prefill %s has attn_tp_size %d, pp_size %d; "
+                "this decode %d, %d: pdx.sglang moves KV between equal "
+                "ranks only" % (bootstrap_addr, info.attn_tp_size,
+                                info.pp_size, ours["attn_tp_size"],
+                                ours["pp_size"]))
+        return bootstrap.query(bootstrap_addr, dp_rank, self.rank,
+                               self.pp_rank)
+
+    def layout_differs(self, reg: dict) -> str:
+        try:
+            theirs = Shape(**reg["shape"])
+        except (KeyError, TypeError) as e:
+            return "its registration has no layout (%s)" % e
+        why = theirs.differs(self.shape)
+        return "layout differs (prefill vs decode): " + why if why else ""
+
+    # -- events ----------------------------------------------------------
+    def track(self, xid: pdx.XferId, end) -> None:
+        self.xfers[xid] = end
+
+    def forget(self, xid: pdx.XferId) -> None:
+        self.xfers.pop(xid, None)
+
+    def pump(self) -> None:
+        """Hands every event waiting on the link to its sender or
+        receiver (on_event)."""
+        try:
+            events = self.eng.events()
+        except pdx.Error as e:
+            for end in list(self.xfers.values()):
+                end.fail("pdx link: %s" % e)
+            return
+        for ev in events:
+            end = self.xfers.get(ev.xfer)
+            if end is not None:
+                end.on_event(ev)
+
+    def close(self) -> None:
+        self.eng.close()
+        if self.agent is not None:
+            self.agent.stop()

@@ -1,0 +1,91 @@
+"""PdxKVReceiver: the decode side of one request (one room) on one rank.
+
+SGLang's order (decode.py): built when the request arrives; init(prefill_
+dp_rank) once the prefill instance's sizes are known; polled until
+WaitingForInput; then send_metadata(page_indices, aux_index, ...) when
+pages are allocated; polled until Success or Failed. init asks the
+bootstrap server for the prefill rank's agent and layout (a layout unlike
+ours fails here, with both in words); send_metadata is pdx's recv of the
+transfer from that agent into these pages. On "received" the aux row gets
+the first token and the room (aux.py).
+"""
+import time
+from typing import Optional
+
+import pdx
+
+from .base import KVPoll
+from .transfer import Transfer
+
+
+class PdxKVReceiver(Transfer):
+    def __init__(self, mgr, bootstrap_addr: str,
+                 bootstrap_room: Optional[int] = None, **_unused):
+        super().__init__(mgr, bootstrap_addr, bootstrap_room)
+        self.dp_rank = None
+        self.peer = None
+        self.aux_index = None
+        self.deadline = None
+
+    def init(self, prefill_dp_rank: int = 0):
+        self.dp_rank = int(prefill_dp_rank or 0)
+        self.deadline = time.monotonic() + self.kv_mgr.bootstrap_timeout
+        self._bootstrap()
+
+    def _bootstrap(self) -> None:
+        try:
+            reg = self.kv_mgr.prefill_rank(self.bootstrap_addr, self.dp_rank)
+        except LookupError as e:
+            return self.fail(str(e))
+        if reg is None:
+            if time.monotonic() > self.deadline:
+                self.fail("bootstrap server %s did not answer in %.0f s"
+                          % (self.bootstrap_addr,
+                             self.kv_mgr.bootstrap_timeout))
+            return
+        why = self.kv_mgr.layout_differs(reg)
+        if why:
+            return self.fail(why)
+        self.peer = reg["peer_addr"]
+        self.state = KVPoll.WaitingForInput
+
+    def poll(self) -> int:
+        if self.state == KVPoll.Bootstrapping and self.deadline is not None:
+            self._bootstrap()
+        return super().poll()
+
+    def send_metadata(self, kv_indices, aux_index: Optional[int] = None,
+                      state_indices=None,
+                      decode_prefix_len: Optional[int] = None):
+        if self.state != KVPoll.WaitingForInput:
+            return
+        if state_indices and any(s is not None and len(s) for s in
+                                 state_indices):
+            return self.fail("pdx.sglang moves the KV pool only; this "
+                             "model has state buffers (mamba, SWA, DSA)")
+        self.aux_index = aux_index
+        mgr = self.kv_mgr
+        try:
+            mgr.track(self.xid, self)
+            mgr.eng.recv(self.xid, self.peer, [int(p) for p in kv_indices])
+            self.announced = True
+        except pdx.Error as e:
+            return self.fail(str(e))
+        self.state = KVPoll.Transferring
+
+    def succeed(self, ev: pdx.Event) -> None:
+        self.kv_mgr.aux.land(self.aux_index, ev.first_token,
+                             self.bootstrap_room)
+        self.state = KVPoll.Success
+
+    def _abort_at_agent(self) -> None:
+        super()._abort_at_agent()
+        if self.peer is None:
+            return
+        # the prefill side may not have announced its send yet, nor heard
+        # of our receive: its agent is told by name, so that the send,
+        # when it comes, fails at once rather than waits out the lease
+        try:
+            self.kv_mgr.eng.abort(self.xid, self.peer)
+        except pdx.Error:
+            pass

@@ -1,0 +1,197 @@
+#!/usr/bin/python3
+"""pdx.sglang driven in SGLang's own order (mini_sglang.py): a prefill and
+a decode scheduler in this process, each manager with the pdx-agent it
+starts, the prefill instance's bootstrap server pdx's own. Every check of
+KV is byte by byte: the decode side's pages against the prefill side's.
+
+Covered: MHA and MLA transfers (chunked prefill with a partial last
+page, two rooms at once, pages at other indices on each side), the first
+token and the room landing in the decode side's aux rows, the transfer
+metric, an abort from either side, the decode rank's agent killed (both
+sides Failed with pdx's reason within the bound), and a decode pool whose
+layout differs refused before any transfer with both layouts in words.
+
+    test_sglang_backend.py PATH-TO-pdx-agent
+"""
+import os
+import sys
+import time
+import unittest
+
+import pdx.sglang
+from mini_sglang import Decode, Pool, Prefill, Req, ServerArgs, run
+from pdx.sglang import KVPoll
+from rig import free_port
+
+CLASSES = {"manager": pdx.sglang.PdxKVManager,
+           "sender": pdx.sglang.PdxKVSender,
+           "receiver": pdx.sglang.PdxKVReceiver,
+           "bootstrap_server": pdx.sglang.PdxKVBootstrapServer}
+
+
+class Backend(unittest.TestCase):
+    def start(self, p_pool, d_pool):
+        for pool in (p_pool, d_pool):
+            self.addCleanup(pool.close)
+        port = free_port()
+        self.P = Prefill(CLASSES, ServerArgs(port), p_pool)
+        self.addCleanup(self.P.close)
+        self.D = Decode(CLASSES, ServerArgs(free_port()), d_pool)
+        self.addCleanup(self.D.close)
+
+    def test_mha_byte_exact(self):
+        self.start(Pool(), Pool())
+        self.D.pool.alloc(5)   # the decode side's pages are others
+        pairs = [(Req(7, 37, first_token=11, chunk=16), Req(7, 37)),
+                 (Req(2**63 + 9, 8, first_token=12), Req(2**63 + 9, 8))]
+        run(self.P, self.D, pairs)
+        for p, d in pairs:
+            self.assertEqual(p.done, KVPoll.Success, p.error)
+            self.assertEqual(d.done, KVPoll.Success, d.error)
+            self.assertNotEqual(p.pages, d.pages)
+            self.assertEqual(self.P.pool.page_bytes(p.pages),
+                             self.D.pool.page_bytes(d.pages))
+            self.assertEqual(d.got_token, p.first_token)
+            self.assertEqual(d.got_room & (2**64 - 1), p.bootstrap_room)
+        # 10 pages x 4 layers x K and V x 4 tokens x 2 heads x 16 x 2 bytes
+        self.assertEqual(pairs[0][0].metric.transfer_total_bytes,
+                         10 * 4 * 2 * 4 * 2 * 16 * 2)
+
+    def test_mla_byte_exact(self):
+        self.start(Pool(mla=True, head_dim=72), Pool(mla=True, head_dim=72))
+        self.D.pool.alloc(3)
+        p, d = Req(11, 21, first_token=99, chunk=8), Req(11, 21)
+        run(self.P, self.D, [(p, d)])
+        self.assertEqual((p.done, d.done), (KVPoll.Success, KVPoll.Success),
+                         p.error + d.error)
+        self.assertEqual(self.P.pool.page_bytes(p.pages),
+                         self.D.pool.page_bytes(d.pages))
+        self.assertEqual(d.got_token, 99)
+
+    def test_abort_on_decode(self):
+        """The decode side aborts once its pages are named (SGLang's
+        AbortReq): its poll says Failed at once, and the prefill side's
+        transfer fails too: cancelled, or, when the abort reached the
+        prefill agent before its engine announced the send, at the end of
+        the lease (3 s here), still before the transfer timeout."""
+        self.start(Pool(), Pool())
+        p, d = Req(21, 16, chunk=4), Req(21, 16)
+
+        def abort():
+            if d.receiver.state == KVPoll.Transferring:
+                d.receiver.abort()
+        t0 = time.monotonic()
+        run(self.P, self.D, [(p, d)], timeout=10, each=abort)
+        self.assertEqual(d.done, KVPoll.Failed)
+        self.assertIn("aborted by SGLang", d.error)
+        self.assertEqual(p.done, KVPoll.Failed)
+        self.assertRegex(p.error, "ECANCELED|lease expired")
+        self.assertLess(time.monotonic() - t0, 4.5)
+
+    def test_abort_on_prefill(self):
+        """The prefill side aborts after announcing: the decode side's
+        receive fails with pdx's reason (unless its KV had all landed
+        already: the abort races the transfer)."""
+        self.start(Pool(), Pool())
+        p, d = Req(22, 16), Req(22, 16)
+
+        def abort():
+            if p.sender.state == KVPoll.Transferring and d.done is None:
+                p.sender.abort()
+        run(self.P, self.D, [(p, d)], timeout=10, each=abort)
+        self.assertEqual(p.done, KVPoll.Failed)
+        self.assertIn("aborted by SGLang", p.error)
+        self.assertIn(d.done, (KVPoll.Failed, KVPoll.Success))
+        if d.done == KVPoll.Failed:
+            self.assertIn("aborted by engine", d.error)
+
+    def test_decode_agent_killed(self):
+        """The decode rank's agent dies once its receive is announced,
+        before the prefill side's send: both sides end Failed within the
+        bound, each with pdx's reason."""
+        self.start(Pool(), Pool())
+        p, d = Req(31, 16, chunk=4), Req(31, 16)
+
+        def kill():
+            if d.receiver.state == KVPoll.Transferring and \
+                    p.sender.state == KVPoll.WaitingForInput and \
+                    self.D.mgr.agent.proc is not None and \
+                    self.D.mgr.agent.proc.poll() is None:
+                self.D.mgr.agent.proc.kill()
+        t0 = time.monotonic()
+        run(self.P, self.D, [(p, d)], timeout=15, each=kill)
+        self.assertEqual((p.done, d.done), (KVPoll.Failed, KVPoll.Failed))
+        self.assertIn("EAGENT", d.error)
+        self.assertLess(time.monotonic() - t0, 12)
+
+    def test_layout_differs(self):
+        self.start(Pool(), Pool(head_dim=8))
+        p, d = Req(5, 12), Req(5, 12)
+        self.P.add(p)
+        self.D.add(d, self.P.sa.disaggregation_bootstrap_port)
+        for _ in range(2000):
+            self.P.step()
+            self.D.step()
+            if d.done is not None:
+                break
+        self.assertEqual(d.done, KVPoll.Failed)
+        self.assertIn("layout differs (prefill vs decode): item_lens "
+                      "[256, 256, 256, 256] != [128, 128, 128, 128]", d.error)
+        self.assertIsNone(d.receiver.peer)   # refused before any recv
+        p.sender.abort()   # SGLang aborts the request on the prefill side
+        self.assertEqual(p.sender.poll(), KVPoll.Failed)
+
+
+class Hook(unittest.TestCase):
+    """install() against stand-in modules of SGLang's names (SGLang is not
+    installed here): utils' get_kv_class and a module that imported it by
+    name hand out pdx's classes for the backend named, SGLang's own for
+    the others."""
+
+    def test_install(self):
+        import enum
+        import types
+        names = ["sglang", "sglang.srt", "sglang.srt.disaggregation",
+                 "sglang.srt.disaggregation.utils",
+                 "sglang.srt.disaggregation.prefill"]
+        mods = {n: types.ModuleType(n) for n in names}
+        Backend = enum.Enum("TransferBackend", {"MOONCAKE": "mooncake",
+                                                "NIXL": "nixl"})
+        Kind = enum.Enum("KVClassType", {"MANAGER": "manager",
+                                         "SENDER": "sender",
+                                         "KVARGS": "kvargs"})
+
+        def original(backend, kind):
+            return ("sglang's", backend.value, kind.value)
+        mods[names[3]].get_kv_class = original
+        mods[names[4]].get_kv_class = original
+        mods[names[2]].utils = mods[names[3]]
+        for n, m in mods.items():
+            self.addCleanup(sys.modules.pop, n, None)
+            sys.modules[n] = m
+        pdx.sglang.install("nixl")
+        for m in (mods[names[3]], mods[names[4]]):
+            get = m.get_kv_class
+            self.assertIs(get(Backend.NIXL, Kind.MANAGER),
+                          pdx.sglang.PdxKVManager)
+            self.assertIs(get(Backend.NIXL, Kind.SENDER),
+                          pdx.sglang.PdxKVSender)
+            self.assertEqual(get(Backend.NIXL, Kind.KVARGS),
+                             ("sglang's", "nixl", "kvargs"))
+            self.assertEqual(get(Backend.MOONCAKE, Kind.MANAGER),
+                             ("sglang's", "mooncake", "manager"))
+        pdx.sglang.install("nixl")   # again: still one layer deep
+        self.assertEqual(mods[names[4]].get_kv_class(Backend.MOONCAKE,
+                                                     Kind.SENDER),
+                         ("sglang's", "mooncake", "sender"))
+
+
+if __name__ == "__main__":
+    os.environ["PDX_SGLANG_AGENT_BIN"] = sys.argv.pop(1)
+    os.environ.setdefault("PDX_SGLANG_XFER_TIMEOUT_MS", "5000")
+    os.environ.setdefault("PDX_SGLANG_AGENT_ARGS", "--lease-ms 3000 "
+                          "--peer-timeout-ms 2000")
+    os.environ.setdefault("PDX_SGLANG_LIVENESS_MS", "1000")
+    os.environ.setdefault("UCX_TLS", "sm,self")
+    os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
+    unittest.main(verbosity=2)
