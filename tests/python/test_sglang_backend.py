@@ -71,9 +71,9 @@ class Backend(unittest.TestCase):
     def test_abort_on_decode(self):
         """The decode side aborts once its pages are named (SGLang's
         AbortReq): its poll says Failed at once, and the prefill side's
-        transfer fails too: cancelled, or, when the abort reached the
-        prefill agent before its engine announced the send, at the end of
-        the lease (3 s here), still before the transfer timeout."""
+        transfer fails too, cancelled, well before its lease (3 s here)
+        ends, even when the abort reached the prefill agent before its
+        engine announced the (open) send."""
         self.start(Pool(), Pool())
         p, d = Req(21, 16, chunk=4), Req(21, 16)
 
@@ -85,8 +85,9 @@ class Backend(unittest.TestCase):
         self.assertEqual(d.done, KVPoll.Failed)
         self.assertIn("aborted by SGLang", d.error)
         self.assertEqual(p.done, KVPoll.Failed)
-        self.assertRegex(p.error, "ECANCELED|lease expired")
-        self.assertLess(time.monotonic() - t0, 4.5)
+        self.assertRegex(p.error, "ECANCELED|aborted")
+        self.assertNotIn("lease", p.error)
+        self.assertLess(time.monotonic() - t0, 2.5)
 
     def test_abort_on_prefill(self):
         """The prefill side aborts after announcing: the decode side's
