@@ -5,7 +5,7 @@
  * pipe, reading each iteration's transfers from the shared plan
  * (bench/xb_plan.h):
  *
- *   P: FILL      write the pattern into the source blocks
+ *   P: FILL      write the pattern (its heads of it) into the source blocks
  *   D: RECV      post pdx_engine_recv() for every transfer
  *   D: WAIT      collect the "received" events, then verify every byte
  *   P: SEND      post pdx_engine_send() for every transfer, then per layer
@@ -28,6 +28,8 @@
 
 struct xb_engine_cfg {
 	const char *role;     /* "prefill", "decode": its log prefix, xb-ROLE */
+	int row;              /* its row of the plan's stamps */
+	uint32_t tp_rank, tp_size; /* which heads its pool holds */
 	const char *engine;   /* its agent's engine link, ipc://PATH */
 	const char *shm_name; /* its KV pool's, in shared memory */
 	bool cuda;            /* the pool in GPU memory instead ... */
