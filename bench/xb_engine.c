@@ -318,7 +318,6 @@ static void ch_do(const struct xb_cmd *c)
 	}
 	case CMD_WAIT: {
 		uint64_t want = xb_plan_rank_bytes(plan, plan->shape);
-		bool bytes_warned = false;
 
 		if (ch_collect(PDX_EVENT_RECEIVED, ch_row(plan->t_recv), err,
 			       sizeof(err))) {
@@ -326,15 +325,20 @@ static void ch_do(const struct xb_cmd *c)
 			return;
 		}
 		for (uint32_t x = 0; x < plan->shape->conc; x++) {
-			int rc;
+			if (ch_row(plan->ev_bytes)[x] == want)
+				continue;
+			fprintf(stderr, "xferbench: received event says %" PRIu64
+					" bytes, expected %" PRIu64 "\n",
+				ch_row(plan->ev_bytes)[x], want);
+			break;
+		}
+		ch_ack(me->ack_fd, 1, 0, NULL, NULL);
+		return;
+	}
+	case CMD_VERIFY:
+		for (uint32_t x = 0; x < plan->shape->conc; x++) {
+			int rc = ch_verify(x, err, sizeof(err));
 
-			if (ch_row(plan->ev_bytes)[x] != want && !bytes_warned) {
-				fprintf(stderr, "xferbench: received event says %" PRIu64
-						" bytes, expected %" PRIu64 "\n",
-					ch_row(plan->ev_bytes)[x], want);
-				bytes_warned = true;
-			}
-			rc = ch_verify(x, err, sizeof(err));
 			if (rc < 0) {
 				ch_ack(me->ack_fd, 0, 0, NULL, "verify: %s", err);
 				return;
@@ -351,7 +355,6 @@ static void ch_do(const struct xb_cmd *c)
 		}
 		ch_ack(me->ack_fd, 1, 1, NULL, NULL);
 		return;
-	}
 	case CMD_SEND: {
 		uint64_t start, layer_ns = (uint64_t)llround(c->layer_ms * 1e6);
 		uint32_t slot = ch_sends++ % EVENT_SLOTS;

@@ -7,7 +7,8 @@
  *
  *   P: FILL      write the pattern (its heads of it) into the source blocks
  *   D: RECV      post pdx_engine_recv() for every transfer
- *   D: WAIT      collect the "received" events, then verify every byte
+ *   D: WAIT      collect the "received" events
+ *   D: VERIFY    check every byte of them
  *   P: SEND      post pdx_engine_send() for every transfer, then per layer
  *                (after --layer-ms of modeled compute) pdx_engine_layer_done()
  *                for all of them; collect the "sent" events

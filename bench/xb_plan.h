@@ -67,7 +67,8 @@ struct xb_plan {
 };
 
 enum xb_cmd_op {
-	CMD_FILL = 1, CMD_RECV, CMD_WAIT, CMD_SEND, CMD_YARD, CMD_PING, CMD_QUIT
+	CMD_FILL = 1, CMD_RECV, CMD_WAIT, CMD_SEND, CMD_YARD, CMD_PING, CMD_QUIT,
+	CMD_VERIFY
 };
 
 /* peer: RECV's sender and SEND's receiver; empty: RECV names every

@@ -63,6 +63,12 @@ void xb_tp_round(struct xb_plan *plan, const struct xb_side *pre,
 	memcpy(all, dec->rank, nd * sizeof(*all));
 	memcpy(all + nd, pre->rank, np * sizeof(*all));
 	xb_nodes_wait(all, (int)(nd + np), acks, ACK_TIMEOUT_MS, "transfer");
+	/* only now: a rank that checks its bytes while another still
+	 * receives would take the CPU its copies need */
+	for (uint32_t j = 0; j < nd; j++)
+		xb_node_cmd(dec->rank[j], CMD_VERIFY, iter, 0, NULL);
+	xb_nodes_wait((struct xb_node **)dec->rank, (int)nd, acks,
+		      ACK_TIMEOUT_MS, "verify");
 
 	memset(out, 0, sizeof(*out));
 	out->verified = true;

@@ -41,8 +41,8 @@ void xb_tp_side_add(struct xb_nodes *ns, struct xb_side *s, const char *role,
 void xb_tp_peers(struct xb_plan *plan, const struct xb_side *pre);
 
 /* One batch, the plan's shape: pre fills, dec posts its recvs, then pre
- * sends (layer_ms of modeled compute a layer) and dec collects and checks
- * its bytes; returns when every rank acked. */
+ * sends (layer_ms of modeled compute a layer) and dec collects its events;
+ * once every rank has, dec checks its bytes. */
 void xb_tp_round(struct xb_plan *plan, const struct xb_side *pre,
 		 const struct xb_side *dec, int iter, double layer_ms,
 		 struct xb_round *out);
