@@ -36,6 +36,14 @@ void pb_pool_destroy(struct pdx_shm_pool *p);
  * the list is the token-block index), every layer and tensor. */
 void pb_fill(const struct pdx_shm_pool *p, uint64_t seed,
 	     const uint32_t *blocks, size_t n, size_t first);
+/* The same for rank `rank` of a tensor-parallel instance of tp ranks, whose
+ * pool holds kv_heads = all / tp of the heads (MLA: the whole latent):
+ * each of its words is the one pb_fill() would write at the same global
+ * head, so the slices of any two TP sizes agree head for head. The pool's
+ * head_dim * dtype_bytes must be a multiple of 8. */
+void pb_fill_rank(const struct pdx_shm_pool *p, uint64_t seed,
+		  const uint32_t *blocks, size_t n, size_t first, uint32_t rank,
+		  uint32_t tp);
 /* Sets blocks[first..n) to a byte that never passes pb_verify(). */
 void pb_poison(const struct pdx_shm_pool *p, const uint32_t *blocks, size_t n,
 	       size_t first);
@@ -44,6 +52,10 @@ void pb_poison(const struct pdx_shm_pool *p, const uint32_t *blocks, size_t n,
 int pb_verify(const struct pdx_shm_pool *p, uint64_t seed,
 	      const uint32_t *blocks, size_t n, size_t first, char *err,
 	      size_t errlen);
+/* ... against rank's slice (pb_fill_rank()) */
+int pb_verify_rank(const struct pdx_shm_pool *p, uint64_t seed,
+		   const uint32_t *blocks, size_t n, size_t first,
+		   uint32_t rank, uint32_t tp, char *err, size_t errlen);
 
 /* UCX operations one layer-tensor of a transfer needs: runs of blocks whose
  * ids are consecutive on both sides. */

@@ -30,14 +30,42 @@ void pb_pool_destroy(struct pdx_shm_pool *p)
 
 /* ---- the pattern ---- */
 
-
-/* The first word of token-block idx of (layer, tensor) of transfer seed;
- * word w of the block is key + w * PDX_GOLDEN_STEP. */
+/* Word w of token-block idx of (layer, tensor) of transfer seed, in the
+ * block of all the model's KV heads (TP 1), is key + w * PDX_GOLDEN_STEP,
+ * key = block_key(). A rank of TP n holds some heads of that block: its
+ * words are the same values at the same global heads, so the bytes a
+ * prefill rank sends for head h are the bytes any decode rank expects for
+ * h, whatever the two TP sizes. */
 static inline uint64_t block_key(uint64_t seed, uint32_t layer, uint32_t tensor,
 				 size_t idx)
 {
 	return pdx_mix64(seed ^ pdx_mix64((uint64_t)idx | (uint64_t)layer << 32 |
 				  (uint64_t)tensor << 48));
+}
+
+/* Where a rank's block lies in the full one: `runs` runs of `len` words,
+ * run k at local word k * local_step and full word first + k * full_step. */
+struct slice {
+	size_t runs, len, local_step, full_step, first;
+};
+
+/* MLA (one tensor) is on every rank whole; so is everything at TP 1. */
+static struct slice slice_of(const struct pdx_shm_pool *p, uint32_t rank,
+			     uint32_t tp)
+{
+	const struct pdx_kv_layout *l = &p->layout;
+	size_t words = p->block_bytes / 8;
+	size_t head = (size_t)l->head_dim * l->dtype_bytes / 8; /* per token */
+	size_t heads = l->kv_heads, all = (size_t)l->kv_heads * tp;
+
+	if (tp == 1 || l->tensors == 1)
+		return (struct slice){ 1, words, 0, 0, 0 };
+	if (l->order == PDX_KV_HND) /* [head][token][dim]: one run */
+		return (struct slice){ 1, words, 0, 0,
+				       rank * heads * l->block_tokens * head };
+	/* NHD, [token][head][dim]: a run per token */
+	return (struct slice){ l->block_tokens, heads * head, heads * head,
+			       all * head, rank * heads * head };
 }
 
 static void fill_words(uint64_t *w, size_t n, uint64_t key)
@@ -46,17 +74,30 @@ static void fill_words(uint64_t *w, size_t n, uint64_t key)
 		w[i] = key + i * PDX_GOLDEN_STEP;
 }
 
-void pb_fill(const struct pdx_shm_pool *p, uint64_t seed,
-	     const uint32_t *blocks, size_t n, size_t first)
+void pb_fill_rank(const struct pdx_shm_pool *p, uint64_t seed,
+		  const uint32_t *blocks, size_t n, size_t first, uint32_t rank,
+		  uint32_t tp)
 {
-	size_t words = p->block_bytes / 8;
+	struct slice s = slice_of(p, rank, tp);
 
 	for (uint32_t l = 0; l < p->layout.layers; l++)
 		for (uint32_t t = 0; t < p->layout.tensors; t++)
-			for (size_t i = first; i < n; i++)
-				fill_words((uint64_t *)pdx_shm_pool_block(
-					   p, l, t, blocks[i]),
-					   words, block_key(seed, l, t, i));
+			for (size_t i = first; i < n; i++) {
+				uint64_t *w = (uint64_t *)pdx_shm_pool_block(
+					p, l, t, blocks[i]);
+				uint64_t key = block_key(seed, l, t, i);
+
+				for (size_t k = 0; k < s.runs; k++)
+					fill_words(w + k * s.local_step, s.len,
+						   key + (s.first + k * s.full_step) *
+							 PDX_GOLDEN_STEP);
+			}
+}
+
+void pb_fill(const struct pdx_shm_pool *p, uint64_t seed,
+	     const uint32_t *blocks, size_t n, size_t first)
+{
+	pb_fill_rank(p, seed, blocks, n, first, 0, 1);
 }
 
 void pb_poison(const struct pdx_shm_pool *p, const uint32_t *blocks, size_t n,
@@ -79,38 +120,58 @@ static uint64_t diff_words(const uint64_t *w, size_t n, uint64_t key)
 	return d;
 }
 
+/* Block i of (l, t) against its slice of the pattern; -1 and the first
+ * difference in err. */
+static int verify_block(const struct pdx_shm_pool *p, const struct slice *s,
+			uint64_t seed, uint32_t l, uint32_t t, size_t i,
+			uint32_t block, char *err, size_t errlen)
+{
+	const uint64_t *w = (const uint64_t *)pdx_shm_pool_block(p, l, t, block);
+	uint64_t key = block_key(seed, l, t, i);
+
+	for (size_t k = 0; k < s->runs; k++) {
+		const uint64_t *r = w + k * s->local_step;
+		uint64_t rkey = key + (s->first + k * s->full_step) *
+				      PDX_GOLDEN_STEP;
+
+		if (!diff_words(r, s->len, rkey))
+			continue;
+		for (size_t j = 0; j < s->len; j++) {
+			uint64_t want = rkey + j * PDX_GOLDEN_STEP;
+
+			if (r[j] == want)
+				continue;
+			snprintf(err, errlen,
+				 "layer %u tensor %u token-block %zu (pool block %u) byte offset %zu: got 0x%016" PRIx64
+				 " want 0x%016" PRIx64,
+				 l, t, i, block, (size_t)(r + j - w) * 8, r[j],
+				 want);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int pb_verify_rank(const struct pdx_shm_pool *p, uint64_t seed,
+		   const uint32_t *blocks, size_t n, size_t first,
+		   uint32_t rank, uint32_t tp, char *err, size_t errlen)
+{
+	struct slice s = slice_of(p, rank, tp);
+
+	for (uint32_t l = 0; l < p->layout.layers; l++)
+		for (uint32_t t = 0; t < p->layout.tensors; t++)
+			for (size_t i = first; i < n; i++)
+				if (verify_block(p, &s, seed, l, t, i, blocks[i],
+						 err, errlen))
+					return -1;
+	return 0;
+}
+
 int pb_verify(const struct pdx_shm_pool *p, uint64_t seed,
 	      const uint32_t *blocks, size_t n, size_t first, char *err,
 	      size_t errlen)
 {
-	size_t words = p->block_bytes / 8;
-
-	for (uint32_t l = 0; l < p->layout.layers; l++) {
-		for (uint32_t t = 0; t < p->layout.tensors; t++) {
-			for (size_t i = first; i < n; i++) {
-				const uint64_t *w =
-					(const uint64_t *)pdx_shm_pool_block(
-						p, l, t, blocks[i]);
-				uint64_t key = block_key(seed, l, t, i);
-
-				if (!diff_words(w, words, key))
-					continue;
-				for (size_t k = 0; k < words; k++) {
-					uint64_t want = key + k * PDX_GOLDEN_STEP;
-
-					if (w[k] == want)
-						continue;
-					snprintf(err, errlen,
-						 "layer %u tensor %u token-block %zu (pool block %u) byte offset %zu: got 0x%016" PRIx64
-						 " want 0x%016" PRIx64,
-						 l, t, i, blocks[i], k * 8, w[k],
-						 want);
-					return -1;
-				}
-			}
-		}
-	}
-	return 0;
+	return pb_verify_rank(p, seed, blocks, n, first, 0, 1, err, errlen);
 }
 
 uint64_t pb_runs(const uint32_t *src, const uint32_t *dst, size_t n)

@@ -39,6 +39,7 @@ static struct pdx_engine *ch_eng;
 static struct pdx_shm_pool ch_pool;
 static struct xb_cuda_pool *ch_gpu; /* --mem cuda: the pool instead */
 static uint32_t ch_sends;           /* SENDs so far: picks the event slot */
+static struct pdx_model ch_model;   /* the model, our heads of it */
 static struct xc_ping *ch_ping;     /* PING: our own socket to our agent */
 
 static void ch_ack_send(int fd, struct xb_ack *a)
@@ -69,6 +70,12 @@ static void ch_ack(int fd, int ok, uint32_t verified, const char *peer,
 		va_end(ap);
 	}
 	ch_ack_send(fd, &a);
+}
+
+/* Our row of one of the plan's [rows][conc] arrays. */
+static uint64_t *ch_row(uint64_t *a)
+{
+	return xb_plan_row(plan, a, me->row);
 }
 
 /* Collects one event of `want` kind for every transfer; returns 0, or -1
@@ -125,8 +132,8 @@ static int ch_collect(enum pdx_event_kind want, uint64_t *times, char *err,
 		seen[i] = 1;
 		times[i] = now;
 		if (want == PDX_EVENT_RECEIVED) {
-			plan->ev_bytes[i] = ev.bytes;
-			plan->t_recv_agent[i] = ev.t_last_ns;
+			ch_row(plan->ev_bytes)[i] = ev.bytes;
+			ch_row(plan->t_recv_agent)[i] = ev.t_last_ns;
 		}
 		got++;
 	}
@@ -157,7 +164,9 @@ static int ch_fill(double layer_ms, char *err, size_t errlen)
 		uint64_t seed = plan->seeds[x];
 
 		if (!ch_gpu) {
-			pb_fill(&ch_pool, seed, b, nb, plan->shape->skip_blocks);
+			pb_fill_rank(&ch_pool, seed, b, nb,
+				     plan->shape->skip_blocks, me->tp_rank,
+				     me->tp_size);
 			continue;
 		}
 		if (layer_ms > 0)
@@ -219,8 +228,9 @@ static int ch_verify(uint32_t x, char *err, size_t errlen)
 		return xb_cuda_verify(ch_gpu, plan->seeds[x],
 				      plan->src + (size_t)x * nb, dst, nb,
 				      plan->shape->skip_blocks, err, errlen);
-	return pb_verify(&ch_pool, plan->seeds[x], dst, nb,
-			 plan->shape->skip_blocks, err, errlen) ? 1 : 0;
+	return pb_verify_rank(&ch_pool, plan->seeds[x], dst, nb,
+			      plan->shape->skip_blocks, me->tp_rank,
+			      me->tp_size, err, errlen) ? 1 : 0;
 }
 
 /* P on a GPU: the device's copy rates for one transfer's bytes. */
@@ -279,15 +289,22 @@ static void ch_do(const struct xb_cmd *c)
 		}
 		ch_ack(me->ack_fd, 1, 0, NULL, NULL);
 		return;
-	case CMD_RECV:
+	case CMD_RECV: {
+		const char *peers[XB_TP_MAX];
+
+		for (uint32_t i = 0; i < plan->shape->prefill_tp; i++)
+			peers[i] = plan->peers[i];
 		for (uint32_t x = 0; x < plan->shape->conc; x++) {
 			struct pdx_recv_opts ro = {
 				.skip_tokens = plan->shape->skip_tokens,
 				.mode = plan->shape->pull ? PDX_XFER_PULL :
 							   PDX_XFER_PUSH,
+				.peers = c->peer[0] ? NULL : peers,
+				.n_peers = c->peer[0] ? 0 : plan->shape->prefill_tp,
 			};
 
-			st = pdx_engine_recv_opts(ch_eng, &plan->ids[x], c->peer,
+			st = pdx_engine_recv_opts(ch_eng, &plan->ids[x],
+						  c->peer[0] ? c->peer : NULL,
 						  plan->dst + (size_t)x * nb, nb,
 						  &ro);
 			if (st != PDX_OK) {
@@ -298,24 +315,30 @@ static void ch_do(const struct xb_cmd *c)
 		}
 		ch_ack(me->ack_fd, 1, 0, NULL, NULL);
 		return;
+	}
 	case CMD_WAIT: {
-		uint64_t want = xb_plan_xfer_bytes(plan);
-		bool bytes_warned = false;
+		uint64_t want = xb_plan_rank_bytes(plan, plan->shape);
 
-		if (ch_collect(PDX_EVENT_RECEIVED, plan->t_recv, err, sizeof(err))) {
+		if (ch_collect(PDX_EVENT_RECEIVED, ch_row(plan->t_recv), err,
+			       sizeof(err))) {
 			ch_ack(me->ack_fd, 0, 0, NULL, "%s", err);
 			return;
 		}
 		for (uint32_t x = 0; x < plan->shape->conc; x++) {
-			int rc;
+			if (ch_row(plan->ev_bytes)[x] == want)
+				continue;
+			fprintf(stderr, "xferbench: received event says %" PRIu64
+					" bytes, expected %" PRIu64 "\n",
+				ch_row(plan->ev_bytes)[x], want);
+			break;
+		}
+		ch_ack(me->ack_fd, 1, 0, NULL, NULL);
+		return;
+	}
+	case CMD_VERIFY:
+		for (uint32_t x = 0; x < plan->shape->conc; x++) {
+			int rc = ch_verify(x, err, sizeof(err));
 
-			if (plan->ev_bytes[x] != want && !bytes_warned) {
-				fprintf(stderr, "xferbench: received event says %" PRIu64
-						" bytes, expected %" PRIu64 "\n",
-					plan->ev_bytes[x], want);
-				bytes_warned = true;
-			}
-			rc = ch_verify(x, err, sizeof(err));
 			if (rc < 0) {
 				ch_ack(me->ack_fd, 0, 0, NULL, "verify: %s", err);
 				return;
@@ -332,14 +355,14 @@ static void ch_do(const struct xb_cmd *c)
 		}
 		ch_ack(me->ack_fd, 1, 1, NULL, NULL);
 		return;
-	}
 	case CMD_SEND: {
 		uint64_t start, layer_ns = (uint64_t)llround(c->layer_ms * 1e6);
 		uint32_t slot = ch_sends++ % EVENT_SLOTS;
 
 		for (uint32_t x = 0; x < plan->shape->conc; x++) {
-			plan->t_send[x] = pdx_now_ns();
-			st = pdx_engine_send(ch_eng, &plan->ids[x], c->peer,
+			ch_row(plan->t_send)[x] = pdx_now_ns();
+			st = pdx_engine_send(ch_eng, &plan->ids[x],
+					     c->peer[0] ? c->peer : NULL,
 					     plan->src + (size_t)x * nb, nb);
 			if (st != PDX_OK) {
 				ch_ack(me->ack_fd, 0, 0, NULL, "pdx_engine_send: %s",
@@ -358,15 +381,16 @@ static void ch_do(const struct xb_cmd *c)
 			if (layer_ns)
 				ch_sleep_until(start + (l + 1) * layer_ns);
 			if (l == 0)
-				*plan->t_first_ld = pdx_now_ns();
+				plan->t_first_ld[me->row] = pdx_now_ns();
 			if (l == plan->model->layers - 1)
-				*plan->t_last_ld = pdx_now_ns();
+				plan->t_last_ld[me->row] = pdx_now_ns();
 			if (ch_layer_done(l, slot, err, sizeof(err))) {
 				ch_ack(me->ack_fd, 0, 0, NULL, "%s", err);
 				return;
 			}
 		}
-		if (ch_collect(PDX_EVENT_SENT, plan->t_sent, err, sizeof(err))) {
+		if (ch_collect(PDX_EVENT_SENT, ch_row(plan->t_sent), err,
+			       sizeof(err))) {
 			ch_ack(me->ack_fd, 0, 0, NULL, "%s", err);
 			return;
 		}
@@ -390,11 +414,14 @@ static int ch_pool_register(char *peer, size_t peer_len)
 	char err[512];
 	pdx_status_t st;
 
-	if (!me->cuda && pb_pool_create(&ch_pool, me->shm_name, plan->model,
+	ch_model = *plan->model;
+	ch_model.kv_heads = xb_plan_rank_heads(plan->model, me->tp_size);
+	if (!me->cuda && pb_pool_create(&ch_pool, me->shm_name, &ch_model,
 				      plan->pool_blocks)) {
 		ch_ack(me->ack_fd, 0, 0, NULL, "cannot create the KV pool");
 		return -1;
 	}
+	ch_pool.layout.order = plan->order; /* the bytes' meaning only */
 	if (me->cuda && xb_cuda_pool_new(me->cuda_dev,
 				       plan->model, plan->pool_blocks, EVENT_SLOTS,
 				       &ch_gpu, err, sizeof(err))) {
@@ -439,12 +466,22 @@ void xb_engine_main(const struct xb_engine_cfg *cfg, struct xb_plan *shared,
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(1);
-	snprintf(logp, sizeof(logp), "xb-%s", me->role);
+	if (me->tp_size > 1)
+		snprintf(logp, sizeof(logp), "xb-%s%u", me->role, me->tp_rank);
+	else
+		snprintf(logp, sizeof(logp), "xb-%s", me->role);
 	pdx_log_prefix(logp);
 	st = pdx_engine_connect(&ep, &ch_eng);
 	if (st != PDX_OK) {
 		ch_ack(me->ack_fd, 0, 0, NULL, "pdx_engine_connect(%s): %s",
 		       me->engine, pdx_status_str(st));
+		_exit(1);
+	}
+	if (me->tp_size > 1)
+		st = pdx_engine_set_tp(ch_eng, me->tp_rank, me->tp_size);
+	if (st != PDX_OK) {
+		ch_ack(me->ack_fd, 0, 0, NULL, "pdx_engine_set_tp(%u, %u): %s",
+		       me->tp_rank, me->tp_size, pdx_status_str(st));
 		_exit(1);
 	}
 	if (ch_pool_register(peer, sizeof(peer))) {

@@ -5,9 +5,10 @@
  * pipe, reading each iteration's transfers from the shared plan
  * (bench/xb_plan.h):
  *
- *   P: FILL      write the pattern into the source blocks
+ *   P: FILL      write the pattern (its heads of it) into the source blocks
  *   D: RECV      post pdx_engine_recv() for every transfer
- *   D: WAIT      collect the "received" events, then verify every byte
+ *   D: WAIT      collect the "received" events
+ *   D: VERIFY    check every byte of them
  *   P: SEND      post pdx_engine_send() for every transfer, then per layer
  *                (after --layer-ms of modeled compute) pdx_engine_layer_done()
  *                for all of them; collect the "sent" events
@@ -28,6 +29,8 @@
 
 struct xb_engine_cfg {
 	const char *role;     /* "prefill", "decode": its log prefix, xb-ROLE */
+	int row;              /* its row of the plan's stamps */
+	uint32_t tp_rank, tp_size; /* which heads its pool holds */
 	const char *engine;   /* its agent's engine link, ipc://PATH */
 	const char *shm_name; /* its KV pool's, in shared memory */
 	bool cuda;            /* the pool in GPU memory instead ... */

@@ -49,17 +49,40 @@ static void memcpy_pass(uint64_t bytes, uint64_t piece, uint32_t times,
 	}
 }
 
+/* UCX operations (ipc: copies) of one transfer of the plan's shape, for
+ * the paired memcpy's piece size: each run of consecutive blocks per layer
+ * and tensor, on each decode rank; a TP leg that moves a head slice
+ * (docs/protocol.md, "TP legs") moves each block apart, in one piece (HND)
+ * or one per token (NHD). */
+static uint64_t xfer_ops(const struct xb_plan *plan, uint32_t x)
+{
+	const struct xb_shape *sh = plan->shape;
+	const struct pdx_model *m = plan->model;
+	uint32_t skip = sh->skip_blocks, moved = sh->nblocks - skip;
+	const uint32_t *s = plan->src + (size_t)x * sh->nblocks + skip;
+	const uint32_t *d = plan->dst + (size_t)x * sh->nblocks + skip;
+	uint64_t per_lt;
+
+	if (sh->prefill_tp == sh->decode_tp || m->tensors == 1)
+		per_lt = pb_runs(s, d, moved) * sh->decode_tp;
+	else
+		per_lt = (uint64_t)moved *
+			 (sh->prefill_tp > sh->decode_tp ? sh->prefill_tp :
+							  sh->decode_tp) *
+			 (plan->order == PDX_KV_NHD ? m->block_tokens : 1);
+	return per_lt * m->layers * m->tensors;
+}
+
 /* One iteration of arm a: its shape goes to the engines through the shared
- * plan, its figures to a->res. */
+ * plan, its figures to a->res. A transfer's time runs from the first
+ * prefill rank's send to the last decode rank's "received". */
 static void run_iter(struct xb_run *run, int iter, enum iter_kind kind,
 		     double layer_ms, struct xb_arm *a)
 {
 	const struct xb_opts *o = run->o;
 	struct xb_plan *plan = run->plan;
 	struct xb_results *r = &a->res;
-	struct xb_node *P = run->prefill, *D = run->decode;
-	struct xb_node *both[2] = { P, D };
-	struct xb_ack acks[2];
+	struct xb_round rd;
 	size_t total = (size_t)a->shape.conc * a->shape.nblocks;
 	uint64_t first_send = UINT64_MAX, last_recv = 0, last_recv_agent = 0;
 	const uint32_t layers = o->model->layers;
@@ -79,38 +102,29 @@ static void run_iter(struct xb_run *run, int iter, enum iter_kind kind,
 	 * transfer; the warm-up warms the buffers */
 	if (kind != ITER_CALIBRATE) {
 		uint64_t bytes = xb_plan_xfer_bytes(plan);
-		uint64_t ops = pb_runs(plan->src + plan->shape->skip_blocks,
-				       plan->dst + plan->shape->skip_blocks,
-				       plan->shape->nblocks - plan->shape->skip_blocks) *
-			       layers * o->model->tensors;
+		uint64_t ops = xfer_ops(plan, 0);
 
 		memcpy_pass(bytes, ops ? bytes / ops : 0, plan->shape->conc,
 			    kind == ITER_MEASURE ? r : NULL);
 	}
-	xb_node_cmd(P, CMD_FILL, iter, layer_ms, NULL);
-	xb_nodes_wait(&P, 1, acks, ACK_TIMEOUT_MS, "fill");
-	xb_node_cmd(D, CMD_RECV, iter, 0, P->peer);
-	xb_nodes_wait(&D, 1, acks, ACK_TIMEOUT_MS, "recv");
-	xb_node_cmd(D, CMD_WAIT, iter, 0, NULL);
-	xb_node_cmd(P, CMD_SEND, iter, layer_ms, D->peer);
-	xb_nodes_wait(both, 2, acks, ACK_TIMEOUT_MS, "transfer");
+	xb_tp_round(plan, &run->pre, a->dec, iter, layer_ms, &rd);
 
-	if (!acks[1].verified) {
-		fprintf(stderr, "pdx-xferbench: MISMATCH: %s\n", acks[1].reason);
+	if (!rd.verified) {
+		fprintf(stderr, "pdx-xferbench: MISMATCH: %s\n", rd.reason);
 		r->verified = false;
 	}
+	for (uint32_t j = 0; j < a->dec->size; j++)
+		r->rank_verified[j] &= rd.rank_verified[j];
 	for (uint32_t c = 0; c < plan->shape->conc; c++) {
-		if (plan->t_send[c] < first_send)
-			first_send = plan->t_send[c];
-		if (plan->t_recv[c] > last_recv)
-			last_recv = plan->t_recv[c];
-		if (plan->t_recv_agent[c] > last_recv_agent)
-			last_recv_agent = plan->t_recv_agent[c];
-	}
-	if (kind != ITER_WARMUP && layer_ms == 0) {
-		for (uint32_t c = 0; c < plan->shape->conc; c++) {
-			r->layer_sum_ms += (double)(plan->t_recv[c] - *plan->t_first_ld) /
-					    1e6 / layers;
+		uint64_t s = xb_tp_first_send(plan, &run->pre, c);
+		uint64_t e = xb_tp_last_recv(plan, a->dec, c, false);
+		uint64_t ea = xb_tp_last_recv(plan, a->dec, c, true);
+
+		first_send = s < first_send ? s : first_send;
+		last_recv = e > last_recv ? e : last_recv;
+		last_recv_agent = ea > last_recv_agent ? ea : last_recv_agent;
+		if (kind != ITER_WARMUP && layer_ms == 0) {
+			r->layer_sum_ms += (double)(e - rd.first_ld) / 1e6 / layers;
 			r->layer_n++;
 		}
 	}
@@ -119,30 +133,32 @@ static void run_iter(struct xb_run *run, int iter, enum iter_kind kind,
 		kind == ITER_WARMUP ? "warm-up" :
 		kind == ITER_CALIBRATE ? "layer calibration" : "iteration",
 		iter, plan->shape->conc, (double)(last_recv - first_send) / 1e6,
-		((double)last_recv_agent - (double)*plan->t_last_ld) / 1e6,
-		((double)last_recv - (double)*plan->t_last_ld) / 1e6,
-		acks[1].verified ? "" : " (MISMATCH)");
+		((double)last_recv_agent - (double)rd.last_ld) / 1e6,
+		((double)last_recv - (double)rd.last_ld) / 1e6,
+		rd.verified ? "" : " (MISMATCH)");
 	if (kind != ITER_MEASURE)
 		return;
 	for (uint32_t c = 0; c < plan->shape->conc; c++) {
-		const uint32_t *s = plan->src + (size_t)c * plan->shape->nblocks;
-		const uint32_t *d = plan->dst + (size_t)c * plan->shape->nblocks;
-
-		r->lat_ms[r->n_lat++] = (double)(plan->t_recv[c] - plan->t_send[c]) / 1e6;
+		r->lat_ms[r->n_lat++] =
+			(double)(xb_tp_last_recv(plan, a->dec, c, false) -
+				 xb_tp_first_send(plan, &run->pre, c)) / 1e6;
 		r->bytes += xb_plan_xfer_bytes(plan);
-		r->ev_bytes += plan->ev_bytes[c];
-		r->ops += pb_runs(s + plan->shape->skip_blocks,
-				  d + plan->shape->skip_blocks,
-				  plan->shape->nblocks - plan->shape->skip_blocks) *
-			   layers * o->model->tensors;
+		for (uint32_t j = 0; j < a->dec->size; j++) {
+			uint64_t b = xb_plan_row(plan, plan->ev_bytes,
+						 a->dec->rank[j]->row)[c];
+
+			r->ev_bytes += b;
+			r->rank_ev_bytes[j] += b;
+		}
+		r->ops += xfer_ops(plan, c);
 		r->xfers++;
 	}
 	r->wall_s += (double)(last_recv - first_send) / 1e9;
 	if (r->exposed_n < MAX_ITERS) {
 		r->exposed_ms[r->exposed_n] =
-			((double)last_recv_agent - (double)*plan->t_last_ld) / 1e6;
+			((double)last_recv_agent - (double)rd.last_ld) / 1e6;
 		r->engine_exposed_ms[r->exposed_n] =
-			((double)last_recv - (double)*plan->t_last_ld) / 1e6;
+			((double)last_recv - (double)rd.last_ld) / 1e6;
 		r->exposed_n++;
 	}
 }

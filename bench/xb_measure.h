@@ -16,8 +16,7 @@
 #include "bench/xb_nodes.h"
 #include "bench/xb_opts.h"
 #include "bench/xb_plan.h"
-
-#define ACK_TIMEOUT_MS 300000    /* a command, verification included */
+#include "bench/xb_tp.h"
 
 struct xb_results {
 	double *lat_ms;       /* per measured transfer */
@@ -34,6 +33,10 @@ struct xb_results {
 	double engine_exposed_ms[MAX_ITERS]; /* to the decode engine reading it */
 	size_t exposed_n;
 	bool verified;
+	/* per decode rank: bytes its agent's events said, over the measured
+	 * transfers, and whether all its bytes arrived intact */
+	uint64_t rank_ev_bytes[XB_TP_MAX];
+	bool rank_verified[XB_TP_MAX];
 	uint32_t xfers;
 	double memcpy_s;      /* the paired copy limit */
 	uint64_t memcpy_bytes;
@@ -44,6 +47,7 @@ struct xb_results {
  * iteration beside the baseline. */
 struct xb_arm {
 	struct xb_shape shape;
+	struct xb_side *dec;  /* its decode ranks: the run's, of its TP size */
 	struct xb_results res;
 };
 
@@ -58,6 +62,10 @@ struct xb_dev {
 struct xb_run {
 	const struct xb_opts *o;
 	struct xb_plan *plan;
+	struct xb_side pre;    /* the prefill ranks, every arm's */
+	struct xb_side dec[2]; /* decode ranks, one side per TP size */
+	/* rank 0 of the prefill side and of arm[0]'s decode side: the lane
+	 * they report, the GPU yardsticks, --one-block's pair */
 	struct xb_node *prefill, *decode;
 	struct xb_arm arm[2];
 	uint32_t n_arms;

@@ -27,15 +27,23 @@
 static struct xb_nodes *all;
 
 struct xb_node *xb_nodes_add(struct xb_nodes *ns, const char *role, char tag,
-			     int cuda_dev)
+			     uint32_t tp_rank, uint32_t tp_size, int cuda_dev)
 {
 	struct xb_node *n;
 
 	if (ns->n == XB_NODES_MAX)
 		xb_fail("more than %d agents", XB_NODES_MAX);
-	n = &ns->node[ns->n++];
+	n = &ns->node[ns->n];
+	n->row = ns->n++;
 	n->role = role;
 	n->tag = tag;
+	n->tp_rank = tp_rank;
+	n->tp_size = tp_size;
+	if (tp_size > 1)
+		snprintf(n->name, sizeof(n->name), "%s rank %u of %u", role,
+			 tp_rank, tp_size);
+	else
+		snprintf(n->name, sizeof(n->name), "%s", role);
 	n->cuda_dev = cuda_dev;
 	return n;
 }
@@ -100,7 +108,8 @@ static int agent_log_open(struct xb_node *k, const char *dir)
 	char path[512];
 	int wfd;
 
-	snprintf(path, sizeof(path), "%s/%c.log", dir, k->tag == 'P' ? 'p' : 'd');
+	snprintf(path, sizeof(path), "%s/%c%d.log", dir,
+		 k->tag == 'P' ? 'p' : 'd', k->row);
 	wfd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
 	if (wfd < 0)
 		xb_fail("agent log %s: %s", path, strerror(errno));
@@ -118,12 +127,12 @@ static void check_alive(void)
 		int st;
 
 		if (k->agent.pid && !pb_agent_alive(&k->agent))
-			xb_fail("the %s agent ended (wait status 0x%x)", k->role,
+			xb_fail("the %s agent ended (wait status 0x%x)", k->name,
 				k->agent.status);
 		if (k->pid > 0 && waitpid(k->pid, &st, WNOHANG) == k->pid) {
 			pb_untrack_pid(k->pid);
 			k->pid = 0;
-			xb_fail("the %s engine ended (wait status 0x%x)", k->role,
+			xb_fail("the %s engine ended (wait status 0x%x)", k->name,
 				st);
 		}
 	}
@@ -141,7 +150,7 @@ void xb_node_cmd(struct xb_node *k, uint32_t op, int iter, double layer_ms,
 	if (peer)
 		snprintf(c.peer, sizeof(c.peer), "%s", peer);
 	if (xb_write_all(k->cmd_fd, &c, sizeof(c)))
-		xb_fail("cannot command the %s engine", k->role);
+		xb_fail("cannot command the %s engine", k->name);
 }
 
 void xb_nodes_wait(struct xb_node **ks, int n, struct xb_ack *acks,
@@ -164,7 +173,7 @@ void xb_nodes_wait(struct xb_node **ks, int n, struct xb_ack *acks,
 		}
 		if (pdx_now_ns() >= deadline)
 			xb_fail("%s: no answer from the %s engine in %d s", what,
-				ks[map[0]]->role, timeout_ms / 1000);
+				ks[map[0]]->name, timeout_ms / 1000);
 		if (poll(pf, (nfds_t)np, 100) < 0 && errno != EINTR)
 			xb_fail("poll: %s", strerror(errno));
 		for (int j = 0; j < np; j++) {
@@ -175,10 +184,10 @@ void xb_nodes_wait(struct xb_node **ks, int n, struct xb_ack *acks,
 			if (xb_read_all(ks[i]->ack_fd, &acks[i], sizeof(acks[i]))) {
 				check_alive();
 				xb_fail("%s: the %s engine went away", what,
-					ks[i]->role);
+					ks[i]->name);
 			}
 			if (!acks[i].ok)
-				xb_fail("%s: %s engine: %s", what, ks[i]->role,
+				xb_fail("%s: %s engine: %s", what, ks[i]->name,
 					acks[i].reason);
 			got[i] = true;
 			left--;
@@ -205,6 +214,8 @@ static void engine_start(struct xb_node *k, const struct xb_opts *o,
 	if (k->pid == 0) {
 		struct xb_engine_cfg cfg = {
 			.role = k->role, .engine = k->engine,
+			.row = k->row, .tp_rank = k->tp_rank,
+			.tp_size = k->tp_size,
 			.shm_name = k->shm_name, .cuda = o->cuda,
 			.cuda_dev = k->cuda_dev,
 			.cmd_fd = cmd[0], .ack_fd = ackp[1],
@@ -253,12 +264,12 @@ static void agent_start(struct xb_node *k, const struct xb_opts *o,
 	char path[4200], listen[64];
 	int log_wfd;
 
-	snprintf(k->shm_name, sizeof(k->shm_name), "/pdx-xb-%d-%c",
-		 (int)getpid(), k->tag);
+	snprintf(k->shm_name, sizeof(k->shm_name), "/pdx-xb-%d-%c%d",
+		 (int)getpid(), k->tag, k->row);
 	if (!o->cuda)
 		pb_track_shm(k->shm_name);
-	snprintf(path, sizeof(path), "%s/%c.engine", dir,
-		 k->tag == 'P' ? 'p' : 'd');
+	snprintf(path, sizeof(path), "%s/%c%d.engine", dir,
+		 k->tag == 'P' ? 'p' : 'd', k->row);
 	pb_track_path(path);
 	snprintf(k->engine, sizeof(k->engine), "ipc://%s", path);
 	snprintf(listen, sizeof(listen), "tcp://127.0.0.1:%d", port);
@@ -273,7 +284,7 @@ static void agent_start(struct xb_node *k, const struct xb_opts *o,
 	log_wfd = agent_log_open(k, dir);
 	ao.log_fd = log_wfd;
 	if (pb_agent_start(&k->agent, &ao))
-		xb_fail("cannot start the %s agent", k->role);
+		xb_fail("cannot start the %s agent", k->name);
 	close(log_wfd); /* the agent has it; we never restart one */
 }
 
@@ -301,7 +312,7 @@ void xb_nodes_start(struct xb_nodes *ns, const struct xb_opts *o,
 		snprintf(k->peer, sizeof(k->peer), "%s", acks[i].peer);
 		snprintf(k->gpu, sizeof(k->gpu), "%s", acks[i].gpu);
 		fprintf(stderr, "pdx-xferbench: %s engine registered%s%s; its agent is %s\n",
-			k->role, acks[i].gpu[0] ? " on " : "", acks[i].gpu,
+			k->name, acks[i].gpu[0] ? " on " : "", acks[i].gpu,
 			k->peer);
 	}
 }

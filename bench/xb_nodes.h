@@ -4,10 +4,10 @@
  * watching that none has died, copies the agents' logs to stderr, and
  * stops them in order (engines first, then agents).
  *
- * A run has one prefill and one decode node today; the nodes are an array
- * so that a side can have more (one per tensor-parallel rank). Every
- * failure ends the run through xb_fail(); the cleanup registry
- * (bench/pdx_bench.h) then kills what was started.
+ * A side of a transfer is one node per tensor-parallel rank
+ * (bench/xb_tp.h): the prefill ranks, and the decode ranks of each decode
+ * TP size the run measures. Every failure ends the run through xb_fail();
+ * the cleanup registry (bench/pdx_bench.h) then kills what was started.
  */
 #ifndef PDX_BENCH_XB_NODES_H
 #define PDX_BENCH_XB_NODES_H
@@ -20,11 +20,17 @@
 #include "bench/xb_opts.h"
 #include "bench/xb_plan.h"
 
-#define XB_NODES_MAX 16
+/* the prefill ranks and two decode instances' */
+#define ACK_TIMEOUT_MS 300000    /* a command, verification included */
+
+#define XB_NODES_MAX (3 * XB_TP_MAX)
 
 struct xb_node {
 	const char *role; /* "prefill", "decode" */
 	char tag;         /* 'P', 'D': in its file names */
+	char name[32];    /* in messages: the role, and its rank under TP */
+	int row;          /* its index: its row of the plan's stamps */
+	uint32_t tp_rank, tp_size;
 	int cuda_dev;     /* --mem cuda: its engine's device */
 	pid_t pid;        /* its engine process; 0 once reaped */
 	int cmd_fd;
@@ -51,9 +57,10 @@ struct xb_nodes {
 	void *trace_arg;
 };
 
-/* Adds a node of that role (not started). */
+/* Adds a node of that role (not started): rank tp_rank of a TP instance
+ * of tp_size ranks. */
 struct xb_node *xb_nodes_add(struct xb_nodes *ns, const char *role, char tag,
-			     int cuda_dev);
+			     uint32_t tp_rank, uint32_t tp_size, int cuda_dev);
 
 /* Starts every node's agent, then forks its engine, and waits until each
  * engine has registered its pool (noting its peer address). Files go in

@@ -35,17 +35,18 @@ void xb_one_block_run(struct xb_run *r, struct xb_one_block *ob)
 {
 	const struct xb_opts *o = r->o;
 	struct xb_plan *plan = r->plan;
-	struct xb_node *P = r->prefill, *D = r->decode;
-	struct xb_node *both[2] = { P, D };
+	struct xb_node *D = r->decode;
 	double layer_ms = o->layer_ms > 0 ? o->layer_ms : ONE_BLOCK_LAYER_MS;
-	struct xb_ack acks[2];
+	struct xb_round rd;
+	struct xb_ack ack;
 
 	ob->s = calloc(o->one_block, sizeof(*ob->s));
 	if (!ob->s)
 		xb_fail("out of memory");
 	/* the run's own transfer (not --versus's variant), whole */
 	*plan->shape = (struct xb_shape){
-		.conc = 1, .nblocks = 1, .pull = r->arm[0].shape.pull };
+		.conc = 1, .nblocks = 1, .pull = r->arm[0].shape.pull,
+		.prefill_tp = 1, .decode_tp = 1 };
 	for (uint32_t i = 0; i < ONE_BLOCK_WARMUP + o->one_block; i++) {
 		struct xb_ob_sample *smp = i < ONE_BLOCK_WARMUP ? NULL :
 								 &ob->s[ob->n];
@@ -59,25 +60,18 @@ void xb_one_block_run(struct xb_run *r, struct xb_one_block *ob)
 			pdx_xfer_id_hex(&plan->ids[0], smp->hex);
 			ob->n++;
 		}
-		xb_node_cmd(P, CMD_FILL, -1, layer_ms, NULL);
-		xb_nodes_wait(&P, 1, acks, ACK_TIMEOUT_MS, "one-block fill");
-		xb_node_cmd(D, CMD_RECV, -1, 0, P->peer);
-		xb_nodes_wait(&D, 1, acks, ACK_TIMEOUT_MS, "one-block recv");
-		xb_node_cmd(D, CMD_WAIT, -1, 0, NULL);
-		xb_node_cmd(P, CMD_SEND, -1, layer_ms, D->peer);
-		xb_nodes_wait(both, 2, acks, ACK_TIMEOUT_MS,
-			      "one-block transfer");
-		if (!acks[1].verified) {
+		xb_tp_round(plan, &r->pre, r->arm[0].dec, -1, layer_ms, &rd);
+		if (!rd.verified) {
 			fprintf(stderr, "pdx-xferbench: MISMATCH: %s\n",
-				acks[1].reason);
+				rd.reason);
 			r->arm[0].res.verified = false;
 		}
 		xb_node_cmd(D, CMD_PING, -1, o->model->layers * layer_ms, NULL);
-		xb_nodes_wait(&D, 1, acks, ACK_TIMEOUT_MS, "ping");
+		xb_nodes_wait(&D, 1, &ack, ACK_TIMEOUT_MS, "ping");
 		if (!smp)
 			continue;
-		smp->t_ld = *plan->t_last_ld;
-		smp->t_ev = plan->t_recv[0];
-		smp->rtt_ns = acks[0].rtt_ns;
+		smp->t_ld = rd.last_ld;
+		smp->t_ev = xb_plan_row(plan, plan->t_recv, D->row)[0];
+		smp->rtt_ns = ack.rtt_ns;
 	}
 }

@@ -42,6 +42,15 @@ static void usage(FILE *f)
 		"                         cuda-put\n"
 		"  --pull                 the decode agent reads the prefill agent's blocks\n"
 		"                         once all layers are computed (default: push)\n"
+		"  --prefill-tp P         tensor parallelism: P prefill ranks, each an\n"
+		"  --decode-tp D          agent and an engine whose pool holds its share\n"
+		"                         of the KV heads (MLA: the whole latent), and D\n"
+		"                         decode ranks; powers of two up to %d that split\n"
+		"                         the model's heads (default 1 and 1). P != D: the\n"
+		"                         agents reshard (open sends, each decode rank's\n"
+		"                         recv names every prefill rank); a transfer ends\n"
+		"                         at the last decode rank's \"received\"\n"
+		"  --order NHD|HND        the order inside a block (default NHD)\n"
 		"  --xfer-timeout-ms N    passed to the agents (default: theirs)\n"
 		"  --agent-bin PATH       pdx-agent (default: ../agent/pdx-agent beside\n"
 		"                         this program)\n"
@@ -55,7 +64,10 @@ static void usage(FILE *f)
 		"                         (the baseline), iterations alternating, both\n"
 		"                         verified: pull (the decode agent pulls),\n"
 		"                         skip-half (it holds the first half of the\n"
-		"                         prompt), skip=N (the first N tokens)\n"
+		"                         prompt), skip=N (the first N tokens), tp (with\n"
+		"                         --prefill-tp P --decode-tp D: the variant is\n"
+		"                         P -> D, the baseline P -> P, the same bytes\n"
+		"                         between equal TP sizes)\n"
 		"  --json                 one JSON object on stdout, logs on stderr\n"
 		"  --help                 this text\n"
 		"\n"
@@ -76,12 +88,15 @@ static void usage(FILE *f)
 		"mean_time_ratio, exposed_ratio, bytes_ratio}, each arm's figures and\n"
 		"the variant's over the baseline's (p50, mean, exposed_ms, bytes the\n"
 		"decode agent received); the other keys are the baseline's, but\n"
-		"verified covers both.\n"
+		"verified covers both. decode_ranks = per decode rank {rank, bytes,\n"
+		"event_bytes, verified}: the bytes of its heads per transfer, what its\n"
+		"agent's events said, whether all arrived intact.\n"
 		"With --mem cuda: d2d_gbps,\n"
 		"d2h_gbps = cudaMemcpy of one transfer's bytes device to device and\n"
 		"device to pinned host on that GPU (median of %d, timed by CUDA events);\n"
 		"d2d_ratio, d2h_ratio = gbps / them.\n",
-		pdx_model_names(), ONE_BLOCK_WARMUP, ONE_BLOCK_LAYER_MS, YARD_REPS);
+		pdx_model_names(), XB_TP_MAX, ONE_BLOCK_WARMUP,
+		ONE_BLOCK_LAYER_MS, YARD_REPS);
 }
 
 static uint64_t parse_u64(const char *opt, const char *s, uint64_t lo,
@@ -107,6 +122,36 @@ static void check_skip(const struct xb_opts *o, const char *opt,
 		       o->tokens);
 }
 
+/* --prefill-tp, --decode-tp: sizes the model's heads split into, on the
+ * paths the benchmark checks head by head. */
+static void check_tp(const struct xb_opts *o)
+{
+	const struct pdx_model *m = o->model;
+	const uint32_t tp[2] = { o->prefill_tp, o->decode_tp };
+	const char *opt[2] = { "--prefill-tp", "--decode-tp" };
+
+	for (int i = 0; i < 2; i++) {
+		if (tp[i] & (tp[i] - 1))
+			xb_bad("%s %u is not a power of two", opt[i], tp[i]);
+		if (m->tensors == 2 && m->kv_heads % tp[i])
+			xb_bad("%s %u: %s's %u KV heads do not split into %u",
+			       opt[i], tp[i], m->name, m->kv_heads, tp[i]);
+	}
+	if (o->order == PDX_KV_HND && o->cuda)
+		xb_bad("--order HND needs --mem shm");
+	if (tp[0] == 1 && tp[1] == 1)
+		return;
+	/* the pattern is written and checked a head at a time (pb_fill_rank) */
+	if ((m->head_dim * m->dtype_bytes) % 8)
+		xb_bad("TP: %s's heads are not whole 8-byte words", m->name);
+	if (o->cuda)
+		xb_bad("--prefill-tp/--decode-tp need --mem shm (the GPU "
+		       "pattern is written a whole block at a time)");
+	if (o->one_block)
+		xb_bad("--one-block measures one agent pair: drop "
+		       "--prefill-tp/--decode-tp");
+}
+
 /* --versus WHAT: the variant, measured beside the run's own transfer (the
  * baseline). A variant differs from the baseline in one thing only. */
 static void parse_versus(struct xb_opts *o, const char *what)
@@ -127,8 +172,17 @@ static void parse_versus(struct xb_opts *o, const char *what)
 					    1u << 22) : o->tokens / 2;
 		check_skip(o, "--versus skip", v->skip_tokens);
 		v->skip_blocks = v->skip_tokens / o->model->block_tokens;
+	} else if (!strcmp(what, "tp")) {
+		/* the same prefill ranks, a decode instance of their size: the
+		 * same bytes between equal TP sizes, only the reshard differs */
+		if (o->prefill_tp == o->decode_tp)
+			xb_bad("--versus tp: give --prefill-tp and --decode-tp of "
+			       "different sizes (the variant; the baseline is "
+			       "--prefill-tp on both sides)");
+		o->arm[0].decode_tp = o->prefill_tp;
 	} else {
-		xb_bad("--versus: \"%s\" is none of pull, skip-half, skip=N", what);
+		xb_bad("--versus: \"%s\" is none of pull, skip-half, skip=N, tp",
+		       what);
 	}
 	o->n_arms = 2;
 }
@@ -138,7 +192,7 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 	enum {
 		O_TLS = 256, O_MODEL, O_TOKENS, O_SKIP, O_RANDOM, O_CONC, O_LAYER,
 		O_ITERS, O_JSON, O_BIN, O_DATA, O_XTMO, O_SEED, O_MEM, O_DDEV,
-		O_PULL, O_ONE, O_VERSUS, O_HELP
+		O_PULL, O_ONE, O_VERSUS, O_PTP, O_DTP, O_ORDER, O_HELP
 	};
 	static const struct option lo[] = {
 		{ "tls", required_argument, NULL, O_TLS },
@@ -159,6 +213,9 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 		{ "decode-device", required_argument, NULL, O_DDEV },
 		{ "one-block", required_argument, NULL, O_ONE },
 		{ "versus", required_argument, NULL, O_VERSUS },
+		{ "prefill-tp", required_argument, NULL, O_PTP },
+		{ "decode-tp", required_argument, NULL, O_DTP },
+		{ "order", required_argument, NULL, O_ORDER },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -172,6 +229,8 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 	o->concurrency = 1;
 	o->iters = 5;
 	o->data_path = "auto";
+	o->prefill_tp = o->decode_tp = 1;
+	o->order = PDX_KV_NHD;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
 		char *end;
@@ -246,6 +305,23 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 		case O_VERSUS:
 			o->versus = optarg;
 			break;
+		case O_PTP:
+			o->prefill_tp = (uint32_t)parse_u64("--prefill-tp", optarg,
+							   1, XB_TP_MAX);
+			break;
+		case O_DTP:
+			o->decode_tp = (uint32_t)parse_u64("--decode-tp", optarg,
+							  1, XB_TP_MAX);
+			break;
+		case O_ORDER:
+			if (!strcmp(optarg, "NHD"))
+				o->order = PDX_KV_NHD;
+			else if (!strcmp(optarg, "HND"))
+				o->order = PDX_KV_HND;
+			else
+				xb_bad("--order: \"%s\" is neither NHD nor HND",
+				       optarg);
+			break;
 		case O_HELP:
 			usage(stdout);
 			exit(0);
@@ -300,9 +376,18 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 		.skip_tokens = o->skip_tokens,
 		.skip_blocks = o->skip_tokens / o->model->block_tokens,
 		.pull = o->pull,
+		.prefill_tp = o->prefill_tp,
+		.decode_tp = o->decode_tp,
 	};
+	check_tp(o);
 	if (o->versus)
 		parse_versus(o, o->versus);
+	for (uint32_t a = 0; a < o->n_arms; a++)
+		if (o->arm[a].pull && o->model->tensors == 2 &&
+		    o->arm[a].prefill_tp != o->arm[a].decode_tp)
+			xb_bad("pulling with TP %u -> %u: the agents move head "
+			       "slices by push only (docs/protocol.md, TP legs)",
+			       o->arm[a].prefill_tp, o->arm[a].decode_tp);
 	if (!o->agent_bin[0] &&
 	    pb_default_agent_bin(o->agent_bin, sizeof(o->agent_bin)))
 		xb_bad("cannot find pdx-agent beside this program; use --agent-bin");

@@ -35,9 +35,10 @@ static void *shared_alloc(size_t *used, size_t n)
 
 void xb_plan_alloc(struct xb_plan *p)
 {
-	size_t c = p->conc, nb = p->nblocks;
-	size_t need = 64 * 16 + c * (sizeof(struct pdx_xfer_id) + 6 * 8) +
-		      2 * c * nb * 4 + 16 * 64;
+	size_t c = p->conc, nb = p->nblocks, rows = p->rows;
+	size_t need = 64 * 16 + c * (sizeof(struct pdx_xfer_id) + 8) +
+		      rows * (c * 5 * 8 + 2 * 8) + 2 * c * nb * 4 +
+		      XB_TP_MAX * PDX_ADDR_MAX + 16 * 64;
 	size_t used = need;
 
 	shared_alloc(&used, 0);
@@ -45,13 +46,14 @@ void xb_plan_alloc(struct xb_plan *p)
 	p->seeds = shared_alloc(&used, c * 8);
 	p->src = shared_alloc(&used, c * nb * 4);
 	p->dst = shared_alloc(&used, c * nb * 4);
-	p->t_send = shared_alloc(&used, c * 8);
-	p->t_sent = shared_alloc(&used, c * 8);
-	p->t_recv = shared_alloc(&used, c * 8);
-	p->t_recv_agent = shared_alloc(&used, c * 8);
-	p->ev_bytes = shared_alloc(&used, c * 8);
-	p->t_first_ld = shared_alloc(&used, 8);
-	p->t_last_ld = shared_alloc(&used, 8);
+	p->peers = shared_alloc(&used, XB_TP_MAX * PDX_ADDR_MAX);
+	p->t_send = shared_alloc(&used, rows * c * 8);
+	p->t_sent = shared_alloc(&used, rows * c * 8);
+	p->t_recv = shared_alloc(&used, rows * c * 8);
+	p->t_recv_agent = shared_alloc(&used, rows * c * 8);
+	p->ev_bytes = shared_alloc(&used, rows * c * 8);
+	p->t_first_ld = shared_alloc(&used, rows * 8);
+	p->t_last_ld = shared_alloc(&used, rows * 8);
 	p->shape = shared_alloc(&used, sizeof(*p->shape));
 }
 
@@ -63,14 +65,26 @@ int xb_plan_xfer_index(const struct xb_plan *p, const struct pdx_xfer_id *x)
 	return -1;
 }
 
-uint64_t xb_plan_shape_bytes(const struct xb_plan *p,
-			     const struct xb_shape *sh)
+uint32_t xb_plan_rank_heads(const struct pdx_model *m, uint32_t tp)
+{
+	return m->tensors == 1 ? m->kv_heads : m->kv_heads / tp;
+}
+
+uint64_t xb_plan_rank_bytes(const struct xb_plan *p,
+			    const struct xb_shape *sh)
 {
 	const struct pdx_model *m = p->model;
 
 	return (uint64_t)(sh->nblocks - sh->skip_blocks) * m->layers *
-	       m->tensors * m->block_tokens * m->kv_heads * m->head_dim *
+	       m->tensors * m->block_tokens *
+	       xb_plan_rank_heads(m, sh->decode_tp) * m->head_dim *
 	       m->dtype_bytes;
+}
+
+uint64_t xb_plan_shape_bytes(const struct xb_plan *p,
+			     const struct xb_shape *sh)
+{
+	return xb_plan_rank_bytes(p, sh) * sh->decode_tp;
 }
 
 uint64_t xb_plan_xfer_bytes(const struct xb_plan *p)

@@ -285,6 +285,22 @@ static double ratio(double x, double y)
 	return y > 0 ? x / y : 0;
 }
 
+/* a's decode ranks: per transfer, the bytes of each one's heads, what
+ * its agent's events said, and whether all arrived intact. */
+static void json_ranks(const struct xb_arm *a)
+{
+	uint64_t want = xb_plan_rank_bytes(run->plan, &a->shape);
+	uint32_t n = a->res.xfers ? a->res.xfers : 1;
+
+	printf("\"decode_ranks\": [");
+	for (uint32_t j = 0; j < a->dec->size; j++)
+		printf("%s{\"rank\": %u, \"bytes\": %" PRIu64
+		       ", \"event_bytes\": %" PRIu64 ", \"verified\": %s}",
+		       j ? ", " : "", j, want, a->res.rank_ev_bytes[j] / n,
+		       a->res.rank_verified[j] ? "true" : "false");
+	printf("]");
+}
+
 /* One arm of --versus in JSON. */
 static void json_arm(const char *key, const struct xb_arm *a,
 		     const struct figures *f)
@@ -294,11 +310,14 @@ static void json_arm(const char *key, const struct xb_arm *a,
 	       "\"xfers\": %u, \"p50_ms\": %.4f, \"mean_ms\": %.4f, "
 	       "\"p99_ms\": %.4f, \"gbps\": %.4f, \"exposed_ms\": %.4f, "
 	       "\"engine_exposed_ms\": %.4f, \"memcpy_gbps\": %.4f, "
-	       "\"verified\": %s}",
+	       "\"verified\": %s, \"prefill_tp\": %u, \"decode_tp\": %u, ",
 	       key, a->shape.skip_tokens, a->shape.pull ? "true" : "false",
 	       f->bytes, f->ev_bytes, a->res.xfers, f->p50, f->mean, f->p99,
 	       f->gbps, f->exposed, f->engine_exposed, f->mgbps,
-	       a->res.verified ? "true" : "false");
+	       a->res.verified ? "true" : "false", a->shape.prefill_tp,
+	       a->shape.decode_tp);
+	json_ranks(a);
+	printf("}");
 }
 
 /* The versus object, null without --versus. The ratios are the variant's
@@ -326,6 +345,7 @@ static void json_versus(const struct figures *f, const struct figures *v)
 static void print_versus(const struct figures *f, const struct figures *v)
 {
 	const struct xb_shape *bs = &run->arm[0].shape, *vs = &run->arm[1].shape;
+	char btp[32], vtp[32];
 
 	printf("\n  versus %s: both in this run, iterations alternating\n",
 	       o->versus);
@@ -335,6 +355,9 @@ static void print_versus(const struct figures *f, const struct figures *v)
 	       bs->skip_tokens, vs->skip_tokens);
 	printf("  %-26s %14s %14s\n", "moved by", bs->pull ? "pull" : "push",
 	       vs->pull ? "pull" : "push");
+	snprintf(btp, sizeof(btp), "%u -> %u", bs->prefill_tp, bs->decode_tp);
+	snprintf(vtp, sizeof(vtp), "%u -> %u", vs->prefill_tp, vs->decode_tp);
+	printf("  %-26s %14s %14s\n", "TP prefill -> decode", btp, vtp);
 	printf("  %-26s %14" PRIu64 " %14" PRIu64 " %9.4f\n",
 	       "bytes per transfer", f->ev_bytes, v->ev_bytes,
 	       ratio((double)v->ev_bytes, (double)f->ev_bytes));
@@ -375,6 +398,12 @@ static void print_results(const struct figures *f, const struct figures *v)
 		       f->layer_xfer, f->exposed, f->engine_exposed,
 		       xb_run_verified(run) ? "true" : "false", f->mgbps);
 		json_mem(f->gbps);
+		printf(", \"order\": \"%s\", \"prefill_tp\": %u, "
+		       "\"decode_tp\": %u, ",
+		       o->order == PDX_KV_HND ? "HND" : "NHD",
+		       run->arm[0].shape.prefill_tp,
+		       run->arm[0].shape.decode_tp);
+		json_ranks(&run->arm[0]);
 		json_one_block();
 		json_versus(f, v);
 		printf("}\n");
@@ -387,6 +416,11 @@ static void print_results(const struct figures *f, const struct figures *v)
 	printf("  concurrency %u, %s blocks, layer compute %g ms, %u iterations\n",
 	       o->concurrency, o->random_blocks ? "random" : "contiguous",
 	       o->layer_ms, o->iters);
+	printf("  %s blocks, TP %u -> %u%s\n",
+	       o->order == PDX_KV_HND ? "HND" : "NHD",
+	       run->arm[0].shape.prefill_tp, run->arm[0].shape.decode_tp,
+	       run->arm[0].shape.prefill_tp == run->arm[0].shape.decode_tp ?
+	       "" : " (the agents reshard the heads)");
 	if (o->cuda)
 		printf("  KV pools in GPU memory, %s%s%s%s\n\n", o->mem,
 		       dev->gpu[0] ? " (" : "", dev->gpu, dev->gpu[0] ? ")" : "");

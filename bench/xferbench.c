@@ -1,9 +1,10 @@
 /* pdx-xferbench: KV transfer throughput and latency over the real path.
  *
  * The parent starts two pdx-agent processes and forks two synthetic engines
- * (prefill "P" and decode "D", bench/xb_nodes.h, bench/xb_engine.h). Each
- * engine keeps a KV pool shaped like the model, in POSIX shared memory or
- * (--mem cuda) in GPU memory, and registers it with its agent. Per
+ * (prefill "P" and decode "D", bench/xb_nodes.h, bench/xb_engine.h), or
+ * one of each per tensor-parallel rank (bench/xb_tp.h). Each engine keeps a
+ * KV pool shaped like the model (its heads of it), in POSIX shared memory
+ * or (--mem cuda) in GPU memory, and registers it with its agent. Per
  * iteration the parent mints the transfer ids and picks the blocks (written
  * to a shared anonymous mapping both engines see, bench/xb_plan.h), then
  * drives the engines with fixed-size commands over pipes
@@ -31,6 +32,7 @@
 #include "bench/xb_opts.h"
 #include "bench/xb_plan.h"
 #include "bench/xb_report.h"
+#include "bench/xb_tp.h"
 #include "bench/xfer_cuda.h"
 #include "common/log.h"
 
@@ -67,20 +69,46 @@ static void cuda_probe(const struct xb_opts *o)
 	xb_fail("--mem %s: the CUDA check failed (wait status 0x%x)", o->mem, st);
 }
 
-/* Whether /dev/shm holds both pools. */
-static void shm_check(const struct xb_opts *o, const struct xb_plan *plan)
+/* Whether /dev/shm holds every node's pool. */
+static void shm_check(const struct xb_opts *o, const struct xb_plan *plan,
+		      const struct xb_nodes *ns)
 {
 	const struct pdx_model *m = o->model;
-	uint64_t pool_bytes = (uint64_t)plan->pool_blocks * m->layers *
-			      m->tensors * m->block_tokens * m->kv_heads *
-			      m->head_dim * m->dtype_bytes;
+	uint64_t need = 0;
 	struct statvfs sv;
 
+	for (int i = 0; i < ns->n; i++)
+		need += (uint64_t)plan->pool_blocks * m->layers * m->tensors *
+			m->block_tokens *
+			xb_plan_rank_heads(m, ns->node[i].tp_size) *
+			m->head_dim * m->dtype_bytes;
 	if (!o->cuda && statvfs("/dev/shm", &sv) == 0 &&
-	    (uint64_t)sv.f_bavail * sv.f_frsize < 2 * pool_bytes)
-		xb_fail("/dev/shm has %.2f GiB free; two pools need %.2f GiB",
+	    (uint64_t)sv.f_bavail * sv.f_frsize < need)
+		xb_fail("/dev/shm has %.2f GiB free; the %d pools need %.2f GiB",
 			   (double)sv.f_bavail * sv.f_frsize / 1073741824.0,
-			   2.0 * pool_bytes / 1073741824.0);
+			   ns->n, (double)need / 1073741824.0);
+}
+
+/* The prefill ranks, and the decode ranks of each TP size the arms ask
+ * for: an arm of the first arm's size shares its ranks. */
+static void sides_add(struct xb_run *run, struct xb_nodes *ns)
+{
+	const struct xb_opts *o = run->o;
+
+	xb_tp_side_add(ns, &run->pre, "prefill", 'P', o->prefill_tp,
+		       o->cuda_dev);
+	xb_tp_side_add(ns, &run->dec[0], "decode", 'D',
+		       run->arm[0].shape.decode_tp, o->decode_dev);
+	run->arm[0].dec = &run->dec[0];
+	run->arm[1].dec = &run->dec[0];
+	if (run->n_arms > 1 &&
+	    run->arm[1].shape.decode_tp != run->arm[0].shape.decode_tp) {
+		xb_tp_side_add(ns, &run->dec[1], "decode", 'D',
+			       run->arm[1].shape.decode_tp, o->decode_dev);
+		run->arm[1].dec = &run->dec[1];
+	}
+	run->prefill = run->pre.rank[0];
+	run->decode = run->dec[0].rank[0];
 }
 
 int main(int argc, char **argv)
@@ -99,10 +127,10 @@ int main(int argc, char **argv)
 		cuda_probe(&o);
 
 	plan.model = o.model;
+	plan.order = o.order;
 	plan.conc = o.arm[0].conc;
 	plan.nblocks = o.arm[0].nblocks;
 	plan.pool_blocks = plan.conc * plan.nblocks + 4;
-	shm_check(&o, &plan);
 	run.o = &o;
 	run.plan = &plan;
 	run.rng = o.seed;
@@ -110,7 +138,12 @@ int main(int argc, char **argv)
 	for (uint32_t a = 0; a < 2; a++) {
 		run.arm[a].shape = o.arm[a];
 		run.arm[a].res.verified = true;
+		for (uint32_t j = 0; j < XB_TP_MAX; j++)
+			run.arm[a].res.rank_verified[j] = true;
 	}
+	sides_add(&run, &nodes);
+	plan.rows = (uint32_t)nodes.n;
+	shm_check(&o, &plan, &nodes);
 	for (uint32_t a = 0; a < run.n_arms; a++) {
 		run.arm[a].res.lat_ms = calloc((size_t)o.iters * o.concurrency,
 					       sizeof(double));
@@ -123,11 +156,10 @@ int main(int argc, char **argv)
 	if (pb_tmpdir(dir, sizeof(dir)))
 		xb_fail("cannot make a temporary directory");
 
-	run.prefill = xb_nodes_add(&nodes, "prefill", 'P', o.cuda_dev);
-	run.decode = xb_nodes_add(&nodes, "decode", 'D', o.decode_dev);
 	nodes.on_trace = xb_one_block_trace;
 	nodes.trace_arg = &ob;
 	xb_nodes_start(&nodes, &o, &plan, dir);
+	xb_tp_peers(&plan, &run.pre);
 	snprintf(run.dev.gpu, sizeof(run.dev.gpu), "%s", run.prefill->gpu);
 
 	xb_measure_run(&run);

@@ -18,7 +18,8 @@ CONC = 2
 BLOCK_TOKENS = {"tiny": 4, "deepseek-v3": 64}  # common/models.c
 ARM_KEYS = ["skip_tokens", "pull", "bytes", "event_bytes", "xfers", "p50_ms",
             "mean_ms", "p99_ms", "gbps", "exposed_ms", "engine_exposed_ms",
-            "memcpy_gbps", "verified"]
+            "memcpy_gbps", "verified", "prefill_tp", "decode_tp",
+            "decode_ranks"]
 failures = []
 
 
