@@ -484,6 +484,10 @@ struct host_run {
 typedef pdx_status_t (*host_run_fn)(struct xfer *x, uint32_t layer,
 				    uint32_t t, const struct pdx_run *r,
 				    const struct host_run *at);
+/* Where count of the peer's blocks from `block` of tensor t of layer lie
+ * in its regions (at->ri, at->off); PDX_ERANGE past their sizes. */
+pdx_status_t host_peer_at(const struct xfer *x, uint32_t layer, uint32_t t,
+			  uint32_t block, uint32_t count, struct host_run *at);
 /* fn on each run of each tensor of layer; to_peer: with where it lands in
  * the peer's regions, checked against their sizes (PDX_ERANGE). */
 pdx_status_t host_each_run(struct xfer *x, uint32_t layer, bool to_peer,
@@ -491,11 +495,24 @@ pdx_status_t host_each_run(struct xfer *x, uint32_t layer, bool to_peer,
 /* A UCX operation on x's blocks of len bytes began. */
 void host_op_started(struct xfer *x, uint64_t len);
 
+/* path_ipc.c: layer of n sender legs of one group (TP p != d) on the ipc
+ * lane, each moving its slice of the heads of the same blocks of ours,
+ * block by block: every leg's pieces of a block before the next one, so
+ * our blocks are read once and in order (legs in the order of their
+ * heads). A leg alone reads halves (HND) or rows (NHD) of every block,
+ * strided (docs/benchmarking.md, "TP legs against equal TP"). */
+pdx_status_t path_ipc_legs_layer(struct xfer *const *legs, uint32_t n,
+				 uint32_t layer);
+
 /* path_put.c: every run of one layer put by UCX, from wherever the
  * memory is (cuda-put's puts too). */
 pdx_status_t path_put_layer(struct xfer *x, uint32_t layer);
 
 /* push.c: the data path's driver */
+/* A sender whose receiver's blocks are known: the path's ready() once
+ * (runs of blocks); false while it cannot push yet, or it failed. */
+bool push_prepare(struct xfer *x);
+/* Pushes every layer ready now; once all are, the flush and "done". */
 void push_try(struct xfer *x);
 /* Registers each active message's handler (agent/am.h) with our UCX. */
 pdx_status_t push_am_register(struct agent *a);

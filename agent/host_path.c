@@ -41,15 +41,30 @@ pdx_status_t host_plan_runs(struct xfer *x)
 }
 
 /* The peer's numbers are checked in 128 bits, so none can wrap past its
- * region. */
+ * region. Its blocks hold other heads than ours with TP p != d: their
+ * own size. */
+pdx_status_t host_peer_at(const struct xfer *x, uint32_t layer, uint32_t t,
+			  uint32_t block, uint32_t count, struct host_run *at)
+{
+	const struct peer *p = x->peer;
+	const struct pdx_kv_layer *rl = &p->layout.layer[layer];
+	uint64_t len = pdx_kv_layout_block_bytes(&p->layout) * count;
+	unsigned __int128 end = (unsigned __int128)rl->base[t].offset +
+				(unsigned __int128)block * rl->block_stride +
+				len;
+
+	at->ri = rl->base[t].region;
+	if (at->ri >= p->n_regions || end > p->regions[at->ri].size)
+		return PDX_ERANGE;
+	at->off = (uint64_t)(end - len);
+	return PDX_OK;
+}
+
 pdx_status_t host_each_run(struct xfer *x, uint32_t layer, bool to_peer,
 			   host_run_fn fn)
 {
 	const struct registration *g = &x->agent->reg;
-	const struct peer *p = x->peer;
 	uint64_t bb = pdx_kv_layout_block_bytes(&g->layout);
-	/* the receiver's blocks hold other heads than ours with TP p != d */
-	uint64_t peer_bb = to_peer ? pdx_kv_layout_block_bytes(&p->layout) : 0;
 
 	for (size_t i = 0; i < x->n_runs; i++)
 		for (uint32_t t = 0; t < g->layout.tensors; t++) {
@@ -62,20 +77,9 @@ pdx_status_t host_each_run(struct xfer *x, uint32_t layer, bool to_peer,
 			};
 			pdx_status_t st;
 
-			if (to_peer) {
-				const struct pdx_kv_layer *rl = &p->layout.layer[layer];
-				uint64_t peer_len = peer_bb * r->count;
-				unsigned __int128 end =
-				    (unsigned __int128)rl->base[t].offset +
-				    (unsigned __int128)r->dst * rl->block_stride +
-				    peer_len;
-
-				at.ri = rl->base[t].region;
-				if (at.ri >= p->n_regions ||
-				    end > p->regions[at.ri].size)
-					return PDX_ERANGE;
-				at.off = (uint64_t)(end - peer_len);
-			}
+			if (to_peer &&
+			    host_peer_at(x, layer, t, r->dst, r->count, &at))
+				return PDX_ERANGE;
 			st = fn(x, layer, t, r, &at);
 			if (st)
 				return st;

@@ -28,6 +28,35 @@ static pdx_status_t ipc_run(struct xfer *x, uint32_t layer, uint32_t t,
 	return ipc_piece(x, at, 0, 0, at->len);
 }
 
+pdx_status_t path_ipc_legs_layer(struct xfer *const *legs, uint32_t n,
+				 uint32_t layer)
+{
+	const struct registration *g = &legs[0]->agent->reg;
+
+	for (uint32_t k = 0; k < legs[0]->n_blocks; k++)
+		for (uint32_t t = 0; t < g->layout.tensors; t++)
+			for (uint32_t i = 0; i < n; i++) {
+				struct xfer *x = legs[i];
+				struct host_run at = {
+					.src = host_block_addr(g, layer, t,
+							       x->blocks[k]),
+				};
+				pdx_status_t st;
+
+				if (k < x->skip)
+					continue;
+				st = host_peer_at(x, layer, t,
+						  x->remote_blocks[k], 1, &at);
+				if (!st)
+					st = tp_slice_each_piece(
+					    x, &x->slice, &g->layout,
+					    &x->peer->layout, 1, ipc_piece, &at);
+				if (st)
+					return st;
+			}
+	return PDX_OK;
+}
+
 static pdx_status_t ipc_push(struct xfer *x, uint32_t layer, uint32_t n)
 {
 	return host_each_run(x, layer, true, ipc_run);

@@ -9,36 +9,44 @@
 #include "agent/am.h"
 #include "common/log.h"
 
+bool push_prepare(struct xfer *x)
+{
+	const struct data_path_ops *ops;
+	pdx_status_t st;
+
+	if (x->finished || !x->announced || x->role != XFER_SEND || !x->peer ||
+	    x->peer->state != PEER_READY || !x->sm.blocks_known)
+		return false;
+	if (x->path_ready)
+		return true;
+	ops = x->peer->ops;
+	if (x->n_remote != x->n_blocks) {
+		xfer_fail(x, PDX_EINVAL, true, "receiver has %u blocks, sender %u",
+			  x->n_remote, x->n_blocks);
+		return false;
+	}
+	if (x->peer->layout.layers != x->sm.layers) {
+		xfer_fail(x, PDX_EINCOMPAT, true, "layer counts differ");
+		return false;
+	}
+	st = ops->ready ? ops->ready(x) : PDX_OK;
+	if (st) {
+		xfer_fail(x, st, true, "%s", st == PDX_ENOMEM ?
+			  "out of memory" : pdx_status_str(st));
+		return false;
+	}
+	x->path_ready = true;
+	return true;
+}
+
 void push_try(struct xfer *x)
 {
 	const struct data_path_ops *ops;
 	int layer;
 
-	if (x->finished || !x->announced || x->role != XFER_SEND || !x->peer ||
-	    x->peer->state != PEER_READY || !x->sm.blocks_known)
+	if (!push_prepare(x))
 		return;
 	ops = x->peer->ops;
-	if (!x->path_ready) {
-		pdx_status_t st;
-
-		if (x->n_remote != x->n_blocks) {
-			xfer_fail(x, PDX_EINVAL, true,
-				  "receiver has %u blocks, sender %u", x->n_remote,
-				  x->n_blocks);
-			return;
-		}
-		if (x->peer->layout.layers != x->sm.layers) {
-			xfer_fail(x, PDX_EINCOMPAT, true, "layer counts differ");
-			return;
-		}
-		st = ops->ready ? ops->ready(x) : PDX_OK;
-		if (st) {
-			xfer_fail(x, st, true, "%s", st == PDX_ENOMEM ?
-				  "out of memory" : pdx_status_str(st));
-			return;
-		}
-		x->path_ready = true;
-	}
 	if (x->pull && x->skip < x->n_blocks) {
 		pull_offer(x); /* the receiver reads them */
 		return;

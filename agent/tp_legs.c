@@ -190,7 +190,80 @@ static void leg_announce(struct xfer *g, struct xfer *leg)
 		if (g->sm.computed[l / 64] >> (l % 64) & 1)
 			pdx_xfer_sm_computed(&leg->sm, l);
 	xfer_begin_phase(leg);
-	push_try(leg);
+}
+
+/* A sender's leg that moves a slice of heads over the ipc lane: it reads
+ * only its heads of our blocks, the other legs the rest. */
+static bool sliced_ipc(const struct xfer *leg)
+{
+	return leg->slice.n && !leg->pull && leg->skip < leg->n_blocks &&
+	       leg->peer && peer_known(leg->peer) && leg->peer->path == DATA_IPC;
+}
+
+#define TOGETHER_MAX 16 /* legs of one sender copied together */
+
+/* Each layer ready for every one of legs[0..n), copied for all of them
+ * in one pass over our blocks (path_ipc_legs_layer). */
+static void push_together(struct xfer **legs, uint32_t n)
+{
+	/* in the order of their heads: our blocks are read in order */
+	for (uint32_t i = 1; i < n; i++)
+		for (uint32_t k = i; k > 0 && legs[k - 1]->slice.src_head >
+						     legs[k]->slice.src_head; k--) {
+			struct xfer *t = legs[k];
+
+			legs[k] = legs[k - 1];
+			legs[k - 1] = t;
+		}
+	for (uint32_t l = 0; l < legs[0]->sm.layers; l++) {
+		pdx_status_t st;
+		uint32_t i;
+
+		for (i = 0; i < n && pdx_xfer_sm_ready(&legs[i]->sm, l); i++)
+			;
+		if (i < n)
+			continue;
+		for (i = 0; i < n; i++)
+			pdx_xfer_sm_take_run(&legs[i]->sm, l, 1);
+		st = path_ipc_legs_layer(legs, n, l);
+		if (st) { /* a leg's failure fails the group, and so the rest */
+			xfer_fail(legs[0], st, true, "push of layer %u with "
+				  "its sibling legs: %s", l, pdx_status_str(st));
+			return;
+		}
+	}
+}
+
+/* What a sender's group has ready goes to its legs. Legs that move head
+ * slices over the ipc lane wait until every leg asked, then move each
+ * layer together (a leg alone reads its heads of every block strided:
+ * 1.3-1.6x slower here, docs/benchmarking.md); everything else (other
+ * lanes, the flush and "done") each leg does alone. */
+static void group_push(struct xfer *g)
+{
+	struct xfer *legs[TOGETHER_MAX];
+	bool all = g->tp->joined == g->tp->expected &&
+		   g->tp->expected > 1 && g->tp->expected <= TOGETHER_MAX;
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; all && i < g->tp->joined; i++) {
+		struct xfer *leg = group_leg(g, i);
+
+		if (!leg || !leg->announced || !sliced_ipc(leg) ||
+		    !push_prepare(leg))
+			all = false;
+		else
+			legs[n++] = leg;
+	}
+	if (all)
+		push_together(legs, n);
+	for (uint32_t i = 0; i < g->tp->joined && !g->finished; i++) {
+		struct xfer *leg = group_leg(g, i);
+
+		if (leg && leg->announced &&
+		    !(sliced_ipc(leg) && g->tp->joined < g->tp->expected))
+			push_try(leg); /* the rest: alone */
+	}
 }
 
 void tp_legs_want(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
@@ -264,8 +337,10 @@ void tp_legs_want(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
 	} else if (g->tp->joined == g->tp->expected) {
 		pdx_xfer_sm_blocks_known(&g->sm);
 	}
-	if (g->announced)
+	if (g->announced) {
 		leg_announce(g, leg);
+		group_push(g);
+	}
 }
 
 bool tp_legs_holder(const struct agent *a, const struct peer *p,
@@ -328,6 +403,8 @@ void tp_legs_announced(struct xfer *x)
 		if (leg && !leg->announced)
 			leg_announce(x, leg);
 	}
+	if (!x->finished)
+		group_push(x);
 }
 
 void tp_legs_layer_done(struct xfer *x, uint32_t layer)
@@ -339,8 +416,9 @@ void tp_legs_layer_done(struct xfer *x, uint32_t layer)
 			continue;
 		pdx_xfer_sm_computed(&leg->sm, layer);
 		leg->progress_ns = pdx_now_ns();
-		push_try(leg);
 	}
+	if (!x->finished)
+		group_push(x);
 }
 
 void tp_legs_token(struct xfer *x)

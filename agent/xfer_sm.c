@@ -49,6 +49,12 @@ int pdx_xfer_sm_next(struct pdx_xfer_sm *sm)
 	return -1;
 }
 
+bool pdx_xfer_sm_ready(const struct pdx_xfer_sm *sm, uint32_t layer)
+{
+	return layer < sm->layers && sm->blocks_known &&
+	       test_bit(sm->computed, layer) && !test_bit(sm->pushed, layer);
+}
+
 uint32_t pdx_xfer_sm_take_run(struct pdx_xfer_sm *sm, uint32_t layer,
 			      uint32_t max)
 {

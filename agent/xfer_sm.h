@@ -29,6 +29,8 @@ int pdx_xfer_sm_computed(struct pdx_xfer_sm *sm, uint32_t layer);
 void pdx_xfer_sm_blocks_known(struct pdx_xfer_sm *sm);
 /* The next layer to push now (marked pushed), or -1 when none is ready. */
 int pdx_xfer_sm_next(struct pdx_xfer_sm *sm);
+/* Whether layer is ready to push now (nothing marked). */
+bool pdx_xfer_sm_ready(const struct pdx_xfer_sm *sm, uint32_t layer);
 /* How many layers from `layer` on are ready in a row (marked pushed), at
  * most max: one GPU launch can move them together. */
 uint32_t pdx_xfer_sm_take_run(struct pdx_xfer_sm *sm, uint32_t layer,
