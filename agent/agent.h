@@ -588,13 +588,18 @@ const char *tp_leg_refusal(const struct xfer *x, const struct peer *p,
 const char *tp_slice_refusal(const struct tp_slice *s, enum data_path path,
 			     bool pull, struct tp_rank from, struct tp_rank to,
 			     char *why, size_t len);
-/* One piece of a sliced run: src_off and dst_off from the run's first
- * byte on each side, len bytes. */
+/* One block's share of a sliced run: rows of len bytes, the first at
+ * src_off and dst_off from the run's first byte on each side, the next
+ * src_stride and dst_stride further (HND: one row, NHD: one per token). */
+struct tp_piece {
+	uint64_t src_off, dst_off, len;
+	uint32_t rows;
+	uint64_t src_stride, dst_stride;
+};
 typedef pdx_status_t (*tp_piece_fn)(struct xfer *x, const void *ctx,
-				    uint64_t src_off, uint64_t dst_off,
-				    uint64_t len);
-/* fn on each contiguous piece of s's heads in a run of count blocks of
- * one tensor (HND: one per block, NHD: one per token). */
+				    const struct tp_piece *p);
+/* fn on each block's piece of s's heads in a run of count blocks of one
+ * tensor. */
 pdx_status_t tp_slice_each_piece(struct xfer *x, const struct tp_slice *s,
 				 const struct pdx_kv_layout *src,
 				 const struct pdx_kv_layout *dst, uint32_t count,

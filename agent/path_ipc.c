@@ -7,13 +7,16 @@
 #include "agent/agent.h"
 
 static pdx_status_t ipc_piece(struct xfer *x, const void *ctx,
-			      uint64_t src_off, uint64_t dst_off, uint64_t len)
+			      const struct tp_piece *p)
 {
 	const struct host_run *at = ctx;
+	uint8_t *dst = x->peer->regions[at->ri].map + at->off + p->dst_off;
+	const uint8_t *src = at->src + p->src_off;
 
-	memcpy(x->peer->regions[at->ri].map + at->off + dst_off,
-	       at->src + src_off, len);
-	x->bytes += len;
+	for (uint32_t r = 0; r < p->rows; r++)
+		memcpy(dst + r * p->dst_stride, src + r * p->src_stride,
+		       p->len);
+	x->bytes += p->rows * p->len;
 	return PDX_OK;
 }
 
@@ -21,11 +24,13 @@ static pdx_status_t ipc_piece(struct xfer *x, const void *ctx,
 static pdx_status_t ipc_run(struct xfer *x, uint32_t layer, uint32_t t,
 			    const struct pdx_run *r, const struct host_run *at)
 {
+	struct tp_piece whole = { .len = at->len, .rows = 1 };
+
 	if (x->slice.n)
 		return tp_slice_each_piece(x, &x->slice, &x->agent->reg.layout,
 					   &x->peer->layout, r->count,
 					   ipc_piece, at);
-	return ipc_piece(x, at, 0, 0, at->len);
+	return ipc_piece(x, at, &whole);
 }
 
 pdx_status_t path_ipc_legs_layer(struct xfer *const *legs, uint32_t n,

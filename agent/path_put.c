@@ -5,17 +5,22 @@
 #include "agent/agent.h"
 
 static pdx_status_t put_piece(struct xfer *x, const void *ctx,
-			      uint64_t src_off, uint64_t dst_off, uint64_t len)
+			      const struct tp_piece *p)
 {
 	const struct host_run *at = ctx;
 	const struct remote_region *rr = &x->peer->regions[at->ri];
-	pdx_status_t st;
+	pdx_status_t st = PDX_OK;
 
-	st = pdx_ucx_put(x->peer->ep, at->src + src_off, len, at->mem,
-			 rr->addr + at->off + dst_off, rr->rkey,
-			 complete_op_ended_cb, x);
-	if (!st)
-		host_op_started(x, len);
+	for (uint32_t r = 0; r < p->rows && !st; r++) {
+		st = pdx_ucx_put(x->peer->ep, at->src + p->src_off +
+					  r * p->src_stride,
+				 p->len, at->mem,
+				 rr->addr + at->off + p->dst_off +
+				     r * p->dst_stride,
+				 rr->rkey, complete_op_ended_cb, x);
+		if (!st)
+			host_op_started(x, p->len);
+	}
 	return st;
 }
 
@@ -23,11 +28,13 @@ static pdx_status_t put_piece(struct xfer *x, const void *ctx,
 static pdx_status_t put_run(struct xfer *x, uint32_t layer, uint32_t t,
 			    const struct pdx_run *r, const struct host_run *at)
 {
+	struct tp_piece whole = { .len = at->len, .rows = 1 };
+
 	if (x->slice.n)
 		return tp_slice_each_piece(x, &x->slice, &x->agent->reg.layout,
 					   &x->peer->layout, r->count,
 					   put_piece, at);
-	return put_piece(x, at, 0, 0, at->len);
+	return put_piece(x, at, &whole);
 }
 
 pdx_status_t path_put_layer(struct xfer *x, uint32_t layer)

@@ -77,23 +77,27 @@ pdx_status_t tp_slice_each_piece(struct xfer *x, const struct tp_slice *s,
 	uint64_t sbb = pdx_kv_layout_block_bytes(src);
 	uint64_t dbb = pdx_kv_layout_block_bytes(dst);
 	uint32_t tokens = src->block_tokens;
+	struct tp_piece p = { .rows = 1 };
 	pdx_status_t st = PDX_OK;
 
+	if (src->order == PDX_KV_HND) { /* [heads][tokens][dim] */
+		p.len = s->n * head * tokens;
+		p.src_off = s->src_head * head * tokens;
+		p.dst_off = s->dst_head * head * tokens;
+	} else { /* [tokens][heads][dim]: a row of heads per token */
+		p.len = s->n * head;
+		p.rows = tokens;
+		p.src_stride = src->kv_heads * head;
+		p.dst_stride = dst->kv_heads * head;
+		p.src_off = s->src_head * head;
+		p.dst_off = s->dst_head * head;
+	}
 	for (uint32_t k = 0; k < count && !st; k++) {
-		if (src->order == PDX_KV_HND) {
-			uint64_t h = head * tokens; /* one head of a block */
+		struct tp_piece q = p;
 
-			st = fn(x, ctx, k * sbb + s->src_head * h,
-				k * dbb + s->dst_head * h, s->n * h);
-			continue;
-		}
-		for (uint32_t t = 0; t < tokens && !st; t++)
-			st = fn(x, ctx,
-				k * sbb + ((uint64_t)t * src->kv_heads +
-					   s->src_head) * head,
-				k * dbb + ((uint64_t)t * dst->kv_heads +
-					   s->dst_head) * head,
-				s->n * head);
+		q.src_off += k * sbb;
+		q.dst_off += k * dbb;
+		st = fn(x, ctx, &q);
 	}
 	return st;
 }
