@@ -45,7 +45,8 @@ def start(cmd, log):
             break
         time.sleep(0.05)
     with open(log.name) as f:
-        raise RuntimeError("%s did not start: %s" % (cmd[-1], f.read()))
+        raise RuntimeError("%s did not start: %s" % (" ".join(cmd[:2]),
+                                                      f.read()))
 
 
 def post(url, body, timeout=30):
