@@ -18,7 +18,7 @@ and compares it with the one the aux row carried, then decodes on, so its
 text equals a colocated pdx-engine --model tiny's only when the KV
 arrived byte for byte.
 
-Routes: POST /v1/completions and /generate (not streamed), GET /health,
+Routes: POST /v1/completions (streamed or not) and /generate, GET /health,
 /v1/models and /get_server_info (server_args' disaggregation_bootstrap_port
 among its fields, as SGLang's answers it). Logs `listening on http://H:P`
 once it listens (--port 0 picks one). The pdx agent is started per
@@ -279,8 +279,9 @@ class Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(raw)
             boot = {k: body.pop(k, None) for k in BOOTSTRAP_FIELDS}
-            if body.get("stream"):
-                raise ValueError("stream: not served by this harness")
+            stream = bool(body.get("stream"))
+            if stream and self.path == "/generate":
+                raise ValueError("stream: not served on /generate here")
             if self.path == "/generate":
                 tokens = body.get("input_ids") or \
                     self.engine.model.encode(body["text"])
@@ -317,14 +318,34 @@ class Handler(BaseHTTPRequestHandler):
                                         "finish_reason": {
                                             "type": "length",
                                             "length": len(job.out)}}})
-        self.reply(200, {
-            "id": "cmpl-" + uuid.uuid4().hex, "object": "text_completion",
-            "created": int(time.time()), "model": self.args.model,
+        meta = {"id": "cmpl-" + uuid.uuid4().hex, "object": "text_completion",
+                "created": int(time.time()), "model": self.args.model}
+        if stream:
+            return self.stream(meta, job.out)
+        self.reply(200, dict(meta, **{
             "choices": [{"index": 0, "text": text, "logprobs": None,
                          "finish_reason": "length"}],
             "usage": {"prompt_tokens": len(tokens),
                       "completion_tokens": len(job.out),
-                      "total_tokens": len(tokens) + len(job.out)}})
+                      "total_tokens": len(tokens) + len(job.out)}}))
+
+    def stream(self, meta, out):
+        """The tokens as server-sent events, a word each, once the
+        request is done (the harness decodes in one go)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        words = [self.engine.model.word(t) for t in out]
+        chunks = [(w if i == 0 else " " + w, None)
+                  for i, w in enumerate(words)] + [("", "length")]
+        for text, finish in chunks:
+            self.wfile.write(b"data: " + json.dumps(dict(meta, choices=[{
+                "index": 0, "text": text, "logprobs": None,
+                "finish_reason": finish}])).encode() + b"\n\n")
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
 
 
 def main(argv=None):

@@ -5,9 +5,10 @@ a stand-in of SGLang's mini load balancer (mini_sglang_router.py), each
 request is served with the text a colocated pdx-engine --model tiny gives
 (the decode server checks every received position and samples its first
 token from the received KV, so equal text means byte-exact KV), over
-/v1/completions and /generate; both rooms of a front pair on one prefill
-server. Then the prefill server dies (its process group killed, agent
-included): through either front a request ends in an error, not a hang.
+/v1/completions (streamed and not) and /generate; both rooms of a front pair on one prefill
+server; a prefill instance that is no SGLang server is refused with why
+(502). Then the prefill server's agent dies, then the server itself:
+through either front a request ends in an error, not a hang.
 
 usage: test_sglang_http.py PDX_ENGINE PDX_AGENT PDX_PROXY
 """
@@ -64,7 +65,13 @@ def completion(prompt, n):
 
 
 def text(raw):
-    return json.loads(raw)["choices"][0]["text"]
+    """A completion's text, or a stream's joined."""
+    if not raw.startswith("data: "):
+        return json.loads(raw)["choices"][0]["text"]
+    assert raw.endswith("data: [DONE]\n\n"), raw[-200:]
+    return "".join(json.loads(line[6:])["choices"][0]["text"]
+                   for line in raw.split("\n")
+                   if line.startswith("data: {"))
 
 
 def child_of(pid):
@@ -137,11 +144,23 @@ def main():
                 assert s == 200, (front, prompt, s, got)
                 assert text(got) == want, (front, prompt, text(got), want)
                 assert json.loads(got)["usage"]["completion_tokens"] == n
+                s, got = post(front + "/v1/completions",
+                              dict(completion(prompt, n), stream=True))
+                assert s == 200 and text(got) == want, (front, s, got)
         # SGLang's own route, through its router's shape
         s, want = post(eng + "/v1/completions", completion("Hi there", 7))
         s, got = post(router + "/generate", {
             "text": "Hi there", "sampling_params": {"max_new_tokens": 7}})
         assert s == 200 and json.loads(got)["text"] == text(want), (s, got)
+
+        # a prefill instance that is no SGLang server (pdx-engine: no
+        # /get_server_info) has no bootstrap port: 502, and says so
+        odd = spawn("proxy_odd", [proxy_bin, "--port", "0", "--flow",
+                                  "sglang", "--prefill", hp(eng),
+                                  "--decode", hp(d_url),
+                                  "--health-interval", "0"])
+        s, got = post(odd + "/v1/completions", completion("x", 2))
+        assert s == 502 and "disaggregation_bootstrap_port" in got, (s, got)
 
         # the prefill server's agent dies: its transfers fail on both
         # sides (the decode server's after its peer timeout)
