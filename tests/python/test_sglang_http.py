@@ -173,6 +173,11 @@ def main():
         # the decode server is still there for the next request
         with urllib.request.urlopen(d_url + "/health", timeout=10) as r:
             assert r.status == 200
+        for name in ("proxy", "proxy_odd", "router", "decode"):
+            procs[name].terminate()
+        for name in ("proxy", "proxy_odd", "decode"):
+            rc = procs[name].wait(20)
+            assert rc == 0, "%s exit status %s" % (name, rc)
         print("ok: pdx-proxy --flow sglang and the router stand-in, "
               "text as pdx-engine's; a dead prefill is an error")
     finally:
