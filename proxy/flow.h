@@ -19,6 +19,13 @@
  *   decode-side kv_transfer_params there when its prefill starts; D is
  *   dispatched with them at that moment. No post by P's answer: P's
  *   answer is used, as in the sequential flow.
+ * sglang (flow_sglang.c; SGLang instances with a transfer backend, pdx's
+ *   or another): P and D get the client's request at once with SGLang's
+ *   bootstrap_host (P's host), bootstrap_port (P's bootstrap server, from
+ *   its GET /get_server_info) and bootstrap_room (63 random bits), as
+ *   SGLang's router sends it; D's answer is relayed, P's looked at only
+ *   when it fails (as in the concurrent flow). No kv_transfer_params, no
+ *   agents asked: SGLang's backends pair by the room.
  *
  * Retries (--retries): a leg that fails before the client got any byte
  * (no connection, a timeout, a 5xx; P's leg or D's) starts the whole
@@ -56,6 +63,7 @@ void pdx_flow_start(struct pdx_call *c);
 void pdx_flow_sequential(struct pdx_call *c);
 void pdx_flow_concurrent(struct pdx_call *c);
 void pdx_flow_early_callback(struct pdx_call *c);
+void pdx_flow_sglang(struct pdx_call *c);
 
 /* The sequential flow from its prefill leg on (D picked, its agent
  * known): where the other flows fall back to it. */
@@ -97,6 +105,16 @@ void pdx_flow_count_transfer(struct pdx_call *c, struct pdx_inst *p);
  * kv_transfer_params (copied unchanged), or byte for byte when kv is
  * not an object. */
 void pdx_flow_send_decode(struct pdx_call *c, json_t *kv);
+
+/* Relays body to c->decode as D's request. */
+void pdx_flow_relay_decode(struct pdx_call *c, const void *body, size_t len);
+
+/* The concurrent flows' prefill side leg ended (pdx_upstream_cbs.on_end,
+ * arg the call): nothing when P answered 200 or D already replies; else
+ * a retry, or D cancelled and pdx_flow_prefill_failed(). */
+void pdx_flow_side_prefill_end(struct pdx_upstream *u, int status,
+			       struct evbuffer *body, int err_status,
+			       const char *why, void *arg);
 
 /* D's kv_transfer_params get the proxy's --on-transfer-failure as
  * on_failure, unless the client's request chose one. -1: out of memory. */

@@ -306,6 +306,12 @@ static struct pdx_inst *decode_take(struct pdx_call *c)
 	return d;
 }
 
+void pdx_flow_relay_decode(struct pdx_call *c, const void *body, size_t len)
+{
+	pdx_call_relay(c, decode_take(c), PDX_POOL_DECODE, EVHTTP_REQ_POST,
+		       c->path, body, len);
+}
+
 void pdx_flow_send_decode(struct pdx_call *c, json_t *kv)
 {
 	struct evbuffer *in = evhttp_request_get_input_buffer(c->req);
@@ -314,10 +320,8 @@ void pdx_flow_send_decode(struct pdx_call *c, json_t *kv)
 
 	if (!json_is_object(kv)) { /* D prefills: no transfer */
 		pdx_transfers_forget(&c->px->xfers, c->xfer_id);
-		pdx_call_relay(c, decode_take(c), PDX_POOL_DECODE,
-			       EVHTTP_REQ_POST, c->path,
-			       evbuffer_pullup(in, -1),
-			       evbuffer_get_length(in));
+		pdx_flow_relay_decode(c, evbuffer_pullup(in, -1),
+				      evbuffer_get_length(in));
 		return;
 	}
 	d = json_copy(c->body); /* shallow: kv replaces a top-level key */
@@ -329,8 +333,7 @@ void pdx_flow_send_decode(struct pdx_call *c, json_t *kv)
 		pdx_call_reply_error(c, 500, "internal_error", "out of memory");
 		return;
 	}
-	pdx_call_relay(c, decode_take(c), PDX_POOL_DECODE, EVHTTP_REQ_POST,
-		       c->path, s, strlen(s));
+	pdx_flow_relay_decode(c, s, strlen(s));
 	free(s);
 }
 

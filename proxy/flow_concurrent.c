@@ -15,9 +15,9 @@
  * engine aborts the transfer and frees its blocks) and the failure policy
  * applies. Once D streams, its KV has arrived, and P's late trouble does
  * not matter. */
-static void prefill_end(struct pdx_upstream *u, int status,
-			struct evbuffer *body, int err_status, const char *why,
-			void *arg)
+void pdx_flow_side_prefill_end(struct pdx_upstream *u, int status,
+			       struct evbuffer *body, int err_status,
+			       const char *why, void *arg)
 {
 	struct pdx_call *c = arg;
 
@@ -54,7 +54,8 @@ static json_t *decode_kv(struct pdx_call *c)
 
 static void dispatch(struct pdx_call *c)
 {
-	static const struct pdx_upstream_cbs prefill = {.on_end = prefill_end};
+	static const struct pdx_upstream_cbs prefill = {
+	    .on_end = pdx_flow_side_prefill_end};
 	struct pdx_upstream_cbs cbs = prefill;
 	struct pdx_inst *p = c->prefill;
 	char *body;

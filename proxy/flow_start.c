@@ -15,6 +15,9 @@ void pdx_flow_start(struct pdx_call *c)
 	case PDX_FLOW_EARLY_CALLBACK:
 		c->flow = pdx_flow_early_callback;
 		break;
+	case PDX_FLOW_SGLANG:
+		c->flow = pdx_flow_sglang;
+		break;
 	default:
 		c->flow = pdx_flow_sequential;
 	}

@@ -32,7 +32,10 @@ void pdx_proxy_opts_usage(FILE *f)
 "  --flow F                    concurrent (default: P and D at once, KV\n"
 "                              pushed layer by layer), sequential\n"
 "                              (vLLM-compatible: P, then D), early-callback\n"
-"                              (D when P posts to /v1/metaserver)\n"
+"                              (D when P posts to /v1/metaserver), sglang\n"
+"                              (SGLang instances: P and D at once with\n"
+"                              bootstrap_host, bootstrap_port and\n"
+"                              bootstrap_room, as SGLang's router)\n"
 "  --metaserver-url URL        where prefill engines post their early\n"
 "                              callback (default http://H:P/v1/metaserver\n"
 "                              of this proxy; 127.0.0.1 for a wildcard H)\n"
@@ -118,6 +121,8 @@ const char *pdx_proxy_flow_name(enum pdx_proxy_flow f)
 		return "concurrent";
 	case PDX_FLOW_EARLY_CALLBACK:
 		return "early-callback";
+	case PDX_FLOW_SGLANG:
+		return "sglang";
 	}
 	return "?";
 }
@@ -374,6 +379,8 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 				o->flow = PDX_FLOW_CONCURRENT;
 			else if (!strcmp(val, "early-callback"))
 				o->flow = PDX_FLOW_EARLY_CALLBACK;
+			else if (!strcmp(val, "sglang"))
+				o->flow = PDX_FLOW_SGLANG;
 			else
 				goto bad_choice;
 		} else if (!strcmp(name, "--metaserver-url")) {

@@ -21,6 +21,7 @@ enum pdx_proxy_flow {
 	PDX_FLOW_CONCURRENT,	 /* P and D at once, layer-wise push */
 	PDX_FLOW_SEQUENTIAL,	 /* vLLM-compatible: P (max_tokens=1), then D */
 	PDX_FLOW_EARLY_CALLBACK, /* D when P posts to /v1/metaserver */
+	PDX_FLOW_SGLANG,	 /* P and D at once with SGLang's bootstrap */
 };
 
 struct pdx_proxy_opts {

@@ -82,6 +82,9 @@ struct pdx_inst {
 	char peer[PDX_POOL_ADDR_MAX];
 	unsigned tp;
 	char peers[PDX_POOL_TP_MAX][PDX_POOL_ADDR_MAX];
+	/* an SGLang prefill instance's bootstrap server port, from its GET
+	 * /get_server_info (flow_sglang.c); 0 until known */
+	uint16_t bootstrap_port;
 	/* idle keep-alive connections, oldest first, and the timer that
 	 * closes them when they expire (upstream.c) */
 	struct {

@@ -192,7 +192,7 @@ class Prefill:
             if not last:
                 end -= end % ps   # a partial page waits for the next chunk
             pages = req.pages[req.sent_tokens // ps:num_pages(end, ps)]
-            self.pool.fill(pages, (req.bootstrap_room * 1000 + req.sent_tokens) % 2**62)
+            self.forward(req, pages, req.sent_tokens, end)
             if last:
                 self.meta.output_ids[req.meta][0] = req.first_token
                 self.meta.bootstrap_room[req.meta][0] = signed64(req.bootstrap_room)
@@ -207,6 +207,11 @@ class Prefill:
             if poll in (KVPoll.Success, KVPoll.Failed):
                 self.inflight.remove(req)
                 self._end(req, poll)
+
+    def forward(self, req, pages, a, b):
+        """The model's writes of positions [a, b) (these pages): random
+        bytes seeded by the room; mini_sglang_serve.py's model instead."""
+        self.pool.fill(pages, (req.bootstrap_room * 1000 + a) % 2**62)
 
     def _end(self, req, poll):
         req.done = poll
