@@ -862,6 +862,15 @@ static void on_abort(struct agent *a, const void *eid, size_t eid_len,
 				  x->announced ? "" : " while it queued it");
 		return;
 	}
+	if (x && !x->finished) {
+		/* a peer's want for a send our engine never announced, and
+		 * now never will: the receiver hears at once */
+		xfer_fail(x, PDX_ECANCELED, true,
+			  "aborted by its engine before it began");
+		return;
+	}
+	/* a want that comes later is answered that it ended */
+	pdx_ended_add(a->ended, &id, "", "aborted by its engine before it began");
 	if (!pdx_mp_get(m, "peer"))
 		return; /* nothing here to abort, and no peer named */
 	/* never announced here: the peer that waits for it is told */

@@ -100,11 +100,33 @@ class Backend(unittest.TestCase):
             if p.sender.state == KVPoll.Transferring and d.done is None:
                 p.sender.abort()
         run(self.P, self.D, [(p, d)], timeout=10, each=abort)
-        self.assertEqual(p.done, KVPoll.Failed)
-        self.assertIn("aborted by SGLang", p.error)
+        # the abort races the transfer: the prefill side may be done first
+        self.assertIn(p.done, (KVPoll.Failed, KVPoll.Success))
+        if p.done == KVPoll.Failed:
+            self.assertIn("aborted by SGLang", p.error)
         self.assertIn(d.done, (KVPoll.Failed, KVPoll.Success))
         if d.done == KVPoll.Failed:
             self.assertIn("aborted by engine", d.error)
+
+    def test_abort_on_prefill_before_send(self):
+        """The prefill side aborts between the chunks of its prefill,
+        before it announced its send, once the decode side asked: the
+        decode side's receive fails at once with the reason, not at its
+        timeout."""
+        self.start(Pool(), Pool())
+        p, d = Req(23, 16, chunk=4), Req(23, 16)
+
+        def abort():  # between chunks: the send is announced at the last
+            if (p.sender.state == KVPoll.WaitingForInput and
+                    0 < p.sent_tokens < 16 and
+                    d.receiver.state == KVPoll.Transferring):
+                p.sender.abort()
+        t0 = time.monotonic()
+        run(self.P, self.D, [(p, d)], timeout=10, each=abort)
+        self.assertEqual(p.done, KVPoll.Failed)
+        self.assertIn("aborted by SGLang", p.error)
+        self.assertEqual(d.done, KVPoll.Failed, d.error)
+        self.assertLess(time.monotonic() - t0, 2.5, d.error)
 
     def test_decode_agent_killed(self):
         """The decode rank's agent dies once its receive is announced,

@@ -69,12 +69,14 @@ class Transfer:
         self.fail("aborted by SGLang")
 
     def _abort_at_agent(self) -> None:
-        if self.announced:
-            try:
-                self.kv_mgr.eng.abort(self.xid)
-            except pdx.Error as e:
-                log.info("pdx.sglang: abort of room %d: %s",
-                         self.bootstrap_room, e)
+        # Announced or not: an agent that holds the peer's side of it (a
+        # want, a recv) tells the peer, whose transfer then fails at once
+        # instead of at its timeout.
+        try:
+            self.kv_mgr.eng.abort(self.xid)
+        except pdx.Error as e:
+            log.info("pdx.sglang: abort of room %d: %s",
+                     self.bootstrap_room, e)
 
     def clear(self) -> None:
         self.kv_mgr.forget(self.xid)
