@@ -12,6 +12,14 @@ shared memory object; the aux rows are MetadataBuffers' first and last
     P = Prefill(classes, ServerArgs(port=...), Pool(...))
     D = Decode(classes, ServerArgs(port=...), Pool(...))
     run(P, D, [Req(room, prompt)], timeout=20)
+
+Prefill(..., layer_ms=X) computes layer by layer, X ms each, calling the
+per-layer hook (SGLANG_DISAGG_LAYERWISE) on senders that have it.
+side_by_side() times the transfer left after the last layer, sending
+after the prefill and layer-wise; run as a script it prints that figure
+(docs/sglang.md, "Measured"):
+
+    mini_sglang.py --bench --agent PATH-TO-pdx-agent [--tokens N ...]
 """
 import os
 import statistics
@@ -230,7 +238,7 @@ class Prefill:
 
     def forward(self, req, pages, seed):
         """The model's forward of one chunk, layer by layer (layer_ms of
-        compute each), calling the per-layer hook of a newer SGLang
+        compute each), calling the per-layer hook of SGLang 15e67e26
         (layerwise_hooks.py) on a sender that enables it, after the
         scheduler named the forward's pages (set_layerwise_indices)."""
         s = req.sender
@@ -437,6 +445,7 @@ def transfer_left(classes, pool_kw, tokens, layer_ms, layerwise, rooms,
             nbytes = p.metric.transfer_total_bytes
             P.pool.free += p.pages
             D.pool.free += d.pages
+            D.meta.free.append(d.meta)   # the decode side is done with it
     finally:
         P.close()
         D.close()
@@ -474,13 +483,13 @@ def main():
     ap.add_argument("--bench", action="store_true", required=True)
     ap.add_argument("--agent", required=True, help="pdx-agent to start")
     ap.add_argument("--layers", type=int, default=32)
-    ap.add_argument("--tokens", type=int, default=1024)
+    ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--layer-ms", type=float, default=20.0)
     ap.add_argument("--chunk", type=int, default=None)
-    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=7)
     o = ap.parse_args()
     os.environ["PDX_SGLANG_AGENT_BIN"] = o.agent
     os.environ.setdefault("UCX_TLS", "sm,self")

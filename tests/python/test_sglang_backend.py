@@ -4,7 +4,7 @@ a decode scheduler in this process, each manager with the pdx-agent it
 starts, the prefill instance's bootstrap server pdx's own. Every check of
 KV is byte by byte: the decode side's pages against the prefill side's.
 
-Covered: layer-wise (the per-layer hook of a newer SGLang): the transfer
+Covered: layer-wise (the per-layer hook of SGLang 15e67e26): the transfer
 announced at the start of the last chunk's forward, each layer done as it
 is computed but the last, held for the first token; and side by side with
 sending after the prefill, with compute per layer, less transfer left

@@ -12,7 +12,7 @@ once (WaitingForInput).
 
 When is each layer done: after the forward (SGLang 0094505d's prefill.py
 sends then), every layer at once in send(). Layer-wise (the per-layer
-hook of a newer SGLang, layerwise_hooks.py: set_layerwise_indices before
+hook of another SGLang commit, layerwise_hooks.py: set_layerwise_indices before
 the forward, start_layerwise_send, save_kv_layer per layer,
 finalize_layerwise_send; docs/sglang.md), the forward of the last chunk
 announces the transfer with all pages before its first layer (earlier
