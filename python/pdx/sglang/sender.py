@@ -20,7 +20,8 @@ chunks' pages are complete) and each save_kv_layer is a pdx layer_done,
 so layers move while later ones compute. The last layer is held until
 the post-forward send(): pdx takes the first token before the last
 layer_done, and the token is sampled after the forward. Earlier chunks'
-forwards are not layer-wise: their pages travel with the last chunk's.
+forwards are not layer-wise: their pages (named by the hook or by send())
+travel with the last chunk's.
 """
 from typing import List, Optional
 
@@ -70,12 +71,23 @@ class PdxKVSender(Transfer):
             return self.fail("send() before init()")
         if self._refuse_state(state_indices):
             return
-        self.pages.extend(int(p) for p in kv_indices)
+        self._gather(kv_indices)
         if len(self.pages) > self.num_pages:
             return self.fail("%d pages sent, init() said %d"
                              % (len(self.pages), self.num_pages))
         if len(self.pages) == self.num_pages and self._announce():
             self._finish()
+
+    def _gather(self, pages) -> None:
+        """Pages in token order, each once: a chunk's forward names its
+        partial last page again in the next (set_layerwise_indices), and
+        its send() may come after that forward or not at all."""
+        have = set(self.pages)
+        for p in pages:
+            p = int(p)
+            if p not in have:
+                have.add(p)
+                self.pages.append(p)
 
     def _announce(self) -> bool:
         mgr = self.kv_mgr
@@ -135,12 +147,9 @@ class PdxKVSender(Transfer):
         complete init's count), the transfer is announced now."""
         if self.state != KVPoll.WaitingForInput or self.num_pages is None:
             return
-        have = set(self.pages)
-        pages = self.pages + [p for p in self.forward_pages if p not in have]
-        if len(pages) != self.num_pages:
-            return   # an earlier chunk: its pages go with send()
-        self.pages = pages
-        self._announce()
+        self._gather(self.forward_pages)
+        if len(self.pages) == self.num_pages:
+            self._announce()   # else an earlier chunk's: nothing moves yet
 
     def save_kv_layer(self, layer_id: int) -> None:
         """The layer (the model's id: with pipeline stages, counted from
