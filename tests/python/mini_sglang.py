@@ -12,7 +12,17 @@ shared memory object; the aux rows are MetadataBuffers' first and last
     P = Prefill(classes, ServerArgs(port=...), Pool(...))
     D = Decode(classes, ServerArgs(port=...), Pool(...))
     run(P, D, [Req(room, prompt)], timeout=20)
+
+Prefill(..., layer_ms=X) computes layer by layer, X ms each, calling the
+per-layer hook (SGLANG_DISAGG_LAYERWISE) on senders that have it.
+side_by_side() times the transfer left after the last layer, sending
+after the prefill and layer-wise; run as a script it prints that figure
+(docs/sglang.md, "Measured"):
+
+    mini_sglang.py --bench --agent PATH-TO-pdx-agent [--tokens N ...]
 """
+import os
+import statistics
 import time
 from types import SimpleNamespace
 from typing import List
@@ -21,6 +31,7 @@ import torch
 
 import pdx
 from pdx.sglang import KVArgs, KVPoll
+from rig import free_port
 
 
 def ServerArgs(port, **kw):
@@ -35,8 +46,10 @@ class Pool:
     """MHATokenToKVPool / MLATokenToKVPool's buffers: pages + 1 pages (page
     0 is SGLang's padding slot), each of page_size tokens."""
 
-    def __init__(self, layers=4, pages=32, page_size=4, heads=2, head_dim=16,
-                 dtype=torch.float16, mla=False):
+    LAYERS = 4
+
+    def __init__(self, layers=LAYERS, pages=32, page_size=4, heads=2,
+                 head_dim=16, dtype=torch.float16, mla=False):
         self.layers, self.pages, self.page_size = layers, pages, page_size
         self.mla = mla
         tokens = (pages + 1) * page_size
@@ -50,6 +63,7 @@ class Pool:
         self.buffers = [[bufs[t, l] for l in range(layers)]
                         for t in range(self.tensors)]
         self.free = list(range(1, pages + 1))
+        self.noise = None
 
     @staticmethod
     def nbytes(t):
@@ -71,14 +85,25 @@ class Pool:
         ps = self.page_size
         return self.buffers[t][l][p * ps:(p + 1) * ps]
 
-    def fill(self, pages, seed):
-        """The forward's writes: these pages of every layer."""
-        g = torch.Generator().manual_seed(seed)
+    def fill(self, pages, seed, layer=None):
+        """The forward's writes: these pages of one layer (all layers
+        without one). Cheap on big pools: one pool-wide block of noise,
+        a window of it per seed, shifted per tensor and layer."""
+        if not pages:
+            return
+        if self.noise is None:
+            g = torch.Generator().manual_seed(1)
+            self.noise = torch.randn(self.buffers[0][0].shape,
+                                     generator=g).to(self.buffers[0][0].dtype)
+        ps, n = self.page_size, len(pages)
+        noise = self.noise.view(-1, ps, *self.noise.shape[1:])
+        at = seed % (noise.shape[0] - n + 1)
+        idx = torch.tensor(pages, dtype=torch.long)
         for t in range(self.tensors):
-            for l in range(self.layers):
-                for p in pages:
-                    v = self.page(t, l, p)
-                    v.copy_(torch.randn(v.shape, generator=g).to(v.dtype))
+            for l in range(self.layers) if layer is None else (layer,):
+                buf = self.buffers[t][l].view(noise.shape)
+                buf.index_copy_(0, idx, noise[at:at + n] +
+                                ((seed + 3 * t + l) % 64) / 8)
 
     def page_bytes(self, pages):
         return b"".join(self.page(t, l, p).numpy().tobytes()
@@ -86,7 +111,7 @@ class Pool:
                         for l in range(self.layers) for p in pages)
 
     def close(self):
-        self.buffers = None
+        self.buffers = self.noise = None
         self.shm.close()
 
 
@@ -145,8 +170,10 @@ class Prefill:
     """PrefillBootstrapQueue, the prefill event loop's forward and
     send_kv_chunk, and the inflight queue."""
 
-    def __init__(self, classes, server_args, pool, bootstrap=True):
+    def __init__(self, classes, server_args, pool, bootstrap=True,
+                 layer_ms=0.0):
         self.cls, self.sa, self.pool = classes, server_args, pool
+        self.layer_ms = layer_ms   # modeled compute of one layer
         self.meta = MetadataBuffers()
         # the bootstrap server lives in the prefill instance's own process
         self.server = classes["bootstrap_server"](
@@ -209,9 +236,27 @@ class Prefill:
                 self._end(req, poll)
 
     def forward(self, req, pages, a, b):
-        """The model's writes of positions [a, b) (these pages): random
-        bytes seeded by the room; mini_sglang_serve.py's model instead."""
-        self.pool.fill(pages, (req.bootstrap_room * 1000 + a) % 2**62)
+        """The model's forward of one chunk, positions [a, b) in these
+        pages, layer by layer (layer_ms of compute each; random bytes
+        seeded by the room; mini_sglang_serve.py's model instead), calling
+        the per-layer hook of SGLang 15e67e26 (layerwise_hooks.py) on a
+        sender that enables it, after the scheduler named the forward's
+        pages (set_layerwise_indices)."""
+        seed = (req.bootstrap_room * 1000 + a) % 2**62
+        s = req.sender
+        hook = getattr(s, "is_layerwise_enabled", False)
+        if hook:
+            s.set_layerwise_indices(pages, None)
+            s.start_layerwise_send(self.pool.layers)
+        for layer in range(self.pool.layers):
+            if self.layer_ms:
+                time.sleep(self.layer_ms / 1000)
+            self.pool.fill(pages, seed, layer)
+            if hook:
+                s.save_kv_layer(layer)
+        if hook:
+            s.finalize_layerwise_send()
+        req.t_computed_ns = time.monotonic_ns()
 
     def _end(self, req, poll):
         req.done = poll
@@ -309,6 +354,9 @@ class Decode:
         else:
             req.got_token = int(self.meta.output_ids[req.meta][0])
             req.got_room = int(self.meta.bootstrap_room[req.meta][0])
+            # when the decode rank's agent said "received" (its clock is
+            # CLOCK_MONOTONIC, as time.monotonic_ns)
+            req.t_received_ns = req.receiver.event.t_last_ns
         req.receiver.clear()
 
     def busy(self):
@@ -318,24 +366,158 @@ class Decode:
         self.mgr.close()
 
 
-def run(P, D, pairs, timeout=20.0, each=None):
+def run(P, D, pairs, timeout=20.0, each=None, decode_first=False):
     """Both event loops, turn about, until every request ended on both
     sides (pairs: (prefill Req, decode Req) of one room); each() after
-    every turn (a test's abort, a kill)."""
+    every turn (a test's abort, a kill). decode_first: the decode side
+    has named its pages (send_metadata) before the prefill side gets the
+    request, as when its pre-allocation beats the prefill's queue."""
+    end = time.monotonic() + timeout
+
+    def late():
+        return TimeoutError("not done in %.0f s: prefill %s, decode %s"
+                            % (timeout, [r.sender.state for r in
+                                         P.bootstrapping + P.running +
+                                         P.inflight],
+                               [r.receiver.state for r in
+                                D.pending + D.queue + D.transfer]))
+    for p, d in pairs:
+        D.add(d, P.sa.disaggregation_bootstrap_port)
+    while decode_first and (D.pending or D.queue):
+        if time.monotonic() > end:
+            raise late()
+        D.step()
+        time.sleep(0.002)
     for p, d in pairs:
         P.add(p)
-        D.add(d, P.sa.disaggregation_bootstrap_port)
-    end = time.monotonic() + timeout
     while P.busy() or D.busy():
         if time.monotonic() > end:
-            raise TimeoutError("not done in %.0f s: prefill %s, decode %s"
-                               % (timeout, [r.sender.state for r in
-                                            P.bootstrapping + P.running +
-                                            P.inflight],
-                                  [r.receiver.state for r in
-                                   D.pending + D.queue + D.transfer]))
+            raise late()
         P.step()
         D.step()
         if each is not None:
             each()
         time.sleep(0.002)
+
+
+class Layerwise:
+    """SGLang's switch of the per-layer hook (SGLANG_DISAGG_LAYERWISE),
+    on or off for the managers built inside the with."""
+
+    def __init__(self, on):
+        self.on = on
+
+    def __enter__(self):
+        self.was = os.environ.get("SGLANG_DISAGG_LAYERWISE")
+        os.environ["SGLANG_DISAGG_LAYERWISE"] = "1" if self.on else "0"
+
+    def __exit__(self, *exc):
+        if self.was is None:
+            del os.environ["SGLANG_DISAGG_LAYERWISE"]
+        else:
+            os.environ["SGLANG_DISAGG_LAYERWISE"] = self.was
+
+
+def transfer_left(classes, pool_kw, tokens, layer_ms, layerwise, rooms,
+                  chunk=None):
+    """One request at a time through a prefill and a decode scheduler
+    (pools Pool(**pool_kw), the agents their managers start), the
+    per-layer hook on or off: for each room, the ms from the prefill's
+    last layer computed to the decode agent's "received" (what the decode
+    side's poll turns into Success), and the transfer's bytes. The first
+    room warms the agents' connection and is not counted."""
+    p_pool, d_pool = Pool(**pool_kw), Pool(**pool_kw)
+    with Layerwise(layerwise):
+        P = Prefill(classes, ServerArgs(free_port()), p_pool,
+                    layer_ms=layer_ms)
+        D = Decode(classes, ServerArgs(free_port()), d_pool)
+    left, nbytes = [], 0
+    try:
+        for i, room in enumerate(rooms):
+            p = Req(room, tokens, first_token=room % 30000, chunk=chunk)
+            d = Req(room, tokens)
+            run(P, D, [(p, d)], timeout=60, decode_first=True)
+            if (p.done, d.done) != (KVPoll.Success, KVPoll.Success):
+                raise RuntimeError("room %d: prefill %s, decode %s"
+                                   % (room, p.error, d.error))
+            if P.pool.page_bytes(p.pages) != D.pool.page_bytes(d.pages):
+                raise RuntimeError("room %d: KV differs" % room)
+            if i:
+                left.append((d.t_received_ns - p.t_computed_ns) / 1e6)
+            nbytes = p.metric.transfer_total_bytes
+            P.pool.free += p.pages
+            D.pool.free += d.pages
+            D.meta.free.append(d.meta)   # the decode side is done with it
+    finally:
+        P.close()
+        D.close()
+        p_pool.close()
+        d_pool.close()
+    return left, nbytes
+
+
+def side_by_side(classes, pool_kw, tokens, layer_ms, iters=3, chunk=None):
+    """transfer_left sending after the prefill (a), then layer-wise (b):
+    their medians; the bytes of one layer; (a)'s throughput (every layer
+    ready at once, so the whole transfer is left) and from it one layer's
+    transfer time, the bound (b) is held to."""
+    rooms = list(range(1001, 1002 + iters))
+    a, nbytes = transfer_left(classes, pool_kw, tokens, layer_ms, False,
+                              rooms, chunk)
+    b, _ = transfer_left(classes, pool_kw, tokens, layer_ms, True, rooms,
+                         chunk)
+    layers = pool_kw.get("layers", Pool.LAYERS)
+    a_ms, b_ms = statistics.median(a), statistics.median(b)
+    layer_bytes = nbytes / layers
+    gbps = nbytes / a_ms / 1e6
+    one_layer_ms = layer_bytes / gbps / 1e6
+    return {"after_prefill_ms": a_ms, "layerwise_ms": b_ms,
+            "after_prefill_all": a, "layerwise_all": b,
+            "bytes": nbytes, "layer_bytes": layer_bytes, "gbps": gbps,
+            "one_layer_ms": one_layer_ms,
+            "ratio": b_ms / one_layer_ms}
+
+
+def main():
+    """--bench: the side-by-side figure of docs/sglang.md."""
+    import argparse
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--bench", action="store_true", required=True)
+    ap.add_argument("--agent", required=True, help="pdx-agent to start")
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--tokens", type=int, default=4096)
+    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--page-size", type=int, default=16)
+    ap.add_argument("--layer-ms", type=float, default=20.0)
+    ap.add_argument("--chunk", type=int, default=None)
+    ap.add_argument("--iters", type=int, default=7)
+    o = ap.parse_args()
+    os.environ["PDX_SGLANG_AGENT_BIN"] = o.agent
+    os.environ.setdefault("UCX_TLS", "sm,self")
+    os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
+    from pdx.sglang import (PdxKVBootstrapServer, PdxKVManager,
+                            PdxKVReceiver, PdxKVSender)
+    classes = {"manager": PdxKVManager, "sender": PdxKVSender,
+               "receiver": PdxKVReceiver,
+               "bootstrap_server": PdxKVBootstrapServer}
+    pool_kw = dict(layers=o.layers, pages=num_pages(o.tokens, o.page_size),
+                   page_size=o.page_size, heads=o.kv_heads,
+                   head_dim=o.head_dim)
+    r = side_by_side(classes, pool_kw, o.tokens, o.layer_ms, o.iters,
+                     o.chunk)
+    print("%d layers x %.2f MB (%d tokens), %.1f ms compute per layer, "
+          "median of %d" % (o.layers, r["layer_bytes"] / 1e6, o.tokens,
+                            o.layer_ms, o.iters))
+    print("throughput %.2f GB/s (after-prefill), one layer %.2f ms"
+          % (r["gbps"], r["one_layer_ms"]))
+    print("left after the last layer: after-prefill %.2f ms, layer-wise "
+          "%.2f ms = %.2f x one layer"
+          % (r["after_prefill_ms"], r["layerwise_ms"], r["ratio"]))
+    print("all runs (ms): after-prefill %s, layer-wise %s"
+          % (["%.2f" % x for x in r["after_prefill_all"]],
+             ["%.2f" % x for x in r["layerwise_all"]]))
+
+
+if __name__ == "__main__":
+    main()

@@ -10,7 +10,8 @@ Configuration is by environment, as SGLang's server arguments have no room
 for a backend's own (docs/sglang.md): PDX_SGLANG_AGENT, PDX_SGLANG_AGENT_BIN,
 PDX_SGLANG_AGENT_ARGS, PDX_SGLANG_AGENT_HOST (its peer link's
 address), PDX_SGLANG_XFER_TIMEOUT_MS, PDX_SGLANG_LIVENESS_MS,
-PDX_SGLANG_BOOTSTRAP_TIMEOUT_S.
+PDX_SGLANG_BOOTSTRAP_TIMEOUT_S; and SGLang's own SGLANG_DISAGG_LAYERWISE,
+which turns on the senders' per-layer hook (sender.py).
 """
 import logging
 import os
@@ -66,6 +67,9 @@ class PdxKVManager:
                                       "disaggregation_bootstrap_port", None)
         self.bootstrap_timeout = float(os.environ.get(
             "PDX_SGLANG_BOOTSTRAP_TIMEOUT_S", "30"))
+        self.layerwise = os.environ.get("SGLANG_DISAGG_LAYERWISE", "0") \
+            .lower() in ("1", "true", "yes", "on")
+        self.start_layer = int(getattr(args, "prefill_start_layer", 0) or 0)
         self.agent = None
         addr = os.environ.get("PDX_SGLANG_AGENT")
         if addr:
