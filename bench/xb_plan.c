@@ -92,12 +92,11 @@ uint64_t xb_plan_xfer_bytes(const struct xb_plan *p)
 	return xb_plan_shape_bytes(p, p->shape);
 }
 
-int xb_write_all(int fd, const void *buf, size_t len)
+/* All len bytes, through EINTR and short transfers; -1 at EOF or error. */
+static int io_all(int fd, char *p, size_t len, bool out)
 {
-	const char *p = buf;
-
 	while (len) {
-		ssize_t n = write(fd, p, len);
+		ssize_t n = out ? write(fd, p, len) : read(fd, p, len);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -109,19 +108,12 @@ int xb_write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+int xb_write_all(int fd, const void *buf, size_t len)
+{
+	return io_all(fd, (char *)buf, len, true);
+}
+
 int xb_read_all(int fd, void *buf, size_t len)
 {
-	char *p = buf;
-
-	while (len) {
-		ssize_t n = read(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
+	return io_all(fd, buf, len, false);
 }

@@ -12,16 +12,11 @@ import json
 import subprocess
 import sys
 
+from xb_check import check, finish
+
 N = 30
 STEPS = ["engine_link_prefill", "to_push", "push", "completion",
          "done_build", "peer_link", "decode_agent", "engine_link_decode"]
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL: " + what, file=sys.stderr)
 
 
 def run(xb, agent, extra):
@@ -84,8 +79,7 @@ def main():
                 "one_block_breakdown_us"]:
         check(key in r and r[key] is None,
               "without --one-block, %s = %r, want null" % (key, r.get(key)))
-    if failures:
-        sys.exit(1)
+    finish()
     print(summary)
 
 

@@ -11,32 +11,13 @@ Refused splits exit 2.
     xferbench_tp.py PDX-XFERBENCH PDX-AGENT
 """
 import json
-import subprocess
 import sys
 
-ITERS = 2
-CONC = 2
+from xb_check import CONC, ITERS, check, finish, run
+
 # common/models.c: (layers, tensors, kv_heads, head_dim, block_tokens)
 MODELS = {"tiny": (4, 2, 2, 16, 4), "llama3-8b": (32, 2, 8, 128, 16),
           "deepseek-v3": (61, 1, 1, 576, 64)}
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL: " + what, file=sys.stderr)
-
-
-def run(xb, agent, args, want_rc=0):
-    p = subprocess.run([xb, "--iters", str(ITERS), "--concurrency",
-                        str(CONC), "--random-blocks", "--agent-bin", agent] +
-                       args, capture_output=True, text=True, timeout=120)
-    if p.returncode != want_rc:
-        sys.stderr.write(p.stderr)
-        sys.exit("pdx-xferbench %s exited %d, want %d" %
-                 (" ".join(args), p.returncode, want_rc))
-    return p
 
 
 def full_bytes(model, tokens):
@@ -140,8 +121,7 @@ def main():
                 ["--decode-tp", "2", "--one-block", "5"],
                 ["--order", "XYZ"]):
         run(xb, agent, ["--model", "tiny", "--tokens", "64"] + bad, 2)
-    if failures:
-        sys.exit(1)
+    finish()
 
 
 main()

@@ -10,34 +10,15 @@ is refused.
     xferbench_versus.py PDX-XFERBENCH PDX-AGENT
 """
 import json
-import subprocess
 import sys
 
-ITERS = 2
-CONC = 2
+from xb_check import CONC, ITERS, check, finish, run
+
 BLOCK_TOKENS = {"tiny": 4, "deepseek-v3": 64}  # common/models.c
 ARM_KEYS = ["skip_tokens", "pull", "bytes", "event_bytes", "xfers", "p50_ms",
             "mean_ms", "p99_ms", "gbps", "exposed_ms", "engine_exposed_ms",
             "memcpy_gbps", "verified", "prefill_tp", "decode_tp",
             "decode_ranks"]
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL: " + what, file=sys.stderr)
-
-
-def run(xb, agent, args, want_rc=0):
-    p = subprocess.run([xb, "--iters", str(ITERS), "--concurrency",
-                        str(CONC), "--random-blocks", "--agent-bin", agent] +
-                       args, capture_output=True, text=True, timeout=120)
-    if p.returncode != want_rc:
-        sys.stderr.write(p.stderr)
-        sys.exit("pdx-xferbench %s exited %d, want %d" %
-                 (" ".join(args), p.returncode, want_rc))
-    return p
 
 
 def check_versus(xb, agent, model, tokens, what, skip, pull):
@@ -114,8 +95,7 @@ def main():
                 ["--versus", "skip-half", "--skip-tokens", "8"],
                 ["--versus", "skip=64"], ["--versus", "tp"]):
         run(xb, agent, ["--model", "tiny", "--tokens", "64"] + bad, 2)
-    if failures:
-        sys.exit(1)
+    finish()
 
 
 main()

@@ -28,7 +28,6 @@ asserts here too, so a connector that breaks them fails its test.
 """
 import array
 import collections
-import ctypes
 import importlib
 import inspect
 import itertools

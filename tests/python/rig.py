@@ -6,11 +6,11 @@ pdx.SharedPool that both sides of a transfer use.
         ag.engine("p")  # ipc:// address of agent p
 """
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -117,3 +117,23 @@ class Agents:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def start_server(cmd, log, new_session=False):
+    """Starts an HTTP server (its stderr to the file log) and waits until
+    it logs "listening on http://HOST:PORT" (30 s at most): (process,
+    that URL). new_session: its own process group, to signal it whole."""
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
+                         start_new_session=new_session)
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        with open(log.name) as f:
+            m = re.search(r"listening on (http://[0-9.:]+)", f.read())
+        if m:
+            return p, m.group(1)
+        if p.poll() is not None:
+            break
+        time.sleep(0.05)
+    with open(log.name) as f:
+        raise RuntimeError("%s did not start: %s" % (" ".join(cmd[:2]),
+                                                      f.read()))

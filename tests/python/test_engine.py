@@ -6,8 +6,6 @@ the pollable fd, and an agent killed under a transfer (EAGENT at once).
 
     test_engine.py PATH-TO-pdx-agent
 """
-import os
-import select
 import sys
 import time
 import unittest

@@ -7,30 +7,14 @@ usage: test_mini_vllm_http.py PDX_ENGINE
 """
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 
+from rig import start_server
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def start(cmd, log):
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
-        with open(log.name) as f:
-            m = re.search(r"listening on (http://[0-9.:]+)", f.read())
-        if m:
-            return p, m.group(1)
-        if p.poll() is not None:
-            break
-        time.sleep(0.05)
-    with open(log.name) as f:
-        raise RuntimeError("%s did not start: %s" % (cmd[0], f.read()))
 
 
 def post(url, body):
@@ -65,10 +49,10 @@ def main():
     try:
         with open(os.path.join(tmp, "eng.log"), "w") as le, \
                 open(os.path.join(tmp, "mv.log"), "w") as lm:
-            pe, eng = start([engine_bin, "--port", "0", "--model", "tiny",
+            pe, eng = start_server([engine_bin, "--port", "0", "--model", "tiny",
                              "--time-scale", "0"], le)
             procs.append(pe)
-            pm, mv = start([sys.executable,
+            pm, mv = start_server([sys.executable,
                             os.path.join(HERE, "mini_vllm_serve.py"),
                             "--port", "0", "--role", "decode"], lm)
             procs.append(pm)

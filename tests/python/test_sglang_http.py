@@ -14,7 +14,6 @@ usage: test_sglang_http.py PDX_ENGINE PDX_AGENT PDX_PROXY
 """
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 
-from rig import free_port
+from rig import free_port, start_server
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROMPTS = [("Hello, world! Once more.", 12),
@@ -31,23 +30,6 @@ PROMPTS = [("Hello, world! Once more.", 12),
            ("a" + " b" * 40, 5),
            ("x", 3)]
 ERROR_BOUND_S = 15
-
-
-def start(cmd, log):
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
-                         start_new_session=True)
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
-        with open(log.name) as f:
-            m = re.search(r"listening on (http://[0-9.:]+)", f.read())
-        if m:
-            return p, m.group(1)
-        if p.poll() is not None:
-            break
-        time.sleep(0.05)
-    with open(log.name) as f:
-        raise RuntimeError("%s did not start: %s" % (" ".join(cmd[:2]),
-                                                      f.read()))
 
 
 def post(url, body, timeout=30):
@@ -112,7 +94,7 @@ def main():
 
     def spawn(name, cmd):
         with open(os.path.join(tmp, name + ".log"), "w") as log:
-            procs[name], url = start(cmd, log)
+            procs[name], url = start_server(cmd, log, new_session=True)
         return url
 
     serve = [sys.executable, os.path.join(HERE, "mini_sglang_serve.py"),
