@@ -10,6 +10,7 @@ kv_heads x head_dim with dtype_bytes 1: SGLang's decode side does not
 tell its head count, so both sides describe a token the same way from
 its bytes alone.
 """
+import os
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
@@ -42,6 +43,26 @@ def _token_split(token_bytes: int) -> Tuple[int, int]:
         if token_bytes % heads == 0 and token_bytes // heads <= HEAD_DIM_MAX:
             return heads, token_bytes // heads
     raise ValueError("pdx.sglang: a token of %d bytes" % token_bytes)
+
+
+def token_shape(token_bytes: int) -> Tuple[int, int, int]:
+    """(kv_heads, head_dim, dtype_bytes) of a token of token_bytes: as
+    PDX_SGLANG_TOKEN says ("KV_HEADS,HEAD_DIM,DTYPE_BYTES", the model's, so
+    that the layout matches a peer that is not SGLang, pdx-engine say),
+    else bytes alone (dtype_bytes 1, the fewest heads that fit)."""
+    spec = os.environ.get("PDX_SGLANG_TOKEN")
+    if not spec:
+        return _token_split(token_bytes) + (1,)
+    try:
+        heads, dim, dtype = (int(v) for v in spec.split(","))
+    except ValueError:
+        raise ValueError("pdx.sglang: PDX_SGLANG_TOKEN=%r: want "
+                         "KV_HEADS,HEAD_DIM,DTYPE_BYTES" % spec) from None
+    if heads < 1 or dim < 1 or dtype < 1 or heads * dim * dtype != token_bytes:
+        raise ValueError("pdx.sglang: PDX_SGLANG_TOKEN=%s is %d bytes a "
+                         "token; SGLang's pages hold %d" %
+                         (spec, max(heads * dim * dtype, 0), token_bytes))
+    return heads, dim, dtype
 
 
 def shape_of(kv_args, is_mla: bool) -> Shape:
@@ -79,14 +100,14 @@ def build(kv_args, is_mla: bool):
     if page < 1 or item % page:
         raise ValueError("pdx.sglang: a page of %d bytes is not %d tokens"
                          % (item, page))
-    heads, dim = _token_split(item // page)
+    heads, dim, dtype = token_shape(item // page)
     ptrs, lens = list(kv_args.kv_data_ptrs), list(kv_args.kv_data_lens)
     blocks = min(n // i for n, i in zip(lens, kv_args.kv_item_lens))
     regions, refs, cuda = _regions(list(zip(ptrs, lens)))
     bases = [[refs[t * shape.layers + l] for t in range(shape.tensors)]
              for l in range(shape.layers)]
     lay = pdx.Layout(blocks=blocks, block_tokens=page, kv_heads=heads,
-                     head_dim=dim, dtype_bytes=1, bases=bases,
+                     head_dim=dim, dtype_bytes=dtype, bases=bases,
                      block_stride=list(shape.item_lens),
                      tensors=shape.tensors)
     return shape, lay, regions, cuda
