@@ -42,8 +42,8 @@ import threading
 import unittest
 import urllib.request
 
-from rig import Agents, free_port, wait_for
-from test_mini_vllm_http import post, start, text_of
+from rig import Agents, free_port, start_server, wait_for
+from test_mini_vllm_http import post, text_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOY = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared",
@@ -114,7 +114,7 @@ class Interop(unittest.TestCase):
     @classmethod
     def run_bg(cls, name, cmd):
         with open(os.path.join(cls.tmp, name + ".log"), "w") as log:
-            p, url = start(cmd, log)
+            p, url = start_server(cmd, log)
         cls.procs.append((name, p))
         return url
 
