@@ -100,29 +100,27 @@ void complete_send_done(struct xfer *x)
 	struct peer_msg pm;
 	pdx_status_t st;
 
+	bool by_ucx = x->peer->path == DATA_IPC && x->peer->done_ucx;
+
 	xfer_mark(x, MARK_FLUSHED);
 	xfer_mark(x, MARK_DONE_SENT);
-	if (x->peer->path == DATA_IPC && x->peer->done_ucx) {
+	if (by_ucx) {
 		st = send_done_am(x);
-		if (st)
-			xfer_fail(x, st, true, "cannot send done to %s: %s",
-				  x->peer_addr, pdx_status_str(st));
-		else
-			xfer_succeed(x);
-		log_debug("done sent to %s by ucx", x->peer_addr);
-		return;
+	} else {
+		peer_msg_begin(&pm, x->agent, "done", &x->id, NULL);
+		pdx_mp_msg_i64(&pm.m, "first_token", x->first_token);
+		pdx_mp_msg_u64(&pm.m, "bytes", x->bytes);
+		pdx_mp_msg_u64(&pm.m, "am_bytes", x->am_bytes);
+		st = peer_msg_send(&pm, x->peer);
 	}
-	peer_msg_begin(&pm, x->agent, "done", &x->id, NULL);
-	pdx_mp_msg_i64(&pm.m, "first_token", x->first_token);
-	pdx_mp_msg_u64(&pm.m, "bytes", x->bytes);
-	pdx_mp_msg_u64(&pm.m, "am_bytes", x->am_bytes);
-	st = peer_msg_send(&pm, x->peer);
+	/* the peer link could not carry it: nothing more to tell the peer */
 	if (st)
-		xfer_fail(x, PDX_EPEER, false, "cannot send done to %s: %s",
-			  x->peer_addr, pdx_status_str(st));
+		xfer_fail(x, by_ucx ? st : PDX_EPEER, by_ucx,
+			  "cannot send done to %s: %s", x->peer_addr,
+			  pdx_status_str(st));
 	else
 		xfer_succeed(x);
-	log_debug("done sent to %s", x->peer_addr);
+	log_debug("done sent to %s%s", x->peer_addr, by_ucx ? " by ucx" : "");
 }
 
 static void flush_done(void *arg, pdx_status_t status)

@@ -388,30 +388,36 @@ pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 	return st;
 }
 
-void pdx_kv_link_hold(struct pdx_kv_link *l, const struct pdx_xfer_id *xfer,
-		      const struct pdx_kv_peers *other)
+/* op (pdx_engine_hold or _abort_at) of xfer at our pair, or at every rank
+ * of the other side at different TP sizes (each holds the transfer), and
+ * the same at the follower ranks. */
+static void at_peers(struct pdx_kv_link *l, enum pdx_tp_kind kind,
+		     pdx_status_t (*op)(struct pdx_engine *,
+					const struct pdx_xfer_id *,
+					const char *),
+		     const struct pdx_xfer_id *xfer,
+		     const struct pdx_kv_peers *other)
 {
 	const char *peer = own_pair(l, other);
 
-	/* at different TP sizes, at every rank: each holds the transfer */
 	for (uint32_t r = 0; other && r < other->n; r++)
 		if (!peer || peer == other->addr[r])
-			pdx_engine_hold(l->e, xfer, other->addr[r]);
-	to_ranks(l, PDX_TP_HOLD, xfer, 0, other);
+			op(l->e, xfer, other->addr[r]);
+	to_ranks(l, kind, xfer, 0, other);
 	poke(l);
+}
+
+void pdx_kv_link_hold(struct pdx_kv_link *l, const struct pdx_xfer_id *xfer,
+		      const struct pdx_kv_peers *other)
+{
+	at_peers(l, PDX_TP_HOLD, pdx_engine_hold, xfer, other);
 }
 
 void pdx_kv_link_abort_at(struct pdx_kv_link *l,
 			  const struct pdx_xfer_id *xfer,
 			  const struct pdx_kv_peers *other)
 {
-	const char *peer = own_pair(l, other);
-
-	for (uint32_t r = 0; other && r < other->n; r++)
-		if (!peer || peer == other->addr[r])
-			pdx_engine_abort_at(l->e, xfer, other->addr[r]);
-	to_ranks(l, PDX_TP_ABORT_AT, xfer, 0, other);
-	poke(l);
+	at_peers(l, PDX_TP_ABORT_AT, pdx_engine_abort_at, xfer, other);
 }
 
 void pdx_kv_link_cancel(struct pdx_kv_link *l, struct pdx_kv_waiter *w)

@@ -462,34 +462,39 @@ static ucp_request_param_t send_param(struct op *o, struct pdx_ucx_mem *mem)
 	return p;
 }
 
-pdx_status_t pdx_ucx_put(struct pdx_ucx_ep *ep, const void *src, size_t len,
-			 struct pdx_ucx_mem *src_mem, uint64_t remote_addr,
-			 struct pdx_ucx_rkey *rkey, pdx_ucx_done_cb cb, void *arg)
+/* A put from our buf into the remote address, or a get from it into buf:
+ * one operation, the same request either way. */
+static pdx_status_t rma(struct pdx_ucx_ep *ep, bool put, void *buf,
+			size_t len, struct pdx_ucx_mem *mem,
+			uint64_t remote_addr, struct pdx_ucx_rkey *rkey,
+			pdx_ucx_done_cb cb, void *arg)
 {
 	struct op *o = op_new(cb, arg);
 	ucp_request_param_t p;
 
 	if (!o)
 		return PDX_ENOMEM;
-	p = send_param(o, src_mem);
+	p = send_param(o, mem);
 	return op_started(ep->u, o,
-			  ucp_put_nbx(ep->ep, src, len, remote_addr, rkey->rkey,
-				      &p));
+			  put ? ucp_put_nbx(ep->ep, buf, len, remote_addr,
+					    rkey->rkey, &p)
+			      : ucp_get_nbx(ep->ep, buf, len, remote_addr,
+					    rkey->rkey, &p));
+}
+
+pdx_status_t pdx_ucx_put(struct pdx_ucx_ep *ep, const void *src, size_t len,
+			 struct pdx_ucx_mem *src_mem, uint64_t remote_addr,
+			 struct pdx_ucx_rkey *rkey, pdx_ucx_done_cb cb, void *arg)
+{
+	return rma(ep, true, (void *)src, len, src_mem, remote_addr, rkey, cb,
+		   arg);
 }
 
 pdx_status_t pdx_ucx_get(struct pdx_ucx_ep *ep, void *dst, size_t len,
 			 struct pdx_ucx_mem *dst_mem, uint64_t remote_addr,
 			 struct pdx_ucx_rkey *rkey, pdx_ucx_done_cb cb, void *arg)
 {
-	struct op *o = op_new(cb, arg);
-	ucp_request_param_t p;
-
-	if (!o)
-		return PDX_ENOMEM;
-	p = send_param(o, dst_mem);
-	return op_started(ep->u, o,
-			  ucp_get_nbx(ep->ep, dst, len, remote_addr, rkey->rkey,
-				      &p));
+	return rma(ep, false, dst, len, dst_mem, remote_addr, rkey, cb, arg);
 }
 
 static pdx_status_t am_send(struct pdx_ucx_ep *ep, unsigned id,

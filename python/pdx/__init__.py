@@ -12,7 +12,7 @@ libpdx C library through ctypes, and host KV memory the agent can map.
 docs/libpdx.md explains the calls; include/pdx/engine.h is the contract.
 """
 from .engine import (CudaRegion, Engine, Error, Event, Layout, ShmRegion,
-                     XferId, cuda_region, status_str, NHD, HND, SENT, RECEIVED, FAILED,
+                     XferId, cuda_region, cuda_regions_for, status_str, NHD, HND, SENT, RECEIVED, FAILED,
                      OK, EAGAIN, EINVAL, ERANGE, ENOENT, EEXIST, ETIMEDOUT,
                      ECANCELED, EPERM, ETOOBIG, EPEER, EINCOMPAT, ENOMEM, EIO,
                      ENOTREG, EAGENT)
@@ -21,7 +21,8 @@ from ._clib import path as library_path
 
 __all__ = [
     "CudaRegion", "Engine", "Error", "Event", "Layout", "ShmRegion", "XferId",
-    "SharedPool", "region_of", "regions_for", "cuda_region", "status_str",
+    "SharedPool", "region_of", "regions_for", "cuda_region",
+    "cuda_regions_for", "status_str",
     "library_path",
     "NHD", "HND", "SENT", "RECEIVED", "FAILED", "OK", "EAGAIN", "EINVAL",
     "ERANGE", "ENOENT", "EEXIST", "ETIMEDOUT", "ECANCELED", "EPERM",

@@ -144,6 +144,21 @@ def cuda_region(ptr: int, size: int) -> Tuple[CudaRegion, int]:
                        ptr - off.value), off.value)
 
 
+def cuda_regions_for(spans: Sequence[Tuple[int, int]]
+                     ) -> Tuple[List["CudaRegion"], List[Tuple[int, int]]]:
+    """As pdx.regions_for, for device memory: for (address, size) spans,
+    one region per CUDA allocation that holds them and, per span,
+    (region index, offset)."""
+    regions, index, refs = [], {}, []
+    for address, size in spans:
+        r, off = cuda_region(address, size)
+        if r.base not in index:
+            index[r.base] = len(regions)
+            regions.append(r)
+        refs.append((index[r.base], off))
+    return regions, refs
+
+
 def _stream(stream) -> int:
     """A CUDA stream as a pointer: an int (0: the legacy default stream)
     or anything with .cuda_stream (torch.cuda.Stream)."""

@@ -119,19 +119,8 @@ def _regions(spans: Sequence[Tuple[int, int]]):
         return regions, refs, False
     except pdx.Error as host_err:
         try:
-            return _cuda_regions(spans) + (True,)
+            return pdx.cuda_regions_for(spans) + (True,)
         except pdx.Error as cuda_err:
             raise pdx.Error(pdx.EINVAL, "pdx.sglang: the KV buffers are "
                             "neither host shared memory (%s) nor CUDA IPC "
                             "memory (%s)" % (host_err.reason, cuda_err.reason))
-
-
-def _cuda_regions(spans):
-    regions, refs, index = [], [], {}
-    for ptr, size in spans:
-        r, off = pdx.cuda_region(ptr, size)
-        if r.base not in index:
-            index[r.base] = len(regions)
-            regions.append(r)
-        refs.append((index[r.base], off))
-    return regions, refs

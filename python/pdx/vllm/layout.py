@@ -122,7 +122,8 @@ def build(kv_caches: Dict[str, object]):
         raise ValueError("KV caches on %s at once: one kind of memory, "
                          "please" % " and ".join(sorted(devices)))
     cuda = devices == {"cuda"}
-    regions, refs = _cuda_regions(spans) if cuda else pdx.regions_for(spans)
+    regions, refs = (pdx.cuda_regions_for(spans) if cuda
+                     else pdx.regions_for(spans))
     bases, it = [], iter(refs)
     for sh in shapes:
         bases.append([next(it) for _ in sh.bases])
@@ -132,15 +133,3 @@ def build(kv_caches: Dict[str, object]):
                      block_stride=[sh.block_stride for sh in shapes],
                      tensors=first.tensors, order=first.order)
     return lay, regions, layers, cuda
-
-
-def _cuda_regions(spans):
-    """As pdx.regions_for, for device memory: one region per allocation."""
-    regions, index, refs = [], {}, []
-    for address, size in spans:
-        r, off = pdx.cuda_region(address, size)
-        if r.base not in index:
-            index[r.base] = len(regions)
-            regions.append(r)
-        refs.append((index[r.base], off))
-    return regions, refs

@@ -9,7 +9,7 @@ request waits (WAITING_FOR_REMOTE_KVS) until the worker reports it.
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from . import params
 from .meta import PdxMetadata, RecvMeta, SendMeta, XferMeta
