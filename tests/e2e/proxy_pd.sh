@@ -16,7 +16,11 @@ PROXY=$3
 
 notify="tcp://127.0.0.1:$(free_port)" # the concurrent proxy's collector
 AGENT_OPTS+=(--notify "$notify")
-pd_engine_start P prefill --time-scale 0
+# P's prefill takes modeled time (tiny's is a few ms at this scale), as a
+# real one does: the early-callback flow's callback, posted as the prefill
+# starts, then reaches the proxy before P's answer (at time scale 0 the two
+# raced, and under ASan the answer could win every time)
+pd_engine_start P prefill --time-scale 100000
 pd_engine_start D decode --time-scale 0
 named_engine_start C "$ENGINE" --time-scale 0
 pools=(--prefill "127.0.0.1:$PORT_P" --decode "127.0.0.1:$PORT_D")
