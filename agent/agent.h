@@ -237,6 +237,8 @@ struct xfer {
 	uint64_t bytes;        /* payload bytes moved */
 	uint64_t am_bytes;     /* receiver: bytes that arrived as messages */
 	int64_t first_token;   /* the prefill's first token, -1: not given */
+	uint8_t *meta;         /* the engine's bytes beside the KV (xfer_set_meta) */
+	size_t meta_len;
 	uint64_t am_expected;  /* receiver: from "done" */
 	struct pdx_kv_plan *plan;      /* GPU: our blocks [skip, n) */
 	struct pdx_kv_plan *peer_plan; /* cuda-ipc sender: the receiver's */
@@ -429,6 +431,8 @@ void xfer_begin_phase(struct xfer *x);
 /* Re-arms x's timer for the nearest of its bounds: the phase's timeout,
  * the sender's lease before "want", the sender's gap between layers. */
 void xfer_arm(struct xfer *x);
+/* The engine's bytes beside the KV, a copy (len 0: none); PDX_ENOMEM. */
+pdx_status_t xfer_set_meta(struct xfer *x, const void *data, size_t len);
 /* The fields an engine event and a notification share (docs/protocol.md):
  * xfer, kind, status, reason, bytes, t_first, t_last, first_token. */
 void xfer_pack_outcome(struct pdx_mp_msg *m, const struct xfer *x,
@@ -629,10 +633,11 @@ bool tp_legs_holder(const struct agent *a, const struct peer *p,
 bool tp_legs_abort(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
 		   const char *reason);
 /* Prefill side: our engine announced group x, or computed a layer of it
- * (layer >= 0), or gave its first token: its legs follow. */
+ * (layer >= 0), or gave what goes beside the KV (first token, meta): its
+ * legs follow. */
 void tp_legs_announced(struct xfer *x);
 void tp_legs_layer_done(struct xfer *x, uint32_t layer);
-void tp_legs_token(struct xfer *x);
+void tp_legs_beside(struct xfer *x);
 /* xfer_ops.legs_decided: a leg's outcome counts into its group; a group
  * that failed fails its other legs. */
 void tp_legs_decided(struct xfer *x);

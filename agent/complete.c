@@ -100,7 +100,9 @@ void complete_send_done(struct xfer *x)
 	struct peer_msg pm;
 	pdx_status_t st;
 
-	bool by_ucx = x->peer->path == DATA_IPC && x->peer->done_ucx;
+	/* the AM header is fixed: meta goes the peer link's way */
+	bool by_ucx = x->peer->path == DATA_IPC && x->peer->done_ucx &&
+		      !x->meta_len;
 
 	xfer_mark(x, MARK_FLUSHED);
 	xfer_mark(x, MARK_DONE_SENT);
@@ -111,6 +113,8 @@ void complete_send_done(struct xfer *x)
 		pdx_mp_msg_i64(&pm.m, "first_token", x->first_token);
 		pdx_mp_msg_u64(&pm.m, "bytes", x->bytes);
 		pdx_mp_msg_u64(&pm.m, "am_bytes", x->am_bytes);
+		if (x->meta_len)
+			pdx_mp_msg_bin(&pm.m, "meta", x->meta, x->meta_len);
 		st = peer_msg_send(&pm, x->peer);
 	}
 	/* the peer link could not carry it: nothing more to tell the peer */

@@ -71,6 +71,8 @@ static void send_event(struct agent *a, const void *eid, size_t eid_len,
 	pdx_mp_msg_init(&m);
 	pdx_mp_msg_str(&m, "op", "event");
 	xfer_pack_outcome(&m, x, kind);
+	if (x->meta_len && strcmp(kind, "received") == 0)
+		pdx_mp_msg_bin(&m, "meta", x->meta, x->meta_len);
 	engine_reply(a, eid, eid_len, &m, "event");
 }
 
@@ -806,8 +808,39 @@ static void on_token(struct agent *a, const void *eid, size_t eid_len,
 	if (x && x->role == XFER_SEND && x->announced && !x->finished) {
 		x->first_token = (int64_t)token;
 		if (x->tp)
-			tp_legs_token(x);
+			tp_legs_beside(x);
 	}
+}
+
+/* The engine's bytes beside the KV for a transfer (SGLang's auxiliary
+ * rows): carried in "done", handed to the decode engine with "received". */
+static void on_meta(struct agent *a, const void *eid, size_t eid_len,
+		    const msgpack_object *m)
+{
+	struct pdx_xfer_id id;
+	const void *data;
+	struct xfer *x;
+	size_t len;
+
+	if (pdx_mp_get_xfer(m, "xfer", &id)) {
+		reply_error(a, eid, eid_len, "meta", NULL, PDX_EINVAL,
+			    "xfer: want a bin of 16 bytes");
+		return;
+	}
+	if (pdx_mp_get_bin(m, "data", &data, &len) || len > PDX_META_MAX) {
+		reply_error(a, eid, eid_len, "meta", &id, PDX_EINVAL,
+			    "data: want a bin of at most %d bytes",
+			    PDX_META_MAX);
+		return;
+	}
+	x = xfer_find(a, &id);
+	if (!x || x->role != XFER_SEND || !x->announced || x->finished)
+		return;
+	if (xfer_set_meta(x, data, len))
+		xfer_fail(x, PDX_ENOMEM, true, "out of memory for %zu bytes "
+			  "of meta", len);
+	else if (x->tp)
+		tp_legs_beside(x);
 }
 
 /* Decode side: our engine queued a request whose KV the peer holds. Until
@@ -925,7 +958,8 @@ void engine_on_msg(struct agent *a, const void *id, size_t id_len,
 	} else if (strcmp(op, "recv") == 0) {
 		on_recv(a, id, id_len, m);
 	} else if (strcmp(op, "hold") != 0 && strcmp(op, "layer_done") != 0 &&
-		   strcmp(op, "token") != 0 && strcmp(op, "abort") != 0) {
+		   strcmp(op, "token") != 0 && strcmp(op, "meta") != 0 &&
+		   strcmp(op, "abort") != 0) {
 		reply_error(a, id, id_len, op, NULL, PDX_EINVAL,
 			    "op: \"%s\" is unknown", op);
 	} else if (!from_engine(a, id, id_len)) {
@@ -940,6 +974,8 @@ void engine_on_msg(struct agent *a, const void *id, size_t id_len,
 		on_layer_done(a, id, id_len, m);
 	} else if (strcmp(op, "token") == 0) {
 		on_token(a, id, id_len, m);
+	} else if (strcmp(op, "meta") == 0) {
+		on_meta(a, id, id_len, m);
 	} else {
 		on_abort(a, id, id_len, m);
 	}

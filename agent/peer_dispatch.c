@@ -113,6 +113,8 @@ static void on_done(struct agent *a, struct peer *p, const msgpack_object *m)
 	struct xfer *x = peer_xfer(a, p, m, "done");
 	uint64_t bytes, am_bytes = 0;
 	int64_t first_token;
+	const void *meta;
+	size_t meta_len;
 
 	if (!x)
 		return;
@@ -125,6 +127,18 @@ static void on_done(struct agent *a, struct peer *p, const msgpack_object *m)
 	pdx_mp_get_u64(m, "am_bytes", &am_bytes);
 	if (pdx_mp_get_i64(m, "first_token", &first_token))
 		first_token = -1; /* optional */
+	if (!pdx_mp_get_bin(m, "meta", &meta, &meta_len)) { /* optional */
+		if (meta_len > PDX_META_MAX) {
+			xfer_fail(x, PDX_ETOOBIG, true, "done: %zu bytes of meta,"
+				  " over %d", meta_len, PDX_META_MAX);
+			return;
+		}
+		if (xfer_set_meta(x, meta, meta_len)) {
+			xfer_fail(x, PDX_ENOMEM, true, "out of memory for %zu "
+				  "bytes of meta", meta_len);
+			return;
+		}
+	}
 	log_debug("done from %s: %llu bytes", p->addr, (unsigned long long)bytes);
 	complete_done_heard(x, bytes, am_bytes, first_token);
 }

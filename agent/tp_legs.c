@@ -173,6 +173,18 @@ void tp_legs_recv(struct xfer *x, const msgpack_object *peers)
 	}
 }
 
+/* A sender's leg takes what goes beside the KV as its group has it;
+ * false: it failed for want of memory. */
+static bool leg_beside(struct xfer *g, struct xfer *leg)
+{
+	leg->first_token = g->first_token;
+	if (!xfer_set_meta(leg, g->meta, g->meta_len))
+		return true;
+	xfer_fail(leg, PDX_ENOMEM, true, "out of memory for %zu bytes of meta",
+		  g->meta_len);
+	return false;
+}
+
 /* A sender's leg takes what our engine said of its group so far. */
 static void leg_announce(struct xfer *g, struct xfer *leg)
 {
@@ -185,7 +197,8 @@ static void leg_announce(struct xfer *g, struct xfer *leg)
 	leg->n_blocks = g->n_blocks;
 	leg->announced = true;
 	leg->timeout_ms = g->timeout_ms;
-	leg->first_token = g->first_token;
+	if (!leg_beside(g, leg))
+		return;
 	for (uint32_t l = 0; l < g->sm.layers; l++)
 		if (g->sm.computed[l / 64] >> (l % 64) & 1)
 			pdx_xfer_sm_computed(&leg->sm, l);
@@ -421,13 +434,13 @@ void tp_legs_layer_done(struct xfer *x, uint32_t layer)
 		group_push(x);
 }
 
-void tp_legs_token(struct xfer *x)
+void tp_legs_beside(struct xfer *x)
 {
 	for (uint32_t i = 0; i < x->tp->joined; i++) {
 		struct xfer *leg = group_leg(x, i);
 
-		if (leg)
-			leg->first_token = x->first_token;
+		if (leg && !leg->finished)
+			leg_beside(x, leg);
 	}
 }
 
@@ -445,6 +458,13 @@ void tp_legs_decided(struct xfer *x)
 		g->bytes += x->bytes;
 		if (x->first_token >= 0)
 			g->first_token = x->first_token;
+		if (x->meta_len) { /* every sender's is its group's: one */
+			free(g->meta);
+			g->meta = x->meta;
+			g->meta_len = x->meta_len;
+			x->meta = NULL;
+			x->meta_len = 0;
+		}
 		if (++g->tp->succeeded == g->tp->expected)
 			xfer_succeed(g);
 	} else if (x->tp && x->status) {

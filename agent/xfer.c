@@ -177,6 +177,7 @@ static void xfer_destroy(struct xfer *x)
 	free(x->remote_blocks);
 	free(x->runs);
 	free(x->tp);
+	free(x->meta);
 	free(x);
 }
 
@@ -319,6 +320,20 @@ void xfers_free(struct agent *a)
 	HASH_ITER(hh, a->xfers, x, tmp)
 		xfer_unlink(a, x);
 	xfers_reap(a);
+}
+
+pdx_status_t xfer_set_meta(struct xfer *x, const void *data, size_t len)
+{
+	uint8_t *copy = NULL;
+
+	if (len && !(copy = malloc(len)))
+		return PDX_ENOMEM;
+	if (len)
+		memcpy(copy, data, len);
+	free(x->meta);
+	x->meta = copy;
+	x->meta_len = len;
+	return PDX_OK;
 }
 
 void xfer_pack_outcome(struct pdx_mp_msg *m, const struct xfer *x,

@@ -1,5 +1,5 @@
 /* What the engine says about its transfers: send and recv announce one
- * (it is in flight until its event), layer_done and token feed a send,
+ * (it is in flight until its event), layer_done, token and meta feed a send,
  * hold and abort act on one by its id.
  */
 #define PDX_LOG_TOPIC "engine"
@@ -213,6 +213,28 @@ pdx_status_t pdx_engine_token(struct pdx_engine *e,
 	pdx_mp_kv_str(&o.pk, "op", "token");
 	pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
 	pdx_mp_kv_u64(&o.pk, "token", token);
+	return send_out(e, &o);
+}
+
+pdx_status_t pdx_engine_meta(struct pdx_engine *e,
+			     const struct pdx_xfer_id *xfer, const void *data,
+			     size_t len)
+{
+	struct pdx_mp_out o;
+
+	if (!e)
+		return PDX_EINVAL;
+	pdx__why_clear(e);
+	if (!xfer || (!data && len) || len > PDX_META_MAX)
+		return pdx__fail(e, PDX_EINVAL,
+				 "meta: needs a transfer id and at most %d "
+				 "bytes (%zu)",
+				 PDX_META_MAX, len);
+	pdx_mp_out_init(&o);
+	msgpack_pack_map(&o.pk, 3);
+	pdx_mp_kv_str(&o.pk, "op", "meta");
+	pdx_mp_kv_xfer(&o.pk, "xfer", xfer);
+	pdx_mp_kv_bin(&o.pk, "data", len ? data : "", len);
 	return send_out(e, &o);
 }
 

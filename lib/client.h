@@ -11,6 +11,8 @@
  *                here when the link is lost
  *   link.c       the sockets: open, close, frames in and out, the fd
  *   parse.c      what the agent's messages say, read from their bytes
+ *   meta.c       the bytes beside the KV an event carries: shelved until
+ *                the event is handed out (pdx_engine_event_meta)
  *   incoming.c   what the agent says, taken off the link: events queued,
  *                refusals made events, the answer to a register sent again
  *   liveness.c   the agent going away (the monitor, transfers failed) and
@@ -39,6 +41,7 @@
 #define PDX__PROTOCOL_VERSION 1
 
 struct pdx__cuda;
+struct pdx__meta;
 
 /* A transfer announced on the link whose event has not come yet. */
 struct pdx__inflight {
@@ -73,6 +76,8 @@ struct pdx_engine {
 	size_t q_cap;
 	size_t q_head;
 	size_t q_len;
+	struct pdx__meta *metas;    /* meta.c: of events not handed out yet */
+	struct pdx__meta *meta_out; /* of the last event handed out */
 };
 
 /* last_error.c: each public call taking an engine starts with
@@ -115,6 +120,13 @@ enum pdx__msg pdx__classify(zmq_msg_t *msg, msgpack_unpacked *up, char *op,
 int pdx__register_answer(const msgpack_object *m, const char *op,
 			 char *peer_addr, size_t peer_addr_len,
 			 pdx_status_t *st, char *why, size_t why_len);
+
+/* meta.c: an event's meta shelved as it is read (event: its map), handed
+ * out with it (x NULL: none) */
+void pdx__meta_shelve(struct pdx_engine *e, const msgpack_object *event,
+		      const struct pdx_engine_event *ev);
+void pdx__meta_hand_out(struct pdx_engine *e, const struct pdx_xfer_id *x);
+void pdx__meta_free(struct pdx_engine *e);
 
 /* incoming.c */
 pdx_status_t pdx__drain(struct pdx_engine *e);

@@ -51,6 +51,7 @@ void pdx_engine_free(struct pdx_engine *e)
 		return;
 	pdx__link_close(e);
 	pdx__inflight_free(e);
+	pdx__meta_free(e);
 	pdx__cuda_free(e->cuda);
 	free(e->reg);
 	free(e);

@@ -1,6 +1,6 @@
 /* The event API: pdx_engine_next_event() takes the next event, queued
- * (inflight.c) or off the link, and pdx_engine_wait_event() waits for
- * one. Every event handed out ends a transfer in flight; one for a
+ * (inflight.c) or off the link, with its meta (meta.c), and
+ * pdx_engine_wait_event() waits for one. Every event handed out ends a transfer in flight; one for a
  * transfer not in flight (its event was made here when the link was lost)
  * is dropped.
  */
@@ -23,9 +23,12 @@ pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
 		return pdx__fail(e, PDX_EINVAL, "next_event: no event to fill");
 	/* a new connection wakes the link's fd too: a restarted agent gets
 	 * the registration at once, before its peers ask it for our KV */
+	pdx__meta_hand_out(e, NULL);
 	pdx__relink(e);
-	if (pdx__queue_pop(e, ev))
+	if (pdx__queue_pop(e, ev)) {
+		pdx__meta_hand_out(e, &ev->xfer);
 		return PDX_OK;
+	}
 	for (;;) {
 		msgpack_unpacked up;
 		zmq_msg_t msg;
@@ -39,13 +42,17 @@ pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
 		if (rc == 0)
 			return PDX_EAGAIN;
 		k = pdx__classify(&msg, &up, op, sizeof(op), ev);
+		if (k == PDX__MSG_EVENT)
+			pdx__meta_shelve(e, &up.data, ev);
 		made =
 		    k == PDX__MSG_OTHER && pdx__on_other(e, &up.data, op, ev);
 		msgpack_unpacked_destroy(&up);
 		zmq_msg_close(&msg);
 		if (made ||
-		    (k == PDX__MSG_EVENT && pdx__inflight_take(e, &ev->xfer)))
+		    (k == PDX__MSG_EVENT && pdx__inflight_take(e, &ev->xfer))) {
+			pdx__meta_hand_out(e, &ev->xfer);
 			return PDX_OK;
+		}
 		if (k == PDX__MSG_EVENT)
 			log_debug(
 			    "dropped an event for a transfer not in flight");

@@ -62,9 +62,8 @@ static int parse_event(const msgpack_object *m, struct pdx_engine_event *ev)
 	return 0;
 }
 
-/* Classifies a received frame. For "event" fills *ev; for anything else
- * that parses, leaves the parsed message in *up (caller destroys) and the op
- * in op. */
+/* Classifies a received frame. For "event" fills *ev; whatever parses,
+ * an event too, is left parsed in *up (caller destroys), its op in op. */
 enum pdx__msg pdx__classify(zmq_msg_t *msg, msgpack_unpacked *up, char *op,
 			    size_t oplen, struct pdx_engine_event *ev)
 {

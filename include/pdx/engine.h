@@ -48,6 +48,7 @@ extern "C" {
 #define PDX_XFER_ID_BYTES 16
 #define PDX_ADDR_MAX 256
 #define PDX_REASON_MAX 256
+#define PDX_META_MAX 65536 /* pdx_engine_meta(): bytes beside the KV */
 
 /* 128 random bits, minted by whoever pairs the prefill and decode sides. */
 struct pdx_xfer_id {
@@ -228,6 +229,21 @@ pdx_status_t pdx_engine_layer_done_stream(struct pdx_engine *e, uint32_t layer,
  * at once. Call before the last layer_done. */
 pdx_status_t pdx_engine_token(struct pdx_engine *e,
 			      const struct pdx_xfer_id *xfer, uint32_t token);
+
+/* Prefill side, optional: up to PDX_META_MAX bytes the engine sends beside
+ * the KV (an engine's per-request metadata: SGLang's auxiliary rows), handed
+ * to the receiver with its "received" event (pdx_engine_event_meta()).
+ * Call before the last layer_done; a second call replaces the first. */
+pdx_status_t pdx_engine_meta(struct pdx_engine *e,
+			     const struct pdx_xfer_id *xfer, const void *data,
+			     size_t len);
+
+/* Decode side: the bytes the sender attached (pdx_engine_meta()) to the
+ * transfer of the last event pdx_engine_next_event() or
+ * pdx_engine_wait_event() returned; *len 0 (and *data NULL) when it carried
+ * none. Valid until the next of those calls. */
+pdx_status_t pdx_engine_event_meta(struct pdx_engine *e, const void **data,
+				   size_t *len);
 
 /* Decode side: receive xfer from the agent at peer into these blocks (in
  * token order, as many as the sender's). The first skip_tokens tokens are

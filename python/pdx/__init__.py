@@ -17,13 +17,13 @@ from .engine import (CudaRegion, Engine, Error, Event, Layout, ShmRegion,
                      ECANCELED, EPERM, ETOOBIG, EPEER, EINCOMPAT, ENOMEM, EIO,
                      ENOTREG, EAGENT)
 from .shm import SharedPool, region_of, regions_for
-from ._clib import path as library_path
+from ._clib import META_MAX, path as library_path
 
 __all__ = [
     "CudaRegion", "Engine", "Error", "Event", "Layout", "ShmRegion", "XferId",
     "SharedPool", "region_of", "regions_for", "cuda_region",
     "cuda_regions_for", "status_str",
-    "library_path",
+    "library_path", "META_MAX",
     "NHD", "HND", "SENT", "RECEIVED", "FAILED", "OK", "EAGAIN", "EINVAL",
     "ERANGE", "ENOENT", "EEXIST", "ETIMEDOUT", "ECANCELED", "EPERM",
     "ETOOBIG", "EPEER", "EINCOMPAT", "ENOMEM", "EIO", "ENOTREG", "EAGENT",

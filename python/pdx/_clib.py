@@ -12,6 +12,7 @@ import os
 
 ADDR_MAX = 256
 REASON_MAX = 256
+META_MAX = 65536
 CUDA_IPC_BYTES = 64
 XFER_ID_BYTES = 16
 SONAME = "libpdx.so.0"
@@ -131,6 +132,11 @@ _OPTIONAL = {
     "pdx_engine_recv_opts": (_STATUS, [_ENG, _XID, ctypes.c_char_p, _U32S,
                                        ctypes.c_size_t, _P(RecvOpts)]),
     "pdx_engine_set_tp": (_STATUS, [_ENG, ctypes.c_uint32, ctypes.c_uint32]),
+    # libpdx 0.4
+    "pdx_engine_meta": (_STATUS, [_ENG, _XID, ctypes.c_char_p,
+                                  ctypes.c_size_t]),
+    "pdx_engine_event_meta": (_STATUS, [_ENG, _P(ctypes.c_void_p),
+                                        _P(ctypes.c_size_t)]),
 }
 
 

@@ -224,6 +224,7 @@ class Event:
     t_last_ns: int
     first_token: Optional[int]
     reason: str = ""
+    meta: bytes = b""  # received: what the sender's meta() attached
 
     @property
     def ok(self) -> bool:
@@ -438,6 +439,15 @@ class Engine:
                                         ctypes.byref(_xid(xfer)._c), token),
                    "token")
 
+    def meta(self, xfer: XferLike, data: bytes) -> None:
+        """Prefill side: up to META_MAX bytes carried beside the KV to the
+        decode side's "received" event (Event.meta). Before the last
+        layer_done; a second call replaces the first."""
+        data = bytes(data)
+        self._call(_lib_fn("pdx_engine_meta")(
+            self._handle(), ctypes.byref(_xid(xfer)._c), data, len(data)),
+            "meta")
+
     def hold(self, xfer: XferLike, peer: str) -> None:
         """Decode side: the request waits in our queue; keep the sender's
         lease on its KV alive until recv() or abort()."""
@@ -473,7 +483,18 @@ class Engine:
         return Event(x, _KINDS.get(e.kind, FAILED), e.status, e.bytes,
                      e.t_first_ns, e.t_last_ns,
                      e.first_token if e.first_token >= 0 else None,
-                     e.reason.decode(errors="replace"))
+                     e.reason.decode(errors="replace"), self._event_meta())
+
+    def _event_meta(self) -> bytes:
+        """The meta of the event just taken (libpdx keeps it only until
+        the next)."""
+        f = getattr(lib, "pdx_engine_event_meta", None)
+        if f is None:
+            return b""
+        data, n = ctypes.c_void_p(), ctypes.c_size_t()
+        self._call(f(self._handle(), ctypes.byref(data), ctypes.byref(n)),
+                   "event_meta")
+        return ctypes.string_at(data, n.value) if n.value else b""
 
     def next_event(self) -> Optional[Event]:
         """The next event, or None when there is none now."""

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fnv.h"
 #include "common/log.h"
 
 void h_note(const char *fmt, ...)
@@ -405,33 +406,64 @@ int h_layer_done(struct h_env *env, uint32_t layer, const struct h_xfer *x,
 	return 0;
 }
 
+/* An event read and its meta, which is valid only until the next read:
+ * kept as a length and a hash. */
+struct h_kept {
+	struct pdx_engine_event ev;
+	size_t meta_len;
+	uint64_t meta_hash;
+};
+
+/* ev: the event the engine's link gave last */
 static void keep(struct h_side *s, const struct pdx_engine_event *ev)
 {
+	const void *meta;
+	size_t len;
+
 	if (s->n_evs == s->cap_evs) {
 		size_t cap = s->cap_evs ? 2 * s->cap_evs : 64;
-		struct pdx_engine_event *n = realloc(s->evs, cap * sizeof(*n));
+		struct h_kept *n = realloc(s->evs, cap * sizeof(*n));
 
 		if (!n)
 			abort();
 		s->evs = n;
 		s->cap_evs = cap;
 	}
-	s->evs[s->n_evs++] = *ev;
+	if (pdx_engine_event_meta(s->eng, &meta, &len))
+		abort();
+	s->evs[s->n_evs++] = (struct h_kept){
+	    .ev = *ev,
+	    .meta_len = len,
+	    .meta_hash = pdx_fnv1a64(PDX_FNV1A64_INIT, meta, len),
+	};
 }
 
 static bool take(struct h_side *s, const struct pdx_xfer_id *id,
 		 struct pdx_engine_event *ev)
 {
 	for (size_t i = 0; i < s->n_evs; i++) {
-		if (memcmp(s->evs[i].xfer.b, id->b, sizeof(id->b)))
+		if (memcmp(s->evs[i].ev.xfer.b, id->b, sizeof(id->b)))
 			continue;
-		*ev = s->evs[i];
+		*ev = s->evs[i].ev;
+		s->meta_len = s->evs[i].meta_len;
+		s->meta_hash = s->evs[i].meta_hash;
 		memmove(&s->evs[i], &s->evs[i + 1],
-			(s->n_evs - i - 1) * sizeof(*ev));
+			(s->n_evs - i - 1) * sizeof(s->evs[i]));
 		s->n_evs--;
 		return true;
 	}
 	return false;
+}
+
+uint64_t h_meta(const struct h_xfer *x, uint8_t *out)
+{
+	uint64_t r = x->seed | 1;
+
+	for (uint32_t k = 0; k < x->meta_len; k++) {
+		r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+		out[k] = (uint8_t)r;
+	}
+	return pdx_fnv1a64(PDX_FNV1A64_INIT, out, x->meta_len);
 }
 
 int h_wait(struct h_side *s, const struct pdx_xfer_id *id, int timeout_ms,
@@ -492,6 +524,14 @@ void h_forget(struct h_side *s)
 	s->n_evs = 0;
 }
 
+/* The meta of the event s's h_wait() returned last is x's. */
+static bool h_meta_arrived(const struct h_side *s, const struct h_xfer *x)
+{
+	static uint8_t want[PDX_META_MAX];
+
+	return s->meta_len == x->meta_len && s->meta_hash == h_meta(x, want);
+}
+
 int h_expect_ok(struct h_env *env, const struct h_xfer *x, size_t count,
 		int timeout_ms)
 {
@@ -533,6 +573,12 @@ int h_expect_ok(struct h_env *env, const struct h_xfer *x, size_t count,
 				       (long long)x[i].token);
 				ok = false;
 			}
+			if (k == 1 && !h_meta_arrived(sides[k], &x[i])) {
+				h_note("%s: received %zu bytes of meta, not the "
+				       "%u sent", hex, sides[k]->meta_len,
+				       x[i].meta_len);
+				ok = false;
+			}
 			if (ev.bytes != bytes) {
 				h_note("%s %s: event says %" PRIu64
 				       " bytes, expected %" PRIu64,
@@ -563,13 +609,26 @@ int h_run(struct h_env *env, struct h_xfer *x, size_t count)
 	if (h_post_recv(env, x, count) || h_post_send(env, x, count))
 		return (int)count;
 	for (uint32_t l = 0; l < env->p.pool.layout.layers; l++) {
-		/* half the transfers carry a first token to the receiver */
+		/* half the transfers carry a first token to the receiver,
+		 * a third bytes of meta (one of them as many as can be) */
 		for (size_t i = 0; l == 0 && i < count; i++) {
+			static uint8_t meta[PDX_META_MAX];
+
 			x[i].token = i % 2 ? (int64_t)(x[i].seed % 100000) : -1;
+			x[i].meta_len = i % 3 ? 0
+					: i == 3 ? PDX_META_MAX
+						 : 1 + (uint32_t)(x[i].seed % 3000);
+			h_meta(&x[i], meta);
 			if (x[i].token >= 0 &&
 			    pdx_engine_token(env->p.eng, &x[i].id,
 					     (uint32_t)x[i].token)) {
 				CHECK_FAIL("pdx_engine_token failed");
+				return (int)count;
+			}
+			if (x[i].meta_len &&
+			    pdx_engine_meta(env->p.eng, &x[i].id, meta,
+					    x[i].meta_len)) {
+				CHECK_FAIL("pdx_engine_meta failed");
 				return (int)count;
 			}
 		}

@@ -22,6 +22,8 @@
 /* "# ..." lines: what the test does, beside its checks */
 void h_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+struct h_kept;
+
 struct h_side {
 	const char *role;        /* "prefill" or "decode" */
 	struct pb_agent agent;
@@ -33,8 +35,11 @@ struct h_side {
 	char log[4200];          /* the agent's output (h_opts.agent_logs) */
 	int log_fd;
 	/* events read but not yet taken by h_wait() */
-	struct pdx_engine_event *evs;
+	struct h_kept *evs;
 	size_t n_evs, cap_evs;
+	/* the meta of the event h_wait() returned last: length, FNV-1a */
+	size_t meta_len;
+	uint64_t meta_hash;
 };
 
 struct h_opts {
@@ -72,7 +77,12 @@ struct h_xfer {
 	uint32_t skip_tokens;
 	uint32_t *src, *dst;
 	int64_t token; /* sent with pdx_engine_token() when >= 0 (h_run) */
+	uint32_t meta_len; /* h_run: h_meta()'s bytes sent with pdx_engine_meta() */
 };
+
+/* The meta h_run() sends with x: len bytes of a pattern of its seed
+ * (out: PDX_META_MAX bytes); its FNV-1a hash. */
+uint64_t h_meta(const struct h_xfer *x, uint8_t *out);
 
 /* Starts both agents (argv[1] is the agent binary), creates both pools,
  * connects and registers both engines. Returns 0, or -1 after printing why.

@@ -133,10 +133,14 @@ static void inst_stop(struct inst *in)
 	}
 }
 
+#define META_MAX 32 /* the meta each transfer carries: "meta of x" */
+
 /* Up to timeout_ms for events about all n ids on e; 0 when they came
- * (kinds and first tokens in evs, in the ids' order). */
+ * (kinds and first tokens in evs, their meta as strings in metas unless
+ * NULL, in the ids' order). */
 static int wait_all(struct pdx_engine *e, const struct pdx_xfer_id *ids,
-		    size_t n, struct pdx_engine_event *evs, int timeout_ms)
+		    size_t n, struct pdx_engine_event *evs,
+		    char (*metas)[META_MAX], int timeout_ms)
 {
 	uint64_t end = pdx_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
 	size_t got = 0;
@@ -149,9 +153,19 @@ static int wait_all(struct pdx_engine *e, const struct pdx_xfer_id *ids,
 			continue;
 		for (size_t k = 0; k < n; k++)
 			if (!seen[k] && !memcmp(ev.xfer.b, ids[k].b, 16)) {
+				const void *meta;
+				size_t len;
+
 				seen[k] = true;
 				evs[k] = ev;
 				got++;
+				if (!metas)
+					continue;
+				if (pdx_engine_event_meta(e, &meta, &len) ||
+				    len >= META_MAX)
+					len = 0;
+				memcpy(metas[k], len ? meta : "", len);
+				metas[k][len] = '\0';
 			}
 	}
 	return got == n ? 0 : -1;
@@ -223,6 +237,7 @@ static void run_case(uint32_t p, uint32_t d, enum pdx_kv_order order,
 	uint8_t *ref[NX][LAYERS][2] = { 0 };
 	const char *peers[MAX_RANKS];
 	struct pdx_engine_event evs[NX];
+	char metas[NX][META_MAX], meta[META_MAX];
 	struct pdx_kv_shape fs;
 	uint64_t full, part;
 	int bad = 0, failed_evs = 0;
@@ -291,12 +306,14 @@ static void run_case(uint32_t p, uint32_t d, enum pdx_kv_order order,
 			/* every rank has the token: a decode rank hears it
 			 * from whichever senders it has */
 			pdx_engine_token(P->r[i].eng, &ids[x], 100 + x);
+			snprintf(meta, sizeof(meta), "meta of %d", x);
+			pdx_engine_meta(P->r[i].eng, &ids[x], meta, strlen(meta));
 		}
 	for (int l = 0; l < LAYERS; l++)
 		for (uint32_t i = 0; i < p; i++)
 			pdx_engine_layer_done(P->r[i].eng, l, ids, NX);
 	for (uint32_t i = 0; i < p; i++) {
-		if (wait_all(P->r[i].eng, ids, NX, evs, 20000)) {
+		if (wait_all(P->r[i].eng, ids, NX, evs, metas, 20000)) {
 			failed_evs++;
 			continue;
 		}
@@ -308,22 +325,26 @@ static void run_case(uint32_t p, uint32_t d, enum pdx_kv_order order,
 			}
 	}
 	for (uint32_t j = 0; j < d; j++) {
-		if (wait_all(D->r[j].eng, ids, NX, evs, 20000)) {
+		if (wait_all(D->r[j].eng, ids, NX, evs, metas, 20000)) {
 			failed_evs++;
 			continue;
 		}
-		for (int x = 0; x < NX; x++)
+		for (int x = 0; x < NX; x++) {
+			snprintf(meta, sizeof(meta), "meta of %d", x);
 			if (evs[x].kind != PDX_EVENT_RECEIVED ||
-			    evs[x].first_token != 100 + x) {
+			    evs[x].first_token != 100 + x ||
+			    strcmp(metas[x], meta) != 0) {
 				h_note("decode rank %u: %s (token %" PRId64
-				       "): %s", j, h_kind(evs[x].kind),
-				       evs[x].first_token, evs[x].reason);
+				       ", meta \"%s\"): %s", j,
+				       h_kind(evs[x].kind), evs[x].first_token,
+				       metas[x], evs[x].reason);
 				failed_evs++;
 			}
+		}
 	}
 	CHECK_EQ(failed_evs, 0, "each of the %u prefill and %u decode ranks "
 		 "gets one sent / received event per transfer, with the "
-		 "first token", p, d);
+		 "first token and the meta", p, d);
 	for (uint32_t j = 0; j < d; j++)
 		for (int x = 0; x < NX; x++)
 			for (int l = 0; l < LAYERS; l++)
@@ -354,7 +375,7 @@ static void expect_refused(struct inst *D, uint32_t j, const char *const *peers,
 
 	pdx_xfer_id_random(&id);
 	if (pdx_engine_recv_opts(D->r[j].eng, &id, NULL, blocks, 1, &ro) ||
-	    wait_all(D->r[j].eng, &id, 1, &ev, 10000)) {
+	    wait_all(D->r[j].eng, &id, 1, &ev, NULL, 10000)) {
 		CHECK_FAIL("%s: no event", what);
 		return;
 	}
@@ -388,9 +409,9 @@ static void abort_one(struct inst *P, struct inst *D, const char *who,
 		h_sleep_ms(200); /* layer 0 on its way */
 	}
 	pdx_engine_abort(by, &id);
-	ok = !wait_all(P->r[0].eng, &id, 1, &ev[0], 5000) &&
-	     !wait_all(P->r[1].eng, &id, 1, &ev[1], 5000) &&
-	     !wait_all(D->r[0].eng, &id, 1, &ev[2], 5000);
+	ok = !wait_all(P->r[0].eng, &id, 1, &ev[0], NULL, 5000) &&
+	     !wait_all(P->r[1].eng, &id, 1, &ev[1], NULL, 5000) &&
+	     !wait_all(D->r[0].eng, &id, 1, &ev[2], NULL, 5000);
 	for (int k = 0; k < 3 && ok; k++)
 		h_note("%s: %s: %s", k < 2 ? "prefill" : "decode",
 		       h_kind(ev[k].kind), ev[k].reason);
@@ -458,9 +479,9 @@ static void holds(void)
 	pdx_engine_recv_opts(D->r[1].eng, &id, NULL, blocks, 2, &ro);
 	pdx_engine_layer_done(P->r[0].eng, 0, &id, 1);
 	pdx_engine_layer_done(P->r[0].eng, 1, &id, 1);
-	ok = !wait_all(P->r[0].eng, &id, 1, &ev[0], 10000) &&
-	     !wait_all(D->r[0].eng, &id, 1, &ev[1], 10000) &&
-	     !wait_all(D->r[1].eng, &id, 1, &ev[2], 10000);
+	ok = !wait_all(P->r[0].eng, &id, 1, &ev[0], NULL, 10000) &&
+	     !wait_all(D->r[0].eng, &id, 1, &ev[1], NULL, 10000) &&
+	     !wait_all(D->r[1].eng, &id, 1, &ev[2], NULL, 10000);
 	for (int k = 0; k < 3 && ok; k++)
 		h_note("%s: %s %s", k ? "decode" : "prefill", h_kind(ev[k].kind),
 		       ev[k].reason);
@@ -479,8 +500,8 @@ static void holds(void)
 	pdx_engine_recv_opts(D->r[1].eng, &id, NULL, blocks, 2, &ro);
 	h_sleep_ms(300);
 	pdx_engine_abort_at(D->r[0].eng, &id, P->r[0].peer);
-	ok = !wait_all(P->r[0].eng, &id, 1, &ev[0], 5000) &&
-	     !wait_all(D->r[1].eng, &id, 1, &ev[2], 5000);
+	ok = !wait_all(P->r[0].eng, &id, 1, &ev[0], NULL, 5000) &&
+	     !wait_all(D->r[1].eng, &id, 1, &ev[2], NULL, 5000);
 	if (ok)
 		h_note("prefill: %s; decode rank 1: %s", ev[0].reason,
 		       ev[2].reason);

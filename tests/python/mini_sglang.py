@@ -4,8 +4,9 @@ conn.py, common/conn.py and utils.py at 0094505d, prefill.py at 000c2b94,
 decode.py at 0035ca42; docs/sglang.md). The KV pool is SGLang's MHA pool
 (a K and a V buffer per layer, token-major, page p at p * page bytes) or
 its MLA pool (one buffer per layer), as torch CPU tensors in one POSIX
-shared memory object; the aux rows are MetadataBuffers' first and last
-(output_ids, bootstrap_room). Nothing here is SGLang's code.
+shared memory object; the aux rows are MetadataBuffers' (output_ids,
+cached_tokens, logprobs, speculative top-k and hidden states, and
+bootstrap_room last). Nothing here is SGLang's code.
 
     classes = {"manager": ..., "sender": ..., "receiver": ...,
                "bootstrap_server": ...}   # what get_kv_class hands out
@@ -116,18 +117,62 @@ class Pool:
 
 
 class MetadataBuffers:
-    """MetadataBuffers' first and last rows: output_ids (int32 x 16) and
-    bootstrap_room (64-bit x 8; torch 1.13 has no uint64)."""
+    """MetadataBuffers' rows in get_buf_infos' order (utils.py): output_ids
+    (int32 x 16), cached_tokens, the first token's logprob and its top
+    logprobs, speculative decoding's top-k and hidden states, and
+    bootstrap_room last (64-bit x 8; torch 1.13 has no uint64)."""
 
-    def __init__(self, size=8):
-        self.output_ids = torch.zeros((size, 16), dtype=torch.int32)
-        self.bootstrap_room = torch.zeros((size, 8), dtype=torch.int64)
+    def __init__(self, size=8, hidden_size=256, top_logprobs=128):
+        z = torch.zeros
+        self.output_ids = z((size, 16), dtype=torch.int32)
+        self.cached_tokens = z((size, 16), dtype=torch.int32)
+        self.output_token_logprobs_val = z((size, 16), dtype=torch.float32)
+        self.output_token_logprobs_idx = z((size, 16), dtype=torch.int32)
+        self.output_top_logprobs_val = z((size, top_logprobs),
+                                         dtype=torch.float32)
+        self.output_top_logprobs_idx = z((size, top_logprobs),
+                                         dtype=torch.int32)
+        self.output_topk_p = z((size, 16), dtype=torch.float32)
+        self.output_topk_index = z((size, 16), dtype=torch.int64)
+        self.output_hidden_states = z((size, hidden_size),
+                                      dtype=torch.bfloat16)
+        self.bootstrap_room = z((size, 8), dtype=torch.int64)
         self.free = list(range(size))
 
+    def bufs(self):
+        return [self.output_ids, self.cached_tokens,
+                self.output_token_logprobs_val, self.output_token_logprobs_idx,
+                self.output_top_logprobs_val, self.output_top_logprobs_idx,
+                self.output_topk_p, self.output_topk_index,
+                self.output_hidden_states, self.bootstrap_room]
+
     def get_buf_infos(self):
-        bufs = [self.output_ids, self.bootstrap_room]
+        bufs = self.bufs()
         return ([b.data_ptr() for b in bufs], [Pool.nbytes(b) for b in bufs],
                 [Pool.nbytes(b[0]) for b in bufs])
+
+    def set_buf(self, idx, req):
+        """The last chunk's set_buf: the first token, and the rest of the
+        row as a request with logprobs and speculative decoding has it
+        (values of its room, so that each request's differ)."""
+        g = torch.Generator().manual_seed(req.bootstrap_room % 2**62)
+        for b in self.bufs()[1:-1]:
+            row = b[idx]
+            if row.dtype.is_floating_point:
+                row.copy_(torch.rand(row.shape, generator=g))
+            else:
+                row.copy_(torch.randint(0, 2**31 - 1, row.shape, generator=g))
+        self.output_ids[idx][0] = req.first_token
+        self.bootstrap_room[idx][0] = signed64(req.bootstrap_room)
+
+    def row_bytes(self, idx):
+        """The row of every buffer but bootstrap_room, as bytes."""
+        return b"".join(bytes(b[idx].contiguous().view(torch.uint8).numpy())
+                        for b in self.bufs()[:-1])
+
+    def zero(self, idx):
+        for b in self.bufs():
+            b[idx].zero_()
 
 
 class Req:
@@ -221,8 +266,8 @@ class Prefill:
             pages = req.pages[req.sent_tokens // ps:num_pages(end, ps)]
             self.forward(req, pages, req.sent_tokens, end)
             if last:
-                self.meta.output_ids[req.meta][0] = req.first_token
-                self.meta.bootstrap_room[req.meta][0] = signed64(req.bootstrap_room)
+                self.meta.set_buf(req.meta, req)
+                req.aux_sent = self.meta.row_bytes(req.meta)
                 self.running.remove(req)
                 self.inflight.append(req)
             if req.sender.should_send_kv_chunk(len(pages), last):
@@ -354,6 +399,7 @@ class Decode:
         else:
             req.got_token = int(self.meta.output_ids[req.meta][0])
             req.got_room = int(self.meta.bootstrap_room[req.meta][0])
+            req.got_aux = self.meta.row_bytes(req.meta)
             # when the decode rank's agent said "received" (its clock is
             # CLOCK_MONOTONIC, as time.monotonic_ns)
             req.t_received_ns = req.receiver.event.t_last_ns

@@ -180,8 +180,7 @@ class Engine:
         meta = self.sched.meta
         if job.meta < 0 or job.meta in meta.free:
             return
-        meta.output_ids[job.meta].zero_()
-        meta.bootstrap_room[job.meta].zero_()
+        meta.zero(job.meta)
         meta.free.append(job.meta)
 
     def _abort(self, job):

@@ -50,12 +50,15 @@ class Pair(unittest.TestCase):
                     return ev
         self.fail("no event for %s on %s in %ss" % (xfer, side, timeout))
 
-    def push(self, xfer, src, dst, token=None, skip_tokens=0, pull=None):
+    def push(self, xfer, src, dst, token=None, skip_tokens=0, pull=None,
+             meta=None):
         P, D = self.eng["p"], self.eng["d"]
         D.recv(xfer, P.peer_addr, dst, skip_tokens=skip_tokens, pull=pull)
         P.send(xfer, D.peer_addr, src)
         if token is not None:
             P.token(xfer, token)
+        if meta is not None:
+            P.meta(xfer, meta)
         for layer in range(LAYERS):
             P.layer_done(layer, [xfer])
 
@@ -64,10 +67,12 @@ class Transfers(Pair):
     def test_transfer_is_byte_exact(self):
         x = pdx.XferId()
         src, dst = [3, 9, 10, 40], [5, 6, 20, 63]
-        self.push(x, src, dst, token=1234)
+        self.push(x, src, dst, token=1234, meta=b"aux \x00 rows")
         d, p = self.event("d", x), self.event("p", x)
         self.assertEqual((d.kind, p.kind), (pdx.RECEIVED, pdx.SENT))
         self.assertEqual(d.first_token, 1234)
+        self.assertEqual(d.meta, b"aux \x00 rows")
+        self.assertEqual(p.meta, b"")
         self.assertEqual(d.bytes, len(src) * LAYERS * 2 * 256)
         self.assertTrue(same_blocks(self.pools["p"].buf, src,
                                     self.pools["d"].buf, dst))
@@ -92,11 +97,13 @@ class Transfers(Pair):
         for pull in (True, False):
             x = pdx.XferId()
             src, dst = [11, 12, 13, 50], [21, 22, 23, 60]
-            self.push(x, src, dst, token=77, skip_tokens=4, pull=pull)
+            self.push(x, src, dst, token=77, skip_tokens=4, pull=pull,
+                      meta=bytes(range(256)) * 256)
             d, p = self.event("d", x), self.event("p", x)
             self.assertEqual((d.kind, p.kind), (pdx.RECEIVED, pdx.SENT),
                              "pull=%s: %s / %s" % (pull, d.reason, p.reason))
             self.assertEqual(d.first_token, 77)
+            self.assertEqual(d.meta, bytes(range(256)) * 256)
             self.assertEqual(d.bytes, 3 * LAYERS * 2 * 256)
             self.assertEqual(p.bytes, d.bytes)
             self.assertTrue(same_blocks(self.pools["p"].buf, src[1:],
@@ -155,6 +162,10 @@ class Refusals(Pair):
             D.recv(pdx.XferId(), self.eng["p"].peer_addr, [])
         self.assertEqual(cm.exception.status, pdx.EINVAL)
         self.assertIn("block", cm.exception.reason)
+        with self.assertRaises(pdx.Error) as cm:
+            self.eng["p"].meta(pdx.XferId(), bytes(pdx.META_MAX + 1))
+        self.assertEqual(cm.exception.status, pdx.EINVAL)
+        self.assertIn("at most 65536 bytes", cm.exception.reason)
 
     def test_bad_peer_fails_the_transfer_saying_why(self):
         x = pdx.XferId()

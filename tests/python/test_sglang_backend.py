@@ -59,6 +59,9 @@ class Backend(unittest.TestCase):
                              self.D.pool.page_bytes(d.pages))
             self.assertEqual(d.got_token, p.first_token)
             self.assertEqual(d.got_room & (2**64 - 1), p.bootstrap_room)
+            # every aux row but the room travels beside the KV
+            self.assertEqual(d.got_aux, p.aux_sent)
+        self.assertNotEqual(pairs[0][0].aux_sent, pairs[1][0].aux_sent)
         # 10 pages x 4 layers x K and V x 4 tokens x 2 heads x 16 x 2 bytes
         self.assertEqual(pairs[0][0].metric.transfer_total_bytes,
                          10 * 4 * 2 * 4 * 2 * 16 * 2)

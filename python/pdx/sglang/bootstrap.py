@@ -13,6 +13,7 @@ The room never reaches the server: both sides make the transfer id from
 it (xfer_id), so the decode side needs nothing of the prefill side but
 its agent's peer address and its layout.
 """
+import http.client
 import json
 import threading
 import urllib.error
@@ -143,7 +144,9 @@ def query(addr: str, dp: int, tp: int, pp: int,
             return None
         raise LookupError("bootstrap server %s: %d %s" % (
             addr, e.code, e.read().decode(errors="replace")))
-    except OSError:
+    except (OSError, http.client.HTTPException):
+        # refused, or cut off mid-answer (the server died while it spoke:
+        # IncompleteRead is no OSError)
         return None
 
 

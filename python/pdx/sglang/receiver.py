@@ -74,8 +74,11 @@ class PdxKVReceiver(Transfer):
         self.state = KVPoll.Transferring
 
     def succeed(self, ev: pdx.Event) -> None:
-        self.kv_mgr.aux.land(self.aux_index, ev.first_token,
-                             self.bootstrap_room)
+        try:
+            self.kv_mgr.aux.land(self.aux_index, ev.first_token,
+                                 self.bootstrap_room, ev.meta)
+        except ValueError as e:
+            return self.fail(str(e))
         self.state = KVPoll.Success
 
     def _abort_at_agent(self) -> None:

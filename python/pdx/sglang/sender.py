@@ -102,13 +102,16 @@ class PdxKVSender(Transfer):
         return True
 
     def _finish(self) -> None:
-        """The forward is over and the aux row written: the first token,
-        then every layer not marked done yet."""
+        """The forward is over and the aux row written: the first token
+        and the aux rows (aux.py), then every layer not marked done yet."""
         mgr = self.kv_mgr
         try:
             token = mgr.aux.first_token(self.aux_index)
             if token is not None:
                 mgr.eng.token(self.xid, token)
+            rows = mgr.aux.pack(self.aux_index)
+            if rows:
+                mgr.eng.meta(self.xid, rows)
             for layer in range(mgr.shape.layers):
                 self._layer_done(layer)
         except pdx.Error as e:
