@@ -14,9 +14,9 @@ breaking vLLM's assertions fails.
 import sys
 import unittest
 
-from mini_vllm import EngineDead, MiniVllm
+from mini_vllm import MiniVllm
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
-    KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
+    KVConnectorBase_V1, KVConnectorMetadata)
 from vllm.v1.request import RequestStatus
 
 CALLS = []      # (tag, role, method, detail)
