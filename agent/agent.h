@@ -13,6 +13,7 @@
 #include <pdx/layout.h>
 
 #include "agent/am.h"
+#include "kernels/kv_kernels.h"
 #include "agent/coalesce.h"
 #include "agent/curve.h"
 #include "agent/ended.h"
@@ -592,18 +593,10 @@ const char *tp_leg_refusal(const struct xfer *x, const struct peer *p,
 const char *tp_slice_refusal(const struct tp_slice *s, enum data_path path,
 			     bool pull, struct tp_rank from, struct tp_rank to,
 			     char *why, size_t len);
-/* One block's share of a sliced run: rows of len bytes, the first at
- * src_off and dst_off from the run's first byte on each side, the next
- * src_stride and dst_stride further (HND: one row, NHD: one per token). */
-struct tp_piece {
-	uint64_t src_off, dst_off, len;
-	uint32_t rows;
-	uint64_t src_stride, dst_stride;
-};
 typedef pdx_status_t (*tp_piece_fn)(struct xfer *x, const void *ctx,
-				    const struct tp_piece *p);
+				    const struct pdx_kv_piece *p);
 /* fn on each block's piece of s's heads in a run of count blocks of one
- * tensor. */
+ * tensor (offsets from the run's first byte on each side). */
 pdx_status_t tp_slice_each_piece(struct xfer *x, const struct tp_slice *s,
 				 const struct pdx_kv_layout *src,
 				 const struct pdx_kv_layout *dst, uint32_t count,

@@ -22,6 +22,7 @@
 struct gpu;
 struct pdx_kv_plan;
 struct pdx_kv_region;
+struct pdx_kv_piece;
 
 /* Uses CUDA device `device` (the engine's). After the loop delivered
  * completions it calls settle(arg) (the agent's: UCX progress, reaping).
@@ -78,5 +79,9 @@ pdx_status_t gpu_scatter(struct gpu *g, const struct pdx_kv_plan *p,
 pdx_status_t gpu_plan_copy(struct gpu *g, const struct pdx_kv_plan *src,
 			   const struct pdx_kv_plan *dst, uint64_t first,
 			   uint64_t count);
+pdx_status_t gpu_plan_copy_piece(struct gpu *g, const struct pdx_kv_plan *src,
+				 const struct pdx_kv_plan *dst,
+				 const struct pdx_kv_piece *piece,
+				 uint64_t first, uint64_t count);
 
 #endif

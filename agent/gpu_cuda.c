@@ -408,3 +408,12 @@ pdx_status_t gpu_plan_copy(struct gpu *g, const struct pdx_kv_plan *src,
 {
 	return pdx_kv_plan_copy_cuda(src, dst, first, count, g->stream);
 }
+
+pdx_status_t gpu_plan_copy_piece(struct gpu *g, const struct pdx_kv_plan *src,
+				 const struct pdx_kv_plan *dst,
+				 const struct pdx_kv_piece *piece,
+				 uint64_t first, uint64_t count)
+{
+	return pdx_kv_plan_copy_piece_cuda(src, dst, piece, first, count,
+					   g->stream);
+}

@@ -168,3 +168,17 @@ pdx_status_t gpu_plan_copy(struct gpu *g, const struct pdx_kv_plan *src,
 	(void)count;
 	return PDX_EINVAL;
 }
+
+pdx_status_t gpu_plan_copy_piece(struct gpu *g, const struct pdx_kv_plan *src,
+				 const struct pdx_kv_plan *dst,
+				 const struct pdx_kv_piece *piece,
+				 uint64_t first, uint64_t count)
+{
+	(void)g;
+	(void)src;
+	(void)dst;
+	(void)piece;
+	(void)first;
+	(void)count;
+	return PDX_EINVAL;
+}

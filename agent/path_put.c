@@ -5,7 +5,7 @@
 #include "agent/agent.h"
 
 static pdx_status_t put_piece(struct xfer *x, const void *ctx,
-			      const struct tp_piece *p)
+			      const struct pdx_kv_piece *p)
 {
 	const struct host_run *at = ctx;
 	const struct remote_region *rr = &x->peer->regions[at->ri];
@@ -28,7 +28,7 @@ static pdx_status_t put_piece(struct xfer *x, const void *ctx,
 static pdx_status_t put_run(struct xfer *x, uint32_t layer, uint32_t t,
 			    const struct pdx_run *r, const struct host_run *at)
 {
-	struct tp_piece whole = { .len = at->len, .rows = 1 };
+	struct pdx_kv_piece whole = { .len = at->len, .rows = 1 };
 
 	if (x->slice.n)
 		return tp_slice_each_piece(x, &x->slice, &x->agent->reg.layout,

@@ -59,10 +59,10 @@ const char *tp_slice_refusal(const struct tp_slice *s, enum data_path path,
 	if (pull)
 		snprintf(why, len, "TP %u -> %u by pull is not supported yet "
 			 "(the sender pushes)", from.size, to.size);
-	else if (path != DATA_IPC && path != DATA_PUT)
+	else if (path != DATA_IPC && path != DATA_PUT && path != DATA_CUDA_IPC)
 		snprintf(why, len, "TP %u -> %u over the %s lane is not "
-			 "supported yet (ipc and put are)", from.size, to.size,
-			 data_path_key(path));
+			 "supported yet (ipc, put and cuda-ipc are)", from.size,
+			 to.size, data_path_key(path));
 	else
 		return NULL;
 	return why;
@@ -77,7 +77,7 @@ pdx_status_t tp_slice_each_piece(struct xfer *x, const struct tp_slice *s,
 	uint64_t sbb = pdx_kv_layout_block_bytes(src);
 	uint64_t dbb = pdx_kv_layout_block_bytes(dst);
 	uint32_t tokens = src->block_tokens;
-	struct tp_piece p = { .rows = 1 };
+	struct pdx_kv_piece p = { .rows = 1 };
 	pdx_status_t st = PDX_OK;
 
 	if (src->order == PDX_KV_HND) { /* [heads][tokens][dim] */
@@ -93,7 +93,7 @@ pdx_status_t tp_slice_each_piece(struct xfer *x, const struct tp_slice *s,
 		p.dst_off = s->dst_head * head;
 	}
 	for (uint32_t k = 0; k < count && !st; k++) {
-		struct tp_piece q = p;
+		struct pdx_kv_piece q = p;
 
 		q.src_off += k * sbb;
 		q.dst_off += k * dbb;

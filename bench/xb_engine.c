@@ -38,6 +38,10 @@ static struct xb_plan *plan;         /* shared with the parent */
 static struct pdx_engine *ch_eng;
 static struct pdx_shm_pool ch_pool;
 static struct xb_cuda_pool *ch_gpu; /* --mem cuda: the pool instead */
+/* --mem cuda with TP: ch_pool is the GPU pool's host image, through which
+ * the shm pattern is written and checked a head at a time (the GPU
+ * pattern is a whole block's) */
+static bool ch_mirror;
 static uint32_t ch_sends;           /* SENDs so far: picks the event slot */
 static struct pdx_model ch_model;   /* the model, our heads of it */
 static struct xc_ping *ch_ping;     /* PING: our own socket to our agent */
@@ -163,7 +167,7 @@ static int ch_fill(double layer_ms, char *err, size_t errlen)
 		const uint32_t *b = plan->src + (size_t)x * nb;
 		uint64_t seed = plan->seeds[x];
 
-		if (!ch_gpu) {
+		if (!ch_gpu || ch_mirror) {
 			pb_fill_rank(&ch_pool, seed, b, nb,
 				     plan->shape->skip_blocks, me->tp_rank,
 				     me->tp_size);
@@ -178,15 +182,21 @@ static int ch_fill(double layer_ms, char *err, size_t errlen)
 				return -1;
 	}
 	/* done before the ack, so no fill runs into SEND's timings */
+	if (ch_mirror)
+		return xb_cuda_upload(ch_gpu, ch_pool.base, ch_pool.size, err,
+				      errlen);
 	return ch_gpu ? xb_cuda_sync(ch_gpu, err, errlen) : 0;
 }
 
 /* P on a GPU with modeled compute: queues layer l's real bytes of every
- * transfer on the compute stream. */
+ * transfer on the compute stream (with TP they were there from the
+ * start: the compute only takes time). */
 static int ch_compute_layer(uint32_t l, char *err, size_t errlen)
 {
 	uint32_t nb = plan->shape->nblocks;
 
+	if (ch_mirror)
+		return 0;
 	for (uint32_t x = 0; x < plan->shape->conc; x++)
 		if (xb_cuda_fill_layer(ch_gpu, l, plan->seeds[x],
 				       plan->src + (size_t)x * nb, nb,
@@ -224,7 +234,11 @@ static int ch_verify(uint32_t x, char *err, size_t errlen)
 	uint32_t nb = plan->shape->nblocks;
 	const uint32_t *dst = plan->dst + (size_t)x * nb;
 
-	if (ch_gpu)
+	/* the whole pool, for each transfer: a check, not a measurement */
+	if (ch_mirror && xb_cuda_download(ch_gpu, ch_pool.base, ch_pool.size,
+					  err, errlen))
+		return -1;
+	if (ch_gpu && !ch_mirror)
 		return xb_cuda_verify(ch_gpu, plan->seeds[x],
 				      plan->src + (size_t)x * nb, dst, nb,
 				      plan->shape->skip_blocks, err, errlen);
@@ -416,14 +430,17 @@ static int ch_pool_register(char *peer, size_t peer_len)
 
 	ch_model = *plan->model;
 	ch_model.kv_heads = xb_plan_rank_heads(plan->model, me->tp_size);
-	if (!me->cuda && pb_pool_create(&ch_pool, me->shm_name, &ch_model,
-				      plan->pool_blocks)) {
+	ch_mirror = me->cuda && (plan->shape->prefill_tp > 1 ||
+				 plan->shape->decode_tp > 1);
+	if ((!me->cuda || ch_mirror) &&
+	    pb_pool_create(&ch_pool, me->shm_name, &ch_model,
+			   plan->pool_blocks)) {
 		ch_ack(me->ack_fd, 0, 0, NULL, "cannot create the KV pool");
 		return -1;
 	}
 	ch_pool.layout.order = plan->order; /* the bytes' meaning only */
 	if (me->cuda && xb_cuda_pool_new(me->cuda_dev,
-				       plan->model, plan->pool_blocks, EVENT_SLOTS,
+				       &ch_model, plan->pool_blocks, EVENT_SLOTS,
 				       &ch_gpu, err, sizeof(err))) {
 		ch_ack(me->ack_fd, 0, 0, NULL, "GPU KV pool on device %d: %s",
 		       me->cuda_dev, err);

@@ -144,9 +144,6 @@ static void check_tp(const struct xb_opts *o)
 	/* the pattern is written and checked a head at a time (pb_fill_rank) */
 	if ((m->head_dim * m->dtype_bytes) % 8)
 		xb_bad("TP: %s's heads are not whole 8-byte words", m->name);
-	if (o->cuda)
-		xb_bad("--prefill-tp/--decode-tp need --mem shm (the GPU "
-		       "pattern is written a whole block at a time)");
 	if (o->one_block)
 		xb_bad("--one-block measures one agent pair: drop "
 		       "--prefill-tp/--decode-tp");

@@ -321,6 +321,37 @@ int xb_cuda_sync(struct xb_cuda_pool *p, char *err, size_t errlen)
 		   : cuda_fail(e, "cudaStreamSynchronize", err, errlen);
 }
 
+static int whole_copy(struct xb_cuda_pool *p, void *dst, const void *src,
+		      size_t size, enum cudaMemcpyKind kind, char *err,
+		      size_t errlen)
+{
+	cudaError_t e;
+
+	if (size != p->size) {
+		snprintf(err, errlen, "a host image of %zu bytes for a pool of "
+			 "%llu", size, (unsigned long long)p->size);
+		return -1;
+	}
+	e = cudaMemcpyAsync(dst, src, size, kind, p->stream);
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize(p->stream);
+	return e == cudaSuccess ? 0 : cuda_fail(e, "cudaMemcpy", err, errlen);
+}
+
+int xb_cuda_upload(struct xb_cuda_pool *p, const void *host, size_t size,
+		   char *err, size_t errlen)
+{
+	return whole_copy(p, p->base, host, size, cudaMemcpyHostToDevice, err,
+			  errlen);
+}
+
+int xb_cuda_download(struct xb_cuda_pool *p, void *host, size_t size,
+		     char *err, size_t errlen)
+{
+	return whole_copy(p, host, p->base, size, cudaMemcpyDeviceToHost, err,
+			  errlen);
+}
+
 /* Room for a transfer of `segs` staging blocks, and one layer of a pool to
  * build the expected bytes in. */
 static int scratch_make(struct xb_cuda_pool *p, uint64_t segs, char *err,

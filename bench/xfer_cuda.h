@@ -79,6 +79,14 @@ int xb_cuda_record(struct xb_cuda_pool *p, uint32_t slot, uint32_t layer,
 /* Waits until the compute stream's work is done. */
 int xb_cuda_sync(struct xb_cuda_pool *p, char *err, size_t errlen);
 
+/* The whole pool from, or to, a host image of `size` bytes laid out alike
+ * (an shm pool of the same model and blocks: a run with TP writes and
+ * checks the shm pattern, a head at a time, through it). Synchronises. */
+int xb_cuda_upload(struct xb_cuda_pool *p, const void *host, size_t size,
+		   char *err, size_t errlen);
+int xb_cuda_download(struct xb_cuda_pool *p, void *host, size_t size,
+		     char *err, size_t errlen);
+
 /* Checks that blocks dst[first..n) of this pool hold, byte for byte, what
  * xb_cuda_fill_layer() wrote for every layer of `seed` into blocks
  * src[first..n) of the sender's pool (which has as many blocks as this

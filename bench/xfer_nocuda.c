@@ -71,6 +71,18 @@ int xb_cuda_sync(struct xb_cuda_pool *p, char *err, size_t errlen)
 	return nocuda(err, errlen);
 }
 
+int xb_cuda_upload(struct xb_cuda_pool *p, const void *host, size_t size,
+		   char *err, size_t errlen)
+{
+	return nocuda(err, errlen);
+}
+
+int xb_cuda_download(struct xb_cuda_pool *p, void *host, size_t size,
+		     char *err, size_t errlen)
+{
+	return nocuda(err, errlen);
+}
+
 int xb_cuda_verify(struct xb_cuda_pool *p, uint64_t seed, const uint32_t *src,
 		   const uint32_t *dst, size_t n, size_t first, char *err,
 		   size_t errlen)

@@ -319,6 +319,25 @@ pdx_status_t pdx_kv_plan_copy_cuda(const struct pdx_kv_plan *src,
 				   uint64_t first, uint64_t count,
 				   void *stream);
 
+/* A share of one block: rows of len bytes, the first at src_off and
+ * dst_off from the block's first byte on each side, the next src_stride
+ * and dst_stride further. A TP leg's heads (docs/protocol.md, "TP legs"):
+ * HND one row, NHD one per token. */
+struct pdx_kv_piece {
+	uint64_t src_off, dst_off, len;
+	uint32_t rows;
+	uint64_t src_stride, dst_stride;
+};
+
+/* pdx_kv_plan_copy_cuda() of only the piece of each segment: the plans
+ * must have equal segment counts, their segment bytes may differ, and
+ * the piece must lie within a segment on both sides (else PDX_EINVAL). */
+pdx_status_t pdx_kv_plan_copy_piece_cuda(const struct pdx_kv_plan *src,
+					 const struct pdx_kv_plan *dst,
+					 const struct pdx_kv_piece *piece,
+					 uint64_t first, uint64_t count,
+					 void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -36,6 +36,46 @@ __global__ void k_copy(struct pdx__plan_dev src, struct pdx__plan_dev dst,
 			      pdx__plan_seg(&src, first + k), bb, unit);
 }
 
+/* One CTA per segment copies the piece's rows, their units as one index
+ * space (rows are short: an NHD row is a few heads of one token). */
+template <typename U>
+__device__ __forceinline__ void copy_rows(uint8_t *d, const uint8_t *s,
+					  const struct pdx_kv_piece &pc)
+{
+	uint64_t per = pc.len / sizeof(U), n = per * pc.rows;
+
+	for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) {
+		uint64_t r = i / per, c = i % per;
+
+		((U *)(d + r * pc.dst_stride))[c] =
+		    ((const U *)(s + r * pc.src_stride))[c];
+	}
+}
+
+__global__ void k_copy_piece(struct pdx__plan_dev src,
+			     struct pdx__plan_dev dst, struct pdx_kv_piece pc,
+			     uint64_t first, uint64_t count, unsigned unit)
+{
+	for (uint64_t k = blockIdx.x; k < count; k += gridDim.x) {
+		uint8_t *d = pdx__plan_seg(&dst, first + k) + pc.dst_off;
+		const uint8_t *s = pdx__plan_seg(&src, first + k) + pc.src_off;
+
+		switch (unit) {
+		case 16:
+			copy_rows<uint4>(d, s, pc);
+			break;
+		case 8:
+			copy_rows<uint64_t>(d, s, pc);
+			break;
+		case 4:
+			copy_rows<uint32_t>(d, s, pc);
+			break;
+		default:
+			copy_rows<uint8_t>(d, s, pc);
+		}
+	}
+}
+
 /* Plan tables come from a pool of their own, one per device, that never
  * adds a stream dependency to reuse memory. The device's default pool
  * allows that (cudaMemPoolReuseAllowInternalDependencies), so an
@@ -253,5 +293,35 @@ extern "C" pdx_status_t pdx_kv_plan_copy_cuda(const struct pdx_kv_plan *src,
 	k_copy<<<pdx__grid(count), PDX__THREADS, 0, (cudaStream_t)stream>>>(
 	    src->dev, dst->dev, first, count, src->bb,
 	    pdx__unit(src->align | dst->align | src->bb));
+	return pdx__cuda_launched();
+}
+
+/* The piece's last row ends within a segment of bb bytes. */
+static int piece_fits(const struct pdx_kv_piece *pc, uint64_t off,
+		      uint64_t stride, uint64_t bb)
+{
+	uint64_t last = off + (uint64_t)(pc->rows - 1) * stride;
+
+	return last >= off && last <= bb && pc->len <= bb - last;
+}
+
+extern "C" pdx_status_t
+pdx_kv_plan_copy_piece_cuda(const struct pdx_kv_plan *src,
+			    const struct pdx_kv_plan *dst,
+			    const struct pdx_kv_piece *pc, uint64_t first,
+			    uint64_t count, void *stream)
+{
+	if (!src || !dst || !pc || src->segs != dst->segs || !pc->rows ||
+	    !pc->len || !in_range(src, first, count) ||
+	    !piece_fits(pc, pc->src_off, pc->src_stride, src->bb) ||
+	    !piece_fits(pc, pc->dst_off, pc->dst_stride, dst->bb))
+		return PDX_EINVAL;
+	if (!count)
+		return PDX_OK;
+	k_copy_piece<<<pdx__grid(count), PDX__THREADS, 0,
+		       (cudaStream_t)stream>>>(
+	    src->dev, dst->dev, *pc, first, count,
+	    pdx__unit(src->align | dst->align | pc->src_off | pc->dst_off |
+		      pc->len | pc->src_stride | pc->dst_stride));
 	return pdx__cuda_launched();
 }

@@ -282,6 +282,37 @@ static void plan_errors(struct pool *a, struct pdx_kv_plan *pa,
 	pdx_kv_plan_free_cuda(pw);
 }
 
+/* A random piece of a block of bb bytes: rows rows of len bytes. */
+static struct pdx_kv_piece piece_in(uint64_t bb)
+{
+	struct pdx_kv_piece pc = { .rows = 1 + (uint32_t)(rnd() % 3) };
+	uint64_t share = bb / pc.rows, ext;
+
+	if (!share) {
+		pc.rows = 1;
+		share = bb;
+	}
+	pc.len = 1 + rnd() % share;
+	pc.src_stride = pc.len + rnd() % (share - pc.len + 1);
+	pc.dst_stride = pc.len + rnd() % (share - pc.len + 1);
+	ext = (pc.rows - 1) * pc.src_stride + pc.len;
+	pc.src_off = rnd() % (bb - ext + 1);
+	ext = (pc.rows - 1) * pc.dst_stride + pc.len;
+	pc.dst_off = rnd() % (bb - ext + 1);
+	return pc;
+}
+
+/* The piece of segments [first, first + count) of staging hs into hd. */
+static void piece_cpu(const struct pdx_kv_piece *pc, const uint8_t *hs,
+		      uint8_t *hd, uint64_t bb, uint64_t first, uint64_t count)
+{
+	for (uint64_t s = first; s < first + count; s++)
+		for (uint32_t r = 0; r < pc->rows; r++)
+			memcpy(hd + s * bb + pc->dst_off + r * pc->dst_stride,
+			       hs + s * bb + pc->src_off + r * pc->src_stride,
+			       pc->len);
+}
+
 /* Plan gather, scatter and copy of random segment ranges against the
  * matching slice of the CPU gather and scatter, and a whole copy against
  * pdx_kv_copy_cpu(), between two pools of the same shape laid out
@@ -364,6 +395,34 @@ static void plans(int round)
 	cudaStreamSynchronize(st);
 	CHECK(pool_same(&b));
 	CHECK(pool_same(&a));
+
+	/* a piece of each segment of a range (a TP leg's heads), after new
+	 * bytes in a, and nothing else of b written */
+	for (uint64_t i = 0; i < len; i++)
+		ha[i] = (uint8_t)rnd();
+	CHECK_EQ(pdx_kv_scatter_cpu(&a.hkv, ia, n, ha), PDX_OK);
+	cudaMemcpyAsync(d, ha, len, cudaMemcpyHostToDevice, st);
+	CHECK_EQ(pdx_kv_plan_scatter_cuda(pa, 0, segs, d, st), PDX_OK);
+	range(segs, &first, &count);
+	{
+		struct pdx_kv_piece pc = piece_in(bb), bad = pc;
+
+		CHECK_EQ(pdx_kv_gather_cpu(&b.hkv, ib, n, hb), PDX_OK);
+		piece_cpu(&pc, ha, hb, bb, first, count);
+		CHECK_EQ(pdx_kv_scatter_cpu(&b.hkv, ib, n, hb), PDX_OK);
+		CHECK_EQ(pdx_kv_plan_copy_piece_cuda(pa, pb, &pc, first, count,
+						     st),
+			 PDX_OK);
+		cudaStreamSynchronize(st);
+		CHECK(pool_same(&b));
+		bad.dst_off = bb - pc.len + 1; /* its last byte past the block */
+		CHECK_EQ(pdx_kv_plan_copy_piece_cuda(pa, pb, &bad, 0, 1, st),
+			 PDX_EINVAL);
+		bad = pc;
+		bad.rows = 0;
+		CHECK_EQ(pdx_kv_plan_copy_piece_cuda(pa, pb, &bad, 0, 1, st),
+			 PDX_EINVAL);
+	}
 
 	plan_errors(&a, pa, ia, n, d);
 	cudaDeviceSynchronize();

@@ -5,15 +5,17 @@
 # the prefill side write each layer's bytes only when it "computes" it, so
 # a path that reads a layer before its event fired fails verification.
 # Also checks that the prefill agent logged the forced path, not a fallback.
+# With TP P:D, P prefill ranks and D decode ranks reshard the KV heads
+# (each decode rank's heads checked through a host image of its pool).
 # Exits 77 (skipped) where there is no CUDA device, as pdx-xferbench does.
 #
-#   xferbench_cuda.sh PDX-XFERBENCH PDX-AGENT DATA-PATH [MODEL]
+#   xferbench_cuda.sh PDX-XFERBENCH PDX-AGENT DATA-PATH [MODEL [P:D]]
 set -u
-xb=$1 agent=$2 path=$3 model=${4:-tiny}
+xb=$1 agent=$2 path=$3 model=${4:-tiny} tp=${5:-1:1}
 
 out=$("$xb" --mem cuda --model "$model" --tokens 256 --concurrency 2 \
 	--random-blocks --iters 2 --layer-ms 1 --data-path "$path" --json \
-	--agent-bin "$agent")
+	--prefill-tp "${tp%:*}" --decode-tp "${tp#*:}" --agent-bin "$agent")
 rc=$?
 [ "$rc" -eq 0 ] || exit "$rc"
 echo "$out"
