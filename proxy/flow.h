@@ -97,6 +97,11 @@ int pdx_flow_set_agents(json_t *kv, const struct pdx_inst *i);
  * merged into the client's kv_transfer_params. NULL: out of memory. */
 char *pdx_flow_prefill_body(struct pdx_call *c, const char *metaserver);
 
+/* D's kv_transfer_params for a transfer from c->prefill: the client's,
+ * with do_remote_prefill, the xfer_id, P's agents (pdx_flow_set_agents)
+ * and the failure policy merged in. NULL: out of memory. */
+json_t *pdx_flow_decode_kv(struct pdx_call *c);
+
 /* P's leg to p is going out: its transfer counts in p's and D's load
  * until their agents report it (transfers.h). */
 void pdx_flow_count_transfer(struct pdx_call *c, struct pdx_inst *p);
