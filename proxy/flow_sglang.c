@@ -3,11 +3,14 @@
  * server port and a room added, and SGLang's transfer backend (pdx.sglang
  * or another) pairs the two by the room through P's bootstrap server.
  *
- * With one pool of kind pdx the proxy joins the two hand-offs: a
- * pdx-engine D gets kv_transfer_params naming the transfer pdx.sglang
- * makes of the room (room_xfer_id) and P's agent, which P's bootstrap
- * server gives for rank 0. Either way the room's transfer counts in P's
- * and D's load until their agents report it (transfers.h). */
+ * With one pool of kind pdx the proxy joins the two hand-offs, both
+ * about the transfer pdx.sglang makes of the room (room_xfer_id): a
+ * pdx-engine D gets kv_transfer_params naming it and P's agent, which
+ * P's bootstrap server gives for rank 0; a pdx-engine P gets an open
+ * send of it, and the SGLang D a bootstrap server this proxy runs for P
+ * (sglang_boot.h), which names P's agent. Either way the room's transfer
+ * counts in P's and D's load until their agents report it
+ * (transfers.h). */
 #define PDX_LOG_TOPIC "sglang"
 #include "proxy/flow.h"
 
@@ -20,6 +23,7 @@
 
 #include "common/log.h"
 #include "proxy/call.h"
+#include "proxy/sglang_boot.h"
 
 static bool sglang(const struct pdx_call *c, enum pdx_pool_role r)
 {
@@ -56,26 +60,39 @@ static void room_xfer_id(json_int_t room, char hex[33])
 /* The client's body with bootstrap_host (an IPv6 address in brackets,
  * as SGLang's router writes it), bootstrap_port and bootstrap_room set;
  * NULL: out of memory. */
-static char *sglang_body(struct pdx_call *c, const struct pdx_inst *p,
-			 json_int_t room)
+static char *sglang_body(struct pdx_call *c, const char *boot_host,
+			 uint16_t boot_port, json_int_t room)
 {
 	char host[PDX_POOL_ADDR_MAX + 2];
 	json_t *b = json_copy(c->body); /* shallow: new top-level keys */
 	char *s = NULL;
 
-	snprintf(host, sizeof(host), strchr(p->host, ':') ? "[%s]" : "%s",
-		 p->host);
+	snprintf(host, sizeof(host), strchr(boot_host, ':') ? "[%s]" : "%s",
+		 boot_host);
 	if (b && !json_object_set_new(b, "bootstrap_host", json_string(host)) &&
-	    !json_object_set_new(b, "bootstrap_port",
-				 json_integer(p->bootstrap_port)) &&
+	    !json_object_set_new(b, "bootstrap_port", json_integer(boot_port)) &&
 	    !json_object_set_new(b, "bootstrap_room", json_integer(room)))
 		s = json_dumps(b, JSON_COMPACT);
 	json_decref(b);
 	return s;
 }
 
-/* D's body: an SGLang D's with the bootstrap fields, a pdx-engine D's
- * with kv_transfer_params for the room's transfer from P's agent. */
+/* P's body: an SGLang P's with the bootstrap fields (its own server), a
+ * pdx-engine P's with kv_transfer_params for an open send of the room's
+ * transfer (pdx_flow_prefill_body: an SGLang D has no agent known here,
+ * its agent claims the send). */
+static char *prefill_body(struct pdx_call *c, const struct pdx_inst *p,
+			  json_int_t room)
+{
+	if (sglang(c, PDX_POOL_PREFILL))
+		return sglang_body(c, p->host, p->bootstrap_port, room);
+	return pdx_flow_prefill_body(c, NULL);
+}
+
+/* D's body: an SGLang D's with the bootstrap fields (P's bootstrap
+ * server: an SGLang P's own, or the one this proxy runs for a pdx P), a
+ * pdx-engine D's with kv_transfer_params for the room's transfer from
+ * P's agent. */
 static char *decode_body(struct pdx_call *c, const struct pdx_inst *p,
 			 json_int_t room)
 {
@@ -83,7 +100,11 @@ static char *decode_body(struct pdx_call *c, const struct pdx_inst *p,
 	char *s = NULL;
 
 	if (sglang(c, PDX_POOL_DECODE))
-		return sglang_body(c, p, room);
+		return sglang_body(c,
+				   sglang(c, PDX_POOL_PREFILL)
+				       ? p->host
+				       : pdx_sglang_boot_host(c->px),
+				   p->bootstrap_port, room);
 	kv = pdx_flow_decode_kv(c);
 	d = kv ? json_copy(c->body) : NULL;
 	if (d && !json_object_set(d, "kv_transfer_params", kv))
@@ -91,6 +112,31 @@ static char *decode_body(struct pdx_call *c, const struct pdx_inst *p,
 	json_decref(d);
 	json_decref(kv);
 	return s;
+}
+
+/* A pdx P for an SGLang D: P's agent is what D's side asks this proxy's
+ * bootstrap server for. false: replied. */
+static bool boot_ready(struct pdx_call *c, struct pdx_inst *p)
+{
+	char msg[PDX_POOL_ADDR_MAX + 160];
+
+	if (sglang(c, PDX_POOL_PREFILL))
+		return true;
+	if (!p->peer[0] || p->tp > 1) {
+		snprintf(msg, sizeof(msg),
+			 "prefill instance %s: %s; an SGLang decode instance "
+			 "receives from one agent",
+			 p->url,
+			 p->peer[0] ? "tensor-parallel"
+				    : "no agent (GET /v1/pdx/info)");
+		pdx_call_reply_error(c, 502, "upstream_error", msg);
+		return false;
+	}
+	if (pdx_sglang_boot_open(c->px, p, msg, sizeof(msg))) {
+		pdx_call_reply_error(c, 500, "internal_error", msg);
+		return false;
+	}
+	return true;
 }
 
 static void dispatch(struct pdx_call *c)
@@ -102,9 +148,11 @@ static void dispatch(struct pdx_call *c)
 	char *p_body = NULL, *d_body = NULL;
 	json_int_t room;
 
+	if (!boot_ready(c, p))
+		return;
 	if (!room_mint(&room)) {
 		room_xfer_id(room, c->xfer_id);
-		p_body = sglang_body(c, p, room);
+		p_body = prefill_body(c, p, room);
 		d_body = p_body ? decode_body(c, p, room) : NULL;
 	}
 	if (!d_body) {
@@ -113,8 +161,8 @@ static void dispatch(struct pdx_call *c)
 				     "out of memory or random bytes");
 		return;
 	}
-	log_debug("%s: room %lld, transfer %s, bootstrap %s:%u", c->req_id,
-		  (long long)room, c->xfer_id, p->host, p->bootstrap_port);
+	log_debug("%s: room %lld, transfer %s, P's bootstrap port %u",
+		  c->req_id, (long long)room, c->xfer_id, p->bootstrap_port);
 	/* an SGLang D's agent is not known here: its "received" ends the
 	 * transfer on D all the same (transfers.c) */
 	pdx_transfers_start(&c->px->xfers, c->xfer_id, p,
@@ -215,8 +263,8 @@ static void route_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 }
 
 /* Learns, once per instance, what the call needs: an SGLang P's bootstrap
- * port, and for a pdx-engine D its agent and P's rank 0's; then
- * dispatches. */
+ * port, and for a pdx-engine D its agent and P's rank 0's, for a
+ * pdx-engine P its agent; then dispatches. */
 static void prepare(struct pdx_call *c)
 {
 	static const struct pdx_upstream_cbs info = {.on_end = info_end};
@@ -224,13 +272,14 @@ static void prepare(struct pdx_call *c)
 	struct pdx_upstream_cbs cbs;
 	struct pdx_inst *p = c->prefill;
 
-	if (!p->bootstrap_port) {
+	if (sglang(c, PDX_POOL_PREFILL) && !p->bootstrap_port) {
 		cbs = info;
 		cbs.arg = c;
 		pdx_pool_hold(p);
 		pdx_call_leg(c, p, PDX_POOL_PREFILL, "/get_server_info", NULL,
 			     0, &cbs);
-	} else if (!sglang(c, PDX_POOL_DECODE) && !p->peer_known) {
+	} else if (sglang(c, PDX_POOL_PREFILL) && !sglang(c, PDX_POOL_DECODE) &&
+		   !p->peer_known) {
 		cbs = route;
 		cbs.arg = c;
 		pdx_pool_hold(p);
@@ -238,8 +287,9 @@ static void prepare(struct pdx_call *c)
 				"/route?prefill_dp_rank=0&target_tp_rank=0&"
 				"target_pp_rank=0",
 				&cbs);
-	} else if (!sglang(c, PDX_POOL_DECODE)) {
-		pdx_flow_learn_peers(c, dispatch); /* D's agent */
+	} else if (!sglang(c, PDX_POOL_PREFILL) ||
+		   !sglang(c, PDX_POOL_DECODE)) {
+		pdx_flow_learn_peers(c, dispatch); /* the pdx side's agent */
 	} else {
 		dispatch(c);
 	}

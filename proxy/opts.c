@@ -46,8 +46,13 @@ void pdx_proxy_opts_usage(FILE *f)
 "                              the other pool pdx the proxy joins the two\n"
 "                              (P sglang, D pdx: D gets P's agent from\n"
 "                              P's bootstrap server and the room's\n"
-"                              xfer_id); --flow sglang makes a pool whose\n"
+"                              xfer_id; P pdx, D sglang: the proxy runs a\n"
+"                              bootstrap server per P that names P's\n"
+"                              agent); --flow sglang makes a pool whose\n"
 "                              kind is not given sglang\n"
+"  --bootstrap-host H          where SGLang decode instances reach those\n"
+"                              bootstrap servers (they listen on --host;\n"
+"                              default --host, 127.0.0.1 for a wildcard)\n"
 "  --metaserver-url URL        where prefill engines post their early\n"
 "                              callback (default http://H:P/v1/metaserver\n"
 "                              of this proxy; 127.0.0.1 for a wildcard H)\n"
@@ -440,6 +445,8 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 				kind[name[2] == 'd'] = PDX_KIND_SGLANG;
 			else
 				goto bad_choice;
+		} else if (!strcmp(name, "--bootstrap-host")) {
+			o->bootstrap_host = val;
 		} else if (!strcmp(name, "--metaserver-url")) {
 			if (strncmp(val, "http://", 7) ||
 			    strlen(val) >= PDX_PROXY_URL_MAX) {

@@ -37,6 +37,7 @@ struct pdx_proxy_opts {
 	enum pdx_proxy_flow flow;   /* concurrent; sglang with an SGLang pool */
 	enum pdx_proxy_kind kind_p, kind_d; /* pdx; --flow sglang: sglang */
 	const char *metaserver_url; /* NULL: this proxy's /v1/metaserver */
+	const char *bootstrap_host; /* NULL: host (sglang_boot.h) */
 	enum pdx_pool_policy policy_p, policy_d; /* round-robin */
 	size_t prefix_len;	/* prefix-aware's key: 1024 bytes */
 	const char *notify_bind; /* agents' notifications; NULL: none */

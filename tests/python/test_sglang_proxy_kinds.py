@@ -14,6 +14,10 @@ notifying the proxy (--notify-bind).
    transfer; the same text (D checks every received position and decodes
    from the received KV, so equal text means byte-exact KV), streamed and
    not, and the same counting.
+3. --prefill-kind pdx --decode-kind sglang (a pdx-engine prefill instance,
+   an SGLang decode server): the proxy runs a bootstrap server for P that
+   names P's agent, P gets an open send of the room's transfer; the same
+   text and counting.
 
     test_sglang_proxy_kinds.py PDX-ENGINE PDX-AGENT PDX-PROXY
 """
@@ -61,7 +65,8 @@ def counted(proxy, want_events):
         unknown = metric(m, n, '{about="unknown"}')
         left = gauge_total(m, "pdx_proxy_instance_transfers")
         expired = metric(m, "pdx_proxy_transfers_expired_total")
-        assert unknown == 0 and expired == 0, (unknown, expired, m)
+        assert unknown == 0 and expired == 0, ("unknown", unknown,
+                                               "expired", expired)
         if got >= want_events and left == 0:
             return got
         assert time.monotonic() < end, (got, want_events, left)
@@ -92,15 +97,16 @@ def main():
                       PDX_SGLANG_AGENT_ARGS="--notify " + notify,
                       UCX_TLS="sm,self", UCX_WARN_UNUSED_ENV_VARS="n")
     tmp = tempfile.mkdtemp(prefix="pdx-sglk-")
-    procs, agent = {}, None
+    procs, agent, p_agent = {}, None, None
 
     def spawn(name, cmd):
         with open(os.path.join(tmp, name + ".log"), "w") as log:
             procs[name], url = start_server(cmd, log, new_session=True)
         return url
 
-    def proxy(name, decode, *kinds):
-        return spawn(name, [proxy_bin, "--port", "0", "--prefill", hp(p_url),
+    def proxy(name, decode, *kinds, prefill=None):
+        return spawn(name, [proxy_bin, "--port", "0",
+                            "--prefill", hp(prefill or p_url),
                             "--decode", hp(decode), "--notify-bind", notify,
                             "--health-interval", "0", *kinds])
 
@@ -137,6 +143,17 @@ def main():
         serve_all(front, colocated, "SGLang -> pdx-engine")
         print("ok   counted: %d notifications" % counted(front, events))
         stop("proxy_mixed")
+
+        # and back: the proxy runs P's bootstrap server, naming its agent
+        p_agent = AgentProcess(agent_bin, args=["--notify", notify])
+        e_p_url = spawn("engine_prefill", [
+            engine_bin, "--port", "0", "--model", "tiny", "--time-scale", "0",
+            "--role", "prefill", "--agent", p_agent.engine_addr])
+        front = proxy("proxy_back", d_url, "--prefill-kind", "pdx",
+                      "--decode-kind", "sglang", prefill=e_p_url)
+        serve_all(front, colocated, "pdx-engine -> SGLang")
+        print("ok   counted: %d notifications" % counted(front, events))
+        stop("proxy_back")
         print("ok")
     finally:
         for p in procs.values():
@@ -150,8 +167,9 @@ def main():
                 p.wait(20)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
-        if agent is not None:
-            agent.stop()
+        for a in (agent, p_agent):
+            if a is not None:
+                a.stop()
         if os.environ.get("PDX_TEST_VERBOSE"):
             for name in procs:
                 with open(os.path.join(tmp, name + ".log")) as f:
