@@ -115,6 +115,15 @@ def main():
         assert procs[name].wait(20) == 0, name
 
     hp = lambda u: u[len("http://"):]
+    # an SGLang pool runs the sglang flow, and that flow needs one
+    for bad, why in ((["--flow", "concurrent", "--decode-kind", "sglang"],
+                      "a pool of kind sglang runs the sglang flow"),
+                     (["--flow", "sglang", "--prefill-kind", "pdx",
+                       "--decode-kind", "pdx"], "both pools of kind pdx")):
+        r = subprocess.run([proxy_bin, "--decode", "127.0.0.1:1", *bad],
+                           capture_output=True, text=True, timeout=10)
+        assert r.returncode == 2 and why in r.stderr, (bad, r.returncode,
+                                                        r.stderr)
     serve = [sys.executable, os.path.join(HERE, "mini_sglang_serve.py"),
              "--port", "0", "--request-timeout", "20"]
     try:
