@@ -70,7 +70,8 @@ static char *sglang_body(struct pdx_call *c, const char *boot_host,
 	snprintf(host, sizeof(host), strchr(boot_host, ':') ? "[%s]" : "%s",
 		 boot_host);
 	if (b && !json_object_set_new(b, "bootstrap_host", json_string(host)) &&
-	    !json_object_set_new(b, "bootstrap_port", json_integer(boot_port)) &&
+	    !json_object_set_new(b, "bootstrap_port",
+				 json_integer(boot_port)) &&
 	    !json_object_set_new(b, "bootstrap_room", json_integer(room)))
 		s = json_dumps(b, JSON_COMPACT);
 	json_decref(b);
@@ -163,11 +164,12 @@ static void dispatch(struct pdx_call *c)
 	}
 	log_debug("%s: room %lld, transfer %s, P's bootstrap port %u",
 		  c->req_id, (long long)room, c->xfer_id, p->bootstrap_port);
-	/* an SGLang D's agent is not known here: its "received" ends the
-	 * transfer on D all the same (transfers.c) */
-	pdx_transfers_start(&c->px->xfers, c->xfer_id, p,
-			    sglang(c, PDX_POOL_DECODE) || d->peer[0] ? d
-								    : NULL);
+	/* an SGLang D's agent is not known here, but its "received" ends
+	 * the transfer on D all the same (transfers.c); a pdx D without an
+	 * agent reports nothing */
+	if (!sglang(c, PDX_POOL_DECODE) && !d->peer[0])
+		d = NULL;
+	pdx_transfers_start(&c->px->xfers, c->xfer_id, p, d);
 	c->prefill = NULL; /* the side leg's now */
 	cbs.arg = c;
 	if (!pdx_call_side(c, p, c->path, p_body, strlen(p_body), &cbs))
@@ -194,8 +196,9 @@ static void prepare_failed(struct pdx_call *c, struct pdx_upstream *u,
 		pdx_call_reply_error(c, err_status, "upstream_error", why);
 		return;
 	}
-	snprintf(msg, sizeof(msg), "prefill instance %s: %s answered %d "
-		 "without %s", p->url, ask, status, want);
+	snprintf(msg, sizeof(msg),
+		 "prefill instance %s: %s answered %d without %s", p->url, ask,
+		 status, want);
 	log_warn("%s: %s", c->req_id, msg);
 	pdx_call_reply_error(c, 502, "upstream_error", msg);
 }

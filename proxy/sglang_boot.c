@@ -92,22 +92,23 @@ static void on_request(struct evhttp_request *req, void *arg)
 		return;
 	}
 	if (rank == 1)
-		reply_json(req, json_pack("{s:i, s:i, s:i, s:b}", "attn_tp_size",
-					  1, "pp_size", 1, "dp_size", 1,
-					  "follow_bootstrap_room", 1));
+		reply_json(req,
+			   json_pack("{s:i, s:i, s:i, s:b}", "attn_tp_size", 1,
+				     "pp_size", 1, "dp_size", 1,
+				     "follow_bootstrap_room", 1));
 	else
 		reply_json(req, json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:s, "
 					  "s:n}",
 					  "attn_tp_size", 1, "attn_tp_rank", 0,
-					  "pp_size", 1, "pp_rank", 0,
-					  "dp_size", 1, "dp_rank", 0,
-					  "peer_addr", p->peer, "shape"));
+					  "pp_size", 1, "pp_rank", 0, "dp_size",
+					  1, "dp_rank", 0, "peer_addr", p->peer,
+					  "shape"));
 }
 
 const char *pdx_sglang_boot_host(const struct pdx_proxy *px)
 {
-	const char *h = px->o->bootstrap_host ? px->o->bootstrap_host
-					      : px->o->host;
+	const char *h =
+	    px->o->bootstrap_host ? px->o->bootstrap_host : px->o->host;
 
 	if (!strcmp(h, "0.0.0.0") || !strcmp(h, "::") || !*h)
 		return "127.0.0.1";
