@@ -120,6 +120,11 @@ int pdx_call_leg(struct pdx_call *c, struct pdx_inst *inst,
 		 enum pdx_pool_role role, const char *path, const void *body,
 		 size_t len, const struct pdx_upstream_cbs *cbs);
 
+/* pdx_call_leg()'s GET of path on another port of inst's host (an SGLang
+ * prefill instance's bootstrap server); the leg counts as inst's. */
+int pdx_call_get_at(struct pdx_call *c, struct pdx_inst *inst, uint16_t port,
+		    const char *path, const struct pdx_upstream_cbs *cbs);
+
 /* The leg set by pdx_call_leg() ended: drop it and its instance. */
 void pdx_call_leg_done(struct pdx_call *c);
 

@@ -19,13 +19,18 @@
  *   decode-side kv_transfer_params there when its prefill starts; D is
  *   dispatched with them at that moment. No post by P's answer: P's
  *   answer is used, as in the sequential flow.
- * sglang (flow_sglang.c; SGLang instances with a transfer backend, pdx's
- *   or another): P and D get the client's request at once with SGLang's
+ * sglang (flow_sglang.c; a pool of SGLang instances with a transfer
+ *   backend, pdx's or another: --prefill-kind, --decode-kind): P and D
+ *   get the client's request at once, an SGLang one with SGLang's
  *   bootstrap_host (P's host), bootstrap_port (P's bootstrap server, from
  *   its GET /get_server_info) and bootstrap_room (63 random bits), as
  *   SGLang's router sends it; D's answer is relayed, P's looked at only
- *   when it fails (as in the concurrent flow). No kv_transfer_params, no
- *   agents asked: SGLang's backends pair by the room.
+ *   when it fails (as in the concurrent flow). Between two SGLang pools
+ *   no kv_transfer_params, no agents asked: SGLang's backends pair by the
+ *   room. A pdx pool on one side (pdx-engine beside pdx.sglang) gets
+ *   kv_transfer_params for the transfer pdx.sglang makes of the room: a
+ *   pdx D with P's agent from P's bootstrap server, a pdx P an open send
+ *   while the proxy serves the bootstrap routes for it (sglang_boot.h).
  *
  * Retries (--retries): a leg that fails before the client got any byte
  * (no connection, a timeout, a 5xx; P's leg or D's) starts the whole
@@ -96,6 +101,11 @@ int pdx_flow_set_agents(json_t *kv, const struct pdx_inst *i);
  * has one and the client named none) and metaserver (when not NULL)
  * merged into the client's kv_transfer_params. NULL: out of memory. */
 char *pdx_flow_prefill_body(struct pdx_call *c, const char *metaserver);
+
+/* D's kv_transfer_params for a transfer from c->prefill: the client's,
+ * with do_remote_prefill, the xfer_id, P's agents (pdx_flow_set_agents)
+ * and the failure policy merged in. NULL: out of memory. */
+json_t *pdx_flow_decode_kv(struct pdx_call *c);
 
 /* P's leg to p is going out: its transfer counts in p's and D's load
  * until their agents report it (transfers.h). */

@@ -291,6 +291,20 @@ int pdx_flow_failure_policy(struct pdx_call *c, json_t *kv)
 		       c->px->o->transfer_recompute ? "recompute" : "fail");
 }
 
+json_t *pdx_flow_decode_kv(struct pdx_call *c)
+{
+	json_t *own = json_object_get(c->body, "kv_transfer_params");
+	json_t *kv = json_is_object(own) ? json_deep_copy(own) : json_object();
+
+	if (kv && !json_object_set_new(kv, "do_remote_prefill", json_true()) &&
+	    !json_object_set_new(kv, "xfer_id", json_string(c->xfer_id)) &&
+	    !pdx_flow_set_agents(kv, c->prefill) &&
+	    !pdx_flow_failure_policy(c, kv))
+		return kv;
+	json_decref(kv);
+	return NULL;
+}
+
 void pdx_flow_count_transfer(struct pdx_call *c, struct pdx_inst *p)
 {
 	pdx_transfers_start(&c->px->xfers, c->xfer_id, p,

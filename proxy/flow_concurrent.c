@@ -35,23 +35,6 @@ void pdx_flow_side_prefill_end(struct pdx_upstream *u, int status,
 	pdx_flow_prefill_failed(c, status, body, err_status, why);
 }
 
-/* D's request: the client's, with do_remote_prefill, the xfer_id and
- * P's agents (every rank's for a TP instance) merged into the client's
- * kv_transfer_params. */
-static json_t *decode_kv(struct pdx_call *c)
-{
-	json_t *own = json_object_get(c->body, "kv_transfer_params");
-	json_t *kv = json_is_object(own) ? json_deep_copy(own) : json_object();
-
-	if (kv && !json_object_set_new(kv, "do_remote_prefill", json_true()) &&
-	    !json_object_set_new(kv, "xfer_id", json_string(c->xfer_id)) &&
-	    !pdx_flow_set_agents(kv, c->prefill) &&
-	    !pdx_flow_failure_policy(c, kv))
-		return kv;
-	json_decref(kv);
-	return NULL;
-}
-
 static void dispatch(struct pdx_call *c)
 {
 	static const struct pdx_upstream_cbs prefill = {
@@ -67,7 +50,7 @@ static void dispatch(struct pdx_call *c)
 		pdx_flow_sequential_prefill(c);
 		return;
 	}
-	kv = decode_kv(c);
+	kv = pdx_flow_decode_kv(c);
 	body = pdx_flow_prefill_body(c, NULL);
 	if (!kv || !body) {
 		json_decref(kv);

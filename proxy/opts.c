@@ -35,7 +35,24 @@ void pdx_proxy_opts_usage(FILE *f)
 "                              (D when P posts to /v1/metaserver), sglang\n"
 "                              (SGLang instances: P and D at once with\n"
 "                              bootstrap_host, bootstrap_port and\n"
-"                              bootstrap_room, as SGLang's router)\n"
+"                              bootstrap_room, as SGLang's router; the\n"
+"                              same as --prefill-kind sglang\n"
+"                              --decode-kind sglang)\n"
+"  --prefill-kind K            what the prefill (decode) instances are:\n"
+"  --decode-kind K               pdx (default: kv_transfer_params, as\n"
+"                              pdx-engine and vLLM take them) or sglang\n"
+"                              (SGLang servers: bootstrap fields); a pool\n"
+"                              of sglang runs the sglang flow, and with\n"
+"                              the other pool pdx the proxy joins the two\n"
+"                              (P sglang, D pdx: D gets P's agent from\n"
+"                              P's bootstrap server and the room's\n"
+"                              xfer_id; P pdx, D sglang: the proxy runs a\n"
+"                              bootstrap server per P that names P's\n"
+"                              agent); --flow sglang makes a pool whose\n"
+"                              kind is not given sglang\n"
+"  --bootstrap-host H          where SGLang decode instances reach those\n"
+"                              bootstrap servers (they listen on --host;\n"
+"                              default --host, 127.0.0.1 for a wildcard)\n"
 "  --metaserver-url URL        where prefill engines post their early\n"
 "                              callback (default http://H:P/v1/metaserver\n"
 "                              of this proxy; 127.0.0.1 for a wildcard H)\n"
@@ -125,6 +142,11 @@ const char *pdx_proxy_flow_name(enum pdx_proxy_flow f)
 		return "sglang";
 	}
 	return "?";
+}
+
+const char *pdx_proxy_kind_name(enum pdx_proxy_kind k)
+{
+	return k == PDX_KIND_SGLANG ? "sglang" : "pdx";
 }
 
 static int parse_ulong(const char *name, const char *s, unsigned long lo,
@@ -274,6 +296,35 @@ static bool uint_option(const char *name, const char *val,
 	return false;
 }
 
+/* The pools' kinds from --prefill-kind, --decode-kind (kind[], -1: not
+ * given) and --flow: an SGLang pool needs the sglang flow, which needs
+ * one. */
+static int kinds(struct pdx_proxy_opts *o, const int kind[2],
+		 bool flow_given, char *err, size_t errlen)
+{
+	enum pdx_proxy_kind dflt =
+	    o->flow == PDX_FLOW_SGLANG ? PDX_KIND_SGLANG : PDX_KIND_PDX;
+
+	o->kind_p = kind[0] < 0 ? dflt : (enum pdx_proxy_kind)kind[0];
+	o->kind_d = kind[1] < 0 ? dflt : (enum pdx_proxy_kind)kind[1];
+	if (o->kind_p == PDX_KIND_PDX && o->kind_d == PDX_KIND_PDX) {
+		if (o->flow != PDX_FLOW_SGLANG)
+			return 0;
+		snprintf(err, errlen, "--flow sglang with both pools of kind "
+				      "pdx: no SGLang instance to serve");
+		return -1;
+	}
+	if (flow_given && o->flow != PDX_FLOW_SGLANG) {
+		snprintf(err, errlen,
+			 "--flow %s: a pool of kind sglang runs the sglang "
+			 "flow",
+			 pdx_proxy_flow_name(o->flow));
+		return -1;
+	}
+	o->flow = PDX_FLOW_SGLANG;
+	return 0;
+}
+
 static void defaults(struct pdx_proxy_opts *o)
 {
 	memset(o, 0, sizeof(*o));
@@ -308,6 +359,8 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 						char *err, size_t errlen)
 {
 	static struct list ph, pp, dh, dp;
+	int kind[2] = {-1, -1}; /* P's and D's, -1 until given */
+	bool flow_given = false;
 	unsigned long v;
 	bool bad;
 
@@ -373,6 +426,7 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 				     errlen))
 				return PDX_PROXY_OPTS_BAD;
 		} else if (!strcmp(name, "--flow")) {
+			flow_given = true;
 			if (!strcmp(val, "sequential"))
 				o->flow = PDX_FLOW_SEQUENTIAL;
 			else if (!strcmp(val, "concurrent"))
@@ -383,6 +437,16 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 				o->flow = PDX_FLOW_SGLANG;
 			else
 				goto bad_choice;
+		} else if (!strcmp(name, "--prefill-kind") ||
+			   !strcmp(name, "--decode-kind")) {
+			if (!strcmp(val, "pdx"))
+				kind[name[2] == 'd'] = PDX_KIND_PDX;
+			else if (!strcmp(val, "sglang"))
+				kind[name[2] == 'd'] = PDX_KIND_SGLANG;
+			else
+				goto bad_choice;
+		} else if (!strcmp(name, "--bootstrap-host")) {
+			o->bootstrap_host = val;
 		} else if (!strcmp(name, "--metaserver-url")) {
 			if (strncmp(val, "http://", 7) ||
 			    strlen(val) >= PDX_PROXY_URL_MAX) {
@@ -485,6 +549,8 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 		       errlen) ||
 	    pair_lists("decoder", &dh, &dp, o->decode, &o->n_decode, err,
 		       errlen))
+		return PDX_PROXY_OPTS_BAD;
+	if (kinds(o, kind, flow_given, err, errlen))
 		return PDX_PROXY_OPTS_BAD;
 	if (!strcmp(o->log_level, "")) {
 		snprintf(err, errlen, "--log-level is empty");

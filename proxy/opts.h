@@ -24,11 +24,20 @@ enum pdx_proxy_flow {
 	PDX_FLOW_SGLANG,	 /* P and D at once with SGLang's bootstrap */
 };
 
+/* What a pool's instances are (--prefill-kind, --decode-kind): how the
+ * proxy hands a transfer to them. */
+enum pdx_proxy_kind {
+	PDX_KIND_PDX,	 /* kv_transfer_params: pdx-engine, vLLM */
+	PDX_KIND_SGLANG, /* SGLang's bootstrap_host, _port and _room */
+};
+
 struct pdx_proxy_opts {
 	const char *host;	    /* listen address: 127.0.0.1 */
 	uint16_t port;		    /* 8000; 0: any free port */
-	enum pdx_proxy_flow flow;   /* concurrent */
+	enum pdx_proxy_flow flow;   /* concurrent; sglang with an SGLang pool */
+	enum pdx_proxy_kind kind_p, kind_d; /* pdx; --flow sglang: sglang */
 	const char *metaserver_url; /* NULL: this proxy's /v1/metaserver */
+	const char *bootstrap_host; /* NULL: host (sglang_boot.h) */
 	enum pdx_pool_policy policy_p, policy_d; /* round-robin */
 	size_t prefix_len;	/* prefix-aware's key: 1024 bytes */
 	const char *notify_bind; /* agents' notifications; NULL: none */
@@ -71,5 +80,6 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 void pdx_proxy_opts_usage(FILE *f);
 
 const char *pdx_proxy_flow_name(enum pdx_proxy_flow f);
+const char *pdx_proxy_kind_name(enum pdx_proxy_kind k);
 
 #endif

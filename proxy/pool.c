@@ -24,6 +24,8 @@ static void inst_free(struct pdx_inst *i)
 	pdx_pool_idle_close(i);
 	if (i->idle_timer)
 		event_free(i->idle_timer);
+	if (i->boot)
+		evhttp_free(i->boot);
 	free(i);
 }
 

@@ -46,6 +46,7 @@
 
 struct event;
 struct pdx_probe;
+struct evhttp;
 struct evhttp_connection;
 
 enum pdx_pool_role { PDX_POOL_PREFILL, PDX_POOL_DECODE };
@@ -82,9 +83,12 @@ struct pdx_inst {
 	char peer[PDX_POOL_ADDR_MAX];
 	unsigned tp;
 	char peers[PDX_POOL_TP_MAX][PDX_POOL_ADDR_MAX];
-	/* an SGLang prefill instance's bootstrap server port, from its GET
-	 * /get_server_info (flow_sglang.c); 0 until known */
+	/* a prefill instance's bootstrap server port for SGLang decode
+	 * instances (flow_sglang.c): an SGLang instance's own, from its GET
+	 * /get_server_info; a pdx one's the one this proxy serves for it,
+	 * boot (sglang_boot.h); 0 until known */
 	uint16_t bootstrap_port;
+	struct evhttp *boot;
 	/* idle keep-alive connections, oldest first, and the timer that
 	 * closes them when they expire (upstream.c) */
 	struct {

@@ -346,6 +346,7 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 		       struct pdx_upstream **out)
 {
 	struct pdx_upstream *u = calloc(1, sizeof(*u));
+	uint16_t port = p->port ? p->port : p->inst->port;
 	struct evkeyvalq *h;
 	struct timeval tv;
 	unsigned first;
@@ -359,16 +360,16 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 	u->cbs = *cbs;
 	u->inst = p->inst;
 	pdx_pool_ref(u->inst);
-	u->keepalive = p->keepalive;
+	u->keepalive = p->port ? 0 : p->keepalive;
 	u->keepalive_ns = (uint64_t)p->keepalive_ms * 1000000;
 	u->timer = evtimer_new(p->base, on_timer, u);
 	if (!u->timer)
 		goto fail;
-	u->conn = idle_take(p->inst);
+	u->conn = p->port ? NULL : idle_take(p->inst);
 	if (!u->conn) {
 		fresh = true;
-		u->conn = evhttp_connection_base_new(
-		    p->base, NULL, p->inst->host, p->inst->port);
+		u->conn = evhttp_connection_base_new(p->base, NULL,
+						     p->inst->host, port);
 		if (!u->conn)
 			goto fail;
 	}
@@ -385,8 +386,7 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 	if (p->stream_body)
 		evhttp_request_set_chunked_cb(u->req, on_chunk);
 	h = evhttp_request_get_output_headers(u->req);
-	snprintf(hostport, sizeof(hostport), "%s:%u", p->inst->host,
-		 p->inst->port);
+	snprintf(hostport, sizeof(hostport), "%s:%u", p->inst->host, port);
 	evhttp_add_header(h, "Host", hostport);
 	if (p->request_id)
 		evhttp_add_header(h, "X-Request-Id", p->request_id);

@@ -23,6 +23,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include <sys/queue.h>
 
@@ -55,6 +56,10 @@ struct pdx_upstream_params {
 	struct event_base *base;
 	struct pdx_upstreams *set;
 	struct pdx_inst *inst; /* the leg takes a reference of its own */
+	/* 0: the instance's port; else another server on its host (an
+	 * SGLang prefill instance's bootstrap server), on a connection of
+	 * the leg's own, not kept for reuse */
+	uint16_t port;
 	enum evhttp_cmd_type method;
 	const char *path;	/* "/v1/completions?x" */
 	const char *request_id; /* sent as X-Request-Id */

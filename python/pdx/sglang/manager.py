@@ -156,6 +156,10 @@ class PdxKVManager:
                                self.pp_rank)
 
     def layout_differs(self, reg: dict) -> str:
+        if "shape" in reg and reg["shape"] is None:
+            # a server that does not know the layout (pdx-proxy's for a
+            # pdx-engine prefill): the agents compare when they pair
+            return ""
         try:
             theirs = Shape(**reg["shape"])
         except (KeyError, TypeError) as e:
