@@ -4,6 +4,7 @@
  * receiver succeeds once what "done" announced arrived. Every data path
  * (host and GPU) ends its operations here. */
 #define PDX_LOG_TOPIC "push"
+#include <stdlib.h>
 #include <string.h>
 
 #include "agent/agent.h"
@@ -27,9 +28,10 @@ void complete_op_ended_cb(void *arg, pdx_status_t status)
 }
 
 /* Nothing waits for it: like a ZeroMQ send, it is on its way. */
+/* arg: the meta's copy, which the send used until now */
 static void done_am_sent(void *arg, pdx_status_t status)
 {
-	(void)arg;
+	free(arg);
 	if (status)
 		log_warn("done by ucx: %s", pdx_status_str(status));
 }
@@ -37,17 +39,26 @@ static void done_am_sent(void *arg, pdx_status_t status)
 /* The ipc lane: the copies are in the receiver's memory already, and the
  * UCX endpoint wakes the receiver's loop itself, where a ZeroMQ message
  * passes through two I/O threads on its way (docs/benchmarking.md). The
- * header, little-endian: xfer id, first_token, bytes, am_bytes. */
+ * header, little-endian: xfer id, first_token, bytes, am_bytes; the
+ * payload, eager, the meta (a copy: x may be gone before the send ends). */
 static pdx_status_t send_done_am(struct xfer *x)
 {
-	uint8_t hdr[AM_DONE_BYTES];
+	uint8_t hdr[AM_DONE_BYTES], *meta = NULL;
+	pdx_status_t st;
 
 	memcpy(hdr, x->id.b, 16);
 	memcpy(hdr + 16, &x->first_token, 8);
 	memcpy(hdr + 24, &x->bytes, 8);
 	memcpy(hdr + 32, &x->am_bytes, 8);
-	return pdx_ucx_am_send(x->peer->ep, AM_DONE, hdr, sizeof(hdr), NULL,
-			       0, NULL, done_am_sent, NULL);
+	if (x->meta_len && !(meta = malloc(x->meta_len)))
+		return PDX_ENOMEM;
+	if (meta)
+		memcpy(meta, x->meta, x->meta_len);
+	st = pdx_ucx_am_send_eager(x->peer->ep, AM_DONE, hdr, sizeof(hdr),
+				   meta, x->meta_len, done_am_sent, meta);
+	if (st)
+		free(meta);
+	return st;
 }
 
 void complete_on_done_am(void *arg, const void *hdr, size_t hdr_len,
@@ -62,9 +73,9 @@ void complete_on_done_am(void *arg, const void *hdr, size_t hdr_len,
 
 	if (rndv)
 		pdx_ucx_am_drop(a->ucx, data);
-	if (hdr_len != AM_DONE_BYTES || len) {
-		log_warn("done by ucx with a %zu-byte header and %zu bytes: "
-			 "dropped", hdr_len, len);
+	if (hdr_len != AM_DONE_BYTES || rndv || len > PDX_META_MAX) {
+		log_warn("done by ucx with a %zu-byte header and %zu bytes%s: "
+			 "dropped", hdr_len, len, rndv ? " by rendezvous" : "");
 		return;
 	}
 	memcpy(id.b, h, 16);
@@ -80,6 +91,11 @@ void complete_on_done_am(void *arg, const void *hdr, size_t hdr_len,
 	xfer_mark(x, MARK_DONE_HEARD);
 	log_debug("done from %s by ucx: %llu bytes", x->peer_addr,
 		  (unsigned long long)bytes);
+	if (xfer_set_meta(x, data, len)) {
+		xfer_fail(x, PDX_ENOMEM, true, "out of memory for %zu bytes of "
+			  "meta", len);
+		return;
+	}
 	complete_done_heard(x, bytes, am_bytes, first_token);
 }
 
@@ -100,9 +116,7 @@ void complete_send_done(struct xfer *x)
 	struct peer_msg pm;
 	pdx_status_t st;
 
-	/* the AM header is fixed: meta goes the peer link's way */
-	bool by_ucx = x->peer->path == DATA_IPC && x->peer->done_ucx &&
-		      !x->meta_len;
+	bool by_ucx = x->peer->path == DATA_IPC && x->peer->done_ucx;
 
 	xfer_mark(x, MARK_FLUSHED);
 	xfer_mark(x, MARK_DONE_SENT);

@@ -499,8 +499,8 @@ pdx_status_t pdx_ucx_get(struct pdx_ucx_ep *ep, void *dst, size_t len,
 
 static pdx_status_t am_send(struct pdx_ucx_ep *ep, unsigned id,
 			    const void *hdr, size_t hdr_len, const void *src,
-			    size_t len, struct pdx_ucx_mem *src_mem, bool rndv,
-			    pdx_ucx_done_cb cb, void *arg)
+			    size_t len, struct pdx_ucx_mem *src_mem,
+			    uint32_t protocol, pdx_ucx_done_cb cb, void *arg)
 {
 	struct op *o;
 	ucp_request_param_t p;
@@ -512,9 +512,9 @@ static pdx_status_t am_send(struct pdx_ucx_ep *ep, unsigned id,
 		return PDX_ENOMEM;
 	memcpy(o->hdr, hdr, hdr_len);
 	p = send_param(o, src_mem);
-	if (rndv) {
+	if (protocol) {
 		p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-		p.flags = UCP_AM_SEND_FLAG_RNDV;
+		p.flags = protocol;
 	}
 	return op_started(ep->u, o,
 			  ucp_am_send_nbx(ep->ep, id, o->hdr, hdr_len, src, len,
@@ -526,8 +526,16 @@ pdx_status_t pdx_ucx_am_send(struct pdx_ucx_ep *ep, unsigned id,
 			     size_t len, struct pdx_ucx_mem *src_mem,
 			     pdx_ucx_done_cb cb, void *arg)
 {
-	return am_send(ep, id, hdr, hdr_len, src, len, src_mem, false, cb,
-		       arg);
+	return am_send(ep, id, hdr, hdr_len, src, len, src_mem, 0, cb, arg);
+}
+
+pdx_status_t pdx_ucx_am_send_eager(struct pdx_ucx_ep *ep, unsigned id,
+				   const void *hdr, size_t hdr_len,
+				   const void *src, size_t len,
+				   pdx_ucx_done_cb cb, void *arg)
+{
+	return am_send(ep, id, hdr, hdr_len, src, len, NULL,
+		       UCP_AM_SEND_FLAG_EAGER, cb, arg);
 }
 
 pdx_status_t pdx_ucx_am_send_rndv(struct pdx_ucx_ep *ep, unsigned id,
@@ -536,7 +544,8 @@ pdx_status_t pdx_ucx_am_send_rndv(struct pdx_ucx_ep *ep, unsigned id,
 				  struct pdx_ucx_mem *src_mem,
 				  pdx_ucx_done_cb cb, void *arg)
 {
-	return am_send(ep, id, hdr, hdr_len, src, len, src_mem, true, cb, arg);
+	return am_send(ep, id, hdr, hdr_len, src, len, src_mem,
+		       UCP_AM_SEND_FLAG_RNDV, cb, arg);
 }
 
 pdx_status_t pdx_ucx_flush(struct pdx_ucx_ep *ep, pdx_ucx_done_cb cb, void *arg)

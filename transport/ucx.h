@@ -112,6 +112,13 @@ pdx_status_t pdx_ucx_am_send(struct pdx_ucx_ep *ep, unsigned id,
 			     const void *hdr, size_t hdr_len, const void *src,
 			     size_t len, struct pdx_ucx_mem *src_mem,
 			     pdx_ucx_done_cb cb, void *arg);
+/* The same eagerly, whatever its size: the receiver's handler gets the
+ * whole payload (never rndv), for a small message that must arrive in
+ * one piece. */
+pdx_status_t pdx_ucx_am_send_eager(struct pdx_ucx_ep *ep, unsigned id,
+				   const void *hdr, size_t hdr_len,
+				   const void *src, size_t len,
+				   pdx_ucx_done_cb cb, void *arg);
 /* The same by rendezvous, whatever its size: the receiver's handler sees
  * rndv and fetches the payload when it has room for it, so a receiver with
  * a bounded buffer pool holds back the sender instead of queueing copies;

@@ -414,6 +414,18 @@ pdx_status_t pdx_ucx_am_send(struct pdx_ucx_ep *ep, unsigned id,
 	return op_add(ep, cb, arg);
 }
 
+pdx_status_t pdx_ucx_am_send_eager(struct pdx_ucx_ep *ep, unsigned id,
+				   const void *hdr, size_t hdr_len,
+				   const void *src, size_t len,
+				   pdx_ucx_done_cb cb, void *arg)
+{
+	if (hdr_len > PDX_UCX_AM_HDR_MAX)
+		die("active-message header of %zu bytes", hdr_len);
+	if (len && !src)
+		die("active-message payload of %zu bytes at NULL", len);
+	return op_add(ep, cb, arg);
+}
+
 pdx_status_t pdx_ucx_am_send_rndv(struct pdx_ucx_ep *ep, unsigned id,
 				  const void *hdr, size_t hdr_len,
 				  const void *src, size_t len,
