@@ -22,6 +22,7 @@ after the prefill and layer-wise; run as a script it prints that figure
 
     mini_sglang.py --bench --agent PATH-TO-pdx-agent [--tokens N ...]
 """
+import copy
 import os
 import statistics
 import time
@@ -37,22 +38,28 @@ from rig import free_port
 
 def ServerArgs(port, **kw):
     """The fields SGLang's managers read of server_args."""
-    return SimpleNamespace(host="127.0.0.1", disaggregation_bootstrap_port=port,
-                           tp_size=1, dp_size=1, pp_size=1,
-                           enable_dp_attention=False,
-                           disaggregation_ib_device=None, **kw)
+    args = dict(host="127.0.0.1", disaggregation_bootstrap_port=port,
+                tp_size=1, dp_size=1, pp_size=1, enable_dp_attention=False,
+                disaggregation_ib_device=None)
+    args.update(kw)
+    return SimpleNamespace(**args)
 
 
 class Pool:
     """MHATokenToKVPool / MLATokenToKVPool's buffers: pages + 1 pages (page
-    0 is SGLang's padding slot), each of page_size tokens."""
+    0 is SGLang's padding slot), each of page_size tokens. Rank tp_rank of
+    an instance of tp_size ranks: heads of the model's heads * tp_size
+    (MLA: the whole latent, as every rank)."""
 
     LAYERS = 4
 
     def __init__(self, layers=LAYERS, pages=32, page_size=4, heads=2,
-                 head_dim=16, dtype=torch.float16, mla=False):
+                 head_dim=16, dtype=torch.float16, mla=False, tp_rank=0,
+                 tp_size=1):
         self.layers, self.pages, self.page_size = layers, pages, page_size
         self.mla = mla
+        self.heads = 1 if mla else heads
+        self.tp_rank, self.tp_size = tp_rank, tp_size
         tokens = (pages + 1) * page_size
         row = (1 if mla else heads) * head_dim
         self.tensors = 1 if mla else 2
@@ -89,13 +96,19 @@ class Pool:
     def fill(self, pages, seed, layer=None):
         """The forward's writes: these pages of one layer (all layers
         without one). Cheap on big pools: one pool-wide block of noise,
-        a window of it per seed, shifted per tensor and layer."""
+        a window of it per seed, shifted per tensor and layer. The noise
+        is the whole model's (every head), of which a rank keeps its
+        heads: the ranks of an instance hold one model's KV."""
         if not pages:
             return
         if self.noise is None:
             g = torch.Generator().manual_seed(1)
-            self.noise = torch.randn(self.buffers[0][0].shape,
-                                     generator=g).to(self.buffers[0][0].dtype)
+            tokens, heads, dim = self.buffers[0][0].shape
+            split = 1 if self.mla else self.tp_size   # MLA: all on each
+            whole = torch.randn((tokens, heads * split, dim), generator=g)
+            lo = self.tp_rank * heads if split > 1 else 0
+            self.noise = whole[:, lo:lo + heads].contiguous().to(
+                self.buffers[0][0].dtype)
         ps, n = self.page_size, len(pages)
         noise = self.noise.view(-1, ps, *self.noise.shape[1:])
         at = seed % (noise.shape[0] - n + 1)
@@ -221,11 +234,13 @@ class Prefill:
         self.layer_ms = layer_ms   # modeled compute of one layer
         self.meta = MetadataBuffers()
         # the bootstrap server lives in the prefill instance's own process
+        # (its rank 0's)
         self.server = classes["bootstrap_server"](
             server_args.host, server_args.disaggregation_bootstrap_port) \
-            if bootstrap else None
-        self.mgr = classes["manager"](_kv_args(pool, self.meta), "prefill",
-                                      server_args, pool.mla)
+            if bootstrap and pool.tp_rank == 0 else None
+        self.mgr = classes["manager"](
+            _kv_args(pool, self.meta, pool.tp_rank), "prefill", server_args,
+            pool.mla)
         self.bootstrapping: List[Req] = []
         self.running: List[Req] = []
         self.inflight: List[Req] = []
@@ -333,8 +348,9 @@ class Decode:
     def __init__(self, classes, server_args, pool):
         self.cls, self.sa, self.pool = classes, server_args, pool
         self.meta = MetadataBuffers()
-        self.mgr = classes["manager"](_kv_args(pool, self.meta), "decode",
-                                      server_args, pool.mla)
+        self.mgr = classes["manager"](
+            _kv_args(pool, self.meta, pool.tp_rank), "decode", server_args,
+            pool.mla)
         self.pending: List[Req] = []
         self.queue: List[Req] = []
         self.transfer: List[Req] = []
@@ -410,6 +426,33 @@ class Decode:
 
     def close(self):
         self.mgr.close()
+
+
+class Ranks:
+    """The tensor-parallel ranks of one instance (Prefill or Decode
+    schedulers of pools of ranks 0..n-1), stepped together, as SGLang's
+    ranks run the same requests: a request added becomes one Req per rank
+    (req.ranks)."""
+
+    def __init__(self, ranks):
+        self.ranks = ranks
+        self.sa = ranks[0].sa
+
+    def add(self, req, *args):
+        req.ranks = [copy.copy(req) for _ in self.ranks]
+        for r, q in zip(self.ranks, req.ranks):
+            r.add(q, *args)
+
+    def step(self):
+        for r in self.ranks:
+            r.step()
+
+    def busy(self):
+        return any(r.busy() for r in self.ranks)
+
+    def close(self):
+        for r in self.ranks:
+            r.close()
 
 
 def run(P, D, pairs, timeout=20.0, each=None, decode_first=False):

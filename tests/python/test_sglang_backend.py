@@ -171,7 +171,7 @@ class Backend(unittest.TestCase):
         self.assertEqual(d.done, KVPoll.Failed)
         self.assertIn("layout differs (prefill vs decode): item_lens "
                       "[256, 256, 256, 256] != [128, 128, 128, 128]", d.error)
-        self.assertIsNone(d.receiver.peer)   # refused before any recv
+        self.assertEqual(d.receiver.peers, [])   # refused before any recv
         p.sender.abort()   # SGLang aborts the request on the prefill side
         self.assertEqual(p.sender.poll(), KVPoll.Failed)
 

@@ -84,7 +84,7 @@ def back(engine_bin, agent_bin, spawn, colocated):
                 answer["p"] = post(prefill + "/v1/completions", dict(
                     completion(prompt, 1), kv_transfer_params={
                         "do_remote_decode": True,
-                        "xfer_id": xfer_id(room, 0, 0).hex}))
+                        "xfer_id": xfer_id(room, 0).hex}))
             t = threading.Thread(target=ask_prefill)
             t.start()
             s, got = post(decode + "/v1/completions", dict(
@@ -148,7 +148,7 @@ def main():
             s, got = post(decode + "/v1/completions", dict(
                 completion(prompt, n), kv_transfer_params={
                     "do_remote_prefill": True,
-                    "xfer_id": xfer_id(room, 0, 0).hex,
+                    "xfer_id": xfer_id(room, 0).hex,
                     "remote_agent": peer}))
             t.join(30)
             s_want, want = post(colocated + "/v1/completions",

@@ -17,7 +17,7 @@ import logging
 import os
 import shlex
 import time
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import pdx
 from pdx.vllm.agent import AgentProcess
@@ -30,11 +30,14 @@ from .layout import Shape, build
 log = logging.getLogger("pdx.sglang")
 
 
-def xfer_id(room: int, rank: int, pp_rank: int) -> pdx.XferId:
-    """The transfer of SGLang's room between the prefill and the decode
-    rank of the same (tensor, pipeline) rank: both sides make it alike."""
+def xfer_id(room: int, pp_rank: int) -> pdx.XferId:
+    """The transfer of SGLang's room at pipeline stage pp_rank: both sides
+    make it alike. Every tensor-parallel rank uses the same id (its 4
+    bytes of rank are 0): each rank has its own agent, and when the two
+    instances' TP sizes differ the agents split one transfer of the whole
+    instance into legs between the ranks (docs/protocol.md, "TP legs")."""
     return pdx.XferId((room & (2**64 - 1)).to_bytes(8, "big") +
-                      rank.to_bytes(4, "big") + pp_rank.to_bytes(4, "big"))
+                      bytes(4) + pp_rank.to_bytes(4, "big"))
 
 
 class PrefillInfo:
@@ -85,7 +88,11 @@ class PdxKVManager:
                               xfer_timeout_ms=_env_int(
                                   "PDX_SGLANG_XFER_TIMEOUT_MS"),
                               liveness_ms=_env_int("PDX_SGLANG_LIVENESS_MS"))
-        self.shape, lay, regions, self.cuda = build(args, self.is_mla_backend)
+        self.tp_size = self._sizes()["attn_tp_size"]
+        self.shape, lay, regions, self.cuda = build(args, self.is_mla_backend,
+                                                    self.tp_size)
+        if self.tp_size > 1:  # the agents reshard to other TP sizes
+            self.eng.set_tp(self.rank, self.tp_size)
         self.peer_addr = self.eng.register(
             lay, regions, cuda_event_slots=4 if self.cuda else 0)
         self.aux = AuxRows(args)
@@ -136,26 +143,30 @@ class PdxKVManager:
         self.prefill_info_table[bootstrap_addr] = PrefillInfo(sizes)
         return True
 
-    def prefill_rank(self, bootstrap_addr: str, dp_rank: int) -> Optional[dict]:
-        """The prefill rank this decode rank receives from (its agent and
-        layout), None while its server cannot say yet; LookupError when
-        it will not."""
+    def prefill_ranks(self, bootstrap_addr: str,
+                      dp_rank: int) -> Optional[List[dict]]:
+        """The prefill ranks this decode rank receives from (their agents
+        and layouts): its own rank's at equal TP sizes, else every rank's
+        (the agents take this rank's heads from those that hold them).
+        None while the server cannot say yet; LookupError when it will
+        not."""
         if not self.try_ensure_parallel_info(bootstrap_addr):
             return None
         info = self.prefill_info_table[bootstrap_addr]
-        ours = self._sizes()
-        if (info.attn_tp_size, info.pp_size) != (ours["attn_tp_size"],
-                                                  ours["pp_size"]):
+        if info.pp_size != self._sizes()["pp_size"]:
             raise LookupError(
-                "pdx.sglang: prefill %s has attn_tp_size %d, pp_size %d; "
-                "this decode %d, %d: pdx.sglang moves KV between equal "
-                "ranks only" % (bootstrap_addr, info.attn_tp_size,
-                                info.pp_size, ours["attn_tp_size"],
-                                ours["pp_size"]))
-        return bootstrap.query(bootstrap_addr, dp_rank, self.rank,
-                               self.pp_rank)
+                "pdx.sglang: prefill %s has pp_size %d, this decode %d: "
+                "pipeline stages must pair" % (
+                    bootstrap_addr, info.pp_size, self._sizes()["pp_size"]))
+        ranks = [self.rank] if info.attn_tp_size == self.tp_size else \
+            range(info.attn_tp_size)
+        regs = [bootstrap.query(bootstrap_addr, dp_rank, r, self.pp_rank)
+                for r in ranks]
+        return None if None in regs else regs
 
-    def layout_differs(self, reg: dict) -> str:
+    def layout_differs(self, reg: dict, their_tp: int) -> str:
+        """"" when the prefill rank's layout (reg's, of an instance of
+        their_tp ranks) pairs with ours, else why not in words."""
         if "shape" in reg and reg["shape"] is None:
             # a server that does not know the layout (pdx-proxy's for a
             # pdx-engine prefill): the agents compare when they pair
@@ -164,7 +175,7 @@ class PdxKVManager:
             theirs = Shape(**reg["shape"])
         except (KeyError, TypeError) as e:
             return "its registration has no layout (%s)" % e
-        why = theirs.differs(self.shape)
+        why = theirs.differs(self.shape, their_tp, self.tp_size)
         return "layout differs (prefill vs decode): " + why if why else ""
 
     # -- events ----------------------------------------------------------

@@ -5,9 +5,11 @@ dp_rank) once the prefill instance's sizes are known; polled until
 WaitingForInput; then send_metadata(page_indices, aux_index, ...) when
 pages are allocated; polled until Success or Failed. init asks the
 bootstrap server for the prefill rank's agent and layout (a layout unlike
-ours fails here, with both in words); send_metadata is pdx's recv of the
-transfer from that agent into these pages. On "received" the aux row gets
-the first token and the room (aux.py).
+ours fails here, with both in words) or, when the instances' TP sizes
+differ, for every prefill rank's; send_metadata is pdx's recv of the
+transfer from that agent (those agents: ours takes its heads from the
+ranks that hold them) into these pages. On "received" the aux row gets
+what the prefill side sent beside the KV and the room (aux.py).
 """
 import time
 from typing import Optional
@@ -23,7 +25,8 @@ class PdxKVReceiver(Transfer):
                  bootstrap_room: Optional[int] = None, **_unused):
         super().__init__(mgr, bootstrap_addr, bootstrap_room)
         self.dp_rank = None
-        self.peer = None
+        self.peers = []   # the prefill agents, in rank order
+        self.tp_legs = False  # the instances' TP sizes differ
         self.aux_index = None
         self.deadline = None
 
@@ -33,20 +36,23 @@ class PdxKVReceiver(Transfer):
         self._bootstrap()
 
     def _bootstrap(self) -> None:
+        mgr = self.kv_mgr
         try:
-            reg = self.kv_mgr.prefill_rank(self.bootstrap_addr, self.dp_rank)
+            regs = mgr.prefill_ranks(self.bootstrap_addr, self.dp_rank)
         except LookupError as e:
             return self.fail(str(e))
-        if reg is None:
+        if regs is None:
             if time.monotonic() > self.deadline:
                 self.fail("bootstrap server %s did not answer in %.0f s"
-                          % (self.bootstrap_addr,
-                             self.kv_mgr.bootstrap_timeout))
+                          % (self.bootstrap_addr, mgr.bootstrap_timeout))
             return
-        why = self.kv_mgr.layout_differs(reg)
-        if why:
-            return self.fail(why)
-        self.peer = reg["peer_addr"]
+        their_tp = mgr.prefill_info_table[self.bootstrap_addr].attn_tp_size
+        for reg in regs:
+            why = mgr.layout_differs(reg, their_tp)
+            if why:
+                return self.fail(why)
+        self.peers = [reg["peer_addr"] for reg in regs]
+        self.tp_legs = their_tp != mgr.tp_size
         self.state = KVPoll.WaitingForInput
 
     def poll(self) -> int:
@@ -67,7 +73,11 @@ class PdxKVReceiver(Transfer):
         mgr = self.kv_mgr
         try:
             mgr.track(self.xid, self)
-            mgr.eng.recv(self.xid, self.peer, [int(p) for p in kv_indices])
+            pages = [int(p) for p in kv_indices]
+            if self.tp_legs:   # even from one prefill rank: TP 1 -> 2
+                mgr.eng.recv(self.xid, None, pages, peers=self.peers)
+            else:
+                mgr.eng.recv(self.xid, self.peers[0], pages)
             self.announced = True
         except pdx.Error as e:
             return self.fail(str(e))
@@ -83,12 +93,11 @@ class PdxKVReceiver(Transfer):
 
     def _abort_at_agent(self) -> None:
         super()._abort_at_agent()
-        if self.peer is None:
-            return
         # the prefill side may not have announced its send yet, nor heard
-        # of our receive: its agent is told by name, so that the send,
+        # of our receive: its agents are told by name, so that the send,
         # when it comes, fails at once rather than waits out the lease
-        try:
-            self.kv_mgr.eng.abort(self.xid, self.peer)
-        except pdx.Error:
-            pass
+        for peer in self.peers:
+            try:
+                self.kv_mgr.eng.abort(self.xid, peer)
+            except pdx.Error:
+                pass

@@ -16,7 +16,7 @@ class Transfer:
         self.kv_mgr = mgr
         self.bootstrap_addr = bootstrap_addr
         self.bootstrap_room = int(bootstrap_room or 0)
-        self.xid = xfer_id(self.bootstrap_room, mgr.rank, mgr.pp_rank)
+        self.xid = xfer_id(self.bootstrap_room, mgr.pp_rank)
         self.state = KVPoll.Bootstrapping
         self.reason = ""
         self.announced = False
