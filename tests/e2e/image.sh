@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # scripts/image from a fresh clone of this commit: the image builds, and in
 # a container, as its non-root user, every program's --version says the
-# clone's `git describe`, the Python package imports, and a prefill and a
-# decode engine with their agents behind pdx-proxy answer as a colocated
-# engine does (image_smoke.py). The image is tagged for this test alone
+# clone's `git describe`, the Python package imports and loads libpdx, and
+# a prefill and a decode engine with their agents behind pdx-proxy answer
+# as a colocated engine does (image_smoke.py). The image is tagged for this test alone
 # and the tag removed at the end (the image too, unless another tag, e.g.
 # localhost/pdx:latest of the same commit, names it).
 # Skips (77), saying why, where it cannot run: not root, mmdebstrap or
@@ -54,10 +54,11 @@ run true 2>"$TMP/run.log" ||
 
 out=$(run sh -c 'id -u; for p in pdx-agent pdx-engine pdx-proxy pdx-bench pdx-xferbench; do
 	$p --version || echo "$p failed"; done
-	python3 -c "import pdx, pdx.vllm, pdx.sglang; print(\"import ok\")"' 2>&1)
+	python3 -c "import pdx, pdx.vllm, pdx.sglang; print(pdx.library_path, pdx.status_str(0))"' 2>&1)
 printf '%s\n' "$out"
 expect=$(printf '%s\n' 10001 "pdx-agent $want" "pdx-engine $want" "pdx-proxy $want" \
-	"pdx-bench $want" "pdx-xferbench $want" "import ok")
+	"pdx-bench $want" "pdx-xferbench $want" \
+	"/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null)/libpdx.so.0 ok")
 [ "$out" = "$expect" ] || fail "in the container: expected
 $expect"
 run python3 - <"$HERE/image_smoke.py" || fail "the P/D smoke run in the container"
