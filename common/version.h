@@ -5,8 +5,6 @@
 #ifndef PDX_COMMON_VERSION_H
 #define PDX_COMMON_VERSION_H
 
-const char *pdx_version(void);
-
 /* What every program's --version prints on stdout: "PROG VERSION\n". */
 void pdx_version_print(const char *prog);
 
