@@ -6,8 +6,9 @@
 # as a colocated engine does (image_smoke.py). The image is tagged for this test alone
 # and the tag removed at the end (the image too, unless another tag, e.g.
 # localhost/pdx:latest of the same commit, names it).
-# Skips (77), saying why, where it cannot run: not root, mmdebstrap or
-# podman missing, podman unable to run a container.
+# Skips (77), saying why, where it cannot run: not root, not a git
+# checkout, mmdebstrap or podman missing, the Debian archive unreachable,
+# podman unable to run a container.
 #   image.sh SOURCE_ROOT
 set -u
 SRC=$1
@@ -25,6 +26,7 @@ for t in mmdebstrap podman runc; do
 	command -v $t >/dev/null || skip "$t is not installed (scripts/deps installs it)"
 done
 podman info >/dev/null 2>&1 || skip "podman info fails: $(podman info 2>&1 | tail -1)"
+git -C "$SRC" rev-parse HEAD >/dev/null 2>&1 || skip "$SRC is not a git checkout to clone"
 
 TMP=$(mktemp -d)
 TAG=localhost/pdx-e2e-image:$$
@@ -38,8 +40,11 @@ git clone -q "$SRC" "$TMP/pdx" || fail "git clone $SRC"
 git -C "$TMP/pdx" checkout -q "$(git -C "$SRC" rev-parse HEAD)" ||
 	fail "checking out HEAD in the clone"
 want=$(git -C "$TMP/pdx" describe --always --dirty)
-name=$("$TMP/pdx/scripts/image" --tag "$TAG" 2>"$TMP/image.log") ||
+name=$("$TMP/pdx/scripts/image" --tag "$TAG" 2>"$TMP/image.log") || {
+	grep -Eq "Failed to fetch|Could not resolve|Temporary failure resolving" "$TMP/image.log" &&
+		skip "mmdebstrap cannot reach the Debian archive: $(grep -Em1 'Failed to fetch|resolv' "$TMP/image.log")"
 	fail "scripts/image: $(tail -20 "$TMP/image.log")"
+}
 [ "$name" = "$TAG" ] || fail "scripts/image printed '$name', not '$TAG'"
 tail -1 "$TMP/image.log"
 
