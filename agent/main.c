@@ -14,6 +14,7 @@
 
 #include "agent/agent.h"
 #include "common/log.h"
+#include "common/version.h"
 
 #define MAX_MSG_BYTES (64 << 20)
 /* While data moves, poll UCX this long past the last completion before
@@ -61,6 +62,7 @@ static void usage(FILE *f)
 		"  --curve-keygen FILE     write a new key pair to FILE, print its\n"
 		"                          public key, and exit\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n"
+		"  --version               print \"pdx-agent VERSION\" and exit\n"
 		"  -h, --help              this text\n"
 		"\n"
 		"UCX reads its own UCX_* variables (e.g. UCX_TLS=tcp); PDX_LOG_LEVEL\n"
@@ -103,6 +105,7 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 		{ "curve-peers", required_argument, NULL, 'M' },
 		{ "curve-keygen", required_argument, NULL, 'G' },
 		{ "log-level", required_argument, NULL, 'L' },
+		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -182,6 +185,9 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 				return -1;
 			}
 			break;
+		case 'V':
+			pdx_version_print("pdx-agent");
+			exit(0);
 		case 'h':
 			usage(stdout);
 			exit(0);

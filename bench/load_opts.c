@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/version.h"
+
 /* clang-format off */
 void pdx_load_opts_usage(FILE *f)
 {
@@ -149,6 +151,7 @@ void pdx_load_opts_usage(FILE *f)
 "                           TTFT and ITL, and output tokens/s and requests\n"
 "                           completed/s over the run, in 1 s buckets (0.1 s\n"
 "                           for runs under 10 s)\n"
+"  --version                print \"pdx-bench VERSION\" and exit\n"
 "  -h, --help               this text\n"
 "\n"
 "Exit status: 0 when at least one request completed; 1 when none did, or the\n"
@@ -273,6 +276,7 @@ static const struct option long_opts[] = {
     {"long-doc-repeat-count", required_argument, 0, O_LD_REPEAT},
     {"long-doc-repeat-mode", required_argument, 0, O_LD_MODE},
     {"help", no_argument, 0, 'h'},
+    {"version", no_argument, 0, 'V'},
     {0, 0, 0, 0},
 };
 
@@ -622,6 +626,9 @@ int pdx_load_opts_parse(int argc, char **argv, struct pdx_load_opts *o)
 			break;
 		case 'h':
 			pdx_load_opts_usage(stdout);
+			exit(0);
+		case 'V':
+			pdx_version_print("pdx-bench");
 			exit(0);
 		default:
 			fprintf(stderr, "pdx-bench: try --help\n");

@@ -13,6 +13,7 @@
 #include "bench/pdx_bench.h"
 #include "bench/xb_fail.h"
 #include "common/clock.h"
+#include "common/version.h"
 
 static void usage(FILE *f)
 {
@@ -69,6 +70,7 @@ static void usage(FILE *f)
 		"                         P -> D, the baseline P -> P, the same bytes\n"
 		"                         between equal TP sizes)\n"
 		"  --json                 one JSON object on stdout, logs on stderr\n"
+		"  --version              print \"pdx-xferbench VERSION\" and exit\n"
 		"  --help                 this text\n"
 		"\n"
 		"Figures (JSON keys): gbps = payload bytes / summed wall time from the\n"
@@ -189,7 +191,8 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 	enum {
 		O_TLS = 256, O_MODEL, O_TOKENS, O_SKIP, O_RANDOM, O_CONC, O_LAYER,
 		O_ITERS, O_JSON, O_BIN, O_DATA, O_XTMO, O_SEED, O_MEM, O_DDEV,
-		O_PULL, O_ONE, O_VERSUS, O_PTP, O_DTP, O_ORDER, O_HELP
+		O_PULL, O_ONE, O_VERSUS, O_PTP, O_DTP, O_ORDER, O_HELP,
+		O_VERSION
 	};
 	static const struct option lo[] = {
 		{ "tls", required_argument, NULL, O_TLS },
@@ -214,6 +217,7 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 		{ "decode-tp", required_argument, NULL, O_DTP },
 		{ "order", required_argument, NULL, O_ORDER },
 		{ "help", no_argument, NULL, O_HELP },
+		{ "version", no_argument, NULL, O_VERSION },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *mem = "shm";
@@ -321,6 +325,9 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 			break;
 		case O_HELP:
 			usage(stdout);
+			exit(0);
+		case O_VERSION:
+			pdx_version_print("pdx-xferbench");
 			exit(0);
 		case ':':
 			xb_bad("%s needs a value", argv[optind - 1]);

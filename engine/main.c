@@ -12,6 +12,7 @@
 
 #include "common/http_listen.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "engine/http_api.h"
 #include "engine/kv_link.h"
 #include "engine/kv_pool.h"
@@ -274,6 +275,9 @@ int main(int argc, char **argv)
 	switch (pdx_engine_opts_parse(argc, argv, &e.o, err, sizeof(err))) {
 	case PDX_OPTS_HELP:
 		pdx_engine_opts_usage(stdout);
+		return 0;
+	case PDX_OPTS_VERSION:
+		pdx_version_print("pdx-engine");
 		return 0;
 	case PDX_OPTS_BAD:
 		fprintf(stderr, "pdx-engine: %s (see --help)\n", err);

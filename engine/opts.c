@@ -79,6 +79,7 @@ void pdx_engine_opts_usage(FILE *f)
 "  --time-scale X           multiplies the modeled compute time; 0: no\n"
 "                           sleeping (default 1)\n"
 "  --log-level L            error, warn, info, debug (default info)\n"
+"  --version                print \"pdx-engine VERSION\" and exit\n"
 "  --help                   this text\n",
 		pdx_model_names());
 }
@@ -108,6 +109,7 @@ enum {
 	O_PREFIX_CACHE,
 	O_NO_PREFIX_CACHE,
 	O_HELP,
+	O_VERSION,
 };
 
 static const struct option long_opts[] = {
@@ -134,6 +136,7 @@ static const struct option long_opts[] = {
     {"prefix-cache", no_argument, 0, O_PREFIX_CACHE},
     {"no-prefix-cache", no_argument, 0, O_NO_PREFIX_CACHE},
     {"help", no_argument, 0, O_HELP},
+    {"version", no_argument, 0, O_VERSION},
     {0, 0, 0, 0},
 };
 
@@ -370,6 +373,8 @@ enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
 	while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
 		if (c == O_HELP)
 			return PDX_OPTS_HELP;
+		if (c == O_VERSION)
+			return PDX_OPTS_VERSION;
 		if (c == '?' || c == ':') {
 			pdx_errbuf_set(err, errlen,
 				       "unknown option or missing value: '%s'",

@@ -55,6 +55,7 @@ struct pdx_engine_opts {
 enum pdx_engine_opts_result {
 	PDX_OPTS_RUN = 0,
 	PDX_OPTS_HELP = 1, /* --help: usage printed, exit 0 */
+	PDX_OPTS_VERSION = 2, /* --version: the version printed, exit 0 */
 	PDX_OPTS_BAD = -1, /* reason in err: exit 2 */
 };
 

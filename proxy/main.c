@@ -12,6 +12,7 @@
 
 #include "common/http_listen.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "proxy/proxy.h"
 
 struct proxy_main {
@@ -206,6 +207,9 @@ int main(int argc, char **argv)
 	switch (pdx_proxy_opts_parse(argc, argv, &m.o, err, sizeof(err))) {
 	case PDX_PROXY_OPTS_HELP:
 		pdx_proxy_opts_usage(stdout);
+		return 0;
+	case PDX_PROXY_OPTS_VERSION:
+		pdx_version_print("pdx-proxy");
 		return 0;
 	case PDX_PROXY_OPTS_BAD:
 		fprintf(stderr, "pdx-proxy: %s (see --help)\n", err);

@@ -125,6 +125,7 @@ void pdx_proxy_opts_usage(FILE *f)
 "                              second signal exits at once (default 30;\n"
 "                              0: abort at once)\n"
 "  --log-level L               error, warn, info, debug (default info)\n"
+"  --version                   print \"pdx-proxy VERSION\" and exit\n"
 "  --help                      this text\n");
 }
 /* clang-format on */
@@ -376,6 +377,8 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 
 		if (!strcmp(a, "--help") || !strcmp(a, "-h"))
 			return PDX_PROXY_OPTS_HELP;
+		if (!strcmp(a, "--version"))
+			return PDX_PROXY_OPTS_VERSION;
 		if (strncmp(a, "--", 2) ||
 		    (eq && (size_t)(eq - a) >= sizeof(name))) {
 			snprintf(err, errlen, "unexpected argument '%s'", a);

@@ -69,6 +69,7 @@ struct pdx_proxy_opts {
 enum pdx_proxy_opts_result {
 	PDX_PROXY_OPTS_RUN = 0,
 	PDX_PROXY_OPTS_HELP = 1, /* --help: exit 0 */
+	PDX_PROXY_OPTS_VERSION = 2, /* --version: exit 0 */
 	PDX_PROXY_OPTS_BAD = -1, /* reason in err: exit 2 */
 };
 
