@@ -30,6 +30,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "proxy/pool.h"
 
@@ -43,6 +44,8 @@ struct pdx_discovery {
 	struct event_base *base;
 	struct evdns_base *dns;
 	unsigned interval_s; /* the most between two rounds of a name */
+	struct sockaddr_storage ns; /* where SRV queries go */
+	int ns_len;		    /* 0: nowhere known */
 	unsigned n;
 	struct pdx_dns_name *names[PDX_DISCOVERY_NAMES];
 };

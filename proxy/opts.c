@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/http_error.h"
+#include "proxy/dns_srv.h"
 
 /* clang-format off */
 void pdx_proxy_opts_usage(FILE *f)
@@ -29,7 +30,10 @@ void pdx_proxy_opts_usage(FILE *f)
 "                              A and AAAA records (a Kubernetes headless\n"
 "                              Service), all on PORT: added when they\n"
 "                              appear, drained when they vanish (repeatable)\n"
-"  --decode-dns NAME:PORT      the same for decode instances\n"
+"  --prefill-dns NAME          the same from NAME's SRV records, each with\n"
+"                              its port (a full name, e.g. Kubernetes'\n"
+"                              _http._tcp.SERVICE.NAMESPACE.svc.cluster.local)\n"
+"  --decode-dns NAME[:PORT]    the same for decode instances\n"
 "  --dns-interval S            NAME asked again after its records' TTL, at\n"
 "                              least 1 s and at most S (default 5)\n"
 "  --dns-server HOST[:PORT]    the nameserver to ask (default: those of\n"
@@ -211,16 +215,19 @@ static int add_addr(char (*dst)[PDX_POOL_ADDR_MAX], unsigned *n,
 	return 0;
 }
 
-/* --prefill-dns or --decode-dns: NAME:PORT, checked here, resolved by
- * discovery.c. */
+/* --prefill-dns or --decode-dns: NAME:PORT (A and AAAA records) or NAME
+ * (SRV records), checked here, resolved by discovery.c. */
 static int add_dns(struct pdx_proxy_opts *o, enum pdx_pool_role role,
 		   const char *name, const char *v, char *err, size_t errlen)
 {
 	char host[PDX_POOL_ADDR_MAX];
 	uint16_t port;
 
-	if (pdx_pool_addr_parse(v, host, sizeof(host), &port, err, errlen)) {
-		snprintf(err, errlen, "%s: want NAME:PORT, got '%s'", name, v);
+	if (strchr(v, ':') ? pdx_pool_addr_parse(v, host, sizeof(host), &port,
+						 err, errlen)
+			   : !*v || strlen(v) >= PDX_DNS_NAME_MAX) {
+		snprintf(err, errlen, "%s: want NAME:PORT or an SRV NAME, got '%s'",
+			 name, v);
 		return -1;
 	}
 	if (o->n_dns == PDX_DISCOVERY_NAMES) {

@@ -12,6 +12,10 @@
 #  * a name that stops resolving (NXDOMAIN) keeps the last instances,
 #    counts pdx_proxy_dns_resolve_failures_total and logs it once; when
 #    it resolves again its records rule again.
+# A second proxy finds its instances through SRV records (a name without
+# a port): one whose target is that name (on the engines' port), one
+# whose target is another host on a port of its own; it follows the same
+# changes.
 # Skips (77) where dnsmasq is missing or cannot run.
 #   dns_discovery.sh PDX_ENGINE PDX_PROXY PDX_BENCH
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -27,12 +31,17 @@ if [ ! -x "$DNSMASQ" ]; then
 fi
 
 # dnsmasq on a free port, local names only, every answer with TTL 1 s;
-# it re-reads the hosts file on SIGHUP
+# it re-reads the hosts file on SIGHUP. The engines' port (A records
+# carry no port), and another one for the SRV record of other.pdx.test.
 hosts=$E2E_TMP/hosts
 dp=$(free_port)
+ep=$(free_port)
+op=$(free_port)
+srv=_http._tcp.srv.pdx.test
 records() {
 	local ip
 	: >"$hosts.new"
+	echo "127.0.0.6 other.pdx.test" >>"$hosts.new"
 	for ip in "$@"; do echo "$ip decode.pdx.test" >>"$hosts.new"; done
 	mv "$hosts.new" "$hosts"
 	[ -n "${PID_DNS:-}" ] && kill -HUP "$PID_DNS"
@@ -43,7 +52,8 @@ records 127.0.0.2 127.0.0.3
 bg_start DNS "$DNSMASQ" --no-daemon --conf-file=/dev/null --pid-file= \
 	--user="$(id -un)" --port="$dp" --listen-address=127.0.0.1 \
 	--bind-interfaces --no-resolv --no-hosts --local=/pdx.test/ \
-	--addn-hosts="$hosts" --local-ttl=1
+	--addn-hosts="$hosts" --local-ttl=1 \
+	--srv-host="$srv,decode.pdx.test,$ep" --srv-host="$srv,other.pdx.test,$op"
 for _ in $(seq 100); do
 	grep -q "read $hosts" "$E2E_TMP/DNS.log" && break
 	if ! kill -0 "$PID_DNS" 2>/dev/null; then
@@ -54,9 +64,8 @@ for _ in $(seq 100); do
 done
 grep -q "read $hosts" "$E2E_TMP/DNS.log" || fail "dnsmasq did not read $hosts"
 
-# the engines: one port for all (A records carry no port), one loopback
-# address each; tiny at scale 10000: a decode step takes ~10 ms
-ep=$(free_port)
+# the engines: one port for all, one loopback address each; tiny at
+# scale 10000: a decode step takes ~10 ms
 at() { echo "http://$1:$ep"; }
 # mval IP NAME: engine IP's sample NAME
 mval() {
@@ -86,6 +95,14 @@ fails="pdx_proxy_dns_resolve_failures_total{role=\"decode\",name=\"$name\"}"
 served() { val "$x" "pdx_proxy_instance_requests_total{role=\"decode\",instance=\"$(at "$1")\"}"; }
 
 settle 5 "$dns_n=2" "$pool_n=2" || fail "the records' instances are not in the pool"
+# the SRV proxy: no requests go through it, so no health checks either
+named_engine_start Y "$PROXY" --decode-dns "$srv" --dns-server "127.0.0.1:$dp" \
+	--health-interval 0
+srv_n="$PORT_Y/pdx_proxy_dns_instances{role=\"decode\",name=\"$srv\"}"
+settle 5 "$srv_n=3" \
+	"$PORT_Y/pdx_proxy_instance_requests_total{role=\"decode\",instance=\"http://127.0.0.6:$op\"}=0" \
+	"$PORT_Y/pdx_proxy_instance_requests_total{role=\"decode\",instance=\"$(at 127.0.0.3)\"}=0" ||
+	fail "the SRV records' instances are not in the pool"
 curl -sS -o "$E2E_TMP/body" -w '%{http_code}' -H 'Authorization: Bearer s3cret' \
 	--data-binary "{\"role\": \"decode\", \"url\": \"$(at 127.0.0.5)\"}" \
 	"http://127.0.0.1:$x/admin/instances" >"$E2E_TMP/status" || fail "admin add"
@@ -107,12 +124,13 @@ records 127.0.0.2 127.0.0.3 127.0.0.4
 settle 4 "$x/pdx_proxy_instance_requests_total{role=\"decode\",instance=\"$(at 127.0.0.4)\"}>=1" ||
 	fail "127.0.0.4 added to the records got no request within 4 s: $(tail -3 "$E2E_TMP/X.log")"
 settle 1 "$dns_n=3" "$pool_n=4" || fail "the pool after the add"
+settle 3 "$srv_n=4" || fail "the SRV proxy's pool after the add"
 
 # removed from the records while it runs requests: drained
 d1="$x/pdx_proxy_instance_inflight{role=\"decode\",instance=\"$(at 127.0.0.2)\"}"
 settle 10 "$d1>=1" || fail "127.0.0.2 runs no request under load"
 records 127.0.0.3 127.0.0.4
-settle 4 "$dns_n=2" "$pool_n=3" || fail "127.0.0.2 left the records but not the pool"
+settle 4 "$dns_n=2" "$pool_n=3" "$srv_n=3" || fail "127.0.0.2 left the records but not the pool"
 grep -q "$name: decode instance $(at 127.0.0.2) left the records" "$E2E_TMP/X.log" ||
 	fail "the removal is not logged: $(tail -3 "$E2E_TMP/X.log")"
 for _ in $(seq 100); do
@@ -148,14 +166,17 @@ records
 # a failed round is tried again an interval later
 settle 9 "$x/$fails>=2" || fail "NXDOMAIN rounds not counted"
 settle 1 "$dns_n=2" "$pool_n=3" || fail "the last instances were not kept"
+# (the SRV name still resolves: its target with no address is gone)
+settle 1 "$srv_n=1" || fail "the SRV proxy's pool while decode.pdx.test has no address"
 [ "$(grep -c "$name: no address" "$E2E_TMP/X.log")" = 1 ] ||
 	fail "a name that does not resolve is not logged once: $(grep "$name: no address" "$E2E_TMP/X.log")"
 # asked again an interval after the last failed round
 records 127.0.0.4
-settle 8 "$dns_n=1" "$pool_n=2" || fail "the pool once the name resolves again"
+settle 8 "$dns_n=1" "$pool_n=2" "$srv_n=2" || fail "the pool once the name resolves again"
 grep -q "$name: resolves again" "$E2E_TMP/X.log" || fail "resolving again is not logged"
 [ "$(text "$x" "after DNS" 4)" != "" ] || fail "no answer through the proxy"
 
 named_stop X
+named_stop Y
 for d in D1 D2 D3 DA; do named_stop $d; done
 echo ok
