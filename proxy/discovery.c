@@ -90,7 +90,10 @@ static void apply(struct pdx_dns_name *nm)
 			continue;
 		if (pdx_pool_add(nm->pool, a, err, sizeof(err))) {
 			/* "already": given by a flag or the admin API */
-			log_debug("%s: %s", nm->spec, err);
+			if (strstr(err, "already"))
+				log_debug("%s: %s", nm->spec, err);
+			else
+				log_warn("%s: %s", nm->spec, err);
 			continue;
 		}
 		snprintf(nm->owned[nm->n_owned++], ADDR_LEN, "%s", a);
