@@ -18,7 +18,7 @@
 #include "proxy/dns_srv.h"
 
 #define RESOLV_CONF "/etc/resolv.conf"
-#define MIN_PERIOD_S 1 /* the soonest a name is asked again */
+#define MIN_PERIOD_S 1	/* the soonest a name is asked again */
 #define SRV_TIMEOUT_S 3 /* an SRV query's answer, else the round failed */
 #define SRV_TARGETS 64	/* targets of one SRV name used */
 
@@ -37,7 +37,7 @@ struct pdx_dns_name {
 	struct pdx_discovery *d;
 	struct pdx_pool *pool;
 	const char *spec; /* "NAME:PORT" or an SRV "NAME", as given */
-	bool srv; /* no port given: spec names SRV records */
+	bool srv;	  /* no port given: spec names SRV records */
 	struct event *timer;
 	/* an SRV name's query: its connected UDP socket and the id asked */
 	evutil_socket_t sock;
@@ -109,7 +109,8 @@ static void apply(struct pdx_dns_name *nm)
 		}
 		/* the admin API may have removed it already */
 		if (!pdx_pool_remove(nm->pool, a))
-			log_info("%s: %s instance http://%s left the records: removed, "
+			log_info("%s: %s instance http://%s left the records: "
+				 "removed, "
 				 "its requests in flight finish",
 				 nm->spec, role, a);
 		memmove(nm->owned[k], nm->owned[k + 1],
@@ -123,7 +124,8 @@ static void apply(struct pdx_dns_name *nm)
 static void round_end(struct pdx_dns_name *nm)
 {
 	int err = nm->n_found ? DNS_ERR_NONE
-			      : nm->err ? nm->err : DNS_ERR_NODATA;
+		  : nm->err   ? nm->err
+			      : DNS_ERR_NODATA;
 	unsigned next;
 
 	if (err != DNS_ERR_NONE) {
@@ -189,12 +191,14 @@ static void on_answer(int result, char type, int count, int ttl,
 
 	if (result == DNS_ERR_NONE) {
 		for (int k = 0; k < count; k++)
-			found_add(t, type == DNS_IPv6_AAAA ? AF_INET6 : AF_INET,
-				  type == DNS_IPv6_AAAA
-				      ? (const void *)((const struct in6_addr *)
-							   addresses + k)
-				      : (const void *)((const uint32_t *)
-							   addresses + k));
+			found_add(
+			    t, type == DNS_IPv6_AAAA ? AF_INET6 : AF_INET,
+			    type == DNS_IPv6_AAAA
+				? (const void *)((const struct in6_addr *)
+						     addresses +
+						 k)
+				: (const void *)((const uint32_t *)addresses +
+						 k));
 		if (count)
 			ttl_seen(nm, ttl);
 	} else {
@@ -220,7 +224,8 @@ static void targets_ask(struct pdx_dns_name *nm)
 		if (!evdns_base_resolve_ipv4(dns, t->name, flags, on_answer, t))
 			on_answer(DNS_ERR_UNKNOWN, DNS_IPv4_A, 0, 0, NULL, t);
 		if (!evdns_base_resolve_ipv6(dns, t->name, flags, on_answer, t))
-			on_answer(DNS_ERR_UNKNOWN, DNS_IPv6_AAAA, 0, 0, NULL, t);
+			on_answer(DNS_ERR_UNKNOWN, DNS_IPv6_AAAA, 0, 0, NULL,
+				  t);
 	}
 }
 
@@ -260,7 +265,8 @@ static void on_srv(evutil_socket_t fd, short what, void *arg)
 	nm->n_targets = (unsigned)n;
 	for (int k = 0; k < n; k++) {
 		nm->targets[k].port = rec[k].port;
-		ttl_seen(nm, rec[k].ttl > INT32_MAX ? INT32_MAX : (int)rec[k].ttl);
+		ttl_seen(nm,
+			 rec[k].ttl > INT32_MAX ? INT32_MAX : (int)rec[k].ttl);
 		memcpy(nm->targets[k].name, rec[k].target,
 		       sizeof(rec[k].target));
 	}
@@ -361,7 +367,8 @@ int pdx_discovery_start(struct pdx_discovery *d, struct event_base *base,
 		return -1;
 	}
 	if (server) {
-		if (!d->ns_len || evdns_base_nameserver_ip_add(d->dns, server)) {
+		if (!d->ns_len ||
+		    evdns_base_nameserver_ip_add(d->dns, server)) {
 			snprintf(err, errlen,
 				 "--dns-server: '%s' is not IP[:PORT]", server);
 			return -1;
@@ -403,8 +410,8 @@ static int srv_open(struct pdx_dns_name *nm, char *err, size_t errlen)
 	}
 	nm->sock = socket(d->ns.ss_family,
 			  SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (nm->sock < 0 ||
-	    connect(nm->sock, (struct sockaddr *)&d->ns, (socklen_t)d->ns_len)) {
+	if (nm->sock < 0 || connect(nm->sock, (struct sockaddr *)&d->ns,
+				    (socklen_t)d->ns_len)) {
 		snprintf(err, errlen, "%s: a socket to the nameserver: %s",
 			 nm->spec, strerror(errno));
 		return -1;

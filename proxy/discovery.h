@@ -43,7 +43,7 @@ struct pdx_dns_name;
 struct pdx_discovery {
 	struct event_base *base;
 	struct evdns_base *dns;
-	unsigned interval_s; /* the most between two rounds of a name */
+	unsigned interval_s;	    /* the most between two rounds of a name */
 	struct sockaddr_storage ns; /* where SRV queries go */
 	int ns_len;		    /* 0: nowhere known */
 	unsigned n;
@@ -52,10 +52,10 @@ struct pdx_discovery {
 
 /* What /metrics shows of one name. */
 struct pdx_dns_name_stats {
-	const char *name;	/* as given, "NAME:PORT" */
+	const char *name; /* as given, "NAME:PORT" */
 	enum pdx_pool_role role;
-	unsigned instances;	/* in the pool now through this name */
-	uint64_t failures;	/* rounds that found no address */
+	unsigned instances; /* in the pool now through this name */
+	uint64_t failures;  /* rounds that found no address */
 };
 
 /* Starts the resolver (server: "HOST[:PORT]", NULL: /etc/resolv.conf);

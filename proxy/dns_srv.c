@@ -31,8 +31,7 @@ static uint32_t get32(const uint8_t *p)
 	return (uint32_t)get16(p) << 16 | get16(p + 2);
 }
 
-int pdx_dns_srv_query(uint16_t id, const char *name, uint8_t *buf,
-		      size_t len)
+int pdx_dns_srv_query(uint16_t id, const char *name, uint8_t *buf, size_t len)
 {
 	size_t nlen = strlen(name), off = HEADER, wire;
 	const char *s = name;

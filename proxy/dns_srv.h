@@ -27,8 +27,7 @@ struct pdx_dns_srv {
 /* Writes a recursive query for name's SRV records (class IN) with this id
  * into buf; its length, or -1 if name is not a valid name or buf too
  * small (512 bytes always suffice). */
-int pdx_dns_srv_query(uint16_t id, const char *name, uint8_t *buf,
-		      size_t len);
+int pdx_dns_srv_query(uint16_t id, const char *name, uint8_t *buf, size_t len);
 
 /* Reads an answer to the query with this id: the SRV records of its
  * answer section, at most max of them into out (others are skipped), and

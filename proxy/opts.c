@@ -4,6 +4,7 @@
 #include "proxy/opts.h"
 
 #include <errno.h>
+#include <event2/util.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,13 +222,19 @@ static int add_dns(struct pdx_proxy_opts *o, enum pdx_pool_role role,
 		   const char *name, const char *v, char *err, size_t errlen)
 {
 	char host[PDX_POOL_ADDR_MAX];
+	uint8_t query[512];
 	uint16_t port;
+	bool ok;
 
-	if (strchr(v, ':') ? pdx_pool_addr_parse(v, host, sizeof(host), &port,
-						 err, errlen)
-			   : !*v || strlen(v) >= PDX_DNS_NAME_MAX) {
-		snprintf(err, errlen, "%s: want NAME:PORT or an SRV NAME, got '%s'",
-			 name, v);
+	if (strchr(v, ':'))
+		ok = !pdx_pool_addr_parse(v, host, sizeof(host), &port, err,
+					  errlen);
+	else /* a name an SRV query can carry */
+		ok = pdx_dns_srv_query(0, v, query, sizeof(query)) > 0;
+	if (!ok) {
+		snprintf(err, errlen,
+			 "%s: want NAME:PORT or an SRV NAME, got '%s'", name,
+			 v);
 		return -1;
 	}
 	if (o->n_dns == PDX_DISCOVERY_NAMES) {
@@ -421,6 +428,16 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 				    name, val, err, errlen))
 				return PDX_PROXY_OPTS_BAD;
 		} else if (!strcmp(name, "--dns-server")) {
+			struct sockaddr_storage ss;
+			int len = sizeof(ss);
+
+			if (evutil_parse_sockaddr_port(
+				val, (struct sockaddr *)&ss, &len)) {
+				snprintf(err, errlen,
+					 "%s: want IP[:PORT], got '%s'", name,
+					 val);
+				return PDX_PROXY_OPTS_BAD;
+			}
 			o->dns_server = val;
 		} else if (!strcmp(name, "--flow")) {
 			if (!strcmp(val, "sequential"))

@@ -24,6 +24,16 @@ ENGINE=$1
 PROXY=$2
 BENCH=$3
 
+# bad names and nameservers are bad command lines (exit 2)
+for bad in "--decode-dns a:b:c" "--prefill-dns a..b" "--dns-server ns.example" \
+	"--dns-server 127.0.0.1:99999"; do
+	# shellcheck disable=SC2086 # the option and its value
+	timeout 10 "$PROXY" --port 0 $bad >/dev/null 2>"$E2E_TMP/bad.log"
+	rc=$?
+	[ $rc = 2 ] && grep -q want "$E2E_TMP/bad.log" ||
+		fail "'$bad': exit $rc, want 2 with the reason: $(cat "$E2E_TMP/bad.log")"
+done
+
 DNSMASQ=$(command -v dnsmasq || echo /usr/sbin/dnsmasq)
 if [ ! -x "$DNSMASQ" ]; then
 	echo "dnsmasq is not installed (Debian: dnsmasq-base): skipped"
