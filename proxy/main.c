@@ -130,6 +130,29 @@ static void metaserver_url_set(struct pdx_proxy *px,
 		 h, px->port);
 }
 
+/* --prefill-dns, --decode-dns: each name's first round runs once the
+ * loop does. */
+static int discovery_start(struct proxy_main *m)
+{
+	struct pdx_proxy *px = &m->px;
+	char err[192];
+
+	if (!m->o.n_dns)
+		return 0;
+	if (pdx_discovery_start(&px->discovery, px->base, m->o.dns_server,
+				m->o.dns_interval_s, err, sizeof(err)))
+		goto bad;
+	for (unsigned k = 0; k < m->o.n_dns; k++)
+		if (pdx_discovery_add(&px->discovery,
+				      &px->pool[m->o.dns[k].role],
+				      m->o.dns[k].name, err, sizeof(err)))
+			goto bad;
+	return 0;
+bad:
+	log_error("dns: %s", err);
+	return -1;
+}
+
 static int proxy_start(struct proxy_main *m)
 {
 	struct pdx_proxy *px = &m->px;
@@ -171,6 +194,8 @@ static int proxy_start(struct proxy_main *m)
 			     m->o.health_interval_ms, m->o.health_timeout_ms,
 			     m->o.unhealthy_after, m->o.healthy_after))
 		return -1;
+	if (discovery_start(m))
+		return -1;
 	log_info("flow %s, %u prefill (%s), %u decode (%s), admin api %s",
 		 pdx_proxy_flow_name(m->o.flow), px->pool[0].n,
 		 pdx_pool_policy_name(px->pool[0].policy), px->pool[1].n,
@@ -184,6 +209,7 @@ static void proxy_stop(struct proxy_main *m)
 {
 	pdx_proxy_close(&m->px);
 	pdx_health_stop(&m->px.health);
+	pdx_discovery_stop(&m->px.discovery);
 	pdx_upstreams_clear(&m->px.legs);
 	pdx_transfers_close(&m->px.xfers);
 	pdx_pool_clear(&m->px.pool[PDX_POOL_PREFILL]);

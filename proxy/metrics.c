@@ -225,6 +225,36 @@ static int render_instances(const struct pdx_proxy *px, struct evbuffer *out)
 	return bad;
 }
 
+static int render_dns(const struct pdx_discovery *d, struct evbuffer *out)
+{
+	struct pdx_dns_name_stats st[PDX_DISCOVERY_NAMES];
+	int bad;
+
+	if (!d->n)
+		return 0;
+	for (unsigned k = 0; k < d->n; k++)
+		pdx_discovery_stats(d, k, &st[k]);
+	bad = family(out, "pdx_proxy_dns_instances", "gauge",
+		     "instances a --prefill-dns or --decode-dns name added "
+		     "that have not left its records");
+	for (unsigned k = 0; k < d->n; k++)
+		bad |= evbuffer_add_printf(
+			   out, "pdx_proxy_dns_instances{role=\"%s\",name=\"%s\"} %u\n",
+			   pdx_pool_role_name(st[k].role), st[k].name,
+			   st[k].instances) < 0;
+	bad |= family(out, "pdx_proxy_dns_resolve_failures_total", "counter",
+		      "rounds in which a DNS name gave no address (its last "
+		      "instances are kept)");
+	for (unsigned k = 0; k < d->n; k++)
+		bad |= evbuffer_add_printf(
+			   out,
+			   "pdx_proxy_dns_resolve_failures_total{role=\"%s\","
+			   "name=\"%s\"} %llu\n",
+			   pdx_pool_role_name(st[k].role), st[k].name,
+			   (unsigned long long)st[k].failures) < 0;
+	return bad;
+}
+
 static int render_transfers(const struct pdx_transfers *t,
 			    struct evbuffer *out)
 {
@@ -305,6 +335,7 @@ int pdx_proxy_metrics_render(const struct pdx_proxy *px, struct evbuffer *out)
 	bad |= evbuffer_add_printf(out, "pdx_proxy_draining %d\n",
 				   px->draining) < 0;
 	bad |= render_instances(px, out);
+	bad |= render_dns(&px->discovery, out);
 	bad |= render_transfers(&px->xfers, out);
 	bad |= family(out, "pdx_proxy_request_duration_seconds", "histogram",
 		      "time from a client request's arrival to its end");

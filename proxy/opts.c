@@ -4,11 +4,13 @@
 #include "proxy/opts.h"
 
 #include <errno.h>
+#include <event2/util.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/http_error.h"
+#include "proxy/dns_srv.h"
 
 /* clang-format off */
 void pdx_proxy_opts_usage(FILE *f)
@@ -25,6 +27,18 @@ void pdx_proxy_opts_usage(FILE *f)
 "                              printed as \"listening on http://H:P\")\n"
 "  --prefill HOST:PORT         a prefill instance (repeatable)\n"
 "  --decode HOST:PORT          a decode instance (repeatable)\n"
+"  --prefill-dns NAME:PORT     prefill instances at every address of NAME's\n"
+"                              A and AAAA records (a Kubernetes headless\n"
+"                              Service), all on PORT: added when they\n"
+"                              appear, drained when they vanish (repeatable)\n"
+"  --prefill-dns NAME          the same from NAME's SRV records, each with\n"
+"                              its port (a full name, e.g. Kubernetes'\n"
+"                              _http._tcp.SERVICE.NAMESPACE.svc.cluster.local)\n"
+"  --decode-dns NAME[:PORT]    the same for decode instances\n"
+"  --dns-interval S            NAME asked again after its records' TTL, at\n"
+"                              least 1 s and at most S (default 5)\n"
+"  --dns-server HOST[:PORT]    the nameserver to ask (default: those of\n"
+"                              /etc/resolv.conf)\n"
 "  --prefiller-hosts H...      vLLM example-proxy style lists, paired with\n"
 "  --prefiller-ports P...        the ports in order (space or comma\n"
 "  --decoder-hosts H...          separated)\n"
@@ -225,6 +239,37 @@ static int add_addr(char (*dst)[PDX_POOL_ADDR_MAX], unsigned *n,
 	return 0;
 }
 
+/* --prefill-dns or --decode-dns: NAME:PORT (A and AAAA records) or NAME
+ * (SRV records), checked here, resolved by discovery.c. */
+static int add_dns(struct pdx_proxy_opts *o, enum pdx_pool_role role,
+		   const char *name, const char *v, char *err, size_t errlen)
+{
+	char host[PDX_POOL_ADDR_MAX];
+	uint8_t query[512];
+	uint16_t port;
+	bool ok;
+
+	if (strchr(v, ':'))
+		ok = !pdx_pool_addr_parse(v, host, sizeof(host), &port, err,
+					  errlen);
+	else /* a name an SRV query can carry */
+		ok = pdx_dns_srv_query(0, v, query, sizeof(query)) > 0;
+	if (!ok) {
+		snprintf(err, errlen,
+			 "%s: want NAME:PORT or an SRV NAME, got '%s'", name,
+			 v);
+		return -1;
+	}
+	if (o->n_dns == PDX_DISCOVERY_NAMES) {
+		snprintf(err, errlen, "%s: at most %d DNS names", name,
+			 PDX_DISCOVERY_NAMES);
+		return -1;
+	}
+	o->dns[o->n_dns].role = role;
+	o->dns[o->n_dns++].name = v;
+	return 0;
+}
+
 /* vLLM's lists: hosts and ports paired in order. */
 static int pair_lists(const char *what, struct list *hosts, struct list *ports,
 		      char (*dst)[PDX_POOL_ADDR_MAX], unsigned *n, char *err,
@@ -273,6 +318,8 @@ static const struct {
      3600000},
     {"--drain-timeout", offsetof(struct pdx_proxy_opts, drain_timeout_s), 0,
      86400},
+    {"--dns-interval", offsetof(struct pdx_proxy_opts, dns_interval_s), 1,
+     3600},
 };
 
 /* Sets the option name if it is one of uint_options (true); *bad says
@@ -349,6 +396,7 @@ static void defaults(struct pdx_proxy_opts *o)
 	o->breaker_failures = 5;
 	o->breaker_open_ms = 5000;
 	o->drain_timeout_s = 30;
+	o->dns_interval_s = 5;
 	/* from the environment, so the token need not show in ps */
 	o->admin_token = getenv("PDX_PROXY_ADMIN_TOKEN");
 	if (o->admin_token && !*o->admin_token)
@@ -428,6 +476,25 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 			if (add_addr(o->decode, &o->n_decode, name, val, err,
 				     errlen))
 				return PDX_PROXY_OPTS_BAD;
+		} else if (!strcmp(name, "--prefill-dns") ||
+			   !strcmp(name, "--decode-dns")) {
+			if (add_dns(o,
+				    name[2] == 'p' ? PDX_POOL_PREFILL
+						   : PDX_POOL_DECODE,
+				    name, val, err, errlen))
+				return PDX_PROXY_OPTS_BAD;
+		} else if (!strcmp(name, "--dns-server")) {
+			struct sockaddr_storage ss;
+			int len = sizeof(ss);
+
+			if (evutil_parse_sockaddr_port(
+				val, (struct sockaddr *)&ss, &len)) {
+				snprintf(err, errlen,
+					 "%s: want IP[:PORT], got '%s'", name,
+					 val);
+				return PDX_PROXY_OPTS_BAD;
+			}
+			o->dns_server = val;
 		} else if (!strcmp(name, "--flow")) {
 			flow_given = true;
 			if (!strcmp(val, "sequential"))

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "proxy/discovery.h"
 #include "proxy/pool.h"
 
 /* Instances given on the command line, per role. */
@@ -61,6 +62,14 @@ struct pdx_proxy_opts {
 	unsigned breaker_failures;   /* failed requests in a row: 5; 0: off */
 	unsigned breaker_open_ms;    /* 5000 */
 	unsigned drain_timeout_s;    /* after SIGTERM: 30; 0: abort at once */
+	/* --prefill-dns, --decode-dns NAME:PORT, in order (discovery.h) */
+	unsigned n_dns;
+	struct {
+		enum pdx_pool_role role;
+		const char *name;
+	} dns[PDX_DISCOVERY_NAMES];
+	unsigned dns_interval_s; /* the most between two DNS rounds: 5 */
+	const char *dns_server;	 /* HOST[:PORT]; NULL: /etc/resolv.conf */
 	unsigned n_prefill, n_decode;
 	char prefill[PDX_PROXY_MAX_ARGS][PDX_POOL_ADDR_MAX]; /* "host:port" */
 	char decode[PDX_PROXY_MAX_ARGS][PDX_POOL_ADDR_MAX];

@@ -12,6 +12,7 @@
 #include <sys/queue.h>
 
 #include "common/http_error.h"
+#include "proxy/discovery.h"
 #include "proxy/health.h"
 #include "proxy/metrics.h"
 #include "proxy/opts.h"
@@ -32,6 +33,7 @@ struct pdx_proxy {
 	struct pdx_transfers xfers;  /* the agents' notifications */
 	struct pdx_upstreams legs;   /* every engine leg */
 	struct pdx_health health;    /* the instances' health checks */
+	struct pdx_discovery discovery; /* --prefill-dns, --decode-dns */
 	LIST_HEAD(, pdx_call) calls; /* client requests in flight */
 	unsigned ncalls;
 	/* SIGTERM: new requests get 503, /ready 503; the loop ends when the
