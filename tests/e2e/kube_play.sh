@@ -43,6 +43,7 @@ PLAYED= BUILT= CURVE=
 CONTAINERS="pdx-proxy-pod-0-pdx-proxy pdx-prefill-pod-0-pdx-engine
 pdx-prefill-pod-0-pdx-agent pdx-decode-pod-0-pdx-engine pdx-decode-pod-0-pdx-agent"
 kube_down() {
+	trap '' TERM INT # the cleanup is not cut short
 	if [ -n "$PLAYED" ]; then
 		[ -n "${E2E_KEEP:-}" ] && for c in $CONTAINERS; do
 			podman logs "$c" >"$E2E_TMP/$c.log" 2>&1
@@ -57,6 +58,9 @@ kube_down() {
 	cleanup
 }
 trap kube_down EXIT
+# a timeout's SIGTERM (meson's) takes the pods down too
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 # fail, with the containers' last words
 kfail() {
