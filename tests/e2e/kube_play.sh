@@ -106,9 +106,7 @@ cp "$E2E_TMP/podman.yaml" "$E2E_TMP/rendered.yaml"
 IMAGE=${PDX_KUBE_IMAGE:-}
 if [ -z "$IMAGE" ]; then
 	[ -x "$ROOT/scripts/image" ] || skip "no scripts/image to build the image"
-	# without meson's LD_LIBRARY_PATH, which would show scripts/image's
-	# ldd this build's libpdx in place of the image's
-	IMAGE=$(env -u LD_LIBRARY_PATH "$ROOT/scripts/image" --tag localhost/pdx:kube-play \
+	IMAGE=$("$ROOT/scripts/image" --tag localhost/pdx:kube-play \
 		2>"$E2E_TMP/image.log") ||
 		skip "the image cannot be built here: $(tail -3 "$E2E_TMP/image.log")"
 	BUILT=$IMAGE
