@@ -96,7 +96,7 @@ static void apply(struct pdx_dns_name *nm)
 				log_warn("%s: %s", nm->spec, err);
 			continue;
 		}
-		snprintf(nm->owned[nm->n_owned++], ADDR_LEN, "%s", a);
+		memcpy(nm->owned[nm->n_owned++], a, ADDR_LEN); /* found: as long */
 		log_info("%s: added %s instance %s", nm->spec, role,
 			 nm->pool->inst[nm->pool->n - 1]->url);
 	}
