@@ -58,6 +58,7 @@ struct pdx_dns_name {
 	unsigned n_owned;
 	char owned[PDX_POOL_MAX][ADDR_LEN];
 	int last_err; /* the last round's outcome (logged when it changes) */
+	bool add_failed; /* an address found could not be added (logged) */
 	uint64_t failures;
 };
 
@@ -76,30 +77,17 @@ static void arm(struct pdx_dns_name *nm, unsigned s)
 	evtimer_add(nm->timer, &tv);
 }
 
-/* New addresses in, vanished ones out; each instance this name added is
- * in owned until it leaves again. */
+/* Vanished addresses out, then new ones in (so a full pool has room for
+ * a pod that came back under a new address); each instance this name
+ * added is in owned until it leaves again. An address already in the
+ * pool (a flag's, the admin API's) is left to its owner. A failed add
+ * (the pool full) is logged once until every address found is in. */
 static void apply(struct pdx_dns_name *nm)
 {
 	const char *role = pdx_pool_role_name(nm->pool->role);
+	bool all_in = true;
 	char err[192];
 
-	for (unsigned k = 0; k < nm->n_found; k++) {
-		const char *a = nm->found[k];
-
-		if (listed(nm->owned, nm->n_owned, a))
-			continue;
-		if (pdx_pool_add(nm->pool, a, err, sizeof(err))) {
-			/* "already": given by a flag or the admin API */
-			if (strstr(err, "already"))
-				log_debug("%s: %s", nm->spec, err);
-			else
-				log_warn("%s: %s", nm->spec, err);
-			continue;
-		}
-		memcpy(nm->owned[nm->n_owned++], a, ADDR_LEN); /* found: as long */
-		log_info("%s: added %s instance %s", nm->spec, role,
-			 nm->pool->inst[nm->pool->n - 1]->url);
-	}
 	for (unsigned k = 0; k < nm->n_owned;) {
 		const char *a = nm->owned[k];
 
@@ -110,31 +98,79 @@ static void apply(struct pdx_dns_name *nm)
 		/* the admin API may have removed it already */
 		if (!pdx_pool_remove(nm->pool, a))
 			log_info("%s: %s instance http://%s left the records: "
-				 "removed, "
-				 "its requests in flight finish",
+				 "removed, its requests in flight finish",
 				 nm->spec, role, a);
 		memmove(nm->owned[k], nm->owned[k + 1],
 			(nm->n_owned - k - 1) * sizeof(nm->owned[0]));
 		nm->n_owned--;
 	}
+	/* owned is now within found, so it has room for the rest of it */
+	for (unsigned k = 0; k < nm->n_found; k++) {
+		const char *a = nm->found[k];
+
+		if (listed(nm->owned, nm->n_owned, a))
+			continue;
+		if (pdx_pool_has(nm->pool, a)) {
+			log_debug("%s: %s already in the %s pool: left to its "
+				  "owner",
+				  nm->spec, a, role);
+			continue;
+		}
+		if (nm->n_owned == PDX_POOL_MAX ||
+		    pdx_pool_add(nm->pool, a, err, sizeof(err))) {
+			if (nm->n_owned == PDX_POOL_MAX)
+				snprintf(err, sizeof(err), "%u instances found",
+					 nm->n_owned);
+			if (!nm->add_failed)
+				log_warn("%s: %s not added: %s", nm->spec, a,
+					 err);
+			nm->add_failed = true;
+			all_in = false;
+			continue;
+		}
+		memcpy(nm->owned[nm->n_owned++], a, ADDR_LEN); /* found: as long */
+		log_info("%s: added %s instance %s", nm->spec, role,
+			 nm->pool->inst[nm->pool->n - 1]->url);
+	}
+	if (all_in)
+		nm->add_failed = false;
 }
 
-/* Both queries answered: a set found replaces the last one; none keeps
- * it. Logged when the outcome changes. */
+/* An error that tells nothing of the records: no answer, a server's
+ * failure, an answer cut short. NXDOMAIN and "no records of this type"
+ * do tell: that target has no such address. */
+static bool unanswered(int err)
+{
+	return err != DNS_ERR_NONE && err != DNS_ERR_NODATA &&
+	       err != DNS_ERR_NOTEXIST;
+}
+
+/* Every query answered: a set found replaces the last one. A round with
+ * one query unanswered, or with no address at all, keeps the last set
+ * (a timeout on one of an SRV name's targets must not drain that pod's
+ * instances). Logged when the outcome changes. */
 static void round_end(struct pdx_dns_name *nm)
 {
-	int err = nm->n_found ? DNS_ERR_NONE
-		  : nm->err   ? nm->err
-			      : DNS_ERR_NODATA;
+	int err = unanswered(nm->err) ? nm->err
+		  : nm->n_found	      ? DNS_ERR_NONE
+		  : nm->err	      ? nm->err
+				      : DNS_ERR_NODATA;
 	unsigned next;
 
 	if (err != DNS_ERR_NONE) {
 		nm->failures++;
 		if (err != nm->last_err)
-			log_warn("%s: no address (%s); keeping the %u %s "
-				 "instances found before",
+			log_warn("%s: %s (%s%s); keeping the %u %s instances "
+				 "found before",
 				 nm->spec,
+				 nm->n_found ? "a query went unanswered"
+					     : "no address",
 				 nm->why ? nm->why : evdns_err_to_string(err),
+				 err == DNS_ERR_TRUNCATED
+				     ? ": over 512 bytes, about 28 IPv4 "
+				       "addresses; give the name without a "
+				       "port to follow its SRV records"
+				     : "",
 				 nm->n_owned,
 				 pdx_pool_role_name(nm->pool->role));
 		nm->last_err = err;
@@ -174,11 +210,12 @@ static void ttl_seen(struct pdx_dns_name *nm, int ttl)
 		nm->ttl = ttl;
 }
 
-/* The first real error of a round: a name with records of one family
- * only gets "no data" for the other. */
+/* The error a round reports: the first unanswered query's, else the
+ * first other one's (a name with records of one family only gets "no
+ * data" for the other). */
 static void err_seen(struct pdx_dns_name *nm, int err)
 {
-	if (!nm->err || nm->err == DNS_ERR_NODATA)
+	if (!nm->err || (!unanswered(nm->err) && unanswered(err)))
 		nm->err = err;
 }
 

@@ -13,11 +13,16 @@
  * in the records and already in the pool is left to its owner).
  *
  * A round that finds no address (a timeout, a server failure, NXDOMAIN,
- * no records) keeps the last set found, counts a failure, and is logged
- * once per change of the outcome; the next round comes --dns-interval
- * later.
+ * no records), or in which any query went unanswered (a timeout, a
+ * server failure, an answer truncated), keeps the last set found,
+ * counts a failure, and is logged once per change of the outcome; the
+ * next round comes --dns-interval later. evdns (libevent 2.1) asks
+ * without EDNS and never over TCP, so a NAME:PORT whose A answer
+ * exceeds 512 bytes (about 28 IPv4 addresses) is truncated: a failed
+ * round; an SRV name's query offers 4096 bytes and asks each target
+ * apart.
  *
- * Nameservers: --dns-server HOST[:PORT], else /etc/resolv.conf (its
+ * Nameservers: --dns-server IP[:PORT], else /etc/resolv.conf (its
  * search domains and ndots too, so a Service's short name works inside
  * a cluster).
  *
@@ -58,7 +63,7 @@ struct pdx_dns_name_stats {
 	uint64_t failures;  /* rounds that found no address */
 };
 
-/* Starts the resolver (server: "HOST[:PORT]", NULL: /etc/resolv.conf);
+/* Starts the resolver (server: "IP[:PORT]", NULL: /etc/resolv.conf);
  * -1 with the reason in err. */
 int pdx_discovery_start(struct pdx_discovery *d, struct event_base *base,
 			const char *server, unsigned interval_s, char *err,

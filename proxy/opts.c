@@ -37,7 +37,7 @@ void pdx_proxy_opts_usage(FILE *f)
 "  --decode-dns NAME[:PORT]    the same for decode instances\n"
 "  --dns-interval S            NAME asked again after its records' TTL, at\n"
 "                              least 1 s and at most S (default 5)\n"
-"  --dns-server HOST[:PORT]    the nameserver to ask (default: those of\n"
+"  --dns-server IP[:PORT]      the nameserver to ask (default: those of\n"
 "                              /etc/resolv.conf)\n"
 "  --prefiller-hosts H...      vLLM example-proxy style lists, paired with\n"
 "  --prefiller-ports P...        the ports in order (space or comma\n"

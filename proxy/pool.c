@@ -65,7 +65,7 @@ bad:
 	return -1;
 }
 
-static struct pdx_inst *pool_find(struct pdx_pool *p, const char *host,
+static struct pdx_inst *pool_find(const struct pdx_pool *p, const char *host,
 				  uint16_t port, unsigned *idx)
 {
 	for (unsigned i = 0; i < p->n; i++) {
@@ -115,6 +115,17 @@ int pdx_pool_add(struct pdx_pool *p, const char *addr, char *err, size_t errlen)
 	i->refs = 1; /* the pool's */
 	p->inst[p->n++] = i;
 	return 0;
+}
+
+bool pdx_pool_has(const struct pdx_pool *p, const char *addr)
+{
+	char host[PDX_POOL_ADDR_MAX], err[8];
+	uint16_t port;
+	unsigned idx;
+
+	return !pdx_pool_addr_parse(addr, host, sizeof(host), &port, err,
+				    sizeof(err)) &&
+	       pool_find(p, host, port, &idx);
 }
 
 int pdx_pool_remove(struct pdx_pool *p, const char *addr)

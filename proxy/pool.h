@@ -120,6 +120,10 @@ int pdx_pool_addr_parse(const char *s, char *host, size_t hostlen,
 int pdx_pool_add(struct pdx_pool *p, const char *addr, char *err,
 		 size_t errlen);
 
+/* Whether an instance with this address ("h:p" or "http://h:p") is in
+ * the pool. */
+bool pdx_pool_has(const struct pdx_pool *p, const char *addr);
+
 /* Removes the instance with this address ("h:p" or "http://h:p"); 0, or
  * -1 if there is none. Requests holding it finish normally. */
 int pdx_pool_remove(struct pdx_pool *p, const char *addr);

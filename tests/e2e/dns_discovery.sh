@@ -15,7 +15,10 @@
 # A second proxy finds its instances through SRV records (a name without
 # a port): one whose target is that name (on the engines' port), one
 # whose target is another host on a port of its own; it follows the same
-# changes.
+# changes. A third follows an SRV name one of whose targets is served by
+# another nameserver (dnsmasq forwards flaky.test there): once that
+# server is gone the target's queries go unanswered, and the round keeps
+# its instances rather than draining them.
 # Skips (77) where dnsmasq is missing or cannot run.
 #   dns_discovery.sh PDX_ENGINE PDX_PROXY PDX_BENCH
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -59,11 +62,20 @@ records() {
 }
 chmod 755 "$E2E_TMP" # dnsmasq may read it as another user
 records 127.0.0.2 127.0.0.3
+# the flaky nameserver: x.flaky.test's one A record
+fp=$(free_port)
+flaky=_http._tcp.flaky.pdx.test
+bg_start FL "$DNSMASQ" --no-daemon --conf-file=/dev/null --pid-file= \
+	--user="$(id -un)" --port="$fp" --listen-address=127.0.0.1 \
+	--bind-interfaces --no-resolv --no-hosts --local=/flaky.test/ \
+	--host-record=x.flaky.test,127.0.0.7 --local-ttl=1
 bg_start DNS "$DNSMASQ" --no-daemon --conf-file=/dev/null --pid-file= \
 	--user="$(id -un)" --port="$dp" --listen-address=127.0.0.1 \
 	--bind-interfaces --no-resolv --no-hosts --local=/pdx.test/ \
 	--addn-hosts="$hosts" --local-ttl=1 \
-	--srv-host="$srv,decode.pdx.test,$ep" --srv-host="$srv,other.pdx.test,$op"
+	--srv-host="$srv,decode.pdx.test,$ep" --srv-host="$srv,other.pdx.test,$op" \
+	--srv-host="$flaky,other.pdx.test,$op" --srv-host="$flaky,x.flaky.test,$op" \
+	--server="/flaky.test/127.0.0.1#$fp"
 for _ in $(seq 100); do
 	grep -q "read $hosts" "$E2E_TMP/DNS.log" && break
 	if ! kill -0 "$PID_DNS" 2>/dev/null; then
@@ -113,6 +125,12 @@ settle 5 "$srv_n=3" \
 	"$PORT_Y/pdx_proxy_instance_requests_total{role=\"decode\",instance=\"http://127.0.0.6:$op\"}=0" \
 	"$PORT_Y/pdx_proxy_instance_requests_total{role=\"decode\",instance=\"$(at 127.0.0.3)\"}=0" ||
 	fail "the SRV records' instances are not in the pool"
+named_engine_start Z "$PROXY" --decode-dns "$flaky" --dns-server "127.0.0.1:$dp" \
+	--health-interval 0 --dns-interval 1
+flaky_n="$PORT_Z/pdx_proxy_dns_instances{role=\"decode\",name=\"$flaky\"}"
+settle 5 "$flaky_n=2" \
+	"$PORT_Z/pdx_proxy_instance_requests_total{role=\"decode\",instance=\"http://127.0.0.7:$op\"}=0" ||
+	fail "the instance of the target on the other nameserver is not in the pool"
 curl -sS -o "$E2E_TMP/body" -w '%{http_code}' -H 'Authorization: Bearer s3cret' \
 	--data-binary "{\"role\": \"decode\", \"url\": \"$(at 127.0.0.5)\"}" \
 	"http://127.0.0.1:$x/admin/instances" >"$E2E_TMP/status" || fail "admin add"
@@ -186,7 +204,17 @@ settle 8 "$dns_n=1" "$pool_n=2" "$srv_n=2" || fail "the pool once the name resol
 grep -q "$name: resolves again" "$E2E_TMP/X.log" || fail "resolving again is not logged"
 [ "$(text "$x" "after DNS" 4)" != "" ] || fail "no answer through the proxy"
 
+# one target's nameserver gone: its queries go unanswered (dnsmasq
+# refuses or times out), and the round keeps both instances
+named_stop FL
+zfails="$PORT_Z/pdx_proxy_dns_resolve_failures_total{role=\"decode\",name=\"$flaky\"}"
+settle 15 "$zfails>=2" || fail "rounds with a target unanswered not counted as failed: $(tail -3 "$E2E_TMP/Z.log")"
+settle 1 "$flaky_n=2" || fail "a target whose queries went unanswered was drained"
+grep -q "$flaky: a query went unanswered" "$E2E_TMP/Z.log" ||
+	fail "the unanswered target is not logged: $(tail -3 "$E2E_TMP/Z.log")"
+
 named_stop X
 named_stop Y
+named_stop Z
 for d in D1 D2 D3 DA; do named_stop $d; done
 echo ok
