@@ -57,7 +57,7 @@ struct pdx_dns_name {
 	/* the instances this name added and its pool still holds */
 	unsigned n_owned;
 	char owned[PDX_POOL_MAX][ADDR_LEN];
-	int last_err; /* the last round's outcome (logged when it changes) */
+	int last_err;	 /* the last round's outcome (logged when it changes) */
 	bool add_failed; /* an address found could not be added (logged) */
 	uint64_t failures;
 };
@@ -128,7 +128,8 @@ static void apply(struct pdx_dns_name *nm)
 			all_in = false;
 			continue;
 		}
-		memcpy(nm->owned[nm->n_owned++], a, ADDR_LEN); /* found: as long */
+		memcpy(nm->owned[nm->n_owned++], a,
+		       ADDR_LEN); /* found: as long */
 		log_info("%s: added %s instance %s", nm->spec, role,
 			 nm->pool->inst[nm->pool->n - 1]->url);
 	}

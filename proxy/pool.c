@@ -110,8 +110,7 @@ int pdx_pool_add(struct pdx_pool *p, const char *addr, char *err, size_t errlen)
 	i->role = p->role;
 	i->breaker.failures = p->breaker_failures;
 	i->breaker.open_ns = p->breaker_open_ns;
-	i->url_hash = pdx_fnv1a64(PDX_FNV1A64_INIT, i->url,
-				       strlen(i->url));
+	i->url_hash = pdx_fnv1a64(PDX_FNV1A64_INIT, i->url, strlen(i->url));
 	i->refs = 1; /* the pool's */
 	p->inst[p->n++] = i;
 	return 0;
@@ -161,8 +160,7 @@ bool pdx_pool_usable(const struct pdx_inst *i, uint64_t now)
 	return !i->unhealthy && pdx_breaker_usable(&i->breaker, now);
 }
 
-bool pdx_pool_has_usable(const struct pdx_pool *p,
-			 const struct pdx_inst *avoid)
+bool pdx_pool_has_usable(const struct pdx_pool *p, const struct pdx_inst *avoid)
 {
 	uint64_t now = pdx_now_ns();
 
@@ -175,8 +173,7 @@ bool pdx_pool_has_usable(const struct pdx_pool *p,
 /* The instances a pick may take, in pool order (so round-robin and the
  * tie-breaks keep their meaning); returns how many. */
 static unsigned candidates(const struct pdx_pool *p,
-			   const struct pdx_inst *avoid,
-			   struct pdx_inst **out)
+			   const struct pdx_inst *avoid, struct pdx_inst **out)
 {
 	uint64_t now = pdx_now_ns();
 	unsigned n = 0;
@@ -187,8 +184,8 @@ static unsigned candidates(const struct pdx_pool *p,
 	return n;
 }
 
-static struct pdx_inst *least_loaded(struct pdx_pool *p,
-				     struct pdx_inst **c, unsigned n)
+static struct pdx_inst *least_loaded(struct pdx_pool *p, struct pdx_inst **c,
+				     unsigned n)
 {
 	/* ties go round-robin too, so equal loads spread out */
 	unsigned start = p->rr++ % n;
@@ -319,9 +316,9 @@ const char *pdx_pool_role_name(enum pdx_pool_role r)
 }
 
 static const char *const policy_names[] = {
-	[PDX_POLICY_ROUND_ROBIN] = "round-robin",
-	[PDX_POLICY_LEAST_LOADED] = "least-loaded",
-	[PDX_POLICY_PREFIX_AWARE] = "prefix-aware",
+    [PDX_POLICY_ROUND_ROBIN] = "round-robin",
+    [PDX_POLICY_LEAST_LOADED] = "least-loaded",
+    [PDX_POLICY_PREFIX_AWARE] = "prefix-aware",
 };
 
 const char *pdx_pool_policy_name(enum pdx_pool_policy p)
