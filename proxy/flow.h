@@ -56,6 +56,7 @@
 #include <event2/http.h>
 #include <jansson.h>
 #include <stdbool.h>
+#include "proxy/pool.h"
 
 struct pdx_call;
 struct pdx_inst;
@@ -83,8 +84,13 @@ void pdx_flow_metaserver(struct pdx_proxy *px, struct evhttp_request *req);
  * stays NULL); sets c->xfer_id. -1: the call got its 503. */
 int pdx_flow_pick(struct pdx_call *c);
 
+/* Whether the role's pool holds SGLang instances (--prefill-kind,
+ * --decode-kind). */
+bool pdx_flow_sglang_pool(const struct pdx_call *c, enum pdx_pool_role r);
+
 /* Runs c->next = next once D's and P's agents are known (each asked with
- * GET /v1/pdx/info the first time; "" when the engine has none): every
+ * GET /v1/pdx/info the first time; "" when the engine has none; an
+ * SGLang pool's instances are not asked): every
  * flow needs D's, the concurrent one P's, and every one P's TP size, so
  * that a TP prefill instance's transfer counts until all its ranks
  * reported it (transfers.h). */

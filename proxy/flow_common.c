@@ -164,6 +164,12 @@ bad:
 		 pdx_pool_role_name(i->role), i->url, PDX_POOL_TP_MAX);
 }
 
+bool pdx_flow_sglang_pool(const struct pdx_call *c, enum pdx_pool_role r)
+{
+	return (r == PDX_POOL_PREFILL ? c->px->o->kind_p : c->px->o->kind_d) ==
+	       PDX_KIND_SGLANG;
+}
+
 static void learn_next(struct pdx_call *c);
 
 /* GET /v1/pdx/info answered: the instance's agent peer address, if it
@@ -206,7 +212,8 @@ static void learn_next(struct pdx_call *c)
 	while (c->learned < 2) {
 		struct pdx_inst *inst = c->learned++ ? c->prefill : c->decode;
 
-		if (!inst || inst->peer_known)
+		if (!inst || inst->peer_known ||
+		    pdx_flow_sglang_pool(c, inst->role))
 			continue;
 		cbs.arg = c;
 		pdx_pool_hold(inst);

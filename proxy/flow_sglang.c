@@ -25,12 +25,6 @@
 #include "proxy/call.h"
 #include "proxy/sglang_boot.h"
 
-static bool sglang(const struct pdx_call *c, enum pdx_pool_role r)
-{
-	return (r == PDX_POOL_PREFILL ? c->px->o->kind_p : c->px->o->kind_d) ==
-	       PDX_KIND_SGLANG;
-}
-
 /* SGLang's router draws a room in [0, 2^63): 63 random bits, so engines
  * that keep it in an int64 take it. */
 static int room_mint(json_int_t *room)
@@ -85,7 +79,7 @@ static char *sglang_body(struct pdx_call *c, const char *boot_host,
 static char *prefill_body(struct pdx_call *c, const struct pdx_inst *p,
 			  json_int_t room)
 {
-	if (sglang(c, PDX_POOL_PREFILL))
+	if (pdx_flow_sglang_pool(c, PDX_POOL_PREFILL))
 		return sglang_body(c, p->host, p->bootstrap_port, room);
 	return pdx_flow_prefill_body(c, NULL);
 }
@@ -100,9 +94,9 @@ static char *decode_body(struct pdx_call *c, const struct pdx_inst *p,
 	json_t *kv, *d;
 	char *s = NULL;
 
-	if (sglang(c, PDX_POOL_DECODE))
+	if (pdx_flow_sglang_pool(c, PDX_POOL_DECODE))
 		return sglang_body(c,
-				   sglang(c, PDX_POOL_PREFILL)
+				   pdx_flow_sglang_pool(c, PDX_POOL_PREFILL)
 				       ? p->host
 				       : pdx_sglang_boot_host(c->px),
 				   p->bootstrap_port, room);
@@ -121,7 +115,7 @@ static bool boot_ready(struct pdx_call *c, struct pdx_inst *p)
 {
 	char msg[PDX_POOL_ADDR_MAX + 160];
 
-	if (sglang(c, PDX_POOL_PREFILL))
+	if (pdx_flow_sglang_pool(c, PDX_POOL_PREFILL))
 		return true;
 	if (!p->peer[0] || p->tp > 1) {
 		snprintf(msg, sizeof(msg),
@@ -167,7 +161,7 @@ static void dispatch(struct pdx_call *c)
 	/* an SGLang D's agent is not known here, but its "received" ends
 	 * the transfer on D all the same (transfers.c); a pdx D without an
 	 * agent reports nothing */
-	if (!sglang(c, PDX_POOL_DECODE) && !d->peer[0])
+	if (!pdx_flow_sglang_pool(c, PDX_POOL_DECODE) && !d->peer[0])
 		d = NULL;
 	pdx_transfers_start(&c->px->xfers, c->xfer_id, p, d);
 	c->prefill = NULL; /* the side leg's now */
@@ -236,6 +230,35 @@ static void info_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 	prepare(c);
 }
 
+/* An SGLang P of more than one rank (attention TP, DP attention or
+ * pipeline stages) cannot feed a pdx-engine D, which receives from rank
+ * 0's agent alone: refused with why, as boot_ready() refuses the other
+ * way (asked again next time: the instance may be restarted as one
+ * rank). false: replied. */
+static bool one_rank(struct pdx_call *c, struct pdx_inst *p, json_t *reg)
+{
+	static const char *const sizes[] = {"attn_tp_size", "dp_size",
+					    "pp_size"};
+	char msg[PDX_POOL_ADDR_MAX + 192];
+
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(*sizes); k++) {
+		json_int_t n =
+		    json_integer_value(json_object_get(reg, sizes[k]));
+
+		if (n <= 1)
+			continue;
+		snprintf(msg, sizeof(msg),
+			 "prefill instance %s: SGLang %s %lld; a pdx-engine "
+			 "decode instance receives from one prefill rank",
+			 p->url, sizes[k], (long long)n);
+		log_warn("%s: %s", c->req_id, msg);
+		pdx_call_leg_done(c);
+		pdx_call_reply_error(c, 502, "upstream_error", msg);
+		return false;
+	}
+	return true;
+}
+
 /* P's bootstrap server named rank 0's registration: pdx.sglang's has the
  * rank's agent (peer_addr), which a pdx-engine D receives from. Not
  * there (503: not every rank registered yet; another backend's) is asked
@@ -253,6 +276,10 @@ static void route_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 		prepare_failed(c, u, status, err_status, why,
 			       "its bootstrap server's GET /route of rank 0",
 			       "a peer_addr (pdx.sglang's)");
+		return;
+	}
+	if (!one_rank(c, p, j)) {
+		json_decref(j);
 		return;
 	}
 	strcpy(p->peer, peer);
@@ -275,13 +302,14 @@ static void prepare(struct pdx_call *c)
 	struct pdx_upstream_cbs cbs;
 	struct pdx_inst *p = c->prefill;
 
-	if (sglang(c, PDX_POOL_PREFILL) && !p->bootstrap_port) {
+	if (pdx_flow_sglang_pool(c, PDX_POOL_PREFILL) && !p->bootstrap_port) {
 		cbs = info;
 		cbs.arg = c;
 		pdx_pool_hold(p);
 		pdx_call_leg(c, p, PDX_POOL_PREFILL, "/get_server_info", NULL,
 			     0, &cbs);
-	} else if (sglang(c, PDX_POOL_PREFILL) && !sglang(c, PDX_POOL_DECODE) &&
+	} else if (pdx_flow_sglang_pool(c, PDX_POOL_PREFILL) &&
+		   !pdx_flow_sglang_pool(c, PDX_POOL_DECODE) &&
 		   !p->peer_known) {
 		cbs = route;
 		cbs.arg = c;
@@ -290,8 +318,8 @@ static void prepare(struct pdx_call *c)
 				"/route?prefill_dp_rank=0&target_tp_rank=0&"
 				"target_pp_rank=0",
 				&cbs);
-	} else if (!sglang(c, PDX_POOL_PREFILL) ||
-		   !sglang(c, PDX_POOL_DECODE)) {
+	} else if (!pdx_flow_sglang_pool(c, PDX_POOL_PREFILL) ||
+		   !pdx_flow_sglang_pool(c, PDX_POOL_DECODE)) {
 		pdx_flow_learn_peers(c, dispatch); /* the pdx side's agent */
 	} else {
 		dispatch(c);

@@ -196,9 +196,12 @@ static int proxy_start(struct proxy_main *m)
 		return -1;
 	if (discovery_start(m))
 		return -1;
-	log_info("flow %s, %u prefill (%s), %u decode (%s), admin api %s",
+	log_info("flow %s, %u prefill (%s, %s), %u decode (%s, %s), admin "
+		 "api %s",
 		 pdx_proxy_flow_name(m->o.flow), px->pool[0].n,
+		 pdx_proxy_kind_name(m->o.kind_p),
 		 pdx_pool_policy_name(px->pool[0].policy), px->pool[1].n,
+		 pdx_proxy_kind_name(m->o.kind_d),
 		 pdx_pool_policy_name(px->pool[1].policy),
 		 m->o.admin_token ? "on" : "off");
 	log_info("listening on http://%s:%u", m->o.host, px->port);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/http_error.h"
 #include "common/http_listen.h"
 #include "common/log.h"
 #include "proxy/proxy.h"
@@ -27,18 +28,6 @@ static void reply(struct evhttp_request *req, int code, const char *type,
 	evhttp_send_reply(req, code, NULL, b);
 	if (b)
 		evbuffer_free(b);
-}
-
-static void reply_json(struct evhttp_request *req, json_t *o)
-{
-	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-
-	if (s)
-		reply(req, 200, "application/json", s);
-	else
-		reply(req, 500, "text/plain", "out of memory");
-	free(s);
-	json_decref(o);
 }
 
 /* The rank a GET /route asks for: 0 (rank 0), 1 (the sizes), -1 (a
@@ -70,7 +59,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 	int rank;
 
 	if (evhttp_request_get_command(req) != EVHTTP_REQ_GET || !path) {
-		reply(req, 405, "text/plain", "GET only");
+		pdx_http_send_405(req, "GET");
 		return;
 	}
 	if (!strcmp(path, "/health")) {
@@ -92,17 +81,19 @@ static void on_request(struct evhttp_request *req, void *arg)
 		return;
 	}
 	if (rank == 1)
-		reply_json(req,
-			   json_pack("{s:i, s:i, s:i, s:b}", "attn_tp_size", 1,
-				     "pp_size", 1, "dp_size", 1,
-				     "follow_bootstrap_room", 1));
+		pdx_http_send_json(req, 200,
+				   json_pack("{s:i, s:i, s:i, s:b}",
+					     "attn_tp_size", 1, "pp_size", 1,
+					     "dp_size", 1,
+					     "follow_bootstrap_room", 1));
 	else
-		reply_json(req, json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:s, "
-					  "s:n}",
-					  "attn_tp_size", 1, "attn_tp_rank", 0,
-					  "pp_size", 1, "pp_rank", 0, "dp_size",
-					  1, "dp_rank", 0, "peer_addr", p->peer,
-					  "shape"));
+		pdx_http_send_json(
+		    req, 200,
+		    json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:s, "
+			      "s:n}",
+			      "attn_tp_size", 1, "attn_tp_rank", 0, "pp_size",
+			      1, "pp_rank", 0, "dp_size", 1, "dp_rank", 0,
+			      "peer_addr", p->peer, "shape"));
 }
 
 const char *pdx_sglang_boot_host(const struct pdx_proxy *px)

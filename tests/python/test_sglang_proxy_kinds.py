@@ -18,9 +18,13 @@ notifying the proxy (--notify-bind).
    an SGLang decode server): the proxy runs a bootstrap server for P that
    names P's agent, P gets an open send of the room's transfer; the same
    text and counting.
+4. An SGLang prefill server of two attention TP ranks before a pdx-engine
+   decode instance (which receives from one prefill rank): 502 at once,
+   saying so.
 
     test_sglang_proxy_kinds.py PDX-ENGINE PDX-AGENT PDX-PROXY
 """
+import json
 import os
 import re
 import shutil
@@ -29,8 +33,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import threading
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from pdx.sglang.bootstrap import PdxKVBootstrapServer, register
 from pdx.vllm.agent import AgentProcess
 from rig import free_port, start_server
 from test_sglang_http import PROMPTS, completion, post, text
@@ -86,6 +93,41 @@ def serve_all(proxy, colocated, what):
             assert text(got) == text(want), (what, prompt, text(got),
                                              text(want))
         print("ok   %s: %r" % (what, prompt))
+
+
+def tp_prefill_stand_in():
+    """An SGLang prefill server's two routes the proxy asks before it
+    dispatches: GET /get_server_info (its bootstrap port) and its
+    bootstrap server, where two attention TP ranks registered. Returns
+    (url, close)."""
+    boot = PdxKVBootstrapServer("127.0.0.1", free_port())
+    for rank in (0, 1):
+        register("127.0.0.1:%d" % boot.port, dict(
+            attn_tp_size=2, attn_tp_rank=rank, pp_size=1, pp_rank=0,
+            dp_size=1, dp_rank=0, peer_addr="tcp://127.0.0.1:%d" % (9 + rank),
+            shape=None))
+
+    class Info(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            body = ('{"disaggregation_bootstrap_port": %d}' % boot.port
+                    ).encode()
+            self.send_response(200 if self.path == "/get_server_info"
+                               else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    info = ThreadingHTTPServer(("127.0.0.1", 0), Info)
+    threading.Thread(target=info.serve_forever, daemon=True).start()
+
+    def close():
+        info.shutdown()
+        info.server_close()
+        boot.close()
+    return "http://127.0.0.1:%d" % info.server_address[1], close
 
 
 def main():
@@ -163,6 +205,20 @@ def main():
         serve_all(front, colocated, "pdx-engine -> SGLang")
         print("ok   counted: %d notifications" % counted(front, events))
         stop("proxy_back")
+
+        tp_url, tp_close = tp_prefill_stand_in()
+        try:
+            front = proxy("proxy_tp", e_url, "--prefill-kind", "sglang",
+                          "--decode-kind", "pdx", prefill=tp_url)
+            t0 = time.monotonic()
+            s, got = post(front + "/v1/completions", completion("tp", 4))
+            assert s == 502 and "attn_tp_size 2" in got, (s, got)
+            assert time.monotonic() - t0 < 5, time.monotonic() - t0
+            print("ok   SGLang TP 2 -> pdx-engine refused: %s" %
+                  json.loads(got)["error"]["message"])
+            stop("proxy_tp")
+        finally:
+            tp_close()
         print("ok")
     finally:
         for p in procs.values():
