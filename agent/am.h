@@ -6,9 +6,11 @@
 #ifndef PDX_AGENT_AM_H
 #define PDX_AGENT_AM_H
 
-/* The peer link's protocol version, the hello's "v": 2 since each kind
- * below has an id of its own (version 1 sent every kind with id 1). */
-#define PEER_PROTOCOL_VERSION 2
+/* The peer link's protocol version, the hello's "v": 3 since "done"
+ * carries the sender's meta (by UCX as its payload, which a version 2
+ * receiver drops); 2 gave each kind below an id of its own (version 1
+ * sent every kind with id 1). */
+#define PEER_PROTOCOL_VERSION 3
 
 enum am_id {
 	AM_RUN = 1,	     /* am: a run of blocks (host_path.c) */

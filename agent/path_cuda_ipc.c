@@ -27,10 +27,13 @@ static pdx_status_t cuda_ipc_push(struct xfer *x, uint32_t layer, uint32_t n)
 		return st;
 	if (x->slice.n) {
 		/* one block's piece: offsets from the block's start */
-		tp_slice_each_piece(x, &x->slice, &a->reg.layout,
-				    &x->peer->layout, 1, keep_piece, &piece);
-		st = gpu_plan_copy_piece(a->gpu, x->plan, x->peer_plan, &piece,
-					 layer * segs, n * segs);
+		st = tp_slice_each_piece(x, &x->slice, &a->reg.layout,
+					 &x->peer->layout, 1, keep_piece,
+					 &piece);
+		if (!st)
+			st = gpu_plan_copy_piece(a->gpu, x->plan, x->peer_plan,
+						 &piece, layer * segs,
+						 n * segs);
 		bytes = (uint64_t)piece.rows * piece.len;
 	} else {
 		st = gpu_plan_copy(a->gpu, x->plan, x->peer_plan, layer * segs,

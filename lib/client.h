@@ -122,10 +122,11 @@ int pdx__register_answer(const msgpack_object *m, const char *op,
 			 pdx_status_t *st, char *why, size_t why_len);
 
 /* meta.c: an event's meta shelved as it is read (event: its map), handed
- * out with it (x NULL: none) */
+ * out with it (x NULL: none), or dropped with an event that is lost */
 void pdx__meta_shelve(struct pdx_engine *e, const msgpack_object *event,
 		      const struct pdx_engine_event *ev);
 void pdx__meta_hand_out(struct pdx_engine *e, const struct pdx_xfer_id *x);
+void pdx__meta_drop(struct pdx_engine *e, const struct pdx_xfer_id *x);
 void pdx__meta_free(struct pdx_engine *e);
 
 /* incoming.c */

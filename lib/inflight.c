@@ -91,8 +91,10 @@ void pdx__queue_keep(struct pdx_engine *e, const struct pdx_engine_event *ev)
 {
 	if (!pdx__inflight_take(e, &ev->xfer))
 		log_debug("dropped an event for a transfer not in flight");
-	else if (pdx__queue_push(e, ev))
+	else if (pdx__queue_push(e, ev)) {
 		log_error("event queue full: an event was lost");
+		pdx__meta_drop(e, &ev->xfer);
+	}
 }
 
 /* The link was lost (e->why_down says how, e->down_ns when): every

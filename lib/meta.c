@@ -63,6 +63,17 @@ void pdx__meta_hand_out(struct pdx_engine *e, const struct pdx_xfer_id *x)
 	}
 }
 
+void pdx__meta_drop(struct pdx_engine *e, const struct pdx_xfer_id *x)
+{
+	struct pdx__meta *m;
+
+	HASH_FIND(hh, e->metas, x->b, sizeof(x->b), m);
+	if (m) {
+		HASH_DEL(e->metas, m);
+		free(m);
+	}
+}
+
 void pdx__meta_free(struct pdx_engine *e)
 {
 	struct pdx__meta *m, *tmp;

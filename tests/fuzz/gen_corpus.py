@@ -77,7 +77,7 @@ REGISTER = {"op": "register", "v": 1, "layout": layout(),
 def hello(op="hello", instance=7, lay=None, host=HOST, shm=True,
           name="/fuzz-peer", size=4 * 2 * 64 * 64):
     lay = lay or layout()
-    return {"op": op, "from": PEER, "v": 2, "instance": instance,
+    return {"op": op, "from": PEER, "v": 3, "instance": instance,
             "host": host, "shm": shm, "compat": fnv_compat(lay),
             "layout": lay, "ucx": b"addr",
             "regions": [{"name": name, "addr": 0x100000, "size": size,

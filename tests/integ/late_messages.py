@@ -131,11 +131,11 @@ def main():
                   f"A answers {P.addr}'s hello with hello_ack")
         # An agent of protocol version 1 (all active messages on one id)
         # is refused, and told why.
-        check(hello["v"] == 2, f"an agent's hello says protocol version 2: {hello['v']}")
+        check(hello["v"] == 3, f"an agent's hello says protocol version 3: {hello['v']}")
         old = rig.adopt(Peer(rig.ctx, f"tcp://127.0.0.1:{free_port()}"))
         old.to(A, dict(hello, op="hello", v=1, instance=random.getrandbits(63)))
         nack = old.expect("hello_nack", sender=A)
-        check(nack is not None and "protocol version 1 != 2" in nack.get("reason", ""),
+        check(nack is not None and "protocol version 1 != 3" in nack.get("reason", ""),
               f"A refuses a hello of protocol version 1, saying why: {nack}")
         # A's own hello, for the receiver side of F's transfers
         P_blocks = [3, 4, 5]

@@ -98,6 +98,7 @@ class PdxKVManager:
         self.aux = AuxRows(args)
         self.xfers: Dict[pdx.XferId, object] = {}  # announced -> its end
         self.prefill_info_table: Dict[str, PrefillInfo] = {}
+        self.prefill_regs: Dict[tuple, List[dict]] = {}  # (addr, dp rank)
         log.info("pdx.sglang: %s rank %d registered %d layers with %s",
                  self.mode, self.rank, self.shape.layers, self.peer_addr)
         if self.mode == "prefill":
@@ -158,11 +159,28 @@ class PdxKVManager:
                 "pdx.sglang: prefill %s has pp_size %d, this decode %d: "
                 "pipeline stages must pair" % (
                     bootstrap_addr, info.pp_size, self._sizes()["pp_size"]))
+        key = (bootstrap_addr, dp_rank)
+        if key in self.prefill_regs:
+            return self.prefill_regs[key]
         ranks = [self.rank] if info.attn_tp_size == self.tp_size else \
             range(info.attn_tp_size)
         regs = [bootstrap.query(bootstrap_addr, dp_rank, r, self.pp_rank)
                 for r in ranks]
-        return None if None in regs else regs
+        if None in regs:
+            return None
+        # asked once, as SGLang's receivers keep their bootstrap infos:
+        # the scheduler's thread makes these calls, one per request would
+        # cost it a round trip per prefill rank
+        self.prefill_regs[key] = regs
+        return regs
+
+    def forget_prefill(self, bootstrap_addr: str) -> None:
+        """A transfer from that instance failed: it may have restarted
+        (other agents, another layout), so its ranks are asked afresh
+        (its sizes stay: decode.py reads prefill_info_table without
+        asking again)."""
+        for key in [k for k in self.prefill_regs if k[0] == bootstrap_addr]:
+            del self.prefill_regs[key]
 
     def layout_differs(self, reg: dict, their_tp: int) -> str:
         """"" when the prefill rank's layout (reg's, of an instance of

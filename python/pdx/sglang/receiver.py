@@ -83,6 +83,11 @@ class PdxKVReceiver(Transfer):
             return self.fail(str(e))
         self.state = KVPoll.Transferring
 
+    def on_event(self, ev: pdx.Event) -> None:
+        if not ev.ok:
+            self.kv_mgr.forget_prefill(self.bootstrap_addr)
+        super().on_event(ev)
+
     def succeed(self, ev: pdx.Event) -> None:
         try:
             self.kv_mgr.aux.land(self.aux_index, ev.first_token,
