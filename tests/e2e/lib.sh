@@ -20,6 +20,9 @@ fail() {
 
 # Processes started by bg_start, killed at exit if still running.
 E2E_PIDS=""
+# a request's files are named $((E2E_SEQ += 1)): unique in the test, where
+# $RANDOM (15 bits) once gave two requests one name
+E2E_SEQ=0
 
 cleanup() {
 	[ -n "$ENGINE_PID" ] && kill "$ENGINE_PID" 2>/dev/null

@@ -32,7 +32,7 @@ named_engine_start XE "$PROXY" "${pools[@]}" --flow early-callback --log-level d
 # same NAME ROUTE REQUEST KIND MAX_TOKENS: the proxy PORT_NAME answers as
 # the colocated engine does, whole and streamed.
 same() {
-	local x=$1 route=$2 req=$3 kind=$4 n=$5 tag=$1_$RANDOM
+	local x=$1 route=$2 req=$3 kind=$4 n=$5 tag=$1_$((E2E_SEQ += 1))
 	PORT=$PORT_C post "$route" "$req}" >"$E2E_TMP/c_$tag.json"
 	PORT=$(eval echo "\$PORT_$x") post "$route" "$req}" >"$E2E_TMP/x_$tag.json"
 	status_is 200 "$x: $req"

@@ -40,7 +40,7 @@ curl -sf "http://127.0.0.1:$PORT_T/healthcheck" >/dev/null ||
 # does, whole and streamed.
 n_xfers=0
 same() {
-	local route=$1 req=$2 kind=$3 n=$4 tag=$RANDOM
+	local route=$1 req=$2 kind=$3 n=$4 tag=$((E2E_SEQ += 1))
 	PORT=$PORT_XS post "$route" "$req}" >"$E2E_TMP/x_$tag.json"
 	status_is 200 "pdx-proxy: $req"
 	PORT=$PORT_T post "$route" "$req}" >"$E2E_TMP/t_$tag.json"

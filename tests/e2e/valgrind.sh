@@ -29,7 +29,7 @@ named_engine_start X "${VG[@]}" "$PROXY" --prefill "127.0.0.1:$PORT_P" \
 # same ROUTE REQUEST: the proxy answers as the colocated engine, whole
 # and streamed.
 same() {
-	local route=$1 req=$2 tag=$RANDOM
+	local route=$1 req=$2 tag=$((E2E_SEQ += 1))
 	PORT=$PORT_C post "$route" "$req}" >"$E2E_TMP/c_$tag.json"
 	PORT=$PORT_X post "$route" "$req}" >"$E2E_TMP/x_$tag.json"
 	status_is 200 "proxy: $req"

@@ -58,7 +58,7 @@ colocated() {
 # (without its closing }), whole and streamed, and the colocated engine's,
 # listed in $E2E_TMP/TAG.pairs for check_pairs.
 same() {
-	local tag=$1 route=$2 req=$3 kind=$4 n=$5 f=$E2E_TMP/$1_$RANDOM
+	local tag=$1 route=$2 req=$3 kind=$4 n=$5 f=$E2E_TMP/$1_$((E2E_SEQ += 1))
 	colocated "$route" "$req}" "$f.c.json"
 	curl -sS -f -o "$f.x.json" -H 'Content-Type: application/json' \
 		--data-binary "$req}" "$XURL$route" || fail "$tag: $req"
