@@ -196,6 +196,11 @@ class Req:
         self.first_token = first_token
         self.chunk = chunk            # chunked prefill: tokens per forward
         self.pages = []               # this side's pages of the prompt
+        # decode: the pages of the prompt's first tokens that its radix
+        # cache holds (SGLang's decode_prefix_len: whole pages), and the
+        # prefix it says (that many pages' tokens unless set)
+        self.prefix_pages = []
+        self.prefix_len = None
         self.sender = self.receiver = None
         self.meta = -1
         self.done = None              # KVPoll.Success or Failed at the end
@@ -389,11 +394,14 @@ class Decode:
             if not req.waiting:
                 continue
             self.queue.remove(req)
-            req.pages = self.pool.alloc(num_pages(req.prompt_len,
-                                                  self.pool.page_size))
+            ps, held = self.pool.page_size, req.prefix_pages
+            req.pages = held + self.pool.alloc(
+                num_pages(req.prompt_len, ps) - len(held))
             req.meta = self.meta.free.pop(0)
-            req.receiver.send_metadata(req.pages, req.meta, [],
-                                       decode_prefix_len=0)
+            prefix = len(held) * ps if req.prefix_len is None else \
+                req.prefix_len
+            req.receiver.send_metadata(req.pages[len(held):], req.meta, [],
+                                       decode_prefix_len=prefix)
             self.transfer.append(req)
         # the transfer queue: Success counts once the aux row holds the room
         for req in list(self.transfer):

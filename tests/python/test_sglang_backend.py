@@ -12,7 +12,8 @@ after the last layer (the ratio to one layer's transfer time printed).
 MHA and MLA transfers (chunked prefill with a partial last
 page, two rooms at once, pages at other indices on each side), the first
 token and the room landing in the decode side's aux rows, the transfer
-metric, an abort from either side, the decode rank's agent killed (both
+metric, a decode-side prefix hit (part of the prompt, all of it), an
+abort from either side, the decode rank's agent killed (both
 sides Failed with pdx's reason within the bound), and a decode pool whose
 layout differs refused before any transfer with both layouts in words.
 
@@ -76,6 +77,53 @@ class Backend(unittest.TestCase):
         self.assertEqual(self.P.pool.page_bytes(p.pages),
                          self.D.pool.page_bytes(d.pages))
         self.assertEqual(d.got_token, 99)
+
+    def test_decode_prefix(self):
+        """A decode-side prefix hit (decode_prefix_len: SGLang's decode
+        radix cache holds the prompt's first pages, send_metadata names
+        the rest's): only the pages after the prefix move, byte-exact
+        into the pages named, and no other page of the decode pool is
+        written; a prompt held whole still gets its first token and
+        moves nothing; a prefix of part of a page fails, saying so, on
+        both sides at once."""
+        self.start(Pool(), Pool())
+        pool = self.D.pool
+        everything = range(pool.pages + 1)
+        page = pool.page_bytes([1])
+        held = pool.alloc(4)
+        part = Req(41, 37, first_token=21, chunk=16)
+        part_d = Req(41, 37)
+        part_d.prefix_pages = held
+        whole = Req(42, 32, first_token=22)
+        whole_d = Req(42, 32)
+        whole_d.prefix_pages = pool.alloc(8)
+        odd = Req(43, 16)
+        odd_d = Req(43, 16)
+        odd_d.prefix_pages = pool.alloc(1)
+        odd_d.prefix_len = 3
+        before = [pool.page_bytes([p]) for p in everything]
+        run(self.P, self.D, [(part, part_d), (whole, whole_d), (odd, odd_d)])
+        for p, d in ((part, part_d), (whole, whole_d)):
+            self.assertEqual((p.done, d.done),
+                             (KVPoll.Success, KVPoll.Success),
+                             p.error + d.error)
+            self.assertEqual(d.got_token, p.first_token)
+        tail = part_d.pages[4:]
+        self.assertEqual(len(tail), 6)
+        self.assertEqual(self.P.pool.page_bytes(part.pages[4:]),
+                         pool.page_bytes(tail))
+        for p in everything:
+            if p not in tail:
+                self.assertEqual(pool.page_bytes([p]), before[p],
+                                 "page %d written" % p)
+        self.assertEqual(part.metric.transfer_total_bytes, 6 * len(page))
+        self.assertFalse(whole.metric.transfer_total_bytes)
+        self.assertEqual(odd_d.done, KVPoll.Failed)
+        self.assertIn("decode_prefix_len 3 is not whole pages of 4 tokens",
+                      odd_d.error)
+        # and the prefill side is told at once, not at its lease's end
+        self.assertEqual(odd.done, KVPoll.Failed)
+        self.assertNotIn("lease", odd.error)
 
     def test_abort_on_decode(self):
         """The decode side aborts once its pages are named (SGLang's

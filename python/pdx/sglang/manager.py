@@ -91,6 +91,7 @@ class PdxKVManager:
         self.tp_size = self._sizes()["attn_tp_size"]
         self.shape, lay, regions, self.cuda = build(args, self.is_mla_backend,
                                                     self.tp_size)
+        self.pool_pages = lay.blocks
         if self.tp_size > 1:  # the agents reshard to other TP sizes
             self.eng.set_tp(self.rank, self.tp_size)
         self.peer_addr = self.eng.register(

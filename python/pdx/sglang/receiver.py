@@ -8,7 +8,11 @@ bootstrap server for the prefill rank's agent and layout (a layout unlike
 ours fails here, with both in words) or, when the instances' TP sizes
 differ, for every prefill rank's; send_metadata is pdx's recv of the
 transfer from that agent (those agents: ours takes its heads from the
-ranks that hold them) into these pages. On "received" the aux row gets
+ranks that hold them) into these pages. A decode-side prefix hit
+(decode_prefix_len, whole pages held in the decode rank's radix cache;
+the pages named are the rest's) is pdx's skip_tokens: the prefill side
+announces every page of the prompt, and its agent sends only those after
+the prefix. On "received" the aux row gets
 what the prefill side sent beside the KV and the room (aux.py).
 """
 import time
@@ -67,17 +71,27 @@ class PdxKVReceiver(Transfer):
             return
         if state_indices and any(s is not None and len(s) for s in
                                  state_indices):
-            return self.fail("pdx.sglang moves the KV pool only; this "
-                             "model has state buffers (mamba, SWA, DSA)")
+            return self._refuse("pdx.sglang moves the KV pool only; this "
+                                "model has state buffers (mamba, SWA, DSA)")
         self.aux_index = aux_index
         mgr = self.kv_mgr
+        pages = [int(p) for p in kv_indices]
+        skip = int(decode_prefix_len or 0)
+        if skip % mgr.shape.page_size:
+            return self._refuse("decode_prefix_len %d is not whole pages of "
+                                "%d tokens" % (skip, mgr.shape.page_size))
+        try:
+            pages = self._held(skip // mgr.shape.page_size, pages) + pages
+        except ValueError as e:
+            return self._refuse(str(e))
         try:
             mgr.track(self.xid, self)
-            pages = [int(p) for p in kv_indices]
             if self.tp_legs:   # even from one prefill rank: TP 1 -> 2
-                mgr.eng.recv(self.xid, None, pages, peers=self.peers)
+                mgr.eng.recv(self.xid, None, pages, skip_tokens=skip,
+                             peers=self.peers)
             else:
-                mgr.eng.recv(self.xid, self.peers[0], pages)
+                mgr.eng.recv(self.xid, self.peers[0], pages,
+                             skip_tokens=skip)
             self.announced = True
         except pdx.Error as e:
             return self.fail(str(e))
@@ -87,6 +101,30 @@ class PdxKVReceiver(Transfer):
         if not ev.ok:
             self.kv_mgr.forget_prefill(self.bootstrap_addr)
         super().on_event(ev)
+
+    def _refuse(self, why: str) -> None:
+        """Fails before any recv, and tells the prefill agents, so that
+        the prefill side fails at once rather than at its lease's end."""
+        self._abort_at_agent()
+        self.fail(why)
+
+    def _held(self, n: int, tail) -> list:
+        """n pages standing for the prefix the radix cache holds: pdx's
+        recv names every page of the prompt (as many as the sender's) and
+        writes none of the first skip_tokens' whole pages, while SGLang
+        names only the rest. Any n distinct pages of the pool do, none of
+        the rest's; the lowest are taken."""
+        taken, held = set(tail), []
+        for p in range(self.kv_mgr.pool_pages):
+            if len(held) == n:
+                break
+            if p not in taken:
+                held.append(p)
+        if len(held) < n:
+            raise ValueError("a prefix of %d pages and %d more: the pool "
+                             "has %d" % (n, len(tail),
+                                         self.kv_mgr.pool_pages))
+        return held
 
     def succeed(self, ev: pdx.Event) -> None:
         try:
