@@ -558,7 +558,7 @@ class Scheduler:
         if kvo is not None and kvo.invalid_block_ids:
             failed = self._handle_invalid_blocks(kvo.invalid_block_ids)
         outs = []
-        stopped = []
+        stopped_running, stopped_preempted = [], []
         for rid, n in so.num_scheduled_tokens.items():
             req = self.requests.get(rid)
             if req is None or req.is_finished() or rid in failed:
@@ -566,15 +566,22 @@ class Scheduler:
             toks = ro.sampled_token_ids.get(rid)
             if not toks:
                 continue
+            # async scheduling: a request preempted while this step ran
+            # gets its token all the same, and may stop with it, its
+            # blocks freed already (stopped_preempted_reqs)
+            before = req.status
             req.append_output_token_ids(toks)
             params = None
             if req.num_output_tokens >= req.max_tokens:
                 req.status = RequestStatus.FINISHED_LENGTH_CAPPED
-                stopped.append(req)
+                (stopped_running if before == RequestStatus.RUNNING
+                 else stopped_preempted).append(req)
                 params = self._free_request(req)
             outs.append((req, toks, params))
-        for req in stopped:
+        for req in stopped_running:
             self.running.remove(req)
+        for req in stopped_preempted:
+            self.waiting.remove(req)
         if failed and not self.recompute_kv_load_failures:
             reqs = [self.requests[r] for r in failed if r in self.requests]
             done = self.finish_requests(failed, RequestStatus.FINISHED_ERROR)

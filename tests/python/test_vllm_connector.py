@@ -10,7 +10,8 @@ with a colocated instance's.
 Covered: a transfer (FlashAttention's blocks-first tensors, the older
 K/V-first ones, MLA), vLLM's proxies' kv_transfer_params (the prefill side
 told nothing but do_remote_decode), pdx-proxy's (both sides named), a
-partial prefix hit on the decode side (only the tail moves), an abort on
+partial prefix hit on the decode side (only the tail moves), a prefill
+request preempted after its send was announced (async scheduling), an abort on
 the decode side before its load (the prefill side frees at once), a
 transfer that failed (the sender's lease ran out; the decode side's agent
 killed; layouts that differ) ending in load errors and a recompute with the
@@ -194,6 +195,53 @@ class Failures(Instances):
         out = self.D.generate(PROMPT, 8, dict(p))
         self.assertEqual(out.token_ids, self.colocated())
         self.assertEqual(self.worker(self.D).stats["failed"], 1)
+
+
+class Preemption(unittest.TestCase):
+    """Async scheduling (vLLM's batch queue) can preempt a prefill request
+    while the step that computed its last chunk, and announced its send,
+    is in flight: its blocks go to another request in the next step, and
+    the request stops with the token that step sampled (vLLM's
+    stopped_preempted_reqs). The send is aborted before that next
+    forward, and the request ends without kv_transfer_params: the decode
+    side prefills itself and gives the colocated text; the agent never
+    sends blocks another request has written."""
+
+    def test_preempted_after_its_send_ends_without_a_transfer(self):
+        # 13 usable blocks: B takes 3, A's 37 tokens the other 10; B's
+        # next token needs a 14th, and A, the last running, is preempted
+        P = MiniVllm(config(), role="prefill", num_blocks=14,
+                     async_scheduling=True)   # stepped here, by hand
+        self.addCleanup(P.close)
+        D = MiniVllm(config(), role="decode").start()
+        self.addCleanup(D.close)
+        C = MiniVllm(None).start()
+        self.addCleanup(C.close)
+        free = P.free_blocks()
+        victims = []
+        preempt = P.scheduler._preempt
+        P.scheduler._preempt = lambda r: (victims.append(r.request_id),
+                                          preempt(r))[1]
+        # B's tokens after it land in A's freed blocks, the last (whose
+        # one token the decode side computes again) and the one before
+        b = P.add_request(list(range(200, 212)), 8)
+        P.step()
+        a = P.add_request(PROMPT, 1, {"do_remote_decode": True,
+                                      "do_remote_prefill": False})
+        for _ in range(20):   # until A ends (its free may be delayed)
+            P.step()
+            if a.output.finished and b.output.finished:
+                break
+        self.assertEqual(victims, [a.output.request_id])
+        self.assertEqual(a.output.finish_reason, "length")
+        self.assertEqual(len(b.output.token_ids), 8)
+        self.assertIsNone(a.output.kv_transfer_params)
+        self.assertEqual(P.worker_connector._worker.stats["failed"], 1,
+                         "the send aborted")
+        out = D.generate(PROMPT, 8, a.output.kv_transfer_params)
+        self.assertEqual(out.token_ids, C.generate(PROMPT, 8).token_ids)
+        P.run_until_idle()
+        self.assertEqual(P.free_blocks(), free)
 
 
 class LayoutMismatch(Instances):

@@ -58,6 +58,9 @@ class PdxConnector(KVConnectorBase_V1):
     def get_handshake_metadata(self):
         return self._worker.handshake()
 
+    def handle_preemptions(self, kv_connector_metadata) -> None:
+        self._worker.preempted(kv_connector_metadata)
+
     def start_load_kv(self, forward_context, **kwargs) -> None:
         self._worker.start(self._get_connector_metadata())
 

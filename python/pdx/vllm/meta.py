@@ -52,6 +52,9 @@ class PdxMetadata(KVConnectorMetadata):
     recvs: List[RecvMeta] = field(default_factory=list)
     holds: List[XferMeta] = field(default_factory=list)
     aborts: List[XferMeta] = field(default_factory=list)
+    # sends announced whose request was preempted in this step: its
+    # blocks are free again and this step's forward may write them
+    preempted: List[XferMeta] = field(default_factory=list)
 
 
 @dataclass

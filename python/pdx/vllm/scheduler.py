@@ -3,7 +3,12 @@ blocks, when a send is announced, and the answer a prefill returns.
 
 A send is announced in the step that schedules the prompt's last prefill
 chunk (all its blocks are known then; every layer of that pass is pushed
-as soon as it is computed). A receive is vLLM's asynchronous load: the
+as soon as it is computed). A request preempted after that (async
+scheduling can pick it before its one token is out) has its blocks
+freed while the agent may still read them: the worker aborts the send
+before the step's forward (handle_preemptions), and the request, once
+recomputed, finishes without kv_transfer_params (the decode side
+prefills, or, told up front, fails its load and recomputes). A receive is vLLM's asynchronous load: the
 request waits (WAITING_FOR_REMOTE_KVS) until the worker reports it.
 """
 import logging
@@ -25,6 +30,7 @@ class _Send:
     prompt_tokens: int
     blocks: List[int] = field(default_factory=list)
     announced: bool = False
+    preempted: bool = False  # after announced: the send is aborted
 
 
 def _safe(read, p, req_id):
@@ -91,6 +97,11 @@ class PdxScheduler:
         st.announced = True
 
     def build_connector_meta(self, so) -> PdxMetadata:
+        for rid in getattr(so, "preempted_req_ids", None) or ():
+            st = self._sends.get(rid)
+            if st is not None and st.announced and not st.preempted:
+                st.preempted = True
+                self._meta.preempted.append(XferMeta(rid, st.send.xfer))
         for new in so.scheduled_new_reqs:
             st = self._sends.get(new.req_id)
             if st is not None:
@@ -125,6 +136,11 @@ class PdxScheduler:
             s = _safe(params.read_send, p, rid)  # left before scheduled
             st = _Send(s, 0) if s is not None else None
         if st is not None:
+            if st.preempted:
+                log.info("request %s: preempted after its send was "
+                         "announced: the send was aborted, no "
+                         "kv_transfer_params", rid)
+                return False, None
             if not st.announced:
                 # never announced: a decode side named up front may wait
                 if st.send.peer:

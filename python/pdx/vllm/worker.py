@@ -9,6 +9,7 @@ finished_recving, a failed receive's blocks in the load errors.
 """
 import collections
 import logging
+import time
 from dataclasses import dataclass
 from typing import Dict, List, Set
 
@@ -23,6 +24,9 @@ log = logging.getLogger("pdx.vllm")
 
 # forward passes that may be queued on the GPU ahead of the agent
 CUDA_EVENT_SLOTS = 4
+# the most a preempted request's aborted send is awaited (its agent
+# answers at once; an RDMA put in flight ends first)
+PREEMPT_WAIT_S = 5.0
 
 
 def _rank() -> int:
@@ -151,6 +155,42 @@ class PdxWorker:
             except pdx.Error as err:
                 log.warning("pdx: abort %s: %s", a.req_id, err)
 
+    def preempted(self, meta: PdxMetadata) -> None:
+        """handle_preemptions, before this step's forward: a request
+        preempted after its send was announced has its blocks free again,
+        and the forward may write them while the agent still reads them
+        (the decode side has not claimed the transfer yet, or it is under
+        way). The send is aborted and its end awaited: after its event
+        the agent touches those blocks no more. vLLM is not told of it
+        (the scheduler side does not delay that request's free)."""
+        if meta is None or not meta.preempted:
+            return
+        waiting = []
+        for p in meta.preempted:
+            x = params.rank_xfer(p.xfer, self.rank)
+            if x in self._flights:
+                try:
+                    self.eng.abort(x)
+                except pdx.Error as err:
+                    log.warning("pdx: abort of preempted %s: %s", p.req_id,
+                                err)
+                waiting.append(x)
+        end = time.monotonic() + PREEMPT_WAIT_S
+        while any(x in self._flights for x in waiting):
+            left = end - time.monotonic()
+            if left <= 0:
+                log.error("pdx: the sends of preempted %s did not end in "
+                          "%.0f s; their blocks may be read while reused",
+                          [p.req_id for p in meta.preempted],
+                          PREEMPT_WAIT_S)
+                break
+            for ev in self.eng.poll(left):
+                self._ended(ev)
+        for p in meta.preempted:
+            self._sent.discard(p.req_id)
+            self._send_reqs.discard(p.req_id)
+            self._finished.discard(p.req_id)
+
     def layer_saved(self, layer_name: str) -> None:
         """The layer's KV of this step is in memory: its layer is done for
         the sends whose last prefill chunk this step computes."""
@@ -182,29 +222,33 @@ class PdxWorker:
         self._finished.update(r for r in finished_req_ids
                               if r in self._send_reqs)
         for ev in self.eng.events():
-            f = self._flights.pop(ev.xfer, None)
-            if f is None:
-                continue
-            if not ev.ok:
-                log.warning("pdx: %s of %s failed: %s (%s)",
-                            "send" if f.send else "recv", f.req_id,
-                            ev.reason, ev.status_name)
-                self.stats["failed"] += 1
-            else:
-                self.stats[ev.kind] += 1
-                self.stats["bytes_" + ev.kind] += ev.bytes
-            if f.send:
-                self._sent.add(f.req_id)
-            else:
-                self._recvd.add(f.req_id)
-                if not ev.ok:
-                    self._invalid.update(f.blocks)
+            self._ended(ev)
         sending = self._sent & self._finished
         self._sent -= sending
         self._finished -= sending
         self._send_reqs -= sending
         recving, self._recvd = self._recvd, set()
         return sending or None, recving or None
+
+    def _ended(self, ev: pdx.Event) -> None:
+        """A transfer announced here ended (one event each)."""
+        f = self._flights.pop(ev.xfer, None)
+        if f is None:
+            return
+        if not ev.ok:
+            log.warning("pdx: %s of %s failed: %s (%s)",
+                        "send" if f.send else "recv", f.req_id,
+                        ev.reason, ev.status_name)
+            self.stats["failed"] += 1
+        else:
+            self.stats[ev.kind] += 1
+            self.stats["bytes_" + ev.kind] += ev.bytes
+        if f.send:
+            self._sent.add(f.req_id)
+        else:
+            self._recvd.add(f.req_id)
+            if not ev.ok:
+                self._invalid.update(f.blocks)
 
     def load_errors(self) -> Set[int]:
         out, self._invalid = self._invalid, set()
