@@ -32,7 +32,7 @@ from typing import List
 import torch
 
 import pdx
-from pdx.sglang import KVArgs, KVPoll
+from pdx.sglang import KVArgs, KVPoll, bootstrap
 from rig import free_port
 
 
@@ -201,6 +201,10 @@ class Req:
         # prefix it says (that many pages' tokens unless set)
         self.prefix_pages = []
         self.prefix_len = None
+        # the prefill DP rank the router named (disagg_prefill_dp_rank),
+        # or None; the prefill side's DP controller notes where it went
+        self.prefill_dp_rank = None
+        self.dp_rank = None
         self.sender = self.receiver = None
         self.meta = -1
         self.done = None              # KVPoll.Success or Failed at the end
@@ -373,12 +377,41 @@ class Decode:
         else:
             self.pending.append(req)
 
+    def _prefill_dp_rank(self, req):
+        """_resolve_prefill_dp_rank: the router's pick, else room %
+        dp_size when the prefill instance routes by the room, else None
+        (asked of its bootstrap server)."""
+        info = self.mgr.prefill_info_table[req.addr]
+        if req.prefill_dp_rank is not None:
+            return req.prefill_dp_rank
+        if info.dp_size == 1:
+            return 0
+        if info.follow_bootstrap_room:
+            return req.bootstrap_room % info.dp_size
+        return None
+
     def step(self):
-        # _resolve_pending_reqs
+        # _resolve_pending_reqs: known DP ranks first, then one query per
+        # prefill instance for the rest (CommonKVReceiver.query_prefill_
+        # dp_ranks, SGLang's own: its /query_dp_ranks)
+        need = {}
         for req in list(self.pending):
-            if self.mgr.try_ensure_parallel_info(req.addr):
-                self.pending.remove(req)
-                req.receiver.init(0)
+            if not self.mgr.try_ensure_parallel_info(req.addr):
+                continue
+            dp = self._prefill_dp_rank(req)
+            if dp is None:
+                need.setdefault(req.addr, []).append(req)
+                continue
+            self.pending.remove(req)
+            req.receiver.init(dp)
+        for addr, reqs in need.items():
+            got = bootstrap.query_dp_ranks(addr,
+                                           [r.bootstrap_room for r in reqs])
+            for req in reqs:
+                dp = got.get(str(req.bootstrap_room))
+                if dp is not None:
+                    self.pending.remove(req)
+                    req.receiver.init(int(dp))
         # _update_handshake_waiters
         for req in list(self.queue):
             if req in self.pending:
@@ -450,6 +483,39 @@ class Ranks:
         req.ranks = [copy.copy(req) for _ in self.ranks]
         for r, q in zip(self.ranks, req.ranks):
             r.add(q, *args)
+
+    def step(self):
+        for r in self.ranks:
+            r.step()
+
+    def busy(self):
+        return any(r.busy() for r in self.ranks)
+
+    def close(self):
+        for r in self.ranks:
+            r.close()
+
+
+class DataParallel:
+    """A prefill instance with DP attention: a scheduler per DP rank (an
+    attention group of one rank each here, pools of every head), one
+    bootstrap server; the data-parallel controller gives each request to
+    the rank the router named, else by its room (follow_bootstrap_room,
+    what SGLang's prefill does unless told), else in turn (round_robin)."""
+
+    def __init__(self, ranks, method):
+        self.ranks, self.method, self.turn = ranks, method, 0
+        self.sa = ranks[0].sa
+
+    def add(self, req):
+        n = len(self.ranks)
+        if req.prefill_dp_rank is not None:
+            req.dp_rank = req.prefill_dp_rank
+        elif self.method == "follow_bootstrap_room":
+            req.dp_rank = req.bootstrap_room % n
+        else:
+            req.dp_rank, self.turn = self.turn % n, self.turn + 1
+        self.ranks[req.dp_rank].add(req)
 
     def step(self):
         for r in self.ranks:

@@ -10,6 +10,15 @@ MLA's latent, whole on every rank, against one prefill rank's. Also: the
 aux rows and the first token arrive on every decode rank, and without
 PDX_SGLANG_TOKEN (heads unknown) other TP sizes are refused saying so.
 
+A prefill instance with DP attention (a scheduler, pool and agent per DP
+rank, one bootstrap server): requests routed by their room (SGLang's
+default for a prefill instance) are found by the decode side as room %
+dp_size; routed in turn (round_robin), each sender registers its DP rank
+and the decode side asks /query_dp_ranks; a request the router sent to
+another DP rank than its room's fails saying so, unless
+SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK is set. Every transfer
+byte-exact against the pages of the DP rank that computed it.
+
     test_sglang_tp.py PATH-TO-pdx-agent
 """
 import os
@@ -19,8 +28,8 @@ import unittest
 import torch
 
 import pdx.sglang
-from mini_sglang import (Decode, Pool, Prefill, Ranks, Req, ServerArgs,
-                         run)
+from mini_sglang import (DataParallel, Decode, Pool, Prefill, Ranks, Req,
+                         ServerArgs, run)
 from pdx.sglang import KVPoll
 from rig import free_port
 
@@ -117,6 +126,69 @@ class TensorParallel(unittest.TestCase):
         for q in p.ranks:   # SGLang aborts the request on the prefill side
             q.sender.abort()
             self.assertEqual(q.sender.poll(), KVPoll.Failed)
+
+
+class DataParallelAttention(unittest.TestCase):
+    def start(self, method, dp=2):
+        sa = ServerArgs(free_port(), tp_size=dp, dp_size=dp,
+                        enable_dp_attention=True, load_balance_method=method)
+        ranks = []
+        for r in range(dp):   # attention TP 1: every head on each rank
+            pool = Pool(heads=HEADS, head_dim=HEAD_DIM, tp_rank=r)
+            self.addCleanup(pool.close)
+            ranks.append(Prefill(CLASSES, sa, pool))
+            self.addCleanup(ranks[-1].close)
+        self.P = DataParallel(ranks, method)
+        pool = Pool(heads=HEADS, head_dim=HEAD_DIM)
+        self.addCleanup(pool.close)
+        self.D = Decode(CLASSES, ServerArgs(free_port()), pool)
+        self.addCleanup(self.D.close)
+
+    def transfer(self, rooms, named=None):
+        pairs = []
+        for room in rooms:
+            p, d = Req(room, 21, first_token=room % 1000), Req(room, 21)
+            p.prefill_dp_rank = d.prefill_dp_rank = named
+            pairs.append((p, d))
+        run(self.P, self.D, pairs, timeout=30)
+        return pairs
+
+    def check(self, pairs):
+        for p, d in pairs:
+            self.assertEqual((p.done, d.done),
+                             (KVPoll.Success, KVPoll.Success),
+                             p.error + d.error)
+            self.assertEqual(self.P.ranks[p.dp_rank].pool.page_bytes(
+                p.pages), self.D.pool.page_bytes(d.pages))
+            self.assertEqual(d.got_token, p.first_token)
+
+    def test_routed_by_room(self):
+        self.start("follow_bootstrap_room")
+        pairs = self.transfer([40, 41, 42, 43])
+        self.assertEqual([p.dp_rank for p, _ in pairs], [0, 1, 0, 1])
+        self.check(pairs)
+
+    def test_routed_in_turn_then_asked(self):
+        """Even rooms in turn: half run where room % 2 would not find
+        them."""
+        self.start("round_robin")
+        pairs = self.transfer([50, 52, 54, 56])
+        self.assertEqual([p.dp_rank for p, _ in pairs], [0, 1, 0, 1])
+        self.check(pairs)
+
+    def test_router_named_another_rank(self):
+        self.start("follow_bootstrap_room")
+        p, d = Req(60, 8), Req(60, 8)
+        p.prefill_dp_rank = d.prefill_dp_rank = 1   # room 60 says 0
+        self.D.add(d, self.P.sa.disaggregation_bootstrap_port)
+        self.P.add(p)
+        self.assertEqual(p.sender.poll(), KVPoll.Failed)
+        self.assertIn("follow_bootstrap_room conflict", p.sender.reason)
+        d.receiver.abort()   # SGLang aborts the request on both sides
+        os.environ["SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK"] = "1"
+        self.addCleanup(os.environ.pop,
+                        "SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK")
+        self.check(self.transfer([62], named=1))
 
 
 if __name__ == "__main__":

@@ -62,9 +62,16 @@ class PdxKVManager:
         self.mode = mode_name(disaggregation_mode)
         self.server_args = server_args
         self.is_mla_backend = bool(is_mla_backend)
-        self.rank = int(args.engine_rank)
+        # prefill.py gives the instance's TP rank, decode.py its attention
+        # TP rank; with DP attention the TP ranks form dp_size attention
+        # groups of attn_tp_size, and a rank's group is its DP rank
+        sizes = self.parallel_sizes()
+        self.engine_rank = int(args.engine_rank)
+        self.rank = self.engine_rank % sizes["attn_tp_size"]
         self.pp_rank = int(getattr(args, "pp_rank", 0) or 0)
-        self.dp_rank = int(getattr(args, "system_dp_rank", 0) or 0)
+        self.dp_rank = (self.engine_rank // sizes["attn_tp_size"]
+                        if getattr(server_args, "enable_dp_attention", False)
+                        else int(getattr(args, "system_dp_rank", 0) or 0))
         self.bootstrap_host = getattr(server_args, "host", "127.0.0.1")
         self.bootstrap_port = getattr(server_args,
                                       "disaggregation_bootstrap_port", None)
@@ -76,7 +83,7 @@ class PdxKVManager:
         self.agent = None
         addr = os.environ.get("PDX_SGLANG_AGENT")
         if addr:
-            addr = addr.replace("{rank}", str(self.rank))
+            addr = addr.replace("{rank}", str(self.engine_rank))
         else:
             self.agent = AgentProcess(
                 os.environ.get("PDX_SGLANG_AGENT_BIN", "pdx-agent"),
@@ -88,7 +95,7 @@ class PdxKVManager:
                               xfer_timeout_ms=_env_int(
                                   "PDX_SGLANG_XFER_TIMEOUT_MS"),
                               liveness_ms=_env_int("PDX_SGLANG_LIVENESS_MS"))
-        self.tp_size = self._sizes()["attn_tp_size"]
+        self.tp_size = self.parallel_sizes()["attn_tp_size"]
         self.shape, lay, regions, self.cuda = build(args, self.is_mla_backend,
                                                     self.tp_size)
         self.pool_pages = lay.blocks
@@ -106,20 +113,26 @@ class PdxKVManager:
             self.register_to_bootstrap()
 
     # -- bootstrap -------------------------------------------------------
-    def _sizes(self) -> dict:
+    def parallel_sizes(self) -> dict:
+        """This instance's sizes as its bootstrap server says them."""
         sa = self.server_args
         tp = int(getattr(sa, "tp_size", 1) or 1)
         dp = int(getattr(sa, "dp_size", 1) or 1)
         # DP attention splits the tensor-parallel ranks into dp groups
         dp_attn = bool(getattr(sa, "enable_dp_attention", False))
+        # a prefill instance routes a room to DP rank room % dp_size
+        # unless told otherwise ("auto" is that for a prefill instance);
+        # else each request's DP rank is registered (sender.py)
+        follow = getattr(sa, "load_balance_method", "auto") in (
+            "auto", "follow_bootstrap_room", None)
         return {"attn_tp_size": tp // dp if dp_attn else tp,
                 "pp_size": int(getattr(sa, "pp_size", 1) or 1),
-                "dp_size": dp}
+                "dp_size": dp, "follow_bootstrap_room": follow}
 
     def register_to_bootstrap(self) -> None:
         """Tells the instance's bootstrap server this rank's agent and
         layout; waits for the server (it may start after this rank)."""
-        reg = dict(self._sizes(), attn_tp_rank=self.rank,
+        reg = dict(self.parallel_sizes(), attn_tp_rank=self.rank,
                    pp_rank=self.pp_rank, dp_rank=self.dp_rank,
                    peer_addr=self.peer_addr, shape=vars(self.shape))
         addr = "%s:%s" % (self.bootstrap_host, self.bootstrap_port)
@@ -155,11 +168,12 @@ class PdxKVManager:
         if not self.try_ensure_parallel_info(bootstrap_addr):
             return None
         info = self.prefill_info_table[bootstrap_addr]
-        if info.pp_size != self._sizes()["pp_size"]:
+        if info.pp_size != self.parallel_sizes()["pp_size"]:
             raise LookupError(
                 "pdx.sglang: prefill %s has pp_size %d, this decode %d: "
                 "pipeline stages must pair" % (
-                    bootstrap_addr, info.pp_size, self._sizes()["pp_size"]))
+                    bootstrap_addr, info.pp_size,
+                    self.parallel_sizes()["pp_size"]))
         key = (bootstrap_addr, dp_rank)
         if key in self.prefill_regs:
             return self.prefill_regs[key]

@@ -23,10 +23,12 @@ layer_done, and the token is sampled after the forward. Earlier chunks'
 forwards are not layer-wise: their pages (named by the hook or by send())
 travel with the last chunk's.
 """
+import os
 from typing import List, Optional
 
 import pdx
 
+from . import bootstrap
 from .base import KVPoll
 from .transfer import Transfer
 
@@ -42,6 +44,40 @@ class PdxKVSender(Transfer):
         self.pages: List[int] = []
         self.done_layers = set()
         self.forward_pages: List[int] = []   # set_layerwise_indices'
+        self._dp_rank_known(bootstrap_addr)
+
+    def _dp_rank_known(self, bootstrap_addr: str) -> None:
+        """DP attention: the decode side must find the DP rank this room
+        runs on. Routed by the room (follow_bootstrap_room), it is room %
+        dp_size, and a request routed elsewhere (the router named another
+        DP rank) fails, as SGLang's own senders do, unless
+        SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK allows it;
+        otherwise it is registered with the bootstrap server, which the
+        decode side asks (/query_dp_ranks)."""
+        mgr = self.kv_mgr
+        sizes = mgr.parallel_sizes()
+        dp = sizes["dp_size"]
+        if dp <= 1:
+            return
+        if sizes["follow_bootstrap_room"] and \
+                self.bootstrap_room % dp == mgr.dp_rank:
+            return
+        if sizes["follow_bootstrap_room"] and os.environ.get(
+                "SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK", ""
+        ).lower() not in ("1", "true", "yes", "on"):
+            return self.fail(
+                "follow_bootstrap_room conflict: dispatched to dp_rank %d "
+                "but bootstrap_room %d implies dp_rank %d (set "
+                "SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK=1 to "
+                "allow mixed routing)" % (mgr.dp_rank, self.bootstrap_room,
+                                          self.bootstrap_room % dp))
+        try:
+            bootstrap.register_dp_rank(bootstrap_addr, self.bootstrap_room,
+                                       mgr.dp_rank)
+        except OSError as e:
+            self.fail("cannot register room %d's DP rank with the "
+                      "bootstrap server %s: %s" % (self.bootstrap_room,
+                                                   bootstrap_addr, e))
 
     def init(self, num_kv_indices: int, aux_index: Optional[int] = None):
         self.num_pages, self.aux_index = int(num_kv_indices), aux_index
