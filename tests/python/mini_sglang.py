@@ -496,16 +496,17 @@ class Ranks:
             r.close()
 
 
-class DataParallel:
+class DataParallel(Ranks):
     """A prefill instance with DP attention: a scheduler per DP rank (an
     attention group of one rank each here, pools of every head), one
-    bootstrap server; the data-parallel controller gives each request to
-    the rank the router named, else by its room (follow_bootstrap_room,
-    what SGLang's prefill does unless told), else in turn (round_robin)."""
+    bootstrap server, stepped together as Ranks; the data-parallel
+    controller gives each request to one of them: the rank the router
+    named, else by its room (follow_bootstrap_room, what SGLang's prefill
+    does unless told), else in turn (round_robin)."""
 
     def __init__(self, ranks, method):
-        self.ranks, self.method, self.turn = ranks, method, 0
-        self.sa = ranks[0].sa
+        super().__init__(ranks)
+        self.method, self.turn = method, 0
 
     def add(self, req):
         n = len(self.ranks)
@@ -516,17 +517,6 @@ class DataParallel:
         else:
             req.dp_rank, self.turn = self.turn % n, self.turn + 1
         self.ranks[req.dp_rank].add(req)
-
-    def step(self):
-        for r in self.ranks:
-            r.step()
-
-    def busy(self):
-        return any(r.busy() for r in self.ranks)
-
-    def close(self):
-        for r in self.ranks:
-            r.close()
 
 
 def run(P, D, pairs, timeout=20.0, each=None, decode_first=False):
