@@ -12,7 +12,8 @@ libpdx C library through ctypes, and host KV memory the agent can map.
 docs/libpdx.md explains the calls; include/pdx/engine.h is the contract.
 """
 from .engine import (CudaRegion, Engine, Error, Event, Layout, ShmRegion,
-                     XferId, cuda_region, cuda_regions_for, status_str, NHD, HND, SENT, RECEIVED, FAILED,
+                     XferId, cuda_region, cuda_regions_for, current_stream,
+                     status_str, NHD, HND, SENT, RECEIVED, FAILED,
                      OK, EAGAIN, EINVAL, ERANGE, ENOENT, EEXIST, ETIMEDOUT,
                      ECANCELED, EPERM, ETOOBIG, EPEER, EINCOMPAT, ENOMEM, EIO,
                      ENOTREG, EAGENT)
@@ -22,7 +23,7 @@ from ._clib import META_MAX, path as library_path
 __all__ = [
     "CudaRegion", "Engine", "Error", "Event", "Layout", "ShmRegion", "XferId",
     "SharedPool", "region_of", "regions_for", "cuda_region",
-    "cuda_regions_for", "status_str",
+    "cuda_regions_for", "current_stream", "status_str",
     "library_path", "META_MAX",
     "NHD", "HND", "SENT", "RECEIVED", "FAILED", "OK", "EAGAIN", "EINVAL",
     "ERANGE", "ENOENT", "EEXIST", "ETIMEDOUT", "ECANCELED", "EPERM",

@@ -165,6 +165,18 @@ def _stream(stream) -> int:
     return int(getattr(stream, "cuda_stream", stream))
 
 
+def current_stream():
+    """The CUDA stream an engine computes on now, for layer_done(stream=):
+    torch's current one where torch drives CUDA (vLLM, SGLang), else 0,
+    the legacy default stream, which follows all work queued before it
+    (an engine of its own, or a torch built without CUDA)."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.current_stream() if torch.cuda.is_available() else 0
+
+
 Region = Union[ShmRegion, CudaRegion]
 
 

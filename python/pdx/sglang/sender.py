@@ -159,10 +159,9 @@ class PdxKVSender(Transfer):
             return
         self.done_layers.add(layer)
         mgr = self.kv_mgr
-        if mgr.cuda:
-            import torch
+        if mgr.cuda:   # recorded on SGLang's stream: no synchronize
             mgr.eng.layer_done(layer, [self.xid],
-                               stream=torch.cuda.current_stream())
+                               stream=pdx.current_stream())
         else:
             mgr.eng.layer_done(layer, [self.xid])
 

@@ -38,16 +38,6 @@ def _rank() -> int:
         return 0
 
 
-def _stream():
-    """vLLM's current CUDA stream; without torch (an engine of its own)
-    the legacy default stream, which follows all work queued before."""
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.current_stream()
-
-
 @dataclass
 class _Flight:
     req_id: str
@@ -204,7 +194,8 @@ class PdxWorker:
 
     def _layer_done(self, i: int) -> None:
         if self.cuda:  # the layer's KV writes are queued on this stream
-            self.eng.layer_done(i, self._step_sends, stream=_stream())
+            self.eng.layer_done(i, self._step_sends,
+                                stream=pdx.current_stream())
         else:
             self.eng.layer_done(i, self._step_sends)
 
