@@ -90,7 +90,7 @@ def main():
             x = pdx.XferId().hex
             D.start(PdxMetadata(recvs=[RecvMeta("r%d" % rnd, x,
                                                 [P.peer_addr], dst, 0)]))
-            P.start(PdxMetadata(sends=[SendMeta("r%d" % rnd, x, None, src)]))
+            P.start(PdxMetadata(sends=[SendMeta("r%d" % rnd, x, [], src)]))
             for name in p_caches:
                 P.layer_saved(name)
             P.step_saved()

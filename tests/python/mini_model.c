@@ -37,13 +37,17 @@ EXPORT int pdx_mv_layout_check(const struct pdx_kv_layout *l)
 	return pdx_synth_layout_check(l);
 }
 
-/* Writes positions [a, b) of one layer of one sequence. */
+/* Writes positions [a, b) of one layer of one sequence; the pool holds
+ * the model's heads from head0 on (a tensor-parallel rank's). */
 EXPORT void pdx_mv_fill(const struct pdx_kv_layout *l, uint8_t *base,
 			const uint32_t *blocks, const uint64_t *hash,
-			uint32_t layer, uint32_t a, uint32_t b)
+			uint32_t layer, uint32_t a, uint32_t b, uint32_t head0)
 {
-	struct pdx_synth_seq s = {
-	    .layout = l, .base = base, .blocks = blocks, .hash = hash};
+	struct pdx_synth_seq s = {.layout = l,
+				  .base = base,
+				  .blocks = blocks,
+				  .hash = hash,
+				  .head0 = head0};
 
 	pdx_synth_fill(&s, layer, a, b);
 }
@@ -62,10 +66,13 @@ EXPORT uint32_t pdx_mv_next_token(const struct pdx_kv_layout *l,
  * not. */
 EXPORT int64_t pdx_mv_check(const struct pdx_kv_layout *l, uint8_t *base,
 			    const uint32_t *blocks, const uint64_t *hash,
-			    uint32_t a, uint32_t b)
+			    uint32_t a, uint32_t b, uint32_t head0)
 {
-	struct pdx_synth_seq s = {
-	    .layout = l, .base = base, .blocks = blocks, .hash = hash};
+	struct pdx_synth_seq s = {.layout = l,
+				  .base = base,
+				  .blocks = blocks,
+				  .hash = hash,
+				  .head0 = head0};
 	uint32_t bad;
 
 	return pdx_synth_check(&s, a, b, &bad) ? -1 : (int64_t)bad;

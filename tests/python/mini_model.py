@@ -33,12 +33,14 @@ for _name, _res, _args in (
     ("pdx_mv_model", ctypes.c_int, [ctypes.c_char_p, _U32P]),
     ("pdx_mv_layout_check", ctypes.c_int, [_LAYOUT]),
     ("pdx_mv_fill", None, [_LAYOUT, _U8P, _U32P, _U64P, ctypes.c_uint32,
-                           ctypes.c_uint32, ctypes.c_uint32]),
+                           ctypes.c_uint32, ctypes.c_uint32,
+                           ctypes.c_uint32]),
     ("pdx_mv_next_token", ctypes.c_uint32, [_LAYOUT, _U8P, _U32P,
                                             ctypes.c_uint32,
                                             ctypes.c_uint32]),
     ("pdx_mv_check", ctypes.c_int64, [_LAYOUT, _U8P, _U32P, _U64P,
-                                      ctypes.c_uint32, ctypes.c_uint32]),
+                                      ctypes.c_uint32, ctypes.c_uint32,
+                                      ctypes.c_uint32]),
     ("pdx_mv_parse", ctypes.c_int,
      [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_bool, ctypes.c_char_p,
       ctypes.c_uint32, ctypes.c_uint32, _U32P, ctypes.c_size_t, _U32P,
@@ -145,9 +147,10 @@ class Model:
 
     @staticmethod
     def fill(layout_c, base: int, blocks: array.array, hashes: array.array,
-             layer: int, a: int, b: int) -> None:
+             layer: int, a: int, b: int, head0: int = 0) -> None:
+        """head0: the pool's first head of the model's (a TP rank's)."""
         _lib.pdx_mv_fill(ctypes.byref(layout_c), base, _u32(blocks),
-                         _u64(hashes), layer, a, b)
+                         _u64(hashes), layer, a, b, head0)
 
     def next_token(self, layout_c, base: int, blocks: array.array,
                    n: int) -> int:
@@ -156,8 +159,8 @@ class Model:
 
     @staticmethod
     def check(layout_c, base: int, blocks: array.array, hashes: array.array,
-              a: int, b: int) -> int:
+              a: int, b: int, head0: int = 0) -> int:
         """-1 when positions [a, b) hold their KV in every layer, else the
         first position that does not."""
         return _lib.pdx_mv_check(ctypes.byref(layout_c), base, _u32(blocks),
-                                 _u64(hashes), a, b)
+                                 _u64(hashes), a, b, head0)

@@ -11,9 +11,12 @@ pdx.SharedPool, so the KV an agent moves is read back as tokens: the
 same text as pdx-engine for the same prompt when the bytes are right.
 
 What is simplified, and why it does not change what a connector sees:
-one process plays EngineCore and one worker (TP 1), scheduler output and
-worker output still go through pickle as they do between vLLM's
-processes; there is no sampler (the next token is read from the KV),
+one process plays EngineCore and its workers (one per tensor-parallel
+rank, each with its connector, its share of the KV heads and the rank
+vllm.distributed.parallel_state reports while it is built; they run one
+after another, rank 0's sampled token is every rank's, as vLLM
+broadcasts it), scheduler output and worker output still go through
+pickle as they do between vLLM's processes; there is no sampler (the next token is read from the KV),
 no stop strings or EOS (every request runs to max_tokens, finish
 "length"), no speculative decoding, no HMA (one KV cache group).
 
@@ -48,6 +51,7 @@ from vllm.config import (CacheConfig, KVTransferConfig, ModelConfig,
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1, KVConnectorRole)
 from vllm import forward_context
+from vllm.distributed import parallel_state
 from vllm.forward_context import ForwardContext
 from vllm.sampling_params import SamplingParams
 from vllm.v1.core.kv_cache_manager import KVCacheBlocks
@@ -124,16 +128,22 @@ def over_the_wire(obj):
 class KvCaches:
     """The KV cache tensors (layer name -> torch CPU tensor, all views of
     one pdx.SharedPool the agent can map) and the pdx layout the synthetic
-    model writes them through."""
+    model writes them through. Rank rank of tp_size holds its share of
+    the KV heads, from head0 on (MLA: the whole latent on every rank)."""
 
-    def __init__(self, model: Model, num_blocks: int, kv_layout: str):
+    def __init__(self, model: Model, num_blocks: int, kv_layout: str,
+                 tp_size: int = 1, rank: int = 0):
         if kv_layout not in KV_LAYOUTS:
             raise ValueError("kv_layout: one of %s" % (KV_LAYOUTS,))
         m = model
         self.kv_layout, self.num_blocks = kv_layout, num_blocks
         mla = kv_layout == "mla"
+        if not mla and m.kv_heads % tp_size:
+            raise ValueError("%d KV heads over %d ranks" % (m.kv_heads,
+                                                            tp_size))
         heads, dim = (1, m.kv_heads * m.head_dim) if mla else \
-            (m.kv_heads, m.head_dim)
+            (m.kv_heads // tp_size, m.head_dim)
+        self.head0 = 0 if mla else rank * heads
         tensors = 1 if mla else 2
         bb = m.block_tokens * heads * dim * m.dtype_bytes
         self.layer_bytes = tensors * num_blocks * bb
@@ -693,9 +703,9 @@ def _copy_kv_blocks(src_kv_caches, dst_kv_caches, src_block_ids,
 
 class Worker:
     def __init__(self, vllm_config, connector, kv: KvCaches, model: Model,
-                 calls: Optional[list] = None):
+                 calls: Optional[list] = None, rank: int = 0):
         self.vllm_config, self.connector = vllm_config, connector
-        self.kv, self.model = kv, model
+        self.kv, self.model, self.rank = kv, model, rank
         self.states: Dict[str, _ReqState] = {}
         self.layers = {n: AttentionLayer(n, t) for n, t in kv.tensors.items()}
         self.bs = vllm_config.cache_config.block_size
@@ -713,7 +723,7 @@ class Worker:
         if self.connector is None:
             return None
         md = self.connector.get_handshake_metadata()
-        return None if md is None else {0: md}
+        return None if md is None else {self.rank: md}
 
     def _update_states(self, so: SchedulerOutput) -> None:
         for rid in so.finished_req_ids:
@@ -735,7 +745,10 @@ class Worker:
                 st.blocks.extend(c.new_block_ids[i][0])
             st.num_computed = c.num_computed_tokens[i]
 
-    def execute_model(self, so: SchedulerOutput) -> ModelRunnerOutput:
+    def execute_model(self, so: SchedulerOutput,
+                      sampled: Optional[dict] = None) -> ModelRunnerOutput:
+        """sampled: rank 0's tokens, for the other ranks (their heads do
+        not hold head 0, which the synthetic model reads)."""
         c = self.connector
         if c is not None:
             c.handle_preemptions(so.kv_connector_metadata)
@@ -768,16 +781,17 @@ class Worker:
                                             attn_metadata)
         finally:
             forward_context._set(None)
-        sampled = {}
+        out = {}
         for rid, st, a, b in runs:  # V1: sampling after the forward
             st.num_computed = b
             if b == len(st.tokens):  # not a partial prefill
-                tok = self.model.next_token(self.kv.layout_c, self.kv.base,
-                                            st.blocks, b)
+                tok = sampled[rid][0] if sampled is not None else \
+                    self.model.next_token(self.kv.layout_c, self.kv.base,
+                                          st.blocks, b)
                 st.tokens.append(tok)
-                sampled[rid] = [tok]
+                out[rid] = [tok]
         return ModelRunnerOutput(req_ids=list(so.num_scheduled_tokens),
-                                 sampled_token_ids=sampled,
+                                 sampled_token_ids=out,
                                  kv_connector_output=kvo)
 
     def _forward(self, runs, attn_metadata) -> None:
@@ -792,7 +806,7 @@ class Worker:
                 c.wait_for_layer_load(name)
             for rid, st, a, b in runs:
                 Model.fill(self.kv.layout_c, self.kv.base, st.blocks,
-                           st.hashes, i, a, b)
+                           st.hashes, i, a, b, self.kv.head0)
             if hooks:
                 c.save_kv_layer(name, layer.kv_cache, attn_metadata[name])
 
@@ -858,13 +872,16 @@ class KVOutputAggregator:
             if k is None:
                 continue
             invalid |= k.invalid_block_ids or set()
-            for ids, done in ((k.finished_sending, sending),
-                              (k.finished_recving, recving)):
+            for kind, ids, done in (("sending", k.finished_sending, sending),
+                                    ("recving", k.finished_recving, recving)):
                 for rid in ids or ():
-                    key = (id(done), rid)
+                    # counted across steps: the workers may report an id
+                    # in different ones
+                    key = (kind, rid)
                     self.counts[key] = self.counts.get(key, 0) + 1
                     if self.counts[key] == self.expected:
                         done.add(rid)
+                        del self.counts[key]
         base = next(k for k in kvos if k is not None)
         first.kv_connector_output = KVConnectorOutput(
             finished_sending=sending or None, finished_recving=recving or None,
@@ -953,7 +970,7 @@ class MiniVllm:
                  enable_prefix_caching: bool = True,
                  async_scheduling: bool = False,
                  served_model_name: Optional[str] = None,
-                 zero_step_sleep_s: float = 0.001):
+                 zero_step_sleep_s: float = 0.001, tp_size: int = 1):
         if role not in ROLES:
             raise ValueError("role: prefill, decode or both")
         self.role = role
@@ -971,7 +988,7 @@ class MiniVllm:
             cache_config=CacheConfig(block_size=self.model.block_tokens,
                                      enable_prefix_caching=enable_prefix_caching,
                                      num_gpu_blocks=num_blocks),
-            parallel_config=ParallelConfig(),
+            parallel_config=ParallelConfig(tensor_parallel_size=tp_size),
             scheduler_config=SchedulerConfig(
                 max_num_batched_tokens=max_num_batched_tokens,
                 max_num_seqs=max_num_seqs, async_scheduling=async_scheduling),
@@ -991,7 +1008,11 @@ class MiniVllm:
                                           "blocks only")
             cls.requires_piecewise_for_cudagraph(
                 ktc.kv_connector_extra_config)
-        self.kv = KvCaches(self.model, num_blocks, kv_layout)
+        # a worker per rank (gpu_worker.py), each built while
+        # parallel_state reports its rank
+        self.kvs = [KvCaches(self.model, num_blocks, kv_layout, tp_size, r)
+                    for r in range(tp_size)]
+        self.kv = self.kvs[0]
         self.kv_cache_config = KVCacheConfig(
             num_blocks=num_blocks,
             kv_cache_tensors=[KVCacheTensor(self.kv.layer_bytes, [n])
@@ -1000,17 +1021,27 @@ class MiniVllm:
         # EngineCore.__init__: the workers first (their connector, then
         # the caches and register_kv_caches), then the scheduler, then the
         # handshake metadata (core.py:169-185)
-        self.worker_connector = cls(self.vllm_config, KVConnectorRole.WORKER,
-                                    self.kv_cache_config) if cls else None
-        self.worker = Worker(self.vllm_config, self.worker_connector,
-                             self.kv, self.model)
-        self.worker.register()
+        self.workers = []
+        for r, kv in enumerate(self.kvs):
+            parallel_state._set_tp(r, tp_size)
+            try:
+                c = cls(self.vllm_config, KVConnectorRole.WORKER,
+                        self.kv_cache_config) if cls else None
+                self.workers.append(Worker(self.vllm_config, c, kv,
+                                           self.model, rank=r))
+                self.workers[-1].register()
+            finally:
+                parallel_state._set_tp(0, 1)
+        self.worker = self.workers[0]
+        self.worker_connector = self.worker.connector
         self.scheduler_connector = cls(self.vllm_config,
                                        KVConnectorRole.SCHEDULER,
                                        self.kv_cache_config) if cls else None
         self.scheduler = Scheduler(self.vllm_config, self.kv_cache_config,
                                    self.scheduler_connector)
-        md = self.worker.handshake_metadata()
+        md = {}
+        for w in self.workers:
+            md.update(w.handshake_metadata() or {})
         if md:
             self.handshake_metadata = over_the_wire(md)
             self.scheduler_connector.set_xfer_handshake_metadata(
@@ -1106,8 +1137,11 @@ class MiniVllm:
         scheduled."""
         self._drain_inbox()
         so = self.scheduler.schedule()
-        ro = self.worker.execute_model(over_the_wire(so))
-        ro = self.aggregator.aggregate([over_the_wire(ro)])
+        # each worker its own copy, as each process unpickles its own
+        ros = [self.worker.execute_model(over_the_wire(so))]
+        ros += [w.execute_model(over_the_wire(so), ros[0].sampled_token_ids)
+                for w in self.workers[1:]]
+        ro = self.aggregator.aggregate([over_the_wire(r) for r in ros])
         self.steps += 1
         done = [(so, ro)]
         if self.vllm_config.scheduler_config.async_scheduling:
@@ -1168,10 +1202,12 @@ class MiniVllm:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(30)
-        for c in (self.worker_connector, self.scheduler_connector):
+        for c in [w.connector for w in self.workers] + \
+                [self.scheduler_connector]:
             if c is not None:
                 c.shutdown()
-        self.kv.close()
+        for kv in self.kvs:
+            kv.close()
 
     def __enter__(self):
         if self._thread is None:
@@ -1184,12 +1220,16 @@ class MiniVllm:
 
     # --- for tests ---
     def check_kv(self, request_id: str, upto: int) -> int:
-        """-1 when the first upto positions of a request the worker holds
-        are the synthetic model's KV, else the first that is not."""
-        st = self.worker.states[request_id]
-        Model.extend_hashes(st.hashes, st.tokens, upto)
-        return Model.check(self.kv.layout_c, self.kv.base, st.blocks,
-                           st.hashes, 0, upto)
+        """-1 when the first upto positions of a request the workers hold
+        are the synthetic model's KV on every rank (its heads), else the
+        first that is not on some rank."""
+        bad = []
+        for w in self.workers:
+            st = w.states[request_id]
+            Model.extend_hashes(st.hashes, st.tokens, upto)
+            bad.append(Model.check(w.kv.layout_c, w.kv.base, st.blocks,
+                                   st.hashes, 0, upto, w.kv.head0))
+        return min((b for b in bad if b >= 0), default=-1)
 
     def free_blocks(self) -> int:
         return self.scheduler.kv.block_pool.get_num_free_blocks()

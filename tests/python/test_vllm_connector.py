@@ -24,6 +24,7 @@ import os
 import sys
 import time
 import unittest
+from types import SimpleNamespace
 
 import pdx
 from mini_vllm import MiniVllm
@@ -242,6 +243,54 @@ class Preemption(unittest.TestCase):
         self.assertEqual(out.token_ids, C.generate(PROMPT, 8).token_ids)
         P.run_until_idle()
         self.assertEqual(P.free_blocks(), free)
+
+
+class TensorParallel(unittest.TestCase):
+    """Instances of tensor-parallel size 2 (a worker per rank, each with
+    its share of the KV heads and the agent it starts), and of other
+    sizes on the two sides (the agents take each decode rank's heads from
+    the prefill ranks that hold them), driven by vLLM's proxies'
+    kv_transfer_params: the prefill side answers every rank's agent, each
+    decode rank holds the prompt's KV of its heads byte for byte, the
+    text is a colocated TP 1 instance's, and every block is freed."""
+
+    def pair(self, p_tp, d_tp):
+        P = MiniVllm(config(), role="prefill", tp_size=p_tp).start()
+        self.addCleanup(P.close)
+        D = MiniVllm(config(), role="decode", tp_size=d_tp)  # stepped here
+        self.addCleanup(D.close)
+        C = MiniVllm(None).start()
+        self.addCleanup(C.close)
+        free_p, free_d = P.free_blocks(), D.free_blocks()
+        p = P.generate(PROMPT, 1, {"do_remote_decode": True}).kv_transfer_params
+        self.assertEqual(p.get("remote_agents", [p["remote_agent"]]),
+                         [w.connector._worker.peer_addr for w in P.workers])
+        h = D.add_request(PROMPT, 8, dict(p))
+        rid, end = h.output.request_id, time.monotonic() + 20
+        while len(D.worker.states.get(rid, SimpleNamespace(tokens=()))
+                  .tokens) <= len(PROMPT):
+            self.assertLess(time.monotonic(), end, "no token after the load")
+            if D.step() == 0:
+                time.sleep(0.002)
+        self.assertEqual(D.check_kv(rid, len(PROMPT)), -1,
+                         "a decode rank's KV differs")
+        D.run_until_idle()
+        self.assertEqual(h.output.token_ids, C.generate(PROMPT, 8).token_ids)
+        for w in D.workers:
+            st = w.connector._worker.stats
+            self.assertEqual((st["received"], st["failed"]), (1, 0))
+        self.assertTrue(wait_for(lambda: P.free_blocks() == free_p, 10),
+                        "the prefill side holds blocks")
+        self.assertEqual(D.free_blocks(), free_d)
+
+    def test_2_to_2(self):
+        self.pair(2, 2)
+
+    def test_1_to_2(self):
+        self.pair(1, 2)
+
+    def test_2_to_1(self):
+        self.pair(2, 1)
 
 
 class LayoutMismatch(Instances):

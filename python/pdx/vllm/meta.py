@@ -18,10 +18,12 @@ except ImportError:
 @dataclass
 class SendMeta:
     """Announce a send: the prompt's blocks, in token order; layer done
-    for it in this step's forward pass (its last prefill chunk)."""
+    for it in this step's forward pass (its last prefill chunk). peers:
+    the decode side's agents, rank order, when the request named them
+    (empty: an open send, claimed by the first agent that asks)."""
     req_id: str
     xfer: str
-    peer: Optional[str]
+    peers: List[str]
     blocks: List[int]
 
 

@@ -10,7 +10,9 @@ decode request unchanged, drive both.
     remote_agent       the other side's agent (rank 0); prefill side: when
                        absent, the first agent that claims the transfer
                        gets it (docs/security.md)
-    remote_agents      optional, one per tensor-parallel rank
+    remote_agents      optional, one per tensor-parallel rank (rank order);
+                       their count is the other side's TP size
+    remote_tp_size     the same count (what pdx-engine also reads)
     first_token        decode side, optional: the prefill's first token
 
 Other keys (vLLM's remote_engine_id, remote_block_ids, ...) are ignored.
@@ -28,7 +30,8 @@ _HEX32 = re.compile(r"^[0-9a-fA-F]{32}$")
 @dataclass
 class Send:
     xfer: str              # hex, minted here when the request had none
-    peer: Optional[str]    # the decode side's agent, or None: first claim
+    peers: List[str]       # the decode side's agents, rank order; []: the
+                           # first agent that claims the transfer gets it
 
 
 @dataclass
@@ -42,6 +45,16 @@ def _str(p, key):
     return v if isinstance(v, str) and v else None
 
 
+def _agents(p) -> List[str]:
+    """remote_agents, else [remote_agent], else []."""
+    peers = p.get("remote_agents")
+    if isinstance(peers, list) and peers and \
+            all(isinstance(a, str) for a in peers):
+        return list(peers)
+    one = _str(p, "remote_agent")
+    return [one] if one else []
+
+
 def read_send(p) -> Optional[Send]:
     """The prefill side's part, or None when the request sends nothing.
     ValueError when the object asks to send but is malformed."""
@@ -50,10 +63,10 @@ def read_send(p) -> Optional[Send]:
     x = _str(p, "xfer_id")
     if x is not None and not _HEX32.match(x):
         raise ValueError("kv_transfer_params.xfer_id: want 32 hex digits")
-    peer = _str(p, "remote_agent")
-    if peer is not None and not peer.startswith("tcp://"):
+    peers = _agents(p)
+    if not all(a.startswith("tcp://") for a in peers):
         raise ValueError("kv_transfer_params.remote_agent: want tcp://HOST:PORT")
-    return Send(x.lower() if x else pdx.XferId().hex, peer)
+    return Send(x.lower() if x else pdx.XferId().hex, peers)
 
 
 def read_recv(p) -> Optional[Recv]:
@@ -65,11 +78,8 @@ def read_recv(p) -> Optional[Recv]:
     x = _str(p, "xfer_id")
     if x is None or not _HEX32.match(x):
         raise ValueError("kv_transfer_params.xfer_id: want 32 hex digits")
-    peers = p.get("remote_agents")
-    if not (isinstance(peers, list) and peers and
-            all(isinstance(a, str) for a in peers)):
-        peers = [_str(p, "remote_agent")]
-    if not all(a and a.startswith("tcp://") for a in peers):
+    peers = _agents(p)
+    if not peers or not all(a.startswith("tcp://") for a in peers):
         raise ValueError("kv_transfer_params.remote_agent: want the prefill "
                          "side's agent, tcp://HOST:PORT")
     return Recv(x.lower(), peers)
@@ -82,18 +92,15 @@ def answer(send: Send, agents: List[str],
            "xfer_id": send.xfer, "remote_agent": agents[0]}
     if len(agents) > 1:
         out["remote_agents"] = list(agents)
+        out["remote_tp_size"] = len(agents)
     if first_token is not None:
         out["first_token"] = first_token
     return out
 
 
-def rank_xfer(xfer_hex: str, rank: int) -> pdx.XferId:
-    """Rank r's own transfer: rank 0 moves the id itself (what a
-    pdx-engine peer knows); rank r > 0 a 128-bit id derived from it, the
-    same on both sides and unrelated to any other request's."""
-    raw = bytes.fromhex(xfer_hex)
-    if rank == 0:
-        return pdx.XferId(raw)
-    return pdx.XferId(hashlib.blake2b(raw + rank.to_bytes(4, "little"),
-                                      digest_size=16,
-                                      person=b"pdx-tp-rank").digest())
+def xfer(xfer_hex: str) -> pdx.XferId:
+    """The transfer, the same id on every tensor-parallel rank, as
+    pdx-engine and pdx.sglang name it: each rank has an agent of its own,
+    and agents that reshard heads between TP sizes derive their legs' ids
+    from it (docs/protocol.md, "TP legs")."""
+    return pdx.XferId(bytes.fromhex(xfer_hex))

@@ -92,7 +92,7 @@ class PdxScheduler:
         if st.announced or computed < st.prompt_tokens:
             return
         n = math.ceil(st.prompt_tokens / self.block_size)
-        self._meta.sends.append(SendMeta(rid, st.send.xfer, st.send.peer,
+        self._meta.sends.append(SendMeta(rid, st.send.xfer, st.send.peers,
                                          st.blocks[:n]))
         st.announced = True
 
@@ -143,9 +143,9 @@ class PdxScheduler:
                 return False, None
             if not st.announced:
                 # never announced: a decode side named up front may wait
-                if st.send.peer:
+                if st.send.peers:
                     self._meta.aborts.append(XferMeta(rid, st.send.xfer,
-                                                      [st.send.peer]))
+                                                      st.send.peers))
                 return False, None
             if request.status.name not in _FINISHED_OK:
                 self._meta.aborts.append(XferMeta(rid, st.send.xfer))

@@ -11,7 +11,7 @@ import collections
 import logging
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Set
+from typing import Dict, List, Optional, Set
 
 import pdx
 
@@ -50,6 +50,9 @@ class PdxWorker:
         ktc = vllm_config.kv_transfer_config
         extra = dict(ktc.kv_connector_extra_config or {})
         self.rank = _rank() if rank is None else rank
+        self.tp_size = int(getattr(getattr(vllm_config, "parallel_config",
+                                           None), "tensor_parallel_size",
+                                   1) or 1)
         self.agent = None
         addr = extra.get("agent")
         if addr:
@@ -85,6 +88,8 @@ class PdxWorker:
     # -- memory ----------------------------------------------------------
     def register_kv_caches(self, kv_caches) -> None:
         lay, regions, layers, self.cuda = kv_layout.build(kv_caches)
+        if self.tp_size > 1:  # our heads: the agents reshard between sizes
+            self.eng.set_tp(self.rank, self.tp_size)
         # GPU KV: libpdx makes the layers' interprocess events and records
         # them on vLLM's stream at each layer_done (never a synchronize)
         self.peer_addr = self.eng.register(
@@ -101,21 +106,35 @@ class PdxWorker:
         return PdxHandshake(self.rank, self.peer_addr, self.agent_addr)
 
     # -- a step ------------------------------------------------------------
-    def _peer(self, peers: List[str]) -> str:
-        return peers[self.rank] if self.rank < len(peers) else peers[0]
+    def _pair(self, peers: List[str]) -> Optional[str]:
+        """The one agent of the other side (its ranks', in rank order)
+        that ours deals with: at equal TP sizes our rank's; None at
+        different sizes, where our agent takes our heads from the ranks
+        that hold them (docs/protocol.md, "TP legs")."""
+        return peers[self.rank] if len(peers) == self.tp_size else None
+
+    def _dealt_with(self, peers: List[str]) -> List[str]:
+        """Our pair, or at different TP sizes every rank's agent."""
+        pair = self._pair(peers)
+        return [pair] if pair else list(peers)
 
     def start(self, meta: PdxMetadata) -> None:
         e = self.eng
         for h in meta.holds:
-            try:
-                e.hold(params.rank_xfer(h.xfer, self.rank), self._peer(h.peers))
-            except pdx.Error as err:
-                log.warning("pdx: hold %s: %s", h.req_id, err)
+            for peer in self._dealt_with(h.peers):
+                try:
+                    e.hold(params.xfer(h.xfer), peer)
+                except pdx.Error as err:
+                    log.warning("pdx: hold %s: %s", h.req_id, err)
         for r in meta.recvs:
-            x = params.rank_xfer(r.xfer, self.rank)
+            x = params.xfer(r.xfer)
             held = r.skip_tokens // self.block_tokens
+            pair = self._pair(r.peers)
             try:
-                e.recv(x, self._peer(r.peers), r.blocks, r.skip_tokens)
+                if pair:
+                    e.recv(x, pair, r.blocks, r.skip_tokens)
+                else:
+                    e.recv(x, None, r.blocks, r.skip_tokens, peers=r.peers)
                 self._flights[x] = _Flight(r.req_id, False, r.blocks[held:])
             except pdx.Error as err:  # ends now: its blocks are not loaded
                 log.warning("pdx: recv %s: %s", r.req_id, err)
@@ -125,10 +144,10 @@ class PdxWorker:
         self._step_sends = []
         self._step_layers = set()
         for s in meta.sends:
-            x = params.rank_xfer(s.xfer, self.rank)
+            x = params.xfer(s.xfer)
             self._send_reqs.add(s.req_id)
-            try:
-                e.send(x, s.peer, s.blocks)
+            try:  # open at different TP sizes: the legs claim it
+                e.send(x, self._pair(s.peers), s.blocks)
                 self._flights[x] = _Flight(s.req_id, True, [])
                 self._step_sends.append(x)
             except pdx.Error as err:  # its blocks may be freed when done
@@ -136,10 +155,11 @@ class PdxWorker:
                 self.stats["failed"] += 1
                 self._sent.add(s.req_id)
         for a in meta.aborts:
-            x = params.rank_xfer(a.xfer, self.rank)
+            x = params.xfer(a.xfer)
             try:
                 if a.peers is not None:
-                    e.abort(x, self._peer(a.peers))
+                    for peer in self._dealt_with(a.peers):
+                        e.abort(x, peer)
                 elif x in self._flights:
                     e.abort(x)
             except pdx.Error as err:
@@ -157,7 +177,7 @@ class PdxWorker:
             return
         waiting = []
         for p in meta.preempted:
-            x = params.rank_xfer(p.xfer, self.rank)
+            x = params.xfer(p.xfer)
             if x in self._flights:
                 try:
                     self.eng.abort(x)
