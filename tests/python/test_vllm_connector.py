@@ -254,12 +254,14 @@ class TensorParallel(unittest.TestCase):
     decode rank holds the prompt's KV of its heads byte for byte, the
     text is a colocated TP 1 instance's, and every block is freed."""
 
-    def pair(self, p_tp, d_tp):
-        P = MiniVllm(config(), role="prefill", tp_size=p_tp).start()
+    def pair(self, p_tp, d_tp, kv_layout="blocks_first"):
+        P = MiniVllm(config(), role="prefill", tp_size=p_tp,
+                     kv_layout=kv_layout).start()
         self.addCleanup(P.close)
-        D = MiniVllm(config(), role="decode", tp_size=d_tp)  # stepped here
+        D = MiniVllm(config(), role="decode", tp_size=d_tp,
+                     kv_layout=kv_layout)  # stepped here
         self.addCleanup(D.close)
-        C = MiniVllm(None).start()
+        C = MiniVllm(None, kv_layout=kv_layout).start()
         self.addCleanup(C.close)
         free_p, free_d = P.free_blocks(), D.free_blocks()
         p = P.generate(PROMPT, 1, {"do_remote_decode": True}).kv_transfer_params
@@ -291,6 +293,10 @@ class TensorParallel(unittest.TestCase):
 
     def test_2_to_1(self):
         self.pair(2, 1)
+
+    def test_mla_2_to_1(self):
+        """MLA: the latent whole on every rank, taken from one."""
+        self.pair(2, 1, "mla")
 
 
 class LayoutMismatch(Instances):
