@@ -17,20 +17,26 @@ transfer that failed (the sender's lease ran out; the decode side's agent
 killed; layouts that differ) ending in load errors and a recompute with the
 same text.
 
-    test_vllm_connector.py PATH-TO-pdx-agent
+    test_vllm_connector.py PATH-TO-pdx-agent PATH-TO-pdx-engine
 """
+import json
 import logging
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import unittest
+import urllib.error
+import urllib.request
 from types import SimpleNamespace
 
 import pdx
 from mini_vllm import MiniVllm
-from rig import wait_for
+from rig import Agents, start_server, wait_for
 
-AGENT = None
+AGENT = ENGINE = None
 PROMPT = list(range(100, 137))   # 37 tokens: 10 blocks of 4, the last partial
 PREFIX = PROMPT[:16]             # 4 whole blocks
 
@@ -299,6 +305,110 @@ class TensorParallel(unittest.TestCase):
         self.pair(2, 1, "mla")
 
 
+class TensorParallelEngine(unittest.TestCase):
+    """PdxConnector at TP 2 and a pdx-engine instance of TP 2 (a process
+    and an agent per rank, rank 0 serving HTTP) move KV to each other,
+    both ways, with vLLM's proxies' kv_transfer_params: they name the
+    same transfer id on every rank and each rank's agent. The decode side
+    checks what it received (pdx-engine probes every block, the
+    connector's ranks are checked byte for byte) and gives the text a
+    colocated instance gives."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="pdx-vtp-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.procs = []
+        self.addCleanup(self.stop)
+
+    def stop(self):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            self.assertEqual(p.wait(20), 0)
+
+    def engine(self, name, *args):
+        """A pdx-engine --model tiny; rank 0's (or a lone engine's) URL."""
+        cmd = [ENGINE, "--model", "tiny", "--time-scale", "0", *args]
+        with open(os.path.join(self.tmp, name + ".log"), "w") as log:
+            if "--tp-rank" in args:
+                self.procs.append(subprocess.Popen(
+                    cmd, stdout=subprocess.DEVNULL, stderr=log))
+                return None
+            p, url = start_server(cmd + ["--port", "0"], log)
+        self.procs.append(p)
+        return url
+
+    def tp_engine(self, role):
+        ag = Agents(AGENT, "r0", "r1")
+        self.addCleanup(ag.close)
+        tp = ["--role", role, "--tp-size", "2",
+              "--tp-leader", "ipc://%s/%s.tp" % (self.tmp, role)]
+        url = self.engine(role, *tp, "--agent", ag.engine("r0"))
+        self.engine(role + "1", *tp, "--tp-rank", "1", "--agent",
+                    ag.engine("r1"))
+        self.assertTrue(wait_for(lambda: self.status(url + "/health") ==
+                                 200, 10), "the TP engine is not ready")
+        return url
+
+    @staticmethod
+    def status(url):
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except OSError:
+            return None
+
+    @staticmethod
+    def complete(url, n, kv=None):
+        body = {"model": "tiny", "prompt": PROMPT, "max_tokens": n}
+        if kv is not None:
+            body["kv_transfer_params"] = kv
+        req = urllib.request.Request(url + "/v1/completions",
+                                     json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    def test_connector_prefill_to_engine_decode(self):
+        P = MiniVllm(config(), role="prefill", tp_size=2).start()
+        self.addCleanup(P.close)
+        d_url = self.tp_engine("decode")
+        colocated = self.engine("colocated")
+        p = P.generate(PROMPT, 1, {"do_remote_decode": True}).kv_transfer_params
+        self.assertEqual(p["remote_tp_size"], 2)
+        got = self.complete(d_url, 8, p)["choices"][0]["text"]
+        self.assertEqual(got, self.complete(colocated, 8)["choices"][0]["text"])
+        self.assertTrue(wait_for(lambda: all(
+            w.connector._worker.stats["sent"] == 1 for w in P.workers), 10),
+            [dict(w.connector._worker.stats) for w in P.workers])
+
+    def test_engine_prefill_to_connector_decode(self):
+        p_url = self.tp_engine("prefill")
+        D = MiniVllm(config(), role="decode", tp_size=2)  # stepped here
+        self.addCleanup(D.close)
+        C = MiniVllm(None).start()
+        self.addCleanup(C.close)
+        kv = self.complete(p_url, 1, {"do_remote_decode": True})[
+            "kv_transfer_params"]
+        self.assertEqual(len(kv["remote_agents"]), 2)
+        h = D.add_request(PROMPT, 8, kv)
+        rid, end = h.output.request_id, time.monotonic() + 20
+        while len(D.worker.states.get(rid, SimpleNamespace(tokens=()))
+                  .tokens) <= len(PROMPT):
+            self.assertLess(time.monotonic(), end, "no token after the load")
+            if D.step() == 0:
+                time.sleep(0.002)
+        self.assertEqual(D.check_kv(rid, len(PROMPT)), -1,
+                         "a decode rank's KV differs")
+        D.run_until_idle()
+        self.assertEqual(h.output.token_ids, C.generate(PROMPT, 8).token_ids)
+        for w in D.workers:
+            st = w.connector._worker.stats
+            self.assertEqual((st["received"], st["failed"]), (1, 0))
+
+
 class LayoutMismatch(Instances):
     """A prefill instance with MLA tensors, a decode one with K and V."""
 
@@ -368,7 +478,7 @@ class LayoutRules(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    AGENT = sys.argv.pop(1)
+    AGENT, ENGINE = sys.argv.pop(1), sys.argv.pop(1)
     os.environ.setdefault("UCX_TLS", "sm,self")
     os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
     unittest.main(verbosity=2)
