@@ -106,7 +106,8 @@ void pb_agent_kill(struct pb_agent *a, int sig);
 bool pb_agent_alive(struct pb_agent *a);
 
 /* A TCP port on host that could be bound just now: random in 20000..32767,
- * or from the kernel. -1 on failure. */
+ * or from the kernel, never one this process was given among its last 64
+ * (one thread). -1 on failure. */
 int pb_free_port(const char *host);
 
 /* dirname(/proc/self/exe)/../agent/pdx-agent (the build tree), else

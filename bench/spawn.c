@@ -437,6 +437,30 @@ bool pb_agent_alive(struct pb_agent *a)
 	return false;
 }
 
+/* The ports this process handed out lately: each is handed out once,
+ * since the process given it may not have bound it yet when the next
+ * port is asked for (two agents of one test got one port). */
+#define GIVEN_MAX 64
+static int given[GIVEN_MAX];
+static unsigned n_given;
+
+static bool given_before(int port)
+{
+	unsigned n = n_given < GIVEN_MAX ? n_given : GIVEN_MAX;
+
+	for (unsigned k = 0; k < n; k++)
+		if (given[k] == port)
+			return true;
+	return false;
+}
+
+static int give(int port)
+{
+	if (port > 0)
+		given[n_given++ % GIVEN_MAX] = port;
+	return port;
+}
+
 int pb_free_port(const char *host)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET };
@@ -449,17 +473,19 @@ int pb_free_port(const char *host)
 	for (int i = 0; i < 64; i++) {
 		int cand = 20000 + (int)(pdx_splitmix64(&rng) % 12768);
 
+		if (given_before(cand))
+			continue;
 		fd = socket(AF_INET, SOCK_STREAM, 0);
 		if (fd < 0)
 			return -1;
 		sa.sin_port = htons((uint16_t)cand);
 		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
 			close(fd);
-			return cand;
+			return give(cand);
 		}
 		close(fd);
 		if (errno == EADDRNOTAVAIL)
-			return cand; /* not an address of this namespace */
+			return give(cand); /* not an address of this namespace */
 	}
 	fd = socket(AF_INET, SOCK_STREAM, 0);
 	if (fd < 0)
@@ -469,7 +495,7 @@ int pb_free_port(const char *host)
 	    getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
 		port = ntohs(sa.sin_port);
 	close(fd);
-	return port;
+	return give(port);
 }
 
 int pb_default_agent_bin(char *out, size_t len)
