@@ -101,7 +101,8 @@ void pdx__inflight_fail_all(struct pdx_engine *e);
 void pdx__inflight_free(struct pdx_engine *e);
 int pdx__queue_push(struct pdx_engine *e, const struct pdx_engine_event *ev);
 bool pdx__queue_pop(struct pdx_engine *e, struct pdx_engine_event *ev);
-void pdx__queue_keep(struct pdx_engine *e, const struct pdx_engine_event *ev);
+/* false: dropped (not in flight) or lost (the queue full) */
+bool pdx__queue_keep(struct pdx_engine *e, const struct pdx_engine_event *ev);
 
 /* link.c */
 pdx_status_t pdx__link_open(struct pdx_engine *e, const char *agent);
@@ -122,11 +123,13 @@ int pdx__register_answer(const msgpack_object *m, const char *op,
 			 pdx_status_t *st, char *why, size_t why_len);
 
 /* meta.c: an event's meta shelved as it is read (event: its map), handed
- * out with it (x NULL: none), or dropped with an event that is lost */
+ * out with it (x NULL: none); pdx__event_keep() shelves it and queues the
+ * event (pdx__queue_keep), dropping the meta of an event not kept */
 void pdx__meta_shelve(struct pdx_engine *e, const msgpack_object *event,
 		      const struct pdx_engine_event *ev);
 void pdx__meta_hand_out(struct pdx_engine *e, const struct pdx_xfer_id *x);
-void pdx__meta_drop(struct pdx_engine *e, const struct pdx_xfer_id *x);
+void pdx__event_keep(struct pdx_engine *e, const msgpack_object *event,
+		     const struct pdx_engine_event *ev);
 void pdx__meta_free(struct pdx_engine *e);
 
 /* incoming.c */

@@ -52,8 +52,7 @@ pdx_status_t pdx__drain(struct pdx_engine *e)
 			return PDX_OK;
 		switch (pdx__classify(&msg, &up, op, sizeof(op), &ev)) {
 		case PDX__MSG_EVENT:
-			pdx__meta_shelve(e, &up.data, &ev);
-			pdx__queue_keep(e, &ev);
+			pdx__event_keep(e, &up.data, &ev);
 			break;
 		case PDX__MSG_OTHER:
 			if (pdx__on_other(e, &up.data, op, &ev) &&

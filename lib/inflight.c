@@ -87,14 +87,17 @@ bool pdx__inflight_take(struct pdx_engine *e, const struct pdx_xfer_id *x)
 /* An event read while something else is awaited, for a later
  * pdx_engine_next_event(); one for a transfer no longer in flight here
  * (the link was lost, its event made here) is dropped. */
-void pdx__queue_keep(struct pdx_engine *e, const struct pdx_engine_event *ev)
+bool pdx__queue_keep(struct pdx_engine *e, const struct pdx_engine_event *ev)
 {
-	if (!pdx__inflight_take(e, &ev->xfer))
+	if (!pdx__inflight_take(e, &ev->xfer)) {
 		log_debug("dropped an event for a transfer not in flight");
-	else if (pdx__queue_push(e, ev)) {
-		log_error("event queue full: an event was lost");
-		pdx__meta_drop(e, &ev->xfer);
+		return false;
 	}
+	if (pdx__queue_push(e, ev)) {
+		log_error("event queue full: an event was lost");
+		return false;
+	}
+	return true;
 }
 
 /* The link was lost (e->why_down says how, e->down_ns when): every

@@ -63,7 +63,7 @@ void pdx__meta_hand_out(struct pdx_engine *e, const struct pdx_xfer_id *x)
 	}
 }
 
-void pdx__meta_drop(struct pdx_engine *e, const struct pdx_xfer_id *x)
+static void meta_drop(struct pdx_engine *e, const struct pdx_xfer_id *x)
 {
 	struct pdx__meta *m;
 
@@ -72,6 +72,14 @@ void pdx__meta_drop(struct pdx_engine *e, const struct pdx_xfer_id *x)
 		HASH_DEL(e->metas, m);
 		free(m);
 	}
+}
+
+void pdx__event_keep(struct pdx_engine *e, const msgpack_object *event,
+		     const struct pdx_engine_event *ev)
+{
+	pdx__meta_shelve(e, event, ev);
+	if (!pdx__queue_keep(e, ev))
+		meta_drop(e, &ev->xfer);
 }
 
 void pdx__meta_free(struct pdx_engine *e)

@@ -123,8 +123,7 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 		case PDX__MSG_SKIP:
 			break;
 		case PDX__MSG_EVENT:
-			pdx__meta_shelve(e, &up.data, &ev);
-			pdx__queue_keep(e, &ev);
+			pdx__event_keep(e, &up.data, &ev);
 			break;
 		case PDX__MSG_OTHER:
 			rc = pdx__register_answer(&up.data, op, e->peer,
