@@ -116,11 +116,7 @@ static void apply(struct pdx_dns_name *nm)
 				  nm->spec, a, role);
 			continue;
 		}
-		if (nm->n_owned == PDX_POOL_MAX ||
-		    pdx_pool_add(nm->pool, a, err, sizeof(err))) {
-			if (nm->n_owned == PDX_POOL_MAX)
-				snprintf(err, sizeof(err), "%u instances found",
-					 nm->n_owned);
+		if (pdx_pool_add(nm->pool, a, err, sizeof(err))) {
 			if (!nm->add_failed)
 				log_warn("%s: %s not added: %s", nm->spec, a,
 					 err);
@@ -128,8 +124,8 @@ static void apply(struct pdx_dns_name *nm)
 			all_in = false;
 			continue;
 		}
-		memcpy(nm->owned[nm->n_owned++], a,
-		       ADDR_LEN); /* found: as long */
+		/* found's entries are as long as owned's */
+		memcpy(nm->owned[nm->n_owned++], a, ADDR_LEN);
 		log_info("%s: added %s instance %s", nm->spec, role,
 			 nm->pool->inst[nm->pool->n - 1]->url);
 	}

@@ -116,28 +116,32 @@ int pdx_pool_add(struct pdx_pool *p, const char *addr, char *err, size_t errlen)
 	return 0;
 }
 
-bool pdx_pool_has(const struct pdx_pool *p, const char *addr)
+/* The instance with this address ("h:p" or "http://h:p"), its index in
+ * *idx; NULL when none (or the address does not parse). */
+static struct pdx_inst *pool_find_addr(const struct pdx_pool *p,
+				       const char *addr, unsigned *idx)
 {
 	char host[PDX_POOL_ADDR_MAX], err[8];
 	uint16_t port;
+
+	if (pdx_pool_addr_parse(addr, host, sizeof(host), &port, err,
+				sizeof(err)))
+		return NULL;
+	return pool_find(p, host, port, idx);
+}
+
+bool pdx_pool_has(const struct pdx_pool *p, const char *addr)
+{
 	unsigned idx;
 
-	return !pdx_pool_addr_parse(addr, host, sizeof(host), &port, err,
-				    sizeof(err)) &&
-	       pool_find(p, host, port, &idx);
+	return pool_find_addr(p, addr, &idx) != NULL;
 }
 
 int pdx_pool_remove(struct pdx_pool *p, const char *addr)
 {
-	char host[PDX_POOL_ADDR_MAX], err[8];
-	struct pdx_inst *i;
-	uint16_t port;
 	unsigned idx;
+	struct pdx_inst *i = pool_find_addr(p, addr, &idx);
 
-	if (pdx_pool_addr_parse(addr, host, sizeof(host), &port, err,
-				sizeof(err)))
-		return -1;
-	i = pool_find(p, host, port, &idx);
 	if (!i)
 		return -1;
 	memmove(&p->inst[idx], &p->inst[idx + 1],
