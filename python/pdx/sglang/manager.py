@@ -55,6 +55,28 @@ def _env_int(name: str) -> int:
     return int(os.environ.get(name, "0") or 0)
 
 
+def env_on(name: str) -> bool:
+    """An SGLang switch in the environment (1, true, yes, on)."""
+    return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+
+
+def parallel_sizes(sa) -> dict:
+    """An instance's sizes, from its server_args, as its bootstrap server
+    says them."""
+    tp = int(getattr(sa, "tp_size", 1) or 1)
+    dp = int(getattr(sa, "dp_size", 1) or 1)
+    # DP attention splits the tensor-parallel ranks into dp groups
+    dp_attn = bool(getattr(sa, "enable_dp_attention", False))
+    # a prefill instance routes a room to DP rank room % dp_size unless
+    # told otherwise ("auto" is that for a prefill instance); else each
+    # request's DP rank is registered (sender.py)
+    follow = getattr(sa, "load_balance_method", "auto") in (
+        "auto", "follow_bootstrap_room", None)
+    return {"attn_tp_size": tp // dp if dp_attn else tp,
+            "pp_size": int(getattr(sa, "pp_size", 1) or 1),
+            "dp_size": dp, "follow_bootstrap_room": follow}
+
+
 class PdxKVManager:
     def __init__(self, args, disaggregation_mode, server_args,
                  is_mla_backend: Optional[bool] = False):
@@ -65,7 +87,7 @@ class PdxKVManager:
         # prefill.py gives the instance's TP rank, decode.py its attention
         # TP rank; with DP attention the TP ranks form dp_size attention
         # groups of attn_tp_size, and a rank's group is its DP rank
-        sizes = self.parallel_sizes()
+        self.sizes = sizes = parallel_sizes(server_args)
         self.engine_rank = int(args.engine_rank)
         self.rank = self.engine_rank % sizes["attn_tp_size"]
         self.pp_rank = int(getattr(args, "pp_rank", 0) or 0)
@@ -77,8 +99,7 @@ class PdxKVManager:
                                       "disaggregation_bootstrap_port", None)
         self.bootstrap_timeout = float(os.environ.get(
             "PDX_SGLANG_BOOTSTRAP_TIMEOUT_S", "30"))
-        self.layerwise = os.environ.get("SGLANG_DISAGG_LAYERWISE", "0") \
-            .lower() in ("1", "true", "yes", "on")
+        self.layerwise = env_on("SGLANG_DISAGG_LAYERWISE")
         self.start_layer = int(getattr(args, "prefill_start_layer", 0) or 0)
         self.agent = None
         addr = os.environ.get("PDX_SGLANG_AGENT")
@@ -95,7 +116,7 @@ class PdxKVManager:
                               xfer_timeout_ms=_env_int(
                                   "PDX_SGLANG_XFER_TIMEOUT_MS"),
                               liveness_ms=_env_int("PDX_SGLANG_LIVENESS_MS"))
-        self.tp_size = self.parallel_sizes()["attn_tp_size"]
+        self.tp_size = sizes["attn_tp_size"]
         self.shape, lay, regions, self.cuda = build(args, self.is_mla_backend,
                                                     self.tp_size)
         self.pool_pages = lay.blocks
@@ -113,26 +134,10 @@ class PdxKVManager:
             self.register_to_bootstrap()
 
     # -- bootstrap -------------------------------------------------------
-    def parallel_sizes(self) -> dict:
-        """This instance's sizes as its bootstrap server says them."""
-        sa = self.server_args
-        tp = int(getattr(sa, "tp_size", 1) or 1)
-        dp = int(getattr(sa, "dp_size", 1) or 1)
-        # DP attention splits the tensor-parallel ranks into dp groups
-        dp_attn = bool(getattr(sa, "enable_dp_attention", False))
-        # a prefill instance routes a room to DP rank room % dp_size
-        # unless told otherwise ("auto" is that for a prefill instance);
-        # else each request's DP rank is registered (sender.py)
-        follow = getattr(sa, "load_balance_method", "auto") in (
-            "auto", "follow_bootstrap_room", None)
-        return {"attn_tp_size": tp // dp if dp_attn else tp,
-                "pp_size": int(getattr(sa, "pp_size", 1) or 1),
-                "dp_size": dp, "follow_bootstrap_room": follow}
-
     def register_to_bootstrap(self) -> None:
         """Tells the instance's bootstrap server this rank's agent and
         layout; waits for the server (it may start after this rank)."""
-        reg = dict(self.parallel_sizes(), attn_tp_rank=self.rank,
+        reg = dict(self.sizes, attn_tp_rank=self.rank,
                    pp_rank=self.pp_rank, dp_rank=self.dp_rank,
                    peer_addr=self.peer_addr, shape=vars(self.shape))
         addr = "%s:%s" % (self.bootstrap_host, self.bootstrap_port)
@@ -168,12 +173,11 @@ class PdxKVManager:
         if not self.try_ensure_parallel_info(bootstrap_addr):
             return None
         info = self.prefill_info_table[bootstrap_addr]
-        if info.pp_size != self.parallel_sizes()["pp_size"]:
+        if info.pp_size != self.sizes["pp_size"]:
             raise LookupError(
                 "pdx.sglang: prefill %s has pp_size %d, this decode %d: "
                 "pipeline stages must pair" % (
-                    bootstrap_addr, info.pp_size,
-                    self.parallel_sizes()["pp_size"]))
+                    bootstrap_addr, info.pp_size, self.sizes["pp_size"]))
         key = (bootstrap_addr, dp_rank)
         if key in self.prefill_regs:
             return self.prefill_regs[key]

@@ -23,13 +23,13 @@ layer_done, and the token is sampled after the forward. Earlier chunks'
 forwards are not layer-wise: their pages (named by the hook or by send())
 travel with the last chunk's.
 """
-import os
 from typing import List, Optional
 
 import pdx
 
 from . import bootstrap
 from .base import KVPoll
+from .manager import env_on
 from .transfer import Transfer
 
 
@@ -55,16 +55,15 @@ class PdxKVSender(Transfer):
         otherwise it is registered with the bootstrap server, which the
         decode side asks (/query_dp_ranks)."""
         mgr = self.kv_mgr
-        sizes = mgr.parallel_sizes()
+        sizes = mgr.sizes
         dp = sizes["dp_size"]
         if dp <= 1:
             return
         if sizes["follow_bootstrap_room"] and \
                 self.bootstrap_room % dp == mgr.dp_rank:
             return
-        if sizes["follow_bootstrap_room"] and os.environ.get(
-                "SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK", ""
-        ).lower() not in ("1", "true", "yes", "on"):
+        if sizes["follow_bootstrap_room"] and not env_on(
+                "SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK"):
             return self.fail(
                 "follow_bootstrap_room conflict: dispatched to dp_rank %d "
                 "but bootstrap_room %d implies dp_rank %d (set "

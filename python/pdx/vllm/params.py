@@ -17,7 +17,6 @@ decode request unchanged, drive both.
 
 Other keys (vLLM's remote_engine_id, remote_block_ids, ...) are ignored.
 """
-import hashlib
 import re
 from dataclasses import dataclass
 from typing import List, Optional

@@ -4,12 +4,13 @@ blocks, when a send is announced, and the answer a prefill returns.
 A send is announced in the step that schedules the prompt's last prefill
 chunk (all its blocks are known then; every layer of that pass is pushed
 as soon as it is computed). A request preempted after that (async
-scheduling can pick it before its one token is out) has its blocks
+scheduling can pick it while that step is in flight) has its blocks
 freed while the agent may still read them: the worker aborts the send
-before the step's forward (handle_preemptions), and the request, once
-recomputed, finishes without kv_transfer_params (the decode side
-prefills, or, told up front, fails its load and recomputes). A receive is vLLM's asynchronous load: the
-request waits (WAITING_FOR_REMOTE_KVS) until the worker reports it.
+before the next forward (handle_preemptions), and the request, which
+vLLM stops with that step's token, finishes without kv_transfer_params
+(the decode side prefills, or, told up front, fails its load and
+recomputes). A receive is vLLM's asynchronous load: the request waits
+(WAITING_FOR_REMOTE_KVS) until the worker reports it.
 """
 import logging
 import math
