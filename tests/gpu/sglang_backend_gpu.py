@@ -23,16 +23,14 @@ import sys
 import time
 from types import SimpleNamespace
 
+import cudart
+from cudart import D2H, H2D
+
 LAYERS, PAGES, PAGE, HEADS, DIM, ES = 4, 64, 16, 8, 128, 2
 ITEM = PAGE * HEADS * DIM * ES   # one page of one buffer
 BUF = PAGES * ITEM               # one layer's K (or V) buffer
 ROWS = 8                         # aux rows
-H2D, D2H = 1, 2
 
-
-def skip(why):
-    print("# skip:", why)
-    sys.exit(77)
 
 
 def free_port():
@@ -43,27 +41,13 @@ def free_port():
 
 def main():
     agent, cudart_path = sys.argv[1], sys.argv[2]
-    try:
-        rt = ctypes.CDLL(cudart_path)
-    except OSError as e:
-        skip("no CUDA runtime: %s" % e)
-    n = ctypes.c_int(0)
-    if rt.cudaGetDeviceCount(ctypes.byref(n)) != 0 or n.value == 0:
-        skip("no GPU")
+    rt = cudart.open(cudart_path)
+    malloc, copy = rt.malloc, rt.copy
     os.environ.update(PDX_SGLANG_AGENT_BIN=agent,
                       PDX_SGLANG_TOKEN="%d,%d,%d" % (HEADS, DIM, ES),
                       PDX_SGLANG_XFER_TIMEOUT_MS="10000")
     import pdx.sglang
     from pdx.sglang import KVArgs, KVPoll
-
-    def malloc(size):
-        p = ctypes.c_void_p()
-        assert rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(size)) == 0
-        return p.value
-
-    def copy(dst, src, size, kind):
-        assert rt.cudaMemcpy(ctypes.c_void_p(dst), ctypes.c_void_p(src),
-                             ctypes.c_size_t(size), kind) == 0
 
     def kv_args(bufs, aux):
         a = KVArgs()

@@ -17,15 +17,13 @@ import sys
 import time
 from types import SimpleNamespace
 
+import cudart
+from cudart import D2H, H2D
+
 LAYERS, BLOCKS, BT, HEADS, DIM, ES = 4, 64, 16, 8, 128, 2
 BLOCK = BT * HEADS * DIM * ES          # one of K or V of one block
 TENSOR = BLOCKS * 2 * BLOCK            # one layer's cache
-H2D, D2H = 1, 2
 
-
-def skip(why):
-    print("# skip:", why)
-    sys.exit(77)
 
 
 class DevTensor:
@@ -46,25 +44,11 @@ class DevTensor:
 
 def main():
     agent, cudart_path = sys.argv[1], sys.argv[2]
-    try:
-        rt = ctypes.CDLL(cudart_path)
-    except OSError as e:
-        skip("no CUDA runtime: %s" % e)
-    n = ctypes.c_int(0)
-    if rt.cudaGetDeviceCount(ctypes.byref(n)) != 0 or n.value == 0:
-        skip("no GPU")
+    rt = cudart.open(cudart_path)
+    malloc, copy = rt.malloc, rt.copy
     import pdx
     from pdx.vllm.meta import PdxMetadata, RecvMeta, SendMeta
     from pdx.vllm.worker import PdxWorker
-
-    def malloc(size):
-        p = ctypes.c_void_p()
-        assert rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(size)) == 0
-        return p.value
-
-    def copy(dst, src, size, kind):
-        assert rt.cudaMemcpy(ctypes.c_void_p(dst), ctypes.c_void_p(src),
-                             ctypes.c_size_t(size), kind) == 0
 
     big = malloc(LAYERS * TENSOR + 4096)
     p_caches = {"model.layers.%d.self_attn.attn" % l:

@@ -251,6 +251,26 @@ class Preemption(unittest.TestCase):
         self.assertEqual(P.free_blocks(), free)
 
 
+def decode_checked(test, D, params, want):
+    """PROMPT's decode on D (stepped here) with params: once its first
+    token is out every rank holds the prompt's KV of its heads byte for
+    byte; then the text is want and each rank received once."""
+    h = D.add_request(PROMPT, 8, params)
+    rid, end = h.output.request_id, time.monotonic() + 20
+    while len(D.worker.states.get(rid, SimpleNamespace(tokens=()))
+              .tokens) <= len(PROMPT):
+        test.assertLess(time.monotonic(), end, "no token after the load")
+        if D.step() == 0:
+            time.sleep(0.002)
+    test.assertEqual(D.check_kv(rid, len(PROMPT)), -1,
+                     "a decode rank's KV differs")
+    D.run_until_idle()
+    test.assertEqual(h.output.token_ids, want)
+    for w in D.workers:
+        st = w.connector._worker.stats
+        test.assertEqual((st["received"], st["failed"]), (1, 0))
+
+
 class TensorParallel(unittest.TestCase):
     """Instances of tensor-parallel size 2 (a worker per rank, each with
     its share of the KV heads and the agent it starts), and of other
@@ -273,20 +293,7 @@ class TensorParallel(unittest.TestCase):
         p = P.generate(PROMPT, 1, {"do_remote_decode": True}).kv_transfer_params
         self.assertEqual(p.get("remote_agents", [p["remote_agent"]]),
                          [w.connector._worker.peer_addr for w in P.workers])
-        h = D.add_request(PROMPT, 8, dict(p))
-        rid, end = h.output.request_id, time.monotonic() + 20
-        while len(D.worker.states.get(rid, SimpleNamespace(tokens=()))
-                  .tokens) <= len(PROMPT):
-            self.assertLess(time.monotonic(), end, "no token after the load")
-            if D.step() == 0:
-                time.sleep(0.002)
-        self.assertEqual(D.check_kv(rid, len(PROMPT)), -1,
-                         "a decode rank's KV differs")
-        D.run_until_idle()
-        self.assertEqual(h.output.token_ids, C.generate(PROMPT, 8).token_ids)
-        for w in D.workers:
-            st = w.connector._worker.stats
-            self.assertEqual((st["received"], st["failed"]), (1, 0))
+        decode_checked(self, D, dict(p), C.generate(PROMPT, 8).token_ids)
         self.assertTrue(wait_for(lambda: P.free_blocks() == free_p, 10),
                         "the prefill side holds blocks")
         self.assertEqual(D.free_blocks(), free_d)
@@ -393,20 +400,7 @@ class TensorParallelEngine(unittest.TestCase):
         kv = self.complete(p_url, 1, {"do_remote_decode": True})[
             "kv_transfer_params"]
         self.assertEqual(len(kv["remote_agents"]), 2)
-        h = D.add_request(PROMPT, 8, kv)
-        rid, end = h.output.request_id, time.monotonic() + 20
-        while len(D.worker.states.get(rid, SimpleNamespace(tokens=()))
-                  .tokens) <= len(PROMPT):
-            self.assertLess(time.monotonic(), end, "no token after the load")
-            if D.step() == 0:
-                time.sleep(0.002)
-        self.assertEqual(D.check_kv(rid, len(PROMPT)), -1,
-                         "a decode rank's KV differs")
-        D.run_until_idle()
-        self.assertEqual(h.output.token_ids, C.generate(PROMPT, 8).token_ids)
-        for w in D.workers:
-            st = w.connector._worker.stats
-            self.assertEqual((st["received"], st["failed"]), (1, 0))
+        decode_checked(self, D, kv, C.generate(PROMPT, 8).token_ids)
 
 
 class LayoutMismatch(Instances):
