@@ -281,6 +281,15 @@ struct xfer_ops {
 	void (*legs_decided)(struct xfer *x);
 };
 
+/* am_slice.c's state: buffers kept for packing, the packed bytes UCX has
+ * not sent yet, and the layers waiting for room, in order. */
+struct am_slices {
+	struct packed *bufs;
+	uint32_t n_bufs;
+	uint64_t inflight;
+	struct slice_wait *head, *tail;
+};
+
 struct agent {
 	struct agent_config cfg;
 	const struct xfer_ops *xfer_ops;
@@ -313,6 +322,7 @@ struct agent {
 	struct event *zap_ev;
 	uint32_t n_xfers;
 	uint64_t ops_inflight; /* UCX operations of all transfers */
+	struct am_slices slices; /* TP slices on the am lane (am_slice.c) */
 	uint64_t notify_dropped;
 	bool trace; /* PDX_AGENT_TRACE=1: transfers are stamped (trace.h) */
 };
@@ -551,6 +561,39 @@ void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot);
 
 /* staged.c: the staged path's bounded buffers and messages */
 /* Its buffers, once GPU memory is registered (their name is in hellos). */
+/* am_place.c: where the am lane's data messages land. */
+struct am_place {
+	uint32_t layer, tensor, index; /* index into the receiver's blocks */
+};
+/* The header of AM_RUN and AM_SLICE alike (agent/am.h). */
+void am_place_header(uint8_t hdr[AM_RUN_BYTES], const struct xfer *x,
+		     uint32_t layer, uint32_t t, uint32_t index);
+/* The transfer a data message's header names (*at from it), if it is one
+ * we await data for; NULL if not or if the header is not one. */
+struct xfer *am_place_xfer(struct agent *a, const void *hdr, size_t hdr_len,
+			   struct am_place *at);
+/* Whether x awaits data for its n blocks from at, of a layer and tensor
+ * that exist. */
+bool am_place_awaited(const struct xfer *x, const struct am_place *at,
+		      uint64_t n);
+/* Where n of x's blocks from at lie in our pool; NULL unless they are
+ * awaited and consecutive there. */
+uint8_t *am_place_blocks(struct xfer *x, const struct am_place *at, uint64_t n);
+/* A message for nothing we await: logged, a rendezvous payload released. */
+void am_place_drop(struct agent *a, void *data, size_t len, size_t hdr_len,
+		   bool rndv);
+/* A rendezvous payload of x (arg) arrived, or could not. */
+void am_place_received(void *arg, pdx_status_t status);
+
+/* am_slice.c: a TP leg's heads on the am lane, packed */
+/* Pushes x's slice of layer, or queues it until there is room. */
+pdx_status_t am_slice_push(struct xfer *x, uint32_t layer);
+/* AM_SLICE's handler: unpacked into the blocks it names. */
+void am_slice_on_message(void *agent, const void *hdr, size_t hdr_len,
+			 void *data, size_t len, bool rndv);
+/* Its buffers and waiting layers freed (the agent stops). */
+void am_slice_free(struct agent *a);
+
 pdx_status_t staged_init(struct agent *a);
 void staged_free(struct agent *a);
 /* The hello's field "staging": {"name", "slots", "slot_bytes"}. */
@@ -589,10 +632,14 @@ const char *tp_heads_refusal(const struct pdx_kv_layout *a, struct tp_rank ta,
  * as, or a slice its path cannot move); NULL: it can. */
 const char *tp_leg_refusal(const struct xfer *x, const struct peer *p,
 			   char *why, size_t len);
-/* Why a leg with slice s cannot take path (or a pull); NULL: it can. */
+/* Why a leg with slice s cannot take path; NULL: it can (pushed or
+ * pulled: pull.c says which lanes pull). */
 const char *tp_slice_refusal(const struct tp_slice *s, enum data_path path,
-			     bool pull, struct tp_rank from, struct tp_rank to,
-			     char *why, size_t len);
+			     struct tp_rank from, struct tp_rank to, char *why,
+			     size_t len);
+/* Bytes of s's heads in one block of layout l (either order). */
+uint64_t tp_slice_block_bytes(const struct tp_slice *s,
+			      const struct pdx_kv_layout *l);
 typedef pdx_status_t (*tp_piece_fn)(struct xfer *x, const void *ctx,
 				    const struct pdx_kv_piece *p);
 /* fn on each block's piece of s's heads in a run of count blocks of one

@@ -18,6 +18,7 @@ enum am_id {
 	AM_STAGED_READY = 3, /* staged: a chunk in the sender's shared slot */
 	AM_STAGED_FREE = 4,  /* staged: that slot is the sender's again */
 	AM_DONE = 5,	     /* "done" on the ipc lane (complete.c) */
+	AM_SLICE = 6,	     /* am: a TP leg's heads of blocks, packed */
 };
 
 /* Header bytes of each kind (little-endian; docs/protocol.md). */
@@ -26,5 +27,6 @@ enum am_id {
 #define AM_STAGED_READY_BYTES 48
 #define AM_STAGED_FREE_BYTES 20
 #define AM_DONE_BYTES 40
+#define AM_SLICE_BYTES AM_RUN_BYTES /* the same fields */
 
 #endif

@@ -484,6 +484,7 @@ static void agent_stop(struct agent *a)
 	if (a->ucx) /* cancelled operations call back, chunks too */
 		pdx_ucx_progress(a->ucx, 0);
 	staged_free(a);
+	am_slice_free(a);
 	gpu_free(a->gpu);
 	/* a start that failed half way left some unmade */
 	event_free_safe(a->engine_ev);

@@ -103,27 +103,45 @@ static void read_done(void *arg, pdx_status_t status)
 	xfer_maybe_release(x);
 }
 
+/* One piece of a run: the peer's bytes at (at->ri, at->off) + src_off
+ * into ours at at->src + dst_off, row by row. */
+static pdx_status_t read_piece(struct xfer *x, const void *ctx,
+			       const struct pdx_kv_piece *pc)
+{
+	const struct host_run *at = ctx;
+	const struct remote_region *rr = &x->peer->regions[at->ri];
+	pdx_status_t st = PDX_OK;
+
+	for (uint32_t r = 0; r < pc->rows && !st; r++) {
+		uint8_t *to = at->src + pc->dst_off + r * pc->dst_stride;
+		uint64_t from = at->off + pc->src_off + r * pc->src_stride;
+
+		if (x->peer->path == DATA_IPC) {
+			memcpy(to, rr->map + from, pc->len);
+		} else {
+			st = pdx_ucx_get(x->peer->ep, to, pc->len, at->mem,
+					 rr->addr + from, rr->rkey, read_done, x);
+			if (st)
+				break;
+			xfer_hold(x);
+		}
+		x->bytes += pc->len;
+	}
+	return st;
+}
+
 /* One run of blocks of one tensor of one layer: the peer's (at->ri,
- * at->off) into ours (at->src). */
+ * at->off) into ours (at->src); a TP leg's heads of them only. */
 static pdx_status_t read_run(struct xfer *x, uint32_t layer, uint32_t t,
 			     const struct pdx_run *r, const struct host_run *at)
 {
-	struct peer *p = x->peer;
-	pdx_status_t st;
+	struct pdx_kv_piece whole = { .len = at->len, .rows = 1 };
 
-	if (p->path == DATA_IPC) {
-		memcpy(at->src, p->regions[at->ri].map + at->off, at->len);
-		x->bytes += at->len;
-		return PDX_OK;
-	}
-	st = pdx_ucx_get(p->ep, at->src, at->len, at->mem,
-			 p->regions[at->ri].addr + at->off,
-			 p->regions[at->ri].rkey, read_done, x);
-	if (!st) {
-		xfer_hold(x);
-		x->bytes += at->len;
-	}
-	return st;
+	if (x->slice.n)
+		return tp_slice_each_piece(x, &x->slice, &x->peer->layout,
+					   &x->agent->reg.layout, r->count,
+					   read_piece, at);
+	return read_piece(x, at, &whole);
 }
 
 void pull_on_readable(struct xfer *x, const msgpack_object *m)

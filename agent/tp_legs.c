@@ -304,7 +304,7 @@ void tp_legs_want(struct agent *a, struct peer *p, const struct pdx_xfer_id *id,
 		snprintf(why, sizeof(why), "want: rank %u of TP %u takes "
 			 "nothing from rank %u of TP %u", p->tp.rank, p->tp.size,
 			 me.rank, me.size);
-	else if (tp_slice_refusal(&sl, p->path, pull, me, p->tp, why,
+	else if (tp_slice_refusal(&sl, p->path, me, p->tp, why,
 				  sizeof(why)))
 		;
 	else if (xfer_find(a, id) ||

@@ -51,21 +51,22 @@ const char *tp_size_refusal(uint32_t size, char *why, size_t len)
 }
 
 const char *tp_slice_refusal(const struct tp_slice *s, enum data_path path,
-			     bool pull, struct tp_rank from, struct tp_rank to,
-			     char *why, size_t len)
+			     struct tp_rank from, struct tp_rank to, char *why,
+			     size_t len)
 {
-	if (!s->n)
-		return NULL; /* whole blocks: any path */
-	if (pull)
-		snprintf(why, len, "TP %u -> %u by pull is not supported yet "
-			 "(the sender pushes)", from.size, to.size);
-	else if (path != DATA_IPC && path != DATA_PUT && path != DATA_CUDA_IPC)
-		snprintf(why, len, "TP %u -> %u over the %s lane is not "
-			 "supported yet (ipc, put and cuda-ipc are)", from.size,
-			 to.size, data_path_key(path));
-	else
-		return NULL;
+	if (!s->n || path == DATA_IPC || path == DATA_PUT || path == DATA_AM ||
+	    path == DATA_CUDA_IPC)
+		return NULL; /* whole blocks go by any path */
+	snprintf(why, len, "TP %u -> %u over the %s lane is not supported yet "
+		 "(ipc, put, am and cuda-ipc are)", from.size, to.size,
+		 data_path_key(path));
 	return why;
+}
+
+uint64_t tp_slice_block_bytes(const struct tp_slice *s,
+			      const struct pdx_kv_layout *l)
+{
+	return (uint64_t)s->n * l->head_dim * l->dtype_bytes * l->block_tokens;
 }
 
 pdx_status_t tp_slice_each_piece(struct xfer *x, const struct tp_slice *s,
@@ -136,8 +137,8 @@ const char *tp_leg_refusal(const struct xfer *x, const struct peer *p,
 		return why;
 	}
 	return x->role == XFER_RECV
-		       ? tp_slice_refusal(&x->slice, p->path, x->pull, p->tp,
-					  me, why, len)
-		       : tp_slice_refusal(&x->slice, p->path, x->pull, me,
-					  p->tp, why, len);
+		       ? tp_slice_refusal(&x->slice, p->path, p->tp, me, why,
+					  len)
+		       : tp_slice_refusal(&x->slice, p->path, me, p->tp, why,
+					  len);
 }

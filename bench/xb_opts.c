@@ -386,12 +386,6 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 	check_tp(o);
 	if (o->versus)
 		parse_versus(o, o->versus);
-	for (uint32_t a = 0; a < o->n_arms; a++)
-		if (o->arm[a].pull && o->model->tensors == 2 &&
-		    o->arm[a].prefill_tp != o->arm[a].decode_tp)
-			xb_bad("pulling with TP %u -> %u: the agents move head "
-			       "slices by push only (docs/protocol.md, TP legs)",
-			       o->arm[a].prefill_tp, o->arm[a].decode_tp);
 	if (!o->agent_bin[0] &&
 	    pb_default_agent_bin(o->agent_bin, sizeof(o->agent_bin)))
 		xb_bad("cannot find pdx-agent beside this program; use --agent-bin");

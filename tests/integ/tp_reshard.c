@@ -47,6 +47,7 @@ static const char *agent_bin;
 static uint64_t rng;
 static int n_started;
 static const char *lease_ms; /* --lease-ms for the agents; NULL: none */
+static const char *agent_env; /* "KEY=VALUE" for the agents; NULL: none */
 
 static int rank_start(struct inst *in, uint32_t i, char tag,
 		      const char *data_path)
@@ -76,6 +77,7 @@ static int rank_start(struct inst *in, uint32_t i, char tag,
 	ao.tls = "sm,self";
 	ao.data_path = data_path;
 	ao.xfer_timeout_ms = 20000;
+	ao.env[0] = agent_env;
 	if (lease_ms) { /* renewed by pings 5 times a lease */
 		ao.args[0] = "--lease-ms";
 		ao.args[1] = lease_ms;
@@ -225,9 +227,10 @@ static int check_blocks(const struct inst *D, uint32_t j, const uint8_t *ref,
 }
 
 /* One case: NX transfers from every prefill rank to every decode rank,
- * the second with its first block held by the decode side already. */
+ * the second with its first block held by the decode side already;
+ * pushed, or read by the decode agents (mode PDX_XFER_PULL). */
 static void run_case(uint32_t p, uint32_t d, enum pdx_kv_order order,
-		     bool mla, const char *data_path)
+		     bool mla, const char *data_path, enum pdx_xfer_mode mode)
 {
 	const char *ord = order == PDX_KV_HND ? "HND" : "NHD";
 	uint32_t lat = mla ? 2 : 0; /* MLA: one latent "head" per rank */
@@ -242,8 +245,9 @@ static void run_case(uint32_t p, uint32_t d, enum pdx_kv_order order,
 	uint64_t full, part;
 	int bad = 0, failed_evs = 0;
 
-	h_note("TP %u -> %u, %s%s, data path %s", p, d, mla ? "MLA" : ord,
-	       mla ? "" : " order", data_path ? data_path : "auto");
+	h_note("TP %u -> %u, %s%s, data path %s, %s", p, d, mla ? "MLA" : ord,
+	       mla ? "" : " order", data_path ? data_path : "auto",
+	       mode == PDX_XFER_PULL ? "pulled" : "pushed");
 	if (inst_start(P, p, mla ? lat : HEADS / p, mla, order, 'p', data_path) ||
 	    inst_start(D, d, mla ? lat : HEADS / d, mla, order, 'd', data_path)) {
 		CHECK_FAIL("TP %u -> %u: the agents and engines start", p, d);
@@ -292,7 +296,7 @@ static void run_case(uint32_t p, uint32_t d, enum pdx_kv_order order,
 		for (uint32_t j = 0; j < d; j++) {
 			struct pdx_recv_opts ro = {
 				.skip_tokens = x == 1 ? TOKENS : 0,
-				.peers = peers, .n_peers = p };
+				.mode = mode, .peers = peers, .n_peers = p };
 
 			if (pdx_engine_recv_opts(D->r[j].eng, &ids[x], NULL,
 						 dst[x], NB, &ro))
@@ -366,9 +370,11 @@ out:
 
 /* The decode engine's recv of one transfer fails; its reason. */
 static void expect_refused(struct inst *D, uint32_t j, const char *const *peers,
-			   uint32_t n, const char *want, const char *what)
+			   uint32_t n, enum pdx_xfer_mode mode, const char *want,
+			   const char *what)
 {
-	struct pdx_recv_opts ro = { .peers = peers, .n_peers = n };
+	struct pdx_recv_opts ro = { .mode = mode, .peers = peers,
+				    .n_peers = n };
 	uint32_t blocks[1] = { 1 };
 	struct pdx_engine_event ev = { 0 };
 	struct pdx_xfer_id id;
@@ -533,12 +539,12 @@ static void refusals(void)
 	peers[0] = P->r[0].peer;
 	peers[1] = P->r[1].peer;
 	peers[2] = P->r[1].peer;
-	expect_refused(D, 0, peers, 2, "1 x tp 2 = 2",
+	expect_refused(D, 0, peers, 2, PDX_XFER_PUSH, "1 x tp 2 = 2",
 		       "8 heads on prefill, 2 on decode");
-	expect_refused(D, 0, peers, 3, "tp size 3 is not a power of two",
+	expect_refused(D, 0, peers, 3, PDX_XFER_PUSH, "tp size 3 is not a power of two",
 		       "three prefill ranks");
 	peers[3] = P->r[1].peer;
-	expect_refused(D, 0, peers, 4, "do not split over TP 4",
+	expect_refused(D, 0, peers, 4, PDX_XFER_PUSH, "do not split over TP 4",
 		       "2 heads over four prefill ranks");
 	CHECK(pdx_engine_set_tp(D->r[0].eng, 1, 3) == PDX_EINVAL &&
 		      strstr(pdx_engine_last_error(D->r[0].eng), "power of two"),
@@ -546,14 +552,15 @@ static void refusals(void)
 out:
 	inst_stop(P);
 	inst_stop(D);
-	/* the am lane moves whole blocks only */
+	/* the am lane pushes heads, but cannot be read from */
 	if (inst_start(P, 1, 8, false, PDX_KV_HND, 'p', "am") ||
 	    inst_start(D, 2, 4, false, PDX_KV_HND, 'd', "am")) {
 		CHECK_FAIL("am: the agents and engines start");
 	} else {
 		peers[0] = P->r[0].peer;
-		expect_refused(D, 1, peers, 1, "TP 1 -> 2 over the am lane is "
-			       "not supported yet", "TP 1 -> 2 over am");
+		expect_refused(D, 1, peers, 1, PDX_XFER_PULL,
+			       "the lane to this sender is am",
+			       "TP 1 -> 2 by pull over am");
 	}
 	inst_stop(P);
 	inst_stop(D);
@@ -565,6 +572,7 @@ int main(int argc, char **argv)
 {
 	static const uint32_t pairs[][2] = { { 1, 2 }, { 2, 1 }, { 2, 4 },
 					     { 4, 2 } };
+	const enum pdx_xfer_mode push = PDX_XFER_PUSH, pull = PDX_XFER_PULL;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	pb_cleanup_install();
@@ -578,14 +586,24 @@ int main(int argc, char **argv)
 	if (pb_tmpdir(dir, sizeof(dir)))
 		return 1;
 	for (size_t k = 0; k < sizeof(pairs) / sizeof(pairs[0]); k++) {
-		run_case(pairs[k][0], pairs[k][1], PDX_KV_NHD, false, NULL);
-		run_case(pairs[k][0], pairs[k][1], PDX_KV_HND, false, NULL);
+		run_case(pairs[k][0], pairs[k][1], PDX_KV_NHD, false, NULL, push);
+		run_case(pairs[k][0], pairs[k][1], PDX_KV_HND, false, NULL, push);
 	}
-	run_case(2, 4, PDX_KV_NHD, false, "put");
-	run_case(4, 2, PDX_KV_HND, false, "put");
-	run_case(2, 2, PDX_KV_NHD, false, NULL); /* equal TP through peers */
-	run_case(2, 1, PDX_KV_NHD, true, NULL);
-	run_case(1, 2, PDX_KV_NHD, true, NULL);
+	run_case(2, 4, PDX_KV_NHD, false, "put", push);
+	run_case(4, 2, PDX_KV_HND, false, "put", push);
+	run_case(1, 2, PDX_KV_NHD, false, "am", push);
+	agent_env = "UCX_RNDV_THRESH=64"; /* the slices by rendezvous */
+	run_case(4, 2, PDX_KV_NHD, false, "am", push);
+	agent_env = NULL;
+	run_case(2, 4, PDX_KV_HND, false, "am", push);
+	run_case(2, 4, PDX_KV_NHD, false, NULL, pull); /* ipc */
+	run_case(2, 1, PDX_KV_HND, false, NULL, pull);
+	run_case(1, 2, PDX_KV_HND, false, "put", pull);
+	run_case(4, 2, PDX_KV_NHD, false, "put", pull);
+	run_case(2, 2, PDX_KV_NHD, false, NULL, push); /* equal TP through peers */
+	run_case(2, 1, PDX_KV_NHD, true, NULL, push);
+	run_case(1, 2, PDX_KV_NHD, true, NULL, push);
+	run_case(2, 1, PDX_KV_NHD, true, "put", pull);
 	refusals();
 	aborts();
 	holds();

@@ -5,7 +5,8 @@ KV heads (MLA: the whole latent), the agents resharding between the two
 sizes. Every decode rank is checked byte for byte against the heads it
 holds and must report the bytes of its slice; --versus tp measures P -> D
 beside P -> P (the same total bytes between equal TP sizes) in one run,
-its time ratio in the JSON. No timing threshold: this machine is shared.
+its time ratio in the JSON; the am lane over TCP and pulls move heads
+too. No timing threshold: this machine is shared.
 Refused splits exit 2.
 
     xferbench_tp.py PDX-XFERBENCH PDX-AGENT
@@ -51,13 +52,13 @@ def check_arm(name, arm, model, tokens, p, d):
           "%s: bytes %r, want %d" % (name, arm.get("bytes"), rank_bytes * d))
 
 
-def check_plain(xb, agent, model, tokens, p, d, order="NHD"):
-    """P -> D alone."""
+def check_plain(xb, agent, model, tokens, p, d, order="NHD", more=()):
+    """P -> D alone (more: further options, e.g. the lane or --pull)."""
     r = json.loads(run(xb, agent, ["--model", model, "--tokens", str(tokens),
                                    "--prefill-tp", str(p), "--decode-tp",
-                                   str(d), "--order", order,
-                                   "--json"]).stdout)
-    name = "%s %s TP %d -> %d" % (model, order, p, d)
+                                   str(d), "--order", order, "--json"] +
+                       list(more)).stdout)
+    name = "%s %s TP %d -> %d %s" % (model, order, p, d, " ".join(more))
     check_arm(name, r, model, tokens, p, d)
     check(r.get("order") == order and r.get("versus") is None,
           "%s: order %r versus %r" % (name, r.get("order"), r.get("versus")))
@@ -108,6 +109,16 @@ def main():
     # MLA: every decode rank receives the whole latent
     check_plain(xb, agent, "deepseek-v3", 100, 2, 1)
     check_plain(xb, agent, "deepseek-v3", 100, 1, 2)
+    # the am lane over TCP packs the heads; 1024 tokens put more packed
+    # bytes in flight than the agent's bound (am_slice.c), so layers wait
+    check_plain(xb, agent, "llama3-8b", 1024, 2, 4, "NHD",
+                ["--data-path", "am", "--tls", "tcp"])
+    check_plain(xb, agent, "llama3-8b", 1024, 4, 2, "HND",
+                ["--data-path", "am", "--tls", "tcp"])
+    # pulled: the decode agents read their heads
+    check_plain(xb, agent, "llama3-8b", 256, 2, 4, "NHD", ["--pull"])
+    check_plain(xb, agent, "tiny", 62, 2, 1, "HND",
+                ["--pull", "--data-path", "put"])
 
     out = run(xb, agent, ["--model", "tiny", "--tokens", "64",
                           "--prefill-tp", "2", "--decode-tp", "1",
@@ -117,7 +128,6 @@ def main():
     for bad in (["--prefill-tp", "3"], ["--decode-tp", "4"],
                 ["--prefill-tp", "16"], ["--versus", "tp"],
                 ["--prefill-tp", "2", "--decode-tp", "2", "--versus", "tp"],
-                ["--decode-tp", "2", "--pull"],
                 ["--decode-tp", "2", "--one-block", "5"],
                 ["--order", "XYZ"]):
         run(xb, agent, ["--model", "tiny", "--tokens", "64"] + bad, 2)

@@ -1,0 +1,278 @@
+/* A TP leg's heads on the am lane (docs/protocol.md, "TP legs"). Its
+ * heads are not contiguous in either side's blocks (NHD: a row per
+ * token), so the sender packs its slice of a few blocks into one message
+ * (AM_SLICE, at most SLICE_MSG_MAX bytes) and the receiver unpacks it
+ * into its own blocks: a copy on each side, as UCX itself copies on TCP.
+ *
+ * A message covers consecutive positions of the transfer's blocks,
+ * whatever their ids on either side: each block is packed from, and
+ * unpacked into, where its own id puts it.
+ *
+ * Memory is bounded: an agent holds at most SLICE_BUDGET bytes of
+ * packed buffers that UCX has not sent yet, plus the layer that crossed
+ * it; a layer that finds no room waits, in order, and is packed when
+ * sent messages give theirs back. Buffers of SLICE_MSG_MAX are kept for
+ * the next message: fresh ones cost more in page faults than the copy
+ * into them. */
+#define PDX_LOG_TOPIC "push"
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/agent.h"
+#include "common/log.h"
+
+#define SLICE_MSG_MAX (1u << 20)
+#define SLICE_KEEP 64
+#define SLICE_BUDGET ((uint64_t)32 * SLICE_MSG_MAX)
+
+/* A message's packed bytes, kept until UCX is done with them. */
+struct packed {
+	struct packed *next; /* kept: the next one */
+	struct xfer *x;
+	struct am_place at; /* the first block's position, layer and tensor */
+	uint32_t count;	    /* blocks */
+	uint64_t len;
+	size_t cap;
+	uint8_t bytes[];
+};
+
+/* A layer of x that found no room, and holds x until it is packed. */
+struct slice_wait {
+	struct slice_wait *next;
+	struct xfer *x;
+	uint32_t layer;
+};
+
+static struct packed *packed_get(struct agent *a, struct xfer *x, size_t len)
+{
+	size_t cap = len > SLICE_MSG_MAX ? len : SLICE_MSG_MAX;
+	struct packed *pk = a->slices.bufs;
+
+	if (cap == SLICE_MSG_MAX && pk) {
+		a->slices.bufs = pk->next;
+		a->slices.n_bufs--;
+	} else if ((pk = malloc(sizeof(*pk) + cap)) == NULL) {
+		return NULL;
+	}
+	*pk = (struct packed){ .x = x, .len = len, .cap = cap };
+	return pk;
+}
+
+static void packed_put(struct agent *a, struct packed *pk)
+{
+	if (pk->cap != SLICE_MSG_MAX || a->slices.n_bufs >= SLICE_KEEP) {
+		free(pk);
+		return;
+	}
+	pk->next = a->slices.bufs;
+	a->slices.bufs = pk;
+	a->slices.n_bufs++;
+}
+
+void am_slice_free(struct agent *a)
+{
+	while (a->slices.bufs) {
+		struct packed *pk = a->slices.bufs;
+
+		a->slices.bufs = pk->next;
+		free(pk);
+	}
+	while (a->slices.head) { /* their transfers are gone already */
+		struct slice_wait *w = a->slices.head;
+
+		a->slices.head = w->next;
+		free(w);
+	}
+	a->slices = (struct am_slices){ 0 };
+}
+
+/* One block's slice between the block at `block` and *at (advanced). */
+struct slice_cursor {
+	uint8_t *block;
+	uint8_t **at;
+	bool pack; /* block -> *at; else *at -> block */
+};
+
+static pdx_status_t slice_piece(struct xfer *x, const void *ctx,
+				const struct pdx_kv_piece *p)
+{
+	const struct slice_cursor *c = ctx;
+
+	for (uint32_t r = 0; r < p->rows; r++) {
+		if (c->pack)
+			memcpy(*c->at, c->block + p->src_off + r * p->src_stride,
+			       p->len);
+		else
+			memcpy(c->block + p->dst_off + r * p->dst_stride, *c->at,
+			       p->len);
+		*c->at += p->len;
+	}
+	return PDX_OK;
+}
+
+/* The slices of pk's blocks between our blocks and pk->bytes (or data,
+ * a receiver's eager payload). */
+static void slice_copy(struct xfer *x, const struct packed *pk,
+		       uint8_t *bytes, bool pack)
+{
+	const struct registration *g = &x->agent->reg;
+	const struct pdx_kv_layout *theirs = &x->peer->layout;
+	struct slice_cursor c = { .at = &bytes, .pack = pack };
+
+	for (uint32_t k = 0; k < pk->count; k++) {
+		c.block = host_block_addr(g, pk->at.layer, pk->at.tensor,
+					  x->blocks[pk->at.index + k]);
+		tp_slice_each_piece(x, &x->slice, pack ? &g->layout : theirs,
+				    pack ? theirs : &g->layout, 1, slice_piece,
+				    &c);
+	}
+}
+
+static void slices_resume(struct agent *a);
+
+static void slice_sent(void *arg, pdx_status_t status)
+{
+	struct packed *pk = arg;
+	struct xfer *x = pk->x;
+	struct agent *a = x->agent;
+
+	a->slices.inflight -= pk->cap;
+	packed_put(a, pk);
+	complete_op_ended(x, status);
+	slices_resume(a);
+}
+
+/* x's heads of layer: blocks [skip, n) of each tensor, packed a message
+ * per SLICE_MSG_MAX bytes. */
+static pdx_status_t slice_layer(struct xfer *x, uint32_t layer)
+{
+	struct agent *a = x->agent;
+	uint64_t per = tp_slice_block_bytes(&x->slice, &a->reg.layout);
+	uint32_t step = per < SLICE_MSG_MAX ? (uint32_t)(SLICE_MSG_MAX / per) : 1;
+
+	for (uint32_t t = 0; t < a->reg.layout.tensors; t++)
+		for (uint32_t i = x->skip; i < x->n_blocks; i += step) {
+			uint32_t n = x->n_blocks - i < step ? x->n_blocks - i
+							    : step;
+			struct packed *pk = packed_get(a, x, n * per);
+			uint8_t hdr[AM_SLICE_BYTES];
+			pdx_status_t st;
+
+			if (!pk)
+				return PDX_ENOMEM;
+			pk->at = (struct am_place){ layer, t, i };
+			pk->count = n;
+			slice_copy(x, pk, pk->bytes, true);
+			am_place_header(hdr, x, layer, t, i);
+			st = pdx_ucx_am_send(x->peer->ep, AM_SLICE, hdr,
+					     sizeof(hdr), pk->bytes, pk->len,
+					     NULL, slice_sent, pk);
+			if (st) {
+				packed_put(a, pk);
+				return st;
+			}
+			a->slices.inflight += pk->cap;
+			x->am_bytes += pk->len;
+			host_op_started(x, pk->len);
+		}
+	return PDX_OK;
+}
+
+/* Layers that waited, in order, while there is room. */
+static void slices_resume(struct agent *a)
+{
+	struct am_slices *s = &a->slices;
+
+	while (s->head && s->inflight < SLICE_BUDGET) {
+		struct slice_wait *w = s->head;
+		struct xfer *x = w->x;
+		pdx_status_t st = PDX_OK;
+
+		s->head = w->next;
+		if (!s->head)
+			s->tail = NULL;
+		if (!x->finished)
+			st = slice_layer(x, w->layer);
+		if (st)
+			xfer_fail(x, st, true, "push of layer %u to %s: %s",
+				  w->layer, x->peer_addr, pdx_status_str(st));
+		free(w);
+		complete_op_ended(x, PDX_OK); /* the wait's own hold */
+	}
+}
+
+pdx_status_t am_slice_push(struct xfer *x, uint32_t layer)
+{
+	struct am_slices *s = &x->agent->slices;
+	struct slice_wait *w;
+
+	/* With a layer waiting there is no room: messages are in flight,
+	 * and the first to be sent resumes it. */
+	if (!s->head && s->inflight < SLICE_BUDGET)
+		return slice_layer(x, layer);
+	w = malloc(sizeof(*w));
+	if (!w)
+		return PDX_ENOMEM;
+	*w = (struct slice_wait){ .x = x, .layer = layer };
+	log_debug("layer %u to %s waits: %llu bytes packed in flight", layer,
+		  x->peer_addr, (unsigned long long)s->inflight);
+	xfer_hold(x); /* and its flush waits for it */
+	pdx_xfer_sm_op_started(&x->sm);
+	if (s->tail)
+		s->tail->next = w;
+	else
+		s->head = w;
+	s->tail = w;
+	return PDX_OK;
+}
+
+static void slice_received(void *arg, pdx_status_t status)
+{
+	struct packed *pk = arg;
+	struct xfer *x = pk->x;
+
+	if (!status && !x->finished) /* a failed one's blocks are not ours */
+		slice_copy(x, pk, pk->bytes, false);
+	packed_put(x->agent, pk);
+	am_place_received(x, status);
+}
+
+void am_slice_on_message(void *agent, const void *hdr, size_t hdr_len,
+			 void *data, size_t len, bool rndv)
+{
+	struct agent *a = agent;
+	struct packed eager, *pk = &eager;
+	struct am_place at;
+	struct xfer *x = am_place_xfer(a, hdr, hdr_len, &at);
+	uint64_t per = x && x->slice.n
+			       ? tp_slice_block_bytes(&x->slice, &a->reg.layout)
+			       : 0;
+
+	if (!per || len % per || !am_place_awaited(x, &at, len / per)) {
+		am_place_drop(a, data, len, hdr_len, rndv);
+		return;
+	}
+	x->am_bytes += len;
+	if (rndv) /* into a buffer first */
+		pk = packed_get(a, x, len);
+	if (!pk) {
+		pdx_ucx_am_drop(a->ucx, data);
+		xfer_fail(x, PDX_ENOMEM, true, "out of memory for %zu bytes "
+			  "from %s", len, x->peer_addr);
+		return;
+	}
+	pk->at = at;
+	pk->count = (uint32_t)(len / per);
+	if (!rndv) {
+		slice_copy(x, pk, data, false);
+		complete_try_received(x);
+		return;
+	}
+	xfer_hold(x);
+	if (pdx_ucx_am_recv(a->ucx, data, pk->bytes, len, slice_received, pk)) {
+		packed_put(a, pk);
+		xfer_unhold(x);
+		xfer_fail(x, PDX_EIO, true, "cannot receive data from %s",
+			  x->peer_addr);
+	}
+}
