@@ -1,7 +1,8 @@
 /* The peer link (agent/peer_dispatch.c, handshake.c): hello and
  * hello_ack (layout and regions checked against ours), hello_nack, want
  * with its block list, done,
- * abort, error, and the data messages a peer sends (agent/path_am.c), with
+ * abort, error, and the data messages a peer sends (agent/path_am.c,
+ * am_slice.c), with
  * the rest of an agent behind them (agent_harness.h). Before the input the
  * engine has registered and the peer FA_PEER has said hello, so a want or
  * done goes straight to a transfer. */
