@@ -248,6 +248,7 @@ struct xfer {
 	bool pull;	       /* the receiver reads the sender's blocks once
 				* all layers are computed (pull.c) */
 	bool pulled_sent;      /* pull's receiver: its reads ended: "pulled" */
+	uint32_t pull_layer;   /* pull's receiver: the next layer to read */
 	uint32_t timeout_ms;
 	struct event *timer;
 	uint64_t begun_ns;    /* the current phase began (xfer_arm) */
@@ -288,6 +289,7 @@ struct am_slices {
 	uint32_t n_bufs;
 	uint64_t inflight;
 	struct slice_wait *head, *tail;
+	bool stopping; /* the transfers are gone: callbacks free only */
 };
 
 struct agent {
@@ -559,8 +561,6 @@ pdx_status_t gpu_launched(struct xfer *x, pdx_status_t st);
 /* layer_done with a slot: our stream waits for that event. */
 void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot);
 
-/* staged.c: the staged path's bounded buffers and messages */
-/* Its buffers, once GPU memory is registered (their name is in hellos). */
 /* am_place.c: where the am lane's data messages land. */
 struct am_place {
 	uint32_t layer, tensor, index; /* index into the receiver's blocks */
@@ -591,9 +591,14 @@ pdx_status_t am_slice_push(struct xfer *x, uint32_t layer);
 /* AM_SLICE's handler: unpacked into the blocks it names. */
 void am_slice_on_message(void *agent, const void *hdr, size_t hdr_len,
 			 void *data, size_t len, bool rndv);
-/* Its buffers and waiting layers freed (the agent stops). */
+/* The agent stops, before its transfers are freed: waiting layers
+ * dropped, and messages still in flight free only their buffers. */
+void am_slice_stop(struct agent *a);
+/* Its buffers freed, once UCX called back for the last message. */
 void am_slice_free(struct agent *a);
 
+/* staged.c: the staged path's bounded buffers and messages */
+/* Its buffers, once GPU memory is registered (their name is in hellos). */
 pdx_status_t staged_init(struct agent *a);
 void staged_free(struct agent *a);
 /* The hello's field "staging": {"name", "slots", "slot_bytes"}. */

@@ -28,6 +28,7 @@
 /* A message's packed bytes, kept until UCX is done with them. */
 struct packed {
 	struct packed *next; /* kept: the next one */
+	struct agent *agent;
 	struct xfer *x;
 	struct am_place at; /* the first block's position, layer and tensor */
 	uint32_t count;	    /* blocks */
@@ -54,19 +55,32 @@ static struct packed *packed_get(struct agent *a, struct xfer *x, size_t len)
 	} else if ((pk = malloc(sizeof(*pk) + cap)) == NULL) {
 		return NULL;
 	}
-	*pk = (struct packed){ .x = x, .len = len, .cap = cap };
+	*pk = (struct packed){ .agent = a, .x = x, .len = len, .cap = cap };
 	return pk;
 }
 
 static void packed_put(struct agent *a, struct packed *pk)
 {
-	if (pk->cap != SLICE_MSG_MAX || a->slices.n_bufs >= SLICE_KEEP) {
+	if (pk->cap != SLICE_MSG_MAX || a->slices.n_bufs >= SLICE_KEEP ||
+	    a->slices.stopping) {
 		free(pk);
 		return;
 	}
 	pk->next = a->slices.bufs;
 	a->slices.bufs = pk;
 	a->slices.n_bufs++;
+}
+
+void am_slice_stop(struct agent *a)
+{
+	while (a->slices.head) {
+		struct slice_wait *w = a->slices.head;
+
+		a->slices.head = w->next;
+		free(w);
+	}
+	a->slices.tail = NULL;
+	a->slices.stopping = true;
 }
 
 void am_slice_free(struct agent *a)
@@ -77,13 +91,7 @@ void am_slice_free(struct agent *a)
 		a->slices.bufs = pk->next;
 		free(pk);
 	}
-	while (a->slices.head) { /* their transfers are gone already */
-		struct slice_wait *w = a->slices.head;
-
-		a->slices.head = w->next;
-		free(w);
-	}
-	a->slices = (struct am_slices){ 0 };
+	a->slices = (struct am_slices){ .stopping = true };
 }
 
 /* One block's slice between the block at `block` and *at (advanced). */
@@ -130,14 +138,23 @@ static void slice_copy(struct xfer *x, const struct packed *pk,
 
 static void slices_resume(struct agent *a);
 
+/* Messages per SLICE_MSG_MAX, of blocks whose slice is per bytes: one
+ * at least. */
+static uint32_t slice_step(uint64_t per)
+{
+	return per < SLICE_MSG_MAX ? (uint32_t)(SLICE_MSG_MAX / per) : 1;
+}
+
 static void slice_sent(void *arg, pdx_status_t status)
 {
 	struct packed *pk = arg;
+	struct agent *a = pk->agent;
 	struct xfer *x = pk->x;
-	struct agent *a = x->agent;
 
 	a->slices.inflight -= pk->cap;
 	packed_put(a, pk);
+	if (a->slices.stopping) /* cancelled: its transfer is gone */
+		return;
 	complete_op_ended(x, status);
 	slices_resume(a);
 }
@@ -148,7 +165,7 @@ static pdx_status_t slice_layer(struct xfer *x, uint32_t layer)
 {
 	struct agent *a = x->agent;
 	uint64_t per = tp_slice_block_bytes(&x->slice, &a->reg.layout);
-	uint32_t step = per < SLICE_MSG_MAX ? (uint32_t)(SLICE_MSG_MAX / per) : 1;
+	uint32_t step = slice_step(per);
 
 	for (uint32_t t = 0; t < a->reg.layout.tensors; t++)
 		for (uint32_t i = x->skip; i < x->n_blocks; i += step) {
@@ -192,7 +209,9 @@ static void slices_resume(struct agent *a)
 		if (!s->head)
 			s->tail = NULL;
 		if (!x->finished)
-			st = slice_layer(x, w->layer);
+			st = x->peer->state == PEER_READY && x->peer->ep
+				     ? slice_layer(x, w->layer)
+				     : PDX_EPEER;
 		if (st)
 			xfer_fail(x, st, true, "push of layer %u to %s: %s",
 				  w->layer, x->peer_addr, pdx_status_str(st));
@@ -229,11 +248,16 @@ pdx_status_t am_slice_push(struct xfer *x, uint32_t layer)
 static void slice_received(void *arg, pdx_status_t status)
 {
 	struct packed *pk = arg;
+	struct agent *a = pk->agent;
 	struct xfer *x = pk->x;
 
+	if (a->slices.stopping) { /* cancelled: its transfer is gone */
+		packed_put(a, pk);
+		return;
+	}
 	if (!status && !x->finished) /* a failed one's blocks are not ours */
 		slice_copy(x, pk, pk->bytes, false);
-	packed_put(x->agent, pk);
+	packed_put(a, pk);
 	am_place_received(x, status);
 }
 
@@ -248,7 +272,9 @@ void am_slice_on_message(void *agent, const void *hdr, size_t hdr_len,
 			       ? tp_slice_block_bytes(&x->slice, &a->reg.layout)
 			       : 0;
 
-	if (!per || len % per || !am_place_awaited(x, &at, len / per)) {
+	/* no more blocks than a sender packs in one message */
+	if (!per || len % per || len / per > slice_step(per) ||
+	    !am_place_awaited(x, &at, len / per)) {
 		am_place_drop(a, data, len, hdr_len, rndv);
 		return;
 	}

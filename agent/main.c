@@ -473,6 +473,7 @@ static void agent_stop(struct agent *a)
 	metrics_stop(a);
 	gpu_drain(a->gpu); /* its callbacks name transfers */
 	staged_stop(a);
+	am_slice_stop(a);
 	xfers_free(a);
 	pdx_ended_free(a->ended);
 	peers_free(a);

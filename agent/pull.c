@@ -15,6 +15,9 @@
 #include "common/log.h"
 
 #define MAX_BLOCKS (1u << 20)
+/* Gets in flight before the next layer's are posted: a TP leg's NHD
+ * heads are a get per token row, hundreds of thousands a transfer. */
+#define READS_MAX 4096
 
 const char *pull_refusal(const struct agent *a, const struct peer *p)
 {
@@ -81,7 +84,8 @@ void pull_on_pulled(struct xfer *x, const msgpack_object *m)
  * (or its abort came first). */
 static void pull_maybe_pulled(struct xfer *x)
 {
-	if (x->finished || x->inflight || x->pulled_sent)
+	if (x->finished || x->inflight || x->pulled_sent ||
+	    x->pull_layer < x->agent->reg.layout.layers)
 		return;
 	x->pulled_sent = true;
 	log_debug("pulled from %s: %llu bytes", x->peer_addr,
@@ -91,6 +95,8 @@ static void pull_maybe_pulled(struct xfer *x)
 			  x->peer_addr);
 }
 
+static void reads_post(struct xfer *x);
+
 static void read_done(void *arg, pdx_status_t status)
 {
 	struct xfer *x = arg;
@@ -99,7 +105,7 @@ static void read_done(void *arg, pdx_status_t status)
 	if (status && !x->finished)
 		xfer_fail(x, status, true, "reading from %s failed: %s",
 			  x->peer_addr, pdx_status_str(status));
-	pull_maybe_pulled(x);
+	reads_post(x);
 	xfer_maybe_release(x);
 }
 
@@ -190,12 +196,21 @@ void pull_on_readable(struct xfer *x, const msgpack_object *m)
 	}
 	log_debug("reading %zu runs x %u layers from %s", x->n_runs,
 		  p->layout.layers, p->addr);
-	for (uint32_t l = 0; l < x->agent->reg.layout.layers; l++) {
+	reads_post(x);
+}
+
+/* The next layers' reads, while fewer than READS_MAX are in flight (the
+ * ipc lane's copies end at once); "pulled" after the last. */
+static void reads_post(struct xfer *x)
+{
+	while (!x->finished && x->inflight < READS_MAX &&
+	       x->pull_layer < x->agent->reg.layout.layers) {
+		uint32_t l = x->pull_layer++;
 		pdx_status_t st = host_each_run(x, l, true, read_run);
 
 		if (st) {
 			xfer_fail(x, st, true, "reading layer %u from %s: %s", l,
-				  p->addr, pdx_status_str(st));
+				  x->peer_addr, pdx_status_str(st));
 			return; /* reads started drain first */
 		}
 	}

@@ -564,6 +564,7 @@ void fa_init(struct agent *a, uint8_t cfg)
 void fa_free(struct agent *a)
 {
 	progress();
+	am_slice_stop(a);
 	xfers_free(a);
 	pdx_ended_free(a->ended);
 	peers_free(a);
