@@ -457,8 +457,13 @@ void xfer_maybe_release(struct xfer *x);
  * incarnation of it (a restarted peer knows nothing of them). */
 void xfers_peer_failed(struct agent *a, struct peer *p, uint64_t instance,
 		       pdx_status_t status, const char *reason);
+/* The agent stops: every transfer ends here quietly (no event, no peer
+ * told) and is freed, but for those a UCX operation still names, which
+ * its cancelled callback reads after the endpoints close: xfers_reap()
+ * frees them once UCX is gone. */
 void xfers_free(struct agent *a);
-/* Frees released transfers; only agent_settle() calls it. */
+/* Frees released transfers; only agent_settle() calls it (and the agent's
+ * stop, last). */
 void xfers_reap(struct agent *a);
 
 /* complete.c: a transfer's data operations finishing */

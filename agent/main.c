@@ -503,6 +503,7 @@ static void agent_stop(struct agent *a)
 	if (a->zctx)
 		zmq_ctx_term(a->zctx);
 	pdx_ucx_free(a->ucx);
+	xfers_reap(a); /* those UCX operations named, all called back now */
 	if (a->base)
 		event_base_free(a->base);
 	if (a->cfg.engine_addr)

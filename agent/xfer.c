@@ -315,11 +315,28 @@ void xfers_peer_failed(struct agent *a, struct peer *p, uint64_t instance,
 
 void xfers_free(struct agent *a)
 {
-	struct xfer *x, *tmp;
+	struct xfer *x, *tmp, *held = NULL;
 
-	HASH_ITER(hh, a->xfers, x, tmp)
-		xfer_unlink(a, x);
 	xfers_reap(a);
+	HASH_ITER(hh, a->xfers, x, tmp) {
+		x->finished = true; /* quietly: no event, no peer told */
+		evtimer_del(x->timer);
+		xfer_unlink(a, x);
+	}
+	while (a->dead) { /* GPU work drained: its plans go now */
+		x = a->dead;
+		a->dead = x->next_dead;
+		gpu_plan_free(a->gpu, x->plan);
+		gpu_plan_free(a->gpu, x->peer_plan);
+		x->plan = x->peer_plan = NULL;
+		if (x->inflight) { /* a UCX operation still names it */
+			x->next_dead = held;
+			held = x;
+		} else {
+			xfer_destroy(x);
+		}
+	}
+	a->dead = held;
 }
 
 pdx_status_t xfer_set_meta(struct xfer *x, const void *data, size_t len)

@@ -570,6 +570,7 @@ void fa_free(struct agent *a)
 	peers_free(a);
 	registration_clear(a);
 	progress();
+	xfers_reap(a);
 	am_slice_free(a);
 	if (n_ops || eps || live_sockets || live_mem || live_rkey_bufs ||
 	    live_rkeys)
