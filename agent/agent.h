@@ -285,7 +285,7 @@ struct xfer_ops {
 /* am_slice.c's state: buffers kept for packing, the packed bytes UCX has
  * not sent yet, and the layers waiting for room, in order. */
 struct am_slices {
-	struct packed *bufs;
+	struct packed *bufs, *live; /* kept; and in use */
 	uint32_t n_bufs;
 	uint64_t inflight;
 	struct slice_wait *head, *tail;
@@ -599,7 +599,7 @@ void am_slice_on_message(void *agent, const void *hdr, size_t hdr_len,
 /* The agent stops, before its transfers are freed: waiting layers
  * dropped, and messages still in flight free only their buffers. */
 void am_slice_stop(struct agent *a);
-/* Its buffers freed, once UCX called back for the last message. */
+/* Its buffers freed, once UCX is gone (no message calls back). */
 void am_slice_free(struct agent *a);
 
 /* staged.c: the staged path's bounded buffers and messages */

@@ -27,7 +27,8 @@
 
 /* A message's packed bytes, kept until UCX is done with them. */
 struct packed {
-	struct packed *next; /* kept: the next one */
+	/* in use: on the live list; kept: the next one */
+	struct packed *next, **pprev;
 	struct agent *agent;
 	struct xfer *x;
 	struct am_place at; /* the first block's position, layer and tensor */
@@ -56,11 +57,19 @@ static struct packed *packed_get(struct agent *a, struct xfer *x, size_t len)
 		return NULL;
 	}
 	*pk = (struct packed){ .agent = a, .x = x, .len = len, .cap = cap };
+	pk->next = a->slices.live;
+	if (pk->next)
+		pk->next->pprev = &pk->next;
+	pk->pprev = &a->slices.live;
+	a->slices.live = pk;
 	return pk;
 }
 
 static void packed_put(struct agent *a, struct packed *pk)
 {
+	*pk->pprev = pk->next;
+	if (pk->next)
+		pk->next->pprev = pk->pprev;
 	if (pk->cap != SLICE_MSG_MAX || a->slices.n_bufs >= SLICE_KEEP ||
 	    a->slices.stopping) {
 		free(pk);
@@ -85,12 +94,16 @@ void am_slice_stop(struct agent *a)
 
 void am_slice_free(struct agent *a)
 {
-	while (a->slices.bufs) {
-		struct packed *pk = a->slices.bufs;
+	/* live: messages UCX never called back for (pdx_ucx_free) */
+	struct packed *lists[] = { a->slices.bufs, a->slices.live };
 
-		a->slices.bufs = pk->next;
-		free(pk);
-	}
+	for (int i = 0; i < 2; i++)
+		while (lists[i]) {
+			struct packed *pk = lists[i];
+
+			lists[i] = pk->next;
+			free(pk);
+		}
 	a->slices = (struct am_slices){ .stopping = true };
 }
 

@@ -485,7 +485,6 @@ static void agent_stop(struct agent *a)
 	if (a->ucx) /* cancelled operations call back, chunks too */
 		pdx_ucx_progress(a->ucx, 0);
 	staged_free(a);
-	am_slice_free(a);
 	gpu_free(a->gpu);
 	/* a start that failed half way left some unmade */
 	event_free_safe(a->engine_ev);
@@ -503,7 +502,9 @@ static void agent_stop(struct agent *a)
 	if (a->zctx)
 		zmq_ctx_term(a->zctx);
 	pdx_ucx_free(a->ucx);
-	xfers_reap(a); /* those UCX operations named, all called back now */
+	/* what UCX operations named: called back now, or never */
+	xfers_reap(a);
+	am_slice_free(a);
 	if (a->base)
 		event_base_free(a->base);
 	if (a->cfg.engine_addr)

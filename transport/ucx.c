@@ -13,6 +13,8 @@ struct op {
 	pdx_ucx_done_cb cb;
 	void *arg;
 	struct op *next; /* on the deferred list only */
+	/* a request UCX holds: on the pending list until it calls back */
+	struct op *pending_next, **pending_pprev;
 	pdx_status_t status;
 	/* UCX 1.13 reads an active message's header until the send completes
 	 * (there is no copy-header flag yet), so it lives here. */
@@ -34,6 +36,7 @@ struct pdx_ucx {
 	size_t addr_len;
 	int efd;
 	struct op *deferred; /* completed inline: fired by the next progress */
+	struct op *pending;  /* requests UCX has not called back for yet */
 	struct am_handler am[AM_IDS];
 	int closing; /* endpoint closes in flight */
 };
@@ -148,6 +151,16 @@ void pdx_ucx_free(struct pdx_ucx *u)
 	fire_deferred(u);
 	ucp_worker_release_address(u->worker, u->addr);
 	ucp_worker_destroy(u->worker);
+	/* Requests the worker never completed (UCX 1.13 leaves a rendezvous
+	 * send to a force-closed shared-memory endpoint pending): their
+	 * callbacks will not fire now, so what they held is the caller's to
+	 * free (ucx.h). */
+	while (u->pending) {
+		struct op *o = u->pending;
+
+		u->pending = o->pending_next;
+		free(o);
+	}
 	ucp_cleanup(u->ctx);
 	free(u);
 }
@@ -189,13 +202,27 @@ void pdx_ucx_address(const struct pdx_ucx *u, const void **addr, size_t *len)
 	*len = u->addr_len;
 }
 
-static struct op *op_new(pdx_ucx_done_cb cb, void *arg)
+static void op_unlink(struct op *o)
+{
+	*o->pending_pprev = o->pending_next;
+	if (o->pending_next)
+		o->pending_next->pending_pprev = o->pending_pprev;
+}
+
+/* On the pending list from the start: UCX may call back before the call
+ * that started it returns. */
+static struct op *op_new(struct pdx_ucx *u, pdx_ucx_done_cb cb, void *arg)
 {
 	struct op *o = calloc(1, sizeof(*o));
 
 	if (o) {
 		o->cb = cb;
 		o->arg = arg;
+		o->pending_next = u->pending;
+		if (u->pending)
+			u->pending->pending_pprev = &o->pending_next;
+		o->pending_pprev = &u->pending;
+		u->pending = o;
 	}
 	return o;
 }
@@ -206,10 +233,12 @@ static pdx_status_t op_started(struct pdx_ucx *u, struct op *o,
 			       ucs_status_ptr_t req)
 {
 	if (UCS_PTR_IS_ERR(req)) {
+		op_unlink(o);
 		free(o);
 		return from_ucs(UCS_PTR_STATUS(req));
 	}
 	if (req == NULL) {
+		op_unlink(o);
 		o->status = PDX_OK;
 		o->next = u->deferred;
 		u->deferred = o;
@@ -221,6 +250,7 @@ static void op_done(void *request, ucs_status_t status, void *user_data)
 {
 	struct op *o = user_data;
 
+	op_unlink(o);
 	o->cb(o->arg, from_ucs(status));
 	free(o);
 	ucp_request_free(request);
@@ -266,7 +296,7 @@ pdx_status_t pdx_ucx_am_handler(struct pdx_ucx *u, unsigned id,
 pdx_status_t pdx_ucx_am_recv(struct pdx_ucx *u, void *desc, void *dst,
 			     size_t len, pdx_ucx_done_cb cb, void *arg)
 {
-	struct op *o = op_new(cb, arg);
+	struct op *o = op_new(u, cb, arg);
 	ucp_request_param_t p = {
 		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
 				UCP_OP_ATTR_FIELD_USER_DATA,
@@ -469,7 +499,7 @@ static pdx_status_t rma(struct pdx_ucx_ep *ep, bool put, void *buf,
 			uint64_t remote_addr, struct pdx_ucx_rkey *rkey,
 			pdx_ucx_done_cb cb, void *arg)
 {
-	struct op *o = op_new(cb, arg);
+	struct op *o = op_new(ep->u, cb, arg);
 	ucp_request_param_t p;
 
 	if (!o)
@@ -507,7 +537,7 @@ static pdx_status_t am_send(struct pdx_ucx_ep *ep, unsigned id,
 
 	if (hdr_len > PDX_UCX_AM_HDR_MAX)
 		return PDX_EINVAL;
-	o = op_new(cb, arg);
+	o = op_new(ep->u, cb, arg);
 	if (!o)
 		return PDX_ENOMEM;
 	memcpy(o->hdr, hdr, hdr_len);
@@ -550,7 +580,7 @@ pdx_status_t pdx_ucx_am_send_rndv(struct pdx_ucx_ep *ep, unsigned id,
 
 pdx_status_t pdx_ucx_flush(struct pdx_ucx_ep *ep, pdx_ucx_done_cb cb, void *arg)
 {
-	struct op *o = op_new(cb, arg);
+	struct op *o = op_new(ep->u, cb, arg);
 	ucp_request_param_t p;
 
 	if (!o)

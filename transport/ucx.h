@@ -33,7 +33,9 @@ typedef void (*pdx_ucx_am_cb)(void *arg, const void *hdr, size_t hdr_len,
 			      void *data, size_t len, bool rndv);
 
 pdx_status_t pdx_ucx_new(struct pdx_ucx **out);
-/* Closes endpoints' outstanding requests, then the worker and context. */
+/* Closes endpoints' outstanding requests, then the worker and context. A
+ * request the worker never completed does not call back at all: what its
+ * callback would have freed is the caller's to free after this. */
 void pdx_ucx_free(struct pdx_ucx *u);
 
 /* The worker's event fd: readable when progress may have work. */

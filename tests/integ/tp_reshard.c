@@ -8,6 +8,7 @@
  *   tp_reshard PATH-TO-pdx-agent
  */
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -525,6 +526,53 @@ out:
 	free(D);
 }
 
+/* TP 1 -> 2 over the am lane, the decode agents frozen (SIGSTOP) once
+ * they asked: the prefill agent's packed heads wait for them (rendezvous,
+ * UCX_RNDV_THRESH=64) when it is stopped (SIGTERM). It exits 0: its
+ * messages' late callbacks touch no freed transfer (ASan, valgrind). */
+static void stop_midway(void)
+{
+	struct inst *P = calloc(1, sizeof(*P)), *D = calloc(1, sizeof(*D));
+	const char *peers[1];
+	struct pdx_recv_opts ro = { .n_peers = 1 };
+	uint32_t blocks[NB];
+	struct pdx_xfer_id id;
+	int st;
+
+	h_note("stop midway: TP 1 -> 2 over am, decode agents frozen");
+	for (int k = 0; k < NB; k++)
+		blocks[k] = (uint32_t)k;
+	agent_env = "UCX_RNDV_THRESH=64";
+	if (inst_start(P, 1, 8, false, PDX_KV_NHD, 'p', "am") ||
+	    inst_start(D, 2, 4, false, PDX_KV_NHD, 'd', "am")) {
+		CHECK_FAIL("stop midway: the agents and engines start");
+		goto out;
+	}
+	peers[0] = P->r[0].peer;
+	ro.peers = peers;
+	pdx_xfer_id_random(&id);
+	for (uint32_t j = 0; j < 2; j++)
+		pdx_engine_recv_opts(D->r[j].eng, &id, NULL, blocks, NB, &ro);
+	pdx_engine_send(P->r[0].eng, &id, NULL, blocks, NB);
+	h_sleep_ms(500); /* both legs asked */
+	for (uint32_t j = 0; j < 2; j++)
+		pb_agent_kill(&D->r[j].agent, SIGSTOP);
+	for (int l = 0; l < LAYERS; l++)
+		pdx_engine_layer_done(P->r[0].eng, l, &id, 1);
+	h_sleep_ms(300); /* packed and sent: waiting for the receivers */
+	st = pb_agent_stop(&P->r[0].agent);
+	CHECK(st == 0, "the prefill agent, stopped with packed heads in "
+	      "flight, exits 0 (wait status 0x%x)", st);
+	for (uint32_t j = 0; j < 2; j++)
+		pb_agent_kill(&D->r[j].agent, SIGCONT);
+out:
+	agent_env = NULL;
+	inst_stop(P);
+	inst_stop(D);
+	free(P);
+	free(D);
+}
+
 static void refusals(void)
 {
 	struct inst *P = calloc(1, sizeof(*P)), *D = calloc(1, sizeof(*D));
@@ -605,6 +653,7 @@ int main(int argc, char **argv)
 	run_case(1, 2, PDX_KV_NHD, true, NULL, push);
 	run_case(2, 1, PDX_KV_NHD, true, "put", pull);
 	refusals();
+	stop_midway();
 	aborts();
 	holds();
 	pb_tmpdir_remove(dir);
