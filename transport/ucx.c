@@ -209,8 +209,8 @@ static void op_unlink(struct op *o)
 		o->pending_next->pending_pprev = o->pending_pprev;
 }
 
-/* On the pending list from the start: UCX may call back before the call
- * that started it returns. */
+/* On the pending list from the start, so that a callback, whenever it
+ * comes, finds it there. */
 static struct op *op_new(struct pdx_ucx *u, pdx_ucx_done_cb cb, void *arg)
 {
 	struct op *o = calloc(1, sizeof(*o));
@@ -478,9 +478,11 @@ void pdx_ucx_rkey_free(struct pdx_ucx_rkey *r)
 static ucp_request_param_t send_param(struct op *o, struct pdx_ucx_mem *mem)
 {
 	ucp_request_param_t p = {
+		/* no UCP_OP_ATTR_FLAG_NO_IMM_CMPL: with it UCX calls back
+		 * inside the call for an operation done at once, before the
+		 * caller counted it; without, it returns NULL (op_started) */
 		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-				UCP_OP_ATTR_FIELD_USER_DATA |
-				UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+				UCP_OP_ATTR_FIELD_USER_DATA,
 		.cb.send = op_done,
 		.user_data = o,
 	};
@@ -586,6 +588,5 @@ pdx_status_t pdx_ucx_flush(struct pdx_ucx_ep *ep, pdx_ucx_done_cb cb, void *arg)
 	if (!o)
 		return PDX_ENOMEM;
 	p = send_param(o, NULL);
-	p.op_attr_mask &= ~UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
 	return op_started(ep->u, o, ucp_ep_flush_nbx(ep->ep, &p));
 }
