@@ -288,7 +288,7 @@ struct am_slices {
 	struct packed *bufs, *live; /* kept; and in use */
 	uint32_t n_bufs;
 	uint64_t inflight;
-	struct slice_wait *head, *tail;
+	struct slice_wait *waits; /* in order (utlist) */
 	bool stopping; /* the transfers are gone: callbacks free only */
 };
 

@@ -17,6 +17,7 @@
 #define PDX_LOG_TOPIC "push"
 #include <stdlib.h>
 #include <string.h>
+#include <utlist.h>
 
 #include "agent/agent.h"
 #include "common/log.h"
@@ -27,8 +28,7 @@
 
 /* A message's packed bytes, kept until UCX is done with them. */
 struct packed {
-	/* in use: on the live list; kept: the next one */
-	struct packed *next, **pprev;
+	struct packed *next, *prev; /* on the live or the kept list */
 	struct agent *agent;
 	struct xfer *x;
 	struct am_place at; /* the first block's position, layer and tensor */
@@ -40,7 +40,7 @@ struct packed {
 
 /* A layer of x that found no room, and holds x until it is packed. */
 struct slice_wait {
-	struct slice_wait *next;
+	struct slice_wait *next, *prev;
 	struct xfer *x;
 	uint32_t layer;
 };
@@ -51,59 +51,48 @@ static struct packed *packed_get(struct agent *a, struct xfer *x, size_t len)
 	struct packed *pk = a->slices.bufs;
 
 	if (cap == SLICE_MSG_MAX && pk) {
-		a->slices.bufs = pk->next;
+		DL_DELETE(a->slices.bufs, pk);
 		a->slices.n_bufs--;
 	} else if ((pk = malloc(sizeof(*pk) + cap)) == NULL) {
 		return NULL;
 	}
 	*pk = (struct packed){ .agent = a, .x = x, .len = len, .cap = cap };
-	pk->next = a->slices.live;
-	if (pk->next)
-		pk->next->pprev = &pk->next;
-	pk->pprev = &a->slices.live;
-	a->slices.live = pk;
+	DL_PREPEND(a->slices.live, pk);
 	return pk;
 }
 
 static void packed_put(struct agent *a, struct packed *pk)
 {
-	*pk->pprev = pk->next;
-	if (pk->next)
-		pk->next->pprev = pk->pprev;
+	DL_DELETE(a->slices.live, pk);
 	if (pk->cap != SLICE_MSG_MAX || a->slices.n_bufs >= SLICE_KEEP ||
 	    a->slices.stopping) {
 		free(pk);
 		return;
 	}
-	pk->next = a->slices.bufs;
-	a->slices.bufs = pk;
+	DL_PREPEND(a->slices.bufs, pk);
 	a->slices.n_bufs++;
 }
 
 void am_slice_stop(struct agent *a)
 {
-	while (a->slices.head) {
-		struct slice_wait *w = a->slices.head;
+	struct slice_wait *w, *tmp;
 
-		a->slices.head = w->next;
+	DL_FOREACH_SAFE(a->slices.waits, w, tmp) {
+		DL_DELETE(a->slices.waits, w);
 		free(w);
 	}
-	a->slices.tail = NULL;
 	a->slices.stopping = true;
 }
 
 void am_slice_free(struct agent *a)
 {
-	/* live: messages UCX never called back for (pdx_ucx_free) */
-	struct packed *lists[] = { a->slices.bufs, a->slices.live };
+	struct packed *pk, *tmp;
 
-	for (int i = 0; i < 2; i++)
-		while (lists[i]) {
-			struct packed *pk = lists[i];
-
-			lists[i] = pk->next;
-			free(pk);
-		}
+	DL_FOREACH_SAFE(a->slices.bufs, pk, tmp)
+		free(pk);
+	/* messages UCX never called back for (pdx_ucx_free) */
+	DL_FOREACH_SAFE(a->slices.live, pk, tmp)
+		free(pk);
 	a->slices = (struct am_slices){ .stopping = true };
 }
 
@@ -213,14 +202,12 @@ static void slices_resume(struct agent *a)
 {
 	struct am_slices *s = &a->slices;
 
-	while (s->head && s->inflight < SLICE_BUDGET) {
-		struct slice_wait *w = s->head;
+	while (s->waits && s->inflight < SLICE_BUDGET) {
+		struct slice_wait *w = s->waits;
 		struct xfer *x = w->x;
 		pdx_status_t st = PDX_OK;
 
-		s->head = w->next;
-		if (!s->head)
-			s->tail = NULL;
+		DL_DELETE(s->waits, w);
 		if (!x->finished)
 			st = x->peer->state == PEER_READY && x->peer->ep
 				     ? slice_layer(x, w->layer)
@@ -240,7 +227,7 @@ pdx_status_t am_slice_push(struct xfer *x, uint32_t layer)
 
 	/* With a layer waiting there is no room: messages are in flight,
 	 * and the first to be sent resumes it. */
-	if (!s->head && s->inflight < SLICE_BUDGET)
+	if (!s->waits && s->inflight < SLICE_BUDGET)
 		return slice_layer(x, layer);
 	w = malloc(sizeof(*w));
 	if (!w)
@@ -250,11 +237,7 @@ pdx_status_t am_slice_push(struct xfer *x, uint32_t layer)
 		  x->peer_addr, (unsigned long long)s->inflight);
 	xfer_hold(x); /* and its flush waits for it */
 	pdx_xfer_sm_op_started(&x->sm);
-	if (s->tail)
-		s->tail->next = w;
-	else
-		s->head = w;
-	s->tail = w;
+	DL_APPEND(s->waits, w);
 	return PDX_OK;
 }
 

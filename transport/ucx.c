@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 #include <ucp/api/ucp.h>
+#include <utlist.h>
 
 struct pdx_ucx_ep;
 
@@ -12,9 +13,10 @@ struct pdx_ucx_ep;
 struct op {
 	pdx_ucx_done_cb cb;
 	void *arg;
+	struct pdx_ucx *u;
 	struct op *next; /* on the deferred list only */
 	/* a request UCX holds: on the pending list until it calls back */
-	struct op *pending_next, **pending_pprev;
+	struct op *pending_next, *pending_prev;
 	pdx_status_t status;
 	/* UCX 1.13 reads an active message's header until the send completes
 	 * (there is no copy-header flag yet), so it lives here. */
@@ -158,7 +160,7 @@ void pdx_ucx_free(struct pdx_ucx *u)
 	while (u->pending) {
 		struct op *o = u->pending;
 
-		u->pending = o->pending_next;
+		DL_DELETE2(u->pending, o, pending_prev, pending_next);
 		free(o);
 	}
 	ucp_cleanup(u->ctx);
@@ -202,13 +204,6 @@ void pdx_ucx_address(const struct pdx_ucx *u, const void **addr, size_t *len)
 	*len = u->addr_len;
 }
 
-static void op_unlink(struct op *o)
-{
-	*o->pending_pprev = o->pending_next;
-	if (o->pending_next)
-		o->pending_next->pending_pprev = o->pending_pprev;
-}
-
 /* On the pending list from the start, so that a callback, whenever it
  * comes, finds it there. */
 static struct op *op_new(struct pdx_ucx *u, pdx_ucx_done_cb cb, void *arg)
@@ -218,13 +213,16 @@ static struct op *op_new(struct pdx_ucx *u, pdx_ucx_done_cb cb, void *arg)
 	if (o) {
 		o->cb = cb;
 		o->arg = arg;
-		o->pending_next = u->pending;
-		if (u->pending)
-			u->pending->pending_pprev = &o->pending_next;
-		o->pending_pprev = &u->pending;
-		u->pending = o;
+		o->u = u;
+		DL_PREPEND2(u->pending, o, pending_prev, pending_next);
 	}
 	return o;
+}
+
+/* Off the pending list: ended, or never started. */
+static void op_unlink(struct op *o)
+{
+	DL_DELETE2(o->u->pending, o, pending_prev, pending_next);
 }
 
 /* Common tail of every non-blocking call: error, inline completion (fired
