@@ -304,6 +304,7 @@ struct agent {
 	void *peer_sock;   /* ROUTER, tcp:// */
 	void *notify_sock; /* PUSH, optional */
 	struct event *engine_ev, *peer_ev, *ucx_ev, *sig_int, *sig_term;
+	struct event *ucx_poll_ev; /* polls UCX while it cannot be armed */
 	struct event *beat_ev; /* heartbeat timer (liveness.c) */
 	uint64_t beat_ns;      /* when it last ran */
 	struct pdx_ucx *ucx;

@@ -31,7 +31,6 @@ void complete_op_ended_cb(void *arg, pdx_status_t status)
 /* arg: the meta's copy, which the send used until now */
 static void done_am_sent(void *arg, pdx_status_t status)
 {
-	free(arg);
 	if (status)
 		log_warn("done by ucx: %s", pdx_status_str(status));
 }
@@ -43,22 +42,14 @@ static void done_am_sent(void *arg, pdx_status_t status)
  * payload, eager, the meta (a copy: x may be gone before the send ends). */
 static pdx_status_t send_done_am(struct xfer *x)
 {
-	uint8_t hdr[AM_DONE_BYTES], *meta = NULL;
-	pdx_status_t st;
+	uint8_t hdr[AM_DONE_BYTES];
 
 	memcpy(hdr, x->id.b, 16);
 	memcpy(hdr + 16, &x->first_token, 8);
 	memcpy(hdr + 24, &x->bytes, 8);
 	memcpy(hdr + 32, &x->am_bytes, 8);
-	if (x->meta_len && !(meta = malloc(x->meta_len)))
-		return PDX_ENOMEM;
-	if (meta)
-		memcpy(meta, x->meta, x->meta_len);
-	st = pdx_ucx_am_send_eager(x->peer->ep, AM_DONE, hdr, sizeof(hdr),
-				   meta, x->meta_len, done_am_sent, meta);
-	if (st)
-		free(meta);
-	return st;
+	return pdx_ucx_am_send_eager(x->peer->ep, AM_DONE, hdr, sizeof(hdr),
+				     x->meta, x->meta_len, done_am_sent, NULL);
 }
 
 void complete_on_done_am(void *arg, const void *hdr, size_t hdr_len,

@@ -20,6 +20,10 @@
 /* While data moves, poll UCX this long past the last completion before
  * sleeping; an idle agent never spins. */
 #define SPIN_NS 200000
+/* While UCX has work it cannot wake us for (pdx_ucx_progress() says so),
+ * poll it this often: a send to a stalled peer must not keep the loop from
+ * everything else. */
+static const struct timeval UCX_POLL = { 0, 1000 };
 
 static void usage(FILE *f)
 {
@@ -267,14 +271,17 @@ static int drain_router(struct agent *a, void *sock, bool engine)
  * routers, UCX completions (which may send messages), and again. */
 void agent_settle(struct agent *a)
 {
+	bool busy;
 	int n;
 
 	do {
 		n = a->zap_sock ? pdx_curve_zap_drain(a->curve, a->zap_sock) : 0;
 		n += drain_router(a, a->engine_sock, true);
 		n += drain_router(a, a->peer_sock, false);
-		pdx_ucx_progress(a->ucx, a->ops_inflight ? SPIN_NS : 0);
+		busy = pdx_ucx_progress(a->ucx, a->ops_inflight ? SPIN_NS : 0);
 	} while (n > 0);
+	if (busy && !evtimer_pending(a->ucx_poll_ev, NULL))
+		evtimer_add(a->ucx_poll_ev, &UCX_POLL);
 	xfers_reap(a);
 }
 
@@ -447,10 +454,11 @@ static int agent_start(struct agent *a)
 	a->engine_ev = watch_fd(a, zfd(a->engine_sock));
 	a->peer_ev = watch_fd(a, zfd(a->peer_sock));
 	a->ucx_ev = watch_fd(a, pdx_ucx_fd(a->ucx));
+	a->ucx_poll_ev = evtimer_new(a->base, on_ready, a);
 	a->sig_int = evsignal_new(a->base, SIGINT, on_signal, a);
 	a->sig_term = evsignal_new(a->base, SIGTERM, on_signal, a);
-	if (!a->engine_ev || !a->peer_ev || !a->ucx_ev || !a->sig_int ||
-	    !a->sig_term)
+	if (!a->engine_ev || !a->peer_ev || !a->ucx_ev || !a->ucx_poll_ev ||
+	    !a->sig_int || !a->sig_term)
 		return -1;
 	event_add(a->sig_int, NULL);
 	event_add(a->sig_term, NULL);
@@ -490,6 +498,7 @@ static void agent_stop(struct agent *a)
 	event_free_safe(a->engine_ev);
 	event_free_safe(a->peer_ev);
 	event_free_safe(a->ucx_ev);
+	event_free_safe(a->ucx_poll_ev);
 	event_free_safe(a->sig_int);
 	event_free_safe(a->sig_term);
 	if (a->engine_sock)

@@ -21,6 +21,7 @@ struct op {
 	/* UCX 1.13 reads an active message's header until the send completes
 	 * (there is no copy-header flag yet), so it lives here. */
 	uint8_t hdr[PDX_UCX_AM_HDR_MAX];
+	void *payload; /* an eager send's copy, freed with the op */
 };
 
 struct am_handler {
@@ -132,6 +133,12 @@ free_u:
 	return from_ucs(s);
 }
 
+static void op_free(struct op *o)
+{
+	free(o->payload);
+	free(o);
+}
+
 static void fire_deferred(struct pdx_ucx *u)
 {
 	while (u->deferred) {
@@ -139,7 +146,7 @@ static void fire_deferred(struct pdx_ucx *u)
 
 		u->deferred = o->next;
 		o->cb(o->arg, o->status);
-		free(o);
+		op_free(o);
 	}
 }
 
@@ -161,7 +168,7 @@ void pdx_ucx_free(struct pdx_ucx *u)
 		struct op *o = u->pending;
 
 		DL_DELETE2(u->pending, o, pending_prev, pending_next);
-		free(o);
+		op_free(o);
 	}
 	ucp_cleanup(u->ctx);
 	free(u);
@@ -180,21 +187,32 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-void pdx_ucx_progress(struct pdx_ucx *u, uint64_t spin_ns)
+/* Arming fails (busy) while UCX has work it cannot be woken for, such as
+ * a send waiting for room in a frozen receiver's shared-memory FIFO (UCX
+ * 1.13): it polls for that room. After BUSY_ROUNDS such failures without
+ * progress the caller gets control back, to poll again a little later
+ * rather than spin here deaf to everything else. */
+#define BUSY_ROUNDS 4
+
+bool pdx_ucx_progress(struct pdx_ucx *u, uint64_t spin_ns)
 {
 	uint64_t idle_since = spin_ns ? now_ns() : 0;
+	unsigned busy = 0;
 
 	for (;;) {
 		if (ucp_worker_progress(u->worker) || u->deferred) {
 			fire_deferred(u);
 			if (spin_ns)
 				idle_since = now_ns();
+			busy = 0;
 			continue;
 		}
 		if (spin_ns && now_ns() - idle_since < spin_ns)
 			continue;
 		if (ucp_worker_arm(u->worker) != UCS_ERR_BUSY)
-			return;
+			return false;
+		if (++busy == BUSY_ROUNDS)
+			return true;
 	}
 }
 
@@ -232,7 +250,7 @@ static pdx_status_t op_started(struct pdx_ucx *u, struct op *o,
 {
 	if (UCS_PTR_IS_ERR(req)) {
 		op_unlink(o);
-		free(o);
+		op_free(o);
 		return from_ucs(UCS_PTR_STATUS(req));
 	}
 	if (req == NULL) {
@@ -250,7 +268,7 @@ static void op_done(void *request, ucs_status_t status, void *user_data)
 
 	op_unlink(o);
 	o->cb(o->arg, from_ucs(status));
-	free(o);
+	op_free(o);
 	ucp_request_free(request);
 }
 
@@ -541,6 +559,14 @@ static pdx_status_t am_send(struct pdx_ucx_ep *ep, unsigned id,
 	if (!o)
 		return PDX_ENOMEM;
 	memcpy(o->hdr, hdr, hdr_len);
+	if (protocol == UCP_AM_SEND_FLAG_EAGER && len) {
+		if (!(o->payload = malloc(len))) {
+			op_unlink(o);
+			op_free(o);
+			return PDX_ENOMEM;
+		}
+		src = memcpy(o->payload, src, len);
+	}
 	p = send_param(o, src_mem);
 	if (protocol) {
 		p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;

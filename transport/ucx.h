@@ -43,8 +43,11 @@ int pdx_ucx_fd(const struct pdx_ucx *u);
 
 /* Drives the worker until it has been idle for spin_ns (0: at once) and
  * re-arms the event fd. Spinning a little while operations are in flight
- * saves a sleep and wake-up per chunk on streaming lanes such as TCP. */
-void pdx_ucx_progress(struct pdx_ucx *u, uint64_t spin_ns);
+ * saves a sleep and wake-up per chunk on streaming lanes such as TCP.
+ * Returns true when the fd could not be armed because UCX still has work
+ * it only polls for (a send waiting for a stalled peer): call again soon,
+ * the fd may stay quiet. */
+bool pdx_ucx_progress(struct pdx_ucx *u, uint64_t spin_ns);
 
 /* The worker address to give peers; valid until pdx_ucx_free(). */
 void pdx_ucx_address(const struct pdx_ucx *u, const void **addr, size_t *len);
@@ -116,7 +119,8 @@ pdx_status_t pdx_ucx_am_send(struct pdx_ucx_ep *ep, unsigned id,
 			     pdx_ucx_done_cb cb, void *arg);
 /* The same eagerly, whatever its size: the receiver's handler gets the
  * whole payload (never rndv), for a small message that must arrive in
- * one piece. */
+ * one piece. The payload is copied: src is the caller's again on return
+ * (and nothing is left to free if UCX never calls back). */
 pdx_status_t pdx_ucx_am_send_eager(struct pdx_ucx_ep *ep, unsigned id,
 				   const void *hdr, size_t hdr_len,
 				   const void *src, size_t len,

@@ -442,6 +442,8 @@ pdx_status_t pdx_ucx_am_send_eager(struct pdx_ucx_ep *ep, unsigned id,
 		die("active-message header of %zu bytes", hdr_len);
 	if (len && !src)
 		die("active-message payload of %zu bytes at NULL", len);
+	if (len) /* copied by the call (ASan: inside its buffer) */
+		memcpy(am_scratch(len), src, len);
 	return op_add(ep, cb, arg);
 }
 
