@@ -606,6 +606,8 @@ void am_slice_free(struct agent *a);
 /* staged.c: the staged path's bounded buffers and messages */
 /* Its buffers, once GPU memory is registered (their name is in hellos). */
 pdx_status_t staged_init(struct agent *a);
+/* At stop, after pdx_ucx_stop() (no callback can come): chunks lent to a
+ * peer, the slots and their memory. */
 void staged_free(struct agent *a);
 /* The hello's field "staging": {"name", "slots", "slot_bytes"}. */
 void staged_pack_hello(struct agent *a, struct pdx_mp_msg *m);
@@ -615,8 +617,9 @@ bool staged_peer_map(struct agent *a, struct peer *p,
 void staged_peer_unmap(struct agent *a, struct peer *p);
 /* p is gone: our slots lent to it are ours again. */
 void staged_peer_gone(struct agent *a, struct peer *p);
-/* The agent stops (its transfers are about to be freed): chunks still on
- * their way only free themselves. */
+/* The agent stops (its transfers are about to be freed): chunks waiting
+ * for a slot are dropped, and those still on their way only free
+ * themselves. */
 void staged_stop(struct agent *a);
 
 /* tp_slice.c: which KV heads a pair of TP ranks exchange (pure) */

@@ -90,7 +90,7 @@ void am_slice_free(struct agent *a)
 
 	DL_FOREACH_SAFE(a->slices.bufs, pk, tmp)
 		free(pk);
-	/* messages UCX never called back for (pdx_ucx_free) */
+	/* messages UCX never called back for (pdx_ucx_stop) */
 	DL_FOREACH_SAFE(a->slices.live, pk, tmp)
 		free(pk);
 	a->slices = (struct am_slices){ .stopping = true };

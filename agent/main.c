@@ -489,16 +489,21 @@ static void agent_stop(struct agent *a)
 		event_free(a->zap_ev);
 	if (a->zap_sock)
 		zmq_close(a->zap_sock);
-	registration_clear(a);
 	if (a->ucx) /* cancelled operations call back, chunks too */
 		pdx_ucx_progress(a->ucx, 0);
+	/* a start that failed half way left some unmade */
+	event_free_safe(a->ucx_ev); /* watches the worker's fd */
+	event_free_safe(a->ucx_poll_ev);
+	/* The worker goes first: any callback still to come (an operation
+	 * cancelled by its destruction) runs now, while the memory its
+	 * operation used is registered and mapped, and the staging it ends
+	 * chunks into is there. */
+	pdx_ucx_stop(a->ucx);
+	registration_clear(a);
 	staged_free(a);
 	gpu_free(a->gpu);
-	/* a start that failed half way left some unmade */
 	event_free_safe(a->engine_ev);
 	event_free_safe(a->peer_ev);
-	event_free_safe(a->ucx_ev);
-	event_free_safe(a->ucx_poll_ev);
 	event_free_safe(a->sig_int);
 	event_free_safe(a->sig_term);
 	if (a->engine_sock)

@@ -119,21 +119,12 @@ static void slots_free(struct agent *a, struct staging *s)
 	}
 }
 
-/* At stop, after the transfers were freed: chunks still waiting for a
- * slot only hold memory (and, received, a UCX descriptor). */
+/* At stop, once UCX's worker is gone (no callback can come): the chunks
+ * lent to a peer, and the slots. */
 void staged_free(struct agent *a)
 {
 	if (!a->staging)
 		return;
-	for (int i = 0; i < 2; i++)
-		while (a->staging->side[i].head) {
-			struct chunk *c = a->staging->side[i].head;
-
-			a->staging->side[i].head = c->next;
-			if (c->desc)
-				pdx_ucx_am_drop(a->ucx, c->desc);
-			free(c);
-		}
 	for (uint32_t i = 0; i < a->staging->n_slots; i++)
 		free(a->staging->all[i].lent);
 	slots_free(a, a->staging);
@@ -663,10 +654,23 @@ void staged_peer_gone(struct agent *a, struct peer *p)
 	}
 }
 
+/* At stop, before the transfers go: chunks still waiting for a slot only
+ * hold memory (and, received, a UCX descriptor, released while the
+ * worker is there); none is queued after this. */
 void staged_stop(struct agent *a)
 {
-	if (a->staging)
-		a->staging->stopping = true;
+	if (!a->staging)
+		return;
+	a->staging->stopping = true;
+	for (int i = 0; i < 2; i++)
+		while (a->staging->side[i].head) {
+			struct chunk *c = a->staging->side[i].head;
+
+			a->staging->side[i].head = c->next;
+			if (c->desc)
+				pdx_ucx_am_drop(a->ucx, c->desc);
+			free(c);
+		}
 }
 
 /* A ready or free of the wrong size: nothing of it is read. */

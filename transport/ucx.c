@@ -150,9 +150,9 @@ static void fire_deferred(struct pdx_ucx *u)
 	}
 }
 
-void pdx_ucx_free(struct pdx_ucx *u)
+void pdx_ucx_stop(struct pdx_ucx *u)
 {
-	if (!u)
+	if (!u || !u->worker)
 		return;
 	/* Let endpoint closes finish so their requests are not leaked. */
 	for (int i = 0; i < 100000 && u->closing > 0; i++)
@@ -160,6 +160,7 @@ void pdx_ucx_free(struct pdx_ucx *u)
 	fire_deferred(u);
 	ucp_worker_release_address(u->worker, u->addr);
 	ucp_worker_destroy(u->worker);
+	u->worker = NULL;
 	/* Requests the worker never completed (UCX 1.13 leaves a rendezvous
 	 * send to a force-closed shared-memory endpoint pending): their
 	 * callbacks will not fire now, so what they held is the caller's to
@@ -170,6 +171,13 @@ void pdx_ucx_free(struct pdx_ucx *u)
 		DL_DELETE2(u->pending, o, pending_prev, pending_next);
 		op_free(o);
 	}
+}
+
+void pdx_ucx_free(struct pdx_ucx *u)
+{
+	if (!u)
+		return;
+	pdx_ucx_stop(u);
 	ucp_cleanup(u->ctx);
 	free(u);
 }
@@ -329,7 +337,8 @@ pdx_status_t pdx_ucx_am_recv(struct pdx_ucx *u, void *desc, void *dst,
 
 void pdx_ucx_am_drop(struct pdx_ucx *u, void *desc)
 {
-	ucp_am_data_release(u->worker, desc);
+	if (u->worker) /* after pdx_ucx_stop() the descriptor went with it */
+		ucp_am_data_release(u->worker, desc);
 }
 
 bool pdx_ucx_has_cuda(struct pdx_ucx *u)

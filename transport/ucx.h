@@ -33,9 +33,14 @@ typedef void (*pdx_ucx_am_cb)(void *arg, const void *hdr, size_t hdr_len,
 			      void *data, size_t len, bool rndv);
 
 pdx_status_t pdx_ucx_new(struct pdx_ucx **out);
-/* Closes endpoints' outstanding requests, then the worker and context. A
- * request the worker never completed does not call back at all: what its
- * callback would have freed is the caller's to free after this. */
+/* Lets endpoints' closes finish, then destroys the worker: every operation
+ * has called back when this returns, or never will (a request the worker
+ * never completed: what its callback would have freed is the caller's to
+ * free). Memory used by operations may be unregistered and freed after
+ * this; only pdx_ucx_mem_free(), pdx_ucx_am_drop() (a no-op now) and
+ * pdx_ucx_free() may follow. */
+void pdx_ucx_stop(struct pdx_ucx *u);
+/* pdx_ucx_stop() if not done, then the context. */
 void pdx_ucx_free(struct pdx_ucx *u);
 
 /* The worker's event fd: readable when progress may have work. */
