@@ -154,54 +154,74 @@ static void ch_sleep_until(uint64_t t_ns)
 		;
 }
 
-/* P: the source blocks. On a GPU with modeled compute the blocks get the
- * pattern of another seed here (the stale KV of an earlier request) and
- * SEND's per-layer "compute" writes the real one: a data path that reads a
- * layer before its event fired then shows as a mismatch. Without compute
- * the real pattern is written here and SEND only records the events. */
-static int ch_fill(double layer_ms, char *err, size_t errlen)
+/* Transfer x's pattern of `seed` into the host pool (with TP, a head at a
+ * time: the pattern of the whole model's heads this rank holds). */
+static void ch_fill_host(uint32_t x, uint64_t seed)
 {
 	uint32_t nb = plan->shape->nblocks;
 
+	pb_fill_rank(&ch_pool, seed, plan->src + (size_t)x * nb, nb,
+		     plan->shape->skip_blocks, me->tp_rank, me->tp_size);
+}
+
+/* P: the source blocks. On a GPU with modeled compute the blocks get the
+ * pattern of another seed here (the stale KV of an earlier request) and
+ * SEND's per-layer "compute" writes the real one: a data path that reads a
+ * layer before its event fired then shows as a mismatch. With TP the GPU
+ * pool is written through a host image (ch_mirror): the stale one is
+ * uploaded, then the real one is made there for the compute to upload a
+ * layer at a time. Without compute the real pattern is written here and
+ * SEND only records the events. */
+static int ch_fill(double layer_ms, char *err, size_t errlen)
+{
+	uint32_t nb = plan->shape->nblocks;
+	bool stale = ch_gpu && layer_ms > 0;
+
 	for (uint32_t x = 0; x < plan->shape->conc; x++) {
-		const uint32_t *b = plan->src + (size_t)x * nb;
-		uint64_t seed = plan->seeds[x];
+		uint64_t seed = stale ? ~plan->seeds[x] : plan->seeds[x];
 
 		if (!ch_gpu || ch_mirror) {
-			pb_fill_rank(&ch_pool, seed, b, nb,
-				     plan->shape->skip_blocks, me->tp_rank,
-				     me->tp_size);
+			ch_fill_host(x, seed);
 			continue;
 		}
-		if (layer_ms > 0)
-			seed = ~seed;
 		for (uint32_t l = 0; l < plan->model->layers; l++)
-			if (xb_cuda_fill_layer(ch_gpu, l, seed, b, nb,
+			if (xb_cuda_fill_layer(ch_gpu, l, seed,
+					       plan->src + (size_t)x * nb, nb,
 					       plan->shape->skip_blocks, err,
 					       errlen))
 				return -1;
 	}
 	/* done before the ack, so no fill runs into SEND's timings */
-	if (ch_mirror)
-		return xb_cuda_upload(ch_gpu, ch_pool.base, ch_pool.size, err,
-				      errlen);
+	if (ch_mirror) {
+		if (xb_cuda_upload(ch_gpu, ch_pool.base, ch_pool.size, err,
+				   errlen))
+			return -1;
+		for (uint32_t x = 0; stale && x < plan->shape->conc; x++)
+			ch_fill_host(x, plan->seeds[x]);
+		return 0;
+	}
 	return ch_gpu ? xb_cuda_sync(ch_gpu, err, errlen) : 0;
 }
 
 /* P on a GPU with modeled compute: queues layer l's real bytes of every
- * transfer on the compute stream (with TP they were there from the
- * start: the compute only takes time). */
+ * transfer on the compute stream (with TP, from the host image). */
 static int ch_compute_layer(uint32_t l, char *err, size_t errlen)
 {
 	uint32_t nb = plan->shape->nblocks;
 
-	if (ch_mirror)
-		return 0;
-	for (uint32_t x = 0; x < plan->shape->conc; x++)
-		if (xb_cuda_fill_layer(ch_gpu, l, plan->seeds[x],
-				       plan->src + (size_t)x * nb, nb,
-				       plan->shape->skip_blocks, err, errlen))
+	for (uint32_t x = 0; x < plan->shape->conc; x++) {
+		const uint32_t *b = plan->src + (size_t)x * nb;
+		int rc = ch_mirror
+			 ? xb_cuda_upload_layer(ch_gpu, ch_pool.base, l, b, nb,
+						plan->shape->skip_blocks, err,
+						errlen)
+			 : xb_cuda_fill_layer(ch_gpu, l, plan->seeds[x], b, nb,
+					      plan->shape->skip_blocks, err,
+					      errlen);
+
+		if (rc)
 			return -1;
+	}
 	return 0;
 }
 
@@ -338,13 +358,15 @@ static void ch_do(const struct xb_cmd *c)
 			ch_ack(me->ack_fd, 0, 0, NULL, "%s", err);
 			return;
 		}
+		/* the agent's count of what it placed here: a leg that moved
+		 * too little or too much fails even where the bytes check */
 		for (uint32_t x = 0; x < plan->shape->conc; x++) {
 			if (ch_row(plan->ev_bytes)[x] == want)
 				continue;
-			fprintf(stderr, "xferbench: received event says %" PRIu64
-					" bytes, expected %" PRIu64 "\n",
-				ch_row(plan->ev_bytes)[x], want);
-			break;
+			ch_ack(me->ack_fd, 0, 0, NULL, "received event says %"
+			       PRIu64 " bytes, expected %" PRIu64,
+			       ch_row(plan->ev_bytes)[x], want);
+			return;
 		}
 		ch_ack(me->ack_fd, 1, 0, NULL, NULL);
 		return;

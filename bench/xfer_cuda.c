@@ -352,6 +352,34 @@ int xb_cuda_download(struct xb_cuda_pool *p, void *host, size_t size,
 			  errlen);
 }
 
+int xb_cuda_upload_layer(struct xb_cuda_pool *p, const void *host,
+			 uint32_t layer, const uint32_t *blocks, size_t n,
+			 size_t first, char *err, size_t errlen)
+{
+	const struct pdx_kv_layer *ly = &p->layout.layer[layer];
+
+	for (size_t i = first; i < n; i++)
+		for (uint32_t t = 0; t < p->layout.tensors; t++) {
+			uint64_t off = ly->base[t].offset +
+				       (uint64_t)blocks[i] * ly->block_stride;
+			cudaError_t e;
+
+			if (off + p->block_bytes > p->size) {
+				snprintf(err, errlen, "block %u of layer %u "
+					 "past the pool", blocks[i], layer);
+				return -1;
+			}
+			e = cudaMemcpyAsync(p->base + off,
+					    (const uint8_t *)host + off,
+					    p->block_bytes,
+					    cudaMemcpyHostToDevice, p->stream);
+			if (e != cudaSuccess)
+				return cuda_fail(e, "cudaMemcpyAsync (layer)",
+						 err, errlen);
+		}
+	return 0;
+}
+
 /* Room for a transfer of `segs` staging blocks, and one layer of a pool to
  * build the expected bytes in. */
 static int scratch_make(struct xb_cuda_pool *p, uint64_t segs, char *err,

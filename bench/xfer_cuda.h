@@ -86,6 +86,12 @@ int xb_cuda_upload(struct xb_cuda_pool *p, const void *host, size_t size,
 		   char *err, size_t errlen);
 int xb_cuda_download(struct xb_cuda_pool *p, void *host, size_t size,
 		     char *err, size_t errlen);
+/* Queues on the compute stream the copy of layer `layer` (every tensor) of
+ * blocks[first..n) from such a host image into the pool: with TP, the
+ * "compute" that writes a layer's real bytes. Does not wait. */
+int xb_cuda_upload_layer(struct xb_cuda_pool *p, const void *host,
+			 uint32_t layer, const uint32_t *blocks, size_t n,
+			 size_t first, char *err, size_t errlen);
 
 /* Checks that blocks dst[first..n) of this pool hold, byte for byte, what
  * xb_cuda_fill_layer() wrote for every layer of `seed` into blocks

@@ -83,6 +83,13 @@ int xb_cuda_download(struct xb_cuda_pool *p, void *host, size_t size,
 	return nocuda(err, errlen);
 }
 
+int xb_cuda_upload_layer(struct xb_cuda_pool *p, const void *host,
+			 uint32_t layer, const uint32_t *blocks, size_t n,
+			 size_t first, char *err, size_t errlen)
+{
+	return nocuda(err, errlen);
+}
+
 int xb_cuda_verify(struct xb_cuda_pool *p, uint64_t seed, const uint32_t *src,
 		   const uint32_t *dst, size_t n, size_t first, char *err,
 		   size_t errlen)
