@@ -446,10 +446,20 @@ void pdx__gen_handle(struct pdx_http_api *api, struct evhttp_request *req,
 	struct pdx__gen_call *c;
 	uint64_t arrival_ns = pdx_now_ns(); /* TTFT counts parsing too */
 	struct pdx_oai_req r;
+	char why[PDX_REASON_MAX + 32];
 	pdx_status_t st;
 
 	if (read_body(api, req, chat, &r))
 		return;
+	/* a forward pass needs every TP rank: without them, as a transfer
+	 * without its agent, a 503 the proxy retries elsewhere */
+	if (r.kv.role == PDX_KV_NONE && api->p.link &&
+	    pdx_kv_link_ranks_status(api->p.link, why, sizeof(why)) !=
+		PDX_OK) {
+		pdx_oai_req_clear(&r);
+		pdx__http_error(api, req, 503, "service_unavailable", why);
+		return;
+	}
 	c = calloc(1, sizeof(*c));
 	if (!c || !(c->out = evbuffer_new())) {
 		free(c);

@@ -257,9 +257,18 @@ pdx_status_t pdx_kv_link_status(const struct pdx_kv_link *l, char *reason,
 {
 	pdx_status_t st = pdx_engine_link_status(l->e, reason, reason_len);
 
+	if (st == PDX_OK)
+		st = pdx_kv_link_ranks_status(l, reason, reason_len);
 	if (st == PDX_OK && l->tp)
-		st = pdx_tp_leader_status(l->tp, reason, reason_len);
+		st = pdx_tp_leader_agents(l->tp, reason, reason_len);
 	return st;
+}
+
+pdx_status_t pdx_kv_link_ranks_status(const struct pdx_kv_link *l,
+				      char *reason, size_t reason_len)
+{
+	return l->tp ? pdx_tp_leader_status(l->tp, reason, reason_len)
+		     : PDX_OK;
 }
 
 const char *pdx_kv_link_peer(const struct pdx_kv_link *l)

@@ -84,12 +84,17 @@ void pdx_kv_link_rank_event(struct pdx_kv_link *l, uint32_t rank,
 void pdx_kv_link_fail_all(struct pdx_kv_link *l, const char *why);
 
 /* PDX_OK while the agent is there with our pool registered (and, in a
- * TP instance, the group is whole: tp_leader.h); PDX_EPEER while it is
- * away (its death or hang is noticed within the link's liveness bound,
- * every transfer in flight then fails), with why in reason. The link
- * registers again by itself when the agent is back. */
+ * TP instance, the group is whole and every rank's agent is there, as
+ * far as their pings said: tp_leader.h); PDX_EPEER while one is away (its
+ * death or hang is noticed within the link's liveness bound, every
+ * transfer in flight then fails), with why in reason. The link registers
+ * again by itself when the agent is back. */
 pdx_status_t pdx_kv_link_status(const struct pdx_kv_link *l, char *reason,
 				size_t reason_len);
+/* In a TP instance, whether the group is whole (a forward pass needs
+ * every rank, not their agents); PDX_OK elsewhere. */
+pdx_status_t pdx_kv_link_ranks_status(const struct pdx_kv_link *l,
+				      char *reason, size_t reason_len);
 
 /* The agent's peer address: the one the other side of a transfer needs. */
 const char *pdx_kv_link_peer(const struct pdx_kv_link *l);

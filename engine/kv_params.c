@@ -259,6 +259,13 @@ int pdx_kv_params_check_tp(const struct pdx_kv_params *p, char *msg,
 
 	if (p->role == PDX_KV_NONE)
 		return 0;
+	if ((other & (other - 1)) || (n & (n - 1))) {
+		snprintf(msg, msglen,
+			 "kv_transfer_params: a TP size is a power of two "
+			 "(remote_tp_size %u, %u remote_agents)",
+			 other, n);
+		return -1;
+	}
 	if (n > 1 && other && n != other) {
 		snprintf(msg, msglen,
 			 "kv_transfer_params: %u remote_agents for a "

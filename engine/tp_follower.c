@@ -130,6 +130,7 @@ static void xfer_start(struct pdx_tp_follower *f, struct pdx_tp_msg *m)
 	pdx_status_t st = PDX_ENOMEM;
 	struct pdx_engine_event ev = {.xfer = m->xfer,
 				      .kind = PDX_EVENT_FAILED};
+	char away[PDX_REASON_MAX];
 
 	if (x) {
 		x->f = f;
@@ -155,10 +156,17 @@ static void xfer_start(struct pdx_tp_follower *f, struct pdx_tp_msg *m)
 	if (st == PDX_OK)
 		return;
 	ev.status = st;
-	snprintf(ev.reason, sizeof(ev.reason), "rank %u: %s", f->p.rank,
+	snprintf(ev.reason, sizeof(ev.reason), "%s",
 		 st == PDX_EINVAL ? "no sender named for this rank "
 				    "(kv_transfer_params.remote_agents)"
 				  : pdx_status_str(st));
+	/* refused because our agent is away: as a transfer it had under
+	 * way would have ended (the leader quarantines the blocks) */
+	if (st != PDX_ENOMEM && st != PDX_EINVAL &&
+	    pdx_kv_link_status(f->p.link, away, sizeof(away)) != PDX_OK) {
+		ev.status = PDX_EAGENT;
+		snprintf(ev.reason, sizeof(ev.reason), "%s", away);
+	}
 	if (x)
 		on_event(x, &ev);
 }
@@ -286,6 +294,9 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	struct pdx_tp_follower *f = arg;
 	struct pdx_tp_msg ping = {.kind = PDX_TP_PING};
 	char why[96];
+
+	ping.status = pdx_kv_link_status(f->p.link, ping.text,
+					 sizeof(ping.text));
 
 	if (f->heard_ns &&
 	    pdx_now_ns() - f->heard_ns > (uint64_t)f->p.liveness_ms * 1000000) {

@@ -22,6 +22,9 @@ struct rank {
 	uint64_t heard_ns; /* when anything last came from it */
 	uint64_t done;	   /* the last pass it wrote */
 	char peer[PDX_ADDR_MAX];
+	/* its agent link, as its last ping said: PDX_OK, or why it is away */
+	pdx_status_t agent;
+	char agent_why[PDX_REASON_MAX];
 };
 
 struct pdx_tp_leader {
@@ -191,8 +194,19 @@ static void on_message(struct pdx_tp_leader *l, const uint8_t *id,
 		snprintf(ev.reason, sizeof(ev.reason), "%s", m->text);
 		l->p.cbs.event(l->p.cbs.arg, r, &ev);
 		break;
+	case PDX_TP_PING:
+		if (m->status != PDX_OK && l->ranks[r].agent == PDX_OK)
+			log_warn("tensor-parallel rank %u: its agent is away: "
+				 "%s", r, m->text);
+		else if (m->status == PDX_OK && l->ranks[r].agent != PDX_OK)
+			log_info("tensor-parallel rank %u: its agent is back",
+				 r);
+		l->ranks[r].agent = m->status;
+		snprintf(l->ranks[r].agent_why, sizeof(l->ranks[r].agent_why),
+			 "%s", m->text);
+		break;
 	default:
-		break; /* PDX_TP_PING: heard */
+		break;
 	}
 }
 
@@ -360,6 +374,21 @@ pdx_status_t pdx_tp_leader_status(const struct pdx_tp_leader *l, char *reason,
 				 "joined (--tp-leader %s)",
 				 r, l->p.size, l->p.addr);
 		return PDX_EPEER;
+	}
+	return PDX_OK;
+}
+
+pdx_status_t pdx_tp_leader_agents(const struct pdx_tp_leader *l,
+				  char *reason, size_t reason_len)
+{
+	for (uint32_t r = 1; r < l->p.size; r++) {
+		if (l->ranks[r].agent == PDX_OK)
+			continue;
+		if (reason)
+			snprintf(reason, reason_len,
+				 "tensor-parallel rank %u: %s", r,
+				 l->ranks[r].agent_why);
+		return l->ranks[r].agent;
 	}
 	return PDX_OK;
 }

@@ -66,6 +66,10 @@ void pdx_tp_leader_free(struct pdx_tp_leader *l);
 /* PDX_OK while the group is whole; else PDX_EPEER and why in reason. */
 pdx_status_t pdx_tp_leader_status(const struct pdx_tp_leader *l, char *reason,
 				  size_t reason_len);
+/* PDX_OK while every follower's agent is there, as its pings say; else
+ * the first away one's link status, and why in reason. */
+pdx_status_t pdx_tp_leader_agents(const struct pdx_tp_leader *l,
+				  char *reason, size_t reason_len);
 
 /* The agent peer address of rank r's agent ("" before it joined). */
 const char *pdx_tp_leader_peer(const struct pdx_tp_leader *l, uint32_t r);

@@ -36,7 +36,9 @@ enum pdx_tp_kind {
 	PDX_TP_HELLO = 1,
 	/* leader -> follower: text says why it may not join; it exits */
 	PDX_TP_REFUSE,
-	/* either way, when there was nothing else to say: alive */
+	/* either way, when there was nothing else to say: alive; from a
+	 * follower also its agent link's state: status PDX_OK, or why the
+	 * agent is away in status and text (engine/kv_link.h) */
 	PDX_TP_PING,
 	/* leader -> follower: one forward pass (seq, runs) to write in its
 	 * pool */

@@ -122,6 +122,48 @@ for x in D D1 P P1; do
 	grep -q "differs" "$E2E_TMP/$x.log" && fail "$x found KV that differs"
 done
 
+# a follower's agent killed: the instance is unready, as it is without
+# rank 0's agent (/health 503 naming the rank, a transfer refused with
+# 503, which the proxy retries elsewhere and does not count against the
+# instance), and ready again once the agent is back at its address
+xid=$(python3 -c "import secrets; print(secrets.token_hex(16))")
+PORT=$PORT_D post /v1/completions "{\"prompt\": [1,2,3], \"max_tokens\": 2,
+	\"kv_transfer_params\": {\"do_remote_prefill\": true, \"xfer_id\": \"$xid\",
+	\"remote_agents\": [\"tcp://127.0.0.1:1\", \"tcp://127.0.0.1:2\", \"tcp://127.0.0.1:2\"],
+	\"remote_tp_size\": 3}}" >/dev/null
+status_is 400 "remote_tp_size 3"
+grep -q "power of two" "$E2E_TMP/body" || fail "why not 3: $(cat "$E2E_TMP/body")"
+listen_d1=$(sed -n 's/.*peer link \(tcp:[^ ]*\) .*/\1/p' "$E2E_TMP/agent_d1.log" | tail -1)
+[ -n "$listen_d1" ] || fail "agent d1's address: $(tail -3 "$E2E_TMP/agent_d1.log")"
+kill9 agent_d1
+for _ in $(seq 50); do
+	PORT=$PORT_D get /health >/dev/null
+	[ "$(cat "$E2E_TMP/status")" = 503 ] && break
+	sleep 0.1
+done
+status_is 503 "health with rank 1's agent gone"
+grep -q "tensor-parallel rank 1: the link to the agent" "$E2E_TMP/body" ||
+	fail "health names the rank and its agent: $(cat "$E2E_TMP/body")"
+PORT=$PORT_D post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 5,
+	\"kv_transfer_params\": $kv}" >/dev/null
+status_is 503 "a transfer while rank 1's agent is gone"
+agent_start d1 --listen "$listen_d1"
+for _ in $(seq 100); do
+	PORT=$PORT_D get /health >/dev/null
+	[ "$(cat "$E2E_TMP/status")" = 200 ] && break
+	sleep 0.1
+done
+status_is 200 "health once rank 1's agent is back"
+PORT=$PORT_P post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 1,
+	\"kv_transfer_params\": {\"do_remote_decode\": true}}" >"$E2E_TMP/p3.json"
+status_is 200 "prefill after rank 1's agent came back"
+kv3=$(python3 -c "import json; print(json.dumps(json.load(open('$E2E_TMP/p3.json'))['kv_transfer_params']))")
+PORT=$PORT_D post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 5,
+	\"kv_transfer_params\": $kv3}" >"$E2E_TMP/d3.json"
+status_is 200 "decode after rank 1's agent came back"
+py "import json; a=json.load(open('$E2E_TMP/c.json')); b=json.load(open('$E2E_TMP/d3.json')); assert a['choices'][0]['text'] == b['choices'][0]['text'], (a, b)" \
+	"TP 2 -> 2 after rank 1's agent came back equals TP 1 colocated"
+
 # a follower killed while a decode request waits for its KV: it ends now
 # with the reason, not at --kv-timeout-ms
 xid=$(python3 -c "import secrets; print(secrets.token_hex(16))")
@@ -145,6 +187,8 @@ grep -q "tensor-parallel rank 1 is gone" "$E2E_TMP/body" || fail "health: $(cat 
 PORT=$PORT_D post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 5,
 	\"kv_transfer_params\": $kv}" >/dev/null
 status_is 503 "a transfer to an instance that lost a rank"
+PORT=$PORT_D post /v1/completions '{"prompt": "Hi", "max_tokens": 2}' >/dev/null
+status_is 503 "a plain request to an instance that lost a rank"
 PORT=$PORT_X post /v1/completions '{"prompt": "Hi", "max_tokens": 2}' >/dev/null
 [ "$(cat "$E2E_TMP/status")" != 200 ] || fail "the proxy served through an instance that lost a rank"
 
