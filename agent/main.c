@@ -14,6 +14,7 @@
 
 #include "agent/agent.h"
 #include "common/log.h"
+#include "common/tcp_addr.h"
 #include "common/version.h"
 
 #define MAX_MSG_BYTES (64 << 20)
@@ -216,6 +217,22 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 	    !c->listen_addr || strncmp(c->listen_addr, "tcp://", 6) != 0) {
 		fprintf(stderr, "pdx-agent: --engine ipc://PATH and --listen tcp://HOST:PORT are required\n");
 		usage(stderr);
+		return -1;
+	}
+	for (int i = 0; i < 3; i++) {
+		const char *name[] = { "--listen", "--advertise", "--notify" };
+		const char *addr[] = { c->listen_addr, c->advertise,
+				       c->notify_addr };
+		char why[256];
+
+		if (addr[i] && !pdx_tcp_addr_ok(addr[i], why, sizeof(why))) {
+			fprintf(stderr, "pdx-agent: %s %s\n", name[i], why);
+			return -1;
+		}
+	}
+	if (c->advertise && !strncmp(c->advertise, "tcp://*:", 8)) {
+		fprintf(stderr, "pdx-agent: --advertise %s: peers cannot "
+			"connect to *\n", c->advertise);
 		return -1;
 	}
 	return 0;

@@ -11,9 +11,9 @@
 # ports are N (notifications) and N+1.. (engines, agents) as its --help
 # says; a decode agent killed (SIGKILL) is started again at its same
 # address while every other process and the deployment stay up, and
-# requests are served again. Then TP 2 -> 2 (--prefill-tp/--decode-tp):
-# every rank its own engine and agent, served as above, a rank 1 agent
-# restarted, and across namespaces; 2 -> 4 refused.
+# requests are served again. Then TP 2 -> 1 and 2 -> 2
+# (--prefill-tp/--decode-tp): every rank its own engine and agent, served
+# as above, a rank 1 agent restarted, and across namespaces.
 #   xpyd.sh BUILD_DIR
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"

@@ -1,0 +1,49 @@
+/* tcp://HOST:PORT checked (tcp_addr.h). */
+#include "common/tcp_addr.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static bool port_ok(const char *p)
+{
+	unsigned long v = 0;
+
+	if (!*p || strlen(p) > 5)
+		return false;
+	for (; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return false;
+		v = v * 10 + (unsigned long)(*p - '0');
+	}
+	return v >= 1 && v <= 65535;
+}
+
+bool pdx_tcp_addr_ok(const char *addr, char *why, size_t why_len)
+{
+	const char *host = addr + 6, *colon;
+	size_t host_len;
+
+	if (strncmp(addr, "tcp://", 6)) {
+		snprintf(why, why_len, "'%s': want tcp://HOST:PORT", addr);
+		return false;
+	}
+	colon = strrchr(host, ':');
+	if (!colon) {
+		snprintf(why, why_len, "'%s': no :PORT", addr);
+		return false;
+	}
+	host_len = (size_t)(colon - host);
+	if (!host_len || (host[0] == '[' && host[host_len - 1] != ']') ||
+	    (host[0] != '[' && memchr(host, ':', host_len)) ||
+	    memchr(host, '/', host_len)) {
+		snprintf(why, why_len, "'%s': the host is empty or not one "
+			 "(an IPv6 address goes in brackets)", addr);
+		return false;
+	}
+	if (!port_ok(colon + 1)) {
+		snprintf(why, why_len, "'%s': the port is not a number from 1 "
+			 "to 65535", addr);
+		return false;
+	}
+	return true;
+}
