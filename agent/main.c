@@ -225,7 +225,8 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 				       c->notify_addr };
 		char why[256];
 
-		if (addr[i] && !pdx_tcp_addr_ok(addr[i], why, sizeof(why))) {
+		if (addr[i] &&
+		    !pdx_tcp_addr_ok(addr[i], i == 0, why, sizeof(why))) {
 			fprintf(stderr, "pdx-agent: %s %s\n", name[i], why);
 			return -1;
 		}
@@ -455,6 +456,13 @@ static int agent_start(struct agent *a)
 	a->peer_sock = zsock(a, ZMQ_ROUTER, a->cfg.listen_addr, a->curve);
 	if (!a->engine_sock || !a->peer_sock)
 		return -1;
+	if (!a->cfg.advertise && /* port 0: the one the kernel picked */
+	    !strcmp(strrchr(a->cfg.listen_addr, ':'), ":0")) {
+		size_t len = sizeof(a->peer_addr);
+
+		zmq_getsockopt(a->peer_sock, ZMQ_LAST_ENDPOINT, a->peer_addr,
+			       &len);
+	}
 	if (a->cfg.notify_addr) {
 		int hwm = 1000;
 

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static bool port_ok(const char *p)
+static bool port_ok(const char *p, bool bind)
 {
 	unsigned long v = 0;
 
@@ -15,10 +15,10 @@ static bool port_ok(const char *p)
 			return false;
 		v = v * 10 + (unsigned long)(*p - '0');
 	}
-	return v >= 1 && v <= 65535;
+	return (v >= 1 || bind) && v <= 65535;
 }
 
-bool pdx_tcp_addr_ok(const char *addr, char *why, size_t why_len)
+bool pdx_tcp_addr_ok(const char *addr, bool bind, char *why, size_t why_len)
 {
 	const char *host = addr + 6, *colon;
 	size_t host_len;
@@ -40,9 +40,9 @@ bool pdx_tcp_addr_ok(const char *addr, char *why, size_t why_len)
 			 "(an IPv6 address goes in brackets)", addr);
 		return false;
 	}
-	if (!port_ok(colon + 1)) {
-		snprintf(why, why_len, "'%s': the port is not a number from 1 "
-			 "to 65535", addr);
+	if (!port_ok(colon + 1, bind)) {
+		snprintf(why, why_len, "'%s': the port is not a number from %d "
+			 "to 65535", addr, bind ? 0 : 1);
 		return false;
 	}
 	return true;

@@ -1,8 +1,9 @@
 /* A ZeroMQ TCP endpoint as pdx's options take it: tcp://HOST:PORT, HOST a
  * name, an IPv4 address, [an IPv6 address] or * (bind: every interface),
- * PORT 1..65535 in decimal. ZeroMQ itself would take a port such as 99999
- * or -5 and bind another one, leaving the address the agent gives its
- * peers wrong, so options are checked here first.
+ * PORT 1..65535 in decimal (or 0 to bind: the kernel picks one). ZeroMQ
+ * itself would take a port such as 99999 or -5 and bind another one,
+ * leaving the address the agent gives its peers wrong, so options are
+ * checked here first.
  *
  * Pure: any thread. */
 #ifndef PDX_COMMON_TCP_ADDR_H
@@ -11,7 +12,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* True when addr is such an endpoint; else false, and why in why. */
-bool pdx_tcp_addr_ok(const char *addr, char *why, size_t why_len);
+/* True when addr is such an endpoint (port 0 only when bind); else
+ * false, and why in why. */
+bool pdx_tcp_addr_ok(const char *addr, bool bind, char *why, size_t why_len);
 
 #endif
