@@ -265,6 +265,9 @@ struct xfer {
 	struct tp_group *tp;	/* a group: its legs */
 	struct tp_slice slice;	/* a leg: the heads it moves */
 	struct tp_rank peer_tp;	/* a leg: the peer's rank, as listed */
+	/* queued to go on from the loop (xfer_yield): how, and where */
+	void (*later)(struct xfer *x);
+	struct xfer *later_prev, *later_next;
 };
 
 /* How a transfer's end reaches the files above xfer.c, which main.c (or
@@ -314,6 +317,10 @@ struct agent {
 	struct registration reg;
 	struct peer *peers;
 	struct xfer *xfers;
+	/* transfers that gave the loop back and go on from it (xfer_yield) */
+	struct xfer *later;
+	struct event *later_ev;
+	uint64_t turn_ns; /* the loop's turn began */
 	struct xfer *dead; /* released, freed by xfers_reap() */
 	struct pdx_ended *ended; /* recently ended transfers, with why */
 	struct agent_metrics metrics; /* metrics.c: counts, /metrics */
@@ -454,6 +461,16 @@ void xfer_pack_outcome(struct pdx_mp_msg *m, const struct xfer *x,
 /* Once a finished transfer's operations drained: its event to the engine,
  * and out of the table. */
 void xfer_maybe_release(struct xfer *x);
+/* The loop's turn may move data this long (layers already computed: a
+ * whole prompt at once, for every transfer whose layer_done came in the
+ * turn) before the transfers give it back, so that the engine link, the
+ * peers and the heartbeats are not kept waiting for seconds. */
+#define TURN_SLICE_NS 2000000
+/* True, with x queued to go on by fn(x) from the loop (then settled),
+ * once TURN_SLICE_NS passed since the turn began (a->turn_ns: set by
+ * agent_settle() and by the queue's own turn); false (nothing done)
+ * before. A transfer leaves the queue when it leaves the table. */
+bool xfer_yield(struct xfer *x, void (*fn)(struct xfer *x));
 /* Fails the peer's transfers; with instance != 0 only those begun with that
  * incarnation of it (a restarted peer knows nothing of them). */
 void xfers_peer_failed(struct agent *a, struct peer *p, uint64_t instance,

@@ -24,7 +24,11 @@
 /* While UCX has work it cannot wake us for (pdx_ucx_progress() says so),
  * poll it this often: a send to a stalled peer must not keep the loop from
  * everything else. */
-static const struct timeval UCX_POLL = { 0, 1000 };
+static const struct timeval UCX_POLL = { 0, 1000 }, UCX_NOW = { 0, 0 };
+/* At most this long in UCX's progress per turn of the loop while
+ * completions keep coming: the engine link, the peers and the timers
+ * (heartbeats) get their turn between. */
+#define PROGRESS_BUDGET_NS 1000000
 
 static void usage(FILE *f)
 {
@@ -289,16 +293,22 @@ static int drain_router(struct agent *a, void *sock, bool engine)
  * routers, UCX completions (which may send messages), and again. */
 void agent_settle(struct agent *a)
 {
-	bool busy;
+	enum pdx_ucx_more more;
 	int n;
 
+	a->turn_ns = pdx_now_ns();
 	do {
 		n = a->zap_sock ? pdx_curve_zap_drain(a->curve, a->zap_sock) : 0;
 		n += drain_router(a, a->engine_sock, true);
 		n += drain_router(a, a->peer_sock, false);
-		busy = pdx_ucx_progress(a->ucx, a->ops_inflight ? SPIN_NS : 0);
+		more = pdx_ucx_progress(a->ucx, a->ops_inflight ? SPIN_NS : 0,
+					PROGRESS_BUDGET_NS);
 	} while (n > 0);
-	if (busy && !evtimer_pending(a->ucx_poll_ev, NULL))
+	/* a timer, not event_active(): libevent would run an event active
+	 * again in the same pass, before looking at the fds */
+	if (more == PDX_UCX_MORE)
+		evtimer_add(a->ucx_poll_ev, &UCX_NOW);
+	else if (more == PDX_UCX_POLL && !evtimer_pending(a->ucx_poll_ev, NULL))
 		evtimer_add(a->ucx_poll_ev, &UCX_POLL);
 	xfers_reap(a);
 }
@@ -515,7 +525,7 @@ static void agent_stop(struct agent *a)
 	if (a->zap_sock)
 		zmq_close(a->zap_sock);
 	if (a->ucx) /* cancelled operations call back, chunks too */
-		pdx_ucx_progress(a->ucx, 0);
+		pdx_ucx_progress(a->ucx, 0, 0);
 	/* a start that failed half way left some unmade */
 	event_free_safe(a->ucx_ev); /* watches the worker's fd */
 	event_free_safe(a->ucx_poll_ev);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "agent/agent.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #define MAX_BLOCKS (1u << 20)
@@ -200,13 +201,19 @@ void pull_on_readable(struct xfer *x, const msgpack_object *m)
 }
 
 /* The next layers' reads, while fewer than READS_MAX are in flight (the
- * ipc lane's copies end at once); "pulled" after the last. */
+ * ipc lane's copies end at once) and until the loop is due back
+ * (xfer_yield); "pulled" after the last. */
 static void reads_post(struct xfer *x)
 {
 	while (!x->finished && x->inflight < READS_MAX &&
 	       x->pull_layer < x->agent->reg.layout.layers) {
-		uint32_t l = x->pull_layer++;
-		pdx_status_t st = host_each_run(x, l, true, read_run);
+		uint32_t l;
+		pdx_status_t st;
+
+		if (xfer_yield(x, reads_post))
+			return;
+		l = x->pull_layer++;
+		st = host_each_run(x, l, true, read_run);
 
 		if (st) {
 			xfer_fail(x, st, true, "reading layer %u from %s: %s", l,

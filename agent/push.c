@@ -51,7 +51,10 @@ void push_try(struct xfer *x)
 		pull_offer(x); /* the receiver reads them */
 		return;
 	}
-	while ((layer = pdx_xfer_sm_next(&x->sm)) >= 0) {
+	/* the loop's turn may be spent: the rest, and the flush, from the
+	 * loop */
+	while (!xfer_yield(x, push_try) &&
+	       (layer = pdx_xfer_sm_next(&x->sm)) >= 0) {
 		pdx_status_t st;
 		uint32_t n = 1;
 
@@ -73,7 +76,8 @@ void push_try(struct xfer *x)
 			return;
 		}
 	}
-	complete_try_flush(x);
+	if (!x->later)
+		complete_try_flush(x);
 }
 
 pdx_status_t push_am_register(struct agent *a)

@@ -215,9 +215,12 @@ static bool sliced_ipc(const struct xfer *leg)
 
 #define TOGETHER_MAX 16 /* legs of one sender copied together */
 
+static void group_push(struct xfer *g);
+
 /* Each layer ready for every one of legs[0..n), copied for all of them
- * in one pass over our blocks (path_ipc_legs_layer). */
-static void push_together(struct xfer **legs, uint32_t n)
+ * in one pass over our blocks (path_ipc_legs_layer), until g (their
+ * group) must give the loop back (xfer_yield): true then. */
+static bool push_together(struct xfer *g, struct xfer **legs, uint32_t n)
 {
 	/* in the order of their heads: our blocks are read in order */
 	for (uint32_t i = 1; i < n; i++)
@@ -236,15 +239,18 @@ static void push_together(struct xfer **legs, uint32_t n)
 			;
 		if (i < n)
 			continue;
+		if (xfer_yield(g, group_push))
+			return true;
 		for (i = 0; i < n; i++)
 			pdx_xfer_sm_take_run(&legs[i]->sm, l, 1);
 		st = path_ipc_legs_layer(legs, n, l);
 		if (st) { /* a leg's failure fails the group, and so the rest */
 			xfer_fail(legs[0], st, true, "push of layer %u with "
 				  "its sibling legs: %s", l, pdx_status_str(st));
-			return;
+			return false;
 		}
 	}
+	return false;
 }
 
 /* What a sender's group has ready goes to its legs. Legs that move head
@@ -268,8 +274,8 @@ static void group_push(struct xfer *g)
 		else
 			legs[n++] = leg;
 	}
-	if (all)
-		push_together(legs, n);
+	if (all && push_together(g, legs, n))
+		return; /* the rest from the loop */
 	for (uint32_t i = 0; i < g->tp->joined && !g->finished; i++) {
 		struct xfer *leg = group_leg(g, i);
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utlist.h>
 
 #include "agent/agent.h"
 #include "common/clock.h"
@@ -185,11 +186,57 @@ static void xfer_destroy(struct xfer *x)
  * callback that released it may still read it. */
 static void xfer_unlink(struct agent *a, struct xfer *x)
 {
+	if (x->later) {
+		DL_DELETE2(a->later, x, later_prev, later_next);
+		x->later = NULL;
+	}
 	HASH_DEL(a->xfers, x);
 	a->n_xfers--;
 	x->released = true;
 	x->next_dead = a->dead;
 	a->dead = x;
+}
+
+/* The transfers that gave the loop back go on, those queued now once
+ * each (one that yields again goes to the back; one that leaves the
+ * table meanwhile leaves the queue). */
+static void later_fire(evutil_socket_t fd, short what, void *arg)
+{
+	struct agent *a = arg;
+	struct xfer *x;
+	uint32_t n = 0;
+
+	DL_COUNT2(a->later, x, n, later_next);
+	a->turn_ns = pdx_now_ns();
+	while (n-- && (x = a->later)) {
+		void (*fn)(struct xfer *) = x->later;
+
+		DL_DELETE2(a->later, x, later_prev, later_next);
+		x->later = NULL;
+		if (!x->finished)
+			fn(x);
+	}
+	a->settle(a);
+}
+
+bool xfer_yield(struct xfer *x, void (*fn)(struct xfer *x))
+{
+	static const struct timeval now = { 0, 0 };
+	struct agent *a = x->agent;
+
+	if (pdx_now_ns() - a->turn_ns < TURN_SLICE_NS)
+		return false;
+	if (!a->later_ev)
+		a->later_ev = evtimer_new(a->base, later_fire, a);
+	if (!a->later_ev)
+		return false; /* out of memory: go on now */
+	if (!x->later) {
+		x->later = fn;
+		DL_APPEND2(a->later, x, later_prev, later_next);
+	}
+	/* a timer: after the loop looked at its fds */
+	evtimer_add(a->later_ev, &now);
+	return true;
 }
 
 void xfers_reap(struct agent *a)
@@ -337,6 +384,9 @@ void xfers_free(struct agent *a)
 		}
 	}
 	a->dead = held;
+	if (a->later_ev) /* the queue went with the table */
+		event_free(a->later_ev);
+	a->later_ev = NULL;
 }
 
 pdx_status_t xfer_set_meta(struct xfer *x, const void *data, size_t len)

@@ -279,6 +279,8 @@ static void agent_start(struct xb_node *k, const struct xb_opts *o,
 	ao.tls = o->ucx_tls;
 	ao.data_path = o->data_path;
 	ao.xfer_timeout_ms = o->xfer_timeout_ms;
+	for (uint32_t i = 0; i < o->n_agent_args; i++)
+		ao.args[i] = o->agent_args[i];
 	if (o->one_block)
 		ao.env[0] = "PDX_AGENT_TRACE=1"; /* the breakdown */
 	log_wfd = agent_log_open(k, dir);

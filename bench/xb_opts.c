@@ -53,6 +53,9 @@ static void usage(FILE *f)
 		"                         at the last decode rank's \"received\"\n"
 		"  --order NHD|HND        the order inside a block (default NHD)\n"
 		"  --xfer-timeout-ms N    passed to the agents (default: theirs)\n"
+		"  --agent-arg ARG        one more argument for every agent, after the\n"
+		"                         others (repeatable, 8 at most), e.g.\n"
+		"                         --agent-arg=--heartbeat-ms --agent-arg=50\n"
 		"  --agent-bin PATH       pdx-agent (default: ../agent/pdx-agent beside\n"
 		"                         this program)\n"
 		"  --seed N               seed for block choice and data (default: random)\n"
@@ -190,7 +193,7 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 {
 	enum {
 		O_TLS = 256, O_MODEL, O_TOKENS, O_SKIP, O_RANDOM, O_CONC, O_LAYER,
-		O_ITERS, O_JSON, O_BIN, O_DATA, O_XTMO, O_SEED, O_MEM, O_DDEV,
+		O_ITERS, O_JSON, O_BIN, O_DATA, O_XTMO, O_AARG, O_SEED, O_MEM, O_DDEV,
 		O_PULL, O_ONE, O_VERSUS, O_PTP, O_DTP, O_ORDER, O_HELP,
 		O_VERSION
 	};
@@ -208,6 +211,7 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 		{ "data-path", required_argument, NULL, O_DATA },
 		{ "pull", no_argument, NULL, O_PULL },
 		{ "xfer-timeout-ms", required_argument, NULL, O_XTMO },
+		{ "agent-arg", required_argument, NULL, O_AARG },
 		{ "seed", required_argument, NULL, O_SEED },
 		{ "mem", required_argument, NULL, O_MEM },
 		{ "decode-device", required_argument, NULL, O_DDEV },
@@ -286,6 +290,12 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 		case O_XTMO:
 			o->xfer_timeout_ms = (uint32_t)parse_u64(
 				"--xfer-timeout-ms", optarg, 1, 86400000);
+			break;
+		case O_AARG:
+			if (o->n_agent_args == XB_AGENT_ARGS_MAX)
+				xb_bad("--agent-arg: %d at most",
+				       XB_AGENT_ARGS_MAX);
+			o->agent_args[o->n_agent_args++] = optarg;
 			break;
 		case O_SEED:
 			o->seed = parse_u64("--seed", optarg, 0, UINT64_MAX);

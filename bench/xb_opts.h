@@ -17,6 +17,8 @@
 #define ONE_BLOCK_LAYER_MS 0.1   /* its layers this far apart, unless
 				  * --layer-ms says */
 
+#define XB_AGENT_ARGS_MAX 8
+
 struct xb_opts {
 	const char *tls;
 	const char *ucx_tls;
@@ -33,6 +35,8 @@ struct xb_opts {
 	const char *data_path;
 	bool pull;            /* the decode agent reads (pdx_engine_recv_opts) */
 	uint32_t xfer_timeout_ms;
+	const char *agent_args[XB_AGENT_ARGS_MAX + 1]; /* --agent-arg, in order */
+	uint32_t n_agent_args;
 	uint64_t seed;
 	bool cuda;            /* --mem cuda[:DEVICE] */
 	int cuda_dev;

@@ -202,25 +202,30 @@ static uint64_t now_ns(void)
  * rather than spin here deaf to everything else. */
 #define BUSY_ROUNDS 4
 
-bool pdx_ucx_progress(struct pdx_ucx *u, uint64_t spin_ns)
+enum pdx_ucx_more pdx_ucx_progress(struct pdx_ucx *u, uint64_t spin_ns,
+				   uint64_t budget_ns)
 {
+	uint64_t start = budget_ns ? now_ns() : 0;
 	uint64_t idle_since = spin_ns ? now_ns() : 0;
 	unsigned busy = 0;
 
 	for (;;) {
 		if (ucp_worker_progress(u->worker) || u->deferred) {
 			fire_deferred(u);
-			if (spin_ns)
+			if (spin_ns || budget_ns) {
 				idle_since = now_ns();
+				if (budget_ns && idle_since - start >= budget_ns)
+					return PDX_UCX_MORE;
+			}
 			busy = 0;
 			continue;
 		}
 		if (spin_ns && now_ns() - idle_since < spin_ns)
 			continue;
 		if (ucp_worker_arm(u->worker) != UCS_ERR_BUSY)
-			return false;
+			return PDX_UCX_ARMED;
 		if (++busy == BUSY_ROUNDS)
-			return true;
+			return PDX_UCX_POLL;
 	}
 }
 

@@ -46,13 +46,24 @@ void pdx_ucx_free(struct pdx_ucx *u);
 /* The worker's event fd: readable when progress may have work. */
 int pdx_ucx_fd(const struct pdx_ucx *u);
 
+/* What is left once pdx_ucx_progress() returns. */
+enum pdx_ucx_more {
+	PDX_UCX_ARMED, /* nothing: the event fd wakes the caller */
+	PDX_UCX_MORE,  /* completions still coming: call again after
+			* the caller's other work, at once */
+	PDX_UCX_POLL,  /* the fd could not be armed: UCX has work it only
+			* polls for (a send waiting for a stalled peer):
+			* call again soon, the fd may stay quiet */
+};
+
 /* Drives the worker until it has been idle for spin_ns (0: at once) and
- * re-arms the event fd. Spinning a little while operations are in flight
- * saves a sleep and wake-up per chunk on streaming lanes such as TCP.
- * Returns true when the fd could not be armed because UCX still has work
- * it only polls for (a send waiting for a stalled peer): call again soon,
- * the fd may stay quiet. */
-bool pdx_ucx_progress(struct pdx_ucx *u, uint64_t spin_ns);
+ * re-arms the event fd, or until it has run budget_ns (0: no bound) with
+ * completions still coming, which a long transfer's stream of them would
+ * otherwise make seconds. Spinning a little while operations are in
+ * flight saves a sleep and wake-up per chunk on streaming lanes such as
+ * TCP. */
+enum pdx_ucx_more pdx_ucx_progress(struct pdx_ucx *u, uint64_t spin_ns,
+				   uint64_t budget_ns);
 
 /* The worker address to give peers; valid until pdx_ucx_free(). */
 void pdx_ucx_address(const struct pdx_ucx *u, const void **addr, size_t *len);
