@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/clock.h"
 #include "common/layout_mp.h"
 #include "common/log.h"
 #include "common/mp.h"
@@ -125,6 +126,7 @@ static void progress(void);
 
 void agent_settle(struct agent *a)
 {
+	a->turn_ns = pdx_now_ns(); /* as main.c's */
 	progress();
 	xfers_reap(a);
 }
@@ -710,6 +712,8 @@ void fa_feed(struct agent *a, const uint8_t *data, size_t size)
 		if (!frame)
 			die("out of memory");
 		memcpy(frame, data, n);
+		/* a turn of main.c's loop begins (xfer_yield's budget) */
+		a->turn_ns = pdx_now_ns();
 		switch (ch) {
 		case 0:
 			engine_on_msg(a, ENGINE_ID, strlen(ENGINE_ID), frame,
