@@ -662,7 +662,7 @@ void staged_stop(struct agent *a)
 	if (!a->staging)
 		return;
 	a->staging->stopping = true;
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 2; i++) {
 		while (a->staging->side[i].head) {
 			struct chunk *c = a->staging->side[i].head;
 
@@ -671,6 +671,8 @@ void staged_stop(struct agent *a)
 				pdx_ucx_am_drop(a->ucx, c->desc);
 			free(c);
 		}
+		a->staging->side[i].tail = NULL;
+	}
 }
 
 /* A ready or free of the wrong size: nothing of it is read. */

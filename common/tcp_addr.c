@@ -8,8 +8,8 @@ static bool port_ok(const char *p, bool bind)
 {
 	unsigned long v = 0;
 
-	if (!*p || strlen(p) > 5)
-		return false;
+	if (!*p || strlen(p) > 5 || (p[0] == '0' && p[1]))
+		return false; /* ZeroMQ reads "00" as no port at all */
 	for (; *p; p++) {
 		if (*p < '0' || *p > '9')
 			return false;
@@ -33,11 +33,14 @@ bool pdx_tcp_addr_ok(const char *addr, bool bind, char *why, size_t why_len)
 		return false;
 	}
 	host_len = (size_t)(colon - host);
-	if (!host_len || (host[0] == '[' && host[host_len - 1] != ']') ||
-	    (host[0] != '[' && memchr(host, ':', host_len)) ||
-	    memchr(host, '/', host_len)) {
-		snprintf(why, why_len, "'%s': the host is empty or not one "
-			 "(an IPv6 address goes in brackets)", addr);
+	if (host_len && (host[0] == '[' || memchr(host, ':', host_len))) {
+		/* the sockets are made without ZMQ_IPV6 */
+		snprintf(why, why_len, "'%s': IPv6 addresses are not "
+			 "supported; give an IPv4 address or a name", addr);
+		return false;
+	}
+	if (!host_len || memchr(host, '/', host_len)) {
+		snprintf(why, why_len, "'%s': no host", addr);
 		return false;
 	}
 	if (!port_ok(colon + 1, bind)) {

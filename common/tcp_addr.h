@@ -1,6 +1,7 @@
 /* A ZeroMQ TCP endpoint as pdx's options take it: tcp://HOST:PORT, HOST a
- * name, an IPv4 address, [an IPv6 address] or * (bind: every interface),
- * PORT 1..65535 in decimal (or 0 to bind: the kernel picks one). ZeroMQ
+ * name, an IPv4 address or * (bind: every interface; no IPv6: the
+ * sockets are made without ZMQ_IPV6), PORT 1..65535 in decimal without
+ * leading zeros (or 0 to bind: the kernel picks one). ZeroMQ
  * itself would take a port such as 99999 or -5 and bind another one,
  * leaving the address the agent gives its peers wrong, so options are
  * checked here first.

@@ -356,7 +356,9 @@ static int kv_setup(struct pdx__gen_call *c, struct pdx_oai_req *r,
 	 * another instance (a 503 is retried). A decode request that may
 	 * recompute its prefill does so at once instead. */
 	if (pdx_kv_link_status(api->p.link, why, sizeof(why)) != PDX_OK) {
-		if (recv && r->kv.recompute) {
+		/* recomputing needs every TP rank, not their agents */
+		if (recv && r->kv.recompute &&
+		    pdx_kv_link_ranks_status(api->p.link, NULL, 0) == PDX_OK) {
 			log_warn("%s: %s; prefilling here (recompute)",
 				 r->kv.xfer_hex, why);
 			return 0;

@@ -13,6 +13,7 @@ sock="ipc://$E2E_TMP/a.engine"
 for bad in "--listen tcp://127.0.0.1:99999" "--listen tcp://127.0.0.1:-5" \
 	"--listen tcp://127.0.0.1" \
 	"--listen tcp://:5555" "--listen tcp://::1:5555" \
+	"--listen tcp://[::1]:5555" "--listen tcp://127.0.0.1:00" \
 	"--advertise tcp://nohost:abc" "--advertise tcp://*:5555" \
 	"--notify tcp://127.0.0.1:65536"; do
 	# shellcheck disable=SC2086 # the option and its value

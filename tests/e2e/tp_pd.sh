@@ -189,6 +189,11 @@ PORT=$PORT_D post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 5,
 status_is 503 "a transfer to an instance that lost a rank"
 PORT=$PORT_D post /v1/completions '{"prompt": "Hi", "max_tokens": 2}' >/dev/null
 status_is 503 "a plain request to an instance that lost a rank"
+xid=$(python3 -c "import secrets; print(secrets.token_hex(16))")
+PORT=$PORT_D post /v1/completions "{\"prompt\": [1,2,3], \"max_tokens\": 2,
+	\"kv_transfer_params\": {\"do_remote_prefill\": true, \"xfer_id\": \"$xid\",
+	\"remote_agents\": $ag, \"on_failure\": \"recompute\"}}" >/dev/null
+status_is 503 "a decode request that may recompute, to an instance that lost a rank"
 PORT=$PORT_X post /v1/completions '{"prompt": "Hi", "max_tokens": 2}' >/dev/null
 [ "$(cat "$E2E_TMP/status")" != 200 ] || fail "the proxy served through an instance that lost a rank"
 

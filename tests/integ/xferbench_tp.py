@@ -112,7 +112,8 @@ def check_turns(xb, agent):
     late = [int(ms) for ms in
             re.findall(r"no heartbeat for (\d+) ms", p.stderr)]
     check(max(late, default=0) < 1000,
-          "an agent's loop stopped %r ms (heartbeats late)" % max(late))
+          "an agent's loop stopped %r ms (heartbeats late)" %
+          max(late, default=0))
     print("ok: turns: heartbeats late by at most %r ms" % max(late, default=0))
 
 
