@@ -253,12 +253,16 @@ static void relay_head(struct pdx_upstream *u, int status, struct evkeyvalq *in,
 	}
 	/* D refused the request (a client's mistake, or no room): the
 	 * prefill beside it serves nothing, and would hold its KV for a
-	 * transfer nobody takes until a lease ran out */
+	 * transfer nobody takes until a lease ran out. Its transfer stops
+	 * counting now, also when the prefill leg had answered already
+	 * (D's agent never hears of it: it counted until it expired). */
 	if (status >= 400 && c->side) {
 		log_info("%s: decode instance answered %d; prefill leg "
 			 "cancelled",
 			 c->req_id, status);
 		side_cancel(c);
+	} else if (status >= 400) {
+		pdx_transfers_forget(&c->px->xfers, c->xfer_id);
 	}
 	for (size_t i = 0; i < sizeof(relay_headers) / sizeof(*relay_headers);
 	     i++) {

@@ -124,5 +124,21 @@ status_is 200 "concurrent flow, prefill gone, --on-prefill-failure local"
 py "import json; a=json.load(open('$E2E_TMP/c_fall.json')); b=json.load(open('$E2E_TMP/x_fall.json')); assert a['choices'][0]['text'] == b['choices'][0]['text'], (a, b)" \
 	"D alone gives the colocated text"
 blocks_free "$PORT_D"
-for x in XC XS XE XL D C; do named_stop $x; done
+
+# D refuses (400) what P has already answered (a prompt whose max_tokens
+# pass D's context; P's prefill is instant here, so its answer often
+# comes first): the transfer stops counting at once. It counted against
+# both instances until --transfer-timeout before, about 8 requests in 20.
+named_stop XC
+pd_engine_start PQ prefill --time-scale 0
+named_engine_start XQ "$PROXY" --prefill "127.0.0.1:$PORT_PQ" \
+	--decode "127.0.0.1:$PORT_D" --flow concurrent --notify-bind "$notify"
+for _ in $(seq 20); do
+	PORT=$PORT_XQ post /v1/completions '{"prompt": "a b c", "max_tokens": 8190}' >/dev/null
+	status_is 400 "over D's context"
+done
+settle 5 "$PORT_XQ/pdx_proxy_instance_transfers{$(instance PQ)}=0" \
+	"$PORT_XQ/pdx_proxy_instance_transfers{$(instance D)}=0" ||
+	fail "refused transfers still count: $(curl -s "http://127.0.0.1:$PORT_XQ/metrics" | grep instance_transfers)"
+for x in XQ PQ XS XE XL D C; do named_stop $x; done
 echo ok
