@@ -235,11 +235,6 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 			return -1;
 		}
 	}
-	if (c->advertise && !strncmp(c->advertise, "tcp://*:", 8)) {
-		fprintf(stderr, "pdx-agent: --advertise %s: peers cannot "
-			"connect to *\n", c->advertise);
-		return -1;
-	}
 	return 0;
 }
 

@@ -43,6 +43,10 @@ bool pdx_tcp_addr_ok(const char *addr, bool bind, char *why, size_t why_len)
 		snprintf(why, why_len, "'%s': no host", addr);
 		return false;
 	}
+	if (!bind && host_len == 1 && host[0] == '*') {
+		snprintf(why, why_len, "'%s': nobody connects to *", addr);
+		return false;
+	}
 	if (!port_ok(colon + 1, bind)) {
 		snprintf(why, why_len, "'%s': the port is not a number from %d "
 			 "to 65535", addr, bind ? 0 : 1);

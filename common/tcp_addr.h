@@ -13,8 +13,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* True when addr is such an endpoint (port 0 only when bind); else
- * false, and why in why. */
+/* True when addr is such an endpoint (host * and port 0 only when bind);
+ * else false, and why in why. */
 bool pdx_tcp_addr_ok(const char *addr, bool bind, char *why, size_t why_len);
 
 #endif

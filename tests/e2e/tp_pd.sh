@@ -40,20 +40,37 @@ PORT=$PORT_P get /v1/pdx/info >"$E2E_TMP/info"
 py "import json; i=json.load(open('$E2E_TMP/info')); assert len(i['peer_addrs']) == 2 and i['peer_addrs'][0] == i['peer_addr'] and i['tp_size'] == 2, i" \
 	"the leader's info lists both ranks' agents"
 
+# pd TOKENS TAG WHAT: P prefills the prompt TOKENS (its answer's
+# kv_transfer_params in $kv), D decodes 5 tokens from its KV, and the text
+# must be the colocated engine's; the answers in $E2E_TMP/{p,d,c}TAG.json.
+pd() {
+	PORT=$PORT_P post /v1/completions "{\"prompt\": [$1], \"max_tokens\": 1,
+		\"kv_transfer_params\": {\"do_remote_decode\": true}}" >"$E2E_TMP/p$2.json"
+	status_is 200 "prefill $3"
+	kv=$(python3 -c "import json; print(json.dumps(json.load(open('$E2E_TMP/p$2.json'))['kv_transfer_params']))")
+	PORT=$PORT_D post /v1/completions "{\"prompt\": [$1], \"max_tokens\": 5,
+		\"kv_transfer_params\": $kv}" >"$E2E_TMP/d$2.json"
+	status_is 200 "decode $3"
+	PORT=$PORT_C post /v1/completions "{\"prompt\": [$1], \"max_tokens\": 5}" >"$E2E_TMP/c$2.json"
+	py "import json; a=json.load(open('$E2E_TMP/c$2.json')); b=json.load(open('$E2E_TMP/d$2.json')); assert a['choices'][0]['text'] == b['choices'][0]['text'], (a, b)" \
+		"TP 2 -> 2 equals TP 1 colocated $3"
+}
+# health_becomes CODE WHAT: D's /health answers CODE within 10 s
+health_becomes() {
+	for _ in $(seq 100); do
+		PORT=$PORT_D get /health >/dev/null
+		[ "$(cat "$E2E_TMP/status")" = "$1" ] && break
+		sleep 0.1
+	done
+	status_is "$1" "health $2"
+}
+
 # directly, in vLLM's sequential shape: P's answer names both its ranks
 toks=$(seq -s, 7 36) # 30 tokens: 8 blocks of 4, the last one partial
-PORT=$PORT_P post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 1,
-	\"kv_transfer_params\": {\"do_remote_decode\": true}}" >"$E2E_TMP/p.json"
-status_is 200 "prefill"
-kv=$(python3 -c "import json; print(json.dumps(json.load(open('$E2E_TMP/p.json'))['kv_transfer_params']))")
+pd "$toks" "" ""
 py "import json; k=json.loads('$kv'); assert k['remote_tp_size'] == 2 and len(k['remote_agents']) == 2 and k['remote_agents'][0] == k['remote_agent'], k" \
 	"the prefill answer carries both ranks' agents"
-PORT=$PORT_D post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 5,
-	\"kv_transfer_params\": $kv}" >"$E2E_TMP/d.json"
-status_is 200 "decode"
-PORT=$PORT_C post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 5}" >"$E2E_TMP/c.json"
-py "import json; a=json.load(open('$E2E_TMP/c.json')); b=json.load(open('$E2E_TMP/d.json')); assert a['choices'][0]['text'] == b['choices'][0]['text'], (a, b)" \
-	"TP 2 -> 2 equals TP 1 colocated"
+kv1=$kv
 for r in "D:0" "D1:1" "P:0" "P1:1"; do
 	pid=$(eval echo "\$PID_${r%%:*}")
 	$PY "$HERE/tp_kv_check.py" "/dev/shm/pdx-engine-$pid" 4 2 2 16 2 4 64 2 \
@@ -62,18 +79,8 @@ done
 
 # the same prompt and more: the leader's prefix cache takes its 7 full
 # blocks on every rank, and each rank's agent asks only for the rest
-toks2="$toks,$(seq -s, 37 44)"
-PORT=$PORT_P post /v1/completions "{\"prompt\": [$toks2], \"max_tokens\": 1,
-	\"kv_transfer_params\": {\"do_remote_decode\": true}}" >"$E2E_TMP/p2.json"
-status_is 200 "prefill of the longer prompt"
-kv2=$(python3 -c "import json; print(json.dumps(json.load(open('$E2E_TMP/p2.json'))['kv_transfer_params']))")
-PORT=$PORT_D post /v1/completions "{\"prompt\": [$toks2], \"max_tokens\": 5,
-	\"kv_transfer_params\": $kv2}" >"$E2E_TMP/d2.json"
-status_is 200 "decode of the longer prompt"
+pd "$toks,$(seq -s, 37 44)" 2 "with a prefix hit"
 settle 10 "$PORT_D/$(e prefix_hit_tokens_total)=28" || fail "no prefix hit of 28 tokens"
-PORT=$PORT_C post /v1/completions "{\"prompt\": [$toks2], \"max_tokens\": 5}" >"$E2E_TMP/c2.json"
-py "import json; a=json.load(open('$E2E_TMP/c2.json')); b=json.load(open('$E2E_TMP/d2.json')); assert a['choices'][0]['text'] == b['choices'][0]['text'], (a, b)" \
-	"TP 2 -> 2 with a prefix hit equals TP 1 colocated"
 # (every rank checks the whole prompt's KV, cached and received, and
 # logs "differs" where a byte is wrong: grepped below)
 
@@ -136,38 +143,20 @@ grep -q "power of two" "$E2E_TMP/body" || fail "why not 3: $(cat "$E2E_TMP/body"
 listen_d1=$(sed -n 's/.*peer link \(tcp:[^ ]*\) .*/\1/p' "$E2E_TMP/agent_d1.log" | tail -1)
 [ -n "$listen_d1" ] || fail "agent d1's address: $(tail -3 "$E2E_TMP/agent_d1.log")"
 kill9 agent_d1
-for _ in $(seq 50); do
-	PORT=$PORT_D get /health >/dev/null
-	[ "$(cat "$E2E_TMP/status")" = 503 ] && break
-	sleep 0.1
-done
-status_is 503 "health with rank 1's agent gone"
+health_becomes 503 "with rank 1's agent gone"
 grep -q "tensor-parallel rank 1: the link to the agent" "$E2E_TMP/body" ||
 	fail "health names the rank and its agent: $(cat "$E2E_TMP/body")"
 PORT=$PORT_D post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 5,
-	\"kv_transfer_params\": $kv}" >/dev/null
+	\"kv_transfer_params\": $kv1}" >/dev/null
 status_is 503 "a transfer while rank 1's agent is gone"
 agent_start d1 --listen "$listen_d1"
-for _ in $(seq 100); do
-	PORT=$PORT_D get /health >/dev/null
-	[ "$(cat "$E2E_TMP/status")" = 200 ] && break
-	sleep 0.1
-done
-status_is 200 "health once rank 1's agent is back"
-PORT=$PORT_P post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 1,
-	\"kv_transfer_params\": {\"do_remote_decode\": true}}" >"$E2E_TMP/p3.json"
-status_is 200 "prefill after rank 1's agent came back"
-kv3=$(python3 -c "import json; print(json.dumps(json.load(open('$E2E_TMP/p3.json'))['kv_transfer_params']))")
-PORT=$PORT_D post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 5,
-	\"kv_transfer_params\": $kv3}" >"$E2E_TMP/d3.json"
-status_is 200 "decode after rank 1's agent came back"
-py "import json; a=json.load(open('$E2E_TMP/c.json')); b=json.load(open('$E2E_TMP/d3.json')); assert a['choices'][0]['text'] == b['choices'][0]['text'], (a, b)" \
-	"TP 2 -> 2 after rank 1's agent came back equals TP 1 colocated"
+health_becomes 200 "once rank 1's agent is back"
+pd "$toks" 3 "after rank 1's agent came back"
 
 # a follower killed while a decode request waits for its KV: it ends now
 # with the reason, not at --kv-timeout-ms
 xid=$(python3 -c "import secrets; print(secrets.token_hex(16))")
-ag=$(python3 -c "import json; print(json.dumps(json.loads('$kv')['remote_agents']))")
+ag=$(python3 -c "import json; print(json.dumps(json.loads('$kv1')['remote_agents']))")
 t0=$(date +%s.%N)
 curl -sS -o "$E2E_TMP/w.json" -w '%{http_code}' -H 'Content-Type: application/json' \
 	--data-binary "{\"prompt\": [1,2,3], \"max_tokens\": 3, \"kv_transfer_params\":
@@ -185,7 +174,7 @@ PORT=$PORT_D get /health >/dev/null
 status_is 503 "health after a rank died"
 grep -q "tensor-parallel rank 1 is gone" "$E2E_TMP/body" || fail "health: $(cat "$E2E_TMP/body")"
 PORT=$PORT_D post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 5,
-	\"kv_transfer_params\": $kv}" >/dev/null
+	\"kv_transfer_params\": $kv1}" >/dev/null
 status_is 503 "a transfer to an instance that lost a rank"
 PORT=$PORT_D post /v1/completions '{"prompt": "Hi", "max_tokens": 2}' >/dev/null
 status_is 503 "a plain request to an instance that lost a rank"
