@@ -80,6 +80,7 @@ static int tp_lead(struct engine *e, struct pdx_sched_params *sp)
 	    .addr = e->o.tp_leader,
 	    .size = e->o.tp_size,
 	    .model = e->o.model->name,
+	    .role = e->o.role,
 	    .blocks = e->o.kv_blocks,
 	    .block_tokens = e->o.model->block_tokens,
 	    .liveness_ms = e->o.agent_liveness_ms,
@@ -113,6 +114,7 @@ static int tp_follow(struct engine *e)
 	    .rank = e->o.tp_rank,
 	    .size = e->o.tp_size,
 	    .model = e->o.model->name,
+	    .role = e->o.role,
 	    .pool = e->pool,
 	    .link = e->link,
 	    .liveness_ms = e->o.agent_liveness_ms,
@@ -138,14 +140,6 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 	log_info("signal %d: shutting down", (int)sig);
 	event_base_loopexit(e->base, NULL);
-}
-
-
-static const char *role_name(enum pdx_engine_role r)
-{
-	return r == PDX_ROLE_PREFILL  ? "prefill"
-	       : r == PDX_ROLE_DECODE ? "decode"
-				      : "both";
 }
 
 /* Returns the exit status when it cannot start (1; 77 when the KV pool
@@ -228,7 +222,7 @@ static int engine_start(struct engine *e)
 	hp.base = e->base;
 	hp.sched = e->sched;
 	hp.pool = e->pool;
-	hp.role = role_name(e->o.role);
+	hp.role = pdx_engine_role_name(e->o.role);
 	hp.agent = e->o.agent;
 	hp.link = e->link;
 	hp.kv_timeout_ms = e->o.kv_timeout_ms;

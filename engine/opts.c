@@ -394,8 +394,7 @@ enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
 		o->prefix_cache = o->role == PDX_ROLE_DECODE;
 	if (o->role != PDX_ROLE_BOTH && !o->agent) {
 		pdx_errbuf_set(err, errlen, "--role %s needs --agent",
-			       o->role == PDX_ROLE_PREFILL ? "prefill"
-							   : "decode");
+			       pdx_engine_role_name(o->role));
 		return PDX_OPTS_BAD;
 	}
 	if (optind < argc) {
@@ -404,4 +403,11 @@ enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
 		return PDX_OPTS_BAD;
 	}
 	return check_tp(o, err, errlen) ? PDX_OPTS_BAD : PDX_OPTS_RUN;
+}
+
+const char *pdx_engine_role_name(enum pdx_engine_role r)
+{
+	return r == PDX_ROLE_PREFILL  ? "prefill"
+	       : r == PDX_ROLE_DECODE ? "decode"
+				      : "both";
 }

@@ -67,4 +67,7 @@ enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
 
 void pdx_engine_opts_usage(FILE *f);
 
+/* "both", "prefill" or "decode", as --role takes it. */
+const char *pdx_engine_role_name(enum pdx_engine_role r);
+
 #endif

@@ -321,6 +321,7 @@ pdx_status_t pdx_tp_follower_new(const struct pdx_tp_follower_params *p,
 	    .rank = p->rank,
 	    .size = p->size,
 	    .blocks = pdx_kv_pool_layout(p->pool)->blocks,
+	    .value = p->role,
 	};
 	int fd, zero = 0;
 	size_t len = sizeof(fd);

@@ -23,6 +23,7 @@
 
 #include "engine/kv_link.h"
 #include "engine/kv_pool.h"
+#include "engine/opts.h"
 
 struct pdx_tp_follower;
 
@@ -31,6 +32,7 @@ struct pdx_tp_follower_params {
 	const char *leader; /* --tp-leader */
 	uint32_t rank, size;
 	const char *model;	  /* its name, for the leader's check */
+	enum pdx_engine_role role; /* for the leader's check too */
 	struct pdx_kv_pool *pool; /* borrowed */
 	struct pdx_kv_link *link; /* borrowed: its own agent */
 	uint32_t liveness_ms;

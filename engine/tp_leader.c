@@ -120,6 +120,13 @@ static void on_hello(struct pdx_tp_leader *l, const uint8_t *id,
 			 "rank %u runs %s with %u KV blocks, the leader %s "
 			 "with %u",
 			 m->rank, m->text, m->blocks, l->model, l->p.blocks);
+	else if (m->value != l->p.role)
+		snprintf(why, sizeof(why),
+			 "rank %u has --role %s, the leader %s", m->rank,
+			 m->value <= PDX_ROLE_DECODE
+			     ? pdx_engine_role_name(m->value)
+			     : "?",
+			 pdx_engine_role_name(l->p.role));
 	else if (l->ranks[m->rank].joined)
 		snprintf(why, sizeof(why),
 			 "rank %u joined already%s; restart the instance",

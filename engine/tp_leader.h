@@ -26,6 +26,7 @@
 #include <pdx/status.h>
 
 #include "engine/kv_peers.h"
+#include "engine/opts.h"
 #include "engine/synth_model.h"
 #include "engine/tp_wire.h"
 
@@ -48,6 +49,7 @@ struct pdx_tp_leader_params {
 	const char *addr;     /* ipc://PATH or tcp://HOST:PORT, bound */
 	uint32_t size;	      /* ranks, this one included */
 	const char *model;    /* the model's name: followers must agree */
+	enum pdx_engine_role role; /* followers must agree */
 	uint32_t blocks;      /* the pool's blocks: followers must agree */
 	uint32_t block_tokens;
 	uint32_t liveness_ms; /* a rank silent this long is gone */

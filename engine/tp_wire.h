@@ -31,8 +31,9 @@
 #define PDX_TP_WIRE_VERSION 2
 
 enum pdx_tp_kind {
-	/* follower -> leader: rank, size, blocks (its pool's), text (the
-	 * model's name), peer (its agent's peer address) */
+	/* follower -> leader: rank, size, blocks (its pool's), value (its
+	 * --role: engine/opts.h's enum), text (the model's name), peer (its
+	 * agent's peer address) */
 	PDX_TP_HELLO = 1,
 	/* leader -> follower: text says why it may not join; it exits */
 	PDX_TP_REFUSE,

@@ -36,6 +36,15 @@ tp_engine_start D decode 2 "${small[@]}"
 named_engine_start C "$ENGINE" "${small[@]}"
 grep -q "engine registered: 4 layers x 2 tensors" "$E2E_TMP/agent_p1.log" ||
 	fail "rank 1's agent: $(grep registered "$E2E_TMP/agent_p1.log")"
+# a follower of another role is refused by the leader, saying why (it
+# joined before: the hello carried no role)
+agent_start dx
+timeout 10 "$ENGINE" --role prefill --tp-size 2 --tp-rank 1 \
+	--tp-leader "ipc://$E2E_TMP/d.tp" --agent "ipc://$E2E_TMP/dx.engine" \
+	"${small[@]}" 2>"$E2E_TMP/role.log"
+rc=$?
+[ "$rc" = 1 ] && grep -q "rank 1 has --role prefill, the leader decode" "$E2E_TMP/role.log" ||
+	fail "a prefill follower of a decode leader: exit $rc, $(tail -2 "$E2E_TMP/role.log")"
 PORT=$PORT_P get /v1/pdx/info >"$E2E_TMP/info"
 py "import json; i=json.load(open('$E2E_TMP/info')); assert len(i['peer_addrs']) == 2 and i['peer_addrs'][0] == i['peer_addr'] and i['tp_size'] == 2, i" \
 	"the leader's info lists both ranks' agents"
