@@ -618,11 +618,20 @@ static struct xfer *announce(struct agent *a, const void *eid, size_t eid_len,
 			 "block ids", MAX_BLOCKS);
 		free(blocks);
 		blocks = NULL;
+	} else if (!strcmp(peer, a->peer_addr)) {
+		snprintf(why, sizeof(why), "peer: %s is this agent", peer);
 	} else {
 		st = check_blocks(a, blocks, n, why, sizeof(why));
 	}
-	pdx_mp_get_u64(m, "timeout_ms", &timeout);
-	if (timeout == 0 || timeout > 3600000)
+	/* 0: --xfer-timeout-ms, as when absent */
+	if (!why[0] && pdx_mp_get(m, "timeout_ms") &&
+	    (pdx_mp_get_u64(m, "timeout_ms", &timeout) ||
+	     timeout > PDX_XFER_TIMEOUT_MAX_MS)) {
+		snprintf(why, sizeof(why), "timeout_ms: want 0 to %u ms",
+			 PDX_XFER_TIMEOUT_MAX_MS);
+		st = PDX_EINVAL;
+	}
+	if (why[0] || timeout == 0)
 		timeout = a->cfg.xfer_timeout_ms;
 	if (!x) {
 		x = xfer_new(a, &id, role, peer, (uint32_t)timeout);
@@ -671,7 +680,7 @@ static struct xfer *announce(struct agent *a, const void *eid, size_t eid_len,
 	if (!x->peer_abort[0] &&
 	    (ended = pdx_ended_find(a->ended, &id, peer[0] ? peer : NULL)))
 		snprintf(x->peer_abort, sizeof(x->peer_abort),
-			 "ended before our engine announced it: %s", ended);
+			 "ended before this announcement of it: %s", ended);
 	if (x->peer_abort[0]) {
 		free(blocks);
 		xfer_fail(x, PDX_ECANCELED, false, "%s", x->peer_abort);
@@ -709,13 +718,18 @@ static void on_recv(struct agent *a, const void *eid, size_t eid_len,
 
 	if (!x)
 		return;
-	pdx_mp_get_u64(m, "skip_tokens", &skip_tokens);
+	if (pdx_mp_get(m, "skip_tokens") &&
+	    pdx_mp_get_u64(m, "skip_tokens", &skip_tokens)) {
+		xfer_fail(x, PDX_EINVAL, true,
+			  "skip_tokens: want an int, 0 or more");
+		return;
+	}
 	skip_tokens /= a->reg.layout.block_tokens;
 	x->skip = skip_tokens < x->n_blocks ? (uint32_t)skip_tokens
 					    : x->n_blocks;
 	x->pull = a->cfg.pull; /* the engine's "pull", when it says */
 	if (pdx_mp_get(m, "pull") && pdx_mp_get_bool(m, "pull", &x->pull)) {
-		xfer_fail(x, PDX_EINVAL, false, "pull: want true or false");
+		xfer_fail(x, PDX_EINVAL, true, "pull: want true or false");
 		return;
 	}
 	if (peers && !x->peer_addr[0]) /* TP p != d */

@@ -81,20 +81,25 @@ static pdx_status_t hello_parse(const msgpack_object *m, struct hello *h,
 {
 	const msgpack_object *regions = pdx_mp_get(m, "regions");
 	const msgpack_object *layout = pdx_mp_get(m, "layout");
+	const char *bad;
 
 	memset(h, 0, sizeof(*h));
-	if (pdx_mp_get_u64(m, "v", &h->v) ||
-	    pdx_mp_get_u64(m, "instance", &h->instance) ||
-	    pdx_mp_get_str(m, "host", h->host, sizeof(h->host)) ||
-	    pdx_mp_get_u64(m, "compat", &h->compat) ||
-	    pdx_mp_get_bin(m, "ucx", &h->ucx, &h->ucx_len) || !regions ||
-	    regions->type != MSGPACK_OBJECT_ARRAY ||
-	    regions->via.array.size > PDX_MAX_REGIONS) {
+	bad = pdx_mp_get_u64(m, "v", &h->v)			      ? "v"
+	      : pdx_mp_get_u64(m, "instance", &h->instance)	      ? "instance"
+	      : pdx_mp_get_str(m, "host", h->host, sizeof(h->host)) ? "host"
+	      : pdx_mp_get_u64(m, "compat", &h->compat)	      ? "compat"
+	      : pdx_mp_get_bin(m, "ucx", &h->ucx, &h->ucx_len)      ? "ucx"
+	      : !regions || regions->type != MSGPACK_OBJECT_ARRAY ||
+		      regions->via.array.size > PDX_MAX_REGIONS
+		  ? "regions"
+		  : NULL;
+	if (bad) {
 		/* another version may say all this otherwise: the version,
 		 * when it differs, is the reason */
 		if (h->v && h->v != PEER_PROTOCOL_VERSION)
 			return PDX_OK;
-		snprintf(err, errlen, "malformed handshake");
+		snprintf(err, errlen, "malformed handshake: %s missing or "
+			 "malformed", bad);
 		return PDX_EINVAL;
 	}
 	h->shm = get_bool(m, "shm");

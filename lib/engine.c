@@ -23,7 +23,8 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 	*out = NULL;
 	if (!params || !params->agent || !params->agent[0] ||
 	    strnlen(params->agent, PDX_ADDR_MAX) >= PDX_ADDR_MAX ||
-	    params->timeout_ms < 0 || params->liveness_ms < 0)
+	    params->timeout_ms < 0 || params->liveness_ms < 0 ||
+	    params->xfer_timeout_ms > PDX_XFER_TIMEOUT_MAX_MS)
 		return PDX_EINVAL;
 	e = calloc(1, sizeof(*e));
 	if (!e)

@@ -1,5 +1,6 @@
 #include <pdx/layout.h>
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,6 +13,54 @@ uint64_t pdx_kv_layout_block_bytes(const struct pdx_kv_layout *l)
 uint64_t pdx_kv_layout_block_bytes_all(const struct pdx_kv_layout *l)
 {
 	return pdx_kv_layout_block_bytes(l) * l->layers * l->tensors;
+}
+
+/* Whether two tensors' blocks, both at stride s (>= bb) from offsets a and
+ * b of one region, share a byte: block i of one starts d + k * s from
+ * block j of the other (d = |a - b|, |k| < blocks), and they overlap where
+ * that is under bb; only the k nearest d / s can be. */
+static bool blocks_overlap(uint64_t a, uint64_t b, uint64_t s,
+			   uint32_t blocks, uint64_t bb)
+{
+	uint64_t d = a > b ? a - b : b - a, k = d / s, rem = d % s;
+
+	if (k >= blocks)
+		return false;
+	return rem < bb || (k + 1 < blocks && s - rem < bb);
+}
+
+/* No two tensors of the layout may share a byte (the KV of one would be
+ * written over the other's). Checked between tensors at the same block
+ * stride, as every engine's layout has them; other pairs are not. */
+static pdx_status_t layout_overlap_check(const struct pdx_kv_layout *l,
+					 uint64_t bb, char *err, size_t errlen)
+{
+	uint32_t n = l->layers * l->tensors;
+
+	for (uint32_t x = 0; x < n; x++) {
+		const struct pdx_kv_layer *lx = &l->layer[x / l->tensors];
+		const struct pdx_kv_ref *rx = &lx->base[x % l->tensors];
+
+		for (uint32_t y = x + 1; y < n; y++) {
+			const struct pdx_kv_layer *ly = &l->layer[y / l->tensors];
+			const struct pdx_kv_ref *ry = &ly->base[y % l->tensors];
+
+			if (rx->region != ry->region ||
+			    lx->block_stride != ly->block_stride ||
+			    !blocks_overlap(rx->offset, ry->offset,
+					    lx->block_stride, l->blocks, bb))
+				continue;
+			snprintf(err, errlen,
+				 "layout.bases[%u][%u] and [%u][%u] (layer %u "
+				 "tensor %u, layer %u tensor %u): their blocks "
+				 "overlap in region %u",
+				 x / l->tensors, x % l->tensors, y / l->tensors,
+				 y % l->tensors, x / l->tensors, x % l->tensors,
+				 y / l->tensors, y % l->tensors, rx->region);
+			return PDX_ERANGE;
+		}
+	}
+	return PDX_OK;
 }
 
 pdx_status_t pdx_kv_layout_check(const struct pdx_kv_layout *l,
@@ -90,7 +139,7 @@ pdx_status_t pdx_kv_layout_check(const struct pdx_kv_layout *l,
 			}
 		}
 	}
-	return PDX_OK;
+	return layout_overlap_check(l, bb, err, errlen);
 }
 
 static uint64_t fnv1a(uint64_t h, uint64_t v)

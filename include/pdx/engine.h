@@ -89,10 +89,15 @@ struct pdx_engine_cuda_events {
 	uint32_t slots;
 };
 
+/* The longest bound a transfer may ask for (an hour). */
+#define PDX_XFER_TIMEOUT_MAX_MS 3600000u
+
 struct pdx_engine_params {
 	const char *agent;     /* the agent's engine address, ipc://... */
 	int timeout_ms;        /* bound on synchronous calls; 0 = 10000 */
-	uint32_t xfer_timeout_ms; /* per transfer; 0 = the agent's default */
+	/* per transfer, at most PDX_XFER_TIMEOUT_MAX_MS; 0 = the agent's
+	 * default */
+	uint32_t xfer_timeout_ms;
 	int liveness_ms;       /* a hung agent is noticed within; 0 = 1000 */
 };
 

@@ -57,9 +57,10 @@ uint64_t pdx_kv_layout_block_bytes(const struct pdx_kv_layout *l);
 /* Bytes of one block across all layers and tensors. */
 uint64_t pdx_kv_layout_block_bytes_all(const struct pdx_kv_layout *l);
 
-/* Checks the shape and that every block of every layer lies inside its
- * region (region_sizes has n_regions entries). On failure writes the reason
- * to err (errlen bytes) and returns PDX_EINVAL or PDX_ERANGE. */
+/* Checks the shape, that every block of every layer lies inside its
+ * region (region_sizes has n_regions entries), and that no two tensors at
+ * the same block stride share a byte. On failure writes the reason to err
+ * (errlen bytes) and returns PDX_EINVAL or PDX_ERANGE. */
 pdx_status_t pdx_kv_layout_check(const struct pdx_kv_layout *l,
 				 const uint64_t *region_sizes, size_t n_regions,
 				 char *err, size_t errlen);

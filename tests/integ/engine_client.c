@@ -235,6 +235,12 @@ int main(int argc, char **argv)
 	ep.timeout_ms = -5;
 	CHECK(pdx_engine_connect(&ep, &e) == PDX_EINVAL,
 	      "connect with a negative timeout: EINVAL");
+	ep.timeout_ms = 0;
+	ep.xfer_timeout_ms = PDX_XFER_TIMEOUT_MAX_MS + 1;
+	CHECK(pdx_engine_connect(&ep, &e) == PDX_EINVAL,
+	      "connect with a transfer bound over an hour: EINVAL (the agent "
+	      "would fail every transfer for it)");
+	ep.xfer_timeout_ms = 0;
 
 	/* no agent at all: bounded */
 	ep.timeout_ms = 300;

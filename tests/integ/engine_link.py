@@ -17,7 +17,11 @@ Checked, each as docs/protocol.md section 1 says:
   - a block id twice in a recv or a send: `failed`, naming both places;
   - a recv from an address where no agent listens fails at the handshake
     bound (--handshake-timeout-ms), not at the transfer timeout;
-  - refusals name the field at fault; a layout refusal names the order.
+  - refusals name the field at fault; a layout refusal names the order;
+  - a malformed optional field (skip_tokens, timeout_ms, pull) fails the
+    transfer naming it, and a recv's sender is told at once; timeout_ms 0
+    is the agent's default; a send or recv naming its own agent is
+    refused, saying so.
 
     engine_link.py PATH-TO-pdx-agent
 
@@ -235,6 +239,53 @@ def fields_named(P, D, addrs):
           f"NHD against HND: failed, naming the orders: {ev}")
 
 
+def optional_fields(P, D, addrs, dst, src):
+    """A malformed optional field fails the transfer naming it (it ran
+    with the default before), and the peer named is told at once."""
+    bad = [("recv", "skip_tokens", v) for v in (-1, "3", 1.5)]
+    bad += [(op, "timeout_ms", v) for op in ("send", "recv")
+            for v in (-5, "x", 2**64 - 1, 3600001)]
+    bad += [("recv", "pull", 1)]
+    for op, field, value in bad:
+        x = os.urandom(16)
+        me, other = (D, P) if op == "recv" else (P, D)
+        if op == "recv":
+            P.send({"op": "send", "xfer": x, "peer": addrs["D"],
+                    "blocks": src})
+        msg = {"op": op, "xfer": x, field: value,
+               "peer": addrs["P" if op == "recv" else "D"],
+               "blocks": dst if op == "recv" else src}
+        me.send(msg)
+        ev = me.event(x, 2000)
+        check(ev is not None and ev["kind"] == "failed" and
+              ev["status"] == PDX_EINVAL and ev["reason"].startswith(field),
+              f"{op} with {field} {value!r}: failed naming it: {ev}")
+        if op == "recv":
+            ev = P.event(x, 2000)
+            check(ev is not None and ev["kind"] == "failed",
+                  f"... and the sender is told at once: {ev}")
+    # 0 is the agent's default, as when absent
+    x = os.urandom(16)
+    D.send({"op": "recv", "xfer": x, "peer": addrs["P"], "blocks": dst,
+            "timeout_ms": 0})
+    P.send({"op": "send", "xfer": x, "peer": addrs["D"], "blocks": src,
+            "timeout_ms": 0})
+    for layer in range(LAYERS):
+        P.send({"op": "layer_done", "layer": layer, "xfers": [x]})
+    ev = D.event(x)
+    check(ev is not None and ev["kind"] == "received",
+          f"timeout_ms 0: the agent's own bound: {ev}")
+    P.event(x)
+    # naming this very agent as the peer: refused, saying so
+    for e, op, me in ((D, "recv", "D"), (P, "send", "P")):
+        x = os.urandom(16)
+        e.send({"op": op, "xfer": x, "peer": addrs[me], "blocks": [1]})
+        ev = e.event(x, 2000)
+        check(ev is not None and ev["kind"] == "failed" and
+              ev["status"] == PDX_EINVAL and "is this agent" in ev["reason"],
+              f"a {op} naming its own agent: refused saying so: {ev}")
+
+
 def main():
     args = ("--handshake-timeout-ms", str(HANDSHAKE_MS),
             "--peer-timeout-ms", "10000")
@@ -254,6 +305,7 @@ def main():
         skip_all(P, D, addrs, dst, src)
         duplicate_blocks(P, D, addrs)
         nobody_there(D)
+        optional_fields(P, D, addrs, dst, src)
         fields_named(P, D, addrs)
         check(rig.agents_run(), "every agent still runs")
     return exit_code()

@@ -137,6 +137,13 @@ def main():
         nack = old.expect("hello_nack", sender=A)
         check(nack is not None and "protocol version 1 != 3" in nack.get("reason", ""),
               f"A refuses a hello of protocol version 1, saying why: {nack}")
+        # a hello of this version missing a field: the nack names it
+        bad = rig.adopt(Peer(rig.ctx, f"tcp://127.0.0.1:{free_port()}"))
+        bad.to(A, {k: v for k, v in dict(hello, op="hello",
+                   instance=random.getrandbits(63)).items() if k != "compat"})
+        nack = bad.expect("hello_nack", sender=A)
+        check(nack is not None and "compat missing" in nack.get("reason", ""),
+              f"A refuses a hello without compat, naming it: {nack}")
         # A's own hello, for the receiver side of F's transfers
         P_blocks = [3, 4, 5]
 
@@ -258,7 +265,7 @@ def main():
         EA.send({"op": "recv", "xfer": x5, "peer": F.addr, "blocks": [30, 31]})
         ev = EA.event(x5, 1000)
         check(ev is not None and ev["kind"] == "failed" and
-              "ended before our engine announced it" in ev["reason"],
+              "ended before this announcement of it" in ev["reason"],
               f"announced after it: fails at once ({ev and ev['reason']})")
         x5b = xid()
         H.to(A, {"op": "abort", "xfer": x5b, "reason": "who?"})

@@ -124,6 +124,37 @@ static void layout_checks(void)
 	l.layer = NULL;
 	CHECK_EQ(pdx_kv_layout_check(&l, sizes, 2, err, sizeof(err)), PDX_EINVAL);
 
+	/* tensors sharing bytes (blocks of 1024 bytes, 4 of them) */
+	{
+		static const struct {
+			uint64_t stride, v; /* layer 0: K at 0, V at v */
+			pdx_status_t want;
+		} c[] = {
+		    {1024, 0, PDX_ERANGE},    /* K and V at one base */
+		    {1024, 4095, PDX_ERANGE}, /* V's block 0 in K's 3 */
+		    {1024, 4096, PDX_OK},     /* V right after K */
+		    {2048, 1024, PDX_OK},     /* interleaved, K V K V */
+		    {2048, 1000, PDX_ERANGE}, /* interleaved, one byte short */
+		    {2048, 2048 + 1024, PDX_OK},
+		    {2048, 6 * 2048 + 1024, PDX_OK}, /* past K's last block */
+		};
+		struct pdx_kv_layer saved = layers[0];
+
+		for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+			l = sample();
+			layers[0].block_stride = c[i].stride;
+			layers[0].base[1] = (struct pdx_kv_ref){0, c[i].v};
+			sizes[0] = 1ull << 20;
+			err[0] = '\0';
+			CHECK_EQ(pdx_kv_layout_check(&l, sizes, 2, err, sizeof(err)),
+				 c[i].want);
+			if (c[i].want)
+				CHECK_STR_CONTAINS(err, "layer 0 tensor 0, layer 0 "
+							"tensor 1): their blocks overlap");
+		}
+		layers[0] = saved;
+	}
+
 	l = sample();
 	CHECK_EQ(pdx_kv_layout_diff(&l, &m, err, sizeof(err)), 0);
 	m.blocks = 99; /* each side's own */
