@@ -535,6 +535,12 @@ pdx_status_t host_each_run(struct xfer *x, uint32_t layer, bool to_peer,
 /* A UCX operation on x's blocks of len bytes began. */
 void host_op_started(struct xfer *x, uint64_t len);
 
+/* mapped_copy.c: rows pieces of len bytes, strided, between pools mapped
+ * here from shared memory; false when one faulted (SIGBUS: its owner
+ * shrank it), the copy left part done. */
+bool mapped_copy_rows(uint8_t *dst, uint64_t dst_stride, const uint8_t *src,
+		      uint64_t src_stride, uint32_t rows, uint64_t len);
+
 /* path_ipc.c: layer of n sender legs of one group (TP p != d) on the ipc
  * lane, each moving its slice of the heads of the same blocks of ours,
  * block by block: every leg's pieces of a block before the next one, so

@@ -2,9 +2,8 @@
  * into the receiver's pool, mapped here from the shm names in its hello;
  * a copy is complete when it returns, so "done" needs no flush. */
 #define PDX_LOG_TOPIC "push"
-#include <string.h>
-
 #include "agent/agent.h"
+#include "common/log.h"
 
 static pdx_status_t ipc_piece(struct xfer *x, const void *ctx,
 			      const struct pdx_kv_piece *p)
@@ -13,9 +12,13 @@ static pdx_status_t ipc_piece(struct xfer *x, const void *ctx,
 	uint8_t *dst = x->peer->regions[at->ri].map + at->off + p->dst_off;
 	const uint8_t *src = at->src + p->src_off;
 
-	for (uint32_t r = 0; r < p->rows; r++)
-		memcpy(dst + r * p->dst_stride, src + r * p->src_stride,
-		       p->len);
+	if (!mapped_copy_rows(dst, p->dst_stride, src, p->src_stride, p->rows,
+			      p->len)) {
+		log_error("transfer to %s: SIGBUS as we copied into its pool "
+			  "or from our engine's: one shrank under us",
+			  x->peer_addr);
+		return PDX_EIO;
+	}
 	x->bytes += p->rows * p->len;
 	return PDX_OK;
 }

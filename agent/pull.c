@@ -119,19 +119,27 @@ static pdx_status_t read_piece(struct xfer *x, const void *ctx,
 	const struct remote_region *rr = &x->peer->regions[at->ri];
 	pdx_status_t st = PDX_OK;
 
+	if (x->peer->path == DATA_IPC) {
+		if (!mapped_copy_rows(at->src + pc->dst_off, pc->dst_stride,
+				      rr->map + at->off + pc->src_off,
+				      pc->src_stride, pc->rows, pc->len)) {
+			log_error("transfer from %s: SIGBUS as we read its pool "
+				  "or wrote our engine's: one shrank under us",
+				  x->peer_addr);
+			return PDX_EIO;
+		}
+		x->bytes += (uint64_t)pc->rows * pc->len;
+		return PDX_OK;
+	}
 	for (uint32_t r = 0; r < pc->rows && !st; r++) {
 		uint8_t *to = at->src + pc->dst_off + r * pc->dst_stride;
 		uint64_t from = at->off + pc->src_off + r * pc->src_stride;
 
-		if (x->peer->path == DATA_IPC) {
-			memcpy(to, rr->map + from, pc->len);
-		} else {
-			st = pdx_ucx_get(x->peer->ep, to, pc->len, at->mem,
-					 rr->addr + from, rr->rkey, read_done, x);
-			if (st)
-				break;
-			xfer_hold(x);
-		}
+		st = pdx_ucx_get(x->peer->ep, to, pc->len, at->mem,
+				 rr->addr + from, rr->rkey, read_done, x);
+		if (st)
+			break;
+		xfer_hold(x);
 		x->bytes += pc->len;
 	}
 	return st;

@@ -21,7 +21,9 @@ Checked, each as docs/protocol.md section 1 says:
   - a malformed optional field (skip_tokens, timeout_ms, pull) fails the
     transfer naming it, and a recv's sender is told at once; timeout_ms 0
     is the agent's default; a send or recv naming its own agent is
-    refused, saying so.
+    refused, saying so;
+  - an engine that shrinks its pool under the agents fails the transfer
+    that copies into it or from it (EIO): no agent dies of SIGBUS.
 
     engine_link.py PATH-TO-pdx-agent
 
@@ -36,7 +38,7 @@ from pypeer import (BLOCK_TOKENS, BLOCKS, LAYERS, Rig, check,
                     exit_code, free_port, layout, zmq)
 
 PDX_EINVAL, PDX_ERANGE, PDX_EEXIST = -1, -2, -4
-PDX_EPEER, PDX_ENOTREG = -100, -202
+PDX_EPEER, PDX_EIO, PDX_ENOTREG = -100, -201, -202
 HANDSHAKE_MS = 600
 
 
@@ -286,6 +288,31 @@ def optional_fields(P, D, addrs, dst, src):
               f"a {op} naming its own agent: refused saying so: {ev}")
 
 
+def shrunk_pool(rig, P, D, addrs, dst, src):
+    """An engine that shrinks its pool under the agents (ftruncate) fails
+    the transfer that touches it (EIO); no agent dies of SIGBUS (before,
+    the one copying did, and every transfer it served with it)."""
+    r = register(D)  # fields_named left it registered HND
+    check(r is not None and r.get("op") == "registered",
+          f"the decode engine registers again, NHD: {r}")
+    for shrinks, pull in ((D, False), (P, True)):
+        x = os.urandom(16)
+        D.send({"op": "recv", "xfer": x, "peer": addrs["P"], "blocks": dst,
+                "pull": pull})
+        P.send({"op": "send", "xfer": x, "peer": addrs["D"], "blocks": src})
+        time.sleep(0.3)  # both announced, the want on its way
+        os.truncate("/dev/shm/" + shrinks.shm.name, 4096)
+        for layer in range(LAYERS):
+            P.send({"op": "layer_done", "layer": layer, "xfers": [x]})
+        ev = (P if shrinks is D else D).event(x)
+        how = "pushed into a shrunk pool" if shrinks is D else \
+            "pulled from a shrunk pool"
+        check(ev is not None and ev["kind"] == "failed" and
+              ev["status"] == PDX_EIO,
+              f"a transfer {how}: failed, EIO, for the agent copying: {ev}")
+        check(rig.agents_run(), f"... and every agent still runs ({how})")
+
+
 def main():
     args = ("--handshake-timeout-ms", str(HANDSHAKE_MS),
             "--peer-timeout-ms", "10000")
@@ -307,6 +334,7 @@ def main():
         nobody_there(D)
         optional_fields(P, D, addrs, dst, src)
         fields_named(P, D, addrs)
+        shrunk_pool(rig, P, D, addrs, dst, src)
         check(rig.agents_run(), "every agent still runs")
     return exit_code()
 

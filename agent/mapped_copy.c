@@ -1,0 +1,64 @@
+/* Copies between KV pools mapped here from shared memory: a peer's (the
+ * ipc lane, a pull's reads) and our engine's. Another process owns those
+ * objects and may shrink one under us (ftruncate); touching a page past
+ * its new end raises SIGBUS, which would kill the agent and every
+ * transfer it serves for one engine's mistake. A copy here runs with a
+ * SIGBUS handler that jumps back out of it, so only its transfer fails.
+ *
+ * The handler is installed at the first copy, after UCX installed its
+ * own (it prints a backtrace): a SIGBUS outside a copy here puts that one
+ * back and returns, so the fault, raised again, reaches it. One thread
+ * copies (the agent's loop); the jump buffer is the thread's anyway. */
+#define PDX_LOG_TOPIC "push"
+#include <setjmp.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "agent/agent.h"
+#include "common/log.h"
+
+static __thread sigjmp_buf *volatile copying;
+static struct sigaction before;
+
+static void on_sigbus(int sig, siginfo_t *info, void *uc)
+{
+	(void)info;
+	(void)uc;
+	if (copying)
+		siglongjmp(*copying, 1);
+	sigaction(sig, &before, NULL);
+}
+
+static void install(void)
+{
+	static bool done;
+	struct sigaction sa = { .sa_sigaction = on_sigbus };
+
+	if (done)
+		return;
+	done = true;
+	/* SA_NODEFER: the jump leaves the handler without restoring the
+	 * mask, so SIGBUS must not be blocked in it */
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGBUS, &sa, &before);
+}
+
+bool mapped_copy_rows(uint8_t *dst, uint64_t dst_stride, const uint8_t *src,
+		      uint64_t src_stride, uint32_t rows, uint64_t len)
+{
+	sigjmp_buf here;
+
+	install();
+	/* no signal mask saved: nothing changes it between here and a jump */
+	if (sigsetjmp(here, 0)) {
+		copying = NULL;
+		return false;
+	}
+	copying = &here;
+	for (uint32_t r = 0; r < rows; r++)
+		memcpy(dst + r * dst_stride, src + r * src_stride, len);
+	copying = NULL;
+	return true;
+}
