@@ -195,6 +195,28 @@ class Failures(Instances):
                         self.warnings.lines)
         self.all_freed()
 
+    def test_an_id_in_flight_is_not_taken_twice(self):
+        """Two prefill requests with one xfer_id (a client may put it in
+        the body): the second answered it too, and its decode side read
+        the first's KV: wrong text, no error. It now runs without a
+        transfer (no kv_transfer_params: its decode side prefills)."""
+        x = pdx.XferId().hex
+        other = [t + 1 for t in PROMPT]
+        ha = self.P.add_request(PROMPT, 1, {"do_remote_decode": True,
+                                            "xfer_id": x})
+        hb = self.P.add_request(other, 1, {"do_remote_decode": True,
+                                           "xfer_id": x})
+        pa, pb = ha.result(10).kv_transfer_params, \
+            hb.result(10).kv_transfer_params
+        self.assertEqual(pa["xfer_id"], x)
+        self.assertIsNone(pb)
+        self.assertTrue(any("another request's" in w
+                            for w in self.warnings.lines),
+                        self.warnings.lines)
+        out = self.D.generate(PROMPT, 8, dict(pa))
+        self.assertEqual(out.token_ids, self.colocated())
+        self.all_freed()
+
     def test_killed_agent_is_a_load_error_then_a_recompute(self):
         p = self.prefill().kv_transfer_params
         self.worker(self.D).agent.proc.kill()
@@ -202,6 +224,34 @@ class Failures(Instances):
         out = self.D.generate(PROMPT, 8, dict(p))
         self.assertEqual(out.token_ids, self.colocated())
         self.assertEqual(self.worker(self.D).stats["failed"], 1)
+
+
+class AgentDiesMidForward(Instances):
+    """The prefill agent dies between two layers of the forward that
+    announced a send: the send fails (libpdx's EAGENT), not vLLM's step:
+    raised out of save_kv_layer, the error ended EngineCore."""
+    def setUp(self):
+        self.cfg_p = config(liveness_ms=300)
+        super().setUp()
+
+    def test_the_send_fails_not_the_step(self):
+        w = self.worker(self.P)
+        saved = w.layer_saved
+
+        def layer_saved(name):
+            if w._step_sends and w._step_layers:  # after layer 0
+                w.agent.proc.kill()
+                w.agent.proc.wait()
+                time.sleep(0.6)  # past liveness_ms: the link is down
+            saved(name)
+        w.layer_saved = layer_saved
+        out = self.P.generate(PROMPT, 1, {"do_remote_decode": True})
+        self.assertEqual(out.finish_reason, "length")
+        self.assertTrue(wait_for(lambda: w.stats["failed"] == 1, 5),
+                        w.stats)
+        self.assertTrue(any("they fail" in m for m in self.warnings.lines),
+                        self.warnings.lines)
+        self.all_freed()
 
 
 class Preemption(unittest.TestCase):

@@ -15,7 +15,7 @@ recomputes). A receive is vLLM's asynchronous load: the request waits
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Dict, List, Set
 
 from . import params
 from .meta import PdxMetadata, RecvMeta, SendMeta, XferMeta
@@ -50,6 +50,12 @@ class PdxScheduler:
         self._sends: Dict[str, _Send] = {}
         self._recvs: Dict[str, params.Recv] = {}
         self._meta = PdxMetadata()
+        # prefill requests whose xfer_id a live send has: they run here
+        # without a transfer (the id would have named the other's KV)
+        self._dup_ids: Set[str] = set()
+
+    def _live(self, xfer: str) -> bool:
+        return any(st.send.xfer == xfer for st in self._sends.values())
 
     def set_agents(self, handshakes) -> None:
         self.agents = [handshakes[r].peer_addr for r in sorted(handshakes)]
@@ -85,8 +91,15 @@ class PdxScheduler:
                 p["do_remote_prefill"] = False  # taken: asked for once
             return
         s = _safe(params.read_send, p, rid)
-        if s is not None and rid not in self._sends:
-            self._sends[rid] = _Send(s, len(request.prompt_token_ids))
+        if s is None or rid in self._sends:
+            return
+        if self._live(s.xfer):
+            log.warning("request %s: xfer_id %s is another request's, in "
+                        "flight; it runs here without a transfer", rid,
+                        s.xfer)
+            self._dup_ids.add(rid)
+            return
+        self._sends[rid] = _Send(s, len(request.prompt_token_ids))
 
     # -- prefill side --------------------------------------------------
     def _announce_if_complete(self, rid: str, st: _Send, computed: int):
@@ -132,10 +145,15 @@ class PdxScheduler:
 
     def request_finished(self, request, block_ids):
         rid, p = request.request_id, request.kv_transfer_params
+        if rid in self._dup_ids:
+            self._dup_ids.discard(rid)
+            return False, None
         st = self._sends.pop(rid, None)
         if st is None and isinstance(p, dict) and p.get("xfer_id"):
             s = _safe(params.read_send, p, rid)  # left before scheduled
-            st = _Send(s, 0) if s is not None else None
+            # (its abort must not end a live send of the same id)
+            st = _Send(s, 0) if s is not None and not self._live(s.xfer) \
+                else None
         if st is not None:
             if st.preempted:
                 log.info("request %s: preempted after its send was "

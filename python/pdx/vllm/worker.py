@@ -213,11 +213,23 @@ class PdxWorker:
         self._layer_done(i)
 
     def _layer_done(self, i: int) -> None:
-        if self.cuda:  # the layer's KV writes are queued on this stream
-            self.eng.layer_done(i, self._step_sends,
-                                stream=pdx.current_stream())
-        else:
-            self.eng.layer_done(i, self._step_sends)
+        """An error here must not reach vLLM: raised out of save_kv_layer
+        it ends the engine's step, and EngineCore with it. The sends of
+        this step end in their events instead (the agent away: libpdx's
+        EAGENT, at once; else the agent's layer bound), so the rest of
+        the step's layers are not reported."""
+        try:
+            if self.cuda:  # the layer's KV writes are queued on this stream
+                self.eng.layer_done(i, self._step_sends,
+                                    stream=pdx.current_stream())
+            else:
+                self.eng.layer_done(i, self._step_sends)
+        except pdx.Error as err:
+            log.warning("pdx: layer %d done, for the sends of %s: %s; "
+                        "they fail", i,
+                        [self._flights[x].req_id for x in self._step_sends
+                         if x in self._flights], err)
+            self._step_sends = []
 
     def step_saved(self) -> None:
         """The forward pass is over: any layer not saved through the hook
