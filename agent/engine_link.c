@@ -396,6 +396,28 @@ static pdx_status_t register_tp(const msgpack_object *m, struct registration *g,
 	return PDX_OK;
 }
 
+/* Another connection registered: the one before is told, so an engine
+ * still there (two engines given one agent, e.g. TP ranks sharing an
+ * address) learns it is not served any more instead of waiting on events
+ * that go to the other. A restarted engine's old connection is gone:
+ * nothing to tell, nothing logged. */
+static void tell_displaced(struct agent *a, const void *old, size_t old_len)
+{
+	struct pdx_mp_msg m;
+
+	pdx_mp_msg_init(&m);
+	pdx_mp_msg_str(&m, "op", "displaced");
+	pdx_mp_msg_str(&m, "reason",
+		       "another engine registered with this agent, which "
+		       "serves the connection that registered last (one "
+		       "agent per engine; with tensor parallelism, one per "
+		       "rank)");
+	if (!pdx_mp_msg_end(&m))
+		agent_zsend(a->engine_sock, old, old_len, m.buf.data,
+			    m.buf.size);
+	pdx_mp_msg_free(&m);
+}
+
 static void on_register(struct agent *a, const void *id, size_t id_len,
 			const msgpack_object *m)
 {
@@ -461,6 +483,8 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 	memcpy(g.engine_id, id, id_len < sizeof(g.engine_id) ? id_len : sizeof(g.engine_id));
 	g.engine_id_len = id_len;
 	again = a->reg.ok;
+	if (again && !from_engine(a, id, id_len))
+		tell_displaced(a, a->reg.engine_id, a->reg.engine_id_len);
 	if (again) {
 		/* their events go to the connection registering now */
 		memcpy(a->reg.engine_id, g.engine_id, sizeof(g.engine_id));

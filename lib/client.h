@@ -67,6 +67,10 @@ struct pdx_engine {
 	uint64_t down_ns;  /* when the link was lost (0: never was) */
 	uint64_t relink_ns; /* the last try to register again */
 	bool registering;   /* that register is out, its answer to come */
+	/* another engine registered with the agent since ours: not
+	 * registered again by itself (the two would take turns), only by
+	 * pdx_engine_register() or on a new connection (the agent restarted) */
+	bool displaced;
 	char why_down[PDX_REASON_MAX];
 	char why[512];     /* why the last call failed: pdx_engine_last_error */
 	struct pdx__cuda *cuda; /* the events of register_cuda_streams, or NULL */
@@ -97,7 +101,8 @@ bool pdx__inflight_has(struct pdx_engine *e, const struct pdx_xfer_id *x);
 void pdx__inflight_add(struct pdx_engine *e, struct pdx__inflight *t,
 		       const struct pdx_xfer_id *x);
 bool pdx__inflight_take(struct pdx_engine *e, const struct pdx_xfer_id *x);
-void pdx__inflight_fail_all(struct pdx_engine *e);
+/* Each transfer in flight ends now, failed with st and e->why_down. */
+void pdx__inflight_fail_all(struct pdx_engine *e, pdx_status_t st);
 void pdx__inflight_free(struct pdx_engine *e);
 int pdx__queue_push(struct pdx_engine *e, const struct pdx_engine_event *ev);
 bool pdx__queue_pop(struct pdx_engine *e, struct pdx_engine_event *ev);
@@ -140,6 +145,9 @@ bool pdx__on_other(struct pdx_engine *e, const msgpack_object *m,
 /* liveness.c */
 void pdx__link_watch(struct pdx_engine *e);
 void pdx__relink(struct pdx_engine *e);
+/* The agent said another engine registered since ours (why): link_status
+ * says so, the transfers in flight fail (PDX_ENOTREG). */
+void pdx__displaced(struct pdx_engine *e, const char *why);
 
 /* register.c */
 pdx_status_t pdx__register(struct pdx_engine *e,

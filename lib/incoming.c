@@ -78,6 +78,15 @@ bool pdx__on_other(struct pdx_engine *e, const msgpack_object *m,
 	pdx_status_t st;
 	int64_t status;
 
+	if (!strcmp(op, "displaced")) {
+		char why[PDX_REASON_MAX];
+
+		if (pdx__get_str_trunc(m, "reason", why, sizeof(why)))
+			snprintf(why, sizeof(why), "another engine registered "
+				 "with the agent");
+		pdx__displaced(e, why);
+		return false;
+	}
 	if (e->registering) {
 		memcpy(was, e->peer, sizeof(was));
 		if (pdx__register_answer(m, op, e->peer, sizeof(e->peer),

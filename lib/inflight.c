@@ -102,7 +102,7 @@ bool pdx__queue_keep(struct pdx_engine *e, const struct pdx_engine_event *ev)
 
 /* The link was lost (e->why_down says how, e->down_ns when): every
  * transfer in flight fails now, by an event of ours. */
-void pdx__inflight_fail_all(struct pdx_engine *e)
+void pdx__inflight_fail_all(struct pdx_engine *e, pdx_status_t st)
 {
 	struct pdx__inflight *t, *tmp;
 	unsigned n = 0;
@@ -112,7 +112,7 @@ void pdx__inflight_fail_all(struct pdx_engine *e)
 		struct pdx_engine_event ev = {
 		    .xfer = t->id,
 		    .kind = PDX_EVENT_FAILED,
-		    .status = PDX_EAGENT,
+		    .status = st,
 		    .t_first_ns = t->t_first_ns,
 		    .t_last_ns = e->down_ns,
 		    .first_token = -1,

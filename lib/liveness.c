@@ -40,7 +40,19 @@ static void link_lost(struct pdx_engine *e)
 		 "the link to the agent was lost (the agent exited, restarted "
 		 "or did not answer heartbeats for %d ms)",
 		 e->liveness_ms);
-	pdx__inflight_fail_all(e);
+	pdx__inflight_fail_all(e, PDX_EAGENT);
+}
+
+void pdx__displaced(struct pdx_engine *e, const char *why)
+{
+	e->registered = false;
+	e->registering = false;
+	e->displaced = true;
+	e->down_ns = pdx_now_ns();
+	snprintf(e->why_down, sizeof(e->why_down), "not registered: %s", why);
+	log_error("%s", e->why_down);
+	/* the agent sends their events to the other engine */
+	pdx__inflight_fail_all(e, PDX_ENOTREG);
 }
 
 /* Reads the link's monitor: a connection whose handshake completed
@@ -70,6 +82,7 @@ void pdx__link_watch(struct pdx_engine *e)
 		if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
 			e->up = true;
 			e->registered = false;
+			e->displaced = false;
 			snprintf(e->why_down, sizeof(e->why_down),
 				 "the agent is back; registering again");
 		} else if (ev == ZMQ_EVENT_DISCONNECTED && e->up) {
@@ -90,7 +103,7 @@ void pdx__relink(struct pdx_engine *e)
 	uint64_t now;
 
 	pdx__link_watch(e);
-	if (!e->reg || !e->up || e->registered)
+	if (!e->reg || !e->up || e->registered || e->displaced)
 		return;
 	now = pdx_now_ns();
 	if (e->registering &&

@@ -143,8 +143,10 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 		 * reported long before its answer came: it carries our register
 		 * (a refused one leaves the agent's as it was) */
 		pdx__link_watch(e);
-		if (st == PDX_OK)
+		if (st == PDX_OK) {
 			e->registered = e->up;
+			e->displaced = false;
+		}
 		if (st == PDX_OK && peer_addr) {
 			if (strlen(e->peer) >= peer_addr_len)
 				return pdx__fail(e, PDX_ETOOBIG,

@@ -106,7 +106,7 @@ static int stub_driver(const char *self, const char *stub)
 static int stub_run(void)
 {
 	struct pdx_engine_params p = {.agent = "ipc:///nonexistent/pdx"};
-	struct pdx_kv_layer layer = {{{0, 0}, {0, 0}}, 64};
+	struct pdx_kv_layer layer = {{{0, 0}, {0, 32}}, 64};
 	struct pdx_kv_layout l = {1, 2, 1, 1, 1, 8, 4, PDX_KV_NHD, &layer};
 	struct pdx_engine_region cr = {.type = PDX_MEM_CUDA, .size = 4096};
 	struct pdx_engine *e;
@@ -140,7 +140,7 @@ static void no_agent(void)
 	pdx_xfer_id_random(&x);
 	FAILS(pdx_engine_send(e, &x, "tcp://127.0.0.1:1", &b, 1), PDX_EPEER,
 	      "not connected", "send with no agent there");
-	struct pdx_kv_layer layer = {{{0, 0}, {0, 0}}, 64};
+	struct pdx_kv_layer layer = {{{0, 0}, {0, 32}}, 64};
 	struct pdx_kv_layout l = {1, 2, 1, 1, 1, 8, 4, PDX_KV_NHD, &layer};
 	struct pdx_engine_region r = {.type = PDX_MEM_SHM, .shm_name = "/x",
 				      .size = 4096};

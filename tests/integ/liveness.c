@@ -223,6 +223,57 @@ static void layers_stop(struct h_env *env)
 	h_plan_free(x, 1);
 }
 
+/* A second engine registers with the decode agent (two engines given one
+ * agent, e.g. TP ranks sharing an address): the first is told. Its link
+ * status says why, its receive in flight fails at once (the agent sends
+ * that event to the other), and it does not register again by itself
+ * (the two would take turns); pdx_engine_register() makes it the served
+ * one again. Before, it looked healthy and its receive waited for the
+ * transfer's bound. */
+static void displaced(struct h_env *env)
+{
+	struct pdx_engine_params ep = { .agent = env->d.engine_addr };
+	struct pdx_engine *other = NULL;
+	struct pdx_engine_event ev;
+	struct h_xfer x[1];
+	char why[PDX_REASON_MAX], peer[PDX_ADDR_MAX];
+	uint64_t t0;
+	bool got;
+
+	h_plan(env, x, 1, 4, 4, true);
+	h_post_recv(env, x, 1);
+	CHECK(pdx_engine_connect(&ep, &other) == PDX_OK &&
+		      pb_register_retry(other, &env->d.pool, peer, sizeof(peer),
+					5000, NULL) == PDX_OK,
+	      "a second engine registers with the decode agent");
+	t0 = pdx_now_ns();
+	memset(&ev, 0, sizeof(ev));
+	got = h_wait(&env->d, &x->id, 3000, &ev) == 0;
+	CHECK(got && ev.kind == PDX_EVENT_FAILED &&
+		      ev.status == PDX_ENOTREG &&
+		      strstr(ev.reason, "another engine registered"),
+	      "the first engine's receive fails at once, saying why (%s: %s, "
+	      "after %.0f ms)",
+	      pdx_status_str(ev.status), ev.reason, since_ms(t0));
+	CHECK(pdx_engine_link_status(env->d.eng, why, sizeof(why)) ==
+			  PDX_EPEER &&
+		      strstr(why, "another engine registered"),
+	      "its link status says so: %s", why);
+	h_sleep_ms(3 * BEAT_MS);
+	(void)h_quiet(&env->d, &x->id, 10);
+	CHECK(pdx_engine_link_status(other, NULL, 0) == PDX_OK,
+	      "it did not register again by itself: the other is served");
+	CHECK(pdx_engine_recv(env->d.eng, &x->id, env->p.peer, x->dst, x->n,
+			      0) == PDX_EPEER,
+	      "its announcements fail at once");
+	CHECK(pb_register_retry(env->d.eng, &env->d.pool, env->d.peer,
+				sizeof(env->d.peer), 5000, NULL) == PDX_OK,
+	      "registering again makes it the served one");
+	(void)h_quiet(&env->d, &x->id, 10);
+	pdx_engine_free(other);
+	h_plan_free(x, 1);
+}
+
 int main(int argc, char **argv)
 {
 	struct h_opts o = { 0 };
@@ -250,6 +301,7 @@ int main(int argc, char **argv)
 	agent_stalls(&env, &env.d);
 	agent_stalls(&env, &env.p);
 	layers_stop(&env);
+	displaced(&env);
 	works_again(&env, "all of it");
 	return h_finish(&env);
 }
