@@ -21,6 +21,8 @@ void pdx_pool_idle_close(struct pdx_inst *i)
 
 static void inst_free(struct pdx_inst *i)
 {
+	if (i->gone_from)
+		LIST_REMOVE(i, gone_link);
 	pdx_pool_idle_close(i);
 	if (i->idle_timer)
 		event_free(i->idle_timer);
@@ -97,6 +99,24 @@ int pdx_pool_add(struct pdx_pool *p, const char *addr, char *err, size_t errlen)
 			 pdx_pool_role_name(p->role), PDX_POOL_MAX);
 		return -1;
 	}
+	LIST_FOREACH(i, &p->gone, gone_link)
+		if (i->port == port && !strcmp(i->host, host))
+			break;
+	if (i) {
+		LIST_REMOVE(i, gone_link);
+		i->gone_from = NULL;
+		i->removed = false;
+		i->refs++; /* the pool's again */
+		i->health_fails = i->health_oks = 0;
+		i->unhealthy = false;
+		/* closed (its transition counts are metrics: kept) */
+		i->breaker.state = PDX_BREAKER_CLOSED;
+		i->breaker.fails = 0;
+		i->breaker.until_ns = 0;
+		i->peer_known = false; /* its engine may have restarted */
+		p->inst[p->n++] = i;
+		return 0;
+	}
 	i = calloc(1, sizeof(*i));
 	if (!i) {
 		snprintf(err, errlen, "out of memory");
@@ -149,6 +169,10 @@ int pdx_pool_remove(struct pdx_pool *p, const char *addr)
 	p->n--;
 	i->removed = true;
 	pdx_pool_idle_close(i);
+	if (i->refs > 1) { /* held by requests: may come back */
+		i->gone_from = p;
+		LIST_INSERT_HEAD(&p->gone, i, gone_link);
+	}
 	i->inflight++; /* balanced by the put below */
 	pdx_pool_put(i);
 	return 0;

@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <sys/queue.h>
 
 #include "proxy/breaker.h"
 
@@ -74,6 +75,12 @@ struct pdx_inst {
 	struct pdx_probe *probe; /* health.c's, while it checks this one */
 	unsigned refs;
 	bool removed;
+	/* removed while requests still held it: on its pool's gone list
+	 * until freed, so adding its address back takes it back with its
+	 * requests in flight (a fresh one counted none: least-loaded
+	 * over-picked an instance a DNS record dropped and brought back) */
+	struct pdx_pool *gone_from;
+	LIST_ENTRY(pdx_inst) gone_link;
 	/* the engine's agent peer address from GET /v1/pdx/info ("" if it
 	 * has none); asked once, when first needed. A tensor-parallel
 	 * instance is one instance here (the proxy talks to rank 0's HTTP
@@ -104,6 +111,7 @@ struct pdx_pool {
 	enum pdx_pool_policy policy;
 	unsigned n, rr;
 	struct pdx_inst *inst[PDX_POOL_MAX];
+	LIST_HEAD(, pdx_inst) gone; /* removed, still held (zero: empty) */
 	/* new instances' breaker settings: failures in a row that open it
 	 * (0: never), and for how long */
 	unsigned breaker_failures;
@@ -116,7 +124,9 @@ int pdx_pool_addr_parse(const char *s, char *host, size_t hostlen,
 			uint16_t *port, char *err, size_t errlen);
 
 /* Adds an instance; -1 with the reason in err (bad address, duplicate,
- * pool full). */
+ * pool full). One removed from this pool that requests still hold comes
+ * back as it is, their requests counted, checked healthy, breaker
+ * closed, its agents asked again. */
 int pdx_pool_add(struct pdx_pool *p, const char *addr, char *err,
 		 size_t errlen);
 

@@ -165,6 +165,34 @@ $PY -c "import json; r = json.load(open('$f')); assert r['completed'] == $n and 
 settle 5 $(idle XA P D D2 D3) \
 	"$PORT_XA/pdx_proxy_requests_total{code=\"200\"}=$n" ||
 	fail "after the load"
+
+# D3 removed and added back at once (a DNS record that drops out and
+# comes back) while requests run on it: it comes back with them counted
+# (a fresh entry counted none, and least-loaded over-picked it)
+# inflight_d3: D3's requests in flight, as the admin API lists them
+inflight_d3() {
+	[ "$(admin GET /admin/instances)" = 200 ] || fail "admin list: $(cat "$E2E_TMP/body")"
+	$PY -c 'import json, sys; print([i["inflight"] for i in json.load(open(sys.argv[1]))["instances"] if i["url"] == sys.argv[2]][0])' \
+		"$E2E_TMP/body" "$u3"
+}
+slow=""
+for k in 1 2 3 4 5 6; do
+	curl -sS -o /dev/null -H 'Content-Type: application/json' --data-binary \
+		"{\"prompt\": [$k, 2, 3], \"max_tokens\": 200}" \
+		"http://127.0.0.1:$PORT_XA/v1/completions" &
+	slow="$slow $!"
+done
+E2E_PIDS="$E2E_PIDS $slow"
+settle 10 "$PORT_D3/$(e num_requests_running)>=1" || fail "D3 runs none of the slow requests"
+before=$(inflight_d3)
+[ "$(admin DELETE "/admin/instances?url=$u3")" = 200 ] || fail "remove D3: $(cat "$E2E_TMP/body")"
+[ "$(admin POST /admin/instances "{\"role\": \"decode\", \"url\": \"$u3\"}")" = 201 ] ||
+	fail "add D3 back: $(cat "$E2E_TMP/body")"
+after=$(inflight_d3)
+[ "$before" -ge 1 ] && [ "$after" = "$before" ] ||
+	fail "D3 added back: $after requests in flight listed, $before before the remove"
+for pid in $slow; do wait "$pid"; done
+[ "$(inflight_d3)" = 0 ] || fail "D3's requests finished: $(inflight_d3) still listed"
 named_stop XA
 for x in D D2 D3 C; do named_stop $x; done
 
