@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -386,6 +388,40 @@ static void *zsock(struct agent *a, int type, const char *bind_addr,
 	return s;
 }
 
+/* ZeroMQ's ipc:// bind replaces whatever file is at the path, so a second
+ * agent given a running one's --engine would silently take its engines
+ * from it (and unlink the path if it then failed). A path that accepts a
+ * connection has a listener: refuse it. One that refuses the connection
+ * (an agent that died without removing it) is stale, and the bind
+ * replaces it as before. Two agents starting in the same instant can
+ * still race between this check and the bind; that is not the mistake
+ * this guards against. */
+static int engine_path_check(const char *addr)
+{
+	const char *path = addr + strlen("ipc://");
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	int fd, rc;
+
+	/* an abstract name (@...) is refused by the bind itself; a path too
+	 * long for sun_path is too, with ZeroMQ's reason */
+	if (path[0] == '@' || strlen(path) >= sizeof(sun.sun_path))
+		return 0;
+	memcpy(sun.sun_path, path, strlen(path));
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	rc = connect(fd, (struct sockaddr *)&sun, sizeof(sun));
+	/* EAGAIN: a listener whose backlog is full, still a listener */
+	if (rc == 0 || errno == EAGAIN) {
+		close(fd);
+		log_error("cannot bind %s: another agent serves it; give this agent a path of its own",
+			  addr);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
 static struct event *watch_fd(struct agent *a, int fd)
 {
 	struct event *ev = event_new(a->base, fd, EV_READ | EV_PERSIST, on_ready, a);
@@ -457,6 +493,8 @@ static int agent_start(struct agent *a)
 		return -1;
 	if (metrics_start(a)) /* logged before the engine link is bound */
 		return -1;
+	if (engine_path_check(a->cfg.engine_addr))
+		return -1;
 	a->engine_sock = zsock(a, ZMQ_ROUTER, a->cfg.engine_addr, false);
 	a->peer_sock = zsock(a, ZMQ_ROUTER, a->cfg.listen_addr, a->curve);
 	if (!a->engine_sock || !a->peer_sock)
@@ -507,6 +545,10 @@ static void event_free_safe(struct event *ev)
 
 static void agent_stop(struct agent *a)
 {
+	/* set only by a bind that succeeded: the path is ours to remove, and
+	 * never another agent's that this one was refused */
+	bool engine_bound = a->engine_sock != NULL;
+
 	liveness_stop(a);
 	metrics_stop(a);
 	gpu_drain(a->gpu); /* its callbacks name transfers */
@@ -551,7 +593,7 @@ static void agent_stop(struct agent *a)
 	am_slice_free(a);
 	if (a->base)
 		event_base_free(a->base);
-	if (a->cfg.engine_addr)
+	if (engine_bound)
 		unlink(a->cfg.engine_addr + strlen("ipc://"));
 }
 

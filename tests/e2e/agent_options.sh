@@ -3,7 +3,9 @@
 # somewhere else (a port past 65535, a negative one, none, a bare IPv6
 # host) is refused at start, exit 2 with why; a good one is listened on
 # exactly, and advertised as given; port 0 is the kernel's pick, and the
-# agent advertises the port it got.
+# agent advertises the port it got. A second agent given a running one's
+# engine path or peer port fails saying why, and the first stays
+# reachable; a stale socket file at the path is replaced.
 #   agent_options.sh PDX_AGENT
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -45,4 +47,48 @@ got=$(sed -n 's/.*(advertised tcp:\/\/127\.0\.0\.1:\([0-9]*\))$/\1/p' "$E2E_TMP/
 [ -n "$got" ] && [ "$got" != 0 ] || fail "port 0 advertised: $(cat "$E2E_TMP/agent_b.log")"
 ss -ltn "sport = :$got" | grep -q ":$got" || fail "nothing listens on $got, advertised"
 named_stop agent_b
+
+# agent_ping IPC_PATH: the agent there answers an engine's ping with a pong
+agent_ping() {
+	$PY - "$1" <<'EOF' || fail "no pong from the agent at $1"
+import sys, msgpack, zmq
+s = zmq.Context().socket(zmq.DEALER)
+s.setsockopt(zmq.LINGER, 0)
+s.connect("ipc://" + sys.argv[1])
+s.send(msgpack.packb({"op": "ping", "seq": 7}))
+sys.exit(not (s.poll(3000) and
+	      msgpack.unpackb(s.recv()) == {"op": "pong", "seq": 7}))
+EOF
+}
+
+# ZeroMQ's ipc:// bind replaces the file at the path: a second agent on
+# the same path once took the first one's engines, and unlinked the path
+# when its own peer port then failed.
+port=$(free_port)
+agent_start c --listen "tcp://127.0.0.1:$port"
+for clash in "ipc://$E2E_TMP/c.engine tcp://127.0.0.1:$(free_port) another agent serves it" \
+	"ipc://$E2E_TMP/d.engine tcp://127.0.0.1:$port Address already in use"; do
+	read -r eng lis why <<<"$clash"
+	# bounded: the old agent took a running one's path and ran on
+	timeout 10 "$AGENT" --engine "$eng" --listen "$lis" 2>"$E2E_TMP/clash.log"
+	rc=$?
+	[ $rc -ne 0 ] || fail "a second agent on $eng, $lis started"
+	grep -q "cannot bind .*: $why" "$E2E_TMP/clash.log" ||
+		fail "$eng, $lis: want \"$why\": $(cat "$E2E_TMP/clash.log")"
+	[ -S "$E2E_TMP/c.engine" ] || fail "$eng, $lis: the first agent's path is gone"
+	agent_ping "$E2E_TMP/c.engine"
+done
+[ ! -e "$E2E_TMP/d.engine" ] || fail "a failed agent left its own path behind"
+named_stop agent_c
+
+# a socket file nobody listens on (an agent killed with -9) is replaced
+$PY -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' \
+	"$E2E_TMP/e.engine"
+agent_start e
+for _ in $(seq 50); do
+	grep -q "ready:" "$E2E_TMP/agent_e.log" && break
+	sleep 0.1
+done
+agent_ping "$E2E_TMP/e.engine"
+named_stop agent_e
 echo ok

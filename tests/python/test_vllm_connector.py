@@ -15,7 +15,8 @@ request preempted after its send was announced (async scheduling), an abort on
 the decode side before its load (the prefill side frees at once), a
 transfer that failed (the sender's lease ran out; the decode side's agent
 killed; layouts that differ) ending in load errors and a recompute with the
-same text.
+same text. The agent a worker starts ends with the worker, also one killed
+with SIGKILL; an agent_listen_host it cannot listen on is named.
 
     test_vllm_connector.py PATH-TO-pdx-agent PATH-TO-pdx-engine
 """
@@ -23,6 +24,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -474,6 +476,62 @@ class LayoutMismatch(Instances):
         self.assertEqual(self.worker(self.D).stats["failed"], 1)
         said = " ".join(self.warnings.lines)
         self.assertIn("tensors", said)
+
+
+def running(pid):
+    """pid runs (a zombie does not: where PID 1 does not reap it, the
+    agent killed stays one)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except FileNotFoundError:
+        return False
+
+
+class AgentLife(unittest.TestCase):
+    """The agent a worker starts (pdx.vllm.agent.AgentProcess, pdx.sglang's
+    too) ends with it however the worker ends, and a listen host it
+    cannot use is an error that names the setting."""
+
+    def test_agent_dies_with_its_killed_worker(self):
+        """A worker killed with SIGKILL (atexit does not run) left its
+        agent running under PID 1, holding its port and the KV pool."""
+        worker = subprocess.Popen(
+            [sys.executable, "-c",
+             "import sys, time\n"
+             "from pdx.vllm.agent import AgentProcess\n"
+             "a = AgentProcess(sys.argv[1])\n"
+             "print(a.proc.pid, a.dir, flush=True)\n"
+             "time.sleep(60)\n", AGENT],
+            stdout=subprocess.PIPE, text=True)
+        self.addCleanup(worker.stdout.close)
+        self.addCleanup(worker.wait)
+        self.addCleanup(worker.kill)
+        pid, tmp = worker.stdout.readline().split()
+        pid = int(pid)
+        self.addCleanup(shutil.rmtree, tmp, True)
+        worker.kill()
+        worker.wait()
+        gone = wait_for(lambda: not running(pid), 5)
+        if not gone:
+            os.kill(pid, signal.SIGKILL)
+        self.assertTrue(gone, "pdx-agent %d outlived its worker" % pid)
+
+    def test_a_host_it_cannot_listen_on_names_the_setting(self):
+        """It was a bare OSError [Errno 99], and left a directory behind."""
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp, True)
+        self.addCleanup(setattr, tempfile, "tempdir", tempfile.tempdir)
+        tempfile.tempdir = tmp  # the worker's mkdtemp, seen alone here
+        from pdx.vllm.worker import PdxWorker
+        cfg = SimpleNamespace(kv_transfer_config=SimpleNamespace(
+            kv_connector_extra_config=config(agent_listen_host="192.0.2.1")[
+                "kv_connector_extra_config"]))
+        with self.assertRaises(RuntimeError) as cm:
+            PdxWorker(cfg, rank=0)
+        self.assertIn("agent_listen_host", str(cm.exception))
+        self.assertIn("192.0.2.1", str(cm.exception))
+        self.assertEqual(os.listdir(tmp), [])
 
 
 class FakeCudaTensor:

@@ -17,7 +17,7 @@ import logging
 import os
 import shlex
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import pdx
 from pdx.vllm.agent import AgentProcess
@@ -28,6 +28,16 @@ from .base import mode_name
 from .layout import Shape, build
 
 log = logging.getLogger("pdx.sglang")
+
+# The decode side asks the bootstrap server from the scheduler's own
+# thread (decode.py tries try_ensure_parallel_info every turn while a
+# request is pending): each ask is bounded by BOOTSTRAP_ASK_S, and a
+# server that did not answer is asked again only BOOTSTRAP_RETRY_S later,
+# so that a server down or frozen costs the loop at most 0.2 s a second;
+# the receivers waiting on it fail at their deadline
+# (PDX_SGLANG_BOOTSTRAP_TIMEOUT_S, from their creation).
+BOOTSTRAP_ASK_S = 0.2
+BOOTSTRAP_RETRY_S = 1.0
 
 
 def xfer_id(room: int, pp_rank: int) -> pdx.XferId:
@@ -109,7 +119,8 @@ class PdxKVManager:
             self.agent = AgentProcess(
                 os.environ.get("PDX_SGLANG_AGENT_BIN", "pdx-agent"),
                 os.environ.get("PDX_SGLANG_AGENT_HOST", "127.0.0.1"),
-                args=shlex.split(os.environ.get("PDX_SGLANG_AGENT_ARGS", "")))
+                args=shlex.split(os.environ.get("PDX_SGLANG_AGENT_ARGS", "")),
+                listen_host_key="PDX_SGLANG_AGENT_HOST")
             addr = self.agent.engine_addr
         self.agent_addr = addr
         self.eng = pdx.Engine(addr,
@@ -128,6 +139,9 @@ class PdxKVManager:
         self.xfers: Dict[pdx.XferId, object] = {}  # announced -> its end
         self.prefill_info_table: Dict[str, PrefillInfo] = {}
         self.prefill_regs: Dict[tuple, List[dict]] = {}  # (addr, dp rank)
+        # a bootstrap server that cannot say yet: (not asked again
+        # before, why)
+        self.bootstrap_wait: Dict[str, Tuple[float, str]] = {}
         log.info("pdx.sglang: %s rank %d registered %d layers with %s",
                  self.mode, self.rank, self.shape.layers, self.peer_addr)
         if self.mode == "prefill":
@@ -154,10 +168,10 @@ class PdxKVManager:
 
     def try_ensure_parallel_info(self, bootstrap_addr: str) -> bool:
         """decode.py: whether the prefill instance's sizes are known (asks
-        its bootstrap server once when not)."""
+        its bootstrap server when not, bounded: _ask)."""
         if bootstrap_addr in self.prefill_info_table:
             return True
-        sizes = bootstrap.query(bootstrap_addr, -1, -1, -1)
+        sizes = self._ask(bootstrap_addr, -1, -1, -1)
         if sizes is None:
             return False
         self.prefill_info_table[bootstrap_addr] = PrefillInfo(sizes)
@@ -183,7 +197,7 @@ class PdxKVManager:
             return self.prefill_regs[key]
         ranks = [self.rank] if info.attn_tp_size == self.tp_size else \
             range(info.attn_tp_size)
-        regs = [bootstrap.query(bootstrap_addr, dp_rank, r, self.pp_rank)
+        regs = [self._ask(bootstrap_addr, dp_rank, r, self.pp_rank)
                 for r in ranks]
         if None in regs:
             return None
@@ -192,6 +206,25 @@ class PdxKVManager:
         # cost it a round trip per prefill rank
         self.prefill_regs[key] = regs
         return regs
+
+    def _ask(self, addr: str, dp: int, tp: int, pp: int) -> Optional[dict]:
+        """bootstrap.ask, bounded (above): None while the server cannot
+        say (why in bootstrap_wait), without asking while it is down."""
+        wait = self.bootstrap_wait.get(addr)
+        if wait is not None and time.monotonic() < wait[0]:
+            return None
+        try:
+            got = bootstrap.ask(addr, dp, tp, pp, timeout=BOOTSTRAP_ASK_S)
+        except OSError as e:
+            self.bootstrap_wait[addr] = (time.monotonic() +
+                                         BOOTSTRAP_RETRY_S, str(e))
+            return None
+        if got is None:   # it answered: asked again at once
+            self.bootstrap_wait[addr] = (0.0, "not every prefill rank "
+                                         "registered with it")
+        else:
+            self.bootstrap_wait.pop(addr, None)
+        return got
 
     def forget_prefill(self, bootstrap_addr: str) -> None:
         """A transfer from that instance failed: it may have restarted

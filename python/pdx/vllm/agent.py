@@ -4,11 +4,14 @@ for the tensor-parallel rank), or one started here for this rank and
 stopped with the worker.
 """
 import atexit
+import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from typing import List, Optional
 
@@ -19,6 +22,22 @@ def _free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
+_PR_SET_PDEATHSIG = 1
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _die_with(parent: int):
+    """preexec_fn: SIGTERM the agent when its engine's process dies, also
+    by SIGKILL (atexit never runs then), or the agent lives on holding its
+    port and a mapping of the KV pool. Only a prepared ctypes call runs
+    here, between fork and exec."""
+    def pre():
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # it died before the prctl
+            os._exit(1)
+    return pre
+
+
 class AgentProcess:
     """pdx-agent started for one worker: engine link in a private
     directory, peer link on listen_host at a free port. stop() (also at
@@ -27,17 +46,34 @@ class AgentProcess:
 
     def __init__(self, binary: str = "pdx-agent",
                  listen_host: str = "127.0.0.1", args: List[str] = (),
-                 start_timeout: float = 10.0):
+                 start_timeout: float = 10.0,
+                 listen_host_key: str = "listen_host"):
+        """listen_host_key: the setting listen_host came from, named when
+        it is one this host cannot listen on."""
         path = shutil.which(binary) or binary
+        try:  # before mkdtemp: nothing to clean up when it fails
+            port = _free_port(listen_host)
+        except OSError as e:
+            raise RuntimeError("pdx: %s %r: cannot listen there: %s" %
+                               (listen_host_key, listen_host, e)) from e
+        # PR_SET_PDEATHSIG follows the thread that forks, not the process:
+        # started from another thread, the agent would be stopped when that
+        # thread ends. The main thread lasts as long as the process (vLLM's
+        # and SGLang's workers build their connector there); from any other
+        # thread the agent goes without, as before.
+        pre = (_die_with(os.getpid())
+               if threading.current_thread() is threading.main_thread()
+               else None)
         self.dir = tempfile.mkdtemp(prefix="pdx-vllm-")
         self.engine_addr = "ipc://%s/engine" % self.dir
         self.log_path = os.path.join(self.dir, "agent.log")
-        listen = "tcp://%s:%d" % (listen_host, _free_port(listen_host))
+        listen = "tcp://%s:%d" % (listen_host, port)
         with open(self.log_path, "ab") as log:
             try:
                 self.proc: Optional[subprocess.Popen] = subprocess.Popen(
                     [path, "--engine", self.engine_addr, "--listen", listen,
-                     *args], stdout=subprocess.DEVNULL, stderr=log)
+                     *args], stdout=subprocess.DEVNULL, stderr=log,
+                    preexec_fn=pre)
             except OSError as e:
                 shutil.rmtree(self.dir, ignore_errors=True)
                 raise RuntimeError("pdx: cannot start %s: %s (set "

@@ -58,10 +58,11 @@ class PdxWorker:
         if addr:
             addr = addr.replace("{rank}", str(self.rank))
         else:
-            self.agent = AgentProcess(extra.get("agent_bin", "pdx-agent"),
-                                      extra.get("agent_listen_host",
-                                                "127.0.0.1"),
-                                      list(extra.get("agent_args", [])))
+            self.agent = AgentProcess(
+                extra.get("agent_bin", "pdx-agent"),
+                extra.get("agent_listen_host", "127.0.0.1"),
+                list(extra.get("agent_args", [])),
+                listen_host_key="kv_connector_extra_config agent_listen_host")
             addr = self.agent.engine_addr
         self.agent_addr = addr
         self.eng = pdx.Engine(addr,
