@@ -412,15 +412,17 @@ class Decode:
                 if dp is not None:
                     self.pending.remove(req)
                     req.receiver.init(int(dp))
-        # _update_handshake_waiters
+        # _update_handshake_waiters: every receiver of the queue, those
+        # still pending (no init yet) too; pop_preallocated drops a failed
+        # one from both lists
         for req in list(self.queue):
-            if req in self.pending:
-                continue
             poll = req.receiver.poll()
             if poll == KVPoll.WaitingForInput:
                 req.waiting = True
             elif poll == KVPoll.Failed:
                 self.queue.remove(req)
+                if req in self.pending:
+                    self.pending.remove(req)
                 self._end(req, poll)
         # pop_preallocated
         for req in list(self.queue):

@@ -14,15 +14,19 @@ page, two rooms at once, pages at other indices on each side), the first
 token and the room landing in the decode side's aux rows, the transfer
 metric, a decode-side prefix hit (part of the prompt, all of it), an
 abort from either side, the decode rank's agent killed (both
-sides Failed with pdx's reason within the bound), and a decode pool whose
-layout differs refused before any transfer with both layouts in words.
+sides Failed with pdx's reason within the bound), a decode pool whose
+layout differs refused before any transfer with both layouts in words,
+and a prefill bootstrap server down or frozen (the decode requests Failed
+within PDX_SGLANG_BOOTSTRAP_TIMEOUT_S, the decode loop's turns short).
 
     test_sglang_backend.py PATH-TO-pdx-agent
 """
 import os
+import socket
 import sys
 import time
 import unittest
+from unittest import mock
 
 import pdx.sglang
 from mini_sglang import (Decode, Layerwise, Pool, Prefill, Req, ServerArgs,
@@ -222,6 +226,55 @@ class Backend(unittest.TestCase):
         self.assertEqual(d.receiver.peers, [])   # refused before any recv
         p.sender.abort()   # SGLang aborts the request on the prefill side
         self.assertEqual(p.sender.poll(), KVPoll.Failed)
+
+
+class BootstrapDown(unittest.TestCase):
+    """Decode requests whose prefill bootstrap server is down (nothing
+    listens) or frozen (it accepts, never answers): each fails within
+    PDX_SGLANG_BOOTSTRAP_TIMEOUT_S of its arrival, naming the server and
+    the variable, and no turn of the decode scheduler's loop waits on the
+    server meanwhile."""
+    BOUND = 2.0
+
+    def fails_in_bound(self, server):
+        pool = Pool()
+        self.addCleanup(pool.close)
+        with mock.patch.dict(os.environ, {"PDX_SGLANG_BOOTSTRAP_TIMEOUT_S":
+                                          str(self.BOUND)}):
+            D = Decode(CLASSES, ServerArgs(free_port()), pool)
+        self.addCleanup(D.close)
+        port = server.getsockname()[1]
+        reqs = [Req(300 + i, 16) for i in range(3)]
+        t0 = time.monotonic()
+        for r in reqs:
+            D.add(r, port)
+        longest = 0.0
+        while D.busy() and time.monotonic() - t0 < self.BOUND + 5:
+            t = time.monotonic()
+            D.step()
+            longest = max(longest, time.monotonic() - t)
+            time.sleep(0.01)
+        took = time.monotonic() - t0
+        for r in reqs:
+            self.assertEqual(r.done, KVPoll.Failed, "still %s after %.1f s"
+                             % (r.receiver.state, took))
+            self.assertIn("bootstrap server 127.0.0.1:%d" % port, r.error)
+            self.assertIn("PDX_SGLANG_BOOTSTRAP_TIMEOUT_S", r.error)
+        self.assertLess(took, self.BOUND + 1.0, reqs[0].error)
+        self.assertLess(longest, 0.5, "a turn of the decode loop took "
+                        "%.1f s" % longest)
+        return reqs[0].error
+
+    def test_nothing_listening(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))   # held, never listening: refused
+            self.assertIn("refused", self.fails_in_bound(s))
+
+    def test_frozen(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen(64)               # connects, never answered
+            self.assertIn("timed out", self.fails_in_bound(s))
 
 
 class Recording(pdx.sglang.PdxKVSender):

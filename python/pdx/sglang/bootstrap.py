@@ -187,6 +187,17 @@ def query(addr: str, dp: int, tp: int, pp: int,
     """The registration of prefill rank (dp, tp, pp) (all -1: the sizes);
     None while the server is not up or not complete (try again); raises
     LookupError when the server says no such rank or refuses the ask."""
+    try:
+        return ask(addr, dp, tp, pp, timeout)
+    except OSError:
+        return None
+
+
+def ask(addr: str, dp: int, tp: int, pp: int,
+        timeout: float = 5.0) -> Optional[dict]:
+    """query, but a server that did not answer (refused, timed out, cut
+    off mid-answer) raises OSError saying so; None: it answered that not
+    every prefill rank registered yet."""
     req = urllib.request.Request(_url(addr, "/route?prefill_dp_rank=%d&"
                                       "target_tp_rank=%d&target_pp_rank=%d"
                                       % (dp, tp, pp)))
@@ -197,10 +208,11 @@ def query(addr: str, dp: int, tp: int, pp: int,
             return None
         raise LookupError("bootstrap server %s: %d %s" % (
             addr, e.code, e.read().decode(errors="replace")))
-    except (OSError, http.client.HTTPException):
-        # refused, or cut off mid-answer (the server died while it spoke:
-        # IncompleteRead is no OSError)
-        return None
+    except urllib.error.URLError as e:
+        raise OSError(str(e.reason)) from e
+    except http.client.HTTPException as e:
+        # the server died while it spoke: IncompleteRead is no OSError
+        raise OSError("cut off mid-answer: %r" % e) from e
 
 
 def register_dp_rank(addr: str, room: int, dp_rank: int,

@@ -1,8 +1,10 @@
 """PdxKVReceiver: the decode side of one request (one room) on one rank.
 
-SGLang's order (decode.py): built when the request arrives; init(prefill_
-dp_rank) once the prefill instance's sizes are known; polled until
-WaitingForInput; then send_metadata(page_indices, aux_index, ...) when
+SGLang's order (decode.py): built when the request arrives, and polled
+from then on; init(prefill_dp_rank) once the prefill instance's sizes are
+known; polled until WaitingForInput (or Failed, when the bootstrap server
+has not told the prefill ranks PDX_SGLANG_BOOTSTRAP_TIMEOUT_S after the
+receiver was built); then send_metadata(page_indices, aux_index, ...) when
 pages are allocated; polled until Success or Failed. init asks the
 bootstrap server for the prefill rank's agent and layout (a layout unlike
 ours fails here, with both in words) or, when the instances' TP sizes
@@ -32,11 +34,13 @@ class PdxKVReceiver(Transfer):
         self.peers = []   # the prefill agents, in rank order
         self.tp_legs = False  # the instances' TP sizes differ
         self.aux_index = None
-        self.deadline = None
+        # from here, not from init(): decode.py polls a receiver from its
+        # creation but calls init() only once the prefill instance's sizes
+        # are known, which a server down or frozen never tells
+        self.deadline = time.monotonic() + mgr.bootstrap_timeout
 
     def init(self, prefill_dp_rank: int = 0):
         self.dp_rank = int(prefill_dp_rank or 0)
-        self.deadline = time.monotonic() + self.kv_mgr.bootstrap_timeout
         self._bootstrap()
 
     def _bootstrap(self) -> None:
@@ -46,9 +50,6 @@ class PdxKVReceiver(Transfer):
         except LookupError as e:
             return self.fail(str(e))
         if regs is None:
-            if time.monotonic() > self.deadline:
-                self.fail("bootstrap server %s did not answer in %.0f s"
-                          % (self.bootstrap_addr, mgr.bootstrap_timeout))
             return
         their_tp = mgr.prefill_info_table[self.bootstrap_addr].attn_tp_size
         for reg in regs:
@@ -60,9 +61,20 @@ class PdxKVReceiver(Transfer):
         self.state = KVPoll.WaitingForInput
 
     def poll(self) -> int:
-        if self.state == KVPoll.Bootstrapping and self.deadline is not None:
-            self._bootstrap()
+        if self.state == KVPoll.Bootstrapping:
+            if self.dp_rank is not None:
+                self._bootstrap()
+            if self.state == KVPoll.Bootstrapping and \
+                    time.monotonic() > self.deadline:
+                self._late()
         return super().poll()
+
+    def _late(self) -> None:
+        mgr = self.kv_mgr
+        _, why = mgr.bootstrap_wait.get(self.bootstrap_addr, (0, "not asked"))
+        self.fail("bootstrap server %s did not tell the prefill ranks in "
+                  "%g s (PDX_SGLANG_BOOTSTRAP_TIMEOUT_S): %s"
+                  % (self.bootstrap_addr, mgr.bootstrap_timeout, why))
 
     def send_metadata(self, kv_indices, aux_index: Optional[int] = None,
                       state_indices=None,
