@@ -219,6 +219,32 @@ class Failures(Instances):
         self.assertEqual(out.token_ids, self.colocated())
         self.all_freed()
 
+    def test_a_killed_agent_is_started_again(self):
+        """The prefill side's agent (started by the connector) killed: the
+        worker starts it again at its addresses, the engine registers
+        again by itself, and transfers work again. Before, every send
+        failed, and decode sides were named the dead agent, for as long
+        as the worker lived."""
+        w = self.worker(self.P)
+        addr = w.peer_addr
+        w.agent.proc.kill()
+        w.agent.proc.wait()
+        self.prefill()  # its send fails; the step restarts the agent
+        self.assertTrue(any("starting it again" in m
+                            for m in self.warnings.lines),
+                        self.warnings.lines)
+
+        def linked():  # a step: the worker reads its link (registers)
+            self.P.generate([1, 2, 3], 1)
+            return w.eng.link_status()[0]
+        self.assertTrue(wait_for(linked, 10), w.eng.link_status())
+        p = self.prefill().kv_transfer_params
+        self.assertEqual(p["remote_agent"], addr)
+        out = self.D.generate(PROMPT, 8, dict(p))
+        self.assertEqual(out.token_ids, self.colocated())
+        self.assertEqual(self.worker(self.D).stats["received"], 1)
+        self.all_freed()
+
     def test_killed_agent_is_a_load_error_then_a_recompute(self):
         p = self.prefill().kv_transfer_params
         self.worker(self.D).agent.proc.kill()

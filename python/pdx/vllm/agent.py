@@ -67,27 +67,49 @@ class AgentProcess:
         self.dir = tempfile.mkdtemp(prefix="pdx-vllm-")
         self.engine_addr = "ipc://%s/engine" % self.dir
         self.log_path = os.path.join(self.dir, "agent.log")
-        listen = "tcp://%s:%d" % (listen_host, port)
+        self.listen = "tcp://%s:%d" % (listen_host, port)
+        self._argv = [path, "--engine", self.engine_addr, "--listen",
+                      self.listen, *args]
+        self._pre = pre
+        self._start_timeout = start_timeout
+        self.proc: Optional[subprocess.Popen] = None
+        atexit.register(self.stop)
+        self._spawn()
+
+    def _spawn(self) -> None:
+        sock = os.path.join(self.dir, "engine")
+        try:  # a killed agent's socket file: the new one's appears
+            os.unlink(sock)
+        except FileNotFoundError:
+            pass
         with open(self.log_path, "ab") as log:
             try:
-                self.proc: Optional[subprocess.Popen] = subprocess.Popen(
-                    [path, "--engine", self.engine_addr, "--listen", listen,
-                     *args], stdout=subprocess.DEVNULL, stderr=log,
-                    preexec_fn=pre)
+                self.proc = subprocess.Popen(
+                    self._argv, stdout=subprocess.DEVNULL, stderr=log,
+                    preexec_fn=self._pre)
             except OSError as e:
-                shutil.rmtree(self.dir, ignore_errors=True)
+                self.stop()
                 raise RuntimeError("pdx: cannot start %s: %s (set "
                                    "kv_connector_extra_config agent_bin, or "
-                                   "agent to a running agent)" % (path, e))
-        atexit.register(self.stop)
-        sock = os.path.join(self.dir, "engine")
-        end = time.monotonic() + start_timeout
+                                   "agent to a running agent)" %
+                                   (self._argv[0], e))
+        end = time.monotonic() + self._start_timeout
         while not os.path.exists(sock):
             if self.proc.poll() is not None or time.monotonic() > end:
                 why = self.log_tail()
                 self.stop()
                 raise RuntimeError("pdx: pdx-agent did not start: " + why)
             time.sleep(0.02)
+
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def restart(self) -> None:
+        """The agent exited: started again at the same engine and peer
+        addresses, so its engine registers again by itself (libpdx) and
+        the peer address given out stays right. RuntimeError when it
+        does not start (the directory is gone then: stop())."""
+        self._spawn()
 
     def log_tail(self, n: int = 5) -> str:
         try:

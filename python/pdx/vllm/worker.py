@@ -27,6 +27,8 @@ CUDA_EVENT_SLOTS = 4
 # the most a preempted request's aborted send is awaited (its agent
 # answers at once; an RDMA put in flight ends first)
 PREEMPT_WAIT_S = 5.0
+# an agent started here that exited is started again at most this often
+AGENT_RESTART_S = 5.0
 
 
 def _rank() -> int:
@@ -82,6 +84,7 @@ class PdxWorker:
         self._send_reqs: Set[str] = set()
         self._recvd: Set[str] = set()
         self._invalid: Set[int] = set()
+        self._restart_at = 0.0  # monotonic: no agent restart before
         # transfers ended here: sent, received, failed, bytes_sent,
         # bytes_received (what docs/vllm.md reports; the tests read it)
         self.stats = collections.Counter()
@@ -242,7 +245,26 @@ class PdxWorker:
         self._step_sends = []
         self._step_layers = set()
 
+    def _agent_alive(self) -> None:
+        """An agent started here that exited (killed, crashed) is started
+        again at its addresses: until then every send fails and the
+        scheduler side still names it to decode sides, which then fail
+        their loads and recompute, for as long as the worker lives."""
+        a = self.agent
+        if a is None or not a.exited() or time.monotonic() < self._restart_at:
+            return
+        self._restart_at = time.monotonic() + AGENT_RESTART_S
+        log.error("pdx: rank %d's pdx-agent exited (%s; its log: %s): "
+                  "starting it again at %s", self.rank, a.proc.returncode,
+                  a.log_tail(2), a.listen)
+        try:
+            a.restart()
+        except RuntimeError as err:
+            log.error("pdx: rank %d: %s", self.rank, err)
+            self.agent = None
+
     def finished(self, finished_req_ids):
+        self._agent_alive()
         self._finished.update(r for r in finished_req_ids
                               if r in self._send_reqs)
         for ev in self.eng.events():
