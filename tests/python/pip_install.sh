@@ -35,3 +35,11 @@ with pdx.Engine("ipc://%s/a.engine" % sys.argv[1]) as e:
 pool.close()
 print("ok   the pip-installed package registers with a real agent:", peer)
 PY
+# the package's version is the project's (pyproject.toml said 0.2.0 when
+# pdx was 0.4.0)
+want=$(sed -n "s/^  version: '\(.*\)',$/\1/p" "$src/meson.build")
+got=$(PYTHONPATH="$tmp/site" /usr/bin/python3 -c \
+	'import importlib.metadata as m; print(m.version("pdx"))')
+[ "$got" = "$want" ] ||
+	{ echo "FAIL: the pip-installed pdx is $got, meson.build's $want"; exit 1; }
+echo "ok   the pip-installed package's version is pdx's: $got"
