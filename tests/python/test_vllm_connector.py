@@ -559,6 +559,28 @@ class AgentLife(unittest.TestCase):
         self.assertIn("192.0.2.1", str(cm.exception))
         self.assertEqual(os.listdir(tmp), [])
 
+    def test_agent_args_as_one_string(self):
+        """agent_args given as one string is split as a shell would (its
+        letters were passed one by one: "unexpected argument -"); a
+        list of anything else is refused naming the key."""
+        from pdx.vllm.worker import PdxWorker
+
+        def worker(args):
+            cfg = SimpleNamespace(
+                kv_transfer_config=SimpleNamespace(
+                    kv_connector_extra_config=config(agent_args=args)[
+                        "kv_connector_extra_config"]),
+                parallel_config=SimpleNamespace(tensor_parallel_size=1))
+            return PdxWorker(cfg, rank=0)
+        w = worker("--lease-ms 3000 --heartbeat-ms 500")
+        try:
+            self.assertIsNone(w.agent.proc.poll(), w.agent.log_tail())
+        finally:
+            w.close()
+        with self.assertRaises(ValueError) as cm:
+            worker(["--lease-ms", 3000])
+        self.assertIn("agent_args", str(cm.exception))
+
 
 class FakeCudaTensor:
     """What register_kv_caches reads of a tensor, claiming to be on a GPU

@@ -9,6 +9,7 @@ finished_recving, a failed receive's blocks in the load errors.
 """
 import collections
 import logging
+import shlex
 import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Set
@@ -40,6 +41,18 @@ def _rank() -> int:
         return 0
 
 
+def _agent_args(v) -> List[str]:
+    """kv_connector_extra_config agent_args: a list of strings, or one
+    string split as a shell would (list() of a string gave its letters,
+    which the agent refused as "unexpected argument -")."""
+    if isinstance(v, str):
+        return shlex.split(v)
+    if isinstance(v, (list, tuple)) and all(isinstance(a, str) for a in v):
+        return list(v)
+    raise ValueError("kv_connector_extra_config agent_args: want a list of "
+                     "strings, e.g. [\"--lease-ms\", \"3000\"], got %r" % (v,))
+
+
 @dataclass
 class _Flight:
     req_id: str
@@ -63,7 +76,7 @@ class PdxWorker:
             self.agent = AgentProcess(
                 extra.get("agent_bin", "pdx-agent"),
                 extra.get("agent_listen_host", "127.0.0.1"),
-                list(extra.get("agent_args", [])),
+                _agent_args(extra.get("agent_args", [])),
                 listen_host_key="kv_connector_extra_config agent_listen_host")
             addr = self.agent.engine_addr
         self.agent_addr = addr
