@@ -15,6 +15,17 @@ REASON_MAX = 256
 META_MAX = 65536
 CUDA_IPC_BYTES = 64
 XFER_ID_BYTES = 16
+XFER_TIMEOUT_MAX_MS = 3600000  # PDX_XFER_TIMEOUT_MAX_MS
+MAX_LAYERS = 1024              # layout.h: PDX_MAX_LAYERS
+MAX_REGIONS = 1024             # layout.h: PDX_MAX_REGIONS
+CUDA_EVENT_SLOTS_MAX = 64      # a registration's CUDA event slots
+PEERS_MAX = 0x7fff             # struct pdx_recv_opts: n_peers
+SHM_NAME_MAX = 255             # a region's shm_open() name
+# the widths ctypes cuts a Python int to, without a word
+INT_MAX = 2 ** 31 - 1
+U32_MAX = 2 ** 32 - 1
+U64_MAX = 2 ** 64 - 1
+PTR_MAX = 2 ** (8 * ctypes.sizeof(ctypes.c_void_p)) - 1
 SONAME = "libpdx.so.0"
 
 

@@ -1,10 +1,14 @@
 """pdx.Engine: an engine's link to the pdx-agent beside it, over libpdx
 (include/pdx/engine.h says what each call means; docs/libpdx.md how an
 engine uses them). A thin layer: Python objects in, C calls, exceptions
-out. One Engine belongs to one thread at a time, like its C struct.
+out. What the C calls could not take raises TypeError or ValueError,
+naming the parameter, before any of them; what libpdx refuses raises
+pdx.Error. One Engine belongs to one thread at a time, like its C struct.
 """
 import array
 import ctypes
+import numbers
+import operator
 import select
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple, Union
@@ -59,9 +63,13 @@ class XferId:
         if isinstance(value, XferId):
             raw = bytes(value._c.b)
         elif isinstance(value, str):
-            raw = bytes.fromhex(value) if len(value) == 32 else b""
+            try:
+                raw = bytes.fromhex(value) if len(value) == 32 else b""
+            except ValueError:
+                raw = b""
         else:
-            raw = bytes(value)
+            raw = _buffer("a transfer id is an XferId, 32 hex digits or 16 "
+                          "bytes", value)
         if len(raw) != _clib.XFER_ID_BYTES:
             raise ValueError("a transfer id is 16 bytes or 32 hex digits")
         ctypes.memmove(self._c.b, raw, len(raw))
@@ -96,6 +104,65 @@ def _xid(x: XferLike) -> XferId:
 def _check(status: int, reason: str = "") -> None:
     if status < 0:
         raise Error(status, reason)
+
+
+# What libpdx takes is checked here, before any C call: ctypes cuts a
+# Python int to its C type's width without a word (token -5 reached the
+# decode side as 4294967291, blocks=2**32 became 0), and a str or bytes
+# where the other is wanted fails deep inside. A wrong type is a
+# TypeError, a value outside what the C call takes a ValueError; both
+# name the parameter as the caller wrote it.
+
+def _int(name: str, value, lo: int, hi: int, note: str = "") -> int:
+    """value (an int, or anything with __index__: numpy's, torch's) if
+    it is in lo..hi; note: what its values mean, for the error."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError("%s: want an int, not %s"
+                        % (name, type(value).__name__))
+    v = operator.index(value)
+    if not lo <= v <= hi:
+        raise ValueError("%s: %d outside %d..%d%s"
+                         % (name, v, lo, hi, " (%s)" % note if note else ""))
+    return v
+
+
+def _cstr(name: str, value, what: str, none_ok: bool = False,
+          max_bytes: int = _clib.ADDR_MAX - 1) -> Optional[bytes]:
+    """value, a str, as the C string libpdx takes: 1 to max_bytes bytes
+    of UTF-8, no NUL (C would end it there)."""
+    if value is None and none_ok:
+        return None
+    if not isinstance(value, str):
+        raise TypeError("%s: want %s (a str%s), not %s"
+                        % (name, what, " or None" if none_ok else "",
+                           type(value).__name__))
+    raw = value.encode()
+    if not 0 < len(raw) <= max_bytes or b"\0" in raw:
+        raise ValueError("%s: want %s of 1 to %d bytes without NUL, not %r"
+                         % (name, what, max_bytes, value))
+    return raw
+
+
+def _buffer(what: str, value) -> bytes:
+    """The bytes of a bytes-like value. Not of an int: bytes(16) is 16
+    zero bytes. what: the error's words, "name: want ..." """
+    try:
+        return bytes(memoryview(value))
+    except TypeError:
+        raise TypeError("%s, not %s" % (what, type(value).__name__)) from None
+
+
+def _engine_addr(agent) -> bytes:
+    """The agent's engine address: ipc://PATH, as pdx-agent --engine
+    takes it (any other would only time out at register)."""
+    raw = _cstr("agent", agent, "the agent's engine address, ipc://PATH")
+    if not raw.startswith(b"ipc://") or raw == b"ipc://":
+        raise ValueError(
+            "agent: the engine link is ipc://PATH (the agent's --engine), "
+            "not %r%s" % (agent, "; tcp:// is an agent's peer address (its "
+                          "--listen), the one send and recv name"
+                          if agent.startswith("tcp://") else ""))
+    return raw
 
 
 @dataclass
@@ -133,6 +200,8 @@ def cuda_region(ptr: int, size: int) -> Tuple[CudaRegion, int]:
     index, offset). Memory legacy CUDA IPC cannot share (cuMemCreate,
     managed, host) raises Error saying which; so does a machine without
     a CUDA driver or device (docs/libpdx.md)."""
+    ptr = _int("ptr", ptr, 0, _clib.PTR_MAX)
+    size = _int("size", size, 0, _clib.U64_MAX)
     out = _clib.EngineRegion()
     off = ctypes.c_uint64()
     why = ctypes.create_string_buffer(512)
@@ -162,7 +231,8 @@ def cuda_regions_for(spans: Sequence[Tuple[int, int]]
 def _stream(stream) -> int:
     """A CUDA stream as a pointer: an int (0: the legacy default stream)
     or anything with .cuda_stream (torch.cuda.Stream)."""
-    return int(getattr(stream, "cuda_stream", stream))
+    return _int("stream", getattr(stream, "cuda_stream", stream), 0,
+                _clib.PTR_MAX, "a CUstream; 0: the legacy default stream")
 
 
 def current_stream():
@@ -178,6 +248,11 @@ def current_stream():
 
 
 Region = Union[ShmRegion, CudaRegion]
+
+# the layout's uint32 fields: here only what ctypes would cut (their
+# ranges are pdx_kv_layout_check's, in lib/layout.c, below)
+_LAYOUT_U32 = ("blocks", "block_tokens", "kv_heads", "head_dim",
+               "dtype_bytes")
 
 
 @dataclass
@@ -206,21 +281,35 @@ class Layout:
             self.dtype_bytes
 
     def _c(self):
-        if len(self.block_stride) != self.layers:
+        """The C struct, each field checked against what
+        pdx_kv_layout_check takes first."""
+        n = _int("layout.layers", self.layers, 1, _clib.MAX_LAYERS,
+                 "one bases entry per layer")
+        tensors = _int("layout.tensors", self.tensors, 1, 2,
+                       "1: MLA, 2: K and V")
+        f = {k: _int("layout." + k, getattr(self, k), 1, _clib.U32_MAX)
+             for k in _LAYOUT_U32}
+        order = _int("layout.order", self.order, NHD, HND,
+                     "pdx.NHD or pdx.HND")
+        if len(self.block_stride) != n:
             raise ValueError("layout: one block_stride per layer")
-        layers = (_clib.KvLayer * max(self.layers, 1))()
-        for i, (tensors, stride) in enumerate(zip(self.bases,
-                                                  self.block_stride)):
-            if len(tensors) != self.tensors:
+        layers = (_clib.KvLayer * n)()
+        for i, (bases, stride) in enumerate(zip(self.bases,
+                                                self.block_stride)):
+            if len(bases) != tensors:
                 raise ValueError("layout: layer %d has %d bases, want %d"
-                                 % (i, len(tensors), self.tensors))
-            for t, (region, offset) in enumerate(tensors):
-                layers[i].base[t].region = region
-                layers[i].base[t].offset = offset
-            layers[i].block_stride = stride
-        c = _clib.KvLayout(self.layers, self.tensors, self.blocks,
-                           self.block_tokens, self.kv_heads, self.head_dim,
-                           self.dtype_bytes, self.order, layers)
+                                 % (i, len(bases), tensors))
+            for t, (region, offset) in enumerate(bases):
+                at = "layout.bases[%d][%d]" % (i, t)
+                layers[i].base[t].region = _int(at + " region", region, 0,
+                                                _clib.U32_MAX)
+                layers[i].base[t].offset = _int(at + " offset", offset, 0,
+                                                _clib.U64_MAX)
+            layers[i].block_stride = _int("layout.block_stride[%d]" % i,
+                                          stride, 0, _clib.U64_MAX)
+        c = _clib.KvLayout(n, tensors, f["blocks"], f["block_tokens"],
+                           f["kv_heads"], f["head_dim"], f["dtype_bytes"],
+                           order, layers)
         return c, layers  # layers: kept alive with c
 
 
@@ -249,8 +338,15 @@ class Event:
 
 def _blocks(blocks: Sequence[int]):
     """A uint32 array C can read without a copy per element."""
-    a = blocks if isinstance(blocks, array.array) and blocks.typecode == "I" \
-        else array.array("I", blocks)
+    if isinstance(blocks, array.array) and blocks.typecode == "I":
+        a = blocks
+    else:
+        try:
+            a = array.array("I", blocks)
+        except (OverflowError, TypeError):
+            for i, b in enumerate(blocks):  # which one, and why
+                _int("blocks[%d]" % i, b, 0, _clib.U32_MAX)
+            raise
     if not a:
         raise Error(EINVAL, "blocks: want at least one block id")
     ptr = (ctypes.c_uint32 * len(a)).from_buffer(a)
@@ -265,8 +361,8 @@ def _xids(xfers: Sequence[XferLike]):
     return arr, n
 
 
-def _peer(peer: Optional[str]) -> Optional[bytes]:
-    return peer.encode() if peer is not None else None
+def _peer(peer: Optional[str], name: str = "peer") -> Optional[bytes]:
+    return _cstr(name, peer, "an agent's peer address", none_ok=True)
 
 
 class Engine:
@@ -280,9 +376,14 @@ class Engine:
 
     def __init__(self, agent: str, timeout_ms: int = 0,
                  xfer_timeout_ms: int = 0, liveness_ms: int = 0):
+        params = _clib.EngineParams(
+            _engine_addr(agent),
+            _int("timeout_ms", timeout_ms, 0, _clib.INT_MAX, "0: 10000"),
+            _int("xfer_timeout_ms", xfer_timeout_ms, 0,
+                 _clib.XFER_TIMEOUT_MAX_MS,
+                 "an hour; 0: the agent's --xfer-timeout-ms"),
+            _int("liveness_ms", liveness_ms, 0, _clib.INT_MAX, "0: 1000"))
         self._agent = agent
-        params = _clib.EngineParams(agent.encode(), timeout_ms,
-                                    xfer_timeout_ms, liveness_ms)
         h = ctypes.c_void_p()
         self._call(lib.pdx_engine_connect(ctypes.byref(params),
                                           ctypes.byref(h)),
@@ -334,39 +435,56 @@ class Engine:
         them, cuda_event_slots > 0 has libpdx make the events (on the
         device of the first CudaRegion): then layer_done(..., stream=)."""
         lay, keep = layout._c()
+        _int("len(regions)", len(regions), 1, _clib.MAX_REGIONS)
+        slots = _int("cuda_event_slots", cuda_event_slots,
+                     0 if cuda_events is None else 1,
+                     _clib.CUDA_EVENT_SLOTS_MAX)
         regs = (_clib.EngineRegion * len(regions))()
         names = []
         for i, r in enumerate(regions):
+            at = "regions[%d]" % i
             if isinstance(r, ShmRegion):
-                names.append(r.name.encode())
+                names.append(_cstr(at + ".name", r.name, "an shm_open() name",
+                                   max_bytes=_clib.SHM_NAME_MAX))
                 regs[i].type, regs[i].shm_name = 0, names[-1]
             elif isinstance(r, CudaRegion):
                 if len(r.ipc_handle) != _clib.CUDA_IPC_BYTES:
                     raise ValueError("a CUDA IPC handle is 64 bytes")
-                regs[i].type, regs[i].cuda_device = 1, r.device
+                regs[i].type = 1
+                regs[i].cuda_device = _int(at + ".device", r.device, 0,
+                                           _clib.INT_MAX)
                 ctypes.memmove(regs[i].cuda_ipc, r.ipc_handle,
                                _clib.CUDA_IPC_BYTES)
             else:
                 raise TypeError("regions: ShmRegion or CudaRegion")
-            regs[i].size = r.size
+            regs[i].size = _int(at + ".size", r.size, 1, _clib.U64_MAX)
+        events = None
+        if cuda_events is not None:
+            if len(cuda_events) != slots * lay.layers:
+                raise ValueError("cuda_events: want cuda_event_slots x "
+                                 "layers = %d handles, not %d"
+                                 % (slots * lay.layers, len(cuda_events)))
+            Handle = ctypes.c_uint8 * _clib.CUDA_IPC_BYTES
+            hs = (Handle * len(cuda_events))()
+            for i, h in enumerate(cuda_events):
+                h = _buffer("cuda_events[%d]: want 64 bytes" % i, h)
+                if len(h) != _clib.CUDA_IPC_BYTES:
+                    raise ValueError("cuda_events[%d]: a CUDA IPC event "
+                                     "handle is 64 bytes, not %d"
+                                     % (i, len(h)))
+                ctypes.memmove(hs[i], h, _clib.CUDA_IPC_BYTES)
+            events = _clib.CudaEvents(
+                ctypes.cast(hs, ctypes.POINTER(Handle)), slots)
         err = ctypes.create_string_buffer(256)
         sizes = (ctypes.c_uint64 * len(regions))(*[r.size for r in regions])
         if lib.pdx_kv_layout_check(ctypes.byref(lay), sizes, len(regions),
                                    err, len(err)) < 0:
             raise Error(EINVAL, "layout: " + err.value.decode())
-        events = None
-        if cuda_events is not None:
-            Handle = ctypes.c_uint8 * _clib.CUDA_IPC_BYTES
-            hs = (Handle * len(cuda_events))()
-            for i, h in enumerate(cuda_events):
-                ctypes.memmove(hs[i], h, _clib.CUDA_IPC_BYTES)
-            events = _clib.CudaEvents(
-                ctypes.cast(hs, ctypes.POINTER(Handle)), cuda_event_slots)
         peer = ctypes.create_string_buffer(_clib.ADDR_MAX)
-        if cuda_events is None and cuda_event_slots:
+        if cuda_events is None and slots:
             st = _lib_fn("pdx_engine_register_cuda_streams")(
                 self._handle(), ctypes.byref(lay), regs, len(regions),
-                cuda_event_slots, peer, len(peer))
+                slots, peer, len(peer))
         else:
             st = lib.pdx_engine_register_cuda(
                 self._handle(), ctypes.byref(lay), regs, len(regions),
@@ -391,6 +509,8 @@ class Engine:
     def set_tp(self, rank: int, size: int) -> None:
         """Tensor parallelism: this engine is rank of a TP instance of size
         ranks, from the next register on (docs/protocol.md, "TP legs")."""
+        size = _int("size", size, 0, _clib.U32_MAX)  # libpdx says the rest
+        rank = _int("rank", rank, 0, _clib.U32_MAX)
         self._call(_lib_fn("pdx_engine_set_tp")(self._handle(), rank, size),
                    "set_tp")
 
@@ -404,10 +524,18 @@ class Engine:
         agent's default (--pull) (docs/protocol.md, "Pull"). peers: every
         prefill rank's agent, rank order (TP; peer is then None): our
         agent takes our heads from those that hold them."""
+        skip_tokens = _int("skip_tokens", skip_tokens, 0, _clib.U32_MAX)
         b, n = _blocks(blocks)
         xid = ctypes.byref(_xid(xfer)._c)
+        if isinstance(peers, (str, bytes)):
+            raise TypeError("peers: want a list of peer addresses, not %s"
+                            % type(peers).__name__)
         if peers:
-            arr = (ctypes.c_char_p * len(peers))(*[p.encode() for p in peers])
+            if len(peers) > _clib.PEERS_MAX:
+                raise ValueError("peers: %d, at most %d"
+                                 % (len(peers), _clib.PEERS_MAX))
+            arr = (ctypes.c_char_p * len(peers))(
+                *[_peer(p, "peers[%d]" % i) for i, p in enumerate(peers)])
             opts = _clib.RecvOpts(skip_tokens, 0 if pull is None else
                                   _clib.XFER_PULL if pull else _clib.XFER_PUSH,
                                   arr, len(peers))
@@ -433,6 +561,9 @@ class Engine:
         computes the layer: libpdx records the layer's event on it (no
         synchronize) and picks the slot; once per layer per forward pass,
         with all that pass's transfers."""
+        layer = _int("layer", layer, 0, _clib.MAX_LAYERS - 1)
+        if slot is not None:
+            slot = _int("slot", slot, 0, _clib.CUDA_EVENT_SLOTS_MAX - 1)
         arr, n = _xids(xfers)
         if stream is not None:
             st = _lib_fn("pdx_engine_layer_done_stream")(
@@ -447,6 +578,7 @@ class Engine:
     def token(self, xfer: XferLike, token: int) -> None:
         """Prefill side: the first token sampled, carried to the decode
         side's "received" event. Before the last layer_done."""
+        token = _int("token", token, 0, _clib.U32_MAX)
         self._call(lib.pdx_engine_token(self._handle(),
                                         ctypes.byref(_xid(xfer)._c), token),
                    "token")
@@ -455,7 +587,7 @@ class Engine:
         """Prefill side: up to META_MAX bytes carried beside the KV to the
         decode side's "received" event (Event.meta). Before the last
         layer_done; a second call replaces the first."""
-        data = bytes(data)
+        data = _buffer("data: want bytes", data)
         self._call(_lib_fn("pdx_engine_meta")(
             self._handle(), ctypes.byref(_xid(xfer)._c), data, len(data)),
             "meta")
@@ -484,7 +616,10 @@ class Engine:
 
     def link_status(self) -> Tuple[bool, str]:
         """(True, "") while the agent is there and holds our registration;
-        (False, why) while it is away. Never waits."""
+        (False, why) while it is away. Never waits, and reads nothing: the
+        state as of the last call that read the link (events(), an
+        announcement), so a health check that only asks this should read
+        events too."""
         why = ctypes.create_string_buffer(_clib.REASON_MAX)
         st = lib.pdx_engine_link_status(self._handle(), why, len(why))
         return st == OK, why.value.decode(errors="replace")
@@ -517,9 +652,19 @@ class Engine:
         return self._event()
 
     def wait_event(self, timeout: Optional[float] = None) -> Optional[Event]:
-        """The next event within timeout seconds (None: forever), or None
-        when none came in time."""
-        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        """The next event within timeout seconds (None: forever; 0 or
+        less: only one already there), or None when none came in time."""
+        ms = -1
+        if timeout is not None:
+            if isinstance(timeout, bool) or \
+                    not isinstance(timeout, numbers.Real):
+                raise TypeError("timeout: want seconds (a number) or None, "
+                                "not %s" % type(timeout).__name__)
+            if not timeout <= _clib.INT_MAX / 1000:  # NaN is not either
+                raise ValueError("timeout: %r s past the %.3f s libpdx "
+                                 "waits at most (None: forever)"
+                                 % (timeout, _clib.INT_MAX / 1000))
+            ms = min(int(timeout * 1000), _clib.INT_MAX) if timeout > 0 else 0
         st = lib.pdx_engine_wait_event(self._handle(), ms,
                                        ctypes.byref(self._ev))
         if st == ETIMEDOUT:

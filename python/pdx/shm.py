@@ -24,14 +24,19 @@ class SharedPool:
         self.size = size
         self.region = ShmRegion("/" + self._shm.name, size)
 
+    def _open(self) -> shared_memory.SharedMemory:
+        if self._shm is None:
+            raise ValueError("this SharedPool is closed")
+        return self._shm
+
     @property
     def buf(self) -> memoryview:
-        return self._shm.buf
+        return self._open().buf
 
     @property
     def address(self) -> int:
         """The mapping's first byte in this process."""
-        return ctypes.addressof(ctypes.c_char.from_buffer(self._shm.buf))
+        return ctypes.addressof(ctypes.c_char.from_buffer(self._open().buf))
 
     def close(self) -> None:
         if self._shm is None:

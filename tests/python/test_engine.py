@@ -191,6 +191,72 @@ class Refusals(Pair):
             self.assertIn("region", cm.exception.reason)
             print(cm.exception)
 
+    def test_arguments_out_of_range_raise_before_libpdx(self):
+        # ctypes cuts a Python int to its C type without a word (token -5
+        # reached the decode side as 4294967291, blocks=2**32 as 0): each
+        # is refused here, naming the parameter and what it may be
+        P, D, x = self.eng["p"], self.eng["d"], pdx.XferId()
+        engine = self.ag.engine("d")
+        wide = layout()
+        wide.blocks = 2 ** 32
+        three = layout()
+        three.tensors = 3
+        three.bases = [list(b) + [b[0]] for b in three.bases]
+        closed = pdx.SharedPool(4096)
+        closed.close()
+        cases = [
+            ("token -5", ValueError, r"token: -5 outside 0\.\.4294967295",
+             lambda: P.token(x, -5)),
+            ("token -1", ValueError, r"token: -1 outside 0\.\.4294967295",
+             lambda: P.token(x, -1)),
+            ("skip_tokens -1", ValueError,
+             r"skip_tokens: -1 outside 0\.\.4294967295",
+             lambda: D.recv(x, P.peer_addr, [1], skip_tokens=-1)),
+            ("wait_event past 2^31 ms", ValueError,
+             r"timeout: 4294967\.3 s .*2147483\.647",
+             lambda: D.wait_event(timeout=4294967.3)),
+            ("timeout_ms 2**40", ValueError,
+             r"timeout_ms: 1099511627776 outside 0\.\.2147483647",
+             lambda: pdx.Engine(engine, timeout_ms=2 ** 40)),
+            ("timeout_ms -5", ValueError, r"timeout_ms: -5 outside 0\.\.",
+             lambda: pdx.Engine(engine, timeout_ms=-5)),
+            ("liveness_ms -1", ValueError,
+             r"liveness_ms: -1 outside 0\.\.2147483647",
+             lambda: pdx.Engine(engine, liveness_ms=-1)),
+            ("xfer_timeout_ms over an hour", ValueError,
+             r"xfer_timeout_ms: 3600001 outside 0\.\.3600000",
+             lambda: pdx.Engine(engine, xfer_timeout_ms=3600001)),
+            ("layout blocks 2**32", ValueError,
+             r"layout\.blocks: 4294967296 outside 1\.\.4294967295",
+             lambda: D.register(wide, [self.pools["d"].region])),
+            ("layout tensors 3", ValueError,
+             r"layout\.tensors: 3 outside 1\.\.2",
+             lambda: D.register(three, [self.pools["d"].region])),
+            ("XferId(16)", TypeError, "transfer id .* not int",
+             lambda: pdx.XferId(16)),
+            ("Engine(None)", TypeError, "agent: .* not NoneType",
+             lambda: pdx.Engine(None)),
+            ("bytes peer", TypeError, "peer: .* not bytes",
+             lambda: D.recv(pdx.XferId(), P.peer_addr.encode(), [1])),
+            ("tcp:// engine address", ValueError,
+             r"agent: the engine link is ipc://PATH.*tcp:// is an agent's "
+             "peer address",
+             lambda: pdx.Engine(self.ag.listen["d"])),
+            ("SharedPool.buf after close", ValueError, "SharedPool is closed",
+             lambda: closed.buf),
+            ("SharedPool.address after close", ValueError,
+             "SharedPool is closed", lambda: closed.address),
+        ]
+        for what, exc, msg, call in cases:
+            with self.subTest(what):
+                with self.assertRaisesRegex(exc, msg):
+                    call()
+        # nothing was announced or replaced: the edges of the ranges go
+        x = pdx.XferId()
+        self.push(x, [1], [2], token=2 ** 32 - 1, skip_tokens=0)
+        d = self.event("d", x)
+        self.assertEqual((d.kind, d.first_token), (pdx.RECEIVED, 2 ** 32 - 1))
+
     def test_closed_engine_raises(self):
         e = pdx.Engine(self.ag.engine("p"))
         e.close()

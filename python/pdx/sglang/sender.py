@@ -142,7 +142,7 @@ class PdxKVSender(Transfer):
         mgr = self.kv_mgr
         try:
             token = mgr.aux.first_token(self.aux_index)
-            if token is not None:
+            if token is not None and token >= 0:  # below 0: no token
                 mgr.eng.token(self.xid, token)
             rows = mgr.aux.pack(self.aux_index)
             if rows:
