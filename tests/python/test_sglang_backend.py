@@ -193,8 +193,11 @@ class Backend(unittest.TestCase):
 
     def test_decode_agent_killed(self):
         """The decode rank's agent dies once its receive is announced,
-        before the prefill side's send: both sides end Failed within the
-        bound, each with pdx's reason."""
+        before the prefill side's send: the decode side ends Failed with
+        pdx's reason, the prefill side ends within the bound. Failed, or
+        Success where its agent had the want and pushed before it heard
+        of the death: the ipc lane writes the decode pool, mapped, and
+        its done needs no answer (a loaded machine gets there)."""
         self.start(Pool(), Pool())
         p, d = Req(31, 16, chunk=4), Req(31, 16)
 
@@ -206,7 +209,8 @@ class Backend(unittest.TestCase):
                 self.D.mgr.agent.proc.kill()
         t0 = time.monotonic()
         run(self.P, self.D, [(p, d)], timeout=15, each=kill)
-        self.assertEqual((p.done, d.done), (KVPoll.Failed, KVPoll.Failed))
+        self.assertEqual(d.done, KVPoll.Failed)
+        self.assertIn(p.done, (KVPoll.Failed, KVPoll.Success))
         self.assertIn("EAGENT", d.error)
         self.assertLess(time.monotonic() - t0, 12)
 
