@@ -206,6 +206,8 @@ struct peer {
 	uint64_t heard_ns; /* the last message from it */
 	bool watched;	   /* we had transfers with it at the last beat */
 	bool busy;	   /* scratch of a beat: transfers with it now */
+	bool stuck;	   /* scratch of a beat: its UCX endpoint is stuck */
+	uint64_t ucx_done_ns; /* an operation on its endpoint finished */
 };
 
 enum xfer_role { XFER_SEND, XFER_RECV };
@@ -218,6 +220,7 @@ struct xfer {
 	bool announced;   /* our engine named it (send/recv) */
 	bool held;        /* receiver: our engine queued it (hold) */
 	bool finished;    /* outcome decided; freed when inflight drains */
+	uint64_t ended_ns; /* when it finished */
 	bool event_sent;
 	bool released;    /* out of the table, on the dead list */
 	struct xfer *next_dead;
@@ -359,6 +362,8 @@ static inline void xfer_unhold(struct xfer *x)
 {
 	x->inflight--;
 	x->agent->ops_inflight--;
+	if (x->peer) /* its endpoint moves (liveness.c) */
+		x->peer->ucx_done_ns = pdx_now_ns();
 }
 
 /* A step of x's control path, stamped when tracing (trace.h). */

@@ -41,18 +41,18 @@ static void send_ping(struct agent *a, struct peer *p)
 	peer_msg_send(&pm, p);
 }
 
-static void peer_silent(struct agent *a, struct peer *p, uint64_t silent_ns)
+/* The peer is lost (why): its transfers fail, and its handshake with
+ * them. */
+static void peer_lost(struct agent *a, struct peer *p, const char *why)
 {
 	struct xfer *x, *tmp;
-	uint32_t ms = (uint32_t)(silent_ns / 1000000);
 
-	log_warn("peer %s silent for %u ms: its transfers fail", p->addr, ms);
+	log_warn("peer %s: %s: its transfers fail", p->addr, why);
 	p->watched = false;
 	HASH_ITER(hh, a->xfers, x, tmp) {
 		if (x->peer == p && !x->finished)
-			xfer_fail(x, PDX_EPEER, true,
-				  "peer %s silent for %u ms (heartbeats "
-				  "unanswered)", p->addr, ms);
+			xfer_fail(x, PDX_EPEER, true, "peer %s: %s", p->addr,
+				  why);
 	}
 	/* Data still on its way over a dead link must not land in blocks
 	 * our engine may reuse now, nor hold ours: the endpoint goes. A
@@ -60,6 +60,27 @@ static void peer_silent(struct agent *a, struct peer *p, uint64_t silent_ns)
 	 * fresh handshake waiting when it runs again. */
 	peer_reset(a, p);
 	peer_get(a, p->addr);
+}
+
+/* Operations of a transfer that ended still wait on the peer's UCX
+ * endpoint, which finished none for the bound: its data connection is
+ * stuck while the peer link answers (a firewall that drops UCX's ports,
+ * docs/deployment.md). Their transfer's event waits for them, holding
+ * the engine's blocks, and UCX gives up on a connection only after the
+ * kernel's SYN retries (minutes): the endpoint is closed, which ends
+ * them. Marks such peers; true when there is one. */
+static bool stuck_peers(struct agent *a, uint64_t now, uint64_t bound)
+{
+	struct xfer *x, *tmp;
+	bool any = false;
+
+	HASH_ITER(hh, a->xfers, x, tmp) {
+		if (x->finished && x->inflight && peer_known(x->peer) &&
+		    now - x->ended_ns > bound &&
+		    now - x->peer->ucx_done_ns > bound)
+			any = x->peer->stuck = true;
+	}
+	return any;
 }
 
 static void on_beat(evutil_socket_t fd, short what, void *arg)
@@ -73,6 +94,7 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 	bool we_stalled = a->beat_ns && now - a->beat_ns > 2 * period;
 	struct peer *p, *ptmp;
 	struct xfer *x, *xtmp;
+	char why[PDX_REASON_MAX];
 
 	if (we_stalled)
 		log_warn("no heartbeat for %llu ms: silences count from now",
@@ -83,6 +105,19 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 	HASH_ITER(hh, a->xfers, x, xtmp) {
 		if (x->peer && !x->finished)
 			x->peer->busy = true;
+	}
+	if (stuck_peers(a, now, bound)) {
+		HASH_ITER(hh, a->peers, p, ptmp) {
+			if (!p->stuck)
+				continue;
+			p->stuck = false;
+			snprintf(why, sizeof(why),
+				 "its UCX data connection finished nothing "
+				 "in %u ms (a firewall between the hosts must "
+				 "let UCX's ports through)",
+				 a->cfg.peer_timeout_ms);
+			peer_lost(a, p, why);
+		}
 	}
 	HASH_ITER(hh, a->peers, p, ptmp) {
 		/* Idle peers we hold a handshake with are pinged too: one
@@ -100,7 +135,11 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 			p->heard_ns = now;
 		}
 		if (now - p->heard_ns > bound && p->busy) {
-			peer_silent(a, p, now - p->heard_ns);
+			snprintf(why, sizeof(why),
+				 "silent for %llu ms (heartbeats unanswered)",
+				 (unsigned long long)((now - p->heard_ns) /
+						      1000000));
+			peer_lost(a, p, why);
 			continue;
 		}
 		if (now - p->heard_ns > bound) {

@@ -285,6 +285,7 @@ void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 	if (x->finished)
 		return;
 	x->finished = true;
+	x->ended_ns = pdx_now_ns();
 	x->status = status;
 	va_start(ap, fmt);
 	vsnprintf(x->reason, sizeof(x->reason), fmt, ap);
@@ -320,6 +321,7 @@ void xfer_succeed(struct xfer *x)
 	if (x->finished)
 		return;
 	x->finished = true;
+	x->ended_ns = pdx_now_ns();
 	x->status = PDX_OK;
 	evtimer_del(x->timer);
 	pdx_xfer_id_hex(&x->id, hex);

@@ -1,6 +1,7 @@
 /* UCX context, worker, memory, endpoints and operations (see ucx.h). */
 #include "transport/ucx.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -106,6 +107,15 @@ pdx_status_t pdx_ucx_new(struct pdx_ucx **out)
 	s = ucp_config_read(NULL, NULL, &cfg);
 	if (s != UCS_OK)
 		goto free_u;
+	/* UCX's TCP transport connects with a blocking connect() by default
+	 * (UCX_TCP_CONN_NB=n), inside ucp_ep_create(): a peer whose UCX port
+	 * a firewall drops held the agent's whole loop for the kernel's SYN
+	 * retries (about 130 s). Unless the user chose, it does not block.
+	 * (The key is the transport's own name for it: "TCP_CONN_NB" is
+	 * refused as unknown.) */
+	if (!getenv("UCX_TCP_CONN_NB") &&
+	    ucp_config_modify(cfg, "CONN_NB", "y") != UCS_OK)
+		fprintf(stderr, "ucx: cannot set UCX_TCP_CONN_NB=y\n");
 	s = ucp_init(&cp, cfg, &u->ctx);
 	ucp_config_release(cfg);
 	if (s != UCS_OK)

@@ -4,6 +4,14 @@
  * byte-exact; a link cut mid-transfer fails it on both sides within the
  * heartbeats' bound, and transfers work once it is back. Needs root and `ip netns`; exits 77 when namespaces cannot
  * be made.
+ *
+ *   netns PATH-TO-pdx-agent [firewall]
+ *
+ * firewall: each namespace's firewall lets in only its agent's peer port
+ * (deployment.md: a firewall must allow UCX's ports too; this one does
+ * not). A transfer then fails within its bound, and the agents' loops go
+ * on meanwhile: UCX's TCP connect() blocked one for the kernel's SYN
+ * retries (about 130 s), deaf to its engine. Exits 77 without iptables.
  */
 #include <stdio.h>
 #include <string.h>
@@ -105,14 +113,81 @@ static void link_cut(struct h_env *env)
 	h_plan_free(ok, 4);
 }
 
+/* ns lets in, over veth, TCP to port and the connections it made */
+static int firewall(const char *ns, const char *veth, const char *listen)
+{
+	const char *port = strrchr(listen, ':') + 1;
+	const char *accept_port[] = { "ip", "netns", "exec", ns, "iptables",
+				      "-A", "INPUT", "-i", veth, "-p", "tcp",
+				      "--dport", port, "-j", "ACCEPT", NULL };
+	const char *accept_est[] = { "ip", "netns", "exec", ns, "iptables",
+				     "-A", "INPUT", "-i", veth, "-m", "state",
+				     "--state", "ESTABLISHED,RELATED", "-j",
+				     "ACCEPT", NULL };
+	const char *drop[] = { "ip", "netns", "exec", ns, "iptables", "-A",
+			       "INPUT", "-i", veth, "-p", "tcp", "-j", "DROP",
+			       NULL };
+
+	return pb_run(accept_port, true) || pb_run(accept_est, true) ||
+	       pb_run(drop, true);
+}
+
+/* Behind those firewalls: the transfer fails within its bound, and
+ * meanwhile the decode agent answers its engine at once (a recv naming a
+ * block past the pool fails by return). */
+static void firewalled(struct h_env *env)
+{
+	struct pdx_engine_event ev;
+	struct h_xfer x[1], bad[1];
+	uint64_t t0;
+	double ms;
+	bool got;
+
+	h_plan(env, x, 1, 4, 0, true);
+	h_prepare(env, x, 1);
+	t0 = pdx_now_ns();
+	h_post_recv(env, x, 1);
+	h_post_send(env, x, 1);
+	for (uint32_t l = 0; l < env->p.pool.layout.layers; l++)
+		h_layer_done(env, l, x, 1);
+	h_sleep_ms(500); /* the handshake's UCX endpoints: connecting */
+	h_plan(env, bad, 1, 1, 0, true);
+	bad->dst[0] = env->o.pool_blocks; /* past the pool */
+	h_post_recv(env, bad, 1);
+	got = h_wait(&env->d, &bad->id, 1500, &ev) == 0;
+	ms = (double)(pdx_now_ns() - t0) / 1e6;
+	CHECK(got && ev.kind == PDX_EVENT_FAILED,
+	      "firewall: the decode agent answers its engine meanwhile (a bad "
+	      "recv fails at once, %.0f ms after the transfer began)", ms);
+	for (int side = 0; side < 2; side++) {
+		struct h_side *s = side ? &env->p : &env->d;
+
+		got = h_wait(s, &x->id, 15000, &ev) == 0;
+		ms = (double)(pdx_now_ns() - t0) / 1e6;
+		CHECK(got && ev.kind == PDX_EVENT_FAILED,
+		      "firewall: the %s engine's transfer fails within its "
+		      "bound (after %.0f ms: %s)",
+		      s->role, ms, got ? ev.reason : "no event in 15 s");
+	}
+	h_plan_free(bad, 1);
+	h_plan_free(x, 1);
+}
+
 int main(int argc, char **argv)
 {
 	struct h_opts o = { 0 };
 	struct h_env env;
 	struct h_xfer x[N];
+	bool fw = argc > 2 && !strcmp(argv[2], "firewall");
+	const char *iptables[] = { "iptables", "--version", NULL };
 	int bad;
 
-	h_note("netns: agents in two network namespaces over a veth pair, UCX tcp");
+	h_note("netns: agents in two network namespaces over a veth pair, UCX tcp%s",
+	       fw ? ", behind firewalls" : "");
+	if (fw && pb_run(iptables, true)) {
+		h_note("SKIP: no iptables");
+		return H_SKIP;
+	}
 	pb_cleanup_install();
 	if (geteuid() != 0 || ns_setup()) {
 		ns_teardown();
@@ -133,6 +208,11 @@ int main(int argc, char **argv)
 	o.agent_args[3] = SILENT_STR;
 	if (h_setup(&env, argc, argv, &o)) {
 		check_failures++;
+	} else if (fw) {
+		CHECK(firewall(ns_a, veth_a, env.p.listen) == 0 &&
+			      firewall(ns_b, veth_b, env.d.listen) == 0,
+		      "firewalls: only the agents' peer ports let in");
+		firewalled(&env);
 	} else {
 		CHECK(strstr(env.p.peer, "10.77.0.1") && strstr(env.d.peer, "10.77.0.2"),
 		      "peer addresses are the namespaces' (%s, %s)", env.p.peer,
