@@ -237,6 +237,14 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 			return -1;
 		}
 	}
+	/* what peers are given must reach us: they connected to 0.0.0.0,
+	 * themselves */
+	if (!c->advertise && pdx_tcp_addr_wildcard(c->listen_addr)) {
+		fprintf(stderr, "pdx-agent: --listen %s listens on every "
+			"address: give --advertise tcp://HOST:PORT, the one "
+			"peers reach this agent at\n", c->listen_addr);
+		return -1;
+	}
 	return 0;
 }
 

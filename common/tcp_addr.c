@@ -18,6 +18,12 @@ static bool port_ok(const char *p, bool bind)
 	return (v >= 1 || bind) && v <= 65535;
 }
 
+bool pdx_tcp_addr_wildcard(const char *addr)
+{
+	return !strncmp(addr, "tcp://*:", 8) ||
+	       !strncmp(addr, "tcp://0.0.0.0:", 14);
+}
+
 bool pdx_tcp_addr_ok(const char *addr, bool bind, char *why, size_t why_len)
 {
 	const char *host = addr + 6, *colon;
@@ -43,8 +49,9 @@ bool pdx_tcp_addr_ok(const char *addr, bool bind, char *why, size_t why_len)
 		snprintf(why, why_len, "'%s': no host", addr);
 		return false;
 	}
-	if (!bind && host_len == 1 && host[0] == '*') {
-		snprintf(why, why_len, "'%s': nobody connects to *", addr);
+	if (!bind && pdx_tcp_addr_wildcard(addr)) {
+		snprintf(why, why_len, "'%s': nobody connects to %.*s (every "
+			 "address: name one)", addr, (int)host_len, host);
 		return false;
 	}
 	if (!port_ok(colon + 1, bind)) {

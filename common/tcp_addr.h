@@ -1,5 +1,5 @@
 /* A ZeroMQ TCP endpoint as pdx's options take it: tcp://HOST:PORT, HOST a
- * name, an IPv4 address or * (bind: every interface; no IPv6: the
+ * name, an IPv4 address or * or 0.0.0.0 (bind: every interface; no IPv6: the
  * sockets are made without ZMQ_IPV6), PORT 1..65535 in decimal without
  * leading zeros (or 0 to bind: the kernel picks one). ZeroMQ
  * itself would take a port such as 99999 or -5 and bind another one,
@@ -13,8 +13,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* True when addr is such an endpoint (host * and port 0 only when bind);
- * else false, and why in why. */
+/* True when addr is such an endpoint (a wildcard host and port 0 only
+ * when bind); else false, and why in why. */
 bool pdx_tcp_addr_ok(const char *addr, bool bind, char *why, size_t why_len);
+
+/* Whether addr's host is every interface: * or 0.0.0.0 (to bind only;
+ * nobody reaches it). */
+bool pdx_tcp_addr_wildcard(const char *addr);
 
 #endif

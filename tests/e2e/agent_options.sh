@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # pdx-agent's address options: a value ZeroMQ would take and bind
 # somewhere else (a port past 65535, a negative one, none, a bare IPv6
-# host) is refused at start, exit 2 with why; a good one is listened on
+# host; a wildcard host to advertise, given or implied by --listen
+# 0.0.0.0 without --advertise: peers connected to themselves) is refused
+# at start, exit 2 with why; a good one is listened on
 # exactly, and advertised as given; port 0 is the kernel's pick, and the
 # agent advertises the port it got. A second agent given a running one's
 # engine path or peer port fails saying why, and the first stays
@@ -17,7 +19,8 @@ for bad in "--listen tcp://127.0.0.1:99999" "--listen tcp://127.0.0.1:-5" \
 	"--listen tcp://:5555" "--listen tcp://::1:5555" \
 	"--listen tcp://[::1]:5555" "--listen tcp://127.0.0.1:00" \
 	"--advertise tcp://nohost:abc" "--advertise tcp://*:5555" \
-	"--notify tcp://127.0.0.1:65536"; do
+	"--advertise tcp://0.0.0.0:5555" "--listen tcp://0.0.0.0:5555" \
+	"--listen tcp://*:0" "--notify tcp://127.0.0.1:65536"; do
 	# shellcheck disable=SC2086 # the option and its value
 	"$AGENT" --engine "$sock" --listen "tcp://127.0.0.1:$(free_port)" $bad \
 		2>"$E2E_TMP/bad.log"
