@@ -40,6 +40,11 @@ int pdx_pool_addr_parse(const char *s, char *host, size_t hostlen,
 
 	if (!strncmp(h, "http://", 7))
 		h += 7;
+	/* another scheme (an agent's tcp://, https://) or a path: not an
+	 * engine's HTTP address (tcp://H:P became http://[tcp://H]:P) */
+	if (strstr(h, "://") || strchr(h, '/') != strrchr(h, '/') ||
+	    (strchr(h, '/') && strcmp(strchr(h, '/'), "/")))
+		goto bad;
 	if (*h == '[') {
 		hend = strchr(h, ']');
 		if (!hend || hend[1] != ':')
@@ -63,7 +68,8 @@ int pdx_pool_addr_parse(const char *s, char *host, size_t hostlen,
 	*port = (uint16_t)v;
 	return 0;
 bad:
-	snprintf(err, errlen, "bad address '%s' (want HOST:PORT)", s);
+	snprintf(err, errlen, "bad address '%s' (want HOST:PORT or "
+		 "http://HOST:PORT, an engine's HTTP address)", s);
 	return -1;
 }
 

@@ -113,8 +113,42 @@ static void policy_names(void)
 	CHECK_EQ(pdx_pool_policy_parse("random", &p), -1);
 }
 
+/* An engine's HTTP address and nothing else: an agent's tcp:// address
+ * was taken as the host "tcp://H" (requests got 502). */
+static void addresses(void)
+{
+	static const struct {
+		const char *s, *host;
+		uint16_t port;
+	} ok[] = {
+	    {"h:1", "h", 1},
+	    {"http://10.0.0.1:8100", "10.0.0.1", 8100},
+	    {"http://h:8100/", "h", 8100},
+	    {"[::1]:8100", "::1", 8100},
+	};
+	static const char *const bad[] = {
+	    "tcp://10.0.0.1:7100", "https://h:443", "ipc:///tmp/x:1",
+	    "h/x:1", "http://h:1/v1", "h", "h:0", "h:65536", ":1",
+	};
+	char host[64], err[160];
+	uint16_t port;
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		CHECK_EQ(pdx_pool_addr_parse(ok[i].s, host, sizeof(host), &port,
+					     err, sizeof(err)), 0, "%s", ok[i].s);
+		CHECK(!strcmp(host, ok[i].host) && port == ok[i].port,
+		      "%s: %s %u", ok[i].s, host, port);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		CHECK_EQ(pdx_pool_addr_parse(bad[i], host, sizeof(host), &port,
+					     err, sizeof(err)), -1, "%s", bad[i]);
+		CHECK(strstr(err, "want HOST:PORT") != NULL, "%s", err);
+	}
+}
+
 int main(void)
 {
+	addresses();
 	least_loaded();
 	prefix_aware();
 	policy_names();
