@@ -271,9 +271,11 @@ pdx_status_t pdx_kv_link_ranks_status(const struct pdx_kv_link *l,
 		     : PDX_OK;
 }
 
+/* The agent's now: restarted at another address, it answered libpdx's
+ * register again with it (the one registered first went stale). */
 const char *pdx_kv_link_peer(const struct pdx_kv_link *l)
 {
-	return l->peer;
+	return pdx_engine_peer_addr(l->e);
 }
 
 uint32_t pdx_kv_link_tp_size(const struct pdx_kv_link *l)
@@ -286,7 +288,8 @@ void pdx_kv_link_peers(const struct pdx_kv_link *l, struct pdx_kv_peers *out)
 	out->n = l->tp ? l->tp_size : 0;
 	for (uint32_t r = 0; r < out->n; r++)
 		snprintf(out->addr[r], sizeof(out->addr[r]), "%s",
-			 r ? pdx_tp_leader_peer(l->tp, r) : l->peer);
+			 r ? pdx_tp_leader_peer(l->tp, r)
+			   : pdx_kv_link_peer(l));
 }
 
 static void arm(struct pdx_kv_link *l, struct pdx_kv_waiter *w)

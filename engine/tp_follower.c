@@ -297,6 +297,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 	ping.status = pdx_kv_link_status(f->p.link, ping.text,
 					 sizeof(ping.text));
+	snprintf(ping.peer, sizeof(ping.peer), "%s",
+		 pdx_kv_link_peer(f->p.link));
 
 	if (f->heard_ns &&
 	    pdx_now_ns() - f->heard_ns > (uint64_t)f->p.liveness_ms * 1000000) {

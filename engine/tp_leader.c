@@ -211,6 +211,12 @@ static void on_message(struct pdx_tp_leader *l, const uint8_t *id,
 		l->ranks[r].agent = m->status;
 		snprintf(l->ranks[r].agent_why, sizeof(l->ranks[r].agent_why),
 			 "%s", m->text);
+		if (m->peer[0] && strcmp(m->peer, l->ranks[r].peer)) {
+			log_info("tensor-parallel rank %u: its agent is at %s "
+				 "now (was %s)", r, m->peer, l->ranks[r].peer);
+			snprintf(l->ranks[r].peer, sizeof(l->ranks[r].peer),
+				 "%s", m->peer);
+		}
 		break;
 	default:
 		break;

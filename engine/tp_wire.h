@@ -39,7 +39,8 @@ enum pdx_tp_kind {
 	PDX_TP_REFUSE,
 	/* either way, when there was nothing else to say: alive; from a
 	 * follower also its agent link's state: status PDX_OK, or why the
-	 * agent is away in status and text (engine/kv_link.h) */
+	 * agent is away in status and text (engine/kv_link.h), and its
+	 * agent's peer address now in peer (it restarted elsewhere) */
 	PDX_TP_PING,
 	/* leader -> follower: one forward pass (seq, runs) to write in its
 	 * pool */

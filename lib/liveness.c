@@ -126,6 +126,11 @@ void pdx__relink(struct pdx_engine *e)
 	e->registering = true;
 }
 
+const char *pdx_engine_peer_addr(const struct pdx_engine *e)
+{
+	return e ? e->peer : "";
+}
+
 pdx_status_t pdx_engine_link_status(const struct pdx_engine *e, char *reason,
 				    size_t reason_len)
 {

@@ -28,6 +28,8 @@ static void call_count(struct pdx_call *c)
 	if (c->over)
 		return;
 	c->over = true;
+	if (c->status >= 500)
+		pdx_pool_relearn(c->prefill, c->decode);
 	pdx_proxy_metrics_request(&c->px->metrics, c->status,
 				  (double)(pdx_now_ns() - c->t0_ns) / 1e9);
 }

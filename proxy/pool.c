@@ -283,6 +283,14 @@ struct pdx_inst *pdx_pool_pick(struct pdx_pool *p, uint64_t key,
 	return best;
 }
 
+void pdx_pool_relearn(struct pdx_inst *p, struct pdx_inst *d)
+{
+	if (p)
+		p->peer_known = false;
+	if (d)
+		d->peer_known = false;
+}
+
 bool pdx_pool_result(struct pdx_inst *i, bool ok)
 {
 	if (!ok)

@@ -82,10 +82,11 @@ struct pdx_inst {
 	struct pdx_pool *gone_from;
 	LIST_ENTRY(pdx_inst) gone_link;
 	/* the engine's agent peer address from GET /v1/pdx/info ("" if it
-	 * has none); asked once, when first needed. A tensor-parallel
+	 * has none); asked when first needed. A tensor-parallel
 	 * instance is one instance here (the proxy talks to rank 0's HTTP
 	 * only) with one agent per rank: peers[r] is rank r's, peers[0] is
-	 * peer; tp is 1 otherwise */
+	 * peer; tp is 1 otherwise. Asked again after a failure
+	 * (pdx_pool_relearn) */
 	bool peer_known;
 	char peer[PDX_POOL_ADDR_MAX];
 	unsigned tp;
@@ -152,6 +153,13 @@ bool pdx_pool_usable(const struct pdx_inst *i, uint64_t now);
 /* Is there a usable instance in p other than avoid? */
 bool pdx_pool_has_usable(const struct pdx_pool *p,
 			 const struct pdx_inst *avoid);
+
+/* A transfer between p and d failed, or a request to them did (either
+ * NULL-safe): their agents are asked again (GET /v1/pdx/info) before
+ * the next request that needs them. An agent restarted at another
+ * address (--advertise changed, --listen port 0) left the one learned
+ * first stale, and every transfer with it failed. */
+void pdx_pool_relearn(struct pdx_inst *p, struct pdx_inst *d);
 
 /* A request to i ended: ok, or failed (no answer, a timeout, a 5xx).
  * Counts the failure and feeds the breaker; returns whether the

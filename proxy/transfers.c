@@ -120,6 +120,9 @@ static void on_event(struct pdx_transfers *t, const void *buf, size_t len)
 			   ? PDX_POOL_DECODE
 			   : PDX_POOL_PREFILL;
 	log_debug("%s: %s by %s", id, kind, agent);
+	if (!strcmp(kind, "failed"))
+		pdx_pool_relearn(x->side[PDX_POOL_PREFILL],
+				 x->side[PDX_POOL_DECODE]);
 	if (strcmp(kind, "failed") && x->left[role] > 1)
 		x->left[role]--;
 	else

@@ -320,6 +320,13 @@ int pdx_engine_fd(const struct pdx_engine *e);
 pdx_status_t pdx_engine_link_status(const struct pdx_engine *e, char *reason,
 				    size_t reason_len);
 
+/* The agent's peer address, as its last answer to a register said (""
+ * before one): the one to give the other side of a transfer. An agent
+ * restarted at another address (--advertise changed, --listen port 0)
+ * answers the library's register again with its new one, which this
+ * then gives (since 0.5). */
+const char *pdx_engine_peer_addr(const struct pdx_engine *e);
+
 /* Why the last call on e that failed (returned a negative status)
  * failed, in words; "" when it said nothing more than its status. Valid
  * until the next call on e. Every call taking an engine sets it when it

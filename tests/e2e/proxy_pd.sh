@@ -140,5 +140,27 @@ done
 settle 5 "$PORT_XQ/pdx_proxy_instance_transfers{$(instance PQ)}=0" \
 	"$PORT_XQ/pdx_proxy_instance_transfers{$(instance D)}=0" ||
 	fail "refused transfers still count: $(curl -s "http://127.0.0.1:$PORT_XQ/metrics" | grep instance_transfers)"
+
+# PQ's agent restarts at another peer address (agent_start picks a new
+# port): PQ's engine registers again and gives out the new one, and the
+# proxy asks again after the first failure. Before, the engine's
+# /v1/pdx/info kept the old address, and so did the proxy: every
+# transfer failed for as long as they ran.
+old=$(PORT=$PORT_PQ get /v1/pdx/info)
+named_stop agent_pq
+agent_start pq
+health_of() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/health"; }
+for _ in $(seq 100); do [ "$(health_of "$PORT_PQ")" = 200 ] && break; sleep 0.1; done
+new=$(PORT=$PORT_PQ get /v1/pdx/info)
+py "import json; a=json.loads('''$old''')['peer_addr']; b=json.loads('''$new''')['peer_addr']; assert a != b, (a, b)" \
+	"PQ's /v1/pdx/info gives its agent's new address"
+sent() { val "$PORT_XQ" 'pdx_proxy_transfers_sent_total{path="ipc"}'; }
+before=$(sent)
+for _ in $(seq 4); do
+	PORT=$PORT_XQ post /v1/completions '{"prompt": "a b c d", "max_tokens": 4}' >/dev/null
+	settle 2 "$PORT_XQ/pdx_proxy_transfers_sent_total{path=\"ipc\"}>=$((before + 1))" 2>/dev/null && break
+done
+settle 1 "$PORT_XQ/pdx_proxy_transfers_sent_total{path=\"ipc\"}>=$((before + 1))" ||
+	fail "no transfer by PQ's restarted agent through the proxy: $(grep -i agent "$E2E_TMP/XQ.log" | tail -3)"
 for x in XQ PQ XS XE XL D C; do named_stop $x; done
 echo ok
