@@ -38,6 +38,9 @@ struct pdx__gen_call {
 	struct pdx_oai_usage usage;
 	uint64_t arrival_ns, admitted_ns, first_ns; /* for Server-Timing */
 	bool head_sent; /* a stream's head goes out with its first token */
+	/* it failed because its KV transfer did, our agent there: the other
+	 * side or the link between the agents failed (on_done) */
+	bool partner_failed;
 	struct evbuffer *out; /* the text (whole) or the next SSE frame */
 	char req_id[REQ_ID_MAX + 1];
 	char id[REQ_ID_MAX + 16]; /* "cmpl-" or "chatcmpl-" + req_id */
@@ -190,15 +193,23 @@ static void on_token(void *arg, uint32_t token, uint32_t index, bool last)
 }
 
 /* A request that ended in failure before its answer began: a 503 to
- * retry when the queue's bound ran out (the engine was full), else a
- * 500 with the reason. */
+ * retry when the queue's bound ran out (the engine was full); a 502 when
+ * its KV transfer failed on the other side or between the agents (a
+ * proxy then does not take this engine for a broken one: its breaker
+ * opened on a prefill instance's mistakes); else a 500 with the
+ * reason. */
 static void fail_reply(struct pdx__gen_call *c, pdx_status_t st,
 		       const char *why)
 {
 	char msg[160];
 
 	if (st != PDX_EAGAIN) {
-		pdx__http_error(c->api, c->req, 500, "internal_error", why);
+		if (c->partner_failed)
+			pdx__http_error(c->api, c->req, 502,
+					"kv_transfer_failed", why);
+		else
+			pdx__http_error(c->api, c->req, 500, "internal_error",
+					why);
 		return;
 	}
 	snprintf(msg, sizeof(msg),
@@ -267,6 +278,10 @@ static void on_done(void *arg, pdx_status_t st)
 	/* a prefill whose transfer failed is no use to its decode side */
 	if (st == PDX_OK && kst != PDX_OK)
 		st = kst;
+	/* the request failed as its transfer did, not for our own agent
+	 * gone (EAGENT: this instance's failure) */
+	kst = c->kv ? pdx__kv_outcome(c->kv) : PDX_OK;
+	c->partner_failed = kst != PDX_OK && st == kst && kst != PDX_EAGENT;
 	if (st != PDX_OK && reason[0])
 		why = reason;
 	if (st == PDX_OK)

@@ -280,6 +280,11 @@ pdx_status_t pdx__kv_status(const struct pdx__kv *k, const char **reason)
 	return k->p.role == PDX_KV_SEND ? k->status : PDX_OK;
 }
 
+pdx_status_t pdx__kv_outcome(const struct pdx__kv *k)
+{
+	return k->status;
+}
+
 void pdx__kv_call_end(struct pdx__kv *k)
 {
 	k->sreq = NULL;

@@ -29,9 +29,19 @@ static void call_count(struct pdx_call *c)
 		return;
 	c->over = true;
 	if (c->status >= 500)
-		pdx_pool_relearn(c->prefill, c->decode);
+		pdx_pool_relearn(c->pair[PDX_POOL_PREFILL],
+				 c->pair[PDX_POOL_DECODE]);
 	pdx_proxy_metrics_request(&c->px->metrics, c->status,
 				  (double)(pdx_now_ns() - c->t0_ns) / 1e9);
+}
+
+static void pair_drop(struct pdx_call *c)
+{
+	for (int r = 0; r < 2; r++) {
+		if (c->pair[r])
+			pdx_pool_unref(c->pair[r]);
+		c->pair[r] = NULL;
+	}
 }
 
 static void call_free(struct pdx_call *c)
@@ -49,6 +59,7 @@ static void call_free(struct pdx_call *c)
 	pdx_pool_put(c->side_inst);
 	pdx_pool_put(c->decode);
 	pdx_pool_put(c->prefill);
+	pair_drop(c);
 	for (int r = 0; r < 2; r++)
 		if (c->avoid[r])
 			pdx_pool_unref(c->avoid[r]);
@@ -75,6 +86,7 @@ void pdx_call_reset(struct pdx_call *c)
 	pdx_pool_put(c->decode);
 	pdx_pool_put(c->prefill);
 	c->inst = c->side_inst = c->decode = c->prefill = NULL;
+	pair_drop(c);
 	for (size_t i = 0; i < sizeof(c->head) / sizeof(*c->head); i++) {
 		free(c->head[i]);
 		c->head[i] = NULL;
@@ -416,6 +428,17 @@ static void relay_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 		call_free(c);
 }
 
+/* The other instance of the pair c picked, when inst is one of it. */
+static struct pdx_inst *partner_of(const struct pdx_call *c,
+				   const struct pdx_inst *inst)
+{
+	if (!inst)
+		return NULL;
+	return inst == c->pair[PDX_POOL_PREFILL]  ? c->pair[PDX_POOL_DECODE]
+	       : inst == c->pair[PDX_POOL_DECODE] ? c->pair[PDX_POOL_PREFILL]
+						  : NULL;
+}
+
 /* A leg of c with the proxy's timeouts and limits, its request id and
  * the client's Authorization. */
 static struct pdx_upstream_params
@@ -429,6 +452,7 @@ leg_params(struct pdx_call *c, struct pdx_inst *inst,
 	    .base = c->px->base,
 	    .set = &c->px->legs,
 	    .inst = inst,
+	    .partner = partner_of(c, inst),
 	    .method = method,
 	    .path = path,
 	    .request_id = c->req_id,
@@ -487,6 +511,7 @@ static int call_start(struct pdx_call *c, struct pdx_inst *inst,
 		return -1;
 	}
 	p.inst = c->inst;
+	p.partner = partner_of(c, c->inst);
 	p.port = port;
 	log_debug("%s: %s %s to %s", c->req_id, pdx_pool_role_name(role), path,
 		  c->inst->url);

@@ -47,6 +47,10 @@ struct pdx_call {
 	struct pdx_upstream_cbs side_cbs;
 	struct pdx_inst *decode;  /* D, picked first (a reference) */
 	struct pdx_inst *prefill; /* P, picked up front (a reference) */
+	/* the pair picked, [role], referenced until the call or its retry
+	 * ends (decode and prefill move to their legs): a leg of one names
+	 * the other as its partner (upstream.h) */
+	struct pdx_inst *pair[2];
 	void (*flow)(struct pdx_call *c); /* the flow it runs (flow_start.c) */
 	void (*next)(struct pdx_call *c); /* after pdx_flow_learn_peers() */
 	unsigned learned; /* of D and P, how many pdx_flow_learn_peers asked */

@@ -127,6 +127,11 @@ int pdx_flow_pick(struct pdx_call *c)
 				 "prefills itself",
 				 c->req_id);
 	}
+	for (int r = 0; r < 2; r++) {
+		c->pair[r] = r == PDX_POOL_DECODE ? c->decode : c->prefill;
+		if (c->pair[r])
+			pdx_pool_ref(c->pair[r]);
+	}
 	if (!c->xfer_id[0] && xfer_id_set(c)) { /* a retry has its own */
 		pdx_call_reply_error(c, 500, "internal_error",
 				     "no random bytes for an xfer_id");

@@ -43,6 +43,7 @@ struct pdx_upstream {
 	LIST_ENTRY(pdx_upstream) link;
 	struct pdx_upstream_cbs cbs;
 	struct pdx_inst *inst;
+	struct pdx_inst *partner; /* its params' (referenced) */
 	struct evhttp_connection *conn;
 	struct evhttp_request *req;
 	struct event *timer;
@@ -154,6 +155,8 @@ static void leg_free(struct pdx_upstream *u)
 		event_free(u->timer);
 	LIST_REMOVE(u, link);
 	pdx_pool_unref(u->inst);
+	if (u->partner)
+		pdx_pool_unref(u->partner);
 	free(u);
 }
 
@@ -166,12 +169,9 @@ static void leg_end_later(struct pdx_upstream *u)
 	evtimer_add(u->timer, &now);
 }
 
-/* The leg's result goes to its instance's failure count and breaker:
- * no answer, a timeout or a 5xx but 503 is a failure. */
-static void leg_result(struct pdx_upstream *u, bool ok)
+/* A result goes to an instance's failure count and breaker. */
+static void inst_result(struct pdx_inst *i, bool ok)
 {
-	struct pdx_inst *i = u->inst;
-
 	if (!pdx_pool_result(i, ok))
 		return;
 	if (i->breaker.state == PDX_BREAKER_OPEN)
@@ -183,6 +183,21 @@ static void leg_result(struct pdx_upstream *u, bool ok)
 		log_info("%s instance %s: circuit breaker closed, a request "
 			 "succeeded",
 			 pdx_pool_role_name(i->role), i->url);
+}
+
+/* The leg's result: no answer, a timeout or a 5xx is its instance's
+ * failure, but 503 (see below) and 502, pdx-engine's "my KV transfer
+ * failed on the other side or between the agents", which is the
+ * partner's (a prefill instance that pushed to nowhere opened every
+ * decode instance's breaker in turn). */
+static void leg_result(struct pdx_upstream *u, int status)
+{
+	if (status == 503)
+		return;
+	if (status == 502 && u->partner)
+		inst_result(u->partner, false);
+	else if (status != 502)
+		inst_result(u->inst, status && status < 500);
 }
 
 static void leg_fail(struct pdx_upstream *u, int err_status, const char *why)
@@ -211,7 +226,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	if (u->failed_early) {
-		leg_result(u, false);
+		leg_result(u, 0);
 		log_warn("%s", u->why);
 		leg_fail(u, u->err_status, u->why);
 		return;
@@ -226,7 +241,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 		 pdx_pool_role_name(u->inst->role), u->inst->url,
 		 u->connect_phase && !leg_connected(u) ? "connect"
 						       : "first byte");
-	leg_result(u, false);
+	leg_result(u, 0);
 	log_warn("%s", why);
 	leg_fail(u, 504, why);
 }
@@ -323,7 +338,7 @@ static void on_done(struct evhttp_request *req, void *arg)
 				 pdx_pool_role_name(u->inst->role),
 				 u->inst->url);
 		}
-		leg_result(u, false);
+		leg_result(u, 0);
 		log_warn("%s", u->why);
 		u->cbs.on_end(u, 0, NULL, u->err_status, u->why, u->cbs.arg);
 	} else {
@@ -333,8 +348,7 @@ static void on_done(struct evhttp_request *req, void *arg)
 		 * it is no sign of a broken instance, which the breaker is for
 		 * (it would keep a restarted agent's engine out for
 		 * --breaker-open-ms after it is ready again) */
-		if (status != 503)
-			leg_result(u, status < 500);
+		leg_result(u, status);
 		u->cbs.on_end(u, status, evhttp_request_get_input_buffer(req),
 			      0, NULL, u->cbs.arg);
 	}
@@ -360,6 +374,9 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 	u->cbs = *cbs;
 	u->inst = p->inst;
 	pdx_pool_ref(u->inst);
+	u->partner = p->partner;
+	if (u->partner)
+		pdx_pool_ref(u->partner);
 	u->keepalive = p->port ? 0 : p->keepalive;
 	u->keepalive_ns = (uint64_t)p->keepalive_ms * 1000000;
 	u->timer = evtimer_new(p->base, on_timer, u);

@@ -56,6 +56,10 @@ struct pdx_upstream_params {
 	struct event_base *base;
 	struct pdx_upstreams *set;
 	struct pdx_inst *inst; /* the leg takes a reference of its own */
+	/* the other instance of its request's KV transfer (NULL: none),
+	 * referenced too: an engine's 502 says the transfer failed on that
+	 * side or between them, which counts there, not against inst */
+	struct pdx_inst *partner;
 	/* 0: the instance's port; else another server on its host (an
 	 * SGLang prefill instance's bootstrap server), on a connection of
 	 * the leg's own, not kept for reuse */

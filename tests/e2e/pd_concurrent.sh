@@ -111,7 +111,7 @@ for i in range(1, n + 1):
     assert text(f"d{i}") == want, (i, "concurrent", text(f"d{i}"), want)
     assert text(f"ds{i}") == want, (i, "sequential", text(f"ds{i}"), want)
 assert text("dr") == text("cf"), ("recompute", text("dr"), text("cf"))
-assert code("df") == "500" and "KV transfer" in rd("df"), ("fail", rd("df"))
+assert code("df") == "502" and "KV transfer" in rd("df") and "kv_transfer_failed" in rd("df"), ("fail", rd("df"))
 assert code("bad1") == "400" and code("bad2") == "400", (rd("bad1"), rd("bad2"))
 PY
 

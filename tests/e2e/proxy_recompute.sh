@@ -4,7 +4,8 @@
 # gets the colocated engine's text; behind one with the default `fail` the
 # client gets a clear 503 (the decode engine refuses a transfer its agent
 # cannot make, before any compute). The prefill side frees the KV it held for the
-# dead agent once that agent is silent.
+# dead agent once that agent is silent. A prefill agent nobody reaches
+# fails decode's transfers with 502, counted against P, not D.
 #   proxy_recompute.sh PDX_ENGINE PDX_AGENT PDX_PROXY
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -36,4 +37,34 @@ blocks_free "$PORT_P" "$PORT_D"
 for name in XR XF P D C agent_p; do
 	named_stop "$name"
 done
-echo "ok: a dead decode agent: recompute gives the colocated text, fail a clear 500"
+
+# A prefill instance whose agent gives out an address nobody answers at
+# (a wrong --advertise): each decode request's transfer fails at the
+# handshake bound, and D answers 502 kv_transfer_failed. The proxy counts
+# that against P, not against D, which did nothing wrong (its breaker
+# opened, and with several decode instances one bad prefill instance took
+# them out one by one).
+AGENT_OPTS+=(--handshake-timeout-ms 500)
+agent_start p2 --advertise "tcp://127.0.0.1:$(free_port)"
+named_engine_start P2 "$ENGINE" --role prefill --time-scale 0 \
+	--agent "ipc://$E2E_TMP/p2.engine"
+pd_engine_start D2 decode --time-scale 0
+named_engine_start XB "$PROXY" --prefill "127.0.0.1:$PORT_P2" \
+	--decode "127.0.0.1:$PORT_D2" --retries 0 --health-interval 0 \
+	--breaker-failures 2 --admin-token s3cret
+for _ in 1 2; do
+	PORT=$PORT_XB post /v1/completions '{"prompt": "to nowhere", "max_tokens": 3}' >/dev/null
+	status_is 502 "a transfer from a prefill agent nobody reaches"
+	grep -q "kv_transfer_failed" "$E2E_TMP/body" || fail "not D's 502: $(cat "$E2E_TMP/body")"
+done
+curl -sS -H 'Authorization: Bearer s3cret' "http://127.0.0.1:$PORT_XB/admin/instances" >"$E2E_TMP/adm.json"
+$PY - "$E2E_TMP/adm.json" <<'PY' || fail "breakers: $(cat "$E2E_TMP/adm.json")"
+import json, sys
+i = {x["role"]: x for x in json.load(open(sys.argv[1]))["instances"]}
+assert i["decode"]["failures"] == 0 and i["decode"]["breaker"] == "closed", i
+assert i["prefill"]["failures"] == 2, i
+PY
+for name in XB P2 D2 agent_p2 agent_d2; do
+	named_stop "$name"
+done
+echo "ok: a dead decode agent: recompute gives the colocated text, fail a clear 500; a prefill agent nobody reaches is the prefill instance's failure"
