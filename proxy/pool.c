@@ -280,6 +280,7 @@ struct pdx_inst *pdx_pool_pick(struct pdx_pool *p, uint64_t key,
 	}
 	pdx_breaker_admit(&best->breaker, pdx_now_ns());
 	pdx_pool_hold(best);
+	best->requests++;
 	return best;
 }
 
@@ -319,7 +320,6 @@ void pdx_pool_hold(struct pdx_inst *i)
 {
 	i->refs++;
 	i->inflight++;
-	i->requests++;
 }
 
 void pdx_pool_put(struct pdx_inst *i)

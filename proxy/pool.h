@@ -65,7 +65,7 @@ struct pdx_inst {
 	uint64_t url_hash; /* its place in each prefix's order */
 	unsigned inflight; /* requests of this proxy on it now */
 	unsigned xfers;	   /* transfers set up and not reported finished */
-	uint64_t requests; /* requests sent to it */
+	uint64_t requests; /* requests sent to it (picks: no probes) */
 	uint64_t failures; /* of those: no answer, a timeout or a 5xx */
 	struct pdx_breaker breaker;
 	/* health checks (health.c): failed or passed ones in a row, and
@@ -176,7 +176,8 @@ bool pdx_pool_health(struct pdx_inst *i, bool ok, unsigned down_after,
 unsigned pdx_pool_load(const struct pdx_inst *i);
 
 /* Takes a reference and an in-flight slot on an instance already held
- * (a second leg to the same instance). */
+ * (a second leg to the same instance: a probe such as /v1/pdx/info, not
+ * counted in its requests). */
 void pdx_pool_hold(struct pdx_inst *i);
 
 /* Gives back what pdx_pool_pick() or pdx_pool_hold() took; NULL-safe. */

@@ -63,6 +63,9 @@ import json, sys
 i = {x["role"]: x for x in json.load(open(sys.argv[1]))["instances"]}
 assert i["decode"]["failures"] == 0 and i["decode"]["breaker"] == "closed", i
 assert i["prefill"]["failures"] == 2, i
+# two requests each: the /v1/pdx/info probes (asked again after each
+# failure) are no requests (they counted: 4 each)
+assert i["prefill"]["requests"] == 2 and i["decode"]["requests"] == 2, i
 PY
 for name in XB P2 D2 agent_p2 agent_d2; do
 	named_stop "$name"
