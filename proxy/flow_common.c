@@ -179,14 +179,27 @@ static void learn_next(struct pdx_call *c);
 
 /* GET /v1/pdx/info answered: the instance's agent peer address, if it
  * has one, and a tensor-parallel instance's every rank's. An engine
- * without the route (404, e.g. vLLM) has none; an unreachable one is
- * asked again next time (its own leg will say what is wrong). */
+ * without the route (404, e.g. vLLM) has none. One that did not answer
+ * (down, hung) fails the request, or has it retried elsewhere, as its
+ * real leg would have after as long again (a hung engine cost two
+ * --first-byte-timeout). */
 static void info_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 		     int err_status, const char *why, void *arg)
 {
 	struct pdx_call *c = arg;
 	struct pdx_inst *i = c->inst;
 
+	if (!status) {
+		pdx_call_leg_done(c);
+		if (c->retry && c->retry(c, u, 0, why))
+			return;
+		if (i->role == PDX_POOL_PREFILL) /* --on-prefill-failure */
+			pdx_flow_prefill_failed(c, 0, NULL, err_status, why);
+		else
+			pdx_call_reply_error(c, err_status, "upstream_error",
+					     why);
+		return;
+	}
 	if (status == 200) {
 		json_t *j = json_loadb((const char *)evbuffer_pullup(body, -1),
 				       evbuffer_get_length(body), 0, NULL);
@@ -199,8 +212,7 @@ static void info_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 			info_ranks(i, j);
 		json_decref(j);
 	}
-	if (status)
-		i->peer_known = true;
+	i->peer_known = true;
 	log_debug("%s: %s instance %s: agent %s, TP %u", c->req_id,
 		  pdx_pool_role_name(i->role), i->url,
 		  i->peer[0] ? i->peer : "none", i->tp ? i->tp : 1);

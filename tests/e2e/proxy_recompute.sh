@@ -67,7 +67,20 @@ assert i["prefill"]["failures"] == 2, i
 # failure) are no requests (they counted: 4 each)
 assert i["prefill"]["requests"] == 2 and i["decode"]["requests"] == 2, i
 PY
-for name in XB P2 D2 agent_p2 agent_d2; do
+# a hung prefill engine met first by a proxy: its /v1/pdx/info probe
+# times out and the request fails then (504), not after its real leg
+# waited as long again (two --first-byte-timeout)
+named_engine_start XH "$PROXY" --prefill "127.0.0.1:$PORT_P2" \
+	--decode "127.0.0.1:$PORT_D2" --retries 0 --health-interval 0 \
+	--first-byte-timeout 1500
+kill -STOP "$PID_P2"
+t0=$(date +%s%N)
+PORT=$PORT_XH post /v1/completions '{"prompt": "hung", "max_tokens": 3}' >/dev/null
+took=$((($(date +%s%N) - t0) / 1000000))
+kill -CONT "$PID_P2"
+status_is 504 "a hung prefill engine"
+[ "$took" -lt 2500 ] || fail "a hung prefill engine: 504 after $took ms (first-byte timeout 1500 ms)"
+for name in XH XB P2 D2 agent_p2 agent_d2; do
 	named_stop "$name"
 done
 echo "ok: a dead decode agent: recompute gives the colocated text, fail a clear 500; a prefill agent nobody reaches is the prefill instance's failure"
