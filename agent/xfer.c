@@ -121,10 +121,14 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 			  "lease expired: %s asked for no blocks and held "
 			  "none for %u ms", x->peer_addr, a->cfg.lease_ms);
 	else if (which == BOUND_HANDSHAKE)
+		/* a CURVE agent and a plain one never hear each other:
+		 * ZeroMQ drops the connection without a word to either */
 		xfer_fail(x, PDX_EPEER, true,
 			  "no answer to our hello from %s in %u ms "
 			  "(--handshake-timeout-ms): is an agent listening "
-			  "there?", x->peer_addr, a->cfg.handshake_timeout_ms);
+			  "there, %s CURVE as this one?",
+			  x->peer_addr, a->cfg.handshake_timeout_ms,
+			  a->curve ? "with" : "without");
 	else if (which == BOUND_LAYER)
 		xfer_fail(x, PDX_ETIMEDOUT, true,
 			  "no layer computed for %u ms (%u of %u pushed)",
