@@ -309,6 +309,10 @@ struct agent {
 	void *engine_sock; /* ROUTER, ipc:// */
 	void *peer_sock;   /* ROUTER, tcp:// */
 	void *notify_sock; /* PUSH, optional */
+	/* its connections' handshakes, watched (notify.c) */
+	void *notify_mon;
+	struct event *notify_mon_ev;
+	bool notify_refused; /* the last handshake there failed */
 	struct event *engine_ev, *peer_ev, *ucx_ev, *sig_int, *sig_term;
 	struct event *ucx_poll_ev; /* polls UCX while it cannot be armed */
 	struct event *beat_ev; /* heartbeat timer (liveness.c) */
@@ -726,5 +730,9 @@ void tp_legs_decided(struct xfer *x);
 
 /* notify.c */
 void notify_xfer(struct agent *a, struct xfer *x, const char *kind);
+/* notify_watch.c: watches the collector's connections (a->notify_sock,
+ * made): -1 when it cannot. notify_unwatch() before the socket closes. */
+int notify_watch(struct agent *a);
+void notify_unwatch(struct agent *a);
 
 #endif

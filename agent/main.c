@@ -521,7 +521,8 @@ static int agent_start(struct agent *a)
 		if (!a->notify_sock)
 			return -1;
 		zmq_setsockopt(a->notify_sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-		if (zmq_connect(a->notify_sock, a->cfg.notify_addr) < 0) {
+		if (notify_watch(a) ||
+		    zmq_connect(a->notify_sock, a->cfg.notify_addr) < 0) {
 			log_error("cannot connect to collector %s: %s",
 				  a->cfg.notify_addr, zmq_strerror(zmq_errno()));
 			return -1;
@@ -591,6 +592,7 @@ static void agent_stop(struct agent *a)
 	if (a->peer_sock)
 		zmq_close(a->peer_sock);
 	pdx_curve_free(a->curve);
+	notify_unwatch(a);
 	if (a->notify_sock)
 		zmq_close(a->notify_sock);
 	if (a->zctx)

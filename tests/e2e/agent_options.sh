@@ -7,7 +7,8 @@
 # exactly, and advertised as given; port 0 is the kernel's pick, and the
 # agent advertises the port it got. A second agent given a running one's
 # engine path or peer port fails saying why, and the first stays
-# reachable; a stale socket file at the path is replaced.
+# reachable; a stale socket file at the path is replaced. A --notify
+# address where no ZeroMQ collector listens is said once.
 #   agent_options.sh PDX_AGENT
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -94,4 +95,21 @@ for _ in $(seq 50); do
 done
 agent_ping "$E2E_TMP/e.engine"
 named_stop agent_e
+
+# --notify at an HTTP port (not the proxy's --notify-bind): the agent
+# says so once (it said nothing, and dropped every notification)
+hp=$(free_port)
+bg_start http $PY -m http.server "$hp" --bind 127.0.0.1
+for _ in $(seq 50); do ss -ltn "sport = :$hp" | grep -q ":$hp" && break; sleep 0.1; done
+agent_start f --notify "tcp://127.0.0.1:$hp"
+for _ in $(seq 80); do # its handshake bound: 3 s
+	grep -q "no ZeroMQ collector" "$E2E_TMP/agent_f.log" && break
+	sleep 0.1
+done
+grep -q -- "--notify tcp://127.0.0.1:$hp: what listens there is no ZeroMQ collector" \
+	"$E2E_TMP/agent_f.log" || fail "--notify at an HTTP port: $(tail -3 "$E2E_TMP/agent_f.log")"
+[ "$(grep -c "no ZeroMQ collector" "$E2E_TMP/agent_f.log")" = 1 ] ||
+	fail "said more than once: $(grep -c "no ZeroMQ collector" "$E2E_TMP/agent_f.log")"
+named_stop agent_f
+kill "$PID_http"
 echo ok
