@@ -204,9 +204,14 @@ static void fail_reply(struct pdx__gen_call *c, pdx_status_t st,
 	char msg[160];
 
 	if (st != PDX_EAGAIN) {
-		if (c->partner_failed)
+		if (c->partner_failed) {
+			/* for a proxy: count it against the other side */
+			evhttp_add_header(
+			    evhttp_request_get_output_headers(c->req),
+			    "X-PDX-Failed-Side", "peer");
 			pdx__http_error(c->api, c->req, 502,
 					"kv_transfer_failed", why);
+		}
 		else
 			pdx__http_error(c->api, c->req, 500, "internal_error",
 					why);
@@ -278,10 +283,9 @@ static void on_done(void *arg, pdx_status_t st)
 	/* a prefill whose transfer failed is no use to its decode side */
 	if (st == PDX_OK && kst != PDX_OK)
 		st = kst;
-	/* the request failed as its transfer did, not for our own agent
-	 * gone (EAGENT: this instance's failure) */
-	kst = c->kv ? pdx__kv_outcome(c->kv) : PDX_OK;
-	c->partner_failed = kst != PDX_OK && st == kst && kst != PDX_EAGENT;
+	/* the request failed as its transfer did, for the other side */
+	c->partner_failed = st != PDX_OK && c->kv &&
+			    pdx__kv_partner_failed(c->kv);
 	if (st != PDX_OK && reason[0])
 		why = reason;
 	if (st == PDX_OK)

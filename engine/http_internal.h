@@ -67,8 +67,9 @@ json_t *pdx__kv_answer(const struct pdx__kv *k, uint32_t first_token);
 /* Prefill side: PDX_OK, or why its transfer failed (its answer would be
  * no use). Either side: the failure's reason in *reason, "" if none. */
 pdx_status_t pdx__kv_status(const struct pdx__kv *k, const char **reason);
-/* The transfer's own outcome, either side (PDX_OK while under way). */
-pdx_status_t pdx__kv_outcome(const struct pdx__kv *k);
+/* The transfer failed on the other side or between the agents (an
+ * event, or the bound on one), not for a cause of this instance's. */
+bool pdx__kv_partner_failed(const struct pdx__kv *k);
 /* The request ended (done or aborted): a held transfer lives on. */
 void pdx__kv_call_end(struct pdx__kv *k);
 /* Shutdown: every transfer aborted, every held block freed. */

@@ -31,6 +31,9 @@ struct pdx__kv {
 	bool announced;		    /* to the agent (send or recv) */
 	bool quarantined;	    /* held blocks wait out kv_quarantine_ms */
 	pdx_status_t status;	    /* the transfer's failure, if any */
+	/* it failed on the other side or between the agents, as an event
+	 * or the bound on one says (not for a cause of ours) */
+	bool partner_failed;
 	int64_t first_token;	    /* decode: the prefill's, -1: unknown */
 	uint64_t done_ns;	    /* when the transfer ended here */
 	char reason[PDX_REASON_MAX];
@@ -109,9 +112,16 @@ static void on_event(void *arg, const struct pdx_engine_event *ev)
 	struct pdx__kv *k = arg;
 
 	log_debug("%s: event %d (%s)", k->p.xfer_hex, ev->kind, ev->reason);
-	if (ev->kind == PDX_EVENT_FAILED)
+	if (ev->kind == PDX_EVENT_FAILED) {
+		/* what the other side, or the way to it, is the cause of */
+		k->partner_failed =
+		    !k->w.failed_here &&
+		    (ev->status == PDX_EPEER || ev->status == PDX_ETIMEDOUT ||
+		     ev->status == PDX_ECANCELED || ev->status == PDX_ENOENT ||
+		     ev->status == PDX_EINCOMPAT);
 		over(k, ev->status != PDX_OK ? ev->status : PDX_EIO,
 		     ev->reason[0] ? ev->reason : pdx_status_str(ev->status));
+	}
 	else {
 		/* the request's own first_token, else the prefill's */
 		if (k->first_token < 0)
@@ -134,6 +144,9 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	pdx_kv_link_cancel(k->api->p.link, &k->w);
+	/* our agent answers (its liveness would have said): the other side
+	 * did not come */
+	k->partner_failed = true;
 	over(k, PDX_ETIMEDOUT, "no event in time (--kv-timeout-ms)");
 }
 
@@ -280,9 +293,9 @@ pdx_status_t pdx__kv_status(const struct pdx__kv *k, const char **reason)
 	return k->p.role == PDX_KV_SEND ? k->status : PDX_OK;
 }
 
-pdx_status_t pdx__kv_outcome(const struct pdx__kv *k)
+bool pdx__kv_partner_failed(const struct pdx__kv *k)
 {
-	return k->status;
+	return k->status != PDX_OK && k->partner_failed;
 }
 
 void pdx__kv_call_end(struct pdx__kv *k)

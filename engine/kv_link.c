@@ -66,6 +66,8 @@ static void deliver(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 		w->local_done = true;
 	if (failed) {
 		w->ev = *ev;
+		w->failed_here = rank == NO_RANK || ev->status == PDX_EAGENT ||
+				 ev->status == PDX_ENOTREG;
 		if (rank && rank != NO_RANK)
 			snprintf(w->ev.reason, sizeof(w->ev.reason),
 				 "tensor-parallel rank %u: %s", rank,
@@ -297,6 +299,7 @@ static void arm(struct pdx_kv_link *l, struct pdx_kv_waiter *w)
 	LIST_INSERT_HEAD(&l->waiters, w, link);
 	w->active = true;
 	w->local_done = false;
+	w->failed_here = false;
 	w->pending = l->tp_size;
 }
 

@@ -193,9 +193,11 @@ static void info_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 		pdx_call_leg_done(c);
 		if (c->retry && c->retry(c, u, 0, why))
 			return;
-		if (i->role == PDX_POOL_PREFILL) /* --on-prefill-failure */
+		if (i->role == PDX_POOL_PREFILL) { /* --on-prefill-failure */
+			pdx_pool_put(c->prefill); /* nothing goes there */
+			c->prefill = NULL;
 			pdx_flow_prefill_failed(c, 0, NULL, err_status, why);
-		else
+		} else
 			pdx_call_reply_error(c, err_status, "upstream_error",
 					     why);
 		return;
@@ -378,7 +380,7 @@ void pdx_flow_send_decode(struct pdx_call *c, json_t *kv)
 bool pdx_flow_retry(struct pdx_call *c, struct pdx_upstream *u, int status,
 		    const char *why)
 {
-	struct pdx_inst *failed = pdx_upstream_inst(u);
+	struct pdx_inst *failed = pdx_upstream_failed(u);
 	enum pdx_pool_role r = failed->role;
 	char old[sizeof(c->xfer_id)], said[PDX_POOL_ADDR_MAX + 48];
 

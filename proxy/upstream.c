@@ -44,6 +44,7 @@ struct pdx_upstream {
 	struct pdx_upstream_cbs cbs;
 	struct pdx_inst *inst;
 	struct pdx_inst *partner; /* its params' (referenced) */
+	bool peer_failed; /* a 502 that says so (X-PDX-Failed-Side: peer) */
 	struct evhttp_connection *conn;
 	struct evhttp_request *req;
 	struct event *timer;
@@ -186,17 +187,17 @@ static void inst_result(struct pdx_inst *i, bool ok)
 }
 
 /* The leg's result: no answer, a timeout or a 5xx is its instance's
- * failure, but 503 (see below) and 502, pdx-engine's "my KV transfer
- * failed on the other side or between the agents", which is the
- * partner's (a prefill instance that pushed to nowhere opened every
- * decode instance's breaker in turn). */
+ * failure, but 503 (see below), and pdx-engine's 502 "my KV transfer
+ * failed on the other side or between the agents" (X-PDX-Failed-Side:
+ * peer), which is the partner's: a prefill instance that pushed to
+ * nowhere opened every decode instance's breaker in turn. */
 static void leg_result(struct pdx_upstream *u, int status)
 {
 	if (status == 503)
 		return;
-	if (status == 502 && u->partner)
+	if (u->peer_failed && u->partner)
 		inst_result(u->partner, false);
-	else if (status != 502)
+	else
 		inst_result(u->inst, status && status < 500);
 }
 
@@ -249,8 +250,12 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 static int on_header(struct evhttp_request *req, void *arg)
 {
 	struct pdx_upstream *u = arg;
+	const char *side = evhttp_find_header(
+	    evhttp_request_get_input_headers(req), "X-PDX-Failed-Side");
 
 	evtimer_del(u->timer);
+	u->peer_failed = evhttp_request_get_response_code(req) == 502 &&
+			 side && !strcmp(side, "peer");
 	if (u->cbs.on_head)
 		u->cbs.on_head(u, evhttp_request_get_response_code(req),
 			       evhttp_request_get_input_headers(req),
@@ -441,6 +446,11 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 fail:
 	leg_free(u);
 	return -1;
+}
+
+struct pdx_inst *pdx_upstream_failed(const struct pdx_upstream *u)
+{
+	return u->peer_failed && u->partner ? u->partner : u->inst;
 }
 
 struct pdx_inst *pdx_upstream_inst(const struct pdx_upstream *u)

@@ -85,6 +85,9 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 /* The instance the leg goes to (the leg holds a reference until it is
  * freed, so it is valid inside the leg's callbacks). */
 struct pdx_inst *pdx_upstream_inst(const struct pdx_upstream *u);
+/* The instance its failure counts against: its own, or its partner's for
+ * pdx-engine's 502 that says the other side failed. */
+struct pdx_inst *pdx_upstream_failed(const struct pdx_upstream *u);
 
 /* Abandons the leg and closes its connection, so the engine sees its
  * client leave; no callback fires. NULL-safe. Not from inside the leg's
