@@ -215,9 +215,18 @@ class Failures(Instances):
         self.assertTrue(any("another request's" in w
                             for w in self.warnings.lines),
                         self.warnings.lines)
+        # the first finished, its send waiting for the decode side: the
+        # id is still taken (the old guard looked at unfinished requests)
+        late = self.P.generate(other, 1, {"do_remote_decode": True,
+                                          "xfer_id": x})
+        self.assertIsNone(late.kv_transfer_params)
         out = self.D.generate(PROMPT, 8, dict(pa))
         self.assertEqual(out.token_ids, self.colocated())
         self.all_freed()
+        # sent: the id is free again (and spent at the agents)
+        again = self.P.generate(other, 1, {"do_remote_decode": True,
+                                           "xfer_id": pdx.XferId().hex})
+        self.assertIsNotNone(again.kv_transfer_params)
 
     def test_a_killed_agent_is_started_again(self):
         """The prefill side's agent (started by the connector) killed: the

@@ -53,9 +53,14 @@ class PdxScheduler:
         # prefill requests whose xfer_id a live send has: they run here
         # without a transfer (the id would have named the other's KV)
         self._dup_ids: Set[str] = set()
+        # sends announced and not reported finished (finished_sending):
+        # xfer_id -> request id; a request that finished is out of
+        # _sends while its send waits for the decode side
+        self._in_flight: Dict[str, str] = {}
 
     def _live(self, xfer: str) -> bool:
-        return any(st.send.xfer == xfer for st in self._sends.values())
+        return xfer in self._in_flight or \
+            any(st.send.xfer == xfer for st in self._sends.values())
 
     def set_agents(self, handshakes) -> None:
         self.agents = [handshakes[r].peer_addr for r in sorted(handshakes)]
@@ -91,7 +96,7 @@ class PdxScheduler:
                 p["do_remote_prefill"] = False  # taken: asked for once
             return
         s = _safe(params.read_send, p, rid)
-        if s is None or rid in self._sends:
+        if s is None or rid in self._sends or rid in self._dup_ids:
             return
         if self._live(s.xfer):
             log.warning("request %s: xfer_id %s is another request's, in "
@@ -109,6 +114,7 @@ class PdxScheduler:
         self._meta.sends.append(SendMeta(rid, st.send.xfer, st.send.peers,
                                          st.blocks[:n]))
         st.announced = True
+        self._in_flight[st.send.xfer] = rid
 
     def build_connector_meta(self, so) -> PdxMetadata:
         for rid in getattr(so, "preempted_req_ids", None) or ():
@@ -142,6 +148,10 @@ class PdxScheduler:
     def update_connector_output(self, output) -> None:
         for rid in getattr(output, "finished_recving", None) or ():
             self._recvs.pop(rid, None)
+        done = set(getattr(output, "finished_sending", None) or ())
+        if done:
+            self._in_flight = {x: r for x, r in self._in_flight.items()
+                               if r not in done}
 
     def request_finished(self, request, block_ids):
         rid, p = request.request_id, request.kv_transfer_params
@@ -156,6 +166,7 @@ class PdxScheduler:
                 else None
         if st is not None:
             if st.preempted:
+                self._in_flight.pop(st.send.xfer, None)  # aborted
                 log.info("request %s: preempted after its send was "
                          "announced: the send was aborted, no "
                          "kv_transfer_params", rid)
