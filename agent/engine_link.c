@@ -644,6 +644,7 @@ static struct xfer *announce(struct agent *a, const void *eid, size_t eid_len,
 		blocks = NULL;
 	} else if (!strcmp(peer, a->peer_addr)) {
 		snprintf(why, sizeof(why), "peer: %s is this agent", peer);
+		peer[0] = '\0'; /* nobody to tell: not ourselves */
 	} else {
 		st = check_blocks(a, blocks, n, why, sizeof(why));
 	}

@@ -23,11 +23,12 @@ static struct sigaction before;
 
 static void on_sigbus(int sig, siginfo_t *info, void *uc)
 {
-	(void)info;
 	(void)uc;
-	if (copying)
+	if (copying && info->si_code > 0) /* a fault, not a kill */
 		siglongjmp(*copying, 1);
 	sigaction(sig, &before, NULL);
+	if (info->si_code <= 0) /* sent: raised again for that handler */
+		raise(sig);
 }
 
 static void install(void)

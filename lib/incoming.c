@@ -27,6 +27,7 @@ static void relinked(struct pdx_engine *e, pdx_status_t st, const char *was)
 		return;
 	}
 	e->registered = e->up;
+	e->displaced = false;
 	e->relink_ns = 0; /* the next restart is met at once */
 	log_info("registered again with the agent");
 	if (strcmp(was, e->peer) != 0)

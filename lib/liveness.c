@@ -45,8 +45,9 @@ static void link_lost(struct pdx_engine *e)
 
 void pdx__displaced(struct pdx_engine *e, const char *why)
 {
+	/* a register of ours still out keeps its answer coming: taken,
+	 * it makes us the served one again (relinked) */
 	e->registered = false;
-	e->registering = false;
 	e->displaced = true;
 	e->down_ns = pdx_now_ns();
 	snprintf(e->why_down, sizeof(e->why_down), "not registered: %s", why);

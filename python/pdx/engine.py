@@ -144,9 +144,12 @@ def _cstr(name: str, value, what: str, none_ok: bool = False,
 
 
 def _buffer(what: str, value) -> bytes:
-    """The bytes of a bytes-like value. Not of an int: bytes(16) is 16
-    zero bytes. what: the error's words, "name: want ..." """
+    """The bytes of a bytes-like value, or of a list or tuple of ints
+    (0..255), as bytes() takes them. Not of an int: bytes(16) is 16 zero
+    bytes. what: the error's words, "name: want ..." """
     try:
+        if isinstance(value, (list, tuple)):
+            return bytes(value)
         return bytes(memoryview(value))
     except TypeError:
         raise TypeError("%s, not %s" % (what, type(value).__name__)) from None

@@ -251,10 +251,11 @@ class PdxWorker:
     def step_saved(self) -> None:
         """The forward pass is over: any layer not saved through the hook
         (a model whose hooks were skipped) is done now."""
-        if self._step_sends:
-            for i in range(self.layers):
-                if i not in self._step_layers:
-                    self._layer_done(i)
+        for i in range(self.layers):
+            if not self._step_sends:  # none, or they failed
+                break
+            if i not in self._step_layers:
+                self._layer_done(i)
         self._step_sends = []
         self._step_layers = set()
 
