@@ -56,27 +56,26 @@ class AgentProcess:
         except OSError as e:
             raise RuntimeError("pdx: %s %r: cannot listen there: %s" %
                                (listen_host_key, listen_host, e)) from e
-        # PR_SET_PDEATHSIG follows the thread that forks, not the process:
-        # started from another thread, the agent would be stopped when that
-        # thread ends. The main thread lasts as long as the process (vLLM's
-        # and SGLang's workers build their connector there); from any other
-        # thread the agent goes without, as before.
-        pre = (_die_with(os.getpid())
-               if threading.current_thread() is threading.main_thread()
-               else None)
         self.dir = tempfile.mkdtemp(prefix="pdx-vllm-")
         self.engine_addr = "ipc://%s/engine" % self.dir
         self.log_path = os.path.join(self.dir, "agent.log")
         self.listen = "tcp://%s:%d" % (listen_host, port)
         self._argv = [path, "--engine", self.engine_addr, "--listen",
                       self.listen, *args]
-        self._pre = pre
         self._start_timeout = start_timeout
         self.proc: Optional[subprocess.Popen] = None
         atexit.register(self.stop)
         self._spawn()
 
     def _spawn(self) -> None:
+        # PR_SET_PDEATHSIG follows the thread that forks, not the process:
+        # started from another thread, the agent would be stopped when that
+        # thread ends. The main thread lasts as long as the process (vLLM's
+        # and SGLang's workers build their connector there); from any other
+        # thread (a restart, say) the agent goes without, as before.
+        pre = (_die_with(os.getpid())
+               if threading.current_thread() is threading.main_thread()
+               else None)
         sock = os.path.join(self.dir, "engine")
         try:  # a killed agent's socket file: the new one's appears
             os.unlink(sock)
@@ -86,7 +85,7 @@ class AgentProcess:
             try:
                 self.proc = subprocess.Popen(
                     self._argv, stdout=subprocess.DEVNULL, stderr=log,
-                    preexec_fn=self._pre)
+                    preexec_fn=pre)
             except OSError as e:
                 self.stop()
                 raise RuntimeError("pdx: cannot start %s: %s (set "
