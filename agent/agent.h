@@ -207,7 +207,9 @@ struct peer {
 	bool watched;	   /* we had transfers with it at the last beat */
 	bool busy;	   /* scratch of a beat: transfers with it now */
 	bool stuck;	   /* scratch of a beat: its UCX endpoint is stuck */
-	uint64_t ucx_done_ns; /* an operation on its endpoint finished */
+	/* an operation on its endpoint finished: the latest of its
+	 * transfers' op_done_ns, gathered at each beat (liveness.c) */
+	uint64_t ucx_done_ns;
 };
 
 enum xfer_role { XFER_SEND, XFER_RECV };
@@ -221,6 +223,7 @@ struct xfer {
 	bool held;        /* receiver: our engine queued it (hold) */
 	bool finished;    /* outcome decided; freed when inflight drains */
 	uint64_t ended_ns; /* when it finished */
+	uint64_t op_done_ns; /* when a UCX operation of its finished */
 	bool event_sent;
 	bool released;    /* out of the table, on the dead list */
 	struct xfer *next_dead;
@@ -366,8 +369,9 @@ static inline void xfer_unhold(struct xfer *x)
 {
 	x->inflight--;
 	x->agent->ops_inflight--;
-	if (x->peer) /* its endpoint moves (liveness.c) */
-		x->peer->ucx_done_ns = pdx_now_ns();
+	/* its endpoint moves (liveness.c); not through x->peer, which at
+	 * stop is freed before UCX cancels what is left */
+	x->op_done_ns = pdx_now_ns();
 }
 
 /* A step of x's control path, stamped when tracing (trace.h). */

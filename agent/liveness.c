@@ -75,6 +75,11 @@ static bool stuck_peers(struct agent *a, uint64_t now, uint64_t bound)
 	bool any = false;
 
 	HASH_ITER(hh, a->xfers, x, tmp) {
+		if (peer_known(x->peer) &&
+		    x->op_done_ns > x->peer->ucx_done_ns)
+			x->peer->ucx_done_ns = x->op_done_ns;
+	}
+	HASH_ITER(hh, a->xfers, x, tmp) {
 		if (x->finished && x->inflight && peer_known(x->peer) &&
 		    now - x->ended_ns > bound &&
 		    now - x->peer->ucx_done_ns > bound)
