@@ -145,9 +145,6 @@ bool pdx__on_other(struct pdx_engine *e, const msgpack_object *m,
 /* liveness.c */
 void pdx__link_watch(struct pdx_engine *e);
 void pdx__relink(struct pdx_engine *e);
-/* The agent said another engine registered since ours (why): link_status
- * says so, the transfers in flight fail (PDX_ENOTREG). */
-void pdx__displaced(struct pdx_engine *e, const char *why);
 
 /* register.c */
 pdx_status_t pdx__register(struct pdx_engine *e,

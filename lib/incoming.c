@@ -69,6 +69,21 @@ pdx_status_t pdx__drain(struct pdx_engine *e)
 	}
 }
 
+/* The agent said another engine registered since ours (why): link_status
+ * says so, the transfers in flight fail (PDX_ENOTREG). */
+static void displaced(struct pdx_engine *e, const char *why)
+{
+	/* a register of ours still out keeps its answer coming: taken,
+	 * it makes us the served one again (relinked) */
+	e->registered = false;
+	e->displaced = true;
+	e->down_ns = pdx_now_ns();
+	snprintf(e->why_down, sizeof(e->why_down), "not registered: %s", why);
+	log_error("%s", e->why_down);
+	/* the agent sends their events to the other engine */
+	pdx__inflight_fail_all(e, PDX_ENOTREG);
+}
+
 /* A message that is not an event: the answer to a register sent again,
  * or an error refusing an announcement, which ends that transfer (its one
  * event, made here: true with *ev set). Anything else is dropped. */
@@ -85,7 +100,7 @@ bool pdx__on_other(struct pdx_engine *e, const msgpack_object *m,
 		if (pdx__get_str_trunc(m, "reason", why, sizeof(why)))
 			snprintf(why, sizeof(why), "another engine registered "
 				 "with the agent");
-		pdx__displaced(e, why);
+		displaced(e, why);
 		return false;
 	}
 	if (e->registering) {

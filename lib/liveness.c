@@ -43,19 +43,6 @@ static void link_lost(struct pdx_engine *e)
 	pdx__inflight_fail_all(e, PDX_EAGENT);
 }
 
-void pdx__displaced(struct pdx_engine *e, const char *why)
-{
-	/* a register of ours still out keeps its answer coming: taken,
-	 * it makes us the served one again (relinked) */
-	e->registered = false;
-	e->displaced = true;
-	e->down_ns = pdx_now_ns();
-	snprintf(e->why_down, sizeof(e->why_down), "not registered: %s", why);
-	log_error("%s", e->why_down);
-	/* the agent sends their events to the other engine */
-	pdx__inflight_fail_all(e, PDX_ENOTREG);
-}
-
 /* Reads the link's monitor: a connection whose handshake completed
  * brings the link up (not registered on it yet), a closed one takes it
  * down. */
