@@ -493,7 +493,7 @@ static bool body_fits(struct pdx_call *c, size_t len)
 static int call_start(struct pdx_call *c, struct pdx_inst *inst,
 		      enum pdx_pool_role role, uint16_t port,
 		      enum evhttp_cmd_type method, const char *path,
-		      const void *body, size_t len, bool stream,
+		      const void *body, size_t len, bool stream, bool probe,
 		      const struct pdx_upstream_cbs *cbs)
 {
 	struct pdx_upstream_cbs mine;
@@ -513,6 +513,7 @@ static int call_start(struct pdx_call *c, struct pdx_inst *inst,
 	p.inst = c->inst;
 	p.partner = partner_of(c, c->inst);
 	p.port = port;
+	p.probe = probe;
 	log_debug("%s: %s %s to %s", c->req_id, pdx_pool_role_name(role), path,
 		  c->inst->url);
 	mine = *cbs;
@@ -535,7 +536,8 @@ void pdx_call_relay(struct pdx_call *c, struct pdx_inst *inst,
 	struct pdx_upstream_cbs cbs = relay;
 
 	cbs.arg = c;
-	call_start(c, inst, role, 0, method, path, body, len, true, &cbs);
+	call_start(c, inst, role, 0, method, path, body, len, true, false,
+		   &cbs);
 }
 
 int pdx_call_leg(struct pdx_call *c, struct pdx_inst *inst,
@@ -544,14 +546,14 @@ int pdx_call_leg(struct pdx_call *c, struct pdx_inst *inst,
 {
 	return call_start(c, inst, role, 0,
 			  body ? EVHTTP_REQ_POST : EVHTTP_REQ_GET, path, body,
-			  len, false, cbs);
+			  len, false, !body, cbs);
 }
 
 int pdx_call_get_at(struct pdx_call *c, struct pdx_inst *inst, uint16_t port,
 		    const char *path, const struct pdx_upstream_cbs *cbs)
 {
 	return call_start(c, inst, inst->role, port, EVHTTP_REQ_GET, path,
-			  NULL, 0, false, cbs);
+			  NULL, 0, false, true, cbs);
 }
 
 void pdx_call_leg_done(struct pdx_call *c)

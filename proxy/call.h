@@ -119,13 +119,14 @@ void pdx_call_relay(struct pdx_call *c, struct pdx_inst *inst,
  * pool when NULL; c->leg and
  * c->inst are set. Ends the call with 503, 413 (the body outgrew the
  * engines' limit, common/http_error.h) or 500 and returns -1 when it
- * cannot start. body NULL: a GET. */
+ * cannot start. body NULL: a GET, a probe of the instance (upstream.h:
+ * only its failure counts). */
 int pdx_call_leg(struct pdx_call *c, struct pdx_inst *inst,
 		 enum pdx_pool_role role, const char *path, const void *body,
 		 size_t len, const struct pdx_upstream_cbs *cbs);
 
 /* pdx_call_leg()'s GET of path on another port of inst's host (an SGLang
- * prefill instance's bootstrap server); the leg counts as inst's. */
+ * prefill instance's bootstrap server); the probe counts as inst's. */
 int pdx_call_get_at(struct pdx_call *c, struct pdx_inst *inst, uint16_t port,
 		    const char *path, const struct pdx_upstream_cbs *cbs);
 

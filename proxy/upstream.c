@@ -45,6 +45,7 @@ struct pdx_upstream {
 	struct pdx_inst *inst;
 	struct pdx_inst *partner; /* its params' (referenced) */
 	bool peer_failed; /* a 502 that says so (X-PDX-Failed-Side: peer) */
+	bool probe;	  /* its params' */
 	struct evhttp_connection *conn;
 	struct evhttp_request *req;
 	struct event *timer;
@@ -190,15 +191,29 @@ static void inst_result(struct pdx_inst *i, bool ok)
  * failure, but 503 (see below), and pdx-engine's 502 "my KV transfer
  * failed on the other side or between the agents" (X-PDX-Failed-Side:
  * peer), which is the partner's: a prefill instance that pushed to
- * nowhere opened every decode instance's breaker in turn. */
+ * nowhere opened every decode instance's breaker in turn.
+ * A good answer counts for its instance, but not a probe's (an instance
+ * that answers about itself and fails every request must not look well)
+ * nor the prefill leg's of a pair: it says nothing of the KV transfer,
+ * which the decode leg's good answer vouches for, for both. Counted at
+ * once, P's answer reset its failures between each two of D's 502s, and
+ * a prefill instance whose every transfer failed kept its breaker shut. */
 static void leg_result(struct pdx_upstream *u, int status)
 {
+	bool ok = status && status < 500;
+
 	if (status == 503)
 		return;
-	if (u->peer_failed && u->partner)
+	if (u->peer_failed && u->partner) {
 		inst_result(u->partner, false);
-	else
-		inst_result(u->inst, status && status < 500);
+		return;
+	}
+	if (ok && (u->probe ||
+		   (u->partner && u->inst->role == PDX_POOL_PREFILL)))
+		return;
+	inst_result(u->inst, ok);
+	if (ok && u->partner)
+		inst_result(u->partner, true);
 }
 
 static void leg_fail(struct pdx_upstream *u, int err_status, const char *why)
@@ -380,6 +395,7 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 	u->inst = p->inst;
 	pdx_pool_ref(u->inst);
 	u->partner = p->partner;
+	u->probe = p->probe;
 	if (u->partner)
 		pdx_pool_ref(u->partner);
 	u->keepalive = p->port ? 0 : p->keepalive;

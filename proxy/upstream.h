@@ -13,7 +13,8 @@
  *            the leg failed (err_status says 502 or 504 and why).
  * Each leg that ends (not a cancelled one) counts for or against its
  * instance's circuit breaker (pdx_pool_result): no answer, a timeout or
- * a 5xx against it.
+ * a 5xx against it; a good answer for it, but a probe's and the prefill
+ * leg's of a pair (see leg_result in upstream.c).
  * After on_end (or pdx_upstream_cancel) the leg is freed: do not touch it.
  */
 #ifndef PDX_PROXY_UPSTREAM_H
@@ -60,6 +61,10 @@ struct pdx_upstream_params {
 	 * referenced too: an engine's 502 says the transfer failed on that
 	 * side or between them, which counts there, not against inst */
 	struct pdx_inst *partner;
+	/* the leg asks the instance about itself (/v1/pdx/info, SGLang's
+	 * /get_server_info and bootstrap): no request of a client's, so only
+	 * its failure counts */
+	bool probe;
 	/* 0: the instance's port; else another server on its host (an
 	 * SGLang prefill instance's bootstrap server), on a connection of
 	 * the leg's own, not kept for reuse */

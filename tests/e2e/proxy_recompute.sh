@@ -43,7 +43,7 @@ done
 # handshake bound, and D answers 502 kv_transfer_failed. The proxy counts
 # that against P, not against D, which did nothing wrong (its breaker
 # opened, and with several decode instances one bad prefill instance took
-# them out one by one).
+# them out one by one), and its breaker opens.
 AGENT_OPTS+=(--handshake-timeout-ms 500)
 agent_start p2 --advertise "tcp://127.0.0.1:$(free_port)"
 named_engine_start P2 "$ENGINE" --role prefill --time-scale 0 \
@@ -63,6 +63,9 @@ import json, sys
 i = {x["role"]: x for x in json.load(open(sys.argv[1]))["instances"]}
 assert i["decode"]["failures"] == 0 and i["decode"]["breaker"] == "closed", i
 assert i["prefill"]["failures"] == 2, i
+# P's own good answers (and its probes') did not reset its count between
+# the two: its breaker opened (it stayed shut, at one failure in a row)
+assert i["prefill"]["breaker"] == "open", i
 # two requests each: the /v1/pdx/info probes (asked again after each
 # failure) are no requests (they counted: 4 each)
 assert i["prefill"]["requests"] == 2 and i["decode"]["requests"] == 2, i
