@@ -188,7 +188,7 @@ struct peer {
 	bool ep_failed; /* UCX found it dead; the endpoint awaits closing */
 	bool cuda;	/* its engine's KV is GPU memory */
 	bool cuda_ucx;	/* its UCX moves GPU memory */
-	bool done_ucx;	/* it takes "done" by UCX on the ipc lane */
+	bool done_ucx;	/* it takes "done" by UCX on the ipc lanes */
 	/* staged path, same host: its staging mapped here (staged.c) */
 	bool staged_shared;
 	uint8_t *staging_map;
@@ -511,7 +511,7 @@ void complete_try_received(struct xfer *x);
 /* Receiver: the sender's "done" (either link) says what it sent. */
 void complete_done_heard(struct xfer *x, uint64_t bytes, uint64_t am_bytes,
 			 int64_t first_token);
-/* UCX's handler of AM_DONE: "done" on the ipc lane. */
+/* UCX's handler of AM_DONE: "done" on the ipc and cuda-ipc lanes. */
 void complete_on_done_am(void *arg, const void *hdr, size_t hdr_len,
 			 void *data, size_t len, bool rndv);
 /* Every byte is at the receiver (flushed, or read by a pull): "done" to

@@ -1,6 +1,6 @@
 /* How a transfer's data operations finish: each one that ends is counted
  * off the transfer; the sender flushes and says "done" once every layer is
- * at the receiver (on the ipc lane by UCX, else on the peer link), and the
+ * at the receiver (on the ipc lanes by UCX, else on the peer link), and the
  * receiver succeeds once what "done" announced arrived. Every data path
  * (host and GPU) ends its operations here. */
 #define PDX_LOG_TOPIC "push"
@@ -35,9 +35,10 @@ static void done_am_sent(void *arg, pdx_status_t status)
 		log_warn("done by ucx: %s", pdx_status_str(status));
 }
 
-/* The ipc lane: the copies are in the receiver's memory already, and the
- * UCX endpoint wakes the receiver's loop itself, where a ZeroMQ message
- * passes through two I/O threads on its way (docs/benchmarking.md). The
+/* The ipc and cuda-ipc lanes: the copies are in the receiver's memory
+ * already (cuda-ipc: our stream passed them), and the UCX endpoint wakes
+ * the receiver's loop itself, where a ZeroMQ message passes through two
+ * I/O threads on its way (docs/benchmarking.md). The
  * header, little-endian: xfer id, first_token, bytes, am_bytes; the
  * payload, eager, the meta (a copy: x may be gone before the send ends). */
 static pdx_status_t send_done_am(struct xfer *x)
@@ -107,7 +108,9 @@ void complete_send_done(struct xfer *x)
 	struct peer_msg pm;
 	pdx_status_t st;
 
-	bool by_ucx = x->peer->path == DATA_IPC && x->peer->done_ucx;
+	bool by_ucx = (x->peer->path == DATA_IPC ||
+		       x->peer->path == DATA_CUDA_IPC) &&
+		      x->peer->done_ucx;
 
 	xfer_mark(x, MARK_FLUSHED);
 	xfer_mark(x, MARK_DONE_SENT);

@@ -23,7 +23,7 @@ struct hello {
 	bool shm;      /* its UCX may use shared memory */
 	bool cuda_ucx; /* its UCX moves GPU memory */
 	bool cuda;     /* its KV is GPU memory (a region of type cuda) */
-	bool done_ucx; /* it takes "done" by UCX on the ipc lane */
+	bool done_ucx; /* it takes "done" by UCX on the ipc lanes */
 	struct tp_rank tp; /* its engine's rank of its TP size */
 	const void *ucx; /* its worker address, in the message */
 	size_t ucx_len;
