@@ -417,6 +417,15 @@ int pdx_load_opts_parse(int argc, char **argv, struct pdx_load_opts *o)
 			if (parse_double("request-timeout", optarg,
 					 &o->request_timeout))
 				return -1;
+			/* it becomes a struct timeval: inf failed every
+			 * request at once, 0 or less meant the default */
+			if (!(o->request_timeout > 0.0 &&
+			      o->request_timeout <= PDX_LOAD_TIMEOUT_MAX_S)) {
+				fprintf(stderr, "pdx-bench: --request-timeout: "
+						"want seconds in (0, %g]\n",
+					PDX_LOAD_TIMEOUT_MAX_S);
+				return -1;
+			}
 			break;
 		case O_DS_NAME:
 			o->dataset_name = optarg;

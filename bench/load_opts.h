@@ -12,12 +12,15 @@
 #include "bench/load_dataset.h"
 #include "bench/load_metrics.h"
 
+/* --request-timeout's bound (s): about 115 days, well inside a timeval. */
+#define PDX_LOAD_TIMEOUT_MAX_S 1e7
+
 /* Pointers point into argv. */
 struct pdx_load_opts {
 	const char *backend, *label, *base_url, *host, *endpoint, *model;
 	const char *served_model_name;
 	int port;
-	double request_timeout;
+	double request_timeout; /* 0: unset (6 hours) */
 	const char *dataset_name, *dataset_path;
 	long num_prompts; /* 0: unset */
 	int input_len, output_len; /* -1: unset */

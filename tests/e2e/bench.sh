@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pdx-bench against pdx-engine: 20 random prompts at once all complete,
 # the result JSON has a positive mean TTFT, and every KV block is free
-# afterwards.
+# afterwards; a --request-timeout that is no bound is refused (exit 2).
 #   bench.sh BUILD/engine/pdx-engine BUILD/bench/pdx-bench
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -21,5 +21,15 @@ python3 "$HERE/promcheck.py" "$E2E_TMP/metrics" \
 	'pdx_engine_requests_finished_total{model_name="tiny"}=20' \
 	'pdx_engine_prompt_tokens_total{model_name="tiny"}=1280' ||
 	fail "/metrics after the run"
+# a request timeout that is no bound is refused before anything is sent:
+# inf failed every request at once, 0 and below ran without one
+for t in inf 0 -5 1e8; do
+	"$BENCH" --host 127.0.0.1 --port "$PORT" --model tiny --num-prompts 2 \
+		--random-input-len 8 --random-output-len 2 --request-timeout "$t" \
+		>"$E2E_TMP/to.out" 2>&1
+	rc=$?
+	[ $rc -eq 2 ] && grep -q -- '--request-timeout' "$E2E_TMP/to.out" ||
+		{ cat "$E2E_TMP/to.out"; fail "--request-timeout $t: exit $rc, want 2 and why"; }
+done
 engine_stop
 echo ok
