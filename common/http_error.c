@@ -70,6 +70,17 @@ void pdx_http_send_405(struct evhttp_request *req, const char *allow)
 	pdx_http_send_error(req, 405, "invalid_request_error", msg);
 }
 
+void pdx_http_send_404(struct evhttp_request *req)
+{
+	const char *uri = evhttp_request_get_uri(req);
+	size_t n = uri ? strcspn(uri, "?") : 0;
+	char msg[128];
+
+	snprintf(msg, sizeof(msg), "no route %.*s", (int)(n < 100 ? n : 100),
+		 uri ? uri : "");
+	pdx_http_send_error(req, 404, "not_found_error", msg);
+}
+
 void pdx_http_body_limit(struct evhttp *http, size_t max_body)
 {
 	evhttp_set_max_body_size(http, (ev_ssize_t)(2 * (ev_uint64_t)max_body));

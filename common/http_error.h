@@ -46,6 +46,11 @@ void pdx_http_send_error(struct evhttp_request *req, int status,
 /* 405, with the methods the route takes in Allow ("GET, POST"). */
 void pdx_http_send_405(struct evhttp_request *req, const char *allow);
 
+/* 404 for a path no route serves, naming it as the client sent it (its
+ * query left out): the path evhttp parsed may not be the one asked for
+ * ("//v1/models" is parsed as host "v1" and path "/models"). */
+void pdx_http_send_404(struct evhttp_request *req);
+
 /* Sets libevent's own bound on request bodies (twice max_body, see
  * above) and has it read an oversized body to its end before answering,
  * so a client that is still sending sees the 413 instead of a reset. */

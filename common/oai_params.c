@@ -550,7 +550,9 @@ static int check_chat(const json_t *b, struct pdx_oai_fault *f)
 }
 
 /* A completion's prompt: a string, an array of token ids, or (a list of
- * prompts) an array of those. */
+ * prompts) an array of those. A list of one is that prompt, as vLLM
+ * serves it (clients that batch, LangChain's among them, send one prompt
+ * so); a longer list breaks pdx's rule of one sequence per request. */
 static int check_prompt(const json_t *b, struct pdx_oai_fault *f)
 {
 	const json_t *p = val(b, "prompt"), *first;
@@ -566,15 +568,29 @@ static int check_prompt(const json_t *b, struct pdx_oai_fault *f)
 			     "'prompt' must be a string, an array of token "
 			     "ids, or an array of those");
 	first = json_array_get(p, 0);
-	if (json_is_string(first) || json_is_array(first))
+	if ((json_is_string(first) || json_is_array(first)) &&
+	    json_array_size(p) > 1)
 		return fault(f, "prompt",
 			     "a list of prompts is not supported; send one "
 			     "prompt per request");
-	if (!each_is(p, is_integer))
+	if (json_is_string(first))
+		return 0;
+	if (!each_is(json_is_array(first) ? first : p, is_integer))
 		return fault(f, "prompt",
 			     "'prompt' must be a string, an array of token "
 			     "ids, or an array of those");
 	return 0;
+}
+
+const json_t *pdx_oai_prompt(const json_t *body)
+{
+	const json_t *p = json_object_get(body, "prompt");
+	const json_t *first = json_array_get(p, 0);
+
+	if (json_array_size(p) == 1 &&
+	    (json_is_string(first) || json_is_array(first)))
+		return first;
+	return p;
 }
 
 /* pdx's own rule: one sequence per request. A P/D transfer carries the
@@ -594,6 +610,73 @@ static int check_one_sequence(const json_t *b, struct pdx_oai_fault *f)
 			     "'best_of' other than 1 is not supported: pdx "
 			     "serves one sequence per request");
 	return 0;
+}
+
+/* Does v hold a string with a NUL in it, at any depth (jansson's own
+ * bound on nesting bounds the recursion)? */
+static bool has_nul(const json_t *v)
+{
+	const char *k;
+	size_t i;
+	json_t *e;
+
+	if (json_is_string(v))
+		return strlen(json_string_value(v)) != json_string_length(v);
+	json_object_foreach((json_t *)v, k, e) if (has_nul(e)) return true;
+	json_array_foreach(v, i, e) if (has_nul(e)) return true;
+	return false;
+}
+
+/* A NUL (JSON's \u0000) is text in a prompt or a message, as in vLLM's
+ * Python strings; in any other field, read as a C string, it would cut
+ * the value short and make it another one ("tiny\u0000x" the model
+ * "tiny"), so it is refused there. */
+static int check_nul(const json_t *root, struct pdx_oai_fault *f)
+{
+	const char *k;
+	json_t *v;
+
+	json_object_foreach((json_t *)root, k, v)
+	{
+		if (strcmp(k, "prompt") && strcmp(k, "messages") && has_nul(v))
+			return fault(f, k,
+				     "'%s' must not contain a NUL character "
+				     "(\\u0000)",
+				     k);
+	}
+	return 0;
+}
+
+json_t *pdx_oai_body_load(const char *body, size_t len, struct pdx_oai_fault *f)
+{
+	static const char bom[] = "\xef\xbb\xbf";
+	json_error_t jerr;
+	json_t *root;
+
+	if (body && len >= 3 && !memcmp(body, bom, 3)) {
+		body += 3;
+		len -= 3;
+	}
+	if (!body || !len) {
+		fault(f, "", "the body is empty: want a JSON object");
+		return NULL;
+	}
+	root = json_loadb(body, len, JSON_ALLOW_NUL, &jerr);
+	if (!root) {
+		fault(f, "", "invalid JSON: %s (line %d, column %d)", jerr.text,
+		      jerr.line, jerr.column);
+		return NULL;
+	}
+	if (!json_is_object(root)) {
+		json_decref(root);
+		fault(f, "", "the body must be a JSON object");
+		return NULL;
+	}
+	if (check_nul(root, f)) {
+		json_decref(root);
+		return NULL;
+	}
+	return root;
 }
 
 int pdx_oai_params_check(const json_t *body, bool chat, struct pdx_oai_fault *f)

@@ -30,10 +30,26 @@ struct pdx_oai_fault {
 	char message[256];
 };
 
+/* A request body read as vLLM's server reads it (Python's json.loads of
+ * its bytes): a UTF-8 byte order mark before the JSON is skipped (RFC
+ * 8259 lets a parser ignore one, and some Windows tools write one), a
+ * key given twice keeps its last value, only white space may follow the
+ * value, and a string may hold a NUL (\u0000) where it is text: in the
+ * prompt or the messages (elsewhere it is refused, naming the field).
+ * The body must be an object. Returns it (json_decref() it), or NULL and
+ * *f filled (param "" but for a NUL): empty, not JSON (where it broke),
+ * not an object. */
+json_t *pdx_oai_body_load(const char *body, size_t len,
+			  struct pdx_oai_fault *f);
+
 /* 0 when body (a JSON object) meets every rule for its route (chat:
  * /v1/chat/completions); -1 and *f filled at the first broken one. */
 int pdx_oai_params_check(const json_t *body, bool chat,
 			 struct pdx_oai_fault *f);
+
+/* A completion body's one prompt: its "prompt", or the prompt a list of
+ * one holds (a string or an array of token ids). Borrowed from body. */
+const json_t *pdx_oai_prompt(const json_t *body);
 
 /* Python's truth of a value (NULL: absent): what vLLM's validators test
  * of data.get(key), and what "asks for something" means. */

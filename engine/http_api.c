@@ -162,7 +162,6 @@ static void route(struct evhttp_request *req, void *arg)
 	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
 	bool post = cmd == EVHTTP_REQ_POST, get = cmd == EVHTTP_REQ_GET;
 	const char *allow;
-	char msg[128];
 
 	if (!path)
 		path = "";
@@ -186,8 +185,8 @@ static void route(struct evhttp_request *req, void *arg)
 		api->p.metrics->req_rejected++;
 		pdx_http_send_405(req, allow);
 	} else {
-		snprintf(msg, sizeof(msg), "no route %.80s", path);
-		pdx__http_error(api, req, 404, "not_found_error", msg);
+		api->p.metrics->req_rejected++;
+		pdx_http_send_404(req);
 	}
 }
 

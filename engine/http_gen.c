@@ -3,7 +3,6 @@
 #define PDX_LOG_TOPIC "http"
 #include "engine/http_internal.h"
 
-#include <ctype.h>
 #include <event2/buffer.h>
 #include <event2/keyvalq_struct.h>
 #include <stdio.h>
@@ -16,6 +15,8 @@
 #include "common/http_listen.h"
 #include "common/log.h"
 #include "common/mix64.h"
+#include "common/oai_params.h"
+#include "common/req_id.h"
 #include "engine/kv_seq.h"
 #include "engine/openai.h"
 #include "engine/tokenizer.h"
@@ -46,19 +47,6 @@ struct pdx__gen_call {
 	char id[REQ_ID_MAX + 16]; /* "cmpl-" or "chatcmpl-" + req_id */
 };
 
-static bool req_id_ok(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (n == 0 || n > REQ_ID_MAX)
-		return false;
-	for (; *s; s++) {
-		if (!isgraph((unsigned char)*s) || *s == '"' || *s == '\\')
-			return false;
-	}
-	return true;
-}
-
 /* The client's X-Request-Id, or 32 fresh hex digits; echoed back. */
 static void set_ids(struct pdx__gen_call *c, bool chat)
 {
@@ -66,7 +54,7 @@ static void set_ids(struct pdx__gen_call *c, bool chat)
 	const char *h = evhttp_find_header(
 	    evhttp_request_get_input_headers(c->req), "X-Request-Id");
 
-	if (h && req_id_ok(h)) {
+	if (h && pdx_req_id_usable(h, REQ_ID_MAX)) {
 		snprintf(c->req_id, sizeof(c->req_id), "%s", h);
 	} else {
 		uint64_t n = ++api->next_id;
@@ -444,8 +432,9 @@ static int read_body(struct pdx_http_api *api, struct evhttp_request *req,
 	const char *body = (const char *)evbuffer_pullup(in, -1);
 
 	if (pdx_oai_parse(body ? body : "", len, chat, &lim, r, &err)) {
-		json_t *root = api->p.link ? json_loadb(body, len, 0, NULL)
-					   : NULL;
+		struct pdx_oai_fault f;
+		json_t *root =
+		    api->p.link ? pdx_oai_body_load(body, len, &f) : NULL;
 
 		pdx__http_refuse(api, req, &err);
 		refused_transfer(api,

@@ -293,8 +293,9 @@ static int tokenize(const char *text, size_t len, size_t keep,
 }
 
 /* An array of token ids (common/oai_params.c saw integers, one prompt). */
-static int token_ids(json_t *arr, size_t keep, const struct pdx_oai_limits *lim,
-		     struct pdx_oai_req *out, struct pdx_oai_error *err)
+static int token_ids(const json_t *arr, size_t keep,
+		     const struct pdx_oai_limits *lim, struct pdx_oai_req *out,
+		     struct pdx_oai_error *err)
 {
 	size_t n = json_array_size(arr), i;
 	json_t *v;
@@ -320,7 +321,7 @@ static int parse_prompt(json_t *root, bool chat,
 	json_t *t = json_object_get(root, "truncate_prompt_tokens");
 	size_t keep = SIZE_MAX;
 	struct strbuf b = {0};
-	json_t *p;
+	const json_t *p;
 	int rc;
 
 	if (json_is_integer(t)) /* -1: the model's length */
@@ -334,7 +335,7 @@ static int parse_prompt(json_t *root, bool chat,
 		free(b.s);
 		return rc;
 	}
-	p = json_object_get(root, "prompt");
+	p = pdx_oai_prompt(root); /* a list of one: its prompt */
 	if (json_is_string(p))
 		return tokenize(json_string_value(p), json_string_length(p),
 				keep, lim, out, err);
@@ -399,20 +400,14 @@ int pdx_oai_parse(const char *body, size_t len, bool chat,
 		  struct pdx_oai_error *err)
 {
 	struct pdx_oai_fault f;
-	json_error_t jerr;
 	json_t *root;
 	int rc = -1;
 
 	memset(out, 0, sizeof(*out));
 	out->chat = chat;
-	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	root = pdx_oai_body_load(body, len, &f);
 	if (!root)
-		return fail(err, 400, "invalid JSON: %s (line %d, column %d)",
-			    jerr.text, jerr.line, jerr.column);
-	if (!json_is_object(root)) {
-		fail(err, 400, "the body must be a JSON object");
-		goto out;
-	}
+		return refuse(err, f.param, "%s", f.message);
 	if (pdx_oai_params_check(root, chat, &f)) {
 		refuse(err, f.param, "%s", f.message);
 		goto out;

@@ -2,7 +2,6 @@
 #define PDX_LOG_TOPIC "call"
 #include "proxy/call.h"
 
-#include <ctype.h>
 #include <event2/buffer.h>
 #include <event2/keyvalq_struct.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include "common/clock.h"
 #include "common/http_listen.h"
 #include "common/log.h"
+#include "common/req_id.h"
 
 /* After draining, how long the loop runs on for the last replies. */
 #define DRAIN_FLUSH_MS 100
@@ -131,16 +131,6 @@ static void on_close(struct evhttp_connection *conn, void *arg)
 	call_free(c);
 }
 
-static bool req_id_usable(const char *s)
-{
-	size_t n = 0;
-
-	for (; s[n]; n++)
-		if (n == PDX_REQ_ID_MAX || !isgraph((unsigned char)s[n]))
-			return false;
-	return n > 0;
-}
-
 static void req_id_mint(char *out)
 {
 	static uint64_t seq, pid;
@@ -187,7 +177,7 @@ struct pdx_call *pdx_call_new(struct pdx_proxy *px, struct evhttp_request *req)
 	c->req = req;
 	c->conn = evhttp_request_get_connection(req);
 	c->t0_ns = pdx_now_ns();
-	if (id && req_id_usable(id))
+	if (id && pdx_req_id_usable(id, PDX_REQ_ID_MAX))
 		snprintf(c->req_id, sizeof(c->req_id), "%s", id);
 	else
 		req_id_mint(c->req_id);

@@ -95,18 +95,14 @@ static void post_generate(struct pdx_proxy *px, struct evhttp_request *req,
 	struct evbuffer *in = evhttp_request_get_input_buffer(req);
 	struct pdx_call *c = pdx_call_new(px, req);
 	struct pdx_oai_fault f;
-	json_error_t jerr;
-	char msg[160];
 
 	if (!c)
 		return;
 	snprintf(c->path, sizeof(c->path), "%s", path);
-	c->body = json_loadb((const char *)evbuffer_pullup(in, -1),
-			     evbuffer_get_length(in), 0, &jerr);
-	if (!json_is_object(c->body)) {
-		snprintf(msg, sizeof(msg), "the body is not a JSON object%s%s",
-			 c->body ? "" : ": ", c->body ? "" : jerr.text);
-		pdx_call_reply_error(c, 400, "invalid_request_error", msg);
+	c->body = pdx_oai_body_load((const char *)evbuffer_pullup(in, -1),
+				    evbuffer_get_length(in), &f);
+	if (!c->body) {
+		refuse_params(c, &f);
 		return;
 	}
 	if (pdx_oai_params_check(c->body, !strcmp(path, "/v1/chat/completions"),
@@ -178,7 +174,7 @@ static void route(struct evhttp_request *req, void *arg)
 	} else if (!strncmp(path, "/admin/", 7)) {
 		pdx_admin_handle(px, req);
 	} else {
-		pdx_http_send_error(req, 404, "not_found", "no such route");
+		pdx_http_send_404(req);
 	}
 	return;
 bad_method:

@@ -14,7 +14,20 @@
 #  * every error body is JSON, 413 included: the proxy's and the
 #    engine's, whose limit sits above the proxy's by the room the proxy's
 #    fields take;
-#  * a 405 names the methods the route takes in Allow, any method.
+#  * a 405 names the methods the route takes in Allow, any method; a
+#    404 names the path asked for (the proxy's said "no such route");
+#  * what real clients send is served as vLLM serves it, never refused
+#    as their mistake, at the proxy and at an engine: a completion's
+#    prompt as a list of one (LangChain's shape; before: 400 "a list of
+#    prompts"), a body after a UTF-8 byte order mark (Python's json.loads
+#    skips it; before: 400 invalid JSON), a key given twice (its last
+#    value; before: the engine's 400), a NUL (\u0000) in a prompt (text,
+#    as in Python; before: 400 "not allowed without JSON_ALLOW_NUL"; in
+#    other fields a 400 naming the field); an empty body is a 400 that says
+#    so (the proxy's said "wrong arguments"); and an X-Request-Id the
+#    proxy keeps is the one in the response's id (one with a quote was
+#    echoed by the proxy, refused by the engine, and the body's id was
+#    another).
 #   client_errors.sh PDX_ENGINE PDX_AGENT PDX_PROXY
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -122,6 +135,66 @@ for who, port, method, path, allow in [
 st, ct, _, raw = call(engine, "GET", "/no/such/route")
 openai_error("engine: an unknown route", st, ct, raw, 404)
 print("ok: 405 carries Allow, and every error is JSON (proxy and engine)")
+PYEOF
+$PY - "$PORT_X" "$PORT_D" <<'PYEOF' || fail "real clients' shapes"
+import http.client, json, sys
+
+proxy, engine = int(sys.argv[1]), int(sys.argv[2])
+
+
+def post(port, path, body, headers=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("POST", path, body=body, headers=headers or {})
+    r = c.getresponse()
+    out = r.status, r.getheader("X-Request-Id"), r.read()
+    c.close()
+    return out
+
+
+def served(who, port, body, want_text=None):
+    st, _, raw = post(port, "/v1/completions", body)
+    assert st == 200, f"{who}: {body[:60]!r}: HTTP {st}: {raw[:300]!r}"
+    out = json.loads(raw)
+    return out["choices"][0]["text"], out["usage"]
+
+
+for who, port in (("proxy", proxy), ("engine", engine)):
+    text, _ = served(who, port, b'{"prompt": "a b c", "max_tokens": 3}')
+    for body in (b'{"prompt": ["a b c"], "max_tokens": 3}',
+                 b'\xef\xbb\xbf{"prompt": "a b c", "max_tokens": 3}'):
+        got, _ = served(who, port, body)
+        assert got == text, f"{who}: {body!r}: {got!r}, want {text!r}"
+    ids, _ = served(who, port, b'{"prompt": [1, 2, 3], "max_tokens": 3}')
+    got, _ = served(who, port, b'{"prompt": [[1, 2, 3]], "max_tokens": 3}')
+    assert got == ids, f"{who}: a list of one token-id prompt: {got!r}"
+    # a NUL is text in a prompt (as in Python), no part of a model's name
+    _, u = served(who, port, b'{"prompt": "a\\u0000b", "max_tokens": 1}')
+    assert u["prompt_tokens"] == 3, f"{who}: a NUL in the prompt: {u}"
+    st, _, raw = post(port, "/v1/completions",
+                      b'{"prompt": "a", "model": "tiny\\u0000x"}')
+    e = json.loads(raw)["error"]
+    assert st == 400 and e["param"] == "model", f"{who}: NUL in model: {raw!r}"
+    _, u = served(who, port,
+                  b'{"prompt": "a", "max_tokens": 2, "max_tokens": 3}')
+    assert u["completion_tokens"] == 3, f"{who}: a key given twice: {u}"
+    st, _, raw = post(port, "/v1/completions", b"")
+    e = json.loads(raw)["error"]
+    assert st == 400 and "empty" in e["message"], f"{who}: empty body: {raw!r}"
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/v1/nothing?x=1")
+    r = c.getresponse()
+    e = json.loads(r.read())["error"]
+    assert r.status == 404 and e["message"] == "no route /v1/nothing" and \
+        e["type"] == "not_found_error", f"{who}: 404: {e}"
+    for rid in ("my-req-7", 'quo"te', "back\\slash"):
+        st, head, raw = post(port, "/v1/completions",
+                             b'{"prompt": "a", "max_tokens": 1}',
+                             {"X-Request-Id": rid})
+        body_id = json.loads(raw)["id"]
+        assert st == 200 and body_id == "cmpl-" + head, \
+            f"{who}: X-Request-Id {rid!r}: head {head!r}, body {body_id!r}"
+        assert (head == rid) == (rid == "my-req-7"), (who, rid, head)
+print("ok: real clients' shapes are served, at the proxy and the engine")
 PYEOF
 settle 10 $(engine_idle P D) || fail "engines not idle after the client errors"
 for n in X P D agent_p agent_d; do named_stop $n; done

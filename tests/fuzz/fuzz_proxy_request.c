@@ -49,9 +49,11 @@ static struct pdx_proxy *proxy(void)
 	return &px;
 }
 
+/* The prefill leg's body, read as the engine reads it. */
 static void check_prefill(const char *s, const char *xfer_id)
 {
-	json_t *p = json_loads(s, 0, NULL);
+	struct pdx_oai_fault f;
+	json_t *p = pdx_oai_body_load(s, strlen(s), &f);
 	json_t *kv = json_object_get(p, "kv_transfer_params");
 
 	if (!json_is_object(p) || !json_is_object(kv) ||
@@ -71,26 +73,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct pdx_proxy *px = proxy();
 	struct pdx_call c = {0};
 	struct pdx_oai_fault f;
-	json_error_t jerr;
-	char *s, msg[160];
+	char *s;
 
 	if (size < 1)
 		return 0;
 	((struct pdx_proxy_opts *)px->o)->prefix_len = prefix[data[0] & 3];
 	c.px = px;
-	c.body = json_loadb((const char *)data + 1, size - 1, 0, &jerr);
-	if (!json_is_object(c.body)) {
+	c.body = pdx_oai_body_load((const char *)data + 1, size - 1, &f);
+	if (!c.body) {
 		/* the 400 the server answers must be there to send */
-		json_t *e;
+		json_t *e = pdx_http_error_obj(400, "invalid_request_error",
+					       NULL, f.message);
 
-		snprintf(msg, sizeof(msg), "the body is not a JSON object%s%s",
-			 c.body ? "" : ": ", c.body ? "" : jerr.text);
-		e = pdx_http_error_obj(400, "invalid_request_error", NULL,
-				       msg);
 		if (!e)
 			abort();
 		json_decref(e);
-		json_decref(c.body);
 		return 0;
 	}
 	if (pdx_oai_params_check(c.body, json_object_get(c.body, "messages"),

@@ -280,6 +280,10 @@ def openai():
             "max_completion_tokens": 3, "n": 1}),
         "wrong_model": (0, {"model": "gpt-\u00e9\u00e9", "prompt": "x"}),
         "list_of_prompts": (0, {"prompt": ["a", "b"]}),
+        "list_of_one": (0, {"prompt": [[1, 2, 3]], "max_tokens": 2}),
+        "nul_in_text": (1, {"messages": [{"role": "user",
+                                          "content": "a\u0000b"}],
+                            "user": "x\u0000"}),
         "sampling": (0, {"prompt": "a b", "temperature": 0.7, "top_p": 0.9,
                          "top_k": -1, "seed": 3, "min_tokens": 1,
                          "repetition_penalty": 1.0, "logprobs": None,
@@ -297,6 +301,8 @@ def openai():
         c[name] = bytes([chat | 2 << 1 | 2 << 3]) + \
             json.dumps(body).encode()
     c["bad_json"] = b"\x14" + b'{"prompt": "a",'
+    # Python's json.loads skips a UTF-8 byte order mark: so does pdx
+    c["bom"] = b"\x14" + b"\xef\xbb\xbf" + b'{"prompt": ["a b"]}'
     return c
 
 
@@ -335,6 +341,7 @@ def proxy_request():
     c["tools"] = {"messages": [{"role": "user", "content": "x"}],
                   "tools": [{"type": "function", "function": {"name": "f"}}],
                   "tool_choice": {"function": {"name": "g"}}}
+    c["list_of_one"] = {"prompt": ["a\u0000b"], "max_tokens": 2}
     return {k: bytes([i]) + json.dumps(v).encode()
             for i, (k, v) in enumerate(c.items())}
 

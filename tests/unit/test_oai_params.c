@@ -127,6 +127,13 @@ static const struct row {
     {0, "{\"prompt\":\"a\",\"best_of\":2}", "best_of", "best_of"},
     {0, "{\"prompt\":[\"a\",\"b\"]}", "prompt", "prompt"},
     {0, "{\"prompt\":[[1],[2]]}", "prompt", "prompt"},
+    /* a list of one prompt is that prompt (LangChain sends one so) */
+    {0, "{\"prompt\":[\"a b\"]}", OK, OK},
+    {0, "{\"prompt\":[[1,2,3]],\"max_tokens\":4}", OK, OK},
+    {0, "{\"prompt\":[[1,\"a\"]]}", "prompt", "prompt"},
+    {0, "{\"prompt\":[[\"a\"]]}", "prompt", "prompt"},
+    {0, "{\"prompt\":[[]]}", OK, "prompt"},
+    {0, "{\"prompt\":[\"\"]}", OK, "prompt"},
     /* vLLM serves them; pdx-engine does not implement them */
     {0, "{\"prompt\":\"a\",\"logprobs\":5}", OK, "logprobs"},
     {0, "{\"prompt\":\"a\",\"logprobs\":0}", OK, "logprobs"},
@@ -261,6 +268,9 @@ static void check_effects(void)
 			       "\"hi\"}],\"continue_final_message\":true}";
 	const char *no_gen = "{\"messages\":[{\"role\":\"user\",\"content\":"
 			     "\"hi\"}],\"add_generation_prompt\":false}";
+	const char *one_ids = "{\"prompt\":[[1,2,3,4,5]]}";
+	const char *text = "{\"prompt\":\"a b c\"}";
+	const char *one_text = "{\"prompt\":[\"a b c\"]}";
 	const char *usage = "{\"prompt\":\"a\",\"stream\":true,"
 			    "\"stream_options\":{},\"whatever\":1,\"x\":2}";
 
@@ -281,6 +291,21 @@ static void check_effects(void)
 	pdx_oai_req_clear(&b);
 	pdx_oai_req_clear(&a);
 
+	/* a list of one prompt gives the prompt's own tokens */
+	CHECK(!pdx_oai_parse(full, strlen(full), false, &lim, &a, &err));
+	CHECK(!pdx_oai_parse(one_ids, strlen(one_ids), false, &lim, &b, &err));
+	CHECK(a.n_prompt == b.n_prompt &&
+	      !memcmp(a.prompt, b.prompt, sizeof(*a.prompt) * a.n_prompt));
+	pdx_oai_req_clear(&b);
+	pdx_oai_req_clear(&a);
+	CHECK(!pdx_oai_parse(text, strlen(text), false, &lim, &a, &err));
+	CHECK(
+	    !pdx_oai_parse(one_text, strlen(one_text), false, &lim, &b, &err));
+	CHECK(a.n_prompt == 3 && a.n_prompt == b.n_prompt &&
+	      !memcmp(a.prompt, b.prompt, sizeof(*a.prompt) * a.n_prompt));
+	pdx_oai_req_clear(&b);
+	pdx_oai_req_clear(&a);
+
 	/* vLLM: include_usage is true once stream_options is given */
 	CHECK(!pdx_oai_parse(usage, strlen(usage), false, &lim, &a, &err));
 	CHECK(a.stream && a.include_usage);
@@ -288,11 +313,69 @@ static void check_effects(void)
 	pdx_oai_req_clear(&a);
 }
 
+/* A body as vLLM's server reads it (Python's json.loads): what
+ * pdx_oai_body_load() takes, and what it refuses with which param. */
+static void check_body_load(void)
+{
+	static const struct {
+		const char *body;
+		bool ok;	   /* loaded */
+		const char *param; /* when refused */
+	} cases[] = {
+	    {"\xef\xbb\xbf{\"prompt\":\"a\"}", true, ""},
+	    {"{\"prompt\":\"a\"} \r\n", true, ""},
+	    {"{\"max_tokens\":2,\"max_tokens\":3}", true, ""},
+	    {"{\"prompt\":\"a\\u0000b\"}", true, ""},
+	    {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+	     "\"text\",\"text\":\"\\u0000\"}]}]}",
+	     true, ""},
+	    {"", false, ""},
+	    {"\xef\xbb\xbf", false, ""},
+	    {"{\"prompt\":\"a\"} x", false, ""},
+	    {"[1]", false, ""},
+	    {"{\"model\":\"m\\u0000x\"}", false, "model"},
+	    {"{\"kv_transfer_params\":{\"xfer_id\":\"\\u0000\"}}", false,
+	     "kv_transfer_params"},
+	};
+	struct pdx_oai_fault f;
+	struct pdx_oai_error err;
+	struct pdx_oai_req r;
+	const char *nul = "{\"prompt\":\"a\\u0000b\"}";
+	const char *twice = "{\"n\":2,\"n\":1}";
+	json_t *b;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		memset(&f, 0, sizeof(f));
+		b = pdx_oai_body_load(cases[i].body, strlen(cases[i].body), &f);
+		if (!b != !cases[i].ok ||
+		    (!b && strcmp(f.param, cases[i].param))) {
+			fprintf(stderr, "%s: %s (param \"%s\"), want %s\n",
+				cases[i].body, b ? "loaded" : f.message,
+				f.param, cases[i].ok ? "loaded" : "refused");
+			check_failures++;
+		}
+		if (!b)
+			CHECK(f.message[0]);
+		json_decref(b);
+	}
+	b = pdx_oai_body_load(NULL, 0, &f);
+	CHECK(!b && strstr(f.message, "empty"));
+	/* the last of a key given twice counts, as in Python */
+	b = pdx_oai_body_load(twice, strlen(twice), &f);
+	CHECK(b && json_integer_value(json_object_get(b, "n")) == 1);
+	json_decref(b);
+	/* a NUL in the prompt is text: "a", NUL, "b" */
+	CHECK(!pdx_oai_parse(nul, strlen(nul), false, &lim, &r, &err));
+	CHECK_EQ(r.n_prompt, 3);
+	pdx_oai_req_clear(&r);
+}
+
 int main(void)
 {
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
 		check_row(&rows[i]);
 	check_effects();
+	check_body_load();
 	CHECK(pdx_oai_params_known("temperature", true));
 	CHECK(pdx_oai_params_known("suffix", false));
 	CHECK(!pdx_oai_params_known("suffix", true));
