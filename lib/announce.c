@@ -59,9 +59,6 @@ static pdx_status_t announce(struct pdx_engine *e, const char *op,
 	struct pdx__inflight *t;
 	pdx_status_t st;
 
-	if (!e)
-		return PDX_EINVAL;
-	pdx__why_clear(e);
 	if (!xfer || !blocks || n_blocks == 0 || n_blocks > UINT32_MAX)
 		return pdx__fail(e, PDX_EINVAL, "%s: needs a transfer id and "
 				 "1 to 2^32-1 blocks", op);
@@ -138,7 +135,12 @@ pdx_status_t pdx_engine_send(struct pdx_engine *e,
 			     const struct pdx_xfer_id *xfer, const char *peer,
 			     const uint32_t *blocks, size_t n_blocks)
 {
-	return announce(e, "send", xfer, peer, blocks, n_blocks, NULL);
+	pdx_status_t st = pdx__enter(e, "send");
+
+	if (st == PDX_OK)
+		st = pdx__leave(e, announce(e, "send", xfer, peer, blocks,
+					    n_blocks, NULL));
+	return st;
 }
 
 pdx_status_t pdx_engine_recv(struct pdx_engine *e,
@@ -147,8 +149,12 @@ pdx_status_t pdx_engine_recv(struct pdx_engine *e,
 			     uint32_t skip_tokens)
 {
 	struct pdx_recv_opts ro = { .skip_tokens = skip_tokens };
+	pdx_status_t st = pdx__enter(e, "recv");
 
-	return announce(e, "recv", xfer, peer, blocks, n_blocks, &ro);
+	if (st == PDX_OK)
+		st = pdx__leave(e, announce(e, "recv", xfer, peer, blocks,
+					    n_blocks, &ro));
+	return st;
 }
 
 pdx_status_t pdx_engine_recv_opts(struct pdx_engine *e,
@@ -158,28 +164,45 @@ pdx_status_t pdx_engine_recv_opts(struct pdx_engine *e,
 				  const struct pdx_recv_opts *opts)
 {
 	struct pdx_recv_opts ro = opts ? *opts : (struct pdx_recv_opts){ 0 };
+	pdx_status_t st = pdx__enter(e, "recv_opts");
 
-	return announce(e, "recv", xfer, peer, blocks, n_blocks, &ro);
+	if (st == PDX_OK)
+		st = pdx__leave(e, announce(e, "recv", xfer, peer, blocks,
+					    n_blocks, &ro));
+	return st;
 }
 
 pdx_status_t pdx_engine_layer_done(struct pdx_engine *e, uint32_t layer,
 				   const struct pdx_xfer_id *xfers, size_t n)
 {
-	return pdx_engine_layer_done_slot(e, layer, UINT32_MAX, xfers, n);
+	pdx_status_t st = pdx__enter(e, "layer_done");
+
+	if (st == PDX_OK)
+		st = pdx__leave(e, pdx__layer_done(e, layer, UINT32_MAX, xfers,
+						   n));
+	return st;
 }
 
-/* slot UINT32_MAX: no event to wait on. */
 pdx_status_t pdx_engine_layer_done_slot(struct pdx_engine *e, uint32_t layer,
 					uint32_t slot,
 					const struct pdx_xfer_id *xfers,
 					size_t n)
 {
+	pdx_status_t st = pdx__enter(e, "layer_done_slot");
+
+	if (st == PDX_OK)
+		st = pdx__leave(e, pdx__layer_done(e, layer, slot, xfers, n));
+	return st;
+}
+
+/* slot UINT32_MAX: no event to wait on. */
+pdx_status_t pdx__layer_done(struct pdx_engine *e, uint32_t layer,
+			     uint32_t slot, const struct pdx_xfer_id *xfers,
+			     size_t n)
+{
 	struct pdx_mp_out o;
 	bool with_slot = slot != UINT32_MAX;
 
-	if (!e)
-		return PDX_EINVAL;
-	pdx__why_clear(e);
 	if (!xfers || n == 0 || n > UINT32_MAX || layer >= PDX_MAX_LAYERS)
 		return pdx__fail(e, PDX_EINVAL,
 				 "layer_done: needs 1 to 2^32-1 transfers and "
@@ -198,14 +221,11 @@ pdx_status_t pdx_engine_layer_done_slot(struct pdx_engine *e, uint32_t layer,
 	return send_out(e, &o);
 }
 
-pdx_status_t pdx_engine_token(struct pdx_engine *e,
-			      const struct pdx_xfer_id *xfer, uint32_t token)
+static pdx_status_t send_token(struct pdx_engine *e,
+			       const struct pdx_xfer_id *xfer, uint32_t token)
 {
 	struct pdx_mp_out o;
 
-	if (!e)
-		return PDX_EINVAL;
-	pdx__why_clear(e);
 	if (!xfer)
 		return pdx__fail(e, PDX_EINVAL, "token: needs a transfer id");
 	pdx_mp_out_init(&o);
@@ -216,15 +236,22 @@ pdx_status_t pdx_engine_token(struct pdx_engine *e,
 	return send_out(e, &o);
 }
 
-pdx_status_t pdx_engine_meta(struct pdx_engine *e,
-			     const struct pdx_xfer_id *xfer, const void *data,
-			     size_t len)
+pdx_status_t pdx_engine_token(struct pdx_engine *e,
+			      const struct pdx_xfer_id *xfer, uint32_t token)
+{
+	pdx_status_t st = pdx__enter(e, "token");
+
+	if (st == PDX_OK)
+		st = pdx__leave(e, send_token(e, xfer, token));
+	return st;
+}
+
+static pdx_status_t send_meta(struct pdx_engine *e,
+			      const struct pdx_xfer_id *xfer, const void *data,
+			      size_t len)
 {
 	struct pdx_mp_out o;
 
-	if (!e)
-		return PDX_EINVAL;
-	pdx__why_clear(e);
 	if (!xfer || (!data && len) || len > PDX_META_MAX)
 		return pdx__fail(e, PDX_EINVAL,
 				 "meta: needs a transfer id and at most %d "
@@ -238,21 +265,34 @@ pdx_status_t pdx_engine_meta(struct pdx_engine *e,
 	return send_out(e, &o);
 }
 
-/* {op, xfer, peer?}: the messages about a transfer by id alone. */
-static pdx_status_t send_xfer_op(struct pdx_engine *e, const char *op,
+pdx_status_t pdx_engine_meta(struct pdx_engine *e,
+			     const struct pdx_xfer_id *xfer, const void *data,
+			     size_t len)
+{
+	pdx_status_t st = pdx__enter(e, "meta");
+
+	if (st == PDX_OK)
+		st = pdx__leave(e, send_meta(e, xfer, data, len));
+	return st;
+}
+
+/* {op, xfer, peer?}: the messages about a transfer by id alone; call
+ * names the public call. A peer given must be an address (an empty one
+ * was taken for "none"); hold needs one. */
+static pdx_status_t send_xfer_op(struct pdx_engine *e, const char *call,
+				 const char *op,
 				 const struct pdx_xfer_id *xfer,
 				 const char *peer)
 {
 	struct pdx_mp_out o;
 
-	if (!e)
-		return PDX_EINVAL;
-	pdx__why_clear(e);
-	if (!xfer || (peer && strnlen(peer, PDX_ADDR_MAX) >= PDX_ADDR_MAX))
+	if (!xfer)
+		return pdx__fail(e, PDX_EINVAL, "%s: needs a transfer id",
+				 call);
+	if ((peer || !strcmp(call, "hold")) && !peer_ok(peer))
 		return pdx__fail(e, PDX_EINVAL,
-				 "%s: needs a transfer id (and a peer address "
-				 "under %d bytes)",
-				 op, PDX_ADDR_MAX - 1);
+				 "%s: needs the peer address (1 to %d bytes)",
+				 call, PDX_ADDR_MAX - 1);
 	pdx_mp_out_init(&o);
 	msgpack_pack_map(&o.pk, peer ? 3 : 2);
 	pdx_mp_kv_str(&o.pk, "op", op);
@@ -265,22 +305,32 @@ static pdx_status_t send_xfer_op(struct pdx_engine *e, const char *op,
 pdx_status_t pdx_engine_hold(struct pdx_engine *e,
 			     const struct pdx_xfer_id *xfer, const char *peer)
 {
-	if (e && !peer) {
-		pdx__why_clear(e);
-		return pdx__fail(e, PDX_EINVAL, "hold: needs the peer address");
-	}
-	return send_xfer_op(e, "hold", xfer, peer);
+	pdx_status_t st = pdx__enter(e, "hold");
+
+	if (st == PDX_OK)
+		st = pdx__leave(e, send_xfer_op(e, "hold", "hold", xfer, peer));
+	return st;
 }
 
 pdx_status_t pdx_engine_abort(struct pdx_engine *e,
 			      const struct pdx_xfer_id *xfer)
 {
-	return send_xfer_op(e, "abort", xfer, NULL);
+	pdx_status_t st = pdx__enter(e, "abort");
+
+	if (st == PDX_OK)
+		st = pdx__leave(e, send_xfer_op(e, "abort", "abort", xfer,
+						NULL));
+	return st;
 }
 
 pdx_status_t pdx_engine_abort_at(struct pdx_engine *e,
 				 const struct pdx_xfer_id *xfer,
 				 const char *peer)
 {
-	return send_xfer_op(e, "abort", xfer, peer);
+	pdx_status_t st = pdx__enter(e, "abort_at");
+
+	if (st == PDX_OK)
+		st = pdx__leave(e, send_xfer_op(e, "abort_at", "abort", xfer,
+						peer));
+	return st;
 }

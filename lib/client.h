@@ -7,6 +7,8 @@
  * struct pdx_engine for the upper one to read).
  *
  *   last_error.c why the last call failed (pdx_engine_last_error)
+ *   call.c       a public call's entry and exit: one thread at a time, not
+ *                in a forked child
  *   inflight.c   the transfers in flight, the event queue, the events made
  *                here when the link is lost
  *   link.c       the sockets: open, close, frames in and out, the fd
@@ -32,6 +34,7 @@
 #include <pdx/engine.h>
 
 #include <stdbool.h>
+#include <sys/types.h>
 #include <uthash.h>
 #include <zmq.h>
 
@@ -53,6 +56,10 @@ struct pdx__inflight {
 struct pdx_engine {
 	void *ctx;
 	void *sock;
+	pid_t pid;         /* the process that connected: not a forked child */
+	int busy;          /* a call is under way (call.c; __atomic) */
+	int told_busy;     /* a call refused for it was logged */
+	const char *call;  /* which one, for the one refused beside it */
 	int timeout_ms;
 	int liveness_ms;
 	uint32_t xfer_timeout_ms;
@@ -95,6 +102,13 @@ pdx_status_t pdx__fail(struct pdx_engine *e, pdx_status_t st, const char *fmt,
 pdx_status_t pdx__fail_log(struct pdx_engine *e, enum pdx_log_level lvl,
 			   pdx_status_t st, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+
+/* call.c: each public call taking an engine enters it first (PDX_EINVAL
+ * for NULL, while another thread is in a call on it, in a forked child;
+ * why cleared) and leaves it with its status: st = pdx__enter(e, "send");
+ * if (st == PDX_OK) st = pdx__leave(e, work(e)). */
+pdx_status_t pdx__enter(struct pdx_engine *e, const char *call);
+pdx_status_t pdx__leave(struct pdx_engine *e, pdx_status_t st);
 
 /* inflight.c */
 bool pdx__inflight_has(struct pdx_engine *e, const struct pdx_xfer_id *x);
@@ -152,7 +166,14 @@ pdx_status_t pdx__register(struct pdx_engine *e,
 			   const struct pdx_engine_region *regions,
 			   size_t n_regions,
 			   const struct pdx_engine_cuda_events *ev,
-			   char *peer_addr, size_t peer_addr_len);
+			   const char *peer_addr, size_t peer_addr_len);
+pdx_status_t pdx__peer_out(struct pdx_engine *e, char *peer_addr,
+			   size_t peer_addr_len);
+
+/* announce.c: layer_done (slot UINT32_MAX: none), for layer_done_stream */
+pdx_status_t pdx__layer_done(struct pdx_engine *e, uint32_t layer,
+			     uint32_t slot, const struct pdx_xfer_id *xfers,
+			     size_t n);
 
 /* cuda.c */
 pdx_status_t pdx__cuda_events_new(struct pdx_engine *e, int ordinal,

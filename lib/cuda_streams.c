@@ -6,19 +6,17 @@
  */
 #include "lib/client.h"
 
-pdx_status_t pdx_engine_register_cuda_streams(
-    struct pdx_engine *e, const struct pdx_kv_layout *layout,
-    const struct pdx_engine_region *regions, size_t n_regions, uint32_t slots,
-    char *peer_addr, size_t peer_addr_len)
+static pdx_status_t register_streams(struct pdx_engine *e,
+				     const struct pdx_kv_layout *layout,
+				     const struct pdx_engine_region *regions,
+				     size_t n_regions, uint32_t slots,
+				     char *peer_addr, size_t peer_addr_len)
 {
 	struct pdx_engine_cuda_events evs;
 	struct pdx__cuda *c;
 	pdx_status_t st;
 	int dev = -1;
 
-	if (!e)
-		return PDX_EINVAL;
-	pdx__why_clear(e);
 	if (!layout || !layout->layers || layout->layers > PDX_MAX_LAYERS ||
 	    !regions)
 		return pdx__fail(e, PDX_EINVAL,
@@ -49,20 +47,31 @@ pdx_status_t pdx_engine_register_cuda_streams(
 	}
 	pdx__cuda_free(e->cuda);
 	e->cuda = c;
-	return PDX_OK;
+	return pdx__peer_out(e, peer_addr, peer_addr_len);
 }
 
-pdx_status_t pdx_engine_layer_done_stream(struct pdx_engine *e, uint32_t layer,
-					  void *stream,
-					  const struct pdx_xfer_id *xfers,
-					  size_t n)
+pdx_status_t pdx_engine_register_cuda_streams(
+    struct pdx_engine *e, const struct pdx_kv_layout *layout,
+    const struct pdx_engine_region *regions, size_t n_regions, uint32_t slots,
+    char *peer_addr, size_t peer_addr_len)
+{
+	pdx_status_t st = pdx__enter(e, "register_cuda_streams");
+
+	if (st == PDX_OK)
+		st = pdx__leave(e, register_streams(e, layout, regions,
+						    n_regions, slots,
+						    peer_addr, peer_addr_len));
+	return st;
+}
+
+static pdx_status_t layer_done_stream(struct pdx_engine *e, uint32_t layer,
+				      void *stream,
+				      const struct pdx_xfer_id *xfers,
+				      size_t n)
 {
 	pdx_status_t st;
 	uint32_t slot;
 
-	if (!e)
-		return PDX_EINVAL;
-	pdx__why_clear(e);
 	if (!e->cuda)
 		return pdx__fail(e, PDX_EINVAL,
 				 "layer_done_stream: not registered with "
@@ -72,5 +81,18 @@ pdx_status_t pdx_engine_layer_done_stream(struct pdx_engine *e, uint32_t layer,
 	st = pdx__cuda_record(e, layer, stream, &slot);
 	if (st != PDX_OK)
 		return st;
-	return pdx_engine_layer_done_slot(e, layer, slot, xfers, n);
+	return pdx__layer_done(e, layer, slot, xfers, n);
+}
+
+pdx_status_t pdx_engine_layer_done_stream(struct pdx_engine *e, uint32_t layer,
+					  void *stream,
+					  const struct pdx_xfer_id *xfers,
+					  size_t n)
+{
+	pdx_status_t st = pdx__enter(e, "layer_done_stream");
+
+	if (st == PDX_OK)
+		st = pdx__leave(e, layer_done_stream(e, layer, stream, xfers,
+						     n));
+	return st;
 }

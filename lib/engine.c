@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEFAULT_TIMEOUT_MS 10000
 #define DEFAULT_LIVENESS_MS 1000
@@ -30,6 +31,7 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 	if (!e)
 		return PDX_ENOMEM;
 	e->efd = -1;
+	e->pid = getpid();
 	e->timeout_ms =
 	    params->timeout_ms ? params->timeout_ms : DEFAULT_TIMEOUT_MS;
 	e->liveness_ms =

@@ -13,12 +13,9 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
-				   struct pdx_engine_event *ev)
+static pdx_status_t next_event(struct pdx_engine *e,
+			       struct pdx_engine_event *ev)
 {
-	if (!e)
-		return PDX_EINVAL;
-	pdx__why_clear(e);
 	if (!ev)
 		return pdx__fail(e, PDX_EINVAL, "next_event: no event to fill");
 	/* a new connection wakes the link's fd too: a restarted agent gets
@@ -59,14 +56,21 @@ pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
 	}
 }
 
-pdx_status_t pdx_engine_wait_event(struct pdx_engine *e, int timeout_ms,
+pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
 				   struct pdx_engine_event *ev)
+{
+	pdx_status_t st = pdx__enter(e, "next_event");
+
+	if (st == PDX_OK)
+		st = pdx__leave(e, next_event(e, ev));
+	return st;
+}
+
+static pdx_status_t wait_event(struct pdx_engine *e, int timeout_ms,
+			       struct pdx_engine_event *ev)
 {
 	uint64_t deadline = 0;
 
-	if (!e)
-		return PDX_EINVAL;
-	pdx__why_clear(e);
 	if (!ev || timeout_ms < -1)
 		return pdx__fail(e, PDX_EINVAL,
 				 "wait_event: needs an event to fill and a "
@@ -77,7 +81,7 @@ pdx_status_t pdx_engine_wait_event(struct pdx_engine *e, int timeout_ms,
 	for (;;) {
 		zmq_pollitem_t it[2] = {{e->sock, 0, ZMQ_POLLIN, 0},
 					{e->mon, 0, ZMQ_POLLIN, 0}};
-		pdx_status_t st = pdx_engine_next_event(e, ev);
+		pdx_status_t st = next_event(e, ev);
 		int left = -1;
 
 		if (st != PDX_EAGAIN)
@@ -95,4 +99,14 @@ pdx_status_t pdx_engine_wait_event(struct pdx_engine *e, int timeout_ms,
 					 zmq_strerror(errno));
 		}
 	}
+}
+
+pdx_status_t pdx_engine_wait_event(struct pdx_engine *e, int timeout_ms,
+				   struct pdx_engine_event *ev)
+{
+	pdx_status_t st = pdx__enter(e, "wait_event");
+
+	if (st == PDX_OK)
+		st = pdx__leave(e, wait_event(e, timeout_ms, ev));
+	return st;
 }

@@ -6,12 +6,16 @@
 
 uint64_t pdx_kv_layout_block_bytes(const struct pdx_kv_layout *l)
 {
+	if (!l)
+		return 0;
 	return (uint64_t)l->block_tokens * l->kv_heads * l->head_dim *
 	       l->dtype_bytes;
 }
 
 uint64_t pdx_kv_layout_block_bytes_all(const struct pdx_kv_layout *l)
 {
+	if (!l)
+		return 0;
 	return pdx_kv_layout_block_bytes(l) * l->layers * l->tensors;
 }
 
@@ -69,6 +73,12 @@ pdx_status_t pdx_kv_layout_check(const struct pdx_kv_layout *l,
 {
 	uint64_t bb;
 
+	if (!l || (n_regions && !region_sizes) || (errlen && !err)) {
+		if (err && errlen)
+			snprintf(err, errlen, "layout: needs a layout, and "
+				 "region_sizes for n_regions");
+		return PDX_EINVAL;
+	}
 	if (l->layers == 0 || l->layers > PDX_MAX_LAYERS || !l->layer) {
 		snprintf(err, errlen, "layout.layers: %u outside 1..%u",
 			 l->layers, PDX_MAX_LAYERS);
@@ -155,6 +165,8 @@ uint64_t pdx_kv_layout_compat_hash(const struct pdx_kv_layout *l)
 {
 	uint64_t h = 0xcbf29ce484222325ULL;
 
+	if (!l)
+		return 0;
 	h = fnv1a(h, l->layers);
 	h = fnv1a(h, l->tensors);
 	h = fnv1a(h, l->block_tokens);
@@ -182,7 +194,7 @@ static void field_value(char *buf, size_t len, const char *field, uint32_t v)
 		snprintf(buf, len, "%u", v);
 }
 
-int pdx_kv_layout_diff(const struct pdx_kv_layout *a,
+static int layout_diff(const struct pdx_kv_layout *a,
 		       const struct pdx_kv_layout *b, char *out, size_t outlen)
 {
 	const struct {
@@ -218,4 +230,16 @@ int pdx_kv_layout_diff(const struct pdx_kv_layout *a,
 		differs = 1;
 	}
 	return differs;
+}
+
+int pdx_kv_layout_diff(const struct pdx_kv_layout *a,
+		       const struct pdx_kv_layout *b, char *out, size_t outlen)
+{
+	if (!out)
+		outlen = 0;
+	if (a && b)
+		return layout_diff(a, b, out, outlen);
+	if (outlen)
+		snprintf(out, outlen, "no layout to compare (NULL)");
+	return 1;
 }

@@ -29,7 +29,13 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-#define RCV_HWM 100000
+/* No bound on what the agent says (RCVHWM 0): at a bound, ZeroMQ's I/O
+ * thread stops reading the connection, heartbeat answers included, and an
+ * engine that left 100000 events unread lost its link as if its agent had
+ * hung (every transfer in flight failed EAGENT, the register sent again
+ * ended the rest). What the agent sends is bounded by what the engine
+ * announced: an event or a refusal each. */
+#define RCV_HWM 0
 #define SND_HWM 100000 /* a full queue means a stuck agent, not a burst */
 
 /* Milliseconds to deadline_ns, rounded up; 0 once it passed. */

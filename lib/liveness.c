@@ -126,8 +126,11 @@ pdx_status_t pdx_engine_link_status(const struct pdx_engine *e, char *reason,
 
 	if (!e)
 		return PDX_EINVAL;
-	if (e->up && (e->registered || !e->reg))
+	if (e->up && (e->registered || !e->reg)) {
+		if (reason && reason_len)
+			reason[0] = '\0'; /* nothing of an earlier answer */
 		return PDX_OK;
+	}
 	if (reason && reason_len) {
 		if (e->up || !e->down_ns) {
 			snprintf(reason, reason_len, "%s", e->why_down);

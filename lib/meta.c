@@ -97,13 +97,15 @@ void pdx__meta_free(struct pdx_engine *e)
 pdx_status_t pdx_engine_event_meta(struct pdx_engine *e, const void **data,
 				   size_t *len)
 {
-	if (!e)
-		return PDX_EINVAL;
-	pdx__why_clear(e);
+	pdx_status_t st = pdx__enter(e, "event_meta");
+
+	if (st != PDX_OK)
+		return st;
 	if (!data || !len)
-		return pdx__fail(e, PDX_EINVAL,
-				 "event_meta: needs where to put data and len");
+		return pdx__leave(e, pdx__fail(e, PDX_EINVAL, "event_meta: "
+					       "needs where to put data and "
+					       "len"));
 	*data = e->meta_out ? e->meta_out->data : NULL;
 	*len = e->meta_out ? e->meta_out->len : 0;
-	return PDX_OK;
+	return pdx__leave(e, PDX_OK);
 }

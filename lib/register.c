@@ -21,15 +21,17 @@
 pdx_status_t pdx_engine_set_tp(struct pdx_engine *e, uint32_t rank,
 			       uint32_t size)
 {
-	if (!e)
-		return PDX_EINVAL;
-	pdx__why_clear(e);
+	pdx_status_t st = pdx__enter(e, "set_tp");
+
+	if (st != PDX_OK)
+		return st;
 	if (!size || (size & (size - 1)) || rank >= size)
-		return pdx__fail(e, PDX_EINVAL, "set_tp: rank %u of size %u "
-				 "(a power of two above the rank)", rank, size);
+		return pdx__leave(e, pdx__fail(e, PDX_EINVAL, "set_tp: rank "
+					       "%u of size %u (a power of two "
+					       "above the rank)", rank, size));
 	e->tp_rank = rank;
 	e->tp_size = size;
-	return PDX_OK;
+	return pdx__leave(e, PDX_OK);
 }
 
 static pdx_status_t check_regions(struct pdx_engine *e,
@@ -78,11 +80,10 @@ static void pack_region(msgpack_packer *pk, const struct pdx_engine_region *r)
 	pdx_mp_kv_u64(pk, "size", r->size);
 }
 
-/* Sends a packed register and waits for its answer; events that come
- * meanwhile are queued. */
+/* Sends a packed register and waits for its answer (the peer address
+ * in e->peer); events that come meanwhile are queued. */
 static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
-				      size_t len, char *peer_addr,
-				      size_t peer_addr_len)
+				      size_t len)
 {
 	uint64_t deadline = pdx_now_ns() + (uint64_t)e->timeout_ms * 1000000ULL;
 	pdx_status_t st;
@@ -147,16 +148,49 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 			e->registered = e->up;
 			e->displaced = false;
 		}
-		if (st == PDX_OK && peer_addr) {
-			if (strlen(e->peer) >= peer_addr_len)
-				return pdx__fail(e, PDX_ETOOBIG,
-						 "register: the agent's peer "
-						 "address is over %zu bytes",
-						 peer_addr_len - 1);
-			memcpy(peer_addr, e->peer, strlen(e->peer) + 1);
-		}
 		return st;
 	}
+}
+
+/* A register accepted: the agent's peer address to the caller's buffer
+ * (NULL: not wanted). Only after the engine's state took the register,
+ * which the agent holds whether or not its answer fits here. */
+pdx_status_t pdx__peer_out(struct pdx_engine *e, char *peer_addr,
+			   size_t peer_addr_len)
+{
+	size_t n = strlen(e->peer);
+
+	if (!peer_addr)
+		return PDX_OK;
+	if (n >= peer_addr_len)
+		return pdx__fail(e, PDX_ETOOBIG,
+				 "register: the agent's peer address is over "
+				 "%zu bytes (%zu; registered all the same: "
+				 "pdx_engine_peer_addr() gives it)",
+				 peer_addr_len - 1, n);
+	memcpy(peer_addr, e->peer, n + 1);
+	return PDX_OK;
+}
+
+/* Registers with the engine's own events, or none: those of
+ * register_cuda_streams are then no longer the agent's, and
+ * layer_done_stream must not name them. */
+static pdx_status_t register_own(struct pdx_engine *e,
+				 const struct pdx_kv_layout *layout,
+				 const struct pdx_engine_region *regions,
+				 size_t n_regions,
+				 const struct pdx_engine_cuda_events *ev,
+				 char *peer_addr, size_t peer_addr_len)
+{
+	pdx_status_t st;
+
+	st = pdx__register(e, layout, regions, n_regions, ev, peer_addr,
+			   peer_addr_len);
+	if (st != PDX_OK)
+		return st;
+	pdx__cuda_free(e->cuda);
+	e->cuda = NULL;
+	return pdx__peer_out(e, peer_addr, peer_addr_len);
 }
 
 pdx_status_t pdx_engine_register(struct pdx_engine *e,
@@ -165,8 +199,13 @@ pdx_status_t pdx_engine_register(struct pdx_engine *e,
 				 size_t n_regions, char *peer_addr,
 				 size_t peer_addr_len)
 {
-	return pdx_engine_register_cuda(e, layout, regions, n_regions, NULL,
-					peer_addr, peer_addr_len);
+	pdx_status_t st = pdx__enter(e, "register");
+
+	if (st == PDX_OK)
+		st = pdx__leave(e, register_own(e, layout, regions, n_regions,
+						NULL, peer_addr,
+						peer_addr_len));
+	return st;
 }
 
 pdx_status_t pdx_engine_register_cuda(struct pdx_engine *e,
@@ -176,30 +215,22 @@ pdx_status_t pdx_engine_register_cuda(struct pdx_engine *e,
 				      const struct pdx_engine_cuda_events *ev,
 				      char *peer_addr, size_t peer_addr_len)
 {
-	pdx_status_t st;
+	pdx_status_t st = pdx__enter(e, "register_cuda");
 
-	if (!e)
-		return PDX_EINVAL;
-	pdx__why_clear(e);
-	st = pdx__register(e, layout, regions, n_regions, ev, peer_addr,
-			   peer_addr_len);
-	if (st == PDX_OK) {
-		/* the events of register_cuda_streams are no longer the
-		 * agent's: layer_done_stream must not name them */
-		pdx__cuda_free(e->cuda);
-		e->cuda = NULL;
-	}
+	if (st == PDX_OK)
+		st = pdx__leave(e, register_own(e, layout, regions, n_regions,
+						ev, peer_addr, peer_addr_len));
 	return st;
 }
 
 /* Registers with the events given (NULL: none); the engine's own events
- * (e->cuda) are the callers'. */
+ * (e->cuda) and the peer address (pdx__peer_out) are the callers'. */
 pdx_status_t pdx__register(struct pdx_engine *e,
 			   const struct pdx_kv_layout *layout,
 			   const struct pdx_engine_region *regions,
 			   size_t n_regions,
 			   const struct pdx_engine_cuda_events *ev,
-			   char *peer_addr, size_t peer_addr_len)
+			   const char *peer_addr, size_t peer_addr_len)
 {
 	struct pdx_mp_out o;
 	uint64_t *sizes, n_ev = 0;
@@ -259,8 +290,7 @@ pdx_status_t pdx__register(struct pdx_engine *e,
 		for (uint64_t i = 0; i < n_ev; i++)
 			pdx_mp_bin(&o.pk, ev->handles[i], PDX_CUDA_IPC_BYTES);
 	}
-	st = register_exchange(e, o.buf.data, o.buf.size, peer_addr,
-			       peer_addr_len);
+	st = register_exchange(e, o.buf.data, o.buf.size);
 	if (st == PDX_OK) {
 		free(e->reg);
 		e->reg = malloc(o.buf.size);

@@ -4,7 +4,12 @@
  * carrying msgpack maps, described field by field in docs/protocol.md; this
  * library is one implementation of it, for C and C++ engines.
  *
- * Threading: a struct pdx_engine belongs to one thread at a time.
+ * Threading: a struct pdx_engine belongs to one thread at a time (an
+ * engine calling from two threads locks around every call). A call made
+ * while another thread is in one on the same engine fails at once with
+ * PDX_EINVAL, doing nothing (the first is logged). In a child forked after
+ * pdx_engine_connect() every call on the parent's engine fails with
+ * PDX_EINVAL but pdx_engine_free(): the child connects its own.
  * Calls that announce or abort transfers return at once; their outcome
  * arrives later as an event. When the agent is away (dead, restarting)
  * they fail at once with PDX_EPEER. After the agent restarted (the link
@@ -30,7 +35,9 @@
  * Every announced transfer ends in exactly one event, the agent's or, when
  * the link is lost, one made here. Transfer ids must be unique: announcing
  * an id that is in flight returns PDX_EEXIST and sends nothing (the one in
- * flight goes on).
+ * flight goes on); one that ended is spent (its new announcement fails,
+ * PDX_ECANCELED, "ended before this announcement of it"). Events not
+ * taken yet wait, unbounded, and the link stays up meanwhile.
  */
 #ifndef PDX_ENGINE_H
 #define PDX_ENGINE_H
@@ -125,13 +132,19 @@ struct pdx_engine;
 pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 				struct pdx_engine **out);
 
-/* Closes the link; the agent aborts nothing by itself. NULL-safe. */
+/* Closes the link; the agent aborts nothing by itself: transfers in flight
+ * go on or end at its bounds, their events unheard (abort them and take
+ * their events first; a receive's blocks may be written until then).
+ * NULL-safe. */
 void pdx_engine_free(struct pdx_engine *e);
 
 /* Registers the engine's KV memory and layout with the agent and waits for
  * its answer. On success writes the agent's peer address (the one to give
- * the other side of a transfer) to peer_addr. Registering again replaces the
- * previous registration and fails the transfers that used it. */
+ * the other side of a transfer) to peer_addr (NULL: not wanted; give
+ * PDX_ADDR_MAX bytes): PDX_ETOOBIG when it does not fit, though the agent
+ * holds the registration all the same (pdx_engine_peer_addr() gives the
+ * address). Registering again replaces the previous registration and
+ * fails the transfers that used it. */
 pdx_status_t pdx_engine_register(struct pdx_engine *e,
 				 const struct pdx_kv_layout *layout,
 				 const struct pdx_engine_region *regions,
@@ -303,7 +316,7 @@ pdx_status_t pdx_engine_abort(struct pdx_engine *e,
 /* Either side, for a transfer never announced here (no pdx_engine_send or
  * pdx_engine_recv; e.g. a decode request that left while queued): the
  * agent tells the agent at peer to abort it, so the peer's engine frees
- * its blocks now rather than at its timeout. */
+ * its blocks now rather than at its timeout. peer "" is PDX_EINVAL. */
 pdx_status_t pdx_engine_abort_at(struct pdx_engine *e,
 				 const struct pdx_xfer_id *xfer,
 				 const char *peer);
@@ -313,8 +326,8 @@ pdx_status_t pdx_engine_abort_at(struct pdx_engine *e,
 int pdx_engine_fd(const struct pdx_engine *e);
 
 /* PDX_OK when the agent is there and holds our registration (or nothing
- * was registered yet); PDX_EPEER while it is away or not registered
- * again yet, with why (and since when) in reason. The state as of the
+ * was registered yet), reason "" then; PDX_EPEER while it is away or not
+ * registered again yet, with why (and since when) in reason. The state as of the
  * last call that read the link (pdx_engine_next_event() and every
  * announcement do); never waits. */
 pdx_status_t pdx_engine_link_status(const struct pdx_engine *e, char *reason,
@@ -349,10 +362,11 @@ pdx_status_t pdx_engine_wait_event(struct pdx_engine *e, int timeout_ms,
  * the whole process: call it before the links are in use. */
 pdx_status_t pdx_engine_set_log_level(const char *name);
 
-/* Fills id with 128 bits from the system's random source. */
+/* Fills id with 128 bits from the system's random source (NULL:
+ * PDX_EINVAL). */
 pdx_status_t pdx_xfer_id_random(struct pdx_xfer_id *id);
 
-/* Writes the 32 lowercase hex digits and a NUL to out[33]. */
+/* Writes the 32 lowercase hex digits and a NUL to out[33] (id NULL: ""). */
 void pdx_xfer_id_hex(const struct pdx_xfer_id *id, char out[33]);
 
 #ifdef __cplusplus

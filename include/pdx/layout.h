@@ -8,6 +8,8 @@
  * transfer must agree on it.
  *
  * The structs are plain data owned by the caller; the functions are pure.
+ * Given NULL they fail (pdx_kv_layout_check: PDX_EINVAL; _diff: 1, "no
+ * layout") or return 0.
  */
 #ifndef PDX_LAYOUT_H
 #define PDX_LAYOUT_H

@@ -4,13 +4,18 @@
  * argument checks; events only for transfers announced here, an error
  * reply refusing an announcement as its event, and the agent going away
  * (what is in flight fails with EAGENT, an announcement racing it fails or
- * gets its one event). Needs no pdx-agent (argv[1] is ignored).
+ * gets its one event). What engine authors get wrong: NULLs to the pure
+ * helpers, a call from a second thread while one is under way, calls in a
+ * forked child, events left unread by the hundred thousand, a peer
+ * address buffer too small for register's answer. Needs no pdx-agent
+ * (argv[1] is ignored).
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -25,6 +30,7 @@ static char endpoint[512];
 static volatile int reg_mode;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char last_op[32];
+static zmq_msg_t flood_ident; /* who asked for the flood */
 static char *last_msg;
 static size_t last_len;
 static int n_msgs;
@@ -78,6 +84,49 @@ static void event(zmq_msg_t *ident, const struct pdx_xfer_id *x,
 			pdx_mp_kv_u64(&o.pk, k, 222);
 	}
 	send_to(ident, &o);
+}
+
+#define FLOOD 120000
+
+/* Events by the hundred thousand, for transfers nobody announced: an
+ * engine that reads none of them for a while (they pile up unread). */
+static void flood(void)
+{
+	struct pdx_xfer_id y;
+	zmq_msg_t id;
+
+	memset(&y, 0xf0, sizeof(y));
+	zmq_msg_init(&id);
+	for (uint32_t i = 0; i < FLOOD; i++) {
+		memcpy(y.b, &i, sizeof(i));
+		zmq_msg_copy(&id, &flood_ident);
+		event(&id, &y, "failed", PDX_ECANCELED, "flood", NULL);
+	}
+	zmq_msg_close(&id);
+}
+
+/* The fake agent's socket at endpoint; nothing it sends is dropped for
+ * a slow reader (SNDHWM 0). */
+static int router_open(void)
+{
+	int linger = 0, unbounded = 0;
+
+	router = zmq_socket(zctx, ZMQ_ROUTER);
+	zmq_setsockopt(router, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_setsockopt(router, ZMQ_SNDHWM, &unbounded, sizeof(unbounded));
+	if (zmq_bind(router, endpoint)) {
+		h_note("bind %s: %s", endpoint, zmq_strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* The agent restarts at the same address: a new socket, so a new
+ * connection (the engine has to register on it again). */
+static void restart(void)
+{
+	zmq_close(router);
+	router_open();
 }
 
 static void *fake_agent(void *arg)
@@ -149,6 +198,17 @@ static void *fake_agent(void *arg)
 			pdx_mp_kv_i64(&o.pk, "status", PDX_EEXIST);
 			pdx_mp_kv_str(&o.pk, "reason", "xfer: already in use here");
 			send_to(&ident, &o);
+		} else if (!strcmp(op, "hold") &&
+			   !pdx_mp_get_xfer(&up.data, "xfer", &x) &&
+			   x.b[0] == 0xf1 && x.b[1] == 0xf1) {
+			zmq_msg_init(&flood_ident);
+			zmq_msg_copy(&flood_ident, &ident);
+			flood();
+			zmq_msg_close(&flood_ident);
+		} else if (!strcmp(op, "hold") &&
+			   !pdx_mp_get_xfer(&up.data, "xfer", &x) &&
+			   x.b[0] == 0xcc && x.b[1] == 0xcc) {
+			restart();
 		} else if (!strcmp(op, "abort")) {
 			pdx_mp_get_xfer(&up.data, "xfer", &x);
 			/* garbage, a bogus kind, a stray answer, then the event */
@@ -195,6 +255,194 @@ static int last_message(int count, msgpack_unpacked *up, char *op)
 	return rc;
 }
 
+/* The pure helpers given NULL: a status, 0 or an empty string, no crash. */
+static void null_helpers(const struct pdx_kv_layout *l)
+{
+	char why[64] = "stale", hex[33] = "stale";
+
+	CHECK(pdx_kv_layout_block_bytes(NULL) == 0 &&
+		      pdx_kv_layout_block_bytes_all(NULL) == 0 &&
+		      pdx_kv_layout_compat_hash(NULL) == 0,
+	      "a layout's sizes and hash of NULL: 0");
+	CHECK(pdx_kv_layout_check(NULL, NULL, 0, why, sizeof(why)) ==
+			  PDX_EINVAL &&
+		      strstr(why, "needs a layout"),
+	      "pdx_kv_layout_check(NULL): EINVAL, saying why (%s)", why);
+	CHECK(pdx_kv_layout_check(l, NULL, 1, NULL, 0) == PDX_EINVAL,
+	      "pdx_kv_layout_check without region sizes: EINVAL");
+	CHECK(pdx_kv_layout_diff(NULL, l, why, sizeof(why)) == 1 &&
+		      strstr(why, "no layout"),
+	      "pdx_kv_layout_diff with NULL: differs, saying so (%s)", why);
+	CHECK_EQ(pdx_xfer_id_random(NULL), PDX_EINVAL,
+		 "pdx_xfer_id_random(NULL): EINVAL");
+	pdx_xfer_id_hex(NULL, hex);
+	pdx_xfer_id_hex(NULL, NULL);
+	CHECK(hex[0] == '\0', "pdx_xfer_id_hex(NULL): an empty string");
+}
+
+struct waiter {
+	struct pdx_engine *e;
+	pdx_status_t st;
+};
+
+static void *wait_in_thread(void *arg)
+{
+	struct waiter *w = arg;
+	struct pdx_engine_event ev;
+
+	w->st = pdx_engine_wait_event(w->e, 2000, &ev);
+	return NULL;
+}
+
+/* A second thread's call while one is under way on the engine (vLLM's
+ * scheduler and worker, unlocked): refused at once, never run beside it
+ * on the same sockets and tables (before: crashes, now and then). */
+static void two_threads(struct pdx_engine *e)
+{
+	struct waiter w = { e, PDX_OK };
+	struct pdx_xfer_id x;
+	pthread_t th;
+	uint64_t t0, ms;
+	pdx_status_t st;
+
+	pdx_xfer_id_random(&x);
+	pthread_create(&th, NULL, wait_in_thread, &w);
+	h_sleep_ms(300); /* well inside its wait */
+	t0 = pdx_now_ns();
+	st = pdx_engine_abort(e, &x);
+	ms = (pdx_now_ns() - t0) / 1000000;
+	CHECK(st == PDX_EINVAL && ms < 100,
+	      "a call from a second thread while wait_event is under way on "
+	      "the engine fails at once: EINVAL (%s, %llu ms)",
+	      pdx_status_str(st), (unsigned long long)ms);
+	pthread_join(th, NULL);
+	CHECK_EQ(w.st, PDX_ETIMEDOUT, "the call under way goes on undisturbed");
+	CHECK_EQ(pdx_engine_abort(e, &x), PDX_EPEER,
+		 "once it returned, the engine is the next caller's");
+}
+
+/* A worker pool forked after connecting: the parent's engine in the
+ * child refuses every call, saying why, and can be freed there (before:
+ * the first call spun for ever on ZeroMQ's EINTR). */
+static void forked_child(struct pdx_engine *e)
+{
+	struct pdx_xfer_id x;
+	pid_t pid;
+	int ws = 0;
+
+	pdx_xfer_id_random(&x);
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		pdx_status_t st;
+		int ok;
+
+		alarm(5);
+		st = pdx_engine_abort(e, &x);
+		ok = st == PDX_EINVAL &&
+		     strstr(pdx_engine_last_error(e), "forked") != NULL;
+		if (!ok)
+			printf("child: %s: %s\n", pdx_status_str(st),
+			       pdx_engine_last_error(e));
+		pdx_engine_free(e);
+		fflush(stdout);
+		_exit(ok ? 0 : 1);
+	}
+	waitpid(pid, &ws, 0);
+	CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+	      "in a forked child the parent's engine refuses calls (EINVAL, "
+	      "\"forked\") and is freed, instead of hanging (%s %d)",
+	      WIFEXITED(ws) ? "exit" : "signal",
+	      WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
+	CHECK_EQ(pdx_engine_abort(e, &x), PDX_EPEER,
+		 "the parent's engine is as it was");
+}
+
+/* An engine that leaves FLOOD events unread while liveness_ms passes
+ * seven times over: its agent is not taken for hung (before: ZeroMQ
+ * stopped reading the connection at 100000 messages, heartbeats
+ * included, and every transfer in flight failed EAGENT). */
+static void unread_pile(const struct pdx_shm_pool *pool)
+{
+	struct pdx_engine_params ep = { .agent = endpoint, .liveness_ms = 200 };
+	struct pdx_engine *e;
+	struct pdx_engine_event ev;
+	struct pdx_xfer_id xa, xf;
+	char peer[PDX_ADDR_MAX], why[PDX_REASON_MAX] = "";
+	uint32_t block = 1;
+	int xa_events = 0;
+	pdx_status_t st;
+
+	reg_mode = REG_OK;
+	if (pdx_engine_connect(&ep, &e) != PDX_OK ||
+	    pdx_engine_register(e, &pool->layout, &pool->region, 1, peer,
+				sizeof(peer)) != PDX_OK) {
+		CHECK_FAIL("an engine registers with the fake agent again");
+		return;
+	}
+	pdx_xfer_id_random(&xa);
+	memset(&xf, 0xf1, sizeof(xf));
+	CHECK(pdx_engine_send(e, &xa, "tcp://peer:9", &block, 1) == PDX_OK &&
+		      pdx_engine_hold(e, &xf, "tcp://peer:9") == PDX_OK,
+	      "a transfer in flight, and %d events coming", FLOOD);
+	h_sleep_ms(1400);
+	while ((st = pdx_engine_next_event(e, &ev)) == PDX_OK)
+		xa_events += !memcmp(&ev.xfer, &xa, sizeof(xa));
+	CHECK(st == PDX_EAGAIN && xa_events == 0,
+	      "events left unread pile up: the transfer in flight goes on "
+	      "(%d events for it, last: %s)",
+	      xa_events, xa_events ? ev.reason : "-");
+	st = pdx_engine_link_status(e, why, sizeof(why));
+	CHECK(st == PDX_OK, "the link stays up (%s)", why);
+	pdx_engine_free(e);
+}
+
+/* register's answer does not fit the caller's buffer: ETOOBIG, but the
+ * agent holds the register, and so does the library, which sends it
+ * again to the agent restarted (before: it kept the earlier one, here
+ * none, and the restarted agent heard no register). */
+static void small_peer_buffer(const struct pdx_shm_pool *pool)
+{
+	struct pdx_engine_params ep = { .agent = endpoint, .timeout_ms = 2000 };
+	struct pdx_engine *e;
+	struct pdx_engine_event ev;
+	struct pdx_xfer_id xc;
+	char peer[4];
+	uint64_t deadline;
+	int before, again = 0;
+	pdx_status_t st;
+
+	reg_mode = REG_OK;
+	if (pdx_engine_connect(&ep, &e) != PDX_OK) {
+		CHECK_FAIL("connect");
+		return;
+	}
+	st = pdx_engine_register(e, &pool->layout, &pool->region, 1, peer,
+				 sizeof(peer));
+	CHECK(st == PDX_ETOOBIG &&
+		      !strcmp(pdx_engine_peer_addr(e), "tcp://fake:1") &&
+		      strstr(pdx_engine_last_error(e), "registered all the same"),
+	      "register with no room for the peer address: ETOOBIG, the "
+	      "address from pdx_engine_peer_addr() (%s: %s)",
+	      pdx_status_str(st), pdx_engine_last_error(e));
+	pthread_mutex_lock(&mu);
+	before = n_msgs;
+	pthread_mutex_unlock(&mu);
+	memset(&xc, 0xcc, sizeof(xc));
+	pdx_engine_hold(e, &xc, "tcp://peer:9"); /* the fake agent restarts */
+	deadline = pdx_now_ns() + 3000000000ULL;
+	while (!again && pdx_now_ns() < deadline) {
+		pdx_engine_next_event(e, &ev);
+		h_sleep_ms(20);
+		pthread_mutex_lock(&mu);
+		again = n_msgs > before + 1 && !strcmp(last_op, "register");
+		pthread_mutex_unlock(&mu);
+	}
+	CHECK(again, "that register is the one sent again to the agent "
+		     "restarted");
+	pdx_engine_free(e);
+}
+
 int main(int argc, char **argv)
 {
 	struct pdx_model m = *pdx_model_find("tiny");
@@ -210,7 +458,7 @@ int main(int argc, char **argv)
 	char dir[256], peer[PDX_ADDR_MAX], op[32], longpeer[300];
 	uint32_t blocks[3] = { 5, 6, 9 };
 	uint64_t t0, v;
-	int linger = 0, count = 0;
+	int count = 0;
 	pdx_status_t st;
 
 	(void)argc;
@@ -241,6 +489,7 @@ int main(int argc, char **argv)
 	      "connect with a transfer bound over an hour: EINVAL (the agent "
 	      "would fail every transfer for it)");
 	ep.xfer_timeout_ms = 0;
+	null_helpers(&pool.layout);
 
 	/* no agent at all: bounded */
 	ep.timeout_ms = 300;
@@ -258,16 +507,18 @@ int main(int argc, char **argv)
 	CHECK(st == PDX_EPEER && v < 100,
 	      "a fire-and-forget call with no agent fails at once: an engine's loop never waits for a dead agent (%s, %llu ms)",
 	      pdx_status_str(st), (unsigned long long)v);
+	CHECK(pdx_engine_abort_at(lonely, &x, "") == PDX_EINVAL &&
+		      pdx_engine_hold(lonely, &x, "") == PDX_EINVAL,
+	      "abort_at and hold naming an empty peer: EINVAL (it names "
+	      "nobody)");
+	two_threads(lonely);
+	forked_child(lonely);
 	pdx_engine_free(lonely);
 	pdx_engine_free(NULL);
 
 	zctx = zmq_ctx_new();
-	router = zmq_socket(zctx, ZMQ_ROUTER);
-	zmq_setsockopt(router, ZMQ_LINGER, &linger, sizeof(linger));
-	if (zmq_bind(router, endpoint)) {
-		h_note("bind %s: %s", endpoint, zmq_strerror(errno));
+	if (router_open())
 		return 1;
-	}
 	pthread_create(&th, NULL, fake_agent, NULL);
 
 	ep.timeout_ms = 2000;
@@ -299,6 +550,14 @@ int main(int argc, char **argv)
 	CHECK(st == PDX_OK && !strcmp(peer, "tcp://fake:1"),
 	      "register: ok, peer address from the answer (%s, %s)",
 	      pdx_status_str(st), st == PDX_OK ? peer : "-");
+	{
+		char why[32] = "stale";
+
+		CHECK(pdx_engine_link_status(e, why, sizeof(why)) == PDX_OK &&
+			      why[0] == '\0',
+		      "link status ok: its reason is empty, nothing stale "
+		      "(\"%s\")", why);
+	}
 	if (last_message(count, &up, op) == 0) {
 		const msgpack_object *regs = pdx_mp_get(&up.data, "regions");
 		const msgpack_object *lay = pdx_mp_get(&up.data, "layout");
@@ -533,6 +792,14 @@ int main(int argc, char **argv)
 			      PDX_EPEER,
 		      "announcements fail at once while it is away");
 	}
+
+	/* a fake agent again, for what needs one alive */
+	pthread_join(th, NULL);
+	if (router_open())
+		return 1;
+	pthread_create(&th, NULL, fake_agent, NULL);
+	unread_pile(&pool);
+	small_peer_buffer(&pool);
 
 	pdx_engine_free(e);
 	zmq_ctx_shutdown(zctx);
