@@ -123,6 +123,40 @@ static void get_info(struct pdx_http_api *api, struct evhttp_request *req)
 	json_decref(o);
 }
 
+/* X-PDX-Agent: where this engine's agents are now (/v1/pdx/info's
+ * peer_addr, or its peer_addrs joined by commas): an agent started
+ * again on another address is then seen by the proxy's next health
+ * check, which asks /v1/pdx/info again instead of sending the other
+ * side to the dead address (docs/proxy.md, "Health checks"). */
+static void add_agent_header(const struct pdx_kv_link *l,
+			     struct evhttp_request *req)
+{
+	const size_t len = PDX_TP_MAX * (PDX_ADDR_MAX + 1); /* commas */
+	struct pdx_kv_peers *own = malloc(sizeof(*own));
+	char *v = malloc(len);
+	const char *peer = pdx_kv_link_peer(l);
+	size_t at = 0;
+
+	if (!own || !v)
+		goto out;
+	pdx_kv_link_peers(l, own);
+	if (own->n <= 1) { /* TP 1: its one agent */
+		own->n = 1;
+		snprintf(own->addr[0], sizeof(own->addr[0]), "%s",
+			 peer ? peer : "");
+	}
+	v[0] = '\0';
+	for (uint32_t r = 0; r < own->n; r++)
+		at += (size_t)snprintf(v + at, len - at, "%s%s", r ? "," : "",
+				       own->addr[r]);
+	if (v[0])
+		evhttp_add_header(evhttp_request_get_output_headers(req),
+				  "X-PDX-Agent", v);
+out:
+	free(v);
+	free(own);
+}
+
 /* Ready to serve: with an agent, only while the agent is there (a
  * proxy's health checks then route around this engine). /live is the
  * process alone. */
@@ -131,10 +165,13 @@ static void get_health(struct pdx_http_api *api, struct evhttp_request *req)
 	char why[PDX_REASON_MAX + 32];
 
 	if (api->p.link &&
-	    pdx_kv_link_status(api->p.link, why, sizeof(why)) != PDX_OK)
+	    pdx_kv_link_status(api->p.link, why, sizeof(why)) != PDX_OK) {
 		pdx_http_send_error(req, 503, "service_unavailable", why);
-	else
-		reply(req, 200, "text/plain", NULL);
+		return;
+	}
+	if (api->p.link)
+		add_agent_header(api->p.link, req);
+	reply(req, 200, "text/plain", NULL);
 }
 
 /* The methods a known path takes (its Allow), NULL for an unknown one. */

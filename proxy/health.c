@@ -9,6 +9,7 @@
 #include <event2/keyvalq_struct.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/log.h"
 #include "proxy/pool.h"
@@ -55,6 +56,39 @@ static void failure_reason(struct evhttp_request *req, int status, char *out,
 	json_decref(j);
 }
 
+/* pdx-engine's X-PDX-Agent names its agents where they are now (rank
+ * order, commas). When it no longer names those /v1/pdx/info gave (an
+ * agent started again on another address), the instance is asked again
+ * before its next request: else the other side is sent to the dead
+ * address and waits for it until its agent gives up (handshake or peer
+ * timeout), and a prefill instance keeps the KV nobody claims for a
+ * lease. */
+static void check_agent(struct pdx_inst *i, struct evhttp_request *req)
+{
+	const char *now = evhttp_find_header(
+	    evhttp_request_get_input_headers(req), "X-PDX-Agent");
+	const char *v = now;
+	unsigned n = i->tp > 1 ? i->tp : 1;
+
+	if (!now || !i->peer_known)
+		return;
+	for (unsigned r = 0; r < n; r++) {
+		const char *known = r ? i->peers[r] : i->peer;
+		size_t len = strlen(known);
+
+		if (strncmp(v, known, len) || (v[len] && v[len] != ','))
+			goto moved;
+		v += len + (v[len] == ',');
+	}
+	if (!*v)
+		return;
+moved:
+	log_info("%s instance %s: its agent is at %s now (was %s): asked "
+		 "again before its next request",
+		 pdx_pool_role_name(i->role), i->url, now, i->peer);
+	i->peer_known = false;
+}
+
 /* A check ended: req NULL or a status other than 200 is a failure. It
  * may run inside evhttp_make_request() (no socket), so it only counts. */
 static void on_done(struct evhttp_request *req, void *arg)
@@ -66,6 +100,8 @@ static void on_done(struct evhttp_request *req, void *arg)
 	char why[256];
 
 	pr->busy = false;
+	if (ok)
+		check_agent(i, req);
 	if (!pdx_pool_health(i, ok, pr->h->down_after, pr->h->up_after))
 		return;
 	if (i->unhealthy) {
