@@ -593,6 +593,18 @@ static bool announced_peer(const msgpack_object *m, enum xfer_role role,
  * connection, --max-xfers), it goes to the connection that sent it; a bad
  * field fails the transfer, and its peer is told. A repeated id of a
  * transfer in flight is no announcement: it is answered "error". */
+/* An announcement of an id that ended: it fails saying how the id ended.
+ * That failure ends the id again, with this reason: said once, not once
+ * more for each announcement after. */
+static void ended_before(struct xfer *x, const char *ended)
+{
+	static const char before[] = "ended before this announcement of it: ";
+
+	snprintf(x->peer_abort, sizeof(x->peer_abort), "%s%s",
+		 strncmp(ended, before, sizeof(before) - 1) ? before : "",
+		 ended);
+}
+
 static struct xfer *announce(struct agent *a, const void *eid, size_t eid_len,
 			     const msgpack_object *m, enum xfer_role role)
 {
@@ -704,8 +716,7 @@ static struct xfer *announce(struct agent *a, const void *eid, size_t eid_len,
 	 * id (the credential) ends it, as one after its announce would */
 	if (!x->peer_abort[0] &&
 	    (ended = pdx_ended_find(a->ended, &id, peer[0] ? peer : NULL)))
-		snprintf(x->peer_abort, sizeof(x->peer_abort),
-			 "ended before this announcement of it: %s", ended);
+		ended_before(x, ended);
 	if (x->peer_abort[0]) {
 		free(blocks);
 		xfer_fail(x, PDX_ECANCELED, false, "%s", x->peer_abort);

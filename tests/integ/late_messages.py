@@ -267,6 +267,14 @@ def main():
         check(ev is not None and ev["kind"] == "failed" and
               "ended before this announcement of it" in ev["reason"],
               f"announced after it: fails at once ({ev and ev['reason']})")
+        # again and again: the same reason, not one nested in the last
+        for _ in range(2):
+            EA.send({"op": "recv", "xfer": x5, "peer": F.addr, "blocks": [30, 31]})
+        EA.pump(300)
+        again = EA.events.get(x5, [])[1:]
+        check(len(again) == 2 and ev is not None and
+              all(e["reason"] == ev["reason"] for e in again),
+              f"announced again: the first reason ({[e['reason'] for e in again]})")
         x5b = xid()
         H.to(A, {"op": "abort", "xfer": x5b, "reason": "who?"})
         check(H.quiet(x5b, 300), "an abort from a stranger is not answered either")
