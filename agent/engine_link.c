@@ -584,15 +584,6 @@ static bool announced_peer(const msgpack_object *m, enum xfer_role role,
 	       strncmp(peer, "tcp://", 6) == 0;
 }
 
-/* The parts send and recv share: id, peer, blocks checked against the
- * registered layout. A send may name no peer (absent or nil): it is open,
- * and the first agent to present its id (want, or a hold in its ping)
- * claims it (docs/security.md); a want that came first is that claim.
- * Every announcement with an id ends in one event:
- * refused before it is a transfer here (not registered on this
- * connection, --max-xfers), it goes to the connection that sent it; a bad
- * field fails the transfer, and its peer is told. A repeated id of a
- * transfer in flight is no announcement: it is answered "error". */
 /* An announcement of an id that ended: it fails saying how the id ended.
  * That failure ends the id again, with this reason: said once, not once
  * more for each announcement after. */
@@ -604,6 +595,16 @@ static void ended_before(struct xfer *x, const char *ended)
 		 strncmp(ended, before, sizeof(before) - 1) ? before : "",
 		 ended);
 }
+
+/* The parts send and recv share: id, peer, blocks checked against the
+ * registered layout. A send may name no peer (absent or nil): it is open,
+ * and the first agent to present its id (want, or a hold in its ping)
+ * claims it (docs/security.md); a want that came first is that claim.
+ * Every announcement with an id ends in one event:
+ * refused before it is a transfer here (not registered on this
+ * connection, --max-xfers), it goes to the connection that sent it; a bad
+ * field fails the transfer, and its peer is told. A repeated id of a
+ * transfer in flight is no announcement: it is answered "error". */
 
 static struct xfer *announce(struct agent *a, const void *eid, size_t eid_len,
 			     const msgpack_object *m, enum xfer_role role)
