@@ -605,7 +605,6 @@ static void ended_before(struct xfer *x, const char *ended)
  * connection, --max-xfers), it goes to the connection that sent it; a bad
  * field fails the transfer, and its peer is told. A repeated id of a
  * transfer in flight is no announcement: it is answered "error". */
-
 static struct xfer *announce(struct agent *a, const void *eid, size_t eid_len,
 			     const msgpack_object *m, enum xfer_role role)
 {
