@@ -607,6 +607,21 @@ static void agent_stop(struct agent *a)
 		unlink(a->cfg.engine_addr + strlen("ipc://"));
 }
 
+/* A queued request's lease is renewed by its receiver's ping, once a
+ * heartbeat: a lease no longer than that (with the receiver's heartbeat
+ * as ours, as deployments have it) can run out between two renewals and
+ * fail the request. Allowed, as the receiver's heartbeat may be shorter;
+ * said once at start. */
+static void warn_lease(const struct agent_config *c)
+{
+	if (c->lease_ms > c->heartbeat_ms)
+		return;
+	log_warn("--lease-ms %u is not above --heartbeat-ms %u: a receiver "
+		 "with the same heartbeat renews a queued request's lease "
+		 "only that often, and it may run out between renewals",
+		 c->lease_ms, c->heartbeat_ms);
+}
+
 int main(int argc, char **argv)
 {
 	struct agent a = { 0 };
@@ -620,6 +635,7 @@ int main(int argc, char **argv)
 	if (parse_args(argc, argv, &a.cfg))
 		return 2;
 	pdx_log_prefix("pdx-agent");
+	warn_lease(&a.cfg);
 	if (agent_start(&a) == 0) {
 		log_info("ready: engine link %s, peer link %s (advertised %s)",
 			 a.cfg.engine_addr, a.cfg.listen_addr, a.peer_addr);

@@ -142,6 +142,21 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	event_base_loopexit(e->base, NULL);
 }
 
+/* A disaggregated engine whose queue outwaits its KV wait: a decode
+ * request may still be queued here when its prefill side (the same
+ * options, as deployments have them) gave its KV up, and it fails then
+ * (502). Allowed, as the two sides may differ; said once at start. */
+static void warn_timeouts(const struct pdx_engine_opts *o)
+{
+	if (o->role == PDX_ROLE_BOTH ||
+	    (o->queue_timeout_ms && o->queue_timeout_ms < o->kv_timeout_ms))
+		return;
+	log_warn("--queue-timeout-ms %u is not under --kv-timeout-ms %u: a "
+		 "request queued that long loses its KV on a prefill side "
+		 "with the same options (docs/engine.md)",
+		 o->queue_timeout_ms, o->kv_timeout_ms);
+}
+
 /* Returns the exit status when it cannot start (1; 77 when the KV pool
  * wants a CUDA device there is none of), else 0. */
 static int engine_start(struct engine *e)
@@ -219,6 +234,7 @@ static int engine_start(struct engine *e)
 		log_error("scheduler: %s", pdx_status_str(st));
 		return 1;
 	}
+	warn_timeouts(&e->o);
 	hp.base = e->base;
 	hp.sched = e->sched;
 	hp.pool = e->pool;

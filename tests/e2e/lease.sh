@@ -99,4 +99,18 @@ settle 5 "$port/pdx_agent_lease_renewals_total>=3" \
 	fail "the prefill agent's metrics"
 
 for e in P D C agent_p agent_d; do named_stop $e; done
+
+# Settings under which a queued request loses its KV are said at start:
+# a lease no longer than a heartbeat (the renewals' pace), a queue that
+# outwaits the KV wait; the ones above are not.
+said="is not above --heartbeat-ms\|is not under --kv-timeout-ms"
+! grep -q "$said" "$E2E_TMP"/{agent_p,agent_d,P,D}.log ||
+	fail "a warning for good settings: $(grep -h "$said" "$E2E_TMP"/*.log)"
+AGENT_OPTS+=(--heartbeat-ms 1000 --lease-ms 1000)
+pd_engine_start W decode --kv-timeout-ms 10000
+grep -q -- "--lease-ms 1000 is not above --heartbeat-ms 1000" "$E2E_TMP/agent_w.log" ||
+	fail "lease = heartbeat not said: $(cat "$E2E_TMP/agent_w.log")"
+grep -q -- "--queue-timeout-ms 10000 is not under --kv-timeout-ms 10000" "$E2E_TMP/W.log" ||
+	fail "queue timeout = KV timeout not said: $(cat "$E2E_TMP/W.log")"
+for e in W agent_w; do named_stop $e; done
 echo "ok: leases renewed while queued, expired when nobody asks"
