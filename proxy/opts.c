@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/http_error.h"
+#include "proxy/cors.h"
 #include "proxy/dns_srv.h"
 
 /* clang-format off */
@@ -87,6 +88,10 @@ void pdx_proxy_opts_usage(FILE *f)
 "  --admin-token T             bearer token for /admin/*; without it the\n"
 "                              admin API answers 403 (or the environment\n"
 "                              variable PDX_PROXY_ADMIN_TOKEN)\n"
+"  --allowed-origins LIST      web pages of these origins may call the\n"
+"                              proxy from a browser (CORS): \"*\" or\n"
+"                              http(s)://HOST[:PORT],... (default none;\n"
+"                              vLLM's server allows every origin)\n"
 "  --connect-timeout MS        connecting to an engine (default 5000)\n"
 "  --first-byte-timeout MS     until an engine's response starts\n"
 "                              (default 60000)\n"
@@ -556,6 +561,10 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 				return PDX_PROXY_OPTS_BAD;
 			}
 			o->admin_token = val;
+		} else if (!strcmp(name, "--allowed-origins")) {
+			if (pdx_cors_origins_check(val, err, errlen))
+				return PDX_PROXY_OPTS_BAD;
+			o->allowed_origins = val;
 		} else if (!strcmp(name, "--log-level")) {
 			o->log_level = val;
 		} else if (!strcmp(name, "--connect-timeout")) {

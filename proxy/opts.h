@@ -44,6 +44,7 @@ struct pdx_proxy_opts {
 	const char *notify_bind; /* agents' notifications; NULL: none */
 	unsigned transfer_timeout_s; /* an unreported transfer: 60 */
 	const char *admin_token;     /* or $PDX_PROXY_ADMIN_TOKEN; NULL: 403 */
+	const char *allowed_origins; /* CORS (cors.h); NULL: none */
 	const char *log_level;	     /* info */
 	unsigned connect_timeout_ms; /* 5000 */
 	unsigned first_byte_timeout_ms; /* 60000 */

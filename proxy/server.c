@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/oai_params.h"
 #include "proxy/call.h"
+#include "proxy/cors.h"
 #include "proxy/flow.h"
 #include "proxy/proxy.h"
 
@@ -122,6 +123,21 @@ static void get_models(struct pdx_proxy *px, struct evhttp_request *req)
 			       "/v1/models", NULL, 0);
 }
 
+/* The methods path's route takes (its Allow); NULL: no route. */
+static const char *route_allow(const char *path)
+{
+	if (!strcmp(path, "/v1/completions") ||
+	    !strcmp(path, "/v1/chat/completions") ||
+	    !strcmp(path, "/v1/metaserver"))
+		return "POST";
+	if (!strncmp(path, "/admin/", 7))
+		return "GET, POST, DELETE";
+	if (!strcmp(path, "/health") || !strcmp(path, "/ready") ||
+	    !strcmp(path, "/metrics") || !strcmp(path, "/v1/models"))
+		return "GET";
+	return NULL;
+}
+
 static void route(struct evhttp_request *req, void *arg)
 {
 	struct pdx_proxy *px = arg;
@@ -129,23 +145,24 @@ static void route(struct evhttp_request *req, void *arg)
 	    evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
 	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
 	bool get = cmd == EVHTTP_REQ_GET, post = cmd == EVHTTP_REQ_POST;
-	const char *allow = "GET";
+	const char *allow;
 
 	if (!path)
 		path = "/";
+	allow = route_allow(path);
 	if (pdx_http_body_over(req, px->o->max_body)) {
 		pdx_proxy_metrics_request(&px->metrics, 413, 0);
 		return;
 	}
+	if (pdx_cors_handle(px->o->allowed_origins, req, allow))
+		return;
 	if (!strcmp(path, "/v1/completions") ||
 	    !strcmp(path, "/v1/chat/completions")) {
-		allow = "POST";
 		if (post)
 			post_generate(px, req, path);
 		else
 			goto bad_method;
 	} else if (!strcmp(path, "/v1/metaserver")) {
-		allow = "POST";
 		if (post)
 			pdx_flow_metaserver(px, req);
 		else

@@ -27,7 +27,8 @@
 #    so (the proxy's said "wrong arguments"); and an X-Request-Id the
 #    proxy keeps is the one in the response's id (one with a quote was
 #    echoed by the proxy, refused by the engine, and the body's id was
-#    another).
+#    another);
+#  * CORS, off unless --allowed-origins lists the origins (below).
 #   client_errors.sh PDX_ENGINE PDX_AGENT PDX_PROXY
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -196,6 +197,57 @@ for who, port in (("proxy", proxy), ("engine", engine)):
         assert (head == rid) == (rid == "my-req-7"), (who, rid, head)
 print("ok: real clients' shapes are served, at the proxy and the engine")
 PYEOF
+
+# CORS: off by default (a browser's preflight gets the 405 of any other
+# OPTIONS, an answer no Access-Control-Allow-Origin); with
+# --allowed-origins the listed origins' preflights get 204 with the
+# route's methods and the headers asked for (Authorization included),
+# others 403, and every answer to a listed origin, a stream included,
+# carries the header ("*": any origin, answered "*"). A bad list stops
+# the proxy at start.
+"$PROXY" --decode "127.0.0.1:$PORT_D" --allowed-origins "ftp://ui" 2>"$E2E_TMP/cors.err"
+[ $? -eq 2 ] && grep -q -- "--allowed-origins" "$E2E_TMP/cors.err" ||
+	fail "a bad --allowed-origins: $(cat "$E2E_TMP/cors.err")"
+named_engine_start XC "$PROXY" --prefill "127.0.0.1:$PORT_P" \
+	--decode "127.0.0.1:$PORT_D" --allowed-origins "http://ui.example:3000,https://b.example"
+named_engine_start XS "$PROXY" --decode "127.0.0.1:$PORT_D" --allowed-origins "*"
+$PY - "$PORT_X" "$PORT_XC" "$PORT_XS" <<'PYEOF' || fail "CORS"
+import http.client, json, sys
+off, listed, anyone = (int(p) for p in sys.argv[1:])
+UI = "http://ui.example:3000"
+
+
+def ask(port, method, path, headers, body=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request(method, path, body=body, headers=headers)
+    r = c.getresponse()
+    raw = r.read()
+    c.close()
+    return r.status, r, raw
+
+
+pre = {"Origin": UI, "Access-Control-Request-Method": "POST",
+       "Access-Control-Request-Headers": "authorization, content-type"}
+st, r, _ = ask(listed, "OPTIONS", "/v1/chat/completions", pre)
+assert st == 204, st
+assert r.getheader("Access-Control-Allow-Origin") == UI, r.getheaders()
+assert r.getheader("Access-Control-Allow-Methods") == "POST", r.getheaders()
+assert r.getheader("Access-Control-Allow-Headers") == "authorization, content-type"
+assert r.getheader("Vary") == "Origin"
+st, r, raw = ask(listed, "OPTIONS", "/v1/chat/completions",
+                 dict(pre, Origin="http://evil.example"))
+assert st == 403 and "--allowed-origins" in json.loads(raw)["error"]["message"], (st, raw)
+st, r, _ = ask(off, "OPTIONS", "/v1/chat/completions", pre)
+assert st == 405 and r.getheader("Access-Control-Allow-Origin") is None, st
+body = b'{"prompt": "cors", "max_tokens": 3, "stream": true}'
+for port, origin, want in ((listed, UI, UI), (listed, "http://evil.example", None),
+                           (off, UI, None), (anyone, "http://x.example", "*")):
+    st, r, raw = ask(port, "POST", "/v1/completions",
+                     {"Origin": origin, "Content-Type": "application/json"}, body)
+    assert st == 200 and b"[DONE]" in raw, (port, st, raw[:200])
+    assert r.getheader("Access-Control-Allow-Origin") == want, (port, origin, r.getheaders())
+print("ok: CORS")
+PYEOF
 settle 10 $(engine_idle P D) || fail "engines not idle after the client errors"
-for n in X P D agent_p agent_d; do named_stop $n; done
+for n in X XC XS P D agent_p agent_d; do named_stop $n; done
 echo "ok: client errors are the client's: JSON, 4xx, never an instance failure"
