@@ -600,8 +600,11 @@ uint64_t gpu_layer_segments(const struct xfer *x);
 /* A launch on our stream for x began (st == PDX_OK): x is held until its
  * completion ends it. Returns st. */
 pdx_status_t gpu_launched(struct xfer *x, pdx_status_t st);
-/* layer_done with a slot: our stream waits for that event. */
-void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot);
+/* layer_done with a slot: our stream waits for that event. PDX_EIO when
+ * the wait could not be queued: the layer's copies must not go then (they
+ * would read it whether or not it was computed). */
+pdx_status_t gpu_layer_computed(struct agent *a, uint32_t layer,
+				uint32_t slot);
 
 /* am_place.c: where the am lane's data messages land. */
 struct am_place {

@@ -779,7 +779,7 @@ static void on_layer_done(struct agent *a, const void *eid, size_t eid_len,
 {
 	const msgpack_object *xs = pdx_mp_get(m, "xfers");
 	uint64_t layer, slot;
-	bool bad_slot = false;
+	bool bad_slot = false, no_wait = false;
 
 	if (pdx_mp_get_u64(m, "layer", &layer)) {
 		reply_error(a, eid, eid_len, "layer_done", NULL, PDX_EINVAL,
@@ -798,7 +798,8 @@ static void on_layer_done(struct agent *a, const void *eid, size_t eid_len,
 		if (slot >= a->reg.event_slots)
 			bad_slot = true; /* its transfers fail below */
 		else
-			gpu_layer_computed(a, (uint32_t)layer, (uint32_t)slot);
+			no_wait = gpu_layer_computed(a, (uint32_t)layer,
+						     (uint32_t)slot) != PDX_OK;
 	}
 	for (uint32_t i = 0; i < xs->via.array.size; i++) {
 		struct pdx_xfer_id id;
@@ -819,6 +820,13 @@ static void on_layer_done(struct agent *a, const void *eid, size_t eid_len,
 			xfer_fail(x, PDX_EINVAL, true,
 				  "layer_done slot %llu: the engine registered %u event slots",
 				  (unsigned long long)slot, a->reg.event_slots);
+			continue;
+		}
+		if (no_wait) {
+			xfer_fail(x, PDX_EIO, true,
+				  "layer %llu: cannot wait for its CUDA event "
+				  "(slot %llu)", (unsigned long long)layer,
+				  (unsigned long long)slot);
 			continue;
 		}
 		if (pdx_xfer_sm_computed(&x->sm, (uint32_t)(layer > UINT32_MAX ? UINT32_MAX : layer))) {

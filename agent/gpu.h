@@ -53,7 +53,8 @@ pdx_status_t gpu_wait(struct gpu *g, void *ev);
 
 /* fn(arg, status) runs on the loop once everything queued on our stream
  * before this call has run; status is PDX_EIO when CUDA reported an
- * error. Exactly once, also at gpu_free(). */
+ * error. Exactly once, also at gpu_free(). On failure fn never runs, and
+ * everything queued before has run when it returns (it waits). */
 pdx_status_t gpu_then(struct gpu *g, void (*fn)(void *arg, pdx_status_t st),
 		      void *arg);
 

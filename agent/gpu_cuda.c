@@ -250,6 +250,7 @@ pdx_status_t gpu_mem_open(struct gpu *g, const uint8_t h[PDX_CUDA_IPC_BYTES],
 	cudaSetDevice(g->device);
 	e = cudaIpcOpenMemHandle(ptr, mh, cudaIpcMemLazyEnablePeerAccess);
 	if (e != cudaSuccess) {
+		*ptr = NULL; /* never closed, nor unmapped as host memory */
 		snprintf(err, errlen, "cudaIpcOpenMemHandle: %s",
 			 cudaGetErrorString(e));
 		return PDX_EINVAL;
@@ -296,8 +297,10 @@ pdx_status_t gpu_then(struct gpu *g, void (*fn)(void *arg, pdx_status_t st),
 	struct then *t = malloc(sizeof(*t));
 	cudaEvent_t ev = NULL;
 
-	if (!t)
+	if (!t) {
+		cudaStreamSynchronize(g->stream); /* as below */
 		return PDX_ENOMEM;
+	}
 	pthread_mutex_lock(&g->mu);
 	if (g->n_spare)
 		ev = g->spare[--g->n_spare];
@@ -310,6 +313,11 @@ pdx_status_t gpu_then(struct gpu *g, void (*fn)(void *arg, pdx_status_t st),
 		if (ev)
 			event_put(g, ev);
 		free(t);
+		/* the caller ends what it queued at once (a chunk's slot
+		 * reused, a cuda-ipc transfer failed with an abort that
+		 * lets the receiver's engine reuse its blocks): that work
+		 * must have run by then */
+		cudaStreamSynchronize(g->stream);
 		return PDX_EIO;
 	}
 	*t = (struct then){ g, fn, arg, ev, cudaSuccess, NULL };

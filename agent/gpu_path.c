@@ -10,13 +10,16 @@
 #include "agent/agent.h"
 #include "common/log.h"
 
-void gpu_layer_computed(struct agent *a, uint32_t layer, uint32_t slot)
+pdx_status_t gpu_layer_computed(struct agent *a, uint32_t layer,
+				uint32_t slot)
 {
 	void *ev = a->reg.events[(uint64_t)slot * a->reg.layout.layers + layer];
+	pdx_status_t st = gpu_wait(a->gpu, ev);
 
-	if (gpu_wait(a->gpu, ev))
-		log_warn("cannot wait for layer %u's event (slot %u)", layer,
-			 slot);
+	if (st)
+		log_warn("cannot wait for layer %u's event (slot %u): its "
+			 "transfers fail", layer, slot);
+	return st;
 }
 
 /* Each launch holds x (its blocks, and the engine's event) until it ran:

@@ -383,6 +383,7 @@ extern "C" pdx_status_t pdx_synth_cuda_fill(struct pdx_synth_cuda *c,
 		return PDX_ERANGE;
 	if (!c->n_pos)
 		return PDX_OK;
+	pdx__cuda_launch_begin();
 	k_fill<<<grid_for(threads), THREADS, 0, c->stream>>>(
 		c->base, c->h_layers[layer], layer,
 		(const struct pos_entry *)c->d_stage, c->n_pos, c->tensors,
@@ -400,6 +401,7 @@ extern "C" pdx_status_t pdx_synth_cuda_tokens(struct pdx_synth_cuda *c,
 		return PDX_EINVAL;
 	if (!c->n_tok)
 		return PDX_OK;
+	pdx__cuda_launch_begin();
 	k_tokens<<<c->n_tok < MAX_GRID ? c->n_tok : MAX_GRID, THREADS, 0,
 		   c->stream>>>(c->base, c->d_layers, c->layers,
 				(const struct tok_entry *)(c->d_stage +
@@ -433,6 +435,7 @@ extern "C" pdx_status_t pdx_synth_cuda_check(struct pdx_synth_cuda *c,
 		if (cudaMemsetAsync(flags, 0, c->n_pos * sizeof(uint32_t),
 				    c->stream) != cudaSuccess)
 			return PDX_EIO;
+		pdx__cuda_launch_begin();
 		k_check<<<grid_for(threads), THREADS, 0, c->stream>>>(
 			c->base, c->d_layers, c->layers,
 			(const struct pos_entry *)c->d_stage, c->n_pos,

@@ -14,7 +14,20 @@
 			return PDX_EIO;                                        \
 	} while (0)
 
-/* Launched kernels report through the stream; this catches bad launches. */
+/* Called just before a launch. The runtime keeps the last error of any
+ * call on this thread until something reads it, so without this a call
+ * that failed earlier (cudaIpcOpenMemHandle refused, the agent then going
+ * by staged; an unregister of memory never registered) would be taken
+ * for the launch's own failure by pdx__cuda_launched(), though the kernel
+ * was queued and runs. A sticky error (a faulted context) is not cleared
+ * by reading it and still fails the launch. */
+static inline void pdx__cuda_launch_begin(void)
+{
+	(void)cudaGetLastError();
+}
+
+/* Launched kernels report through the stream; this catches bad launches
+ * (after pdx__cuda_launch_begin()). */
 static inline pdx_status_t pdx__cuda_launched(void)
 {
 	return cudaGetLastError() == cudaSuccess ? PDX_OK : PDX_EIO;

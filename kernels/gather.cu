@@ -29,6 +29,7 @@ static pdx_status_t plan_fill(const struct pdx_kv_plan *p, uint64_t seed,
 {
 	if (!p->segs)
 		return PDX_OK;
+	pdx__cuda_launch_begin();
 	k_fill<<<pdx__grid(p->segs), PDX__THREADS, 0, st>>>(p->dev, p->segs,
 							    p->bb, seed);
 	return pdx__cuda_launched();

@@ -231,7 +231,10 @@ uint64_t pdx_kv_checksum_combine(const uint64_t *hashes, uint64_t count);
 /* The same contracts as the _cpu functions, with device pointers for KV
  * bytes (kv->base[], staging, src, dst) and host pointers for blocks[],
  * the shard pointer arrays and out[]. Return PDX_EIO on a CUDA error
- * (launch or allocation), PDX_EINVAL/PDX_ERANGE as the CPU ones.
+ * (launch or allocation), PDX_EINVAL/PDX_ERANGE as the CPU ones. A
+ * launch reads and drops the calling thread's last CUDA error first
+ * (cudaGetLastError), so an earlier call that failed is not reported as
+ * the launch's failure.
  *
  * gather, scatter and fill build a plan (below) for the call: they block
  * for its upload, which waits for nothing queued on any other stream, then

@@ -94,6 +94,7 @@ extern "C" pdx_status_t pdx_kv_permute_cuda(const struct pdx_kv_shape *s,
 
 	if (!total)
 		return PDX_OK;
+	pdx__cuda_launch_begin();
 	by_unit(u, [&](auto unit) {
 		using U = decltype(unit);
 
@@ -130,6 +131,7 @@ pdx_kv_heads_reshard_cuda(const struct pdx_kv_shape *s, uint32_t a,
 	if (!total)
 		return PDX_OK;
 	u = pdx__unit(bits);
+	pdx__cuda_launch_begin();
 	by_unit(u, [&](auto unit) {
 		using U = decltype(unit);
 

@@ -258,6 +258,7 @@ static pdx_status_t plan_move(const struct pdx_kv_plan *p, uint64_t first,
 		return PDX_EINVAL;
 	if (!count)
 		return PDX_OK;
+	pdx__cuda_launch_begin();
 	k_move<<<pdx__grid(count), PDX__THREADS, 0, (cudaStream_t)stream>>>(
 	    p->dev, first, count, staging, p->bb,
 	    pdx__unit(p->align | p->bb | (uint64_t)(uintptr_t)staging),
@@ -290,6 +291,7 @@ extern "C" pdx_status_t pdx_kv_plan_copy_cuda(const struct pdx_kv_plan *src,
 		return PDX_EINVAL;
 	if (!count)
 		return PDX_OK;
+	pdx__cuda_launch_begin();
 	k_copy<<<pdx__grid(count), PDX__THREADS, 0, (cudaStream_t)stream>>>(
 	    src->dev, dst->dev, first, count, src->bb,
 	    pdx__unit(src->align | dst->align | src->bb));
@@ -318,6 +320,7 @@ pdx_kv_plan_copy_piece_cuda(const struct pdx_kv_plan *src,
 		return PDX_EINVAL;
 	if (!count)
 		return PDX_OK;
+	pdx__cuda_launch_begin();
 	k_copy_piece<<<pdx__grid(count), PDX__THREADS, 0,
 		       (cudaStream_t)stream>>>(
 	    src->dev, dst->dev, *pc, first, count,

@@ -45,6 +45,7 @@ extern "C" pdx_status_t pdx_kv_buf_hashes_cuda(const void *buf,
 	if (!nblocks)
 		return PDX_OK;
 	PDX_CUDA_TRY(cudaMallocAsync((void **)&d, nblocks * 8, st));
+	pdx__cuda_launch_begin();
 	k_hashes<<<pdx__grid(nblocks), PDX__THREADS, 0, st>>>(
 		(const uint8_t *)buf, block_bytes, nblocks, aligned8, d);
 	rc = pdx__cuda_launched();

@@ -84,7 +84,14 @@ def main():
               "their pools as GPU memory (CUDA IPC regions)")
         failures += not ok
         src, dst = [3, 4, 5, 40], [10, 11, 12, 63]
+        zero = ctypes.create_string_buffer(ITEM)
         for rnd in range(3):
+            # the pages zeroed, so each room's check sees its own bytes
+            # (the pattern is the same every room)
+            for b in range(2 * LAYERS):
+                for d in dst:
+                    copy(d_bufs[b] + d * ITEM, ctypes.addressof(zero), ITEM,
+                         H2D)
             room, row = 1000 + rnd, rnd
             recv = pdx.sglang.PdxKVReceiver(D, addr, room)
             send = pdx.sglang.PdxKVSender(P, addr, room)

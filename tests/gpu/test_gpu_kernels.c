@@ -203,6 +203,43 @@ static void one_layout(int round)
 			cudaFree(dsh[i]);
 		}
 	}
+	/* ... and between two TP sizes above 1 (a TP 2 -> 4 and 4 -> 2
+	 * reshard, no full copy on either side) */
+	for (uint32_t a = 2; 4 <= s.kv_heads && a <= 4; a += 2) {
+		uint32_t b = 6 - a;
+		void *ha_[4], *da_[4], *hb_[4], *db_[4];
+
+		for (uint32_t i = 0; i < a; i++) {
+			ha_[i] = malloc(len / a);
+			cudaMalloc(&da_[i], len / a);
+		}
+		for (uint32_t i = 0; i < b; i++) {
+			hb_[i] = malloc(len / b);
+			cudaMalloc(&db_[i], len / b);
+		}
+		CHECK_EQ(pdx_kv_heads_split_cpu(&s, hs, a, ha_, nb), PDX_OK);
+		for (uint32_t i = 0; i < a; i++)
+			cudaMemcpy(da_[i], ha_[i], len / a,
+				   cudaMemcpyHostToDevice);
+		CHECK_EQ(pdx_kv_heads_reshard_cpu(&s, a,
+						  (const void *const *)ha_, b,
+						  hb_, nb),
+			 PDX_OK);
+		CHECK_EQ(pdx_kv_heads_reshard_cuda(&s, a,
+						   (const void *const *)da_,
+						   b, db_, nb, NULL),
+			 PDX_OK);
+		cudaDeviceSynchronize();
+		for (uint32_t i = 0; i < b; i++) {
+			CHECK(dev_same(db_[i], hb_[i], len / b));
+			free(hb_[i]);
+			cudaFree(db_[i]);
+		}
+		for (uint32_t i = 0; i < a; i++) {
+			free(ha_[i]);
+			cudaFree(da_[i]);
+		}
+	}
 	if (check_failures)
 		fprintf(stderr,
 			"round %d: layers %u tensors %u blocks %u T %u H %u D %u dt %u order %d n %u\n",
@@ -311,6 +348,61 @@ static void piece_cpu(const struct pdx_kv_piece *pc, const uint8_t *hs,
 			memcpy(hd + s * bb + pc->dst_off + r * pc->dst_stride,
 			       hs + s * bb + pc->src_off + r * pc->src_stride,
 			       pc->len);
+}
+
+/* A TP leg's heads, as the cuda-ipc path copies them: a's blocks (staging
+ * ha, its plan pa) into rank 1's half of the heads of a pool whose blocks
+ * hold twice a's (TP 2 -> 1: segment bytes differ); one row per block in
+ * HND, one per token in NHD. Nothing else of that pool is written. */
+static void tp_piece(struct pool *a, struct pdx_kv_plan *pa, const uint8_t *ha,
+		     uint32_t n, cudaStream_t st)
+{
+	struct pdx_kv_layout wide = a->l;
+	struct pdx_kv_plan *pw = NULL;
+	struct pdx_kv_piece pc = { 0 };
+	struct pool w;
+	uint32_t iw[MAX_BLOCKS];
+	uint64_t head = (uint64_t)a->l.head_dim * a->l.dtype_bytes;
+	uint64_t bb = pdx_kv_layout_block_bytes(&a->l), bw, segs;
+	uint8_t *hw;
+
+	wide.kv_heads *= 2;
+	if (pool_new(&w, &wide, n)) {
+		CHECK(!"device allocation");
+		return;
+	}
+	distinct(iw, n, w.l.blocks);
+	bw = pdx_kv_layout_block_bytes(&w.l);
+	segs = pdx_kv_plan_segments(pa);
+	if (a->l.order == PDX_KV_HND) {
+		pc = (struct pdx_kv_piece){ .rows = 1,
+					    .len = bb,
+					    .dst_off = bb };
+	} else {
+		pc = (struct pdx_kv_piece){ .rows = a->l.block_tokens,
+					    .len = a->l.kv_heads * head,
+					    .src_stride = a->l.kv_heads * head,
+					    .dst_stride = w.l.kv_heads * head,
+					    .dst_off = a->l.kv_heads * head };
+	}
+	hw = malloc(segs * bw);
+	CHECK_EQ(pdx_kv_plan_new_cuda(&w.dkv, iw, n, &pw), PDX_OK);
+	CHECK_EQ(pdx_kv_gather_cpu(&w.hkv, iw, n, hw), PDX_OK);
+	for (uint64_t s = 0; s < segs; s++)
+		for (uint32_t r = 0; r < pc.rows; r++)
+			memcpy(hw + s * bw + pc.dst_off + r * pc.dst_stride,
+			       ha + s * bb + pc.src_off + r * pc.src_stride,
+			       pc.len);
+	CHECK_EQ(pdx_kv_scatter_cpu(&w.hkv, iw, n, hw), PDX_OK);
+	if (pw) {
+		CHECK_EQ(pdx_kv_plan_copy_piece_cuda(pa, pw, &pc, 0, segs, st),
+			 PDX_OK);
+		CHECK_EQ(cudaStreamSynchronize(st), cudaSuccess);
+		CHECK(pool_same(&w));
+	}
+	pdx_kv_plan_free_cuda(pw);
+	free(hw);
+	pool_free(&w);
 }
 
 /* Plan gather, scatter and copy of random segment ranges against the
@@ -424,6 +516,7 @@ static void plans(int round)
 			 PDX_EINVAL);
 	}
 
+	tp_piece(&a, pa, ha, n, st);
 	plan_errors(&a, pa, ia, n, d);
 	cudaDeviceSynchronize();
 out:

@@ -70,7 +70,14 @@ def main():
         print("ok   both sides registered (the prefill side's tensors at "
               "offsets in one allocation)")
         src, dst = [3, 4, 5, 40], [10, 11, 12, 63]
+        zero = ctypes.create_string_buffer(2 * BLOCK)
         for rnd in range(3):  # three passes: the event slots cycle
+            # the blocks zeroed, so each pass's check sees its own bytes
+            # (the pattern is the same every pass)
+            for name in d_caches:
+                for d in dst:
+                    copy(d_caches[name].ptr + d * 2 * BLOCK,
+                         ctypes.addressof(zero), 2 * BLOCK, H2D)
             x = pdx.XferId().hex
             D.start(PdxMetadata(recvs=[RecvMeta("r%d" % rnd, x,
                                                 [P.peer_addr], dst, 0)]))

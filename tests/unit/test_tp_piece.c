@@ -1,0 +1,172 @@
+/* A TP leg's heads as the cuda-ipc path moves them (agent/path_cuda_ipc.c):
+ * tp_slice_each_piece() of one block gives the piece, and the copy kernel
+ * (kernels/plan.cu, k_copy_piece) applies that same piece to every
+ * segment, one block of one tensor. Here the kernel is modelled on the
+ * CPU, segment by segment, and every decode rank's blocks, put together
+ * from the legs of every prefill rank that overlaps it, must equal what
+ * pdx_kv_heads_reshard_cpu() makes of the same KV: for TP p -> d both
+ * ways, NHD and HND, block_tokens not a power of two, heads of odd byte
+ * lengths. Each piece must also pass the kernel's own bounds check (the
+ * last row ends within the block on both sides), or the launch would be
+ * refused. Runs without a GPU. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/agent.h"
+#include "kernels/kv_kernels.h"
+#include "tests/check.h"
+#include "tests/rng.h"
+
+static struct test_rng rng = { 0x6a09e667f3bcc909ULL };
+static int failed, cases;
+
+/* plan.cu's piece_fits(): the piece's last row ends within bb bytes. */
+static int fits(const struct pdx_kv_piece *pc, uint64_t off, uint64_t stride,
+		uint64_t bb)
+{
+	uint64_t last = off + (uint64_t)(pc->rows - 1) * stride;
+
+	return last >= off && last <= bb && pc->len <= bb - last;
+}
+
+struct seg_copy {
+	const uint8_t *src; /* the sender rank's blocks */
+	uint8_t *dst;	    /* the receiver rank's blocks */
+	uint64_t sbb, dbb, nblocks;
+	int calls, bad_fit;
+};
+
+/* k_copy_piece on the CPU: the piece of each segment (a block here). */
+static pdx_status_t apply(struct xfer *x, const void *ctx,
+			  const struct pdx_kv_piece *pc)
+{
+	struct seg_copy *c = (struct seg_copy *)ctx;
+
+	(void)x;
+	c->calls++;
+	if (!pc->rows || !pc->len || !fits(pc, pc->src_off, pc->src_stride, c->sbb) ||
+	    !fits(pc, pc->dst_off, pc->dst_stride, c->dbb)) {
+		c->bad_fit++;
+		return PDX_OK;
+	}
+	for (uint64_t k = 0; k < c->nblocks; k++)
+		for (uint32_t r = 0; r < pc->rows; r++)
+			memcpy(c->dst + k * c->dbb + pc->dst_off +
+				       r * pc->dst_stride,
+			       c->src + k * c->sbb + pc->src_off +
+				       r * pc->src_stride,
+			       pc->len);
+	return PDX_OK;
+}
+
+static struct pdx_kv_layout rank_layout(const struct pdx_kv_shape *s,
+					uint32_t heads)
+{
+	return (struct pdx_kv_layout){ .layers = 1, .tensors = 2,
+				       .blocks = 1,
+				       .block_tokens = s->block_tokens,
+				       .kv_heads = heads,
+				       .head_dim = s->head_dim,
+				       .dtype_bytes = s->dtype_bytes,
+				       .order = s->order };
+}
+
+/* TP p -> d of nblocks blocks of full shape s. */
+static void one(const struct pdx_kv_shape *s, uint32_t p, uint32_t d,
+		uint64_t nblocks)
+{
+	uint32_t H = s->kv_heads;
+	uint64_t full = pdx_kv_shape_bytes(s), sbb = full / p, dbb = full / d;
+	uint8_t *whole = malloc(full * nblocks);
+	void *src[16], *want[16];
+	uint8_t *got = malloc(dbb * nblocks);
+	struct pdx_kv_shape shape = *s;
+	const void *one_src[1] = { whole };
+
+	for (uint64_t i = 0; i < full * nblocks; i++)
+		whole[i] = (uint8_t)test_rnd(&rng);
+	for (uint32_t i = 0; i < p; i++)
+		src[i] = malloc(sbb * nblocks);
+	for (uint32_t i = 0; i < d; i++)
+		want[i] = malloc(dbb * nblocks);
+	/* the prefill ranks' shards, and the decode ranks' */
+	CHECK_EQ(pdx_kv_heads_reshard_cpu(&shape, 1, one_src, p, src, nblocks),
+		 PDX_OK);
+	CHECK_EQ(pdx_kv_heads_reshard_cpu(&shape, 1, one_src, d, want,
+					  nblocks),
+		 PDX_OK);
+	for (uint32_t r = 0; r < d; r++) {
+		struct pdx_kv_layout dl = rank_layout(s, H / d);
+		uint32_t covered = 0;
+
+		memset(got, 0xa5, dbb * nblocks);
+		for (uint32_t q = 0; q < p; q++) {
+			struct pdx_kv_layout sl = rank_layout(s, H / p);
+			struct seg_copy c = { src[q], got, sbb, dbb, nblocks,
+					      0, 0 };
+			struct tp_slice sc;
+
+			if (!tp_slice_of(H, (struct tp_rank){ q, p },
+					 (struct tp_rank){ r, d }, &sc))
+				continue;
+			covered += sc.n;
+			CHECK_EQ(tp_slice_each_piece(NULL, &sc, &sl, &dl, 1,
+						     apply, &c),
+				 PDX_OK);
+			/* one piece a block, within it on both sides */
+			CHECK_EQ(c.calls, 1);
+			CHECK_EQ(c.bad_fit, 0);
+		}
+		/* every head of the rank from some leg, and the bytes the
+		 * resharded KV's */
+		CHECK_EQ(covered, H / d);
+		CHECK(!memcmp(got, want[r], dbb * nblocks));
+		if (check_failures > failed) {
+			printf("  TP %u -> %u, decode rank %u: %s, %u tokens, "
+			       "%u heads of %u bytes\n", p, d, r,
+			       s->order == PDX_KV_NHD ? "NHD" : "HND",
+			       s->block_tokens, H,
+			       s->head_dim * s->dtype_bytes);
+			failed = check_failures;
+		}
+	}
+	cases++;
+	for (uint32_t i = 0; i < p; i++)
+		free(src[i]);
+	for (uint32_t i = 0; i < d; i++)
+		free(want[i]);
+	free(got);
+	free(whole);
+}
+
+int main(void)
+{
+	static const uint32_t tokens[] = { 1, 3, 16 }, heads[] = { 2, 4, 8 },
+			      dims[] = { 1, 5, 64 }, dtypes[] = { 1, 2 },
+			      tps[] = { 1, 2, 4, 8 };
+
+	for (int o = 0; o < 2; o++)
+		for (size_t t = 0; t < 3; t++)
+			for (size_t h = 0; h < 3; h++)
+				for (size_t k = 0; k < 3; k++)
+					for (size_t b = 0; b < 2; b++) {
+						struct pdx_kv_shape s = {
+							tokens[t], heads[h],
+							dims[k], dtypes[b],
+							o ? PDX_KV_HND
+							  : PDX_KV_NHD };
+
+						for (size_t i = 0; i < 4; i++)
+							for (size_t j = 0; j < 4; j++)
+								if (tps[i] != tps[j] &&
+								    tps[i] <= heads[h] &&
+								    tps[j] <= heads[h])
+									one(&s, tps[i], tps[j],
+									    1 + test_rnd(&rng) % 3);
+					}
+	CHECK(cases > 500, "TP p -> d between 1, 2, 4 and 8 ranks, NHD and "
+	      "HND, blocks of 1, 3 and 16 tokens: each decode rank's blocks, "
+	      "put together from the cuda-ipc legs' pieces segment by "
+	      "segment, are the resharded KV byte for byte");
+	CHECK_DONE();
+}
