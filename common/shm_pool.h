@@ -34,8 +34,12 @@ struct pdx_shm_pool {
 	bool has_lock;  /* lock_fd is open */
 };
 
-/* Creates (replacing a stale object of that name), sizes, maps and
- * pre-faults a pool of `blocks` blocks of model m. Block bytes must be a
+/* Creates, sizes, maps and pre-faults a pool of `blocks` blocks of model
+ * m, named shm_name (an object of that name left by a process that died
+ * is replaced), or shm_name-2, -3, ... where live processes of other PID
+ * namespaces sharing this /dev/shm hold the names before (p->name says
+ * which). Its pages are allocated here: a /dev/shm too small for it is
+ * an error that says so, not a SIGBUS later. Block bytes must be a
  * multiple of 8. On failure writes the reason to err and returns
  * PDX_EINVAL (bad arguments), PDX_ENOMEM or PDX_EIO; nothing is left
  * behind then. */

@@ -38,6 +38,8 @@ struct pdx_dns_name {
 	struct pdx_pool *pool;
 	const char *spec; /* "NAME:PORT" or an SRV "NAME", as given */
 	bool srv;	  /* no port given: spec names SRV records */
+	char name[PDX_DNS_NAME_MAX]; /* a NAME:PORT's NAME */
+	unsigned cand;		     /* its expansion asked this round */
 	struct event *timer;
 	/* an SRV name's query: its connected UDP socket and the id asked */
 	evutil_socket_t sock;
@@ -146,6 +148,10 @@ static bool unanswered(int err)
  * one query unanswered, or with no address at all, keeps the last set
  * (a timeout on one of an SRV name's targets must not drain that pod's
  * instances). Logged when the outcome changes. */
+static bool expansion(const struct pdx_dns_name *nm, unsigned k, char *out,
+		      size_t len);
+static void targets_ask(struct pdx_dns_name *nm);
+
 static void round_end(struct pdx_dns_name *nm)
 {
 	int err = unanswered(nm->err) ? nm->err
@@ -154,6 +160,15 @@ static void round_end(struct pdx_dns_name *nm)
 				      : DNS_ERR_NODATA;
 	unsigned next;
 
+	/* a NAME:PORT with no address under this expansion, every query
+	 * answered (NXDOMAIN, no records): the next one */
+	if (!nm->srv && !nm->n_found && !unanswered(nm->err) &&
+	    expansion(nm, nm->cand + 1, nm->targets[0].name,
+		      sizeof(nm->targets[0].name))) {
+		nm->cand++;
+		targets_ask(nm);
+		return;
+	}
 	if (err != DNS_ERR_NONE) {
 		nm->failures++;
 		if (err != nm->last_err)
@@ -242,13 +257,55 @@ static void on_answer(int result, char type, int count, int ttl,
 		round_end(nm);
 }
 
-/* Asks every target's A and AAAA records (an SRV target is a full name:
- * no search). A query that cannot be sent counts as answered with an
- * error (evdns never calls back for it). */
+/* The k-th name a NAME:PORT's records are asked under, as the resolver
+ * of resolv.conf gives them (glibc's order): a name with fewer dots
+ * than ndots under each search domain, then as given; one with as many
+ * or more as given first; one ending in a dot, or with no search list
+ * (--dns-server), as given only. false past the last. */
+static bool expansion(const struct pdx_dns_name *nm, unsigned k, char *out,
+		      size_t len)
+{
+	const struct pdx_discovery *d = nm->d;
+	size_t n = strlen(nm->name);
+	unsigned dots = 0;
+	bool first;
+
+	for (const char *p = nm->name; *p; p++)
+		dots += *p == '.';
+	first =
+	    dots >= d->ndots || !d->n_search || (n && nm->name[n - 1] == '.');
+	if (first && k == 0) {
+		snprintf(out, len, "%s", nm->name);
+		return true;
+	}
+	if (first && (!d->n_search || nm->name[n - 1] == '.'))
+		return false;
+	k -= first;
+	if (k < d->n_search) {
+		/* too long under this domain: asked as given instead */
+		if ((size_t)snprintf(out, len, "%s.%s", nm->name,
+				     d->search[k]) >= len)
+			snprintf(out, len, "%s", nm->name);
+		return true;
+	}
+	if (first || k > d->n_search)
+		return false;
+	snprintf(out, len, "%s", nm->name);
+	return true;
+}
+
+/* Asks every target's A and AAAA records, each name as it is: an SRV
+ * target is a full name, a NAME:PORT's expansions are walked here
+ * (expansion(), round_end()) rather than by evdns, whose search gives
+ * up a name only when both families' last expansion did: the AAAA query
+ * of a Service with IPv4 records only went on to the name as given,
+ * which the cluster's DNS forwards out, and a refusal or timeout there
+ * failed every round. A query that cannot be sent counts as answered
+ * with an error (evdns never calls back for it). */
 static void targets_ask(struct pdx_dns_name *nm)
 {
 	struct evdns_base *dns = nm->d->dns;
-	int flags = nm->srv ? DNS_QUERY_NO_SEARCH : 0;
+	int flags = DNS_QUERY_NO_SEARCH;
 	unsigned n = nm->n_targets;
 
 	nm->pending = 2 * n;
@@ -342,24 +399,60 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	nm->n_targets = 1;
+	nm->cand = 0;
+	expansion(nm, 0, nm->targets[0].name, sizeof(nm->targets[0].name));
 	targets_ask(nm);
+}
+
+/* resolv.conf's search list (the last `search` or `domain` line) and
+ * ndots (default 1), for expansion(): evdns keeps its own to itself. */
+static void search_line(struct pdx_discovery *d, char *line)
+{
+	char *save = NULL, *w = strtok_r(line, " \t\r\n", &save);
+	bool list = w && (!strcmp(w, "search") || !strcmp(w, "domain"));
+	bool options = w && !strcmp(w, "options");
+
+	if (list)
+		d->n_search = 0;
+	while ((list || options) && (w = strtok_r(NULL, " \t\r\n", &save))) {
+		size_t n = strlen(w);
+
+		/* "cluster.local." is "cluster.local" (the root's dot) */
+		if (list && n > 1 && w[n - 1] == '.')
+			w[--n] = '\0';
+		if (list && !strcmp(w, "."))
+			continue;
+		if (list && d->n_search < PDX_DISCOVERY_SEARCH &&
+		    n < sizeof(d->search[0]))
+			memcpy(d->search[d->n_search++], w, n + 1);
+		if (options && !strncmp(w, "ndots:", 6))
+			d->ndots = (unsigned)strtoul(w + 6, NULL, 10);
+	}
 }
 
 /* Where SRV queries go: --dns-server, else the first nameserver of
  * resolv.conf (evdns keeps its list to itself), else 127.0.0.1 as evdns
- * does. ns_len stays 0 when that is no IP[:PORT]. */
+ * does. ns_len stays 0 when that is no IP[:PORT]. With resolv.conf, its
+ * search list and ndots too. */
 static void ns_set(struct pdx_discovery *d, const char *server)
 {
 	struct sockaddr_in *in = (struct sockaddr_in *)&d->ns;
 	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&d->ns;
-	char line[256], ip[128] = "127.0.0.1";
+	char line[1024], ip[128] = "127.0.0.1";
+	bool ns_seen = false;
 	FILE *f;
 
+	d->ndots = 1;
+	d->n_search = 0;
 	if (!server) {
 		f = fopen(RESOLV_CONF, "r");
-		while (f && fgets(line, sizeof(line), f))
-			if (sscanf(line, " nameserver %127s", ip) == 1)
-				break;
+		while (f && fgets(line, sizeof(line), f)) {
+			if (!ns_seen &&
+			    sscanf(line, " nameserver %127s", ip) == 1)
+				ns_seen = true;
+			else
+				search_line(d, line);
+		}
 		if (f)
 			fclose(f);
 		server = ip;
@@ -496,7 +589,7 @@ int pdx_discovery_add(struct pdx_discovery *d, struct pdx_pool *pool,
 	t = &nm->targets[0];
 	nm->srv = !strchr(spec, ':');
 	if (nm->srv ? srv_open(nm, err, errlen)
-		    : pdx_pool_addr_parse(spec, t->name, sizeof(t->name),
+		    : pdx_pool_addr_parse(spec, nm->name, sizeof(nm->name),
 					  &t->port, err, errlen))
 		goto bad;
 	nm->timer = evtimer_new(d->base, on_timer, nm);

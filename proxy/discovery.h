@@ -24,7 +24,12 @@
  *
  * Nameservers: --dns-server IP[:PORT], else /etc/resolv.conf (its
  * search domains and ndots too, so a Service's short name works inside
- * a cluster).
+ * a cluster). A NAME:PORT is asked under its expansions in glibc's
+ * order (pdx-decode.NS.svc.cluster.local, ..., pdx-decode), one at a
+ * time, both families at once; the first under which either family has
+ * an address is the round's: the names after it are not asked, so what
+ * the cluster's DNS says of the bare name (forwarded out of the
+ * cluster, perhaps refused) does not fail a round.
  *
  * One thread (the proxy's loop). A zero-initialised struct is off;
  * pdx_discovery_stop() is NULL-safe on one never started.
@@ -37,6 +42,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "proxy/dns_srv.h"
 #include "proxy/pool.h"
 
 struct event_base;
@@ -44,6 +50,7 @@ struct evdns_base;
 struct pdx_dns_name;
 
 #define PDX_DISCOVERY_NAMES 16 /* --prefill-dns and --decode-dns in all */
+#define PDX_DISCOVERY_SEARCH 6 /* resolv.conf's search domains used */
 
 struct pdx_discovery {
 	struct event_base *base;
@@ -51,6 +58,10 @@ struct pdx_discovery {
 	unsigned interval_s;	    /* the most between two rounds of a name */
 	struct sockaddr_storage ns; /* where SRV queries go */
 	int ns_len;		    /* 0: nowhere known */
+	/* resolv.conf's search list and ndots (none with --dns-server) */
+	char search[PDX_DISCOVERY_SEARCH][PDX_DNS_NAME_MAX];
+	unsigned n_search;
+	unsigned ndots;
 	unsigned n;
 	struct pdx_dns_name *names[PDX_DISCOVERY_NAMES];
 };

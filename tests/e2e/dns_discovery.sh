@@ -131,6 +131,31 @@ flaky_n="$PORT_Z/pdx_proxy_dns_instances{role=\"decode\",name=\"$flaky\"}"
 settle 5 "$flaky_n=2" \
 	"$PORT_Z/pdx_proxy_instance_requests_total{role=\"decode\",instance=\"http://127.0.0.7:$op\"}=0" ||
 	fail "the instance of the target on the other nameserver is not in the pool"
+# A short name through resolv.conf's search list, as in a pod
+# (docs/kubernetes.md: --decode-dns pdx-decode:8100 with `search
+# NS.svc.cluster.local svc.cluster.local cluster.local`, ndots:5): the
+# records of decode.pdx.test under "decode", none under the first
+# domain; no AAAA records, and the name as given is refused (this
+# dnsmasq forwards nowhere, as a cluster DNS whose upstream refuses).
+# The A records rule, every round (the AAAA query went on to the name as
+# given, refused: every round failed, no instance was ever added).
+if [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; then
+	printf 'nameserver 127.0.0.1:%s\nsearch svc.pdx.test pdx.test\noptions ndots:5\n' \
+		"$dp" >"$E2E_TMP/resolv.conf"
+	# shellcheck disable=SC2016 # for the inner sh
+	named_engine_start K unshare -m sh -c 'mount --bind "$0" /etc/resolv.conf && exec "$@"' \
+		"$E2E_TMP/resolv.conf" "$PROXY" --decode-dns "decode:$ep" --health-interval 0 \
+		--dns-interval 1
+	short="decode:$ep"
+	settle 5 "$PORT_K/pdx_proxy_dns_instances{role=\"decode\",name=\"$short\"}=2" ||
+		fail "decode:$ep through the search list: $(grep dns "$E2E_TMP/K.log" | tail -2)"
+	sleep 2 # two rounds more
+	[ "$(val "$PORT_K" "pdx_proxy_dns_resolve_failures_total{role=\"decode\",name=\"$short\"}")" = 0 ] ||
+		fail "rounds of decode:$ep failed: $(grep dns "$E2E_TMP/K.log" | tail -2)"
+	named_stop K
+else
+	echo "not root, or no unshare -m: the search list of resolv.conf not checked"
+fi
 curl -sS -o "$E2E_TMP/body" -w '%{http_code}' -H 'Authorization: Bearer s3cret' \
 	--data-binary "{\"role\": \"decode\", \"url\": \"$(at 127.0.0.5)\"}" \
 	"http://127.0.0.1:$x/admin/instances" >"$E2E_TMP/status" || fail "admin add"

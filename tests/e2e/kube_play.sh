@@ -25,7 +25,6 @@ skip() {
 	echo "kube_play: $*: skipped"
 	exit 77
 }
-command -v podman >/dev/null || skip "no podman"
 command -v kubectl >/dev/null || skip "no kubectl"
 
 # What this machine's podman needs (docs/kubernetes.md): runc, and
@@ -39,7 +38,7 @@ runtime = "runc"
 EOF
 export CONTAINERS_CONF=$E2E_TMP/containers.conf
 
-PLAYED= BUILT= CURVE=
+PLAYED= BUILT= CURVE= SHM_A= SHM_B=
 CONTAINERS="pdx-proxy-pod-0-pdx-proxy pdx-prefill-pod-0-pdx-engine
 pdx-prefill-pod-0-pdx-agent pdx-decode-pod-0-pdx-engine pdx-decode-pod-0-pdx-agent"
 kube_down() {
@@ -53,6 +52,8 @@ kube_down() {
 			podman pod exists "$p" && timeout 60 podman pod rm -f "$p" >/dev/null 2>&1
 		done
 	fi
+	[ -n "$SHM_B" ] && podman rm -f -t 0 "$SHM_B" >/dev/null 2>&1
+	[ -n "$SHM_A" ] && podman rm -f -t 0 "$SHM_A" >/dev/null 2>&1
 	[ -n "$BUILT" ] && podman rmi "$BUILT" >/dev/null 2>&1
 	[ -n "$CURVE" ] && rm -rf "$CURVE"
 	cleanup
@@ -101,7 +102,20 @@ count 1p1d 3 "replicas: 1"
 count xpyd 2 "replicas: 2"
 count monitoring 2 "kind: PodMonitor"
 count podman 0 "restartPolicy: Always"
+# what a cluster's API server, controllers and Pod Security admission
+# would refuse or ignore in the overlays for a cluster (k8s_check.py)
+if $PY -c 'import yaml' 2>/dev/null; then
+	for o in 1p1d xpyd monitoring; do
+		$PY "$HERE/k8s_check.py" "$E2E_TMP/$o.yaml" 2>"$E2E_TMP/check.log" ||
+			fail "overlay $o, as a cluster would take it:
+$(cat "$E2E_TMP/check.log")"
+	done
+else
+	echo "no python3 yaml (Debian: python3-yaml): the overlays not checked as a cluster would"
+fi
 cp "$E2E_TMP/podman.yaml" "$E2E_TMP/rendered.yaml"
+
+command -v podman >/dev/null || skip "no podman"
 
 IMAGE=${PDX_KUBE_IMAGE:-}
 if [ -z "$IMAGE" ]; then
@@ -113,6 +127,33 @@ if [ -z "$IMAGE" ]; then
 fi
 out=$(timeout 60 podman run --rm "$IMAGE" pdx-agent --help 2>&1) ||
 	skip "podman cannot run a container of $IMAGE here: $(echo "$out" | tail -3)"
+
+# A pod without the manifests' /dev/shm emptyDir has the runtime's
+# 64 MiB: llama3-8b's 2 GiB pool does not fit, and the engine says so and
+# exits 1 (it died of SIGBUS, saying nothing, while writing the pool).
+out=$(timeout 60 podman run --rm "$IMAGE" pdx-engine --model llama3-8b --port 0 2>&1)
+rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "does not fit in /dev/shm (6[0-9] MiB free of 6[0-9] MiB)" ||
+	fail "llama3-8b's pool in a 64 MiB /dev/shm: exit $rc, want 1 saying so: $(echo "$out" | tail -3)"
+# Two engines in one pod's /dev/shm (its containers share the IPC
+# namespace), each the PID 1 of its container: the second takes another
+# name, the first's pool stays its own (the second replaced it: both
+# named /pdx-engine-1).
+SHM_A=pdx-kube-shm-a-$$ SHM_B=pdx-kube-shm-b-$$
+timeout 60 podman run -d --name "$SHM_A" --network none "$IMAGE" \
+	pdx-engine --model tiny --port 0 >/dev/null || fail "podman run $SHM_A"
+shm_ls() { podman exec "$SHM_A" ls -i /dev/shm; }
+for _ in $(seq 100); do shm_ls 2>/dev/null | grep -q " pdx-engine-1$" && break; sleep 0.1; done
+a=$(shm_ls | awk '$2 == "pdx-engine-1" { print $1 }')
+[ -n "$a" ] || fail "no /dev/shm/pdx-engine-1 in $SHM_A: $(shm_ls)"
+timeout 60 podman run -d --name "$SHM_B" --network none --ipc "container:$SHM_A" "$IMAGE" \
+	pdx-engine --model tiny --port 0 >/dev/null || fail "podman run $SHM_B"
+for _ in $(seq 100); do podman logs "$SHM_B" 2>&1 | grep -q "kv blocks" && break; sleep 0.1; done
+podman logs "$SHM_B" 2>&1 | grep -q "kv blocks (8.0 MiB) in /dev/shm/pdx-engine-1-2," ||
+	fail "the second engine in one /dev/shm: $(podman logs "$SHM_B" 2>&1 | tail -2)"
+[ "$(shm_ls | awk '$2 == "pdx-engine-1" { print $1 }')" = "$a" ] ||
+	fail "the second engine replaced the first's pool: $(shm_ls)"
+podman rm -f -t 0 "$SHM_B" "$SHM_A" >/dev/null 2>&1
 
 # Free ports for the overlay's fixed ones (all one mapping, so a port
 # picked here that equals another of the overlay's stays put), this
