@@ -23,6 +23,7 @@
 #include "common/mp.h"
 #include "agent/xfer_sm.h"
 #include "common/clock.h"
+#include "common/ipc_path.h"
 #include "transport/ucx.h"
 
 /* How bytes move to a peer (docs/architecture.md, "Data path"). Host
@@ -310,6 +311,7 @@ struct agent {
 	struct event_base *base;
 	void *zctx;
 	void *engine_sock; /* ROUTER, ipc:// */
+	struct pdx_ipc_path engine_ipc; /* its socket file, removed at stop */
 	void *peer_sock;   /* ROUTER, tcp:// */
 	void *notify_sock; /* PUSH, optional */
 	/* its connections' handshakes, watched (notify.c) */

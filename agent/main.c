@@ -8,13 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include "agent/agent.h"
+#include "common/ipc_path.h"
 #include "common/log.h"
 #include "common/tcp_addr.h"
 #include "common/version.h"
@@ -369,15 +368,21 @@ static void host_identity(char *out, size_t len)
 		 (unsigned long)pid.st_ino);
 }
 
+/* A socket of ours, bound at bind_addr when given: an ipc:// path only
+ * when no one else has it, its file then recorded in *ipc. */
 static void *zsock(struct agent *a, int type, const char *bind_addr,
-		   bool curve)
+		   bool curve, struct pdx_ipc_path *ipc)
 {
 	void *s = zmq_socket(a->zctx, type);
+	struct pdx_ipc_path unused;
+	char err[512];
 	int linger = 0, hwm = 10000;
 	int64_t max = MAX_MSG_BYTES;
 
 	if (!s)
 		return NULL;
+	if (!ipc)
+		ipc = &unused;
 	zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof(hwm));
@@ -388,46 +393,13 @@ static void *zsock(struct agent *a, int type, const char *bind_addr,
 		zmq_close(s);
 		return NULL;
 	}
-	if (bind_addr && zmq_bind(s, bind_addr) < 0) {
-		log_error("cannot bind %s: %s", bind_addr, zmq_strerror(zmq_errno()));
+	if (bind_addr && pdx_ipc_bind(s, zmq_bind, bind_addr, "agent", ipc,
+				      err, sizeof(err))) {
+		log_error("%s", err);
 		zmq_close(s);
 		return NULL;
 	}
 	return s;
-}
-
-/* ZeroMQ's ipc:// bind replaces whatever file is at the path, so a second
- * agent given a running one's --engine would silently take its engines
- * from it (and unlink the path if it then failed). A path that accepts a
- * connection has a listener: refuse it. One that refuses the connection
- * (an agent that died without removing it) is stale, and the bind
- * replaces it as before. Two agents starting in the same instant can
- * still race between this check and the bind; that is not the mistake
- * this guards against. */
-static int engine_path_check(const char *addr)
-{
-	const char *path = addr + strlen("ipc://");
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	int fd, rc;
-
-	/* an abstract name (@...) is refused by the bind itself; a path too
-	 * long for sun_path is too, with ZeroMQ's reason */
-	if (path[0] == '@' || strlen(path) >= sizeof(sun.sun_path))
-		return 0;
-	memcpy(sun.sun_path, path, strlen(path));
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return 0;
-	rc = connect(fd, (struct sockaddr *)&sun, sizeof(sun));
-	/* EAGAIN: a listener whose backlog is full, still a listener */
-	if (rc == 0 || errno == EAGAIN) {
-		close(fd);
-		log_error("cannot bind %s: another agent serves it; give this agent a path of its own",
-			  addr);
-		return -1;
-	}
-	close(fd);
-	return 0;
 }
 
 static struct event *watch_fd(struct agent *a, int fd)
@@ -501,10 +473,11 @@ static int agent_start(struct agent *a)
 		return -1;
 	if (metrics_start(a)) /* logged before the engine link is bound */
 		return -1;
-	if (engine_path_check(a->cfg.engine_addr))
-		return -1;
-	a->engine_sock = zsock(a, ZMQ_ROUTER, a->cfg.engine_addr, false);
-	a->peer_sock = zsock(a, ZMQ_ROUTER, a->cfg.listen_addr, a->curve);
+	/* a path another agent serves, another user's, or no socket at all
+	 * is refused (ZeroMQ's bind would take it): common/ipc_path.h */
+	a->engine_sock = zsock(a, ZMQ_ROUTER, a->cfg.engine_addr, false,
+			       &a->engine_ipc);
+	a->peer_sock = zsock(a, ZMQ_ROUTER, a->cfg.listen_addr, a->curve, NULL);
 	if (!a->engine_sock || !a->peer_sock)
 		return -1;
 	if (!a->cfg.advertise && /* port 0: the one the kernel picked */
@@ -517,7 +490,7 @@ static int agent_start(struct agent *a)
 	if (a->cfg.notify_addr) {
 		int hwm = 1000;
 
-		a->notify_sock = zsock(a, ZMQ_PUSH, NULL, false);
+		a->notify_sock = zsock(a, ZMQ_PUSH, NULL, false, NULL);
 		if (!a->notify_sock)
 			return -1;
 		zmq_setsockopt(a->notify_sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
@@ -554,10 +527,6 @@ static void event_free_safe(struct event *ev)
 
 static void agent_stop(struct agent *a)
 {
-	/* set only by a bind that succeeded: the path is ours to remove, and
-	 * never another agent's that this one was refused */
-	bool engine_bound = a->engine_sock != NULL;
-
 	liveness_stop(a);
 	metrics_stop(a);
 	gpu_drain(a->gpu); /* its callbacks name transfers */
@@ -603,8 +572,9 @@ static void agent_stop(struct agent *a)
 	am_slice_free(a);
 	if (a->base)
 		event_base_free(a->base);
-	if (engine_bound)
-		unlink(a->cfg.engine_addr + strlen("ipc://"));
+	/* only the socket file our bind made, never one another agent put
+	 * there since, nor one this agent was refused */
+	pdx_ipc_path_remove(&a->engine_ipc);
 }
 
 /* A queued request's lease is renewed by its receiver's ping, once a

@@ -208,7 +208,7 @@ int metrics_addr_parse(const char *addr, char *host, size_t len, uint16_t *port)
 int metrics_start(struct agent *a)
 {
 	struct evhttp_bound_socket *bs;
-	char host[PDX_ADDR_MAX];
+	char host[PDX_ADDR_MAX], err[256];
 	uint16_t port;
 
 	if (!a->cfg.metrics_addr)
@@ -223,10 +223,10 @@ int metrics_start(struct agent *a)
 	evhttp_set_max_headers_size(a->metrics.http, 8192);
 	evhttp_set_timeout(a->metrics.http, 10);
 	evhttp_set_gencb(a->metrics.http, on_request, a);
-	bs = evhttp_bind_socket_with_handle(a->metrics.http, host, port);
+	bs = pdx_http_bind(a->metrics.http, host, port, "--metrics port", err,
+			   sizeof(err));
 	if (!bs) {
-		log_error("--metrics: cannot listen on %s",
-			  a->cfg.metrics_addr);
+		log_error("--metrics: %s", err);
 		return -1;
 	}
 	pdx_http_listen_tune(bs);

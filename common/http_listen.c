@@ -8,6 +8,7 @@
 #include <event2/listener.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -44,6 +45,31 @@ static void on_accept_error(struct evconnlistener *lev, void *arg)
 		logged_ns = now;
 		pauses = 0;
 	}
+}
+
+struct evhttp_bound_socket *pdx_http_bind(struct evhttp *http,
+					  const char *host, uint16_t port,
+					  const char *option, char *err,
+					  size_t errlen)
+{
+	struct evhttp_bound_socket *bs;
+	int e;
+
+	errno = 0;
+	bs = evhttp_bind_socket_with_handle(http, host, port);
+	if (bs)
+		return bs;
+	e = errno; /* bind()'s, or getaddrinfo() left it 0 */
+	if (e == EADDRINUSE)
+		snprintf(err, errlen,
+			 "cannot listen on %s:%u: %s (another process listens "
+			 "there, another deployment's perhaps: pick another "
+			 "%s)",
+			 host, port, strerror(e), option);
+	else
+		snprintf(err, errlen, "cannot listen on %s:%u: %s", host, port,
+			 e ? strerror(e) : "no such address here");
+	return NULL;
 }
 
 void pdx_http_listen_tune(struct evhttp_bound_socket *bs)

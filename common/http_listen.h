@@ -13,6 +13,16 @@
 #include <stdint.h>
 #include <sys/resource.h>
 
+/* evhttp_bind_socket_with_handle() that says why it failed: err gets
+ * "cannot listen on HOST:PORT: REASON" and, when another process has the
+ * port (two deployments with the same defaults), which option picks
+ * another (option, e.g. "--port"; 0 takes a free port where the program
+ * allows it). NULL on failure. */
+struct evhttp_bound_socket *pdx_http_bind(struct evhttp *http,
+					  const char *host, uint16_t port,
+					  const char *option, char *err,
+					  size_t errlen);
+
 /* Accepted sockets inherit TCP_NODELAY from the listening one (Linux),
  * so it is set there once (see common/nodelay.h for why). When accept()
  * fails in a way retrying at once will not fix (above all EMFILE),

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +14,6 @@
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
-
-/* NAME, NAME-2, ... NAME-16: engines of as many PID namespaces with one
- * pid in one /dev/shm */
-#define SHM_NAME_TRIES 16
 
 pdx_status_t pdx_shm_pool_layout(const struct pdx_model *m, uint32_t blocks,
 				 struct pdx_kv_layout *out, uint64_t *size,
@@ -64,105 +59,116 @@ pdx_status_t pdx_shm_pool_layout(const struct pdx_model *m, uint32_t blocks,
 	return PDX_OK;
 }
 
-/* Whether fd is still the object called name (nobody unlinked it and
- * made another of that name meanwhile). */
-static bool same_object(int fd, const char *name)
+/* Whether the existing object of that name was left by a process that
+ * died: no one holds its lock (a live pool's creator takes it first
+ * thing). Otherwise writes whose it is into err. */
+static bool shm_stale(const char *name, char *err, size_t errlen)
 {
-	struct stat a, b;
-	int nfd = shm_open(name, O_RDONLY, 0);
-	bool same;
+	int fd = shm_open(name, O_RDWR, 0);
+	char path[300];
+	struct stat st;
+	bool stale;
 
-	if (nfd < 0)
+	snprintf(path, sizeof(path), "/dev/shm%s", name);
+	if (fd < 0) {
+		if (stat(path, &st) == 0 && st.st_uid != geteuid())
+			snprintf(err, errlen,
+				 "shm_open %s: it exists and belongs to uid %u, "
+				 "not to this user (uid %u)",
+				 name, (unsigned)st.st_uid, (unsigned)geteuid());
+		else
+			snprintf(err, errlen, "shm_open %s: it exists and "
+				 "cannot be opened: %s", name, strerror(errno));
 		return false;
-	same = fstat(fd, &a) == 0 && fstat(nfd, &b) == 0 &&
-	       a.st_dev == b.st_dev && a.st_ino == b.st_ino;
-	close(nfd);
-	return same;
+	}
+	stale = flock(fd, LOCK_EX | LOCK_NB) == 0;
+	if (!stale)
+		snprintf(err, errlen,
+			 "shm_open %s: it exists and a live process holds it "
+			 "(another pool's name: each must be unique on this "
+			 "/dev/shm, also across PID namespaces sharing it)",
+			 name);
+	close(fd);
+	return stale;
 }
 
-/* Creates a new object, locked (flock, until the process closes it or
- * dies), named after base: base itself, else base-2, base-3, ...; the
- * name taken in name. An object of that name that nobody holds was left
- * by a process that died (callers put their pid in base) and is
- * replaced. One that a live process holds is left alone: a pid names a
- * process only within its PID namespace, and processes of several
- * namespaces may share one /dev/shm (containers of a Kubernetes pod,
- * each engine the PID 1 of its own container). Returns the fd, or -1
- * with errno set. */
-static int shm_create(const char *base, char *name, size_t len)
+/* Creates the object afresh and takes its lock at once, before it is
+ * sized and pre-faulted (seconds for a big pool): from its first moment
+ * pdx_shm_pool_sweep() and shm_stale() see it alive. An object of that
+ * name left by a process that died is replaced; one a live process holds,
+ * or another user's, never is: err says whose. */
+static int shm_create(const char *name, char *err, size_t errlen)
 {
-	for (int n = 1; n <= SHM_NAME_TRIES; n++) {
-		int fd, old;
+	int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
 
-		if (n == 1)
-			snprintf(name, len, "%s", base);
-		else if ((size_t)snprintf(name, len, "%s-%d", base, n) >= len)
-			break;
-		fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-		if (fd < 0 && errno == EEXIST) {
-			old = shm_open(name, O_RDWR, 0);
-			if (old >= 0 && flock(old, LOCK_EX | LOCK_NB) == 0)
-				shm_unlink(name); /* its process died */
-			if (old >= 0)
-				close(old);
-			fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-		}
-		if (fd < 0) {
-			if (errno == EEXIST)
-				continue; /* a live process's */
+	if (fd < 0 && errno == EEXIST) {
+		if (!shm_stale(name, err, errlen))
 			return -1;
-		}
-		/* another process starting at this moment may have taken it
-		 * for a dead one's before the lock: then the name is its */
-		if (flock(fd, LOCK_EX | LOCK_NB) == 0 && same_object(fd, name))
-			return fd;
-		close(fd);
+		shm_unlink(name);
+		fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
 	}
-	errno = EEXIST;
+	if (fd < 0) {
+		snprintf(err, errlen, "shm_open %s: %s", name, strerror(errno));
+		return -1;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		/* only a process that opened it in the instant since can hold
+		 * it: not ours to fill */
+		snprintf(err, errlen, "flock %s: %s", name, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* The pool's pages now, while a full /dev/shm can still be said: one
+ * found full later is a SIGBUS at the write that needs a page. A file
+ * system that cannot say (EOPNOTSUPP and the like) goes on as before. */
+static int reserve(int fd, uint64_t size, char *err, size_t errlen)
+{
+	struct statvfs vfs;
+	uint64_t avail = 0, total = 0;
+	int rc;
+
+	do
+		rc = posix_fallocate(fd, 0, (off_t)size);
+	while (rc == EINTR);
+	if (rc != ENOSPC && rc != EFBIG)
+		return 0;
+	if (fstatvfs(fd, &vfs) == 0) {
+		avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+		total = (uint64_t)vfs.f_blocks * vfs.f_frsize;
+	}
+	snprintf(err, errlen,
+		 "the KV pool (%" PRIu64 " MiB) does not fit in /dev/shm "
+		 "(%" PRIu64 " MiB free of %" PRIu64 " MiB): give /dev/shm "
+		 "more room (a container's is 64 MiB unless sized: "
+		 "docs/kubernetes.md) or make the pool smaller (pdx-engine "
+		 "--kv-blocks)",
+		 size >> 20, avail >> 20, total >> 20);
 	return -1;
 }
 
-static pdx_status_t map_pool(struct pdx_shm_pool *p, const char *base_name,
-			     uint64_t size, char *err, size_t errlen)
+static pdx_status_t map_pool(struct pdx_shm_pool *p, uint64_t size,
+			     char *err, size_t errlen)
 {
-	int fd = shm_create(base_name, p->name, sizeof(p->name));
-	struct statvfs vfs;
+	int fd = shm_create(p->name, err, errlen);
+	struct stat st;
 	void *base;
-	int rc;
 
-	if (fd < 0) {
-		snprintf(err, errlen, "shm_open %s: %s", base_name,
-			 strerror(errno));
-		p->name[0] = '\0';
+	if (fd < 0)
 		return PDX_EIO;
+	if (fstat(fd, &st)) {
+		snprintf(err, errlen, "fstat %s: %s", p->name, strerror(errno));
+		goto unlink;
 	}
 	if (ftruncate(fd, (off_t)size)) {
 		snprintf(err, errlen, "ftruncate %s to %" PRIu64 " bytes: %s",
 			 p->name, size, strerror(errno));
 		goto unlink;
 	}
-	/* The pages now, while a full /dev/shm can still be said: one
-	 * found full later is a SIGBUS at the write that needs a page. */
-	do
-		rc = posix_fallocate(fd, 0, (off_t)size);
-	while (rc == EINTR);
-	if (rc == ENOSPC || rc == EFBIG) {
-		uint64_t avail = 0, total = 0;
-
-		if (fstatvfs(fd, &vfs) == 0) {
-			avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
-			total = (uint64_t)vfs.f_blocks * vfs.f_frsize;
-		}
-		snprintf(err, errlen,
-			 "the KV pool (%" PRIu64 " MiB) does not fit in "
-			 "/dev/shm (%" PRIu64 " MiB free of %" PRIu64 " MiB): "
-			 "give /dev/shm more room (a container's is 64 MiB "
-			 "unless sized: docs/kubernetes.md) or make the pool "
-			 "smaller (pdx-engine --kv-blocks)",
-			 size >> 20, avail >> 20, total >> 20);
+	if (reserve(fd, size, err, errlen))
 		goto unlink;
-	}
-	/* EOPNOTSUPP and the like: a file system that cannot say, as before */
 	base = mmap(NULL, size, PROT_READ | PROT_WRITE,
 		    MAP_SHARED | MAP_POPULATE, fd, 0);
 	if (base == MAP_FAILED) {
@@ -171,18 +177,18 @@ static pdx_status_t map_pool(struct pdx_shm_pool *p, const char *base_name,
 		goto unlink;
 	}
 	/* The lock is held until the pool is destroyed, and by the kernel
-	 * no longer once this process dies: pdx_shm_pool_sweep() and
-	 * shm_create() tell an object left by a dead process from a live
-	 * one by it. */
+	 * no longer once this process dies: pdx_shm_pool_sweep() tells an
+	 * object left by a dead process from a live one by it. */
 	p->lock_fd = fd;
 	p->has_lock = true;
+	p->dev = st.st_dev;
+	p->ino = st.st_ino;
 	p->base = base;
 	p->size = size;
 	return PDX_OK;
 unlink:
-	shm_unlink(p->name);
 	close(fd);
-	p->name[0] = '\0';
+	shm_unlink(p->name);
 	return PDX_EIO;
 }
 
@@ -202,7 +208,8 @@ pdx_status_t pdx_shm_pool_create(struct pdx_shm_pool *p, const char *shm_name,
 	st = pdx_shm_pool_layout(m, blocks, &layout, &size, err, errlen);
 	if (st != PDX_OK)
 		return st;
-	st = map_pool(p, shm_name, size, err, errlen);
+	snprintf(p->name, sizeof(p->name), "%s", shm_name);
+	st = map_pool(p, size, err, errlen);
 	if (st != PDX_OK) {
 		free(layout.layer);
 		memset(p, 0, sizeof(*p));
@@ -218,11 +225,23 @@ pdx_status_t pdx_shm_pool_create(struct pdx_shm_pool *p, const char *shm_name,
 	return PDX_OK;
 }
 
+/* The name still names our object, not one another process made after
+ * ours was unlinked (by hand, say), which is not ours to remove. */
+static bool shm_still_ours(const struct pdx_shm_pool *p)
+{
+	char path[300];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/dev/shm%s", p->name);
+	return stat(path, &st) == 0 && st.st_dev == p->dev &&
+	       st.st_ino == p->ino;
+}
+
 void pdx_shm_pool_destroy(struct pdx_shm_pool *p)
 {
 	if (p->base)
 		munmap(p->base, p->size);
-	if (p->name[0])
+	if (p->has_lock && shm_still_ours(p))
 		shm_unlink(p->name);
 	if (p->has_lock)
 		close(p->lock_fd);

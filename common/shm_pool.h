@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <pdx/engine.h>
 #include <pdx/layout.h>
@@ -32,17 +33,18 @@ struct pdx_shm_pool {
 	struct pdx_engine_region region; /* for pdx_engine_register() */
 	int lock_fd;    /* holds flock(LOCK_EX) while the pool lives */
 	bool has_lock;  /* lock_fd is open */
+	dev_t dev;      /* the object's identity: destroy unlinks the name */
+	ino_t ino;      /* only while it still names this object */
 };
 
 /* Creates, sizes, maps and pre-faults a pool of `blocks` blocks of model
- * m, named shm_name (an object of that name left by a process that died
- * is replaced), or shm_name-2, -3, ... where live processes of other PID
- * namespaces sharing this /dev/shm hold the names before (p->name says
- * which). Its pages are allocated here: a /dev/shm too small for it is
- * an error that says so, not a SIGBUS later. Block bytes must be a
- * multiple of 8. On failure writes the reason to err and returns
- * PDX_EINVAL (bad arguments), PDX_ENOMEM or PDX_EIO; nothing is left
- * behind then. */
+ * m. An object of that name left by a process that died is replaced; one
+ * a live process holds (another engine, maybe in another PID namespace
+ * sharing /dev/shm) or another user's never is (PDX_EIO, saying whose).
+ * Its pages are allocated here: a /dev/shm too small for it is an error
+ * that says so, not a SIGBUS later. Block bytes must be a multiple of 8. On failure writes the reason to err
+ * and returns PDX_EINVAL (bad arguments), PDX_ENOMEM or PDX_EIO; nothing
+ * is left behind then. */
 pdx_status_t pdx_shm_pool_create(struct pdx_shm_pool *p, const char *shm_name,
 				 const struct pdx_model *m, uint32_t blocks,
 				 char *err, size_t errlen);

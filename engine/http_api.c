@@ -254,10 +254,9 @@ pdx_status_t pdx_http_api_new(const struct pdx_http_api_params *p,
 	/* every method reaches route(): a 405 with Allow, not evhttp's 501 */
 	evhttp_set_allowed_methods(api->http, 0xffff);
 	evhttp_set_gencb(api->http, route, api);
-	bs = evhttp_bind_socket_with_handle(api->http, p->host, p->port);
+	bs = pdx_http_bind(api->http, p->host, p->port, "--port", err,
+			   errlen);
 	if (!bs) {
-		pdx_errbuf_set(err, errlen, "cannot listen on %s:%u", p->host,
-			       p->port);
 		evhttp_free(api->http);
 		free(api);
 		return PDX_EIO;

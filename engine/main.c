@@ -8,8 +8,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/random.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/http_listen.h"
 #include "common/log.h"
 #include "common/version.h"
@@ -157,6 +159,21 @@ static void warn_timeouts(const struct pdx_engine_opts *o)
 		 o->queue_timeout_ms, o->kv_timeout_ms);
 }
 
+/* The KV pool's shm_open() name, unique on this /dev/shm. The pid alone
+ * is not: engines in containers sharing /dev/shm (docker --ipc=host) are
+ * each PID 1 of their own namespace, and a pid is reused after an engine
+ * killed with -9 left its pool behind; the same name once made the second
+ * engine unlink the first one's live pool (whose agent then mapped the
+ * other's KV when it registered again), or, as another user, fail. */
+static void pool_name(char *out, size_t len)
+{
+	uint32_t r = 0;
+
+	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+		r = (uint32_t)pdx_now_ns();
+	snprintf(out, len, "/pdx-engine-%d-%08x", (int)getpid(), r);
+}
+
 /* Returns the exit status when it cannot start (1; 77 when the KV pool
  * wants a CUDA device there is none of), else 0. */
 static int engine_start(struct engine *e)
@@ -204,7 +221,7 @@ static int engine_start(struct engine *e)
 	if (swept)
 		log_info("removed %d KV pool(s) left in /dev/shm by engines "
 			 "that died", swept);
-	snprintf(shm_name, sizeof(shm_name), "/pdx-engine-%d", (int)getpid());
+	pool_name(shm_name, sizeof(shm_name));
 	pp.shm_name = shm_name;
 	st = pdx_kv_pool_new(&pp, &e->pool, err, sizeof(err));
 	if (st != PDX_OK) {

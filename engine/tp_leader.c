@@ -10,6 +10,7 @@
 #include <zmq.h>
 
 #include "common/clock.h"
+#include "common/ipc_path.h"
 #include "common/log.h"
 
 #define ID_MAX 256
@@ -31,6 +32,7 @@ struct pdx_tp_leader {
 	struct pdx_tp_leader_params p;
 	char model[64];
 	void *zctx, *sock;
+	struct pdx_ipc_path ipc; /* an ipc:// --tp-leader's socket file */
 	struct event *ev, *tick;
 	struct rank ranks[PDX_TP_MAX]; /* [0]: this one */
 	uint64_t seq;		       /* the last pass sent */
@@ -334,11 +336,11 @@ pdx_status_t pdx_tp_leader_new(const struct pdx_tp_leader_params *p,
 	}
 	zmq_setsockopt(l->sock, ZMQ_LINGER, &zero, sizeof(zero));
 	zmq_setsockopt(l->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
-	if (zmq_bind(l->sock, p->addr) < 0) {
-		snprintf(err, errlen, "binding %s: %s", p->addr,
-			 zmq_strerror(zmq_errno()));
+	/* a path another instance's leader serves (two deployments given
+	 * one --tp-leader) is refused, not taken: common/ipc_path.h */
+	if (pdx_ipc_bind(l->sock, zmq_bind, p->addr, "tensor-parallel leader",
+			 &l->ipc, err, errlen))
 		goto fail;
-	}
 	zmq_getsockopt(l->sock, ZMQ_FD, &fd, &len);
 	l->ev = event_new(p->base, fd, EV_READ | EV_PERSIST, on_readable, l);
 	l->tick = event_new(p->base, -1, EV_PERSIST, on_tick, l);
@@ -367,6 +369,7 @@ void pdx_tp_leader_free(struct pdx_tp_leader *l)
 		zmq_close(l->sock);
 	if (l->zctx)
 		zmq_ctx_term(l->zctx);
+	pdx_ipc_path_remove(&l->ipc);
 	free(l);
 }
 

@@ -213,10 +213,9 @@ int pdx_proxy_listen(struct pdx_proxy *px, char *err, size_t errlen)
 	/* every method reaches route(): a 405 with Allow, not evhttp's 501 */
 	evhttp_set_allowed_methods(px->http, 0xffff);
 	evhttp_set_gencb(px->http, route, px);
-	bs = evhttp_bind_socket_with_handle(px->http, px->o->host, px->o->port);
+	bs = pdx_http_bind(px->http, px->o->host, px->o->port, "--port", err,
+			   errlen);
 	if (!bs) {
-		snprintf(err, errlen, "cannot listen on %s:%u", px->o->host,
-			 px->o->port);
 		evhttp_free(px->http);
 		px->http = NULL;
 		return -1;

@@ -180,11 +180,11 @@ int pdx_transfers_open(struct pdx_transfers *t, struct event_base *base,
 		return -1;
 	}
 	zmq_setsockopt(t->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
-	if (zmq_bind(t->sock, addr) < 0) {
-		snprintf(err, errlen, "cannot bind %s: %s", addr,
-			 zmq_strerror(zmq_errno()));
+	/* an ipc:// path another process serves, or no socket, is refused
+	 * rather than taken: common/ipc_path.h */
+	if (pdx_ipc_bind(t->sock, zmq_bind, addr, "proxy", &t->ipc, err,
+			 errlen))
 		return -1;
-	}
 	zmq_getsockopt(t->sock, ZMQ_LAST_ENDPOINT, t->endpoint, &len);
 	len = sizeof(fd);
 	zmq_getsockopt(t->sock, ZMQ_FD, &fd, &len);
@@ -213,6 +213,7 @@ void pdx_transfers_close(struct pdx_transfers *t)
 		zmq_close(t->sock);
 	if (t->zctx)
 		zmq_ctx_term(t->zctx);
+	pdx_ipc_path_remove(&t->ipc);
 	t->ev = t->sweep = NULL;
 	t->sock = t->zctx = NULL;
 }

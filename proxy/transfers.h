@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/ipc_path.h"
+
 struct event;
 struct event_base;
 struct pdx_inst;
@@ -34,6 +36,7 @@ extern const char *const pdx_transfer_paths[PDX_TRANSFER_PATHS];
 
 struct pdx_transfers {
 	void *zctx, *sock; /* NULL: not listening */
+	struct pdx_ipc_path ipc; /* an ipc:// --notify-bind's socket file */
 	struct event *ev, *sweep;
 	struct pdx_transfer *table; /* by xfer id (uthash) */
 	unsigned n;

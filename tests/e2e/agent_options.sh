@@ -7,7 +7,9 @@
 # exactly, and advertised as given; port 0 is the kernel's pick, and the
 # agent advertises the port it got. A second agent given a running one's
 # engine path or peer port fails saying why, and the first stays
-# reachable; a stale socket file at the path is replaced. A --notify
+# reachable; a stale socket file at the path is replaced, a file that is
+# no socket is refused and kept; the socket is 0600 whatever the umask,
+# and removed at exit only while it is the agent's own. A --notify
 # address where no ZeroMQ collector listens is said once.
 #   agent_options.sh PDX_AGENT
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -52,25 +54,12 @@ got=$(sed -n 's/.*(advertised tcp:\/\/127\.0\.0\.1:\([0-9]*\))$/\1/p' "$E2E_TMP/
 ss -ltn "sport = :$got" | grep -q ":$got" || fail "nothing listens on $got, advertised"
 named_stop agent_b
 
-# agent_ping IPC_PATH: the agent there answers an engine's ping with a pong
-agent_ping() {
-	$PY - "$1" <<'EOF' || fail "no pong from the agent at $1"
-import sys, msgpack, zmq
-s = zmq.Context().socket(zmq.DEALER)
-s.setsockopt(zmq.LINGER, 0)
-s.connect("ipc://" + sys.argv[1])
-s.send(msgpack.packb({"op": "ping", "seq": 7}))
-sys.exit(not (s.poll(3000) and
-	      msgpack.unpackb(s.recv()) == {"op": "pong", "seq": 7}))
-EOF
-}
-
 # ZeroMQ's ipc:// bind replaces the file at the path: a second agent on
 # the same path once took the first one's engines, and unlinked the path
 # when its own peer port then failed.
 port=$(free_port)
 agent_start c --listen "tcp://127.0.0.1:$port"
-for clash in "ipc://$E2E_TMP/c.engine tcp://127.0.0.1:$(free_port) another agent serves it" \
+for clash in "ipc://$E2E_TMP/c.engine tcp://127.0.0.1:$(free_port) another process serves it" \
 	"ipc://$E2E_TMP/d.engine tcp://127.0.0.1:$port Address already in use"; do
 	read -r eng lis why <<<"$clash"
 	# bounded: the old agent took a running one's path and ran on
@@ -84,6 +73,41 @@ for clash in "ipc://$E2E_TMP/c.engine tcp://127.0.0.1:$(free_port) another agent
 done
 [ ! -e "$E2E_TMP/d.engine" ] || fail "a failed agent left its own path behind"
 named_stop agent_c
+
+# a file that is no socket (a typo in --engine, another team's config
+# file) is refused and kept: ZeroMQ's bind unlinked it, and the agent ran
+echo "PDX_ROLE=decode" >"$E2E_TMP/d0.env"
+timeout 10 "$AGENT" --engine "ipc://$E2E_TMP/d0.env" \
+	--listen "tcp://127.0.0.1:$(free_port)" 2>"$E2E_TMP/file.log"
+rc=$?
+[ $rc -eq 1 ] || fail "--engine at a regular file: exit $rc, want 1: $(cat "$E2E_TMP/file.log")"
+grep -q "cannot bind ipc://$E2E_TMP/d0.env: .* is a regular file, not a socket" \
+	"$E2E_TMP/file.log" || fail "--engine at a regular file: $(cat "$E2E_TMP/file.log")"
+[ "$(cat "$E2E_TMP/d0.env")" = "PDX_ROLE=decode" ] || fail "the file at --engine is gone"
+
+# the engine link is the owner's alone whatever the umask (it was 0777
+# under umask 0: any local user could register as the agent's engine)
+old_umask=$(umask)
+umask 000
+agent_start m
+umask "$old_umask"
+mode=$(stat -c %a "$E2E_TMP/m.engine")
+[ "$mode" = 600 ] || fail "engine link socket mode $mode under umask 000, want 600"
+
+# an agent removes its socket file at exit only while it is its own: here
+# it was removed and another agent serves the path since (it unlinked
+# the other's, whose engines then could not reach it)
+rm "$E2E_TMP/m.engine"
+bg_start agent_n "$AGENT" --engine "ipc://$E2E_TMP/m.engine" \
+	--listen "tcp://127.0.0.1:$(free_port)"
+for _ in $(seq 50); do
+	grep -q "ready:" "$E2E_TMP/agent_n.log" && break
+	sleep 0.1
+done
+named_stop agent_m
+[ -S "$E2E_TMP/m.engine" ] || fail "the first agent's exit removed the second one's socket file"
+agent_ping "$E2E_TMP/m.engine"
+named_stop agent_n
 
 # a socket file nobody listens on (an agent killed with -9) is replaced
 $PY -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' \

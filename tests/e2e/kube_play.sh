@@ -136,22 +136,25 @@ rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "does not fit in /dev/shm (6[0-9] MiB free of 6[0-9] MiB)" ||
 	fail "llama3-8b's pool in a 64 MiB /dev/shm: exit $rc, want 1 saying so: $(echo "$out" | tail -3)"
 # Two engines in one pod's /dev/shm (its containers share the IPC
-# namespace), each the PID 1 of its container: the second takes another
-# name, the first's pool stays its own (the second replaced it: both
-# named /pdx-engine-1).
+# namespace), each the PID 1 of its container: each pool has a name of
+# its own, and the first's stays its own (the second replaced it: both
+# were named /pdx-engine-1).
 SHM_A=pdx-kube-shm-a-$$ SHM_B=pdx-kube-shm-b-$$
 timeout 60 podman run -d --name "$SHM_A" --network none "$IMAGE" \
 	pdx-engine --model tiny --port 0 >/dev/null || fail "podman run $SHM_A"
 shm_ls() { podman exec "$SHM_A" ls -i /dev/shm; }
-for _ in $(seq 100); do shm_ls 2>/dev/null | grep -q " pdx-engine-1$" && break; sleep 0.1; done
-a=$(shm_ls | awk '$2 == "pdx-engine-1" { print $1 }')
-[ -n "$a" ] || fail "no /dev/shm/pdx-engine-1 in $SHM_A: $(shm_ls)"
+pool_of() { podman logs "$1" 2>&1 | sed -n 's/.*kv blocks ([0-9.]* MiB) in \/dev\/shm\/\(pdx-engine-[0-9a-f-]*\),.*/\1/p'; }
+for _ in $(seq 100); do [ -n "$(pool_of "$SHM_A")" ] && break; sleep 0.1; done
+pa=$(pool_of "$SHM_A")
+a=$(shm_ls | awk -v n="$pa" '$2 == n { print $1 }')
+[ -n "$pa" ] && [ -n "$a" ] || fail "no pool of $SHM_A in /dev/shm: '$pa': $(shm_ls)"
 timeout 60 podman run -d --name "$SHM_B" --network none --ipc "container:$SHM_A" "$IMAGE" \
 	pdx-engine --model tiny --port 0 >/dev/null || fail "podman run $SHM_B"
-for _ in $(seq 100); do podman logs "$SHM_B" 2>&1 | grep -q "kv blocks" && break; sleep 0.1; done
-podman logs "$SHM_B" 2>&1 | grep -q "kv blocks (8.0 MiB) in /dev/shm/pdx-engine-1-2," ||
-	fail "the second engine in one /dev/shm: $(podman logs "$SHM_B" 2>&1 | tail -2)"
-[ "$(shm_ls | awk '$2 == "pdx-engine-1" { print $1 }')" = "$a" ] ||
+for _ in $(seq 100); do [ -n "$(pool_of "$SHM_B")" ] && break; sleep 0.1; done
+pb=$(pool_of "$SHM_B")
+[ -n "$pb" ] && [ "$pb" != "$pa" ] ||
+	fail "the second engine in one /dev/shm: '$pb' beside '$pa': $(podman logs "$SHM_B" 2>&1 | tail -2)"
+[ "$(shm_ls | awk -v n="$pa" '$2 == n { print $1 }')" = "$a" ] ||
 	fail "the second engine replaced the first's pool: $(shm_ls)"
 podman rm -f -t 0 "$SHM_B" "$SHM_A" >/dev/null 2>&1
 

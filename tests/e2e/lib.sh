@@ -142,6 +142,15 @@ named_stop() {
 	[ $rc -eq 0 ] || fail "$1 exited with $rc after SIGTERM: $(tail -5 "$E2E_TMP/$1.log")"
 }
 
+# engine_pool PID: the path of the KV pool of the engine of that pid
+# (/dev/shm/pdx-engine-PID-RANDOM: the pid alone is not unique).
+engine_pool() {
+	local f
+	for f in "/dev/shm/pdx-engine-$1-"*; do
+		[ -e "$f" ] && echo "$f"
+	done
+}
+
 # kill9 NAME: SIGKILL; an engine's KV pool, left behind, is removed.
 kill9() {
 	local p
@@ -149,7 +158,7 @@ kill9() {
 	kill -KILL "$p"
 	wait "$p" 2>/dev/null
 	E2E_PIDS=${E2E_PIDS/ $p/}
-	rm -f "/dev/shm/pdx-engine-$p"
+	rm -f "/dev/shm/pdx-engine-$p-"*
 }
 
 # agent_start SIDE [AGENT_OPTION...]: a pdx-agent ($AGENT, run by the
@@ -170,6 +179,19 @@ agent_start() {
 		sleep 0.1
 	done
 	fail "agent $side did not start: $(tail -5 "$E2E_TMP/agent_$side.log")"
+}
+
+# agent_ping IPC_PATH: the agent there answers an engine's ping with a pong
+agent_ping() {
+	$PY - "$1" <<'EOF' || fail "no pong from the agent at $1"
+import sys, msgpack, zmq
+s = zmq.Context().socket(zmq.DEALER)
+s.setsockopt(zmq.LINGER, 0)
+s.connect("ipc://" + sys.argv[1])
+s.send(msgpack.packb({"op": "ping", "seq": 7}))
+sys.exit(not (s.poll(3000) and
+	      msgpack.unpackb(s.recv()) == {"op": "pong", "seq": 7}))
+EOF
 }
 
 # agent_metrics_port SIDE: the port of agent SIDE's /metrics (started

@@ -111,7 +111,7 @@ python3 "$HERE/promcheck.py" "$E2E_TMP/metrics" 'pdx_proxy_requests_inflight=0' 
 kill -KILL "$PID_D"
 wait "$PID_D" 2>/dev/null
 E2E_PIDS=${E2E_PIDS/ $PID_D/}
-rm -f "/dev/shm/pdx-engine-$PID_D" # its KV pool, left by the kill
+rm -f "/dev/shm/pdx-engine-$PID_D-"* # its KV pool, left by the kill
 bad=0
 for _ in 1 2 3 4; do
 	post /v1/completions '{"prompt": "still?", "max_tokens": 3}' >"$E2E_TMP/r.json"

@@ -49,11 +49,11 @@ direct Q D "TP 1 -> 2"
 # each decode rank's first request filled blocks 0..7: exactly its heads
 for r in "D:0" "D1:1"; do
 	pid=$(eval echo "\$PID_${r%%:*}")
-	$PY "$HERE/tp_kv_check.py" "/dev/shm/pdx-engine-$pid" 4 2 2 16 2 4 64 2 \
+	$PY "$HERE/tp_kv_check.py" "$(engine_pool "$pid")" 4 2 2 16 2 4 64 2 \
 		"${r##*:}" "$toks" || fail "TP 1 -> 2: ${r%%:*}'s KV is not its heads' exactly"
 done
 direct P E "TP 2 -> 1"
-$PY "$HERE/tp_kv_check.py" "/dev/shm/pdx-engine-$PID_E" 4 2 2 16 2 4 64 1 0 \
+$PY "$HERE/tp_kv_check.py" "$(engine_pool "$PID_E")" 4 2 2 16 2 4 64 1 0 \
 	"$toks" || fail "TP 2 -> 1: E's KV is not the whole model's"
 
 # through pdx-proxy: it names each side's every rank to the other

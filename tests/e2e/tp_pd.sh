@@ -82,7 +82,7 @@ py "import json; k=json.loads('$kv'); assert k['remote_tp_size'] == 2 and len(k[
 kv1=$kv
 for r in "D:0" "D1:1" "P:0" "P1:1"; do
 	pid=$(eval echo "\$PID_${r%%:*}")
-	$PY "$HERE/tp_kv_check.py" "/dev/shm/pdx-engine-$pid" 4 2 2 16 2 4 64 2 \
+	$PY "$HERE/tp_kv_check.py" "$(engine_pool "$pid")" 4 2 2 16 2 4 64 2 \
 		"${r##*:}" "$toks" || fail "${r%%:*}'s KV is not its heads' exactly"
 done
 

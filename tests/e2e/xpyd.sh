@@ -7,7 +7,8 @@
 # Prefix-aware routing keeps each prompt prefix on one prefill instance
 # and spreads the prefixes. Then 1P1D with --netns, when root can make
 # network namespaces: the agents meet over TCP, as separate hosts would,
-# and the namespaces and links are gone afterwards. With --base-port the
+# and the namespaces and links are gone afterwards. A second launch-xpyd
+# given a running one's --out is refused. With --base-port the
 # ports are N (notifications) and N+1.. (engines, agents) as its --help
 # says; a decode agent killed (SIGKILL) is started again at its same
 # address while every other process and the deployment stay up, and
@@ -198,6 +199,16 @@ launch xpyd --prefill 2 --decode 2
 [ "$(grep -c ' prefill ' "$E2E_TMP/xpyd.inst")" = 2 ] &&
 	[ "$(grep -c ' decode ' "$E2E_TMP/xpyd.inst")" = 2 ] ||
 	fail "xpyd: want 2 prefill and 2 decode instances: $(cat "$E2E_TMP/xpyd.out")"
+# a second deployment given this one's --out (both the default, say) is
+# refused at once: it truncated and interleaved this one's logs
+lines=$(wc -l <"$E2E_TMP/xpyd/proxy.log")
+timeout 20 "$LAUNCH" --build "$BUILD" --port 0 --out "$E2E_TMP/xpyd" \
+	>/dev/null 2>"$E2E_TMP/second.err"
+rc=$?
+[ $rc = 1 ] || fail "a second launch-xpyd with one --out: exit $rc, want 1: $(cat "$E2E_TMP/second.err")"
+grep -q -- "--out $E2E_TMP/xpyd is in use by another run" "$E2E_TMP/second.err" ||
+	fail "a second launch-xpyd with one --out: $(cat "$E2E_TMP/second.err")"
+[ "$(wc -l <"$E2E_TMP/xpyd/proxy.log")" -ge "$lines" ] || fail "the first one's proxy log was truncated"
 requests xpyd
 served xpyd
 stop xpyd

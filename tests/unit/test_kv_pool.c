@@ -240,6 +240,50 @@ static void sweep(void)
 	pdx_kv_pool_free(mine);
 }
 
+/* The inode the name stands for now; 0 when none. */
+static ino_t name_ino(const char *n)
+{
+	char path[128];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/dev/shm%s", n);
+	return stat(path, &st) ? 0 : st.st_ino;
+}
+
+/* Two engines whose pools got one name (each PID 1 of its container,
+ * both sharing /dev/shm): the second is refused, saying so, and the
+ * first's pool keeps its name (it was unlinked and replaced: the first's
+ * agent then mapped the second's KV). A pool whose name now stands for
+ * another object (removed by hand, made again) leaves it at its free. */
+static void live_name(void)
+{
+	struct pdx_kv_pool_params pp = { .shm_name = name,
+					 .model = pdx_model_find("tiny"),
+					 .blocks = 4 };
+	struct pdx_kv_pool *first = NULL, *second = NULL;
+	char err[256] = "";
+	ino_t ino;
+	int fd;
+
+	CHECK_EQ(pdx_kv_pool_new(&pp, &first, err, sizeof(err)), PDX_OK);
+	ino = name_ino(name);
+	CHECK(ino != 0);
+	CHECK(pdx_kv_pool_new(&pp, &second, err, sizeof(err)) != PDX_OK);
+	CHECK(second == NULL);
+	CHECK(strstr(err, "a live process holds it") != NULL);
+	CHECK_EQ(name_ino(name), ino);
+	/* someone removes the name and another object takes it */
+	shm_unlink(name);
+	fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+	CHECK(fd >= 0);
+	ino = name_ino(name);
+	pdx_kv_pool_free(first);
+	CHECK_EQ(name_ino(name), ino);
+	if (fd >= 0)
+		close(fd);
+	shm_unlink(name);
+}
+
 int main(void)
 {
 	snprintf(name, sizeof(name), "/pdx-unit-kv-pool-%d", (int)getpid());
@@ -249,5 +293,6 @@ int main(void)
 	no_such_gpu();
 	every_model();
 	sweep();
+	live_name();
 	CHECK_DONE();
 }
