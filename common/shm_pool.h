@@ -60,9 +60,10 @@ pdx_status_t pdx_shm_pool_layout(const struct pdx_model *m, uint32_t blocks,
 /* Unmaps and unlinks; safe on a zeroed or destroyed pool. */
 void pdx_shm_pool_destroy(struct pdx_shm_pool *p);
 
-/* A pool being created is younger than this; one left by a dead process
- * is as old as that process was. */
-#define PDX_SHM_SWEEP_MIN_AGE_S 5
+/* Its creator locks a pool microseconds after making it (shm_create):
+ * one younger than this may be in that instant; one left by a dead
+ * process is as old as that process was. */
+#define PDX_SHM_SWEEP_MIN_AGE_S 1
 
 /* Removes the shared-memory objects named `prefix`* (e.g. "pdx-engine-")
  * that were left by a process that died without destroying its pool: no

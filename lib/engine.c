@@ -52,10 +52,15 @@ void pdx_engine_free(struct pdx_engine *e)
 {
 	if (!e)
 		return;
-	pdx__link_close(e);
+	/* In a forked child the link and the CUDA context are the parent's:
+	 * ZeroMQ's calls there may wait on a lock an I/O thread, absent in
+	 * the child, held at the fork. Only the memory is the child's. */
+	if (getpid() == e->pid) {
+		pdx__link_close(e);
+		pdx__cuda_free(e->cuda);
+	}
 	pdx__inflight_free(e);
 	pdx__meta_free(e);
-	pdx__cuda_free(e->cuda);
 	free(e->reg);
 	free(e);
 }

@@ -35,13 +35,17 @@ static void call_count(struct pdx_call *c)
 				  (double)(pdx_now_ns() - c->t0_ns) / 1e9);
 }
 
+void pdx_call_unpair(struct pdx_call *c, enum pdx_pool_role r)
+{
+	if (c->pair[r])
+		pdx_pool_unref(c->pair[r]);
+	c->pair[r] = NULL;
+}
+
 static void pair_drop(struct pdx_call *c)
 {
-	for (int r = 0; r < 2; r++) {
-		if (c->pair[r])
-			pdx_pool_unref(c->pair[r]);
-		c->pair[r] = NULL;
-	}
+	pdx_call_unpair(c, PDX_POOL_PREFILL);
+	pdx_call_unpair(c, PDX_POOL_DECODE);
 }
 
 static void call_free(struct pdx_call *c)

@@ -130,6 +130,10 @@ int pdx_call_leg(struct pdx_call *c, struct pdx_inst *inst,
 int pdx_call_get_at(struct pdx_call *c, struct pdx_inst *inst, uint16_t port,
 		    const char *path, const struct pdx_upstream_cbs *cbs);
 
+/* The request no longer pairs an instance of role r (D prefills
+ * itself): its legs name none as partner from now. */
+void pdx_call_unpair(struct pdx_call *c, enum pdx_pool_role r);
+
 /* The leg set by pdx_call_leg() ended: drop it and its instance. */
 void pdx_call_leg_done(struct pdx_call *c);
 

@@ -360,6 +360,9 @@ void pdx_flow_send_decode(struct pdx_call *c, json_t *kv)
 
 	if (!json_is_object(kv)) { /* D prefills: no transfer */
 		pdx_transfers_forget(&c->px->xfers, c->xfer_id);
+		/* nor a pair: D's answer vouches for no prefill instance
+		 * (one that failed every prefill kept its breaker shut) */
+		pdx_call_unpair(c, PDX_POOL_PREFILL);
 		pdx_flow_relay_decode(c, evbuffer_pullup(in, -1),
 				      evbuffer_get_length(in));
 		return;

@@ -150,12 +150,13 @@ static void route(struct evhttp_request *req, void *arg)
 	if (!path)
 		path = "/";
 	allow = route_allow(path);
+	/* first: the 413 below is an answer a page must read too */
+	if (pdx_cors_handle(px->o->allowed_origins, req, allow))
+		return;
 	if (pdx_http_body_over(req, px->o->max_body)) {
 		pdx_proxy_metrics_request(&px->metrics, 413, 0);
 		return;
 	}
-	if (pdx_cors_handle(px->o->allowed_origins, req, allow))
-		return;
 	if (!strcmp(path, "/v1/completions") ||
 	    !strcmp(path, "/v1/chat/completions")) {
 		if (post)

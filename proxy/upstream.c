@@ -195,7 +195,7 @@ static void inst_result(struct pdx_inst *i, bool ok)
  * A good answer counts for its instance, but not a probe's (an instance
  * that answers about itself and fails every request must not look well)
  * nor the prefill leg's of a pair: it says nothing of the KV transfer,
- * which the decode leg's good answer vouches for, for both. Counted at
+ * which the decode leg's 2xx vouches for, for both. Counted at
  * once, P's answer reset its failures between each two of D's 502s, and
  * a prefill instance whose every transfer failed kept its breaker shut. */
 static void leg_result(struct pdx_upstream *u, int status)
@@ -212,7 +212,7 @@ static void leg_result(struct pdx_upstream *u, int status)
 		   (u->partner && u->inst->role == PDX_POOL_PREFILL)))
 		return;
 	inst_result(u->inst, ok);
-	if (ok && u->partner)
+	if (status >= 200 && status < 300 && u->partner)
 		inst_result(u->partner, true);
 }
 

@@ -246,6 +246,11 @@ for port, origin, want in ((listed, UI, UI), (listed, "http://evil.example", Non
                      {"Origin": origin, "Content-Type": "application/json"}, body)
     assert st == 200 and b"[DONE]" in raw, (port, st, raw[:200])
     assert r.getheader("Access-Control-Allow-Origin") == want, (port, origin, r.getheaders())
+# the proxy's own 413 (a body over --max-body) is marked too
+st, r, raw = ask(listed, "POST", "/v1/completions",
+                 {"Origin": UI, "Content-Type": "application/json"},
+                 b'{"prompt": "' + b"x" * (8 << 20) + b'"}')
+assert st == 413 and r.getheader("Access-Control-Allow-Origin") == UI, (st, r.getheaders())
 print("ok: CORS")
 PYEOF
 settle 10 $(engine_idle P D) || fail "engines not idle after the client errors"

@@ -117,12 +117,20 @@ named_stop P
 req='{"prompt": "after the fall", "max_tokens": 5}'
 PORT=$PORT_XC post /v1/completions "$req" >/dev/null
 status_is 502 "concurrent flow, prefill engine gone"
-named_engine_start XL "$PROXY" "${pools[@]}" --on-prefill-failure local
+named_engine_start XL "$PROXY" "${pools[@]}" --on-prefill-failure local \
+	--retries 0 --health-interval 0 --breaker-failures 2
 PORT=$PORT_C post /v1/completions "$req" >"$E2E_TMP/c_fall.json"
-PORT=$PORT_XL post /v1/completions "$req" >"$E2E_TMP/x_fall.json"
-status_is 200 "concurrent flow, prefill gone, --on-prefill-failure local"
+for _ in 1 2; do
+	PORT=$PORT_XL post /v1/completions "$req" >"$E2E_TMP/x_fall.json"
+	status_is 200 "concurrent flow, prefill gone, --on-prefill-failure local"
+done
 py "import json; a=json.load(open('$E2E_TMP/c_fall.json')); b=json.load(open('$E2E_TMP/x_fall.json')); assert a['choices'][0]['text'] == b['choices'][0]['text'], (a, b)" \
 	"D alone gives the colocated text"
+# D's answers, prefilled by D, vouch for no prefill instance: P's two
+# failures in a row open its breaker (a D answer counted for P kept it
+# shut while P failed every prefill)
+settle 5 "$PORT_XL/pdx_proxy_instance_breaker_state{$(instance P)}=1" ||
+	fail "the dead prefill instance's breaker: $(curl -s "http://127.0.0.1:$PORT_XL/metrics" | grep breaker_state)"
 blocks_free "$PORT_D"
 
 # D refuses (400) what P has already answered (a prompt whose max_tokens

@@ -175,7 +175,7 @@ named_stop agent_t1
 named_stop agent_t2
 
 # --- a pool being made (a big one takes seconds to pre-fault; strace
-# stretches it past the sweep's 5 s) while another deployment's engine
+# stretches it to 7 s, far past the sweep's 1 s) while another deployment's engine
 # starts and sweeps: it is alive from its first moment (its lock came
 # after the pre-fault, and the sweep unlinked it)
 if strace -f -o /dev/null true 2>/dev/null; then
@@ -194,7 +194,7 @@ else
 fi
 
 # --- deployment A killed with -9 and started again: its dead pool is
-# swept (older than 5 s), C's live one (another user's) is not
+# swept (older than 1 s), C's live one (another user's) is not
 kill -KILL "$PID_agent_a" "$(child "$PID_A")"
 wait "$PID_agent_a" "$PID_A" 2>/dev/null
 E2E_PIDS=${E2E_PIDS/ $PID_agent_a/}
