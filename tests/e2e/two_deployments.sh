@@ -29,9 +29,19 @@ OTHER=(setpriv --reuid=65534 --regid=65534 --clear-groups) # user nobody
 command -v unshare >/dev/null && command -v setpriv >/dev/null ||
 	{ echo "needs unshare and setpriv: skipped"; exit 77; }
 unshare --pid --fork true 2>/dev/null || { echo "no PID namespaces here: skipped"; exit 77; }
-"${OTHER[@]}" "$ENGINE" --version >/dev/null 2>&1 ||
-	{ echo "user nobody cannot run $ENGINE: skipped"; exit 77; }
 chmod 0711 "$E2E_TMP" # nobody may pass through to the shared directory
+# nobody runs copies (with libpdx beside them, as their RUNPATH
+# $ORIGIN/../lib finds it): the build tree may lie where only root may
+# enter, a CI clone in a 0700 temporary directory
+NB=$E2E_TMP/nobody
+mkdir -p "$NB/engine" "$NB/agent" "$NB/lib"
+cp "$ENGINE" "$NB/engine/" && cp "$AGENT" "$NB/agent/" &&
+	cp -L "$(dirname "$ENGINE")/../lib/libpdx.so.0" "$NB/lib/" ||
+	fail "cannot copy the programs for user nobody"
+chmod -R a+rX "$NB"
+NB_ENGINE=$NB/engine/$(basename "$ENGINE") NB_AGENT=$NB/agent/$(basename "$AGENT")
+"${OTHER[@]}" "$NB_ENGINE" --version >/dev/null 2>&1 ||
+	{ echo "user nobody cannot run $NB_ENGINE: skipped"; exit 77; }
 SHARED=$E2E_TMP/shared # both teams write here; not sticky
 mkdir "$SHARED" && chmod 0777 "$SHARED"
 export UCX_TLS=sm,self UCX_WARN_UNUSED_ENV_VARS=n
@@ -90,7 +100,7 @@ named_engine_start A "${IN_NS[@]}" "$ENGINE" --model tiny --kv-blocks 64 \
 healthy A
 ea=$(child "$PID_A")
 ino_a=$(pool_ino "$ea")
-named_engine_start C "${IN_NS[@]}" "${OTHER[@]}" "$ENGINE" --model tiny --kv-blocks 64
+named_engine_start C "${IN_NS[@]}" "${OTHER[@]}" "$NB_ENGINE" --model tiny --kv-blocks 64
 named_engine_start B "${IN_NS[@]}" "$ENGINE" --model tiny --kv-blocks 64
 [ "$(pool_ino "$ea")" = "$ino_a" ] || fail "engine A's pool changed"
 ino_b=$(pool_ino "$(child "$PID_B")")
@@ -112,7 +122,7 @@ ns_stop B
 bg_start agent_s "$AGENT" --engine "ipc://$SHARED/p.sock" \
 	--listen "tcp://127.0.0.1:$(free_port)"
 for _ in $(seq 100); do [ -S "$SHARED/p.sock" ] && break; sleep 0.1; done
-"${OTHER[@]}" timeout 10 "$AGENT" --engine "ipc://$SHARED/p.sock" \
+"${OTHER[@]}" timeout 10 "$NB_AGENT" --engine "ipc://$SHARED/p.sock" \
 	--listen "tcp://127.0.0.1:$(free_port)" 2>"$E2E_TMP/other.log"
 rc=$?
 [ $rc = 1 ] || fail "nobody's agent at root's engine path: exit $rc, want 1: $(cat "$E2E_TMP/other.log")"
