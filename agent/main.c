@@ -15,6 +15,7 @@
 #include "agent/agent.h"
 #include "common/ipc_path.h"
 #include "common/log.h"
+#include "common/shm_pool.h"
 #include "common/tcp_addr.h"
 #include "common/version.h"
 
@@ -444,6 +445,17 @@ static int curve_start(struct agent *a)
 	return 0;
 }
 
+/* GPU staging left in /dev/shm by agents of this user that died (256 MiB
+ * each by default, kill -9): nobody holds its lock (staged.c). */
+static void sweep_staging(void)
+{
+	int n = pdx_shm_pool_sweep("pdx-staging-", PDX_SHM_SWEEP_MIN_AGE_S);
+
+	if (n)
+		log_info("removed %d staging buffer(s) left in /dev/shm by "
+			 "agents that died", n);
+}
+
 static int agent_start(struct agent *a)
 {
 	pdx_status_t st;
@@ -453,6 +465,7 @@ static int agent_start(struct agent *a)
 	if (getrandom(&a->instance, sizeof(a->instance), 0) != sizeof(a->instance))
 		return -1;
 	host_identity(a->host_id, sizeof(a->host_id));
+	sweep_staging();
 	snprintf(a->peer_addr, sizeof(a->peer_addr), "%s",
 		 a->cfg.advertise ? a->cfg.advertise : a->cfg.listen_addr);
 	a->base = event_base_new();

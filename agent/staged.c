@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -43,6 +44,7 @@
 #include "agent/agent.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/shm_pool.h"
 
 #define MAGIC_CHUNK 0x53584450u /* "PDXS" */
 #define MAGIC_READY 0x52584450u /* "PDXR" */
@@ -103,6 +105,7 @@ struct staging {
 	char shm_name[64];
 	uint8_t *shm; /* every slot's host buffer */
 	size_t shm_len;
+	int shm_lock; /* holds flock(LOCK_EX) on it while we live: -1 none */
 };
 
 static void slots_free(struct agent *a, struct staging *s)
@@ -117,6 +120,8 @@ static void slots_free(struct agent *a, struct staging *s)
 		munmap(s->shm, s->shm_len);
 		shm_unlink(s->shm_name);
 	}
+	if (s->shm_lock >= 0)
+		close(s->shm_lock);
 }
 
 /* At stop, once UCX's worker is gone (no callback can come): the chunks
@@ -132,8 +137,13 @@ void staged_free(struct agent *a)
 	a->staging = NULL;
 }
 
+/* The slots' host buffers, one shared-memory object locked from its
+ * first moment while we live: one left by an agent that died (kill -9)
+ * is what the next agent's start sweeps (agent_start), and a /dev/shm
+ * too small for it is said now, not met as a SIGBUS later. */
 static int shm_create(struct staging *s)
 {
+	char err[256];
 	int fd;
 
 	snprintf(s->shm_name, sizeof(s->shm_name), "/pdx-staging-%d-%llx",
@@ -141,20 +151,25 @@ static int shm_create(struct staging *s)
 	fd = shm_open(s->shm_name, O_RDWR | O_CREAT | O_EXCL, 0600);
 	if (fd < 0)
 		return -1;
-	if (ftruncate(fd, (off_t)s->shm_len)) {
-		close(fd);
-		shm_unlink(s->shm_name);
-		return -1;
+	if (flock(fd, LOCK_EX | LOCK_NB) || ftruncate(fd, (off_t)s->shm_len))
+		goto fail;
+	if (pdx_shm_reserve(fd, s->shm_len, "the agent's staging",
+			    "pdx-agent --staging-mb", err, sizeof(err))) {
+		log_error("%s", err);
+		goto fail;
 	}
 	s->shm = mmap(NULL, s->shm_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
 		      0);
-	close(fd);
 	if (s->shm == MAP_FAILED) {
 		s->shm = NULL;
-		shm_unlink(s->shm_name);
-		return -1;
+		goto fail;
 	}
+	s->shm_lock = fd;
 	return 0;
+fail:
+	close(fd);
+	shm_unlink(s->shm_name);
+	return -1;
 }
 
 /* The slots: n_slots of slot_bytes (at least one block and two a side). */
@@ -169,6 +184,7 @@ pdx_status_t staged_init(struct agent *a)
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return PDX_ENOMEM;
+	s->shm_lock = -1;
 	s->slot_bytes = chunk > bb ? chunk - chunk % bb : bb;
 	s->n_slots = (uint32_t)(((uint64_t)a->cfg.staging_mb << 20) /
 				s->slot_bytes);

@@ -121,10 +121,8 @@ static int shm_create(const char *name, char *err, size_t errlen)
 	return fd;
 }
 
-/* The pool's pages now, while a full /dev/shm can still be said: one
- * found full later is a SIGBUS at the write that needs a page. A file
- * system that cannot say (EOPNOTSUPP and the like) goes on as before. */
-static int reserve(int fd, uint64_t size, char *err, size_t errlen)
+int pdx_shm_reserve(int fd, uint64_t size, const char *what,
+		    const char *smaller, char *err, size_t errlen)
 {
 	struct statvfs vfs;
 	uint64_t avail = 0, total = 0;
@@ -134,18 +132,17 @@ static int reserve(int fd, uint64_t size, char *err, size_t errlen)
 		rc = posix_fallocate(fd, 0, (off_t)size);
 	while (rc == EINTR);
 	if (rc != ENOSPC && rc != EFBIG)
-		return 0;
+		return 0; /* EOPNOTSUPP and the like: one that cannot say */
 	if (fstatvfs(fd, &vfs) == 0) {
 		avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 		total = (uint64_t)vfs.f_blocks * vfs.f_frsize;
 	}
 	snprintf(err, errlen,
-		 "the KV pool (%" PRIu64 " MiB) does not fit in /dev/shm "
-		 "(%" PRIu64 " MiB free of %" PRIu64 " MiB): give /dev/shm "
-		 "more room (a container's is 64 MiB unless sized: "
-		 "docs/kubernetes.md) or make the pool smaller (pdx-engine "
-		 "--kv-blocks)",
-		 size >> 20, avail >> 20, total >> 20);
+		 "%s (%" PRIu64 " MiB) does not fit in /dev/shm (%" PRIu64
+		 " MiB free of %" PRIu64 " MiB): give /dev/shm more room (a "
+		 "container's is 64 MiB unless sized: docs/kubernetes.md) or "
+		 "make it smaller (%s)",
+		 what, size >> 20, avail >> 20, total >> 20, smaller);
 	return -1;
 }
 
@@ -167,7 +164,8 @@ static pdx_status_t map_pool(struct pdx_shm_pool *p, uint64_t size,
 			 p->name, size, strerror(errno));
 		goto unlink;
 	}
-	if (reserve(fd, size, err, errlen))
+	if (pdx_shm_reserve(fd, size, "the KV pool", "pdx-engine --kv-blocks",
+			    err, errlen))
 		goto unlink;
 	base = mmap(NULL, size, PROT_READ | PROT_WRITE,
 		    MAP_SHARED | MAP_POPULATE, fd, 0);

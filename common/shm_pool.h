@@ -60,6 +60,14 @@ pdx_status_t pdx_shm_pool_layout(const struct pdx_model *m, uint32_t blocks,
 /* Unmaps and unlinks; safe on a zeroed or destroyed pool. */
 void pdx_shm_pool_destroy(struct pdx_shm_pool *p);
 
+/* Allocates the pages of the shared-memory object fd (size bytes) now,
+ * while a /dev/shm too small for it can still be said: found full later,
+ * it is a SIGBUS at the write that needs a page. 0 (also where the file
+ * system cannot say), or -1 with why in err: what (e.g. "the KV pool")
+ * does not fit, and smaller, the option that makes it smaller. */
+int pdx_shm_reserve(int fd, uint64_t size, const char *what,
+		    const char *smaller, char *err, size_t errlen);
+
 /* Its creator locks a pool microseconds after making it (shm_create):
  * one younger than this may be in that instant; one left by a dead
  * process is as old as that process was. */
