@@ -241,12 +241,15 @@ PYEOF
 	pmid | pafter | dmid | dafter)
 		# the other agent, which held a handshake with the killed
 		# one, pings the restarted one and gets its hello, or dropped
-		# the handshake after the silence: no stale one is left
+		# the handshake after the silence ("peer P silent ...", or
+		# "peer P: silent ...: its transfers fail" when a transfer was
+		# on it; the hello it sends then may expire before the restart,
+		# under load): no stale one is left
 		other=$(echo "$X" | tr pd dp)
 		k=$(eval echo "\$k$other")
 		end=$(($(date +%s%N) + 5000000000))
 		until tail -n +"$((k + 1))" "$T/$other.log" |
-			grep -q "peer tcp://127.0.0.1:$(eval echo "\$PORT_$X") \(ready\|silent\)"; do
+			grep -q "peer tcp://127.0.0.1:$(eval echo "\$PORT_$X"):\? \(ready\|silent\)"; do
 			[ "$(date +%s%N)" -lt $end ] ||
 				fail "$label $phase: agent $other did not meet the restarted $X again"
 			sleep 0.05
