@@ -99,6 +99,7 @@ extern const struct data_path_ops data_path_ipc_ops, data_path_put_ops,
 
 struct agent_config {
 	const char *engine_addr; /* ipc://... the engine link */
+	bool no_engine_direct;   /* --engine-direct off: ZeroMQ only */
 	const char *listen_addr; /* tcp://HOST:PORT the peer link */
 	const char *advertise;   /* peer address given out, if not listen's */
 	const char *notify_addr; /* tcp://... collector, optional */
@@ -302,6 +303,28 @@ struct am_slices {
 	bool stopping; /* the transfers are gone: callbacks free only */
 };
 
+/* A message from the engine link, whichever way it came (engine_on_msg). */
+typedef void (*engine_msg_fn)(struct agent *a, const void *id, size_t id_len,
+			      const void *buf, size_t len);
+
+#define ENGINE_DIRECT_PENDING 4
+
+/* engine_direct.c's state: the direct lane of the engine link. */
+struct engine_direct {
+	int lfd;	    /* listening (valid while lev) */
+	struct event *lev;  /* NULL: no lane offered (--engine-direct off) */
+	char name[48];	    /* its abstract socket name, without the NUL */
+	engine_msg_fn on_msg;
+	uint8_t token[16];  /* of the last offer */
+	bool offered;	    /* that offer not taken yet */
+	uint8_t id[256];    /* the engine connection offered to */
+	size_t id_len;
+	struct lane *pending[ENGINE_DIRECT_PENDING]; /* token unchecked */
+	struct lane *lane;  /* that connection's lane, token checked */
+	bool tx, rx;	    /* our marker went: we send on it; the engine's
+			     * came: we read it */
+};
+
 struct agent {
 	struct agent_config cfg;
 	const struct xfer_ops *xfer_ops;
@@ -311,6 +334,7 @@ struct agent {
 	struct event_base *base;
 	void *zctx;
 	void *engine_sock; /* ROUTER, ipc:// */
+	struct engine_direct direct; /* beside it (engine_direct.c) */
 	struct pdx_ipc_path engine_ipc; /* its socket file, removed at stop */
 	void *peer_sock;   /* ROUTER, tcp:// */
 	void *notify_sock; /* PUSH, optional */
@@ -386,6 +410,22 @@ static inline void xfer_mark(struct xfer *x, enum xfer_mark m)
 /* main.c: runs everything ready (messages, UCX completions) until nothing
  * is; every event callback ends with it (a->settle below main.c). */
 void agent_settle(struct agent *a);
+
+/* engine_direct.c: the engine link's direct lane (docs/protocol.md, "The
+ * direct lane"). listen: opens its socket, frames read off it go to on_msg
+ * (main.c gives engine_on_msg). offer: the fields of a "registered"
+ * answer to the connection id that offer the lane (none while that
+ * connection has one; another's lane is closed). marker: that
+ * connection's {"op": "direct"} came on ZeroMQ. send_frame: a message for
+ * the engine connection id, on its lane when it has one, else on ZeroMQ
+ * (-1: dropped, link busy or gone). */
+int engine_direct_listen(struct agent *a, engine_msg_fn on_msg);
+void engine_direct_offer(struct agent *a, const void *id, size_t id_len,
+			 struct pdx_mp_msg *ans);
+void engine_direct_marker(struct agent *a, const void *id, size_t id_len);
+int engine_send_frame(struct agent *a, const void *id, size_t id_len,
+		      const void *buf, size_t len);
+void engine_direct_stop(struct agent *a);
 
 /* engine_link.c */
 void engine_on_msg(struct agent *a, const void *id, size_t id_len,

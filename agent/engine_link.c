@@ -29,8 +29,7 @@ static void engine_reply(struct agent *a, const void *eid, size_t eid_len,
 {
 	if (pdx_mp_msg_end(m))
 		log_warn("%s for the engine dropped: out of memory", what);
-	else if (agent_zsend(a->engine_sock, eid, eid_len, m->buf.data,
-			     m->buf.size))
+	else if (engine_send_frame(a, eid, eid_len, m->buf.data, m->buf.size))
 		log_warn("%s for the engine dropped: engine link busy or gone",
 			 what);
 	pdx_mp_msg_free(m);
@@ -413,8 +412,7 @@ static void tell_displaced(struct agent *a, const void *old, size_t old_len)
 		       "agent per engine; with tensor parallelism, one per "
 		       "rank)");
 	if (!pdx_mp_msg_end(&m))
-		agent_zsend(a->engine_sock, old, old_len, m.buf.data,
-			    m.buf.size);
+		engine_send_frame(a, old, old_len, m.buf.data, m.buf.size);
 	pdx_mp_msg_free(&m);
 }
 
@@ -510,6 +508,7 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 		pdx_mp_msg_init(&ans);
 		pdx_mp_msg_str(&ans, "op", "registered");
 		pdx_mp_msg_str(&ans, "peer", a->peer_addr);
+		engine_direct_offer(a, id, id_len, &ans);
 		engine_reply(a, id, id_len, &ans, "registered");
 	}
 	return;
@@ -988,7 +987,7 @@ static void on_ping(struct agent *a, const void *eid, size_t eid_len,
 	msgpack_pack_map(&o.pk, 2);
 	pdx_mp_kv_str(&o.pk, "op", "pong");
 	pdx_mp_kv_i64(&o.pk, "seq", seq);
-	agent_zsend(a->engine_sock, eid, eid_len, o.buf.data, o.buf.size);
+	engine_send_frame(a, eid, eid_len, o.buf.data, o.buf.size);
 	pdx_mp_out_free(&o);
 }
 
@@ -1017,7 +1016,7 @@ void engine_on_msg(struct agent *a, const void *id, size_t id_len,
 		on_recv(a, id, id_len, m);
 	} else if (strcmp(op, "hold") != 0 && strcmp(op, "layer_done") != 0 &&
 		   strcmp(op, "token") != 0 && strcmp(op, "meta") != 0 &&
-		   strcmp(op, "abort") != 0) {
+		   strcmp(op, "abort") != 0 && strcmp(op, "direct") != 0) {
 		reply_error(a, id, id_len, op, NULL, PDX_EINVAL,
 			    "op: \"%s\" is unknown", op);
 	} else if (!from_engine(a, id, id_len)) {
@@ -1026,6 +1025,8 @@ void engine_on_msg(struct agent *a, const void *id, size_t id_len,
 
 		reply_error(a, id, id_len, op, named ? &x : NULL, PDX_ENOTREG,
 			    "%s", not_registered(a));
+	} else if (strcmp(op, "direct") == 0) {
+		engine_direct_marker(a, id, id_len);
 	} else if (strcmp(op, "hold") == 0) {
 		on_hold(a, id, id_len, m);
 	} else if (strcmp(op, "layer_done") == 0) {

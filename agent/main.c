@@ -41,6 +41,9 @@ static void usage(FILE *f)
 		"peer agents and pushes KV blocks layer by layer over UCX.\n"
 		"\n"
 		"  --engine ADDR           engine link (ZeroMQ ROUTER), ipc://PATH\n"
+		"  --engine-direct on|off  offer the engine a direct lane beside it, a\n"
+		"                          plain Unix socket that wakes fewer threads per\n"
+		"                          message (docs/protocol.md; default on)\n"
 		"  --listen ADDR           peer link (ZeroMQ ROUTER), tcp://HOST:PORT\n"
 		"  --advertise ADDR        peer address given to others (default: --listen)\n"
 		"  --notify ADDR           push transfer events to a collector, tcp://HOST:PORT\n"
@@ -97,6 +100,7 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 {
 	static const struct option opts[] = {
 		{ "engine", required_argument, NULL, 'e' },
+		{ "engine-direct", required_argument, NULL, 'D' },
 		{ "listen", required_argument, NULL, 'l' },
 		{ "advertise", required_argument, NULL, 'a' },
 		{ "notify", required_argument, NULL, 'n' },
@@ -141,6 +145,13 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 			break;
 		}
 		case 'U': c->pull = true; break;
+		case 'D':
+			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+				fprintf(stderr, "pdx-agent: --engine-direct must be on or off\n");
+				return -1;
+			}
+			c->no_engine_direct = !strcmp(optarg, "off");
+			break;
 		case 'K': c->curve_key = optarg; break;
 		case 'M': c->curve_peers = optarg; break;
 		case 'G': {
@@ -514,6 +525,9 @@ static int agent_start(struct agent *a)
 			return -1;
 		}
 	}
+	if (!a->cfg.no_engine_direct &&
+	    engine_direct_listen(a, engine_on_msg))
+		return -1;
 	a->engine_ev = watch_fd(a, zfd(a->engine_sock));
 	a->peer_ev = watch_fd(a, zfd(a->peer_sock));
 	a->ucx_ev = watch_fd(a, pdx_ucx_fd(a->ucx));
@@ -562,6 +576,7 @@ static void agent_stop(struct agent *a)
 	 * operation used is registered and mapped, and the staging it ends
 	 * chunks into is there. */
 	pdx_ucx_stop(a->ucx);
+	engine_direct_stop(a);
 	registration_clear(a);
 	staged_free(a);
 	gpu_free(a->gpu);

@@ -11,7 +11,9 @@
  *                in a forked child
  *   inflight.c   the transfers in flight, the event queue, the events made
  *                here when the link is lost
- *   link.c       the sockets: open, close, frames in and out, the fd
+ *   direct.c     the direct lane's socket: connect, frames out and in
+ *   link.c       the sockets: open, close, frames in and out (on the direct
+ *                lane once both sides switched to it), the fd
  *   parse.c      what the agent's messages say, read from their bytes
  *   meta.c       the bytes beside the KV an event carries: shelved until
  *                the event is handed out (pdx_engine_event_meta)
@@ -46,6 +48,32 @@
 struct pdx__cuda;
 struct pdx__meta;
 
+/* The direct lane (direct.c; docs/protocol.md, "The direct lane"). */
+struct pdx__lane {
+	int fd;	  /* -1: none */
+	bool tx;  /* our marker went on ZeroMQ: we send on the lane */
+	bool rx;  /* the agent's came: we read the lane */
+	uint8_t *in, *out; /* bytes read, not yet handed out; not yet sent */
+	size_t in_len, in_off, in_cap;
+	size_t out_len, out_off, out_cap;
+};
+
+/* What a "registered" answer offered: the lane's name and token. */
+struct pdx__lane_offer {
+	char name[108];
+	uint8_t token[16];
+	bool given;
+};
+
+/* One message off the link, from ZeroMQ or the lane; pdx__frame_close()
+ * when done with it (the lane's is valid until the next read). */
+struct pdx__frame {
+	zmq_msg_t msg;
+	bool zmq;
+	const void *data;
+	size_t len;
+};
+
 /* A transfer announced on the link whose event has not come yet. */
 struct pdx__inflight {
 	struct pdx_xfer_id id;
@@ -65,7 +93,9 @@ struct pdx_engine {
 	uint32_t xfer_timeout_ms;
 	uint32_t tp_rank, tp_size; /* pdx_engine_set_tp(); size 0: none */
 	void *mon;         /* PAIR: the socket monitor's connection events */
-	int efd;           /* epoll over both sockets' ZMQ_FDs: pdx_engine_fd() */
+	int efd;           /* epoll over both sockets' ZMQ_FDs and the lane's
+			    * fd: pdx_engine_fd() */
+	struct pdx__lane lane;
 	void *reg;         /* the last accepted register message, to resend */
 	size_t reg_len;
 	char peer[PDX_ADDR_MAX]; /* what that register answered */
@@ -123,20 +153,42 @@ bool pdx__queue_pop(struct pdx_engine *e, struct pdx_engine_event *ev);
 /* false: dropped (not in flight) or lost (the queue full) */
 bool pdx__queue_keep(struct pdx_engine *e, const struct pdx_engine_event *ev);
 
+/* direct.c: write 0 sent or kept, -1 the lane broke (errno), -2 too
+ * much kept; read 1 a frame (*buf valid until the next read), 0 none
+ * (the socket drained), -1 the lane ended; flush -1 the lane broke. */
+int pdx__direct_open(struct pdx_engine *e, const char *name,
+		     const void *token, size_t token_len);
+int pdx__direct_write(struct pdx_engine *e, const void *buf, size_t len);
+int pdx__direct_flush(struct pdx_engine *e);
+int pdx__direct_read(struct pdx_engine *e, const void **buf, size_t *len);
+void pdx__direct_close(struct pdx_engine *e);
+
 /* link.c */
 pdx_status_t pdx__link_open(struct pdx_engine *e, const char *agent);
 void pdx__link_close(struct pdx_engine *e);
 int pdx__ms_left(uint64_t deadline_ns);
 pdx_status_t pdx__link_send(struct pdx_engine *e, const void *buf, size_t len,
 			    bool wait);
-int pdx__link_recv(struct pdx_engine *e, zmq_msg_t *msg);
+int pdx__link_recv(struct pdx_engine *e, struct pdx__frame *f);
+void pdx__frame_close(struct pdx__frame *f);
+/* Waits up to timeout_ms for the link (and its monitor, when monitor) to
+ * have something: zmq_poll()'s answer. */
+int pdx__link_wait(struct pdx_engine *e, int timeout_ms, bool monitor);
+/* Takes up a register answer's offer of a direct lane (after the monitor
+ * was read: the lane belongs to the connection that answered). */
+void pdx__link_lane_open(struct pdx_engine *e,
+			 const struct pdx__lane_offer *o);
+/* The lane ends (why): what follows goes on ZeroMQ. */
+void pdx__link_lane_close(struct pdx_engine *e, const char *why);
 
 /* parse.c */
 enum pdx__msg { PDX__MSG_SKIP, PDX__MSG_EVENT, PDX__MSG_OTHER };
 int pdx__get_str_trunc(const msgpack_object *map, const char *key, char *out,
 		       size_t outlen);
-enum pdx__msg pdx__classify(zmq_msg_t *msg, msgpack_unpacked *up, char *op,
-			    size_t oplen, struct pdx_engine_event *ev);
+enum pdx__msg pdx__classify(const struct pdx__frame *f, msgpack_unpacked *up,
+			    char *op, size_t oplen, struct pdx_engine_event *ev);
+/* A "registered" answer's offer of a direct lane (o->given false: none). */
+void pdx__lane_offer_read(const msgpack_object *m, struct pdx__lane_offer *o);
 int pdx__register_answer(const msgpack_object *m, const char *op,
 			 char *peer_addr, size_t peer_addr_len,
 			 pdx_status_t *st, char *why, size_t why_len);

@@ -31,6 +31,7 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 	if (!e)
 		return PDX_ENOMEM;
 	e->efd = -1;
+	e->lane.fd = -1;
 	e->pid = getpid();
 	e->timeout_ms =
 	    params->timeout_ms ? params->timeout_ms : DEFAULT_TIMEOUT_MS;

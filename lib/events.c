@@ -28,23 +28,23 @@ static pdx_status_t next_event(struct pdx_engine *e,
 	}
 	for (;;) {
 		msgpack_unpacked up;
-		zmq_msg_t msg;
+		struct pdx__frame f;
 		char op[32];
 		enum pdx__msg k;
 		bool made;
-		int rc = pdx__link_recv(e, &msg);
+		int rc = pdx__link_recv(e, &f);
 
 		if (rc < 0)
 			return PDX_EIO;
 		if (rc == 0)
 			return PDX_EAGAIN;
-		k = pdx__classify(&msg, &up, op, sizeof(op), ev);
+		k = pdx__classify(&f, &up, op, sizeof(op), ev);
 		if (k == PDX__MSG_EVENT)
 			pdx__meta_shelve(e, &up.data, ev);
 		made =
 		    k == PDX__MSG_OTHER && pdx__on_other(e, &up.data, op, ev);
 		msgpack_unpacked_destroy(&up);
-		zmq_msg_close(&msg);
+		pdx__frame_close(&f);
 		if (made ||
 		    (k == PDX__MSG_EVENT && pdx__inflight_take(e, &ev->xfer))) {
 			pdx__meta_hand_out(e, &ev->xfer);
@@ -79,8 +79,6 @@ static pdx_status_t wait_event(struct pdx_engine *e, int timeout_ms,
 	if (timeout_ms >= 0)
 		deadline = pdx_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
 	for (;;) {
-		zmq_pollitem_t it[2] = {{e->sock, 0, ZMQ_POLLIN, 0},
-					{e->mon, 0, ZMQ_POLLIN, 0}};
 		pdx_status_t st = next_event(e, ev);
 		int left = -1;
 
@@ -93,7 +91,7 @@ static pdx_status_t wait_event(struct pdx_engine *e, int timeout_ms,
 						 "wait_event: no event in %d ms",
 						 timeout_ms);
 		}
-		if (zmq_poll(it, 2, left) < 0 && errno != EINTR) {
+		if (pdx__link_wait(e, left, true) < 0 && errno != EINTR) {
 			log_error("poll agent socket: %s", zmq_strerror(errno));
 			return pdx__fail(e, PDX_EIO, "poll agent socket: %s",
 					 zmq_strerror(errno));

@@ -43,15 +43,15 @@ pdx_status_t pdx__drain(struct pdx_engine *e)
 	for (;;) {
 		struct pdx_engine_event ev;
 		msgpack_unpacked up;
-		zmq_msg_t msg;
+		struct pdx__frame f;
 		char op[32];
-		int rc = pdx__link_recv(e, &msg);
+		int rc = pdx__link_recv(e, &f);
 
 		if (rc < 0)
 			return PDX_EIO;
 		if (rc == 0)
 			return PDX_OK;
-		switch (pdx__classify(&msg, &up, op, sizeof(op), &ev)) {
+		switch (pdx__classify(&f, &up, op, sizeof(op), &ev)) {
 		case PDX__MSG_EVENT:
 			pdx__event_keep(e, &up.data, &ev);
 			break;
@@ -65,7 +65,7 @@ pdx_status_t pdx__drain(struct pdx_engine *e)
 			break;
 		}
 		msgpack_unpacked_destroy(&up);
-		zmq_msg_close(&msg);
+		pdx__frame_close(&f);
 	}
 }
 
@@ -107,7 +107,13 @@ bool pdx__on_other(struct pdx_engine *e, const msgpack_object *m,
 		memcpy(was, e->peer, sizeof(was));
 		if (pdx__register_answer(m, op, e->peer, sizeof(e->peer),
 					 &st, NULL, 0)) {
+			struct pdx__lane_offer offer;
+
+			pdx__lane_offer_read(m, &offer);
 			relinked(e, st, was);
+			/* pdx__relink() read the monitor before it sent */
+			if (st == PDX_OK)
+				pdx__link_lane_open(e, &offer);
 			return false;
 		}
 	}

@@ -54,11 +54,44 @@ int pdx__ms_left(uint64_t deadline_ns)
  * connection); everything else returns at once, PDX_EPEER when the agent
  * is away: an engine calls these on its event loop, which must not stop
  * for timeout_ms per message while its agent is dead. */
+void pdx__link_lane_close(struct pdx_engine *e, const char *why)
+{
+	if (e->lane.fd < 0)
+		return;
+	if (e->lane.tx || e->lane.rx)
+		log_info("the direct lane to the agent closed (%s): the link "
+			 "goes by ZeroMQ", why);
+	pdx__direct_close(e);
+}
+
+void pdx__link_lane_open(struct pdx_engine *e,
+			 const struct pdx__lane_offer *o)
+{
+	if (!o->given)
+		return;
+	pdx__link_lane_close(e, "the agent offered another");
+	if (pdx__direct_open(e, o->name, o->token, sizeof(o->token)))
+		log_info("no direct lane to the agent (%s): the link goes by "
+			 "ZeroMQ", strerror(errno));
+}
+
 pdx_status_t pdx__link_send(struct pdx_engine *e, const void *buf, size_t len,
 			    bool wait)
 {
 	uint64_t deadline = pdx_now_ns() + (uint64_t)e->timeout_ms * 1000000ULL;
 
+	if (e->lane.tx) {
+		int rc = pdx__direct_write(e, buf, len);
+
+		if (rc == 0)
+			return PDX_OK;
+		if (rc == -2)
+			return pdx__fail_log(e, PDX_LOG_WARN, PDX_EPEER,
+					     "send to agent: the direct lane "
+					     "holds too much unsent (a stuck "
+					     "agent)");
+		pdx__link_lane_close(e, strerror(errno));
+	}
 	for (;;) {
 		zmq_pollitem_t it = {e->sock, 0, ZMQ_POLLOUT, 0};
 		int left;
@@ -92,11 +125,11 @@ pdx_status_t pdx__link_send(struct pdx_engine *e, const void *buf, size_t len,
 	}
 }
 
-/* Receives one whole message without waiting. Returns 1 with *msg set (the
- * caller closes it), 0 when nothing is there, -1 on a socket failure. A
- * message of more than one frame is dropped (and 0 or the next one is
- * tried): the protocol has single-frame messages only. */
-int pdx__link_recv(struct pdx_engine *e, zmq_msg_t *msg)
+/* Receives one whole ZeroMQ message without waiting: 1 with *msg set
+ * (the caller closes it), 0 when nothing is there, -1 on a socket
+ * failure. A message of more than one frame is dropped (and 0 or the next
+ * one is tried): the protocol has single-frame messages only. */
+static int zmq_take(struct pdx_engine *e, zmq_msg_t *msg)
 {
 	for (;;) {
 		int more = 0;
@@ -135,6 +168,95 @@ int pdx__link_recv(struct pdx_engine *e, zmq_msg_t *msg)
 		}
 		return 1;
 	}
+}
+
+/* The agent's {"op": "direct"}, its last message on ZeroMQ: the lane is
+ * read from now on, and (once ours went out, the last of ours on ZeroMQ)
+ * written. Taken here: nothing above sees it. */
+static bool lane_marker(struct pdx_engine *e, const void *data, size_t len)
+{
+	static const uint8_t ours[] = {0x81, 0xa2, 'o', 'p', 0xa6,
+				       'd',  'i',  'r', 'e', 'c', 't'};
+	msgpack_unpacked up;
+	char op[16];
+	bool is;
+
+	/* cheap first: a marker is a map of one key */
+	if (len > 16 || !len || ((const uint8_t *)data)[0] != 0x81)
+		return false;
+	is = !pdx_mp_parse(data, len, &up, op, sizeof(op)) &&
+	     !strcmp(op, "direct");
+	msgpack_unpacked_destroy(&up);
+	if (!is)
+		return false;
+	if (e->lane.fd < 0 || e->lane.rx) {
+		log_debug("a direct marker with no lane waiting: ignored");
+		return true;
+	}
+	e->lane.rx = true;
+	/* refused, the agent keeps reading ZeroMQ: so do our sends */
+	e->lane.tx = zmq_send(e->sock, ours, sizeof(ours), ZMQ_DONTWAIT) ==
+		     (int)sizeof(ours);
+	log_debug("the direct lane to the agent is up (sending on it: %s)",
+		  e->lane.tx ? "yes" : "no");
+	return true;
+}
+
+/* Receives one whole message without waiting: the lane's first, once it
+ * is read. Returns 1 with *f set (the caller closes it), 0 when nothing is
+ * there, -1 on a socket failure. */
+int pdx__link_recv(struct pdx_engine *e, struct pdx__frame *f)
+{
+	for (;;) {
+		int rc;
+
+		if (e->lane.fd >= 0 && pdx__direct_flush(e))
+			pdx__link_lane_close(e, strerror(errno));
+		if (e->lane.fd >= 0 && e->lane.rx) {
+			rc = pdx__direct_read(e, &f->data, &f->len);
+			if (rc == 1) {
+				f->zmq = false;
+				return 1;
+			}
+			if (rc < 0)
+				pdx__link_lane_close(e, "the agent closed it");
+		}
+		rc = zmq_take(e, &f->msg);
+		if (rc <= 0)
+			return rc;
+		f->zmq = true;
+		f->data = zmq_msg_data(&f->msg);
+		f->len = zmq_msg_size(&f->msg);
+		if (!lane_marker(e, f->data, f->len))
+			return 1;
+		zmq_msg_close(&f->msg);
+	}
+}
+
+void pdx__frame_close(struct pdx__frame *f)
+{
+	if (f->zmq)
+		zmq_msg_close(&f->msg);
+	f->zmq = false;
+}
+
+int pdx__link_wait(struct pdx_engine *e, int timeout_ms, bool monitor)
+{
+	zmq_pollitem_t it[3] = {{e->sock, 0, ZMQ_POLLIN, 0}};
+	int n = 1;
+
+	if (monitor)
+		it[n++] = (zmq_pollitem_t){e->mon, 0, ZMQ_POLLIN, 0};
+	if (e->lane.fd >= 0) {
+		short ev = (short)((e->lane.rx ? ZMQ_POLLIN : 0) |
+				   (e->lane.out_len > e->lane.out_off
+					? ZMQ_POLLOUT
+					: 0));
+
+		if (ev)
+			it[n++] = (zmq_pollitem_t){NULL, e->lane.fd, ev, 0};
+	}
+	return zmq_poll(it, n, timeout_ms);
 }
 
 /* One fd for the engine's loop: readable when either socket (messages,
@@ -222,6 +344,7 @@ void pdx__link_close(struct pdx_engine *e)
 	 * sends a monitor event holding the monitor's lock and waits while
 	 * the reader is gone, and stopping the monitor takes that lock (a
 	 * hang when the agent left just as we free). */
+	pdx__direct_close(e);
 	if (e->sock) {
 		zmq_socket_monitor(e->sock, NULL, 0);
 		zmq_close(e->sock);

@@ -36,6 +36,9 @@ static void link_lost(struct pdx_engine *e)
 	e->registered = false;
 	e->registering = false;
 	e->down_ns = pdx_now_ns();
+	/* the lane belongs to the connection lost (an agent that froze
+	 * keeps its socket open) */
+	pdx__link_lane_close(e, "the ZeroMQ connection was lost");
 	snprintf(e->why_down, sizeof(e->why_down),
 		 "the link to the agent was lost (the agent exited, restarted "
 		 "or did not answer heartbeats for %d ms)",

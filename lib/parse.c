@@ -64,13 +64,13 @@ static int parse_event(const msgpack_object *m, struct pdx_engine_event *ev)
 
 /* Classifies a received frame. For "event" fills *ev; whatever parses,
  * an event too, is left parsed in *up (caller destroys), its op in op. */
-enum pdx__msg pdx__classify(zmq_msg_t *msg, msgpack_unpacked *up, char *op,
-			    size_t oplen, struct pdx_engine_event *ev)
+enum pdx__msg pdx__classify(const struct pdx__frame *f, msgpack_unpacked *up,
+			    char *op, size_t oplen, struct pdx_engine_event *ev)
 {
-	if (pdx_mp_parse(zmq_msg_data(msg), zmq_msg_size(msg), up, op, oplen)) {
+	if (pdx_mp_parse(f->data, f->len, up, op, oplen)) {
 		log_warn(
 		    "skipped a malformed message from the agent (%zu bytes)",
-		    zmq_msg_size(msg));
+		    f->len);
 		return PDX__MSG_SKIP;
 	}
 	if (strcmp(op, "event") == 0) {
@@ -138,4 +138,17 @@ int pdx__register_answer(const msgpack_object *m, const char *op,
 	}
 	log_debug("register: ignored \"%s\" from the agent", op);
 	return 0;
+}
+
+void pdx__lane_offer_read(const msgpack_object *m, struct pdx__lane_offer *o)
+{
+	const void *tok;
+	size_t len;
+
+	o->given = !pdx_mp_get_str(m, "direct", o->name, sizeof(o->name)) &&
+		   o->name[0] &&
+		   !pdx_mp_get_bin(m, "direct_token", &tok, &len) &&
+		   len == sizeof(o->token);
+	if (o->given)
+		memcpy(o->token, tok, len);
 }

@@ -86,6 +86,7 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 				      size_t len)
 {
 	uint64_t deadline = pdx_now_ns() + (uint64_t)e->timeout_ms * 1000000ULL;
+	struct pdx__lane_offer offer = {0};
 	pdx_status_t st;
 
 	st = pdx__drain(e);
@@ -94,14 +95,13 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 	if (st != PDX_OK)
 		return st; /* they said why */
 	for (;;) {
-		zmq_pollitem_t it = {e->sock, 0, ZMQ_POLLIN, 0};
 		struct pdx_engine_event ev;
 		msgpack_unpacked up;
-		zmq_msg_t msg;
+		struct pdx__frame f;
 		char op[32];
 		int rc, left;
 
-		rc = pdx__link_recv(e, &msg);
+		rc = pdx__link_recv(e, &f);
 		if (rc < 0)
 			return PDX_EIO;
 		if (rc == 0) {
@@ -113,14 +113,15 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 						     "the agent in %d ms",
 						     e->timeout_ms);
 			}
-			if (zmq_poll(&it, 1, left) < 0 && errno != EINTR)
+			if (pdx__link_wait(e, left, false) < 0 &&
+			    errno != EINTR)
 				return pdx__fail(e, PDX_EIO,
 						 "poll agent socket: %s",
 						 zmq_strerror(errno));
 			continue;
 		}
 		rc = 0;
-		switch (pdx__classify(&msg, &up, op, sizeof(op), &ev)) {
+		switch (pdx__classify(&f, &up, op, sizeof(op), &ev)) {
 		case PDX__MSG_SKIP:
 			break;
 		case PDX__MSG_EVENT:
@@ -130,6 +131,8 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 			rc = pdx__register_answer(&up.data, op, e->peer,
 						  sizeof(e->peer), &st, e->why,
 						  sizeof(e->why));
+			if (rc && st == PDX_OK)
+				pdx__lane_offer_read(&up.data, &offer);
 			if (!rc && pdx__on_other(e, &up.data, op, &ev) &&
 			    pdx__queue_push(e, &ev))
 				log_error(
@@ -137,7 +140,7 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 			break;
 		}
 		msgpack_unpacked_destroy(&up);
-		zmq_msg_close(&msg);
+		pdx__frame_close(&f);
 		if (!rc)
 			continue;
 		/* the handshake of the connection the register went out on was
@@ -147,6 +150,7 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 		if (st == PDX_OK) {
 			e->registered = e->up;
 			e->displaced = false;
+			pdx__link_lane_open(e, &offer);
 		}
 		return st;
 	}

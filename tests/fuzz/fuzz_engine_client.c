@@ -42,17 +42,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		size_t plen = data[2];
 		char peer[256], why[PDX_REASON_MAX] = "";
 		msgpack_unpacked up;
-		zmq_msg_t msg;
+		struct pdx__frame f = {0};
+		struct pdx__lane_offer offer;
+		uint8_t *copy;
 		pdx_status_t st = 1;
 		char op[32];
 
 		data += 3;
 		size -= 3;
 		n = n < size ? n : size;
-		if (zmq_msg_init_size(&msg, n))
+		copy = malloc(n ? n : 1); /* exactly n: an over-read is caught */
+		if (!copy)
 			abort();
-		memcpy(zmq_msg_data(&msg), data, n);
-		switch (pdx__classify(&msg, &up, op, sizeof(op), &ev)) {
+		memcpy(copy, data, n);
+		f.data = copy;
+		f.len = n;
+		switch (pdx__classify(&f, &up, op, sizeof(op), &ev)) {
 		case PDX__MSG_EVENT:
 			check_event(&ev);
 			pdx__queue_push(&e, &ev);
@@ -68,12 +73,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				if (st && !why[0])
 					abort(); /* a failure says why */
 			}
+			pdx__lane_offer_read(&up.data, &offer);
+			if (offer.given &&
+			    strnlen(offer.name, sizeof(offer.name)) ==
+				sizeof(offer.name))
+				abort();
 			break;
 		case PDX__MSG_SKIP:
 			break;
 		}
 		msgpack_unpacked_destroy(&up);
-		zmq_msg_close(&msg);
+		free(copy);
 		data += n;
 		size -= n;
 	}

@@ -90,14 +90,71 @@ class Engine:
         self.sock.connect(agent_addr)
         self.events = {}
 
+    lane = None  # the direct lane, once taken (take_lane)
+    lane_in = b""
+
     def send(self, msg):
-        self.sock.send(pack(msg))
+        if self.lane:
+            body = pack(msg)
+            self.lane.sendall(len(body).to_bytes(4, "big") + body)
+        else:
+            self.sock.send(pack(msg))
+
+    def lane_frame(self):
+        """A whole frame off the lane's bytes read so far, or None."""
+        if len(self.lane_in) < 4:
+            return None
+        n = int.from_bytes(self.lane_in[:4], "big")
+        if len(self.lane_in) < 4 + n:
+            return None
+        body, self.lane_in = self.lane_in[4:4 + n], self.lane_in[4 + n:]
+        return unpack(body)
 
     def recv(self, timeout_ms):
-        """The next message within timeout_ms, or None."""
-        if not self.sock.poll(timeout_ms):
+        """The next message within timeout_ms, or None: off the lane once
+        taken, else (and for what the agent still sends there) ZeroMQ."""
+        end = time.time() + timeout_ms / 1000
+        while True:
+            if self.lane:
+                m = self.lane_frame()
+                if m is not None:
+                    return m
+            poller = zmq.Poller()
+            poller.register(self.sock, zmq.POLLIN)
+            if self.lane:
+                poller.register(self.lane, zmq.POLLIN)
+            left = max(0, int((end - time.time()) * 1000))
+            ready = dict(poller.poll(left))
+            if self.sock in ready:
+                return unpack(self.sock.recv())
+            if self.lane and self.lane.fileno() in ready:
+                got = self.lane.recv(65536)
+                if not got:
+                    raise EOFError("the agent closed the direct lane")
+                self.lane_in += got
+                continue
+            if not ready and time.time() >= end:
+                return None
+
+    def take_lane(self, answer):
+        """docs/protocol.md, "The direct lane": connects to what the
+        "registered" answer offered, says its token, waits for the agent's
+        marker on ZeroMQ, sends ours there, and from then on sends and
+        reads on the lane. The lane's socket, or None when not offered."""
+        if "direct" not in answer:
             return None
-        return unpack(self.sock.recv())
+        lane = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        lane.connect("\0" + answer["direct"])
+        hello = pack({"op": "direct", "token": answer["direct_token"]})
+        lane.sendall(len(hello).to_bytes(4, "big") + hello)
+        if not self.sock.poll(5000):
+            raise TimeoutError("no direct marker from the agent")
+        marker = unpack(self.sock.recv())
+        if marker != {"op": "direct"}:
+            raise ValueError(f"want the agent's marker, got {marker}")
+        self.sock.send(pack({"op": "direct"}))
+        self.lane = lane
+        return lane
 
     def register(self, lay=None):
         """Registers (again each second until the agent answers, for 10 s)
@@ -135,6 +192,8 @@ class Engine:
         return len(self.events.get(xfer, []))
 
     def close(self):
+        if self.lane:
+            self.lane.close()
         self.sock.close()
         self.shm.close()
         self.shm.unlink()
