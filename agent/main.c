@@ -15,7 +15,7 @@
 #include "agent/agent.h"
 #include "common/ipc_path.h"
 #include "common/log.h"
-#include "common/shm_pool.h"
+#include "common/shm_object.h"
 #include "common/tcp_addr.h"
 #include "common/version.h"
 
@@ -460,7 +460,8 @@ static int curve_start(struct agent *a)
  * each by default, kill -9): nobody holds its lock (staged.c). */
 static void sweep_staging(void)
 {
-	int n = pdx_shm_pool_sweep("pdx-staging-", PDX_SHM_SWEEP_MIN_AGE_S);
+	int n = pdx_shm_object_sweep("pdx-staging-",
+				     PDX_SHM_OBJECT_SWEEP_MIN_AGE_S);
 
 	if (n)
 		log_info("removed %d staging buffer(s) left in /dev/shm by "

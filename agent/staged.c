@@ -36,7 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -44,7 +43,7 @@
 #include "agent/agent.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "common/shm_pool.h"
+#include "common/shm_object.h"
 
 #define MAGIC_CHUNK 0x53584450u /* "PDXS" */
 #define MAGIC_READY 0x52584450u /* "PDXR" */
@@ -105,7 +104,7 @@ struct staging {
 	char shm_name[64];
 	uint8_t *shm; /* every slot's host buffer */
 	size_t shm_len;
-	int shm_lock; /* holds flock(LOCK_EX) on it while we live: -1 none */
+	int shm_lock; /* holds its lock while we live (shm_object.h): -1 none */
 };
 
 static void slots_free(struct agent *a, struct staging *s)
@@ -148,13 +147,16 @@ static int shm_create(struct staging *s)
 
 	snprintf(s->shm_name, sizeof(s->shm_name), "/pdx-staging-%d-%llx",
 		 (int)getpid(), (unsigned long long)pdx_now_ns());
-	fd = shm_open(s->shm_name, O_RDWR | O_CREAT | O_EXCL, 0600);
-	if (fd < 0)
+	fd = pdx_shm_object_create(s->shm_name, err, sizeof(err));
+	if (fd < 0) {
+		log_error("%s", err);
 		return -1;
-	if (flock(fd, LOCK_EX | LOCK_NB) || ftruncate(fd, (off_t)s->shm_len))
+	}
+	if (ftruncate(fd, (off_t)s->shm_len))
 		goto fail;
-	if (pdx_shm_reserve(fd, s->shm_len, "the agent's staging",
-			    "pdx-agent --staging-mb", err, sizeof(err))) {
+	if (pdx_shm_object_reserve(fd, s->shm_len, "the agent's staging",
+				   "pdx-agent --staging-mb", err,
+				   sizeof(err))) {
 		log_error("%s", err);
 		goto fail;
 	}

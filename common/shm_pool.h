@@ -60,26 +60,6 @@ pdx_status_t pdx_shm_pool_layout(const struct pdx_model *m, uint32_t blocks,
 /* Unmaps and unlinks; safe on a zeroed or destroyed pool. */
 void pdx_shm_pool_destroy(struct pdx_shm_pool *p);
 
-/* Allocates the pages of the shared-memory object fd (size bytes) now,
- * while a /dev/shm too small for it can still be said: found full later,
- * it is a SIGBUS at the write that needs a page. 0 (also where the file
- * system cannot say), or -1 with why in err: what (e.g. "the KV pool")
- * does not fit, and smaller, the option that makes it smaller. */
-int pdx_shm_reserve(int fd, uint64_t size, const char *what,
-		    const char *smaller, char *err, size_t errlen);
-
-/* Its creator locks a pool microseconds after making it (shm_create):
- * one younger than this may be in that instant; one left by a dead
- * process is as old as that process was. */
-#define PDX_SHM_SWEEP_MIN_AGE_S 1
-
-/* Removes the shared-memory objects named `prefix`* (e.g. "pdx-engine-")
- * that were left by a process that died without destroying its pool: no
- * process holds their lock, and they are at least min_age_s old (so a
- * pool being created is not taken for one). Works across PID namespaces
- * that share /dev/shm. Returns how many it removed. */
-int pdx_shm_pool_sweep(const char *prefix, int min_age_s);
-
 /* The first byte of block `block` of tensor `tensor` of layer `layer`. */
 static inline uint8_t *pdx_shm_pool_block(const struct pdx_shm_pool *p,
 					  uint32_t layer, uint32_t tensor,

@@ -131,24 +131,13 @@ static void get_info(struct pdx_http_api *api, struct evhttp_request *req)
 static void add_agent_header(const struct pdx_kv_link *l,
 			     struct evhttp_request *req)
 {
-	const size_t len = PDX_TP_MAX * (PDX_ADDR_MAX + 1); /* commas */
 	struct pdx_kv_peers *own = malloc(sizeof(*own));
-	char *v = malloc(len);
-	const char *peer = pdx_kv_link_peer(l);
-	size_t at = 0;
+	char *v = malloc(PDX_KV_PEERS_JOIN_MAX);
 
 	if (!own || !v)
 		goto out;
 	pdx_kv_link_peers(l, own);
-	if (own->n <= 1) { /* TP 1: its one agent */
-		own->n = 1;
-		snprintf(own->addr[0], sizeof(own->addr[0]), "%s",
-			 peer ? peer : "");
-	}
-	v[0] = '\0';
-	for (uint32_t r = 0; r < own->n; r++)
-		at += (size_t)snprintf(v + at, len - at, "%s%s", r ? "," : "",
-				       own->addr[r]);
+	pdx_kv_peers_join(own, v, PDX_KV_PEERS_JOIN_MAX);
 	if (v[0])
 		evhttp_add_header(evhttp_request_get_output_headers(req),
 				  "X-PDX-Agent", v);

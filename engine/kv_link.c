@@ -287,7 +287,7 @@ uint32_t pdx_kv_link_tp_size(const struct pdx_kv_link *l)
 
 void pdx_kv_link_peers(const struct pdx_kv_link *l, struct pdx_kv_peers *out)
 {
-	out->n = l->tp ? l->tp_size : 0;
+	out->n = l->tp ? l->tp_size : 1;
 	for (uint32_t r = 0; r < out->n; r++)
 		snprintf(out->addr[r], sizeof(out->addr[r]), "%s",
 			 r ? pdx_tp_leader_peer(l->tp, r)

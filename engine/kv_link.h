@@ -105,7 +105,8 @@ const char *pdx_kv_link_peer(const struct pdx_kv_link *l);
 /* The instance's TP size: 1 but on rank 0 of a TP instance. */
 uint32_t pdx_kv_link_tp_size(const struct pdx_kv_link *l);
 
-/* Every rank's agent peer address, rank order (out->n 0 in TP 1). */
+/* Every rank's agent peer address, rank order (TP 1: out->n 1, its
+ * own). */
 void pdx_kv_link_peers(const struct pdx_kv_link *l, struct pdx_kv_peers *out);
 
 /* Prefill side: pdx_engine_send(), to our pair, else open (other NULL

@@ -240,6 +240,18 @@ json_t *pdx_kv_peers_json(const struct pdx_kv_peers *peers)
 	return a;
 }
 
+void pdx_kv_peers_join(const struct pdx_kv_peers *peers, char *out,
+		       size_t outlen)
+{
+	size_t at = 0;
+
+	if (outlen)
+		out[0] = '\0';
+	for (uint32_t r = 0; r < peers->n && at < outlen; r++)
+		at += (size_t)snprintf(out + at, outlen - at, "%s%s",
+				       r ? "," : "", peers->addr[r]);
+}
+
 int pdx_kv_params_answer_ranks(json_t *answer, const struct pdx_kv_peers *own)
 {
 	if (own->n <= 1)

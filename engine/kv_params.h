@@ -75,8 +75,18 @@ int pdx_kv_params_mint(struct pdx_kv_params *p);
 json_t *pdx_kv_params_answer(const struct pdx_kv_params *p,
 			     const char *own_agent, int64_t first_token);
 
-/* peers' addresses as a JSON array (a new one; NULL: out of memory). */
+/* peers' addresses as a JSON array, rank order (a new one; NULL: out of
+ * memory): /v1/pdx/info's peer_addrs, an answer's remote_agents. */
 json_t *pdx_kv_peers_json(const struct pdx_kv_peers *peers);
+
+/* What pdx_kv_peers_join() may write, its NUL included: each address is
+ * shorter than PDX_ADDR_MAX, and a comma or the NUL follows it. */
+#define PDX_KV_PEERS_JOIN_MAX (PDX_TP_MAX * PDX_ADDR_MAX)
+
+/* The same addresses joined by commas, rank order, into out ("" for
+ * none; cut at outlen): /health's X-PDX-Agent. */
+void pdx_kv_peers_join(const struct pdx_kv_peers *peers, char *out,
+		       size_t outlen);
 
 /* Adds a TP instance's own rank agents (own->n > 1) to an answer:
  * remote_agents and remote_tp_size. 0, or -1 when out of memory. */

@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/http_listen.h"
 #include "common/log.h"
+#include "common/shm_object.h"
 #include "common/version.h"
 #include "engine/http_api.h"
 #include "engine/kv_link.h"
@@ -217,7 +218,8 @@ static int engine_start(struct engine *e)
 	if (!e->sigterm || !e->sigint || evsignal_add(e->sigterm, NULL) ||
 	    evsignal_add(e->sigint, NULL))
 		return 1;
-	swept = pdx_shm_pool_sweep("pdx-engine-", PDX_SHM_SWEEP_MIN_AGE_S);
+	swept = pdx_shm_object_sweep("pdx-engine-",
+				     PDX_SHM_OBJECT_SWEEP_MIN_AGE_S);
 	if (swept)
 		log_info("removed %d KV pool(s) left in /dev/shm by engines "
 			 "that died", swept);

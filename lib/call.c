@@ -13,15 +13,51 @@
  * A forked child: the engine's ZeroMQ context belongs to the process that
  * connected it (its I/O thread is not in the child, whose waits on it
  * fail with EINTR forever). Every call but pdx_engine_free() fails there
- * with PDX_EINVAL; the child connects an engine of its own.
+ * with PDX_EINVAL; the child connects an engine of its own. A child is
+ * told from its parent by a fork generation, not by getpid(): the check
+ * is on every call, layer_done's once a layer among them, and a load
+ * costs nothing where a system call does not.
  */
 #define PDX_LOG_TOPIC "engine"
 
 #include "lib/client.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include "common/log.h"
+
+/* Forks this process has been through: each child starts one past its
+ * parent (fork() runs the handler in the child, single-threaded). A child
+ * made without fork()'s handlers (vfork, posix_spawn) only execs. */
+static unsigned fork_generation;
+static pthread_once_t forks_once = PTHREAD_ONCE_INIT;
+static int forks_watch_err;
+
+static void forked_child_bump(void)
+{
+	__atomic_add_fetch(&fork_generation, 1, __ATOMIC_RELAXED);
+}
+
+static void forks_watch(void)
+{
+	forks_watch_err = pthread_atfork(NULL, NULL, forked_child_bump);
+}
+
+pdx_status_t pdx__fork_generation(unsigned *out)
+{
+	pthread_once(&forks_once, forks_watch);
+	if (forks_watch_err)
+		return PDX_ENOMEM;
+	*out = __atomic_load_n(&fork_generation, __ATOMIC_RELAXED);
+	return PDX_OK;
+}
+
+bool pdx__forked(const struct pdx_engine *e)
+{
+	return __atomic_load_n(&fork_generation, __ATOMIC_RELAXED) !=
+	       e->fork_generation;
+}
 
 /* The refusal of a call made while another thread is in one (call). */
 static pdx_status_t busy(struct pdx_engine *e, const char *call)
@@ -55,7 +91,7 @@ pdx_status_t pdx__enter(struct pdx_engine *e, const char *call)
 		return busy(e, call);
 	__atomic_store_n(&e->call, call, __ATOMIC_RELAXED);
 	pdx__why_clear(e);
-	if (getpid() != e->pid)
+	if (pdx__forked(e))
 		return pdx__leave(e, forked(e, call));
 	return PDX_OK;
 }

@@ -84,7 +84,8 @@ struct pdx__inflight {
 struct pdx_engine {
 	void *ctx;
 	void *sock;
-	pid_t pid;         /* the process that connected: not a forked child */
+	unsigned fork_generation; /* of the process that connected (call.c) */
+	pid_t pid;         /* that process, for the refusal in a forked child */
 	int busy;          /* a call is under way (call.c; __atomic) */
 	int told_busy;     /* a call refused for it was logged */
 	const char *call;  /* which one, for the one refused beside it */
@@ -139,6 +140,11 @@ pdx_status_t pdx__fail_log(struct pdx_engine *e, enum pdx_log_level lvl,
  * if (st == PDX_OK) st = pdx__leave(e, work(e)). */
 pdx_status_t pdx__enter(struct pdx_engine *e, const char *call);
 pdx_status_t pdx__leave(struct pdx_engine *e, pdx_status_t st);
+/* The fork generation of this process, for an engine connecting here
+ * (the first call starts counting forks; PDX_ENOMEM: it could not), and
+ * whether e was connected in another process (a forked child's parent). */
+pdx_status_t pdx__fork_generation(unsigned *out);
+bool pdx__forked(const struct pdx_engine *e);
 
 /* inflight.c */
 bool pdx__inflight_has(struct pdx_engine *e, const struct pdx_xfer_id *x);
@@ -161,7 +167,8 @@ int pdx__direct_open(struct pdx_engine *e, const char *name,
 int pdx__direct_write(struct pdx_engine *e, const void *buf, size_t len);
 int pdx__direct_flush(struct pdx_engine *e);
 int pdx__direct_read(struct pdx_engine *e, const void **buf, size_t *len);
-void pdx__direct_close(struct pdx_engine *e);
+/* close: forked, in a child, where the epoll instance is the parent's */
+void pdx__direct_close(struct pdx_engine *e, bool forked);
 
 /* link.c */
 pdx_status_t pdx__link_open(struct pdx_engine *e, const char *agent);

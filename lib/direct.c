@@ -189,16 +189,18 @@ int pdx__direct_open(struct pdx_engine *e, const char *name,
 				: pdx__direct_write(e, m.buf.data, m.buf.size);
 	pdx_mp_msg_free(&m);
 	if (rc)
-		pdx__direct_close(e);
+		pdx__direct_close(e, false);
 	return rc ? -1 : 0;
 }
 
-void pdx__direct_close(struct pdx_engine *e)
+void pdx__direct_close(struct pdx_engine *e, bool forked)
 {
 	struct pdx__lane *l = &e->lane;
 
 	if (l->fd >= 0) {
-		if (e->efd >= 0)
+		/* a forked child's epoll instance is its parent's: removing
+		 * the fd there would remove it for the parent */
+		if (e->efd >= 0 && !forked)
 			epoll_ctl(e->efd, EPOLL_CTL_DEL, l->fd, NULL);
 		close(l->fd);
 	}

@@ -17,6 +17,7 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 				struct pdx_engine **out)
 {
 	struct pdx_engine *e;
+	unsigned fork_generation;
 	pdx_status_t st;
 
 	if (!out)
@@ -27,11 +28,15 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 	    params->timeout_ms < 0 || params->liveness_ms < 0 ||
 	    params->xfer_timeout_ms > PDX_XFER_TIMEOUT_MAX_MS)
 		return PDX_EINVAL;
+	st = pdx__fork_generation(&fork_generation);
+	if (st != PDX_OK)
+		return st;
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return PDX_ENOMEM;
 	e->efd = -1;
 	e->lane.fd = -1;
+	e->fork_generation = fork_generation;
 	e->pid = getpid();
 	e->timeout_ms =
 	    params->timeout_ms ? params->timeout_ms : DEFAULT_TIMEOUT_MS;
@@ -56,9 +61,11 @@ void pdx_engine_free(struct pdx_engine *e)
 	/* In a forked child the link and the CUDA context are the parent's:
 	 * ZeroMQ's calls there may wait on a lock an I/O thread, absent in
 	 * the child, held at the fork. Only the memory is the child's. */
-	if (getpid() == e->pid) {
+	if (!pdx__forked(e)) {
 		pdx__link_close(e);
 		pdx__cuda_free(e->cuda);
+	} else {
+		pdx__direct_close(e, true);
 	}
 	pdx__inflight_free(e);
 	pdx__meta_free(e);

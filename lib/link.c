@@ -61,7 +61,7 @@ void pdx__link_lane_close(struct pdx_engine *e, const char *why)
 	if (e->lane.tx || e->lane.rx)
 		log_info("the direct lane to the agent closed (%s): the link "
 			 "goes by ZeroMQ", why);
-	pdx__direct_close(e);
+	pdx__direct_close(e, false);
 }
 
 void pdx__link_lane_open(struct pdx_engine *e,
@@ -344,7 +344,7 @@ void pdx__link_close(struct pdx_engine *e)
 	 * sends a monitor event holding the monitor's lock and waits while
 	 * the reader is gone, and stopping the monitor takes that lock (a
 	 * hang when the agent left just as we free). */
-	pdx__direct_close(e);
+	pdx__direct_close(e, false);
 	if (e->sock) {
 		zmq_socket_monitor(e->sock, NULL, 0);
 		zmq_close(e->sock);

@@ -50,16 +50,6 @@ port() { eval echo "\$PORT_$1"; }
 ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
 health() { curl -s -o "$T/health.body" -w '%{http_code}' "http://127.0.0.1:$(port "$1")/health"; }
 
-# up_http NAME: until NAME's /health answers 200.
-up_http() {
-	for _ in $(seq 150); do
-		[ "$(health "$1")" = 200 ] && return 0
-		kill -0 "$(pid "$1")" 2>/dev/null || fail "$1 exited at start: $(tail -5 "$T/$1.log")"
-		sleep 0.1
-	done
-	fail "$1 does not answer /health with 200: $(cat "$T/health.body")"
-}
-
 start_agent() { # p0, p1, d0 or d1
 	rm -f "$T/$1.engine"
 	bg_start "$1" "$AGENT" --engine "ipc://$T/$1.engine" \
@@ -79,16 +69,16 @@ start_engine() {
 	bg_start "$1" "$ENGINE" --port "$(port "$1")" --role "$2" \
 		--agent "ipc://$T/$a.engine" --time-scale $scale --kv-timeout-ms 4000 \
 		--kv-quarantine-ms $QUARANTINE_MS
-	up_http "$1"
+	wait_healthy "$1" 150
 }
 
 for a in p0 p1 d0 d1; do start_agent $a; done
 for n in P0 P1; do start_engine $n prefill; done
 for n in D0 D1; do start_engine $n decode; done
 bg_start C "$ENGINE" --port "$PORT_C" --time-scale 0
-up_http C
+wait_healthy C 150
 bg_start X "$PROXY" --port "$PORT_X" "${XOPTS[@]}"
-up_http X
+wait_healthy X 150
 
 long=$($PY -c "print(' '.join('w%d' % i for i in range(1200)))")
 short="after the agent is gone, the others serve"

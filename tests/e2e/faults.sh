@@ -44,19 +44,6 @@ XOPTS=(--flow concurrent --prefill "127.0.0.1:$PORT_P" --decode "127.0.0.1:$PORT
 
 pid() { eval echo "\${PID_$1:-}"; }
 
-# up_http NAME: until NAME's /health answers 200.
-up_http() {
-	local port
-	port=$(eval echo "\$PORT_$1")
-	for _ in $(seq 150); do
-		[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")" = 200 ] &&
-			return 0
-		kill -0 "$(pid "$1")" 2>/dev/null || fail "$1 exited at start: $(tail -5 "$T/$1.log")"
-		sleep 0.1
-	done
-	fail "$1 does not answer /health"
-}
-
 # start_agent p|d: its engine (if it runs) registers again at once.
 start_agent() {
 	local n
@@ -70,7 +57,7 @@ start_agent() {
 			[ "$(sed -n '/^--- start/h; /^--- start/!H; ${x; p}' "$T/$1.log" |
 				grep -c 'engine registered')" -ge $n ]; then
 			# and its engine has the answer: it is ready again
-			[ $n = 1 ] && up_http "$(echo "$1" | tr pd PD)"
+			[ $n = 1 ] && wait_healthy "$(echo "$1" | tr pd PD)" 150
 			return 0
 		fi
 		sleep 0.05
@@ -83,11 +70,11 @@ start_engine() { # P, D or C
 	D) bg_start D "$ENGINE" --port "$PORT_D" "${EOPTS_D[@]}" ;;
 	C) bg_start C "$ENGINE" --port "$PORT_C" --time-scale 0 ;;
 	esac
-	up_http "$1"
+	wait_healthy "$1" 150
 }
 start_proxy() {
 	bg_start X "$PROXY" --port "$PORT_X" "${XOPTS[@]}"
-	up_http X
+	wait_healthy X 150
 }
 start_any() {
 	case $1 in

@@ -1,7 +1,7 @@
 # Shared by the e2e shell tests: start pdx-engine on a free port, talk to
 # it with curl, check JSON with python3, stop it and require a clean exit
 # (under ASan that includes no leaks); several engines, agents and proxies
-# by name; waits on their /metrics (client.py).
+# by name; waits on their /health, and on their /metrics (client.py).
 #   . lib.sh; engine_start BIN [options...]; ...; engine_stop
 set -u
 
@@ -236,13 +236,25 @@ tp_engine_start() {
 		bg_start "$name$r" "$ENGINE" --role "$role" "${tp[@]}" \
 			--tp-rank "$r" --agent "ipc://$E2E_TMP/$side$r.engine" "$@"
 	done
-	for _ in $(seq 100); do
-		[ "$(curl -s -o /dev/null -w '%{http_code}' \
-			"http://127.0.0.1:$(eval echo "\$PORT_$name")/health")" = 200 ] &&
-			return 0
+	wait_healthy "$name"
+}
+
+# wait_healthy NAME [TRIES]: until the server on PORT_NAME answers /health
+# with 200 (ready: an engine's agent registered it), tried every 0.1 s,
+# TRIES times (100 by default). Its exit (PID_NAME, where set) or the last
+# try fails the test, with its last answer and its log's tail.
+wait_healthy() {
+	local name=$1 tries=${2:-100} port pid
+	port=$(eval echo "\$PORT_$name")
+	pid=$(eval echo "\${PID_$name:-}")
+	for _ in $(seq "$tries"); do
+		[ "$(curl -s -o "$E2E_TMP/$name.health" -w '%{http_code}' \
+			"http://127.0.0.1:$port/health")" = 200 ] && return 0
+		[ -z "$pid" ] || kill -0 "$pid" 2>/dev/null ||
+			fail "$name exited at start: $(tail -5 "$E2E_TMP/$name.log")"
 		sleep 0.1
 	done
-	fail "$name: not ready: $(tail -3 "$E2E_TMP/$name.log")"
+	fail "$name does not answer /health with 200: $(cat "$E2E_TMP/$name.health" 2>/dev/null): $(tail -3 "$E2E_TMP/$name.log")"
 }
 
 # e NAME: an engine's sample NAME (the model E2E_MODEL, tiny by default).

@@ -81,23 +81,11 @@ pool_path() {
 	done
 }
 
-# healthy NAME: its /health says 200 (its agent registered it).
-healthy() {
-	local port
-	port=$(eval echo "\$PORT_$1")
-	for _ in $(seq 100); do
-		[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")" = 200 ] &&
-			return 0
-		sleep 0.1
-	done
-	fail "$1: /health never 200: $(tail -3 "$E2E_TMP/$1.log")"
-}
-
 # --- KV pools: engines that are each PID 1, one /dev/shm
 agent_start a
 named_engine_start A "${IN_NS[@]}" "$ENGINE" --model tiny --kv-blocks 64 \
 	--role prefill --agent "ipc://$E2E_TMP/a.engine"
-healthy A
+wait_healthy A
 ea=$(child "$PID_A")
 ino_a=$(pool_ino "$ea")
 named_engine_start C "${IN_NS[@]}" "${OTHER[@]}" "$NB_ENGINE" --model tiny --kv-blocks 64
@@ -111,7 +99,7 @@ ino_c=$(pool_ino "$(child "$PID_C")")
 # A's agent goes and comes back: A registers again and it maps A's pool
 named_stop agent_a
 agent_start a
-healthy A
+wait_healthy A
 ino=$(pool_ino "$PID_agent_a")
 [ "$ino" = "$ino_a" ] || fail "A's agent maps pool $ino after A registered again, A's is $ino_a"
 # B stops cleanly: A's pool keeps its name (B's exit unlinked it)
@@ -216,7 +204,7 @@ sleep 5
 agent_start a # the log says "--- start" again
 named_engine_start A2 "${IN_NS[@]}" "$ENGINE" --model tiny --kv-blocks 64 \
 	--role prefill --agent "ipc://$E2E_TMP/a.engine"
-healthy A2
+wait_healthy A2
 grep -q "removed [0-9]* KV pool(s) left in /dev/shm by engines that died" "$E2E_TMP/A2.log" ||
 	fail "A's dead pool was not swept: $(tail -3 "$E2E_TMP/A2.log")"
 [ -z "$(pool_path "$ino_a")" ] || fail "A's dead pool is still there"

@@ -1,6 +1,6 @@
 /* kv_transfer_params as the engine reads it (engine/kv_params.h): the two
- * sides, the optional decode fields, every refusal, and the prefill
- * side's answer. */
+ * sides, the optional decode fields, every refusal, the prefill side's
+ * answer, and a TP instance's agents as listed. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -142,11 +142,34 @@ static void answer(void)
 	json_decref(o);
 }
 
+/* A TP instance's agents, rank order: the same list as JSON
+ * (/v1/pdx/info) and joined by commas (/health's X-PDX-Agent). */
+static void peers(void)
+{
+	struct pdx_kv_peers own = {
+	    .n = 3, .addr = {"tcp://a:1", "tcp://b:2", "tcp://c:3"}};
+	char joined[PDX_KV_PEERS_JOIN_MAX], cut[12];
+	json_t *a = pdx_kv_peers_json(&own);
+	char *s = json_dumps(a, JSON_COMPACT);
+
+	CHECK(s && !strcmp(s, "[\"tcp://a:1\",\"tcp://b:2\",\"tcp://c:3\"]"));
+	free(s);
+	json_decref(a);
+	pdx_kv_peers_join(&own, joined, sizeof(joined));
+	CHECK(!strcmp(joined, "tcp://a:1,tcp://b:2,tcp://c:3"));
+	pdx_kv_peers_join(&own, cut, sizeof(cut));
+	CHECK(!strcmp(cut, "tcp://a:1,t"));
+	own.n = 0;
+	pdx_kv_peers_join(&own, joined, sizeof(joined));
+	CHECK(!strcmp(joined, ""));
+}
+
 int main(void)
 {
 	sides();
 	refusals();
 	vllm_prefill();
 	answer();
+	peers();
 	CHECK_DONE();
 }

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/shm_object.h"
 #include "engine/kv_pool.h"
 #include "tests/check.h"
 
@@ -227,11 +228,11 @@ static void sweep(void)
 	CHECK(fd >= 0);
 	if (fd >= 0)
 		close(fd);
-	CHECK_EQ(pdx_shm_pool_sweep(prefix, 0), 0); /* both alive */
+	CHECK_EQ(pdx_shm_object_sweep(prefix, 0), 0); /* both alive */
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
-	CHECK_EQ(pdx_shm_pool_sweep(prefix, 3600), 0); /* too young */
-	CHECK_EQ(pdx_shm_pool_sweep(prefix, 0), 1);
+	CHECK_EQ(pdx_shm_object_sweep(prefix, 3600), 0); /* too young */
+	CHECK_EQ(pdx_shm_object_sweep(prefix, 0), 1);
 	CHECK(shm_open(dead, O_RDONLY, 0) < 0 && errno == ENOENT);
 	fd = shm_open(live, O_RDONLY, 0);
 	CHECK(fd >= 0);
