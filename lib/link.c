@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -220,6 +221,13 @@ int pdx__link_recv(struct pdx_engine *e, struct pdx__frame *f)
 			}
 			if (rc < 0)
 				pdx__link_lane_close(e, "the agent closed it");
+		} else if (e->lane.fd >= 0) {
+			char c;
+
+			/* before the agent's marker nothing comes on the lane
+			 * but its end: a token the agent refused */
+			if (recv(e->lane.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
+				pdx__link_lane_close(e, "the agent refused it");
 		}
 		rc = zmq_take(e, &f->msg);
 		if (rc <= 0)
