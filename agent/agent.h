@@ -423,6 +423,11 @@ int engine_direct_listen(struct agent *a, engine_msg_fn on_msg);
 void engine_direct_offer(struct agent *a, const void *id, size_t id_len,
 			 struct pdx_mp_msg *ans);
 void engine_direct_marker(struct agent *a, const void *id, size_t id_len);
+/* drop: the lane of connection id ends (another registered). catch_up:
+ * a ZeroMQ message from connection id came: what its lane holds goes
+ * first (an engine that closed its lane and went on on ZeroMQ). */
+void engine_direct_drop(struct agent *a, const void *id, size_t id_len);
+void engine_direct_catch_up(struct agent *a, const void *id, size_t id_len);
 int engine_send_frame(struct agent *a, const void *id, size_t id_len,
 		      const void *buf, size_t len);
 void engine_direct_stop(struct agent *a);

@@ -23,13 +23,20 @@
  *
  * A lane refused (a stale token) is closed before either side sent on it.
  * A lane lost (the engine gone, a frame over the bound) sends what follows
- * on ZeroMQ again; what was on it is lost with it, as a ZeroMQ
- * connection's queue is.
+ * on ZeroMQ again; what it still held for the engine is lost with it, as
+ * a ZeroMQ connection's queue is; what the engine sent before it closed
+ * the lane is read first, and before any ZeroMQ message that came after.
+ *
+ * Anyone in the network namespace can connect to an abstract socket, so
+ * a connection is taken only from our user (or root) and only with the
+ * token, and the loop never reads more than a bounded amount from one
+ * before that, nor from the lane before the engine's marker.
  */
 #define _GNU_SOURCE /* accept4 */
 #define PDX_LOG_TOPIC "engine"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +53,14 @@
 #include "common/log.h"
 #include "common/mp.h"
 
+/* A hello is a map of two short keys and 16 bytes: anything longer is
+ * not one. */
+#define HELLO_MAX_BYTES 64
+/* Read from a lane per turn of the loop at most: the loop goes round to
+ * everything else between (the read event fires again while more is
+ * there). */
+#define READ_TURN_BYTES (256 << 10)
+
 /* One connection to the lane's socket: its token not yet checked
  * (pending), or the registered engine's lane. */
 struct lane {
@@ -54,6 +69,7 @@ struct lane {
 	struct event *rev, *wev;
 	struct evbuffer *in, *out;
 	int busy; /* frames being handed on: freed after, when lost meanwhile */
+	bool delivering; /* in lane_deliver(): not entered again */
 	bool lost;
 };
 
@@ -193,8 +209,14 @@ static bool hello(struct lane *l, const uint8_t *body, uint32_t len)
 	ok = !pdx_mp_parse(body, len, &msg, op, sizeof(op)) &&
 	     !strcmp(op, "direct") &&
 	     !pdx_mp_get_bin(&msg.data, "token", &tok, &tok_len) &&
-	     d->offered && tok_len == sizeof(d->token) &&
-	     !memcmp(tok, d->token, tok_len);
+	     d->offered && tok_len == sizeof(d->token);
+	if (ok) { /* in constant time: a guess learns nothing from it */
+		uint8_t diff = 0;
+
+		for (size_t i = 0; i < tok_len; i++)
+			diff |= ((const uint8_t *)tok)[i] ^ d->token[i];
+		ok = diff == 0;
+	}
 	msgpack_unpacked_destroy(&msg);
 	return ok;
 }
@@ -224,6 +246,9 @@ static void lane_take(struct lane *l)
 	pdx_mp_msg_free(&m);
 	d->lane = l;
 	d->tx = true;
+	/* nothing is read until the engine's marker (its end included):
+	 * before that it could only pile up here */
+	event_del(l->rev);
 	log_debug("the engine's direct lane is up");
 }
 
@@ -238,8 +263,11 @@ static void lane_deliver(struct lane *l)
 	uint32_t len = 0;
 	uint8_t *body;
 
+	if (l->delivering)
+		return; /* a frame handed on asked for it (a marker on the lane) */
 	memcpy(id, d->id, id_len); /* a register may move d->id */
 	l->busy++;
+	l->delivering = true;
 	while (!l->lost && d->lane == l && d->rx &&
 	       (body = frame_peek(l, &len))) {
 		d->on_msg(a, id, id_len, body, len);
@@ -248,41 +276,75 @@ static void lane_deliver(struct lane *l)
 	}
 	if (!l->lost && len > PDX_LANE_MAX_BYTES)
 		lane_lost(l, "a frame over the bound");
+	l->delivering = false;
 	l->busy--;
 	if (l->lost && !l->busy)
 		lane_free(l);
+}
+
+/* Reads what the lane has, up to want bytes: 2 all it had (maybe
+ * nothing), 1 want bytes (more may be there), 0 its end (or a failure:
+ * why in errno). */
+static int lane_read(struct lane *l, size_t want)
+{
+	size_t got = 0;
+
+	while (got < want) {
+		int n = evbuffer_read(l->in, l->fd, (int)(want - got));
+
+		if (n > 0) {
+			got += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 2;
+		if (n == 0)
+			errno = 0;
+		return 0;
+	}
+	return 1;
+}
+
+/* A connection not yet the lane: its first frame, a short one, must be
+ * the hello with the token offered. */
+static void check_hello(struct lane *l)
+{
+	size_t have = evbuffer_get_length(l->in);
+	uint32_t len;
+	uint8_t *body;
+	int more = lane_read(l, PDX_LANE_HDR + HELLO_MAX_BYTES - have);
+
+	body = frame_peek(l, &len);
+	if (body && hello(l, body, len)) {
+		evbuffer_drain(l->in, PDX_LANE_HDR + len);
+		lane_take(l);
+	} else if (body || len > HELLO_MAX_BYTES || !more) {
+		if (body || len)
+			log_warn("a connection to the direct lane without the "
+				 "token offered: closed");
+		lane_lost(l, "refused");
+	}
 }
 
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
 	struct lane *l = arg;
 	struct engine_direct *d = &l->a->direct;
-	int n;
 
-	do
-		n = evbuffer_read(l->in, fd, -1);
-	while (n > 0);
-	if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK &&
-		       errno != EINTR)) {
-		lane_lost(l, n == 0 ? "the engine closed it" : strerror(errno));
-		return;
-	}
 	l->busy++;
 	if (d->lane != l) {
-		uint32_t len;
-		uint8_t *body = frame_peek(l, &len);
+		check_hello(l);
+	} else if (!lane_read(l, READ_TURN_BYTES)) {
+		int err = errno;
 
-		if (body && hello(l, body, len)) {
-			evbuffer_drain(l->in, PDX_LANE_HDR + len);
-			lane_take(l);
-		} else if (body || len > PDX_LANE_MAX_BYTES) {
-			log_warn("a connection to the direct lane without the "
-				 "token offered: closed");
-			lane_lost(l, "refused");
-		}
-	}
-	if (!l->lost)
+		lane_deliver(l); /* what the engine sent before it closed */
+		if (!l->lost)
+			lane_lost(l, err ? strerror(err) : "the engine closed it");
+	} else {
 		lane_deliver(l);
+	}
 	l->busy--;
 	if (l->lost) {
 		if (!l->busy)
@@ -298,9 +360,19 @@ static void on_accept(evutil_socket_t fd, short what, void *arg)
 	struct engine_direct *d = &a->direct;
 	struct lane *l;
 	int c = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	struct ucred who;
+	socklen_t who_len = sizeof(who);
 
 	if (c < 0)
 		return;
+	/* the engine link's ipc path is ours alone (0600): so is the lane */
+	if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &who, &who_len) ||
+	    (who.uid != geteuid() && who.uid != 0)) {
+		log_warn("a connection to the direct lane from another user "
+			 "(uid %d): closed", (int)who.uid);
+		close(c);
+		return;
+	}
 	l = calloc(1, sizeof(*l));
 	if (!l) {
 		close(c);
@@ -385,13 +457,48 @@ void engine_direct_marker(struct agent *a, const void *id, size_t id_len)
 {
 	struct engine_direct *d = &a->direct;
 
-	if (!d->lane || !d->tx || id_len != d->id_len ||
+	if (!d->lane || !d->tx || d->rx || id_len != d->id_len ||
 	    memcmp(id, d->id, id_len)) {
-		log_debug("a direct marker with no lane of its own: ignored");
+		log_debug("a direct marker with no lane waiting for it: "
+			  "ignored");
 		return;
 	}
 	d->rx = true;
+	if (event_add(d->lane->rev, NULL)) {
+		lane_lost(d->lane, "its read event could not be armed");
+		return;
+	}
 	lane_deliver(d->lane); /* what came before it */
+}
+
+void engine_direct_drop(struct agent *a, const void *id, size_t id_len)
+{
+	struct engine_direct *d = &a->direct;
+
+	if (d->lane && id_len == d->id_len && !memcmp(id, d->id, id_len))
+		lane_lost(d->lane, "another connection registered");
+}
+
+void engine_direct_catch_up(struct agent *a, const void *id, size_t id_len)
+{
+	struct engine_direct *d = &a->direct;
+	struct lane *l = d->lane;
+
+	if (!l || !d->rx || id_len != d->id_len || memcmp(id, d->id, id_len))
+		return;
+	l->busy++;
+	for (int more = 1; more == 1 && !l->lost;) {
+		int err;
+
+		more = lane_read(l, READ_TURN_BYTES);
+		err = errno;
+		lane_deliver(l);
+		if (!more && !l->lost)
+			lane_lost(l, err ? strerror(err) : "the engine closed it");
+	}
+	l->busy--;
+	if (l->lost && !l->busy)
+		lane_free(l);
 }
 
 void engine_direct_stop(struct agent *a)

@@ -481,8 +481,12 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 	memcpy(g.engine_id, id, id_len < sizeof(g.engine_id) ? id_len : sizeof(g.engine_id));
 	g.engine_id_len = id_len;
 	again = a->reg.ok;
-	if (again && !from_engine(a, id, id_len))
+	if (again && !from_engine(a, id, id_len)) {
+		/* its lane first: displaced goes on ZeroMQ, after the lane's
+		 * end, which the engine reads first */
+		engine_direct_drop(a, a->reg.engine_id, a->reg.engine_id_len);
 		tell_displaced(a, a->reg.engine_id, a->reg.engine_id_len);
+	}
 	if (again) {
 		/* their events go to the connection registering now */
 		memcpy(a->reg.engine_id, g.engine_id, sizeof(g.engine_id));

@@ -292,9 +292,12 @@ static int drain_router(struct agent *a, void *sock, bool engine)
 			zmq_msg_close(&extra);
 			zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &more_len);
 		}
-		if (engine)
+		if (engine) {
+			engine_direct_catch_up(a, zmq_msg_data(&id),
+					       zmq_msg_size(&id));
 			engine_on_msg(a, zmq_msg_data(&id), zmq_msg_size(&id),
 				      zmq_msg_data(&body), zmq_msg_size(&body));
+		}
 		else
 			peer_on_msg(a, zmq_msg_data(&body), zmq_msg_size(&body),
 				    a->curve ? zmq_msg_gets(&body, "User-Id")

@@ -166,6 +166,8 @@ int pdx__direct_open(struct pdx_engine *e, const char *name,
 		     const void *token, size_t token_len);
 int pdx__direct_write(struct pdx_engine *e, const void *buf, size_t len);
 int pdx__direct_flush(struct pdx_engine *e);
+/* the fd's interest again, after lane.rx changed */
+void pdx__direct_rearm(struct pdx_engine *e);
 int pdx__direct_read(struct pdx_engine *e, const void **buf, size_t *len);
 /* close: forked, in a child, where the epoll instance is the parent's */
 void pdx__direct_close(struct pdx_engine *e, bool forked);

@@ -25,14 +25,24 @@
  * high-water mark says on the link without a lane. */
 #define OUT_MAX_BYTES (256u << 20)
 
-/* The lane's fd in pdx_engine_fd(), armed for writing while bytes wait. */
+/* The lane's fd in pdx_engine_fd(): readable once it is read (before,
+ * what comes on it would wake the engine for nothing; its end still
+ * does, as a hang-up), writable while bytes wait. */
 static void watch(struct pdx_engine *e, int op)
 {
-	struct epoll_event ev = {.events = EPOLLIN | EPOLLET};
+	struct epoll_event ev = {.events = EPOLLET};
 
+	if (e->lane.rx)
+		ev.events |= EPOLLIN;
 	if (e->lane.out_len > e->lane.out_off)
 		ev.events |= EPOLLOUT;
 	epoll_ctl(e->efd, op, e->lane.fd, &ev);
+}
+
+void pdx__direct_rearm(struct pdx_engine *e)
+{
+	if (e->lane.fd >= 0)
+		watch(e, EPOLL_CTL_MOD);
 }
 
 /* Makes room for n more bytes at the end of buf (len used, *cap held). */
@@ -102,11 +112,14 @@ int pdx__direct_write(struct pdx_engine *e, const void *buf, size_t len)
 			return 0;
 	}
 	if (l->out_len - l->out_off + total - sent > OUT_MAX_BYTES)
-		return -2;
-	if (l->out_off && l->out_off == l->out_len)
-		l->out_len = l->out_off = 0;
+		return sent ? -1 : -2; /* a frame begun must end, or the lane */
+	if (l->out_off) { /* what went is gone: the buffer holds what waits */
+		memmove(l->out, l->out + l->out_off, l->out_len - l->out_off);
+		l->out_len -= l->out_off;
+		l->out_off = 0;
+	}
 	if (reserve(&l->out, l->out_len, &l->out_cap, total - sent))
-		return -2;
+		return sent ? -1 : -2;
 	if (sent < sizeof(hdr)) {
 		memcpy(l->out + l->out_len, hdr + sent, sizeof(hdr) - sent);
 		l->out_len += sizeof(hdr) - sent;
@@ -198,10 +211,15 @@ void pdx__direct_close(struct pdx_engine *e, bool forked)
 	struct pdx__lane *l = &e->lane;
 
 	if (l->fd >= 0) {
-		/* a forked child's epoll instance is its parent's: removing
-		 * the fd there would remove it for the parent */
-		if (e->efd >= 0 && !forked)
-			epoll_ctl(e->efd, EPOLL_CTL_DEL, l->fd, NULL);
+		/* a forked child's epoll instance and socket are its
+		 * parent's too: removing the fd or shutting the socket down
+		 * would do it for the parent. The parent's shutdown ends the
+		 * lane for the agent even while a child still holds it. */
+		if (!forked) {
+			if (e->efd >= 0)
+				epoll_ctl(e->efd, EPOLL_CTL_DEL, l->fd, NULL);
+			shutdown(l->fd, SHUT_RDWR);
+		}
 		close(l->fd);
 	}
 	free(l->in);

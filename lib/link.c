@@ -68,8 +68,8 @@ void pdx__link_lane_close(struct pdx_engine *e, const char *why)
 void pdx__link_lane_open(struct pdx_engine *e,
 			 const struct pdx__lane_offer *o)
 {
-	if (!o->given)
-		return;
+	if (!o->given || !e->up)
+		return; /* none, or for a connection already lost */
 	pdx__link_lane_close(e, "the agent offered another");
 	if (pdx__direct_open(e, o->name, o->token, sizeof(o->token)))
 		log_info("no direct lane to the agent (%s): the link goes by "
@@ -195,6 +195,7 @@ static bool lane_marker(struct pdx_engine *e, const void *data, size_t len)
 		return true;
 	}
 	e->lane.rx = true;
+	pdx__direct_rearm(e);
 	/* refused, the agent keeps reading ZeroMQ: so do our sends */
 	e->lane.tx = zmq_send(e->sock, ours, sizeof(ours), ZMQ_DONTWAIT) ==
 		     (int)sizeof(ours);
@@ -224,8 +225,9 @@ int pdx__link_recv(struct pdx_engine *e, struct pdx__frame *f)
 		} else if (e->lane.fd >= 0) {
 			char c;
 
-			/* before the agent's marker nothing comes on the lane
-			 * but its end: a token the agent refused */
+			/* not read before the agent's marker: what came is
+			 * left there, but its end (a token the agent refused)
+			 * closes it */
 			if (recv(e->lane.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
 				pdx__link_lane_close(e, "the agent refused it");
 		}

@@ -110,9 +110,15 @@ class Engine:
         body, self.lane_in = self.lane_in[4:4 + n], self.lane_in[4 + n:]
         return unpack(body)
 
+    def lane_drop(self):
+        """The lane ends: what follows goes on ZeroMQ."""
+        self.lane.close()
+        self.lane, self.lane_in = None, b""
+
     def recv(self, timeout_ms):
         """The next message within timeout_ms, or None: off the lane once
-        taken, else (and for what the agent still sends there) ZeroMQ."""
+        taken, read to its end before ZeroMQ (where the agent sends once
+        the lane ended, and to other connections)."""
         end = time.time() + timeout_ms / 1000
         while True:
             if self.lane:
@@ -125,14 +131,14 @@ class Engine:
                 poller.register(self.lane, zmq.POLLIN)
             left = max(0, int((end - time.time()) * 1000))
             ready = dict(poller.poll(left))
-            if self.sock in ready:
-                return unpack(self.sock.recv())
             if self.lane and self.lane.fileno() in ready:
-                got = self.lane.recv(65536)
+                got = self.lane.recv(1 << 20)
                 if not got:
-                    raise EOFError("the agent closed the direct lane")
+                    self.lane_drop()
                 self.lane_in += got
                 continue
+            if self.sock in ready:
+                return unpack(self.sock.recv())
             if not ready and time.time() >= end:
                 return None
 
@@ -147,11 +153,15 @@ class Engine:
         lane.connect("\0" + answer["direct"])
         hello = pack({"op": "direct", "token": answer["direct_token"]})
         lane.sendall(len(hello).to_bytes(4, "big") + hello)
-        if not self.sock.poll(5000):
-            raise TimeoutError("no direct marker from the agent")
-        marker = unpack(self.sock.recv())
-        if marker != {"op": "direct"}:
-            raise ValueError(f"want the agent's marker, got {marker}")
+        end = time.time() + 5
+        while True:  # what comes on ZeroMQ before the marker is kept
+            if not self.sock.poll(max(0, int((end - time.time()) * 1000))):
+                raise TimeoutError("no direct marker from the agent")
+            m = unpack(self.sock.recv())
+            if m == {"op": "direct"}:
+                break
+            if m.get("op") == "event":
+                self.events.setdefault(m["xfer"], []).append(m)
         self.sock.send(pack({"op": "direct"}))
         self.lane = lane
         return lane
