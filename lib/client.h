@@ -97,6 +97,10 @@ struct pdx_engine {
 	int efd;           /* epoll over both sockets' ZMQ_FDs and the lane's
 			    * fd: pdx_engine_fd() */
 	struct pdx__lane lane;
+	/* a ZeroMQ message taken while the lane was read: what the lane
+	 * holds goes first (link.c) */
+	zmq_msg_t zheld;
+	bool zheld_ok;
 	void *reg;         /* the last accepted register message, to resend */
 	size_t reg_len;
 	char peer[PDX_ADDR_MAX]; /* what that register answered */

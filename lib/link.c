@@ -210,6 +210,7 @@ static bool lane_marker(struct pdx_engine *e, const void *data, size_t len)
 int pdx__link_recv(struct pdx_engine *e, struct pdx__frame *f)
 {
 	for (;;) {
+		bool held = e->zheld_ok;
 		int rc;
 
 		if (e->lane.fd >= 0 && pdx__direct_flush(e))
@@ -231,15 +232,35 @@ int pdx__link_recv(struct pdx_engine *e, struct pdx__frame *f)
 			if (recv(e->lane.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
 				pdx__link_lane_close(e, "the agent refused it");
 		}
-		rc = zmq_take(e, &f->msg);
+		if (held) {
+			zmq_msg_init(&f->msg);
+			zmq_msg_move(&f->msg, &e->zheld);
+			zmq_msg_close(&e->zheld);
+			e->zheld_ok = false;
+			rc = 1;
+		} else {
+			rc = zmq_take(e, &f->msg);
+		}
 		if (rc <= 0)
 			return rc;
 		f->zmq = true;
 		f->data = zmq_msg_data(&f->msg);
 		f->len = zmq_msg_size(&f->msg);
-		if (!lane_marker(e, f->data, f->len))
-			return 1;
-		zmq_msg_close(&f->msg);
+		if (!held && lane_marker(e, f->data, f->len)) {
+			zmq_msg_close(&f->msg);
+			continue;
+		}
+		/* The agent sends on ZeroMQ while we read the lane only once
+		 * it dropped the lane: what it wrote there before is in our
+		 * socket by now, and goes first. */
+		if (!held && e->lane.fd >= 0 && e->lane.rx) {
+			zmq_msg_init(&e->zheld);
+			zmq_msg_move(&e->zheld, &f->msg);
+			zmq_msg_close(&f->msg);
+			e->zheld_ok = true;
+			continue;
+		}
+		return 1;
 	}
 }
 
@@ -355,6 +376,9 @@ void pdx__link_close(struct pdx_engine *e)
 	 * the reader is gone, and stopping the monitor takes that lock (a
 	 * hang when the agent left just as we free). */
 	pdx__direct_close(e, false);
+	if (e->zheld_ok)
+		zmq_msg_close(&e->zheld);
+	e->zheld_ok = false;
 	if (e->sock) {
 		zmq_socket_monitor(e->sock, NULL, 0);
 		zmq_close(e->sock);
