@@ -349,13 +349,15 @@ static pdx_status_t hello_apply(struct agent *a, struct peer *p,
 	return PDX_OK;
 }
 
-/* {"op": "want", "xfer", "blocks": ours, "skip", "pull" when we read} */
+/* {"op": "want", "xfer", "blocks": ours, "skip", "pull" when we read,
+ * "to_instance": the sender's instance as its last hello said} */
 static pdx_status_t send_want(struct agent *a, struct peer *p,
 			      const struct xfer *x)
 {
 	struct peer_msg pm;
 
 	peer_msg_begin(&pm, a, "want", &x->id, NULL);
+	pdx_mp_msg_u64(&pm.m, "to_instance", p->instance);
 	pdx_mp_msg_u32s(&pm.m, "blocks", x->blocks, x->n_blocks);
 	pdx_mp_msg_u64(&pm.m, "skip", x->skip);
 	if (x->pull)

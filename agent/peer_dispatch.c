@@ -13,6 +13,31 @@
 
 #define MAX_BLOCKS (1u << 20)
 
+/* A want for id sent to our instance before this one (our engine
+ * registered again, and our hello with the new instance crossed the
+ * want): the receiver fails the transfer when that hello comes, as begun
+ * with the old instance, so it must not be served here, where our
+ * engine's transfer (announced after the registration, or to be) would
+ * end "sent" and write blocks the receiver's engine was told failed.
+ * Both sides fail it now. */
+static void want_stale(struct agent *a, struct peer *p,
+		       const struct pdx_xfer_id *id)
+{
+	static const char why[] =
+	    "want: sent to this agent's earlier instance (its engine "
+	    "registered again, and its hello crossed this want): fails "
+	    "on both sides";
+	struct xfer *x = xfer_find(a, id);
+
+	log_info("%s, from %s", why, p->addr);
+	peer_send(a, p, "error", id, why);
+	if (x && x->role == XFER_SEND && !x->finished &&
+	    (!x->peer_addr[0] || strcmp(x->peer_addr, p->addr) == 0))
+		xfer_fail(x, PDX_EPEER, false, "peer %s: %s", p->addr, why);
+	else if (!x)
+		pdx_ended_add(a->ended, id, p->addr, why);
+}
+
 static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 {
 	struct pdx_xfer_id id, of;
@@ -23,8 +48,16 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 	bool pull = false;
 	const char *why;
 
+	uint64_t to;
+
 	if (pdx_mp_get_xfer(m, "xfer", &id))
 		return;
+	/* absent: an agent before this field, which cannot say */
+	if (pdx_mp_get(m, "to_instance") &&
+	    (pdx_mp_get_u64(m, "to_instance", &to) || to != a->instance)) {
+		want_stale(a, p, &id);
+		return;
+	}
 	if (!a->reg.ok || pdx_mp_get_u32s(m, "blocks", MAX_BLOCKS, &blocks, &n) || n == 0 ||
 	    pdx_mp_get_u64(m, "skip", &skip) || skip > n ||
 	    (pdx_mp_get(m, "pull") && pdx_mp_get_bool(m, "pull", &pull))) {

@@ -13,7 +13,9 @@ G does the same under a third address; H never shakes hands.
 Checked: no crash (A exits 0 on SIGTERM at the end); the documented
 `error` answers; no event reaches A's engine for a transfer it did not
 announce, and no second event for one it did; transfers work afterwards
-(one between F and A, and a real one between B and A, byte for byte).
+(one between F and A, and a real one between B and A, byte for byte); a
+want naming an earlier instance of A (its `to_instance`) is refused and
+fails A's engine's transfer at once.
 F and G show B's hello without `done_ucx`, so A's `done` to them comes
 on the peer link; once G's says `done_ucx`, it does not (it goes by UCX).
 
@@ -129,6 +131,7 @@ def main():
             ack = P.expect("hello_ack", sender=A)
             check(ack is not None and ack["from"] == A,
                   f"A answers {P.addr}'s hello with hello_ack")
+        a_instance = ack["instance"]
         # An agent of protocol version 1 (all active messages on one id)
         # is refused, and told why.
         check(hello["v"] == 3, f"an agent's hello says protocol version 3: {hello['v']}")
@@ -206,10 +209,12 @@ def main():
         EA.send({"op": "send", "xfer": x3, "peer": F.addr, "blocks": P_blocks})
         for layer in range(LAYERS):
             EA.send({"op": "layer_done", "layer": layer, "xfers": [x3]})
-        F.to(A, {"op": "want", "xfer": x3, "blocks": [20, 21, 22], "skip": 0})
+        F.to(A, {"op": "want", "xfer": x3, "blocks": [20, 21, 22], "skip": 0,
+                 "to_instance": a_instance})
         d = F.expect("done", x3)
         check(d is not None and d["bytes"] == LAYERS * TENSORS * 3 * BLOCK_BYTES,
-              f"A pushes to F and sends done ({d and d['bytes']} bytes)")
+              f"A pushes to F, its want naming A's instance, and sends done "
+              f"({d and d['bytes']} bytes)")
         ev = EA.event(x3)
         check(ev is not None and ev["kind"] == "sent", "A's engine gets sent")
         F.to(A, {"op": "want", "xfer": x3, "blocks": [20, 21, 22], "skip": 0})
@@ -219,6 +224,36 @@ def main():
         check(F.quiet(x3, 300), "and no second done")
         EA.pump(200)
         check(EA.n_events(x3) == 1, "no second event for it")
+
+        # 4a. a want sent to an earlier instance of A (A's engine registered
+        # again, and A's hello with the new one crossed the want; the
+        # receiver fails the transfer when that hello comes): refused, and
+        # A's engine's transfer fails at once, where it ended "sent" with
+        # the receiver's blocks written after it failed there; one not
+        # announced yet fails when it is
+        x3a = xid()
+        EA.send({"op": "send", "xfer": x3a, "peer": F.addr, "blocks": P_blocks})
+        for layer in range(LAYERS):
+            EA.send({"op": "layer_done", "layer": layer, "xfers": [x3a]})
+        F.to(A, {"op": "want", "xfer": x3a, "blocks": [20, 21, 22], "skip": 0,
+                 "to_instance": a_instance ^ 1})
+        err = F.expect("error", x3a)
+        check(err is not None and "earlier instance" in err["reason"],
+              f"a want to A's earlier instance: error ({err and err['reason']})")
+        ev = EA.event(x3a)
+        check(ev is not None and ev["kind"] == "failed" and
+              "earlier instance" in ev["reason"],
+              f"and A's engine's transfer fails at once: {ev}")
+        check(F.quiet(x3a, 300), "nothing is pushed for it, no done")
+        x3c = xid()
+        F.to(A, {"op": "want", "xfer": x3c, "blocks": [20, 21, 22], "skip": 0,
+                 "to_instance": a_instance ^ 1})
+        err = F.expect("error", x3c)
+        EA.send({"op": "send", "xfer": x3c, "peer": F.addr, "blocks": P_blocks})
+        ev = EA.event(x3c)
+        check(err is not None and ev is not None and ev["kind"] == "failed" and
+              "earlier instance" in ev["reason"],
+              f"announced after such a want, it fails at once: {ev}")
 
         # 4b. a peer whose hello says done_ucx: on the ipc lane A says
         # done by UCX, to the worker that hello names (B's, which knows
