@@ -85,6 +85,18 @@ static pdx_status_t from_ucs(ucs_status_t s)
 	}
 }
 
+/* Whether UCX_TLS (NULL: unset, every transport) leaves the TCP
+ * transport in: a setting of a transport not in use makes UCX warn
+ * "invalid configuration" at every start. */
+static bool tls_has_tcp(const char *tls)
+{
+	if (!tls || !tls[0])
+		return true;
+	if (tls[0] == '^') /* every transport but those listed */
+		return !strstr(tls, "tcp");
+	return strstr(tls, "tcp") || strstr(tls, "all");
+}
+
 pdx_status_t pdx_ucx_new(struct pdx_ucx **out)
 {
 	ucp_params_t cp = {
@@ -113,7 +125,7 @@ pdx_status_t pdx_ucx_new(struct pdx_ucx **out)
 	 * retries (about 130 s). Unless the user chose, it does not block.
 	 * (The key is the transport's own name for it: "TCP_CONN_NB" is
 	 * refused as unknown.) */
-	if (!getenv("UCX_TCP_CONN_NB") &&
+	if (!getenv("UCX_TCP_CONN_NB") && tls_has_tcp(getenv("UCX_TLS")) &&
 	    ucp_config_modify(cfg, "CONN_NB", "y") != UCS_OK)
 		fprintf(stderr, "ucx: cannot set UCX_TCP_CONN_NB=y\n");
 	s = ucp_init(&cp, cfg, &u->ctx);
