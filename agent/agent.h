@@ -321,6 +321,8 @@ struct engine_direct {
 	size_t id_len;
 	struct lane *pending[ENGINE_DIRECT_PENDING]; /* token unchecked */
 	struct lane *lane;  /* that connection's lane, token checked */
+	struct lane *draining; /* a lane whose end came, sending what it is
+				* still owed before it closes */
 	bool tx, rx;	    /* our marker went: we send on it; the engine's
 			     * came: we read it */
 };

@@ -71,6 +71,7 @@ struct lane {
 	int busy; /* frames being handed on: freed after, when lost meanwhile */
 	bool delivering; /* in lane_deliver(): not entered again */
 	bool lost;
+	bool draining; /* the engine's end read: only what we owe it goes */
 };
 
 static void lane_free(struct lane *l)
@@ -93,6 +94,8 @@ static void lane_lost(struct lane *l, const char *why)
 {
 	struct engine_direct *d = &l->a->direct;
 
+	if (d->draining == l)
+		d->draining = NULL;
 	if (d->lane == l) {
 		log_info("the engine's direct lane closed (%s): its messages "
 			 "go by ZeroMQ", why);
@@ -126,12 +129,34 @@ static bool lane_flush(struct lane *l)
 	return true;
 }
 
+/* The engine reads no more (it closed the lane): what we say goes on
+ * ZeroMQ from now on, and the lane is still read to its end, where what
+ * the engine sent before is. */
+static void lane_stop_sending(struct lane *l, const char *why)
+{
+	struct engine_direct *d = &l->a->direct;
+
+	if (d->lane == l && d->tx)
+		log_info("the engine's direct lane takes no more (%s): its "
+			 "messages go by ZeroMQ", why);
+	if (d->lane == l)
+		d->tx = false;
+	evbuffer_drain(l->out, evbuffer_get_length(l->out));
+	event_del(l->wev);
+}
+
 static void on_writable(evutil_socket_t fd, short what, void *arg)
 {
 	struct lane *l = arg;
 
-	if (!lane_flush(l))
-		lane_lost(l, strerror(errno));
+	if (!lane_flush(l)) {
+		if (l->draining)
+			lane_lost(l, strerror(errno));
+		else
+			lane_stop_sending(l, strerror(errno));
+	} else if (l->draining && !evbuffer_get_length(l->out)) {
+		lane_lost(l, "the engine's end, and what we owed it sent");
+	}
 }
 
 /* One frame out: written at once when nothing waits before it (the
@@ -173,7 +198,7 @@ int engine_send_frame(struct agent *a, const void *id, size_t id_len,
 	    memcmp(id, d->id, id_len) == 0) {
 		if (lane_write(d->lane, buf, len) == 0)
 			return 0;
-		lane_lost(d->lane, strerror(errno));
+		lane_stop_sending(d->lane, strerror(errno));
 	}
 	return agent_zsend(a->engine_sock, id, id_len, buf, len);
 }
@@ -328,6 +353,31 @@ static void check_hello(struct lane *l)
 	}
 }
 
+/* The engine's end of the lane came (after what it sent, delivered):
+ * what we still owe it goes first, as it reads the lane to its end
+ * (docs/protocol.md: leaving a lane); the rest on ZeroMQ. */
+static void lane_ended(struct lane *l, int err)
+{
+	struct engine_direct *d = &l->a->direct;
+
+	if (l->lost)
+		return;
+	if (err || !evbuffer_get_length(l->out) || d->lane != l) {
+		lane_lost(l, err ? strerror(err) : "the engine closed it");
+		return;
+	}
+	log_info("the engine's direct lane closed (the engine's end): what "
+		 "it was owed goes first, then its messages by ZeroMQ");
+	d->lane = NULL;
+	d->tx = d->rx = false;
+	event_del(l->rev);
+	if (d->draining)
+		lane_lost(d->draining, "another drained");
+	d->draining = l;
+	l->draining = true;
+	event_add(l->wev, NULL);
+}
+
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
 	struct lane *l = arg;
@@ -340,8 +390,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 		int err = errno;
 
 		lane_deliver(l); /* what the engine sent before it closed */
-		if (!l->lost)
-			lane_lost(l, err ? strerror(err) : "the engine closed it");
+		lane_ended(l, err);
 	} else {
 		lane_deliver(l);
 	}
@@ -493,8 +542,8 @@ void engine_direct_catch_up(struct agent *a, const void *id, size_t id_len)
 		more = lane_read(l, READ_TURN_BYTES);
 		err = errno;
 		lane_deliver(l);
-		if (!more && !l->lost)
-			lane_lost(l, err ? strerror(err) : "the engine closed it");
+		if (!more)
+			lane_ended(l, err);
 	}
 	l->busy--;
 	if (l->lost && !l->busy)
@@ -510,6 +559,8 @@ void engine_direct_stop(struct agent *a)
 			lane_lost(d->pending[i], "stopping");
 	if (d->lane)
 		lane_lost(d->lane, "the agent stops");
+	if (d->draining)
+		lane_lost(d->draining, "the agent stops");
 	if (d->lev) {
 		event_free(d->lev);
 		close(d->lfd);

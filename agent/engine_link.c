@@ -340,8 +340,11 @@ static void fail_registration_xfers(struct agent *a)
 {
 	struct xfer *x, *tmp;
 
+	/* the wants that came before our engine announced them too: the
+	 * peer sent them to the instance that ends now, and fails them
+	 * when our new hello comes */
 	HASH_ITER(hh, a->xfers, x, tmp) {
-		if (x->announced && !x->finished)
+		if (!x->finished)
 			xfer_fail(x, PDX_ECANCELED, true,
 				  "engine registered again");
 	}

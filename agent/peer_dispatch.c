@@ -21,21 +21,32 @@
  * end "sent" and write blocks the receiver's engine was told failed.
  * Both sides fail it now. */
 static void want_stale(struct agent *a, struct peer *p,
-		       const struct pdx_xfer_id *id)
+		       const struct pdx_xfer_id *id, const msgpack_object *m)
 {
 	static const char why[] =
 	    "want: sent to this agent's earlier instance (its engine "
 	    "registered again, and its hello crossed this want): fails "
 	    "on both sides";
-	struct xfer *x = xfer_find(a, id);
+	struct pdx_xfer_id of;
+	const struct pdx_xfer_id *ours = id;
+	const char *peer = p->addr;
+	struct xfer *x;
 
+	/* a TP leg: our engine's transfer is the group, open to every
+	 * decode rank */
+	if (pdx_mp_get(m, "of") && pdx_mp_get_xfer(m, "of", &of) == 0 &&
+	    memcmp(of.b, id->b, sizeof(of.b)) != 0) {
+		ours = &of;
+		peer = "";
+	}
 	log_info("%s, from %s", why, p->addr);
 	peer_send(a, p, "error", id, why);
+	x = xfer_find(a, ours);
 	if (x && x->role == XFER_SEND && !x->finished &&
 	    (!x->peer_addr[0] || strcmp(x->peer_addr, p->addr) == 0))
 		xfer_fail(x, PDX_EPEER, false, "peer %s: %s", p->addr, why);
 	else if (!x)
-		pdx_ended_add(a->ended, id, p->addr, why);
+		pdx_ended_add(a->ended, ours, peer, why);
 }
 
 static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
@@ -55,7 +66,7 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 	/* absent: an agent before this field, which cannot say */
 	if (pdx_mp_get(m, "to_instance") &&
 	    (pdx_mp_get_u64(m, "to_instance", &to) || to != a->instance)) {
-		want_stale(a, p, &id);
+		want_stale(a, p, &id, m);
 		return;
 	}
 	if (!a->reg.ok || pdx_mp_get_u32s(m, "blocks", MAX_BLOCKS, &blocks, &n) || n == 0 ||

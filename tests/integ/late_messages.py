@@ -340,6 +340,27 @@ def main():
         check(ev is not None and ev["kind"] == "received",
               "the transfer completes after the repeated hello")
 
+        # 7b. a want that came before A's engine announced the transfer,
+        # then A's engine registers again (a new instance, its hello to F):
+        # the held want fails with it (F is told), and the transfer
+        # announced after fails at once instead of being pushed to F
+        x7b = xid()
+        F.to(A, {"op": "want", "xfer": x7b, "blocks": [20, 21, 22], "skip": 0,
+                 "to_instance": a_instance})
+        time.sleep(0.2)
+        again = EA.register()
+        check(again is not None and again.get("op") == "registered",
+              f"A's engine registers again: {again}")
+        told = F.expect("error", x7b) or F.expect("abort", x7b)
+        EA.send({"op": "send", "xfer": x7b, "peer": F.addr, "blocks": P_blocks})
+        for layer in range(LAYERS):
+            EA.send({"op": "layer_done", "layer": layer, "xfers": [x7b]})
+        ev = EA.event(x7b)
+        check(told is not None and ev is not None and ev["kind"] == "failed",
+              f"a want held across a register again fails, F told "
+              f"({told and told['op']}), the announcement after it too: {ev}")
+        check(F.quiet(x7b, 300), "and nothing is pushed to F for it")
+
         # 8. a ping with holds A never heard of: pong, nothing else
         F.to(A, {"op": "ping", "hold": [xid(), xid()]})
         check(F.expect("pong", sender=A) is not None, "a ping with unknown holds gets pong")
