@@ -203,21 +203,20 @@ int engine_send_frame(struct agent *a, const void *id, size_t id_len,
 	return agent_zsend(a->engine_sock, id, id_len, buf, len);
 }
 
-/* The next whole frame's body in the lane's input, pulled up: its length
- * in *len; NULL when none is whole yet, or (*len over the bound) never. */
-static uint8_t *frame_peek(struct lane *l, uint32_t *len)
+/* The next frame in the lane's input, pulled up, its body at *body:
+ * pdx_lane_frame_len()'s answer (the whole frame's bytes, 0 while it is
+ * not whole, -1 over max). */
+static int64_t frame_peek(struct lane *l, uint32_t max, uint8_t **body)
 {
-	uint8_t hdr[PDX_LANE_HDR];
+	uint8_t hdr[PDX_LANE_HDR] = {0};
+	size_t have = evbuffer_get_length(l->in);
+	int64_t n;
 
-	*len = 0;
-	if (evbuffer_copyout(l->in, hdr, sizeof(hdr)) != sizeof(hdr))
-		return NULL;
-	*len = pdx_lane_hdr_get(hdr);
-	if (*len > PDX_LANE_MAX_BYTES ||
-	    evbuffer_get_length(l->in) < sizeof(hdr) + *len)
-		return NULL;
-	return evbuffer_pullup(l->in, (ssize_t)(sizeof(hdr) + *len)) +
-	       sizeof(hdr);
+	evbuffer_copyout(l->in, hdr, sizeof(hdr));
+	n = pdx_lane_frame_len(hdr, have, max);
+	if (n > 0)
+		*body = evbuffer_pullup(l->in, n) + PDX_LANE_HDR;
+	return n;
 }
 
 /* The first frame: {"op": "direct", "token"} naming the offer made to
@@ -251,7 +250,6 @@ static bool hello(struct lane *l, const uint8_t *body, uint32_t len)
 static void lane_take(struct lane *l)
 {
 	struct engine_direct *d = &l->a->direct;
-	struct pdx_mp_msg m;
 
 	for (int i = 0; i < ENGINE_DIRECT_PENDING; i++)
 		if (d->pending[i] == l)
@@ -259,16 +257,11 @@ static void lane_take(struct lane *l)
 	if (d->lane)
 		lane_lost(d->lane, "replaced");
 	d->offered = false; /* one lane per offer */
-	pdx_mp_msg_init(&m);
-	pdx_mp_msg_str(&m, "op", "direct");
-	if (pdx_mp_msg_end(&m) ||
-	    agent_zsend(l->a->engine_sock, d->id, d->id_len, m.buf.data,
-			m.buf.size)) {
-		pdx_mp_msg_free(&m);
+	if (agent_zsend(l->a->engine_sock, d->id, d->id_len, PDX_LANE_MARKER,
+			PDX_LANE_MARKER_BYTES)) {
 		lane_lost(l, "the marker could not go on ZeroMQ");
 		return;
 	}
-	pdx_mp_msg_free(&m);
 	d->lane = l;
 	d->tx = true;
 	/* nothing is read until the engine's marker (its end included):
@@ -285,8 +278,8 @@ static void lane_deliver(struct lane *l)
 	struct engine_direct *d = &a->direct;
 	uint8_t id[sizeof(d->id)];
 	size_t id_len = d->id_len;
-	uint32_t len = 0;
 	uint8_t *body;
+	int64_t n = 0;
 
 	if (l->delivering)
 		return; /* a frame handed on asked for it (a marker on the lane) */
@@ -294,12 +287,12 @@ static void lane_deliver(struct lane *l)
 	l->busy++;
 	l->delivering = true;
 	while (!l->lost && d->lane == l && d->rx &&
-	       (body = frame_peek(l, &len))) {
-		d->on_msg(a, id, id_len, body, len);
+	       (n = frame_peek(l, PDX_LANE_MAX_BYTES, &body)) > 0) {
+		d->on_msg(a, id, id_len, body, (size_t)n - PDX_LANE_HDR);
 		if (!l->lost)
-			evbuffer_drain(l->in, PDX_LANE_HDR + len);
+			evbuffer_drain(l->in, (size_t)n);
 	}
-	if (!l->lost && len > PDX_LANE_MAX_BYTES)
+	if (!l->lost && n < 0)
 		lane_lost(l, "a frame over the bound");
 	l->delivering = false;
 	l->busy--;
@@ -337,16 +330,15 @@ static int lane_read(struct lane *l, size_t want)
 static void check_hello(struct lane *l)
 {
 	size_t have = evbuffer_get_length(l->in);
-	uint32_t len;
-	uint8_t *body;
 	int more = lane_read(l, PDX_LANE_HDR + HELLO_MAX_BYTES - have);
+	uint8_t *body;
+	int64_t n = frame_peek(l, HELLO_MAX_BYTES, &body);
 
-	body = frame_peek(l, &len);
-	if (body && hello(l, body, len)) {
-		evbuffer_drain(l->in, PDX_LANE_HDR + len);
+	if (n > 0 && hello(l, body, (uint32_t)(n - PDX_LANE_HDR))) {
+		evbuffer_drain(l->in, (size_t)n);
 		lane_take(l);
-	} else if (body || len > HELLO_MAX_BYTES || !more) {
-		if (body || len)
+	} else if (n || !more) {
+		if (n || evbuffer_get_length(l->in))
 			log_warn("a connection to the direct lane without the "
 				 "token offered: closed");
 		lane_lost(l, "refused");

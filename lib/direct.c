@@ -146,17 +146,16 @@ int pdx__direct_read(struct pdx_engine *e, const void **buf, size_t *len)
 	for (;;) {
 		ssize_t n;
 
-		if (l->in_len >= PDX_LANE_HDR) {
-			uint32_t body = pdx_lane_hdr_get(l->in);
+		int64_t whole = pdx_lane_frame_len(l->in, l->in_len,
+						   PDX_LANE_MAX_BYTES);
 
-			if (body > PDX_LANE_MAX_BYTES)
-				return -1;
-			if (l->in_len >= PDX_LANE_HDR + body) {
-				*buf = l->in + PDX_LANE_HDR;
-				*len = body;
-				l->in_off = PDX_LANE_HDR + body;
-				return 1;
-			}
+		if (whole < 0)
+			return -1;
+		if (whole > 0) {
+			*buf = l->in + PDX_LANE_HDR;
+			*len = (size_t)whole - PDX_LANE_HDR;
+			l->in_off = (size_t)whole;
+			return 1;
 		}
 		if (reserve(&l->in, l->in_len, &l->in_cap, 65536))
 			return -1;

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/lane_frame.h"
 #include "common/log.h"
 
 /* No bound on what the agent says (RCVHWM 0): at a bound, ZeroMQ's I/O
@@ -176,8 +177,6 @@ static int zmq_take(struct pdx_engine *e, zmq_msg_t *msg)
  * written. Taken here: nothing above sees it. */
 static bool lane_marker(struct pdx_engine *e, const void *data, size_t len)
 {
-	static const uint8_t ours[] = {0x81, 0xa2, 'o', 'p', 0xa6,
-				       'd',  'i',  'r', 'e', 'c', 't'};
 	msgpack_unpacked up;
 	char op[16];
 	bool is;
@@ -197,8 +196,8 @@ static bool lane_marker(struct pdx_engine *e, const void *data, size_t len)
 	e->lane.rx = true;
 	pdx__direct_rearm(e);
 	/* refused, the agent keeps reading ZeroMQ: so do our sends */
-	e->lane.tx = zmq_send(e->sock, ours, sizeof(ours), ZMQ_DONTWAIT) ==
-		     (int)sizeof(ours);
+	e->lane.tx = zmq_send(e->sock, PDX_LANE_MARKER, PDX_LANE_MARKER_BYTES,
+			      ZMQ_DONTWAIT) == (int)PDX_LANE_MARKER_BYTES;
 	log_debug("the direct lane to the agent is up (sending on it: %s)",
 		  e->lane.tx ? "yes" : "no");
 	return true;
