@@ -5,7 +5,8 @@
 # --json file holds both results with every request completed, and it
 # leaves no process behind. Then SIGTERM in the
 # middle of a run (Ctrl-C's SIGINT takes the same path, but a background
-# job of a script ignores SIGINT): exit 143, nothing left running.
+# job of a script ignores SIGINT): exit 143, nothing left running; and
+# SIGKILL, after which its watchdog stops what it started.
 #   demo.sh BUILD_DIR
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -101,4 +102,31 @@ rc=$?
 [ $rc -eq 143 ] || fail "terminated demo exited $rc, want 143"
 sleep 0.5
 [ -z "$(left)" ] || fail "interrupted demo left processes: $(left)"
+
+# SIGKILL while pdx-bench runs (no trap): its watchdog stops everything
+# it started (the proxy and pdx-bench included) within 10 s
+"$DEMO" --build "$BUILD" --model tiny --input-len 48 --output-len 400 \
+	--num-prompts 400 --max-concurrency 2 --time-scale 200 \
+	--out "$E2E_TMP/kill" >/dev/null 2>"$E2E_TMP/kill.err" &
+pid=$!
+for _ in $(seq 300); do
+	grep -q "pdx-bench against" "$E2E_TMP/kill.err" && break
+	sleep 0.1
+done
+grep -q "pdx-bench against" "$E2E_TMP/kill.err" || fail "kill: the demo never reached pdx-bench"
+sleep 0.5
+kids=$(pgrep -P $pid | tr '\n' ' ')
+kill -KILL $pid
+wait $pid 2>/dev/null
+running() { # processes, not zombies
+	left
+	for p in $kids; do
+		grep -qs '^[0-9]* (.*) [^Z]' "/proc/$p/stat" && echo "$p ($(tr '\0' ' ' </proc/"$p"/cmdline))"
+	done
+}
+for _ in $(seq 100); do
+	[ -z "$(running)" ] && break
+	sleep 0.1
+done
+[ -z "$(running)" ] || fail "demo killed with -9 left processes after 10 s: $(running)"
 echo ok

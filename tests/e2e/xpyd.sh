@@ -14,7 +14,9 @@
 # address while every other process and the deployment stay up, and
 # requests are served again. Then TP 2 -> 1 and 2 -> 2
 # (--prefill-tp/--decode-tp): every rank its own engine and agent, served
-# as above, a rank 1 agent restarted, and across namespaces.
+# as above, a rank 1 agent restarted, and across namespaces; the last two
+# end by a SIGKILL of launch-xpyd, which leaves no process, namespace or
+# link behind.
 #   xpyd.sh BUILD_DIR
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -195,6 +197,29 @@ stop() {
 		fail "$tag: a process did not stop cleanly: $(cat "$E2E_TMP/$tag.err")"
 }
 
+# killed TAG: SIGKILL (no trap runs): within 10 s every process it
+# started (an agent started again too) is gone, and its namespaces and
+# links, as after a SIGTERM.
+killed() {
+	local tag=$1 kids p
+	kids=$(pgrep -P "$XPID" | tr '\n' ' ')
+	kill -KILL "$XPID"
+	wait "$XPID" 2>/dev/null
+	running() { # what is left: processes (not zombies), namespaces, links
+		left
+		for p in $kids; do
+			grep -qs '^[0-9]* (.*) [^Z]' "/proc/$p/stat" && echo "$p ($(tr '\0' ' ' </proc/"$p"/cmdline))"
+		done
+		ip netns list 2>/dev/null | grep "^pdxy$XPID-"
+		ip -o link 2>/dev/null | grep "pdxy$XPID"
+	}
+	for _ in $(seq 100); do
+		[ -z "$(running)" ] && return
+		sleep 0.1
+	done
+	fail "$tag: left 10 s after launch-xpyd's SIGKILL: $(running)"
+}
+
 launch xpyd --prefill 2 --decode 2
 [ "$(grep -c ' prefill ' "$E2E_TMP/xpyd.inst")" = 2 ] &&
 	[ "$(grep -c ' decode ' "$E2E_TMP/xpyd.inst")" = 2 ] ||
@@ -347,7 +372,7 @@ for _ in $(seq 100); do
 	sleep 0.1
 done
 [ $ok -ge 4 ] || fail "tp: requests fail after d0r1's agent restart: $(tail -5 "$E2E_TMP/tp/d0r1.engine.log")"
-stop tp
+killed tp
 
 # --netns: only as root where ip netns works
 netns_works() {
@@ -381,7 +406,7 @@ if netns_works; then
 	served netnstp
 	grep -q "peer tcp://10\.77\.[0-9]*\.1:7101 ready" "$E2E_TMP/netnstp/d0r1.agent.log" ||
 		fail "netnstp: d0r1's agent did not meet p0r1's: $(grep peer "$E2E_TMP/netnstp/d0r1.agent.log")"
-	stop netnstp
+	killed netnstp
 else
 	echo "skip: --netns needs root and working ip netns"
 fi
