@@ -191,6 +191,7 @@ struct peer {
 	bool cuda;	/* its engine's KV is GPU memory */
 	bool cuda_ucx;	/* its UCX moves GPU memory */
 	bool done_ucx;	/* it takes "done" by UCX on the ipc lanes */
+	bool stops;	/* it answers a receiver's "abort" with "stopped" */
 	/* staged path, same host: its staging mapped here (staged.c) */
 	bool staged_shared;
 	uint8_t *staging_map;
@@ -256,6 +257,13 @@ struct xfer {
 	bool pull;	       /* the receiver reads the sender's blocks once
 				* all layers are computed (pull.c) */
 	bool pulled_sent;      /* pull's receiver: its reads ended: "pulled" */
+	/* A receiver that gave up while the sender may still write into its
+	 * blocks tells its engine only once the sender said "stopped" (the
+	 * engine reuses the blocks at its event), the peer is gone, or
+	 * --peer-timeout-ms passed. */
+	bool await_stopped;
+	bool owe_stopped; /* sender: "stopped" once its operations ended */
+	bool owe_abort;	  /* sender: "abort" once its operations ended */
 	uint32_t pull_layer;   /* pull's receiver: the next layer to read */
 	uint32_t timeout_ms;
 	struct event *timer;
@@ -523,6 +531,9 @@ void xfer_pack_outcome(struct pdx_mp_msg *m, const struct xfer *x,
 /* Once a finished transfer's operations drained: its event to the engine,
  * and out of the table. */
 void xfer_maybe_release(struct xfer *x);
+/* The sender said "stopped" (or is gone): a receiver that waited for it
+ * (await_stopped) tells its engine now. */
+void xfer_stop_heard(struct xfer *x);
 /* The loop's turn may move data this long (layers already computed: a
  * whole prompt at once, for every transfer whose layer_done came in the
  * turn) before the transfers give it back, so that the engine link, the

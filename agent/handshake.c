@@ -24,6 +24,7 @@ struct hello {
 	bool cuda_ucx; /* its UCX moves GPU memory */
 	bool cuda;     /* its KV is GPU memory (a region of type cuda) */
 	bool done_ucx; /* it takes "done" by UCX on the ipc lanes */
+	bool stops;    /* it answers a receiver's "abort" with "stopped" */
 	struct tp_rank tp; /* its engine's rank of its TP size */
 	const void *ucx; /* its worker address, in the message */
 	size_t ucx_len;
@@ -105,6 +106,7 @@ static pdx_status_t hello_parse(const msgpack_object *m, struct hello *h,
 	h->shm = get_bool(m, "shm");
 	h->cuda_ucx = get_bool(m, "cuda_ucx");
 	h->done_ucx = get_bool(m, "done_ucx");
+	h->stops = get_bool(m, "stops");
 	h->staging = pdx_mp_get(m, "staging");
 	h->tp = (struct tp_rank){ 0, 1 };
 	if (pdx_mp_get(m, "tp")) {
@@ -220,6 +222,7 @@ static void send_hello(struct agent *a, struct peer *p, const char *op)
 	pdx_mp_msg_bool(&pm.m, "cuda_ucx", pdx_ucx_has_cuda(a->ucx));
 	staged_pack_hello(a, &pm.m);
 	pdx_mp_msg_bool(&pm.m, "done_ucx", true);
+	pdx_mp_msg_bool(&pm.m, "stops", true);
 	pdx_mp_msg_map_open(&pm.m, "tp");
 	pdx_mp_msg_u64(&pm.m, "rank", a->reg.tp.rank);
 	pdx_mp_msg_u64(&pm.m, "size", a->reg.tp.size);
@@ -313,6 +316,7 @@ static pdx_status_t hello_apply(struct agent *a, struct peer *p,
 	p->cuda_ucx = h->cuda_ucx;
 	p->cuda = h->cuda;
 	p->done_ucx = h->done_ucx;
+	p->stops = h->stops;
 	p->tp = h->tp;
 	st = pdx_ucx_ep_new(a->ucx, h->ucx, h->ucx_len,
 			    !(p->same_host && p->peer_shm && path_ucx_has_shm()),

@@ -50,9 +50,12 @@ static void peer_lost(struct agent *a, struct peer *p, const char *why)
 	log_warn("peer %s: %s: its transfers fail", p->addr, why);
 	p->watched = false;
 	HASH_ITER(hh, a->xfers, x, tmp) {
-		if (x->peer == p && !x->finished)
+		if (x->peer != p)
+			continue;
+		if (!x->finished)
 			xfer_fail(x, PDX_EPEER, true, "peer %s: %s", p->addr,
 				  why);
+		xfer_stop_heard(x); /* it will not answer: the endpoint goes */
 	}
 	/* Data still on its way over a dead link must not land in blocks
 	 * our engine may reuse now, nor hold ours: the endpoint goes. A
@@ -108,7 +111,9 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 	HASH_ITER(hh, a->peers, p, ptmp)
 		p->busy = false;
 	HASH_ITER(hh, a->xfers, x, xtmp) {
-		if (x->peer && !x->finished)
+		/* one awaiting "stopped" waits on the peer too: its loss
+		 * ends the wait */
+		if (x->peer && (!x->finished || x->await_stopped))
 			x->peer->busy = true;
 	}
 	if (stuck_peers(a, now, bound)) {

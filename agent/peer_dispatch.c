@@ -187,8 +187,8 @@ static void on_done(struct agent *a, struct peer *p, const msgpack_object *m)
 	complete_done_heard(x, bytes, am_bytes, first_token);
 }
 
-static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
-		     bool refused)
+static void abort_heard(struct agent *a, struct peer *p,
+			const msgpack_object *m, bool refused)
 {
 	char reason[PDX_REASON_MAX] = "no reason given", why[PDX_REASON_MAX];
 	struct pdx_xfer_id id;
@@ -225,6 +225,43 @@ static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
 	}
 	xfer_fail(x, refused ? PDX_ENOENT : PDX_ECANCELED, false, "%s by %s: %s",
 		  refused ? "refused" : "aborted", p->addr, reason);
+}
+
+/* A receiver's abort is answered "stopped" once nothing we sent can still
+ * land in its blocks (docs/protocol.md, "stopped"): now, or when the
+ * operations of our send in flight to it ended. */
+static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
+		     bool refused)
+{
+	struct pdx_xfer_id id;
+	struct xfer *x = NULL;
+	bool later = false;
+
+	if (!refused && p->stops && pdx_mp_get_xfer(m, "xfer", &id) == 0) {
+		x = xfer_find(a, &id);
+		later = x && x->role == XFER_SEND && x->inflight &&
+			strcmp(x->peer_addr, p->addr) == 0;
+		if (later)
+			x->owe_stopped = true;
+	}
+	abort_heard(a, p, m, refused);
+	/* (a sender's abort of what we receive is answered by nothing) */
+	if (!refused && p->stops && !later &&
+	    !(x && x->role == XFER_RECV && xfer_find(a, &id) == x))
+		peer_send(a, p, "stopped", &id, NULL);
+}
+
+/* "stopped": the sender writes nothing more of the transfer we aborted. */
+static void on_stopped(struct agent *a, struct peer *p, const msgpack_object *m)
+{
+	struct pdx_xfer_id id;
+	struct xfer *x;
+
+	if (pdx_mp_get_xfer(m, "xfer", &id))
+		return;
+	x = xfer_find(a, &id);
+	if (x && x->await_stopped && strcmp(x->peer_addr, p->addr) == 0)
+		xfer_stop_heard(x);
 }
 
 /* A ping says the peer is alive and lists the transfers its engine holds
@@ -305,7 +342,8 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		log_warn("%s from %s without a handshake: refused", op, from);
 		p = peer_lookup(a, from, true);
 		if (p && pdx_mp_get_xfer(&msg.data, "xfer", &id) == 0 &&
-		    strcmp(op, "error") != 0 && strcmp(op, "abort") != 0)
+		    strcmp(op, "error") != 0 && strcmp(op, "abort") != 0 &&
+		    strcmp(op, "stopped") != 0)
 			peer_send(a, p, "error", &id,
 				  "no handshake with you: send hello first");
 	} else if (strcmp(op, "want") == 0) {
@@ -321,6 +359,8 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 			pull_on_pulled(x, &msg.data);
 	} else if (strcmp(op, "abort") == 0 || strcmp(op, "error") == 0) {
 		on_abort(a, p, &msg.data, op[0] == 'e');
+	} else if (strcmp(op, "stopped") == 0) {
+		on_stopped(a, p, &msg.data);
 	} else {
 		log_warn("unknown op %s from %s: ignored", op, from);
 	}

@@ -108,6 +108,17 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 	struct agent *a = x->agent;
 	enum bound which;
 
+	if (x->finished) { /* only the wait for "stopped" is timed now */
+		char hex[33];
+
+		pdx_xfer_id_hex(&x->id, hex);
+		log_warn("xfer %s: no \"stopped\" from %s in %u ms: its engine "
+			 "is told now", hex, x->peer_addr,
+			 a->cfg.peer_timeout_ms);
+		xfer_stop_heard(x);
+		a->settle(a);
+		return;
+	}
 	if (xfer_deadline(x, &which) > pdx_now_ns()) {
 		xfer_arm(x); /* moved later since armed */
 		return;
@@ -257,8 +268,15 @@ void xfer_maybe_release(struct xfer *x)
 {
 	struct agent *a = x->agent;
 
-	if (!x->finished || x->inflight || x->released)
+	if (!x->finished || x->inflight || x->released || x->await_stopped)
 		return;
+	/* what the peer is owed now that nothing of ours can still land in
+	 * its memory */
+	if (x->owe_stopped)
+		a->xfer_ops->tell_peer(a, x->peer_addr, "stopped", &x->id, NULL);
+	else if (x->owe_abort)
+		a->xfer_ops->tell_peer(a, x->peer_addr, "abort", &x->id,
+				       x->reason);
 	if (x->announced && !x->event_sent && !x->group) {
 		x->event_sent = true;
 		xfer_mark(x, MARK_EVENT);
@@ -278,6 +296,33 @@ void xfer_maybe_release(struct xfer *x)
 		x->group->inflight--;
 		xfer_maybe_release(x->group);
 	}
+}
+
+/* A receiver that tells its sender "abort" while the sender may be
+ * writing into its blocks (it asked, it reads nothing itself, no "done"
+ * yet) keeps them from its engine until the sender says "stopped" (a
+ * peer that says so: hello "stops"), the peer is gone, or
+ * --peer-timeout-ms. */
+static void await_stopped(struct xfer *x)
+{
+	uint32_t ms = x->agent->cfg.peer_timeout_ms;
+	struct timeval tv = { (time_t)(ms / 1000),
+			      (suseconds_t)(ms % 1000 * 1000) };
+
+	if (!x->want_sent || x->pull || x->done_seen || !x->peer ||
+	    !x->peer->stops)
+		return;
+	x->await_stopped = true;
+	evtimer_add(x->timer, &tv);
+}
+
+void xfer_stop_heard(struct xfer *x)
+{
+	if (!x->await_stopped)
+		return;
+	x->await_stopped = false;
+	evtimer_del(x->timer);
+	xfer_maybe_release(x);
 }
 
 void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
@@ -307,9 +352,17 @@ void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 	if (tell_peer && x->peer_addr[0]) {
 		bool ours = x->announced || x->held;
 
-		x->agent->xfer_ops->tell_peer(x->agent, x->peer_addr,
-					      ours ? "abort" : "error", &x->id,
-					      ours ? x->reason : "unknown transfer");
+		/* A sender's operations in flight may still write the
+		 * receiver's blocks, which it frees at our word: said once
+		 * they ended (xfer_maybe_release). */
+		if (ours && x->role == XFER_SEND && x->inflight)
+			x->owe_abort = true;
+		else
+			x->agent->xfer_ops->tell_peer(
+			    x->agent, x->peer_addr, ours ? "abort" : "error",
+			    &x->id, ours ? x->reason : "unknown transfer");
+		if (ours && x->role == XFER_RECV)
+			await_stopped(x);
 	}
 	if (x->announced && !x->group)
 		x->agent->xfer_ops->notify(x->agent, x, "failed");
@@ -360,9 +413,13 @@ void xfers_peer_failed(struct agent *a, struct peer *p, uint64_t instance,
 	struct xfer *x, *tmp;
 
 	HASH_ITER(hh, a->xfers, x, tmp) {
-		if (x->peer == p && !x->finished &&
-		    (!instance || x->peer_instance == instance))
-			xfer_fail(x, status, false, "peer %s: %s", p->addr, reason);
+		if (x->peer != p || (instance && x->peer_instance != instance))
+			continue;
+		if (!x->finished)
+			xfer_fail(x, status, false, "peer %s: %s", p->addr,
+				  reason);
+		else /* gone: it writes nothing more */
+			xfer_stop_heard(x);
 	}
 }
 

@@ -15,7 +15,8 @@ Checked: no crash (A exits 0 on SIGTERM at the end); the documented
 announce, and no second event for one it did; transfers work afterwards
 (one between F and A, and a real one between B and A, byte for byte); a
 want naming an earlier instance of A (its `to_instance`) is refused and
-fails A's engine's transfer at once.
+fails A's engine's transfer at once; an abort of a transfer A does not
+know is answered `stopped` (nothing of it is being written).
 F and G show B's hello without `done_ucx`, so A's `done` to them comes
 on the peer link; once G's says `done_ucx`, it does not (it goes by UCX).
 
@@ -290,11 +291,15 @@ def main():
         EA.pump(200)
         check(EA.n_events(x4) == 1, "no second event for it")
 
-        # 6. abort for a transfer A never heard of: no answer, no event;
-        # when A's engine announces it later, it fails at once
+        # 6. abort for a transfer A never heard of: answered `stopped`
+        # only (F's hello, B's, says `stops`: nothing of it is being
+        # written), no event; when A's engine announces it later, it
+        # fails at once
         x5 = xid()
         F.to(A, {"op": "abort", "xfer": x5, "reason": "gone"})
-        check(F.quiet(x5, 300), "an abort for an unknown transfer is not answered")
+        check(F.expect("stopped", x5) is not None,
+              "an abort for an unknown transfer is answered stopped")
+        check(F.quiet(x5, 300), "and nothing else")
         EA.pump(100)
         check(EA.n_events(x5) == 0, "and reaches no engine")
         EA.send({"op": "recv", "xfer": x5, "peer": F.addr, "blocks": [30, 31]})

@@ -1,8 +1,10 @@
 /* peer_kill: the prefill agent is SIGKILLed midway through a transfer.
- * The decode engine gets "failed" within the per-transfer timeout; the
- * prefill agent is restarted on the same addresses, the prefill engine
- * registers again (same engine handle: the link reconnects), and a new
- * transfer succeeds.
+ * The decode engine gets "failed" once the decode agent gave up (the
+ * per-transfer timeout) and knows the sender writes nothing more: here
+ * the sender's loss, its --peer-timeout-ms of silence (a sender alive
+ * would have said "stopped"); the prefill agent is restarted on the same
+ * addresses, the prefill engine registers again (same engine handle: the
+ * link reconnects), and a new transfer succeeds.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 #include "tests/integ/harness.h"
 
 #define TMO_MS 3000
+#define PEER_TMO_MS "2000" /* the heartbeat: 1000 ms */
 #define N 2
 
 int main(int argc, char **argv)
@@ -27,6 +30,8 @@ int main(int argc, char **argv)
 
 	h_note("peer_kill: SIGKILL the prefill agent mid-transfer, restart it");
 	o.xfer_timeout_ms = TMO_MS;
+	o.agent_args[0] = "--peer-timeout-ms";
+	o.agent_args[1] = PEER_TMO_MS;
 	if (h_setup(&env, argc, argv, &o)) {
 		check_failures++;
 		return h_finish(&env);
