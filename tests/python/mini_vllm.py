@@ -68,8 +68,11 @@ ROLES = {"prefill": "kv_producer", "decode": "kv_consumer",
 # KV cache tensor shapes a connector may meet (VLLM_NOTES.md 5):
 # "blocks_first" FlashAttention at 52a31cc (num_blocks, 2, block_size,
 # heads, head_dim); "kv_first" the older FA and ROCm (2, num_blocks, ...);
-# "mla" (num_blocks, block_size, heads * head_dim), one tensor.
-KV_LAYOUTS = ("blocks_first", "kv_first", "mla")
+# "mla" (num_blocks, block_size, heads * head_dim), one tensor;
+# "packed" vLLM after PR 44455: (num_blocks, heads, block_size,
+# 2 * head_dim), K and V side by side in each row, tokens outermost in
+# memory (its default order, LBNHC).
+KV_LAYOUTS = ("blocks_first", "kv_first", "mla", "packed")
 
 
 def layer_name(i: int) -> str:
@@ -137,14 +140,14 @@ class KvCaches:
             raise ValueError("kv_layout: one of %s" % (KV_LAYOUTS,))
         m = model
         self.kv_layout, self.num_blocks = kv_layout, num_blocks
-        mla = kv_layout == "mla"
+        mla, packed = kv_layout == "mla", kv_layout == "packed"
         if not mla and m.kv_heads % tp_size:
             raise ValueError("%d KV heads over %d ranks" % (m.kv_heads,
                                                             tp_size))
         heads, dim = (1, m.kv_heads * m.head_dim) if mla else \
-            (m.kv_heads // tp_size, m.head_dim)
+            (m.kv_heads // tp_size, m.head_dim * (2 if packed else 1))
         self.head0 = 0 if mla else rank * heads
-        tensors = 1 if mla else 2
+        tensors = 1 if mla or packed else 2
         bb = m.block_tokens * heads * dim * m.dtype_bytes
         self.layer_bytes = tensors * num_blocks * bb
         self.pool = pdx.SharedPool(m.layers * self.layer_bytes)
@@ -156,6 +159,9 @@ class KvCaches:
         elif kv_layout == "kv_first":
             shape = (2, num_blocks, m.block_tokens, heads, dim)
             bases, stride = lambda o: [(0, o), (0, o + num_blocks * bb)], bb
+        elif packed:
+            shape = (num_blocks, m.block_tokens, heads, dim)
+            bases, stride = lambda o: [(0, o)], bb
         else:
             shape = (num_blocks, m.block_tokens, dim)
             bases, stride = lambda o: [(0, o)], bb
@@ -166,6 +172,9 @@ class KvCaches:
                 self.pool.buf, dtype=dtype,
                 count=self.layer_bytes // m.dtype_bytes,
                 offset=off).view(shape)
+            if packed:  # vLLM's logical order; the strides keep NHD
+                self.tensors[layer_name(i)] = \
+                    self.tensors[layer_name(i)].permute(0, 2, 1, 3)
         self.layout = pdx.Layout(
             blocks=num_blocks, block_tokens=m.block_tokens, kv_heads=heads,
             head_dim=dim, dtype_bytes=m.dtype_bytes, tensors=tensors,

@@ -155,6 +155,12 @@ class TransferMla(Instances):
     test_moves = Transfer.test_vllm_proxy_params_move_the_kv
 
 
+class TransferPacked(Instances):
+    """vLLM after PR 44455: K and V packed in one tensor per layer."""
+    kv_layout = "packed"
+    test_moves = Transfer.test_vllm_proxy_params_move_the_kv
+
+
 class Failures(Instances):
     def test_abort_before_the_load_frees_the_prefill_side(self):
         p = self.prefill().kv_transfer_params
@@ -398,6 +404,10 @@ class TensorParallel(unittest.TestCase):
         """MLA: the latent whole on every rank, taken from one."""
         self.pair(2, 1, "mla")
 
+    def test_packed_2_to_2(self):
+        """Packed K and V: each rank's heads from its peer rank."""
+        self.pair(2, 2, "packed")
+
 
 class TensorParallelEngine(unittest.TestCase):
     """PdxConnector at TP 2 and a pdx-engine instance of TP 2 (a process
@@ -630,6 +640,23 @@ class LayoutRules(unittest.TestCase):
                               "model.layers.1.attn": FakeCudaTensor(1 << 40)})
             self.assertIn("cpu and cuda", str(cm.exception))
             del host
+        # packed K and V (vLLM after PR 44455), tokens or heads outermost
+        # in memory by the strides; any other order is refused
+        with pdx.SharedPool(64 * 2 * 4 * 32 * 2) as pool:
+            flat = torch.frombuffer(pool.buf, dtype=torch.bfloat16)
+            nhd = flat.view(64, 4, 2, 32).permute(0, 2, 1, 3)
+            hnd = flat.view(64, 2, 4, 32)
+            for t, order in ((nhd, pdx.NHD), (hnd, pdx.HND)):
+                lay, _, _, _ = layout.build({"model.layers.0.attn": t})
+                self.assertEqual((lay.tensors, lay.kv_heads, lay.head_dim,
+                                  lay.block_tokens, lay.order),
+                                 (1, 2, 32, 4, order))
+                self.assertEqual(lay.block_stride, [4 * 2 * 32 * 2])
+            with self.assertRaises(ValueError) as cm:
+                layout.build({"model.layers.0.attn":
+                              flat.view(64, 32, 4, 2).permute(0, 3, 2, 1)})
+            self.assertIn("packed block", str(cm.exception))
+            del flat, nhd, hnd, t
         # GPU tensors go to libpdx's CUDA side: without a GPU it says so
         with self.assertRaises(pdx.Error) as cm:
             layout.build({"model.layers.0.attn": FakeCudaTensor(1 << 40)})

@@ -6,10 +6,14 @@ strides say the physical one):
     (num_blocks, 2, block_size, heads, head_size)   FlashAttention,
                                                      FlashInfer, Triton
     (2, num_blocks, block_size, heads, head_size)   ROCm, older FA
+    (num_blocks, heads, block_size, 2 * head_size)  packed: K and V side
+                                                     by side in each row
+                                                     (vLLM after PR 44455)
     (num_blocks, block_size, dim)                   MLA (one latent tensor)
 Inside a block the tokens' rows are NHD ([tokens][heads][dim]) or HND
-([heads][tokens][dim]) by the strides. Several layer names may share one
-tensor (KV sharing): it is one layer of the layout.
+([heads][tokens][dim]) by the strides. A packed cache is one tensor whose
+head_dim is 2 * head_size. Several layer names may share one tensor (KV
+sharing): it is one layer of the layout.
 """
 import re
 from dataclasses import dataclass
@@ -64,9 +68,21 @@ def shape_of(name: str, t: Tensor) -> Shape:
             raise ValueError("KV cache %r: MLA rows of %s not contiguous "
                              "(strides %s)" % (name, s, st))
         return Shape(s[0], s[1], 1, s[2], es, 1, pdx.NHD, st[0] * es, [t.ptr])
+    if len(s) == 4:  # packed: (blocks, heads, block_size, 2 * head_size)
+        blocks, h, bt, c = s
+        if st[3] == 1 and st[1] == c and st[2] == h * c:
+            order = pdx.NHD
+        elif st[3] == 1 and st[2] == c and st[1] == bt * c:
+            order = pdx.HND
+        else:
+            raise ValueError("KV cache %r: a packed block of shape %s is "
+                             "not one contiguous NHD or HND run (strides "
+                             "%s)" % (name, s, st))
+        return Shape(blocks, bt, h, c, es, 1, order, st[0] * es, [t.ptr])
     if len(s) != 5 or 2 not in (s[0], s[1]):
         raise ValueError("KV cache %r: shape %s is none of (blocks, 2, "
-                         "block_size, heads, dim), (2, blocks, ...) or "
+                         "block_size, heads, dim), (2, blocks, ...), "
+                         "(blocks, heads, block_size, 2 * dim) or "
                          "(blocks, block_size, dim)" % (name, s))
     if s[1] == 2:  # blocks first
         blocks, kv_stride, block_stride = s[0], st[1], st[0]
