@@ -181,16 +181,23 @@ static void on_token(void *arg, uint32_t token, uint32_t index, bool last)
 }
 
 /* A request that ended in failure before its answer began: a 503 to
- * retry when the queue's bound ran out (the engine was full); a 502 when
- * its KV transfer failed on the other side or between the agents (a
- * proxy then does not take this engine for a broken one: its breaker
- * opened on a prefill instance's mistakes); else a 500 with the
- * reason. */
+ * retry when the queue's bound ran out (the engine was full); a 409 when
+ * its kv_transfer_params named a transfer in flight here already (the
+ * client's mistake, an xfer_id in two requests: a 5xx had a proxy take
+ * this engine for a broken one); a 502 when its KV transfer failed on
+ * the other side or between the agents (a proxy then does not take this
+ * engine for a broken one: its breaker opened on a prefill instance's
+ * mistakes); else a 500 with the reason. */
 static void fail_reply(struct pdx__gen_call *c, pdx_status_t st,
 		       const char *why)
 {
 	char msg[160];
 
+	if (st == PDX_EEXIST) {
+		pdx__http_error(c->api, c->req, 409, "invalid_request_error",
+				why);
+		return;
+	}
 	if (st != PDX_EAGAIN) {
 		if (c->partner_failed) {
 			/* for a proxy: count it against the other side */

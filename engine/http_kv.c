@@ -34,7 +34,8 @@ struct pdx__kv {
 	/* it failed on the other side or between the agents, as an event
 	 * or the bound on one says (not for a cause of ours) */
 	bool partner_failed;
-	int64_t first_token;	    /* decode: the prefill's, -1: unknown */
+	int64_t first_token;	    /* decode: the prefill's, -1: unknown
+				     * (first_token_take()) */
 	uint64_t done_ns;	    /* when the transfer ended here */
 	char reason[PDX_REASON_MAX];
 };
@@ -107,6 +108,24 @@ static void over(struct pdx__kv *k, pdx_status_t st, const char *reason)
 	}
 }
 
+/* The prefill's first token as the agents carried it with the KV (-1:
+ * none, e.g. from a sender engine that gives none) wins over the
+ * request's: that came by way of whoever built the request (a proxy
+ * copying P's answer, where the two agree, or a client), and decoding
+ * from another token than the one the KV was computed for answers
+ * wrongly. The request's stands in when the agents carried none. */
+static void first_token_take(struct pdx__kv *k, int64_t carried)
+{
+	if (carried < 0)
+		return;
+	if (k->first_token >= 0 && k->first_token != carried)
+		log_warn("%s: first token %lld in kv_transfer_params, %lld "
+			 "from the prefill side's agent: decoding from %lld",
+			 k->p.xfer_hex, (long long)k->first_token,
+			 (long long)carried, (long long)carried);
+	k->first_token = carried;
+}
+
 static void on_event(void *arg, const struct pdx_engine_event *ev)
 {
 	struct pdx__kv *k = arg;
@@ -123,9 +142,7 @@ static void on_event(void *arg, const struct pdx_engine_event *ev)
 		     ev->reason[0] ? ev->reason : pdx_status_str(ev->status));
 	}
 	else {
-		/* the request's own first_token, else the prefill's */
-		if (k->first_token < 0)
-			k->first_token = ev->first_token;
+		first_token_take(k, ev->first_token);
 		over(k, PDX_OK, "");
 	}
 }
@@ -237,8 +254,12 @@ void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq)
 		st = pdx_kv_link_send(l, &k->w, &k->p.remote_agents,
 				      seq->blocks, n);
 	if (st != PDX_OK) {
-		over(k, st, st == PDX_EPEER ? "cannot reach the agent"
-					    : "the agent refused it");
+		over(k, st,
+		     st == PDX_EPEER	? "cannot reach the agent"
+		     : st == PDX_EEXIST ? "a transfer of this xfer_id is in "
+					  "flight here already (an xfer_id "
+					  "names one request)"
+					: "the agent refused it");
 		return;
 	}
 	k->announced = true;

@@ -13,7 +13,8 @@
  *   remote_tp_size     optional: the other side's TP size
  *   do_remote_prefill  true: decode side, the prompt's KV is received
  *   do_remote_decode   true: prefill side, the prompt's KV is sent
- *   first_token        decode side, optional: the prefill's first token
+ *   first_token        decode side, optional: the prefill's first token,
+ *                      used when the agents carry none with the KV
  *   on_failure         decode side, optional: "fail" (default) or
  *                      "recompute" (prefill here)
  *   metaserver         prefill side, optional: an http:// URL to post

@@ -8,7 +8,8 @@
  *
  *   last_error.c why the last call failed (pdx_engine_last_error)
  *   call.c       a public call's entry and exit: one thread at a time, not
- *                in a forked child
+ *                in a forked child; a free from another thread deferred to
+ *                the call's end
  *   inflight.c   the transfers in flight, the event queue, the events made
  *                here when the link is lost
  *   direct.c     the direct lane's socket: connect, frames out and in
@@ -86,7 +87,13 @@ struct pdx_engine {
 	void *sock;
 	unsigned fork_generation; /* of the process that connected (call.c) */
 	pid_t pid;         /* that process, for the refusal in a forked child */
-	int busy;          /* a call is under way (call.c; __atomic) */
+	int busy;          /* PDX__BUSY_ bits (call.c; __atomic) */
+	/* an eventfd every wait of a call polls beside the link: written by
+	 * pdx_engine_free() from another thread (call.c), never read */
+	int wake;
+	/* engine.c's: frees all an engine holds; run by call.c at the end of
+	 * a call that another thread's pdx_engine_free() came during */
+	void (*destroy)(struct pdx_engine *e);
 	int told_busy;     /* a call refused for it was logged */
 	const char *call;  /* which one, for the one refused beside it */
 	int timeout_ms;
@@ -144,6 +151,19 @@ pdx_status_t pdx__fail_log(struct pdx_engine *e, enum pdx_log_level lvl,
  * if (st == PDX_OK) st = pdx__leave(e, work(e)). */
 pdx_status_t pdx__enter(struct pdx_engine *e, const char *call);
 pdx_status_t pdx__leave(struct pdx_engine *e, pdx_status_t st);
+/* busy: a call is under way; pdx_engine_free() came (from another thread,
+ * during it); that free still touches the engine (its wake-up) */
+#define PDX__BUSY_CALL 1
+#define PDX__BUSY_FREED 2
+#define PDX__BUSY_FREEING 4
+/* pdx_engine_free() in a process that is not a forked child: false, the
+ * caller destroys e now; true, another thread is in a call on e, woken
+ * (e->wake), and that call's pdx__leave() destroys it (e->destroy). */
+bool pdx__free_defer(struct pdx_engine *e);
+/* Whether the engine was freed during the call under way, and the
+ * failure a wait in it returns then (at once: the free woke it). */
+bool pdx__freed(const struct pdx_engine *e);
+pdx_status_t pdx__freed_fail(struct pdx_engine *e, const char *what);
 /* The fork generation of this process, for an engine connecting here
  * (the first call starts counting forks; PDX_ENOMEM: it could not), and
  * whether e was connected in another process (a forked child's parent). */
@@ -185,7 +205,8 @@ pdx_status_t pdx__link_send(struct pdx_engine *e, const void *buf, size_t len,
 int pdx__link_recv(struct pdx_engine *e, struct pdx__frame *f);
 void pdx__frame_close(struct pdx__frame *f);
 /* Waits up to timeout_ms for the link (and its monitor, when monitor) to
- * have something: zmq_poll()'s answer. */
+ * have something, or for e->wake: zmq_poll()'s answer. A caller's loop
+ * asks pdx__freed() before it waits again (e->wake stays readable). */
 int pdx__link_wait(struct pdx_engine *e, int timeout_ms, bool monitor);
 /* Takes up a register answer's offer of a direct lane (after the monitor
  * was read: the lane belongs to the connection that answered). */

@@ -5,13 +5,36 @@
  */
 #include "lib/client.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #define DEFAULT_TIMEOUT_MS 10000
 #define DEFAULT_LIVENESS_MS 1000
+
+/* All that e holds (pdx_engine_free(), now or at the end of the call it
+ * came during). */
+static void destroy(struct pdx_engine *e)
+{
+	/* In a forked child the link and the CUDA context are the parent's:
+	 * ZeroMQ's calls there may wait on a lock an I/O thread, absent in
+	 * the child, held at the fork. Only the memory is the child's (and
+	 * the copies of descriptors the fork made). */
+	if (!pdx__forked(e)) {
+		pdx__link_close(e);
+		pdx__cuda_free(e->cuda);
+	} else {
+		pdx__direct_close(e, true);
+	}
+	close(e->wake);
+	pdx__inflight_free(e);
+	pdx__meta_free(e);
+	free(e->reg);
+	free(e);
+}
 
 pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 				struct pdx_engine **out)
@@ -36,6 +59,14 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 		return PDX_ENOMEM;
 	e->efd = -1;
 	e->lane.fd = -1;
+	e->destroy = destroy;
+	/* before anything that may fail: pdx_engine_free() closes it */
+	e->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (e->wake < 0) {
+		st = errno == ENOMEM ? PDX_ENOMEM : PDX_EIO; /* EMFILE: EIO */
+		free(e);
+		return st;
+	}
 	e->fork_generation = fork_generation;
 	e->pid = getpid();
 	e->timeout_ms =
@@ -58,17 +89,8 @@ void pdx_engine_free(struct pdx_engine *e)
 {
 	if (!e)
 		return;
-	/* In a forked child the link and the CUDA context are the parent's:
-	 * ZeroMQ's calls there may wait on a lock an I/O thread, absent in
-	 * the child, held at the fork. Only the memory is the child's. */
-	if (!pdx__forked(e)) {
-		pdx__link_close(e);
-		pdx__cuda_free(e->cuda);
-	} else {
-		pdx__direct_close(e, true);
-	}
-	pdx__inflight_free(e);
-	pdx__meta_free(e);
-	free(e->reg);
-	free(e);
+	/* A call in another thread frees it as it returns. Not in a forked
+	 * child: no thread of its runs a call at the fork. */
+	if (pdx__forked(e) || !pdx__free_defer(e))
+		destroy(e);
 }

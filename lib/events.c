@@ -84,6 +84,8 @@ static pdx_status_t wait_event(struct pdx_engine *e, int timeout_ms,
 
 		if (st != PDX_EAGAIN)
 			return st;
+		if (pdx__freed(e))
+			return pdx__freed_fail(e, "wait_event");
 		if (timeout_ms >= 0) {
 			left = pdx__ms_left(deadline);
 			if (left == 0)

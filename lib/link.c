@@ -95,7 +95,9 @@ pdx_status_t pdx__link_send(struct pdx_engine *e, const void *buf, size_t len,
 		pdx__link_lane_close(e, strerror(errno));
 	}
 	for (;;) {
-		zmq_pollitem_t it = {e->sock, 0, ZMQ_POLLOUT, 0};
+		/* the wake-up: pdx_engine_free() from another thread */
+		zmq_pollitem_t it[2] = {{e->sock, 0, ZMQ_POLLOUT, 0},
+					{NULL, e->wake, ZMQ_POLLIN, 0}};
 		int left;
 
 		if (zmq_send(e->sock, buf, len, ZMQ_DONTWAIT) >= 0)
@@ -112,6 +114,8 @@ pdx_status_t pdx__link_send(struct pdx_engine *e, const void *buf, size_t len,
 					     "send to agent: not connected, or "
 					     "%d messages queued", SND_HWM);
 		}
+		if (pdx__freed(e))
+			return pdx__freed_fail(e, "send to agent");
 		left = pdx__ms_left(deadline);
 		if (left == 0) {
 			return pdx__fail_log(e, PDX_LOG_WARN, PDX_ETIMEDOUT,
@@ -119,7 +123,7 @@ pdx_status_t pdx__link_send(struct pdx_engine *e, const void *buf, size_t len,
 					     "queue full after %d ms",
 					     e->timeout_ms);
 		}
-		if (zmq_poll(&it, 1, left) < 0 && errno != EINTR) {
+		if (zmq_poll(it, 2, left) < 0 && errno != EINTR) {
 			return pdx__fail_log(e, PDX_LOG_ERROR, PDX_EIO,
 					     "poll agent socket: %s",
 					     zmq_strerror(errno));
@@ -272,8 +276,10 @@ void pdx__frame_close(struct pdx__frame *f)
 
 int pdx__link_wait(struct pdx_engine *e, int timeout_ms, bool monitor)
 {
-	zmq_pollitem_t it[3] = {{e->sock, 0, ZMQ_POLLIN, 0}};
-	int n = 1;
+	/* and the wake-up: pdx_engine_free() from another thread */
+	zmq_pollitem_t it[4] = {{e->sock, 0, ZMQ_POLLIN, 0},
+				{NULL, e->wake, ZMQ_POLLIN, 0}};
+	int n = 2;
 
 	if (monitor)
 		it[n++] = (zmq_pollitem_t){e->mon, 0, ZMQ_POLLIN, 0};

@@ -105,6 +105,8 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 		if (rc < 0)
 			return PDX_EIO;
 		if (rc == 0) {
+			if (pdx__freed(e))
+				return pdx__freed_fail(e, "register");
 			left = pdx__ms_left(deadline);
 			if (left == 0) {
 				return pdx__fail_log(e, PDX_LOG_WARN,

@@ -122,7 +122,12 @@ static void call_detach(struct pdx_call *c)
 
 /* The client's connection is being freed: the client left (or the proxy
  * is shutting down). When evhttp found the client gone while writing a
- * stream it has already let go of the request, which is then ours. */
+ * stream it has already let go of the request, which is then ours.
+ * Its legs are cancelled, so its transfer stops counting in any load
+ * now, as a cancelled prefill leg's does (side_cancel()): an engine that
+ * got its leg aborts it, and one the leg never reached (the client left
+ * while it was being sent) never announces it, so no agent would report
+ * it and it counted in both instances until --transfer-timeout. */
 static void on_close(struct evhttp_connection *conn, void *arg)
 {
 	struct pdx_call *c = arg;
@@ -132,6 +137,7 @@ static void on_close(struct evhttp_connection *conn, void *arg)
 		evhttp_request_free(c->req);
 	c->px->metrics.aborted++;
 	c->status = 499; /* nginx's "client closed request" */
+	pdx_transfers_forget(&c->px->xfers, c->xfer_id);
 	call_free(c);
 }
 

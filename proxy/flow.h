@@ -44,9 +44,12 @@
  *
  * In every flow D is picked first and P's kv_transfer_params name D's
  * agent (remote_agent), so P's agent knows where to push; each transfer
- * is named by an xfer_id (32 hex digits, 128 random bits) unless the
- * client sent one. An empty prefill pool sends every request straight to
- * D, and so does a failed prefill under --on-prefill-failure local.
+ * is named by an xfer_id (32 hex digits, 128 random bits) the proxy
+ * mints. What names a transfer and its sides in the client's own
+ * kv_transfer_params (xfer_id, the agents, first_token, the flags, ...)
+ * never reaches an engine: the proxy alone says it. An empty prefill pool
+ * sends every request straight to D, and so does a failed prefill under
+ * --on-prefill-failure local.
  *
  * One thread.
  */
@@ -104,13 +107,14 @@ int pdx_flow_set_agents(json_t *kv, const struct pdx_inst *i);
 
 /* P's request body: the client's with max_tokens 1, no streaming, and
  * do_remote_decode, the xfer_id, D's agents (pdx_flow_set_agents; when D
- * has one and the client named none) and metaserver (when not NULL)
- * merged into the client's kv_transfer_params. NULL: out of memory. */
+ * has one) and metaserver (when not NULL) merged into what the client's
+ * kv_transfer_params may say. NULL: out of memory. */
 char *pdx_flow_prefill_body(struct pdx_call *c, const char *metaserver);
 
-/* D's kv_transfer_params for a transfer from c->prefill: the client's,
- * with do_remote_prefill, the xfer_id, P's agents (pdx_flow_set_agents)
- * and the failure policy merged in. NULL: out of memory. */
+/* D's kv_transfer_params for a transfer from c->prefill: what the
+ * client's may say, with do_remote_prefill, the xfer_id, P's agents
+ * (pdx_flow_set_agents) and the failure policy merged in. NULL: out of
+ * memory. */
 json_t *pdx_flow_decode_kv(struct pdx_call *c);
 
 /* P's leg to p is going out: its transfer counts in p's and D's load
@@ -118,8 +122,9 @@ json_t *pdx_flow_decode_kv(struct pdx_call *c);
 void pdx_flow_count_transfer(struct pdx_call *c, struct pdx_inst *p);
 
 /* Relays D's request to c->decode: the client's body with kv as its
- * kv_transfer_params (copied unchanged), or byte for byte when kv is
- * not an object. */
+ * kv_transfer_params (copied unchanged), or, when kv is not an object,
+ * byte for byte (but with the keys only the proxy says taken out of the
+ * client's kv_transfer_params, when it has any). */
 void pdx_flow_send_decode(struct pdx_call *c, json_t *kv);
 
 /* Relays body to c->decode as D's request. */

@@ -24,17 +24,51 @@ static int xfer_id_mint(struct pdx_call *c)
 	return 0;
 }
 
-/* The client's own xfer_id, or a fresh one. */
-static int xfer_id_set(struct pdx_call *c)
-{
-	json_t *kv = json_object_get(c->body, "kv_transfer_params");
-	const char *s = json_string_value(json_object_get(kv, "xfer_id"));
+/* What only the proxy says in a leg's kv_transfer_params: which transfer,
+ * between which agents, which side each leg is, and the first token.
+ * Taken from a client, they let any client fail or falsify requests,
+ * its own and others': its remote_agent made P push to an agent of its
+ * choosing (five requests naming a dead one opened P's circuit breaker
+ * for every client), one xfer_id in two requests failed both engines
+ * with 5xx (both breakers open), and its first_token became D's first
+ * token, whatever P's was. */
+static const char *const proxy_only[] = {
+    "xfer_id",	   "remote_agent", "remote_agents",	"remote_tp_size",
+    "first_token", "metaserver",   "do_remote_prefill", "do_remote_decode",
+};
 
-	if (s && strlen(s) < sizeof(c->xfer_id)) {
-		strcpy(c->xfer_id, s);
-		return 0;
-	}
-	return xfer_id_mint(c);
+#define N_PROXY_ONLY (sizeof(proxy_only) / sizeof(*proxy_only))
+
+/* The client's kv_transfer_params, if an object. */
+static json_t *client_kv_own(const struct pdx_call *c)
+{
+	json_t *own = json_object_get(c->body, "kv_transfer_params");
+
+	return json_is_object(own) ? own : NULL;
+}
+
+/* Whether the client's kv_transfer_params say what only the proxy may. */
+static bool client_kv_oversteps(const struct pdx_call *c)
+{
+	json_t *own = client_kv_own(c);
+
+	for (size_t i = 0; own && i < N_PROXY_ONLY; i++)
+		if (json_object_get(own, proxy_only[i]))
+			return true;
+	return false;
+}
+
+/* A leg's kv_transfer_params to start from: the client's own (its
+ * on_failure, keys for other connectors) less what only the proxy says;
+ * a new object, NULL when out of memory. */
+static json_t *client_kv(const struct pdx_call *c)
+{
+	json_t *own = client_kv_own(c);
+	json_t *kv = own ? json_deep_copy(own) : json_object();
+
+	for (size_t i = 0; kv && i < N_PROXY_ONLY; i++)
+		json_object_del(kv, proxy_only[i]);
+	return kv;
 }
 
 /* Feeds at most *left bytes of p into the key. */
@@ -132,7 +166,7 @@ int pdx_flow_pick(struct pdx_call *c)
 		if (c->pair[r])
 			pdx_pool_ref(c->pair[r]);
 	}
-	if (!c->xfer_id[0] && xfer_id_set(c)) { /* a retry has its own */
+	if (!c->xfer_id[0] && xfer_id_mint(c)) { /* a retry has its own */
 		pdx_call_reply_error(c, 500, "internal_error",
 				     "no random bytes for an xfer_id");
 		return -1;
@@ -279,20 +313,17 @@ char *pdx_flow_prefill_body(struct pdx_call *c, const char *metaserver)
 {
 	/* shallow: the prompt (maybe thousands of ids) is shared, not
 	 * copied; only top-level keys and the kv object are new */
-	json_t *p = json_copy(c->body), *own, *kv;
+	json_t *p = json_copy(c->body), *kv;
 	const char *d_peer = c->decode->peer;
 	char *s = NULL;
 
 	if (!p)
 		return NULL;
-	own = json_object_get(p, "kv_transfer_params");
-	kv = json_is_object(own) ? json_deep_copy(own) : json_object();
-	if (json_object_set_new(p, "kv_transfer_params", kv))
+	kv = client_kv(c);
+	if (!kv || json_object_set_new(p, "kv_transfer_params", kv))
 		goto out;
 	if (set_str(kv, "xfer_id", c->xfer_id) ||
-	    (*d_peer && !json_object_get(kv, "remote_agent") &&
-	     !json_object_get(kv, "remote_agents") &&
-	     pdx_flow_set_agents(kv, c->decode)) ||
+	    (*d_peer && pdx_flow_set_agents(kv, c->decode)) ||
 	    (metaserver && set_str(kv, "metaserver", metaserver)) ||
 	    json_object_set_new(kv, "do_remote_decode", json_true()) ||
 	    json_object_set_new(p, "max_tokens", json_integer(1)) ||
@@ -319,8 +350,7 @@ int pdx_flow_failure_policy(struct pdx_call *c, json_t *kv)
 
 json_t *pdx_flow_decode_kv(struct pdx_call *c)
 {
-	json_t *own = json_object_get(c->body, "kv_transfer_params");
-	json_t *kv = json_is_object(own) ? json_deep_copy(own) : json_object();
+	json_t *kv = client_kv(c);
 
 	if (kv && !json_object_set_new(kv, "do_remote_prefill", json_true()) &&
 	    !json_object_set_new(kv, "xfer_id", json_string(c->xfer_id)) &&
@@ -352,25 +382,14 @@ void pdx_flow_relay_decode(struct pdx_call *c, const void *body, size_t len)
 		       c->path, body, len);
 }
 
-void pdx_flow_send_decode(struct pdx_call *c, json_t *kv)
+/* D's body: the client's with kv for its kv_transfer_params. */
+static void relay_decode_with(struct pdx_call *c, json_t *kv)
 {
-	struct evbuffer *in = evhttp_request_get_input_buffer(c->req);
-	json_t *d;
-	char *s;
+	json_t *d = json_copy(c->body); /* shallow: kv replaces a top key */
+	char *s = d && !json_object_set(d, "kv_transfer_params", kv)
+		      ? json_dumps(d, JSON_COMPACT)
+		      : NULL;
 
-	if (!json_is_object(kv)) { /* D prefills: no transfer */
-		pdx_transfers_forget(&c->px->xfers, c->xfer_id);
-		/* nor a pair: D's answer vouches for no prefill instance
-		 * (one that failed every prefill kept its breaker shut) */
-		pdx_call_unpair(c, PDX_POOL_PREFILL);
-		pdx_flow_relay_decode(c, evbuffer_pullup(in, -1),
-				      evbuffer_get_length(in));
-		return;
-	}
-	d = json_copy(c->body); /* shallow: kv replaces a top-level key */
-	s = d && !json_object_set(d, "kv_transfer_params", kv)
-		? json_dumps(d, JSON_COMPACT)
-		: NULL;
 	json_decref(d);
 	if (!s) {
 		pdx_call_reply_error(c, 500, "internal_error", "out of memory");
@@ -378,6 +397,35 @@ void pdx_flow_send_decode(struct pdx_call *c, json_t *kv)
 	}
 	pdx_flow_relay_decode(c, s, strlen(s));
 	free(s);
+}
+
+void pdx_flow_send_decode(struct pdx_call *c, json_t *kv)
+{
+	struct evbuffer *in = evhttp_request_get_input_buffer(c->req);
+
+	if (json_is_object(kv)) {
+		relay_decode_with(c, kv);
+		return;
+	}
+	/* D prefills: no transfer */
+	pdx_transfers_forget(&c->px->xfers, c->xfer_id);
+	/* nor a pair: D's answer vouches for no prefill instance (one that
+	 * failed every prefill kept its breaker shut) */
+	pdx_call_unpair(c, PDX_POOL_PREFILL);
+	if (client_kv_oversteps(c)) {
+		/* a transfer of the client's making fails against D alone
+		 * (no partner to blame): its breaker, everyone's */
+		kv = client_kv(c);
+		if (kv)
+			relay_decode_with(c, kv);
+		else
+			pdx_call_reply_error(c, 500, "internal_error",
+					     "out of memory");
+		json_decref(kv);
+		return;
+	}
+	pdx_flow_relay_decode(c, evbuffer_pullup(in, -1),
+			      evbuffer_get_length(in));
 }
 
 bool pdx_flow_retry(struct pdx_call *c, struct pdx_upstream *u, int status,

@@ -3,6 +3,7 @@
 
 #include <event2/event.h>
 #include <event2/http.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +32,29 @@ static void inst_free(struct pdx_inst *i)
 	free(i);
 }
 
+/* A host name or an IP address, and nothing else: ASCII letters, digits,
+ * '.', '-' and '_', and in brackets an IPv6 address's ':' and its zone's
+ * '%'. The host goes into Host headers, log lines, /metrics labels and the
+ * admin list; "a\r\nb:1", taken once, split the /metrics page (every
+ * Prometheus scrape failed) and a quote or a space broke its labels. */
+static bool host_ok(const char *h, const char *end, bool bracketed)
+{
+	for (; h < end; h++) {
+		char ch = *h;
+
+		if (!(ch >= 'a' && ch <= 'z') && !(ch >= 'A' && ch <= 'Z') &&
+		    !(ch >= '0' && ch <= '9') && !strchr(".-_", ch) &&
+		    !(bracketed && (ch == ':' || ch == '%')))
+			return false;
+	}
+	return true;
+}
+
 int pdx_pool_addr_parse(const char *s, char *host, size_t hostlen,
 			uint16_t *port, char *err, size_t errlen)
 {
 	const char *h = s, *colon, *hend;
+	bool bracketed = false;
 	unsigned long v;
 	char *end;
 
@@ -50,6 +70,7 @@ int pdx_pool_addr_parse(const char *s, char *host, size_t hostlen,
 		if (!hend || hend[1] != ':')
 			goto bad;
 		h++;
+		bracketed = true;
 		colon = hend + 1;
 	} else {
 		colon = strrchr(h, ':');
@@ -57,7 +78,8 @@ int pdx_pool_addr_parse(const char *s, char *host, size_t hostlen,
 			goto bad;
 		hend = colon;
 	}
-	if (hend == h || (size_t)(hend - h) >= hostlen)
+	if (hend == h || (size_t)(hend - h) >= hostlen ||
+	    !host_ok(h, hend, bracketed))
 		goto bad;
 	v = strtoul(colon + 1, &end, 10);
 	if (colon[1] == '\0' || (*end && strcmp(end, "/")) || v == 0 ||

@@ -120,7 +120,9 @@ struct pdx_pool {
 };
 
 /* Parses "host:port", "http://host:port" or "[v6]:port" into host and
- * port; -1 with the reason in err. Pure. */
+ * port; -1 with the reason in err. A host is a name or an address: ASCII
+ * letters, digits, '.', '-', '_' (and ':', '%' in brackets), nothing a
+ * header, a log line or a /metrics label would take for more. Pure. */
 int pdx_pool_addr_parse(const char *s, char *host, size_t hostlen,
 			uint16_t *port, char *err, size_t errlen);
 

@@ -238,7 +238,9 @@ void pdx_transfers_start(struct pdx_transfers *t, const char *xfer_id,
 	    t->n >= PDX_TRANSFERS_MAX)
 		return;
 	HASH_FIND_STR(t->table, xfer_id, x);
-	if (x) /* the client reused an id: the newest counts */
+	/* an id twice: not expected (the proxy mints each); the newest
+	 * counts */
+	if (x)
 		transfer_free(t, x);
 	x = calloc(1, sizeof(*x));
 	if (!x)

@@ -7,9 +7,10 @@
  * Threading: a struct pdx_engine belongs to one thread at a time (an
  * engine calling from two threads locks around every call). A call made
  * while another thread is in one on the same engine fails at once with
- * PDX_EINVAL, doing nothing (the first is logged). In a child forked after
- * pdx_engine_connect() every call on the parent's engine fails with
- * PDX_EINVAL but pdx_engine_free(): the child connects its own.
+ * PDX_EINVAL, doing nothing (the first is logged); but pdx_engine_free(),
+ * which frees the engine as the call returns (see there). In a child
+ * forked after pdx_engine_connect() every call on the parent's engine
+ * fails with PDX_EINVAL but pdx_engine_free(): the child connects its own.
  * Calls that announce or abort transfers return at once; their outcome
  * arrives later as an event. When the agent is away (dead, restarting)
  * they fail at once with PDX_EPEER. After the agent restarted (the link
@@ -135,7 +136,10 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 /* Closes the link; the agent aborts nothing by itself: transfers in flight
  * go on or end at its bounds, their events unheard (abort them and take
  * their events first; a receive's blocks may be written until then).
- * NULL-safe. */
+ * NULL-safe. From another thread while a call on e is under way, it
+ * returns at once; that call fails with PDX_EINVAL (a wait in it woken)
+ * and frees e as it returns. A call made after it returned is a use of
+ * freed memory. */
 void pdx_engine_free(struct pdx_engine *e);
 
 /* Registers the engine's KV memory and layout with the agent and waits for

@@ -397,9 +397,12 @@ class Engine:
 
     # -- life --------------------------------------------------------
     def close(self) -> None:
-        """Closes the link; the agent aborts nothing by itself."""
+        """Closes the link; the agent aborts nothing by itself. Another
+        thread in a call on this Engine (wait_event(None), say) gets
+        pdx.Error (EINVAL) at once; one that calls after gets it too."""
         h, self._h = getattr(self, "_h", None), None
         if h:
+            self._closed = True
             lib.pdx_engine_free(h)
 
     def __enter__(self):
@@ -421,7 +424,12 @@ class Engine:
             return status
         why = ""
         last = getattr(lib, "pdx_engine_last_error", None)
-        if last is not None and getattr(self, "_h", None):
+        if getattr(self, "_closed", False):
+            # close() from another thread during the call: libpdx woke
+            # the call and freed the engine as it returned (its reason
+            # went with it)
+            why = "this Engine was closed during the call"
+        elif last is not None and getattr(self, "_h", None):
             msg = last(self._h)
             why = msg.decode(errors="replace") if msg else ""
         raise Error(status, "%s: %s" % (what, why or status_str(status)))

@@ -28,7 +28,19 @@
 #    proxy keeps is the one in the response's id (one with a quote was
 #    echoed by the proxy, refused by the engine, and the body's id was
 #    another);
-#  * CORS, off unless --allowed-origins lists the origins (below).
+#  * CORS, off unless --allowed-origins lists the origins (below);
+#  * kv_transfer_params keys only the proxy may set, from a client, are
+#    not passed on (a client could fail or falsify everyone's requests):
+#    five requests naming a dead remote_agent (or agents, a metaserver,
+#    do_remote_decode) get 200 and the colocated text, the breakers stay
+#    closed and the next request is served (before: five 502s opened P's
+#    breaker, then 503 for every client); sixteen requests at once with
+#    one xfer_id all get 200 and the colocated text, breakers closed
+#    (before: 500s from both engines opened both breakers); a first_token
+#    does not change the answer (before: D answered from it); and a
+#    decode-only proxy, which passes the client's body on as it came,
+#    takes them out too (before: a transfer of the client's making failed
+#    against D alone, whose breaker opened).
 #   client_errors.sh PDX_ENGINE PDX_AGENT PDX_PROXY
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -252,6 +264,82 @@ st, r, raw = ask(listed, "POST", "/v1/completions",
                  b'{"prompt": "' + b"x" * (8 << 20) + b'"}')
 assert st == 413 and r.getheader("Access-Control-Allow-Origin") == UI, (st, r.getheaders())
 print("ok: CORS")
+PYEOF
+$PY - "$PORT_X" "$PORT_XS" "$PORT_D" <<'PYEOF' || fail "kv_transfer_params of the client's"
+import http.client, json, sys, threading, urllib.request
+
+proxy, alone, engine = (int(p) for p in sys.argv[1:])
+DEAD = "tcp://127.0.0.1:1"
+X = "00112233445566778899aabbccddeeff"
+
+
+def post(port, body):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("POST", "/v1/completions", body=json.dumps(body),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    out = r.status, r.read()
+    c.close()
+    return out
+
+
+def text(port, body, what):
+    st, raw = post(port, body)
+    assert st == 200, f"{what}: HTTP {st}: {raw[:300]!r}"
+    return json.loads(raw)["choices"][0]["text"]
+
+
+def breakers_closed(port, what):
+    m = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read()
+    b = [l for l in m.decode().splitlines()
+         if l.startswith("pdx_proxy_instance_breaker_state{")]
+    assert b and all(l.endswith(" 0") for l in b), (what, b)
+
+
+req = {"prompt": "whose transfer is it", "max_tokens": 6}
+want = text(engine, req, "D colocated")
+for i, kv in enumerate([{"remote_agent": DEAD}] * 3 + [
+        {"remote_agents": [DEAD, DEAD], "remote_tp_size": 2},
+        {"metaserver": "http://127.0.0.1:1/v1/metaserver",
+         "do_remote_decode": True, "do_remote_prefill": True}]):
+    got = text(proxy, dict(req, kv_transfer_params=kv), f"{kv} ({i + 1})")
+    assert got == want, (kv, got, want)
+breakers_closed(proxy, "after five requests naming a dead agent")
+assert text(proxy, req, "the next request") == want
+print("ok: a client's remote_agent and the like are not passed on")
+
+out = [None] * 16
+
+
+def one(i):
+    out[i] = post(proxy, dict(req, kv_transfer_params={"xfer_id": X}))
+
+
+ts = [threading.Thread(target=one, args=(i,)) for i in range(len(out))]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+for i, (st, raw) in enumerate(out):
+    assert st == 200, f"one xfer_id, request {i + 1}: HTTP {st}: {raw[:300]!r}"
+    assert json.loads(raw)["choices"][0]["text"] == want, (i, raw)
+breakers_closed(proxy, "after sixteen requests with one xfer_id")
+print("ok: sixteen requests with one xfer_id of the client's: 200 each")
+
+# two tokens: one of them at least is not P's
+for ft in (5, 6):
+    got = text(proxy, dict(req, kv_transfer_params={"first_token": ft}),
+               f"first_token {ft}")
+    assert got == want, (ft, got, want)
+print("ok: a client's first_token does not change the answer")
+
+for i in range(6):
+    got = text(alone, dict(req, kv_transfer_params={
+        "do_remote_prefill": True, "xfer_id": X, "remote_agent": DEAD}),
+        f"decode-only, a transfer of the client's ({i + 1})")
+    assert got == want, (got, want)
+breakers_closed(alone, "decode-only, after six transfers of the client's")
+print("ok: a decode-only proxy takes out a client's transfer too")
 PYEOF
 settle 10 $(engine_idle P D) || fail "engines not idle after the client errors"
 for n in X XC XS P D agent_p agent_d; do named_stop $n; done

@@ -4,7 +4,11 @@
 # a colocated engine's for the same prompt, in the concurrent flow (D and P
 # posted together) and the sequential one (P's kv_transfer_params handed to
 # D); a transfer that never comes is recomputed or fails per on_failure;
-# every KV block is free afterwards.
+# a decode request whose kv_transfer_params.first_token is not P's still
+# decodes from P's (the one the agents carried with the KV; before, the
+# request's: a wrong answer); an xfer_id in flight at D already is a 409
+# (the caller's mistake; before, a 500 a proxy counted against D); every
+# KV block is free afterwards.
 #   pd_concurrent.sh PDX_ENGINE PDX_AGENT
 . "$(dirname "$0")/lib.sh"
 ENGINE=$1
@@ -80,6 +84,23 @@ dpid=$!
 curl -sS -m 0.5 -o /dev/null -d "$(body "$prompt" 6 0 "$(kv "$(xid)" "$PEER_D" decode)")" \
 	"http://127.0.0.1:$PORT_P/v1/completions" 2>/dev/null
 wait $dpid
+# a first_token that is not P's (P's answer's, one bit flipped): D
+# decodes from the one P's agent carried with the KV
+prompt="Whose first token is it anyway"
+to "$PORT_C" "$(body "$prompt" 6 0)" "$T/cw"
+to "$PORT_P" "$(body "$prompt" 6 0 "$(kv "$(xid)" "$PEER_D" decode)")" "$T/pw"
+kvw=$(sed -n 's/.*"kv_transfer_params":\({[^}]*}\).*/\1/p' "$T/pw")
+ft=$(echo "$kvw" | sed -n 's/.*"first_token":\([0-9]*\).*/\1/p')
+[ -n "$ft" ] || fail "P's answer has no first_token: $(cat "$T/pw")"
+to "$PORT_D" "$(body "$prompt" 6 0 \
+	"${kvw/\"first_token\":$ft/\"first_token\":$((ft ^ 1))}")" "$T/dw"
+# one xfer_id in two decode requests at once: the second is refused
+x=$(xid)
+to "$PORT_D" "$(body "$prompt" 6 0 "$(kv "$x" "$PEER_P" prefill ', "on_failure": "recompute"')")" "$T/dup1" &
+dpid=$!
+settle 5 "$PORT_D/$(e num_requests_running)=1" || fail "D does not run the first request of the id"
+to "$PORT_D" "$(body "$prompt" 6 0 "$(kv "$x" "$PEER_P" prefill)")" "$T/dup2"
+wait $dpid
 # bad parameters are refused
 to "$PORT_D" "$(body "$prompt" 6 0 "$(kv 12 tcp://x:1 prefill)")" "$T/bad1"
 to "$PORT_C" "$(body "$prompt" 6 0 "$(kv "$(xid)" "$PEER_P" prefill)")" "$T/bad2"
@@ -113,6 +134,10 @@ for i in range(1, n + 1):
 assert text("dr") == text("cf"), ("recompute", text("dr"), text("cf"))
 assert code("df") == "502" and "KV transfer" in rd("df") and "kv_transfer_failed" in rd("df"), ("fail", rd("df"))
 assert code("bad1") == "400" and code("bad2") == "400", (rd("bad1"), rd("bad2"))
+assert text("dw") == text("cw"), ("a first_token not P's", text("dw"), text("cw"))
+assert code("dup2") == "409" and "invalid_request_error" in rd("dup2") and \
+    "in flight" in rd("dup2"), ("an xfer_id twice", code("dup2"), rd("dup2"))
+assert text("dup1") == text("cw"), ("the first of the id", rd("dup1"))
 PY
 
 # every block free again on both sides (P frees once its agent has sent)

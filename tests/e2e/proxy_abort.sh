@@ -11,9 +11,13 @@
 # through a proxy while a decode instance that has requests running is
 # removed (it gets no new ones; those on it finish), added back, and a
 # third one added: no request fails, every instance served, no KV block
-# is left held. Last, clients that leave while their decode request is
-# queued behind a full decode engine, P's answer given: P must not keep
-# the prompt's KV blocks until the transfer times out.
+# is left held. Clients that send a request and leave at once, closing or
+# half-closing (shutdown SHUT_WR): with --notify-bind, their transfers
+# count in no instance's load within 1 s (one whose legs never reached
+# the engines counted in both until --transfer-timeout, 60 s). Last,
+# clients that leave while their decode request is queued behind a full
+# decode engine, P's answer given: P must not keep the prompt's KV
+# blocks until the transfer times out.
 #   proxy_abort.sh PDX_ENGINE PDX_AGENT PDX_PROXY PDX_BENCH
 # shellcheck disable=SC2046 # settle takes idle's checks as words
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -24,6 +28,9 @@ AGENT=$2
 PROXY=$3
 BENCH=$4
 
+# the agents report their transfers to the proxy XN (below)
+notify="tcp://127.0.0.1:$(free_port)"
+AGENT_OPTS+=(--notify "$notify")
 # tiny at scale 10000: a decode step takes ~10 ms; P prefills in chunks
 # of 32 tokens, so the 2000-token prompt below takes ~0.8 s there
 pd_engine_start P prefill --time-scale 10000 --max-prefill-tokens 32
@@ -99,6 +106,39 @@ for xf in XC:concurrent XS:sequential XE:early-callback; do
 	done
 done
 for x in XC XS XE; do named_stop $x; done
+
+# Clients that send a request and leave at once, most before its legs
+# reach the engines: a transfer no engine announced is one no agent
+# reports, and it counted in P's and D's load (least-loaded steered
+# around them) until --transfer-timeout, 60 s.
+named_engine_start XN "$PROXY" "${pools[@]}" --flow concurrent \
+	--notify-bind "$notify"
+# the agents' addresses known: the legs go out as the request comes
+got=$(text "$PORT_XN" "$check" 12)
+[ "$got" = "$want" ] || fail "XN: text '$got', colocated '$want'"
+settle 5 $(idle XN P D) || fail "XN: the first request is not over"
+$PY - "$PORT_XN" <<'PYEOF' || fail "clients that leave at once"
+import socket, sys
+port = int(sys.argv[1])
+body = b'{"prompt": "gone at once", "max_tokens": 4}'
+req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+       b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+       % len(body) + body)
+for half in (False, True) * 4:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(req)
+    if half:  # no more from us: the proxy takes it for a client gone
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(10)
+        while s.recv(4096):
+            pass
+    s.close()
+PYEOF
+settle 1 "$PORT_XN/pdx_proxy_instance_transfers{$(instance P)}=0" \
+	"$PORT_XN/pdx_proxy_instance_transfers{$(instance D)}=0" ||
+	fail "the transfers of clients that left still count: $(curl -s "http://127.0.0.1:$PORT_XN/metrics" | grep -E 'instance_transfers|aborted')"
+settle 5 $(idle XN P D) || fail "XN: after the clients that left at once $(logs XN P D)"
+named_stop XN
 
 # The admin API under load: while pdx-bench sends 240 requests, D2 is
 # removed with requests running on it, added back, and D3 is added.

@@ -4,14 +4,16 @@
 # refuse kv_transfer_params, so the proxy runs with --on-prefill-failure
 # local and D prefills itself: the text through the proxy, streamed and
 # not, equals the text from an engine directly. Also: the request id is
-# kept, the admin API with and without its token, valid /metrics, a
+# kept, the admin API with and without its token (and refusing a host
+# that is no name or address: 400), valid /metrics, a
 # killed engine answered with 502/503 and an error JSON, and serving on
 # after the dead instance is removed; clients that leave get their
 # engine requests aborted (no KV held), also on a reused connection;
 # engine connections are kept alive, expire, and a request that meets a
 # connection the engine closed is answered 502 and not sent again; out
 # of file descriptors, the proxy answers 502 with the reason and does
-# not spin on accept(); bad command lines exit 2.
+# not spin on accept(); bad command lines (a host with a CR LF among
+# them) exit 2.
 #   proxy_sequential.sh BUILD/engine/pdx-engine BUILD/proxy/pdx-proxy
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -98,6 +100,13 @@ admin POST /admin/instances s3cret "{\"role\": \"decode\", \"url\": \"http://127
 status_is 409 "admin add twice"
 admin POST /admin/instances s3cret '{"role": "middle", "url": "http://127.0.0.1:1"}' >/dev/null
 status_is 400 "admin add with a bad role"
+# a host that is no name or address: a CR LF in one split the /metrics
+# page (every Prometheus scrape of it failed), a quote broke its labels
+for url in 'http://a\r\nX: y:1' 'http://a\"b:1' 'http://a b:1'; do
+	admin POST /admin/instances s3cret "{\"role\": \"decode\", \"url\": \"$url\"}" >/dev/null
+	status_is 400 "admin add of the host in $url"
+	grep -q "bad address" "$E2E_TMP/body" || fail "admin add of $url: $(cat "$E2E_TMP/body")"
+done
 admin GET /admin/instances s3cret |
 	py 'import json,sys; r=json.load(sys.stdin); assert len(r["instances"]) == 3, r' "admin list after add"
 
@@ -327,4 +336,6 @@ named_stop H
 [ $? -eq 2 ] || fail "unpaired vLLM lists should be refused"
 "$PROXY" --decode nope 2>/dev/null
 [ $? -eq 2 ] || fail "a bad address should be refused"
+"$PROXY" --decode "$(printf 'a\r\nb:1')" 2>/dev/null
+[ $? -eq 2 ] || fail "a host with a CR LF should be refused"
 echo ok

@@ -2,10 +2,16 @@
 """The Python binding (python/pdx) against two real pdx-agents: a transfer
 byte for byte, skip_tokens, the first token, an abort, hold, an id in
 flight twice, refusals as pdx.Error with status and reason, events through
-the pollable fd, and an agent killed under a transfer (EAGENT at once).
+the pollable fd, an agent killed under a transfer (EAGENT at once), and
+close() from one thread while another is in wait_event(None) or in
+register() (that call fails at once, the process exits cleanly).
 
     test_engine.py PATH-TO-pdx-agent
 """
+import os
+import platform
+import signal
+import subprocess
 import sys
 import time
 import unittest
@@ -287,6 +293,108 @@ class AgentGone(Pair):
         y = pdx.XferId()
         self.push(y, [6], [6])
         self.assertEqual(self.event("d", y).kind, pdx.RECEIVED)
+
+
+# A child process: an engine on the agent at argv[1], a thread in
+# wait_event(None) (argv[2] "wait") or in register() (argv[2] "register":
+# the agent is stopped, so it waits for its answer, up to 10 s), and
+# close() from the main thread once that thread waits in the kernel.
+CLOSE_CHILD = r"""
+import os, sys, threading, time
+import pdx
+from rig import POOL_BYTES, layout
+
+addr, mode = sys.argv[1], sys.argv[2]
+pool = pdx.SharedPool(POOL_BYTES)
+e = pdx.Engine(addr, timeout_ms=10000)
+if mode == "wait":
+    e.register(layout(), [pool.region])
+got = {}
+
+
+def call():
+    try:
+        if mode == "wait":
+            e.wait_event(None)
+        else:
+            e.register(layout(), [pool.region])
+        got["no error"] = True
+    except pdx.Error as x:
+        got["t"], got["err"] = time.monotonic(), x
+
+
+t = threading.Thread(target=call)
+t.start()
+# in the kernel, waiting: poll (x86_64 7, ppoll 271; aarch64 ppoll 73)
+polls = {"x86_64": ("7", "271"), "aarch64": ("73",)}.get(sys.argv[3], ())
+path = "/proc/self/task/%d/syscall" % t.native_id
+end = time.monotonic() + 10
+while polls and time.monotonic() < end:
+    with open(path) as f:
+        if f.read().split(" ")[0] in polls:
+            break
+    time.sleep(0.01)
+else:
+    time.sleep(0.5)
+time.sleep(0.05)
+t0 = time.monotonic()
+e.close()
+t.join(5)
+assert not t.is_alive(), "the call still waits 5 s after close()"
+assert "err" in got, got
+took = got["t"] - t0
+assert took < 1.0, "the call returned %.2f s after close()" % took
+err = got["err"]
+assert err.status == pdx.EINVAL and "closed" in str(err), err
+try:
+    e.wait_event(0)
+    raise AssertionError("a call after close() ran")
+except pdx.Error as x:
+    assert "closed" in str(x), x
+pool.close()
+print("ok: %s failed %.3f s after close(): %s" % (mode, took, err))
+"""
+
+
+class CloseFromAnotherThread(unittest.TestCase):
+    """pdx.Engine.close() (pdx_engine_free) while another thread is in a
+    call that waits on the agent: that call fails at once with EINVAL
+    and the engine is freed as it returns. Before, the engine was freed
+    under the call: it failed on a closed socket ("poll agent socket:
+    Socket operation on non-socket") and wrote into freed memory. Each
+    case runs in a child, whose exit must be clean (freed memory is
+    filled with a pattern there: MALLOC_PERTURB_)."""
+
+    def setUp(self):
+        self.ag = Agents(AGENT, "w")
+        self.addCleanup(self.close_agent)
+
+    def close_agent(self):
+        self.ag.close()
+        self.assertEqual(self.ag.bad_exits, [])
+
+    def close_during(self, mode):
+        env = dict(os.environ, MALLOC_PERTURB_="165")
+        r = subprocess.run(
+            [sys.executable, "-c", CLOSE_CHILD, self.ag.engine("w"), mode,
+             platform.machine()],
+            env=env, capture_output=True, text=True, timeout=60)
+        out = r.stdout + r.stderr
+        self.assertEqual(r.returncode, 0, out)
+        self.assertIn("ok: " + mode, r.stdout, out)
+        self.assertNotIn("non-socket", out)
+        self.assertIn("freed as that call returns", r.stderr, out)
+
+    def test_close_during_wait_event(self):
+        self.close_during("wait")
+
+    def test_close_during_register(self):
+        agent = self.ag.procs["w"]
+        agent.send_signal(signal.SIGSTOP)  # register waits for its answer
+        try:
+            self.close_during("register")
+        finally:
+            agent.send_signal(signal.SIGCONT)
 
 
 class CudaWithoutGpu(Pair):

@@ -114,7 +114,9 @@ static void policy_names(void)
 }
 
 /* An engine's HTTP address and nothing else: an agent's tcp:// address
- * was taken as the host "tcp://H" (requests got 502). */
+ * was taken as the host "tcp://H" (requests got 502), and a host with a
+ * CR LF, a quote or a space (from the admin API: any client with the
+ * token) split or broke the /metrics page it is a label of. */
 static void addresses(void)
 {
 	static const struct {
@@ -125,10 +127,19 @@ static void addresses(void)
 	    {"http://10.0.0.1:8100", "10.0.0.1", 8100},
 	    {"http://h:8100/", "h", 8100},
 	    {"[::1]:8100", "::1", 8100},
+	    {"[::1]:8000", "::1", 8000},
+	    {"http://[fe80::1%eth0]:8000/", "fe80::1%eth0", 8000},
+	    {"[::ffff:10.0.0.1]:80", "::ffff:10.0.0.1", 80},
+	    {"decode-0.decode_svc.ns.svc.cluster.local:8000",
+	     "decode-0.decode_svc.ns.svc.cluster.local", 8000},
+	    {"Engine-A_1:9", "Engine-A_1", 9},
 	};
 	static const char *const bad[] = {
 	    "tcp://10.0.0.1:7100", "https://h:443", "ipc:///tmp/x:1",
 	    "h/x:1", "http://h:1/v1", "h", "h:0", "h:65536", ":1",
+	    "http://a\r\nX: y:1", "a\nb:1", "a b:1", "a\"b:1", "a'b:1",
+	    "a{b}:1", "a\\b:1", "a\tb:1", "a=b:1", "a,b:1", "a@b:1",
+	    "[::1\r\n]:1", "[::1 ]:1", "::1:8000", "a\x7f:1", "\xc3\xa9:1",
 	};
 	char host[64], err[160];
 	uint16_t port;
