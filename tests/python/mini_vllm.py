@@ -712,8 +712,11 @@ def _copy_kv_blocks(src_kv_caches, dst_kv_caches, src_block_ids,
 
 class Worker:
     def __init__(self, vllm_config, connector, kv: KvCaches, model: Model,
-                 calls: Optional[list] = None, rank: int = 0):
+                 calls: Optional[list] = None, rank: int = 0,
+                 deferred_load_start: bool = False):
         self.vllm_config, self.connector = vllm_config, connector
+        self.deferred_load_start = deferred_load_start
+        self.in_forward = False  # its forward is under way
         self.kv, self.model, self.rank = kv, model, rank
         self.states: Dict[str, _ReqState] = {}
         self.layers = {n: AttentionLayer(n, t) for n, t in kv.tensors.items()}
@@ -823,7 +826,9 @@ class Worker:
                              wait_for_save=True):
         """mixin.py:83-119: bind, start_load_kv, the forward, then
         wait_for_save, get_finished, load errors, stats, events, worker
-        meta, clear."""
+        meta, clear. After PR 53333 (deferred_load_start) start_load_kv
+        comes after the forward, before wait_for_save: no load of ours is
+        synchronous."""
         c = self.connector
         if c is None:
             forward(*args)
@@ -831,10 +836,15 @@ class Worker:
         out = KVConnectorOutput()
         assert so.kv_connector_metadata is not None
         c.bind_connector_metadata(so.kv_connector_metadata)
-        c.start_load_kv(ctx)
+        if not self.deferred_load_start:
+            c.start_load_kv(ctx)
         try:
+            self.in_forward = True
             forward(*args)
         finally:
+            self.in_forward = False
+            if self.deferred_load_start:
+                c.start_load_kv(ctx)
             if wait_for_save:
                 c.wait_for_save()
             out.finished_sending, out.finished_recving = c.get_finished(
@@ -968,7 +978,10 @@ class MiniVllm:
     "both") fills kv_role when the config leaves it out, and is what
     /v1/pdx/info answers. async_scheduling: the next step is scheduled
     (build_connector_meta) before the previous one's update_from_output,
-    as vLLM's batch queue does.
+    as vLLM's batch queue does. deferred_load_start: vLLM after PR 53333
+    (merged 2026-08): a step with no synchronous load (a connector's
+    loads are asynchronous, as pdx's) calls start_load_kv after the
+    forward, before wait_for_save.
     """
 
     def __init__(self, kv_transfer_config=None, role: str = "both",
@@ -979,7 +992,8 @@ class MiniVllm:
                  enable_prefix_caching: bool = True,
                  async_scheduling: bool = False,
                  served_model_name: Optional[str] = None,
-                 zero_step_sleep_s: float = 0.001, tp_size: int = 1):
+                 zero_step_sleep_s: float = 0.001, tp_size: int = 1,
+                 deferred_load_start: bool = False):
         if role not in ROLES:
             raise ValueError("role: prefill, decode or both")
         self.role = role
@@ -1036,8 +1050,9 @@ class MiniVllm:
             try:
                 c = cls(self.vllm_config, KVConnectorRole.WORKER,
                         self.kv_cache_config) if cls else None
-                self.workers.append(Worker(self.vllm_config, c, kv,
-                                           self.model, rank=r))
+                self.workers.append(Worker(
+                    self.vllm_config, c, kv, self.model, rank=r,
+                    deferred_load_start=deferred_load_start))
                 self.workers[-1].register()
             finally:
                 parallel_state._set_tp(0, 1)

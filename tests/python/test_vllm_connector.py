@@ -155,6 +155,37 @@ class TransferMla(Instances):
     test_moves = Transfer.test_vllm_proxy_params_move_the_kv
 
 
+class NewerVllmOrder(unittest.TestCase):
+    """vLLM after PR 53333 calls start_load_kv after the forward when no
+    load of the step is synchronous (never one of ours): the layers are
+    still pushed as the forward computes them, not all at its end."""
+
+    def test_layers_pushed_during_the_forward(self):
+        P = MiniVllm(config(), role="prefill", deferred_load_start=True)
+        self.addCleanup(P.close)
+        D = MiniVllm(config(), role="decode", deferred_load_start=True)
+        self.addCleanup(D.close)
+        C = MiniVllm(None)
+        self.addCleanup(C.close)
+        for e in (P, D, C):
+            e.start()
+        eng, calls = P.worker_connector._worker.eng, []
+        done = eng.layer_done
+
+        def spy(layer, xfers, *a, **k):
+            calls.append((layer, P.worker.in_forward))
+            return done(layer, xfers, *a, **k)
+        eng.layer_done = spy
+        p = P.generate(PROMPT, 1, {"do_remote_decode": True})
+        self.assertEqual(sorted(c[0] for c in calls),
+                         list(range(P.model.layers)))
+        self.assertTrue(all(c[1] for c in calls),
+                        "layers marked done after the forward: %s" % calls)
+        out = D.generate(PROMPT, 8, p.kv_transfer_params)
+        self.assertEqual(out.token_ids, C.generate(PROMPT, 8).token_ids)
+        self.assertEqual(D.worker_connector._worker.stats["received"], 1)
+
+
 class TransferPacked(Instances):
     """vLLM after PR 44455: K and V packed in one tensor per layer."""
     kv_layout = "packed"

@@ -61,7 +61,17 @@ class PdxConnector(KVConnectorBase_V1):
     def handle_preemptions(self, kv_connector_metadata) -> None:
         self._worker.preempted(kv_connector_metadata)
 
+    def bind_connector_metadata(self, connector_metadata) -> None:
+        """Before the forward, in every vLLM: the step's transfers are
+        announced here, so save_kv_layer pushes each layer as it is
+        computed. vLLM after PR 53333 calls start_load_kv after the
+        forward when no load of the step is synchronous (none of ours
+        is): announced there, the sends' layers all went at its end."""
+        super().bind_connector_metadata(connector_metadata)
+        self._worker.start(connector_metadata)
+
     def start_load_kv(self, forward_context, **kwargs) -> None:
+        """Done at bind_connector_metadata (once a step)."""
         self._worker.start(self._get_connector_metadata())
 
     def wait_for_layer_load(self, layer_name: str) -> None:

@@ -92,6 +92,7 @@ class PdxWorker:
         self._flights: Dict[pdx.XferId, _Flight] = {}
         self._step_sends: List[pdx.XferId] = []
         self._step_layers: Set[int] = set()
+        self._started = None  # the metadata start() took last
         self._sent: Set[str] = set()
         self._finished: Set[str] = set()
         self._send_reqs: Set[str] = set()
@@ -136,6 +137,12 @@ class PdxWorker:
         return [pair] if pair else list(peers)
 
     def start(self, meta: PdxMetadata) -> None:
+        """The step's holds, receives, sends and aborts: once a step
+        (bind_connector_metadata, then start_load_kv with the same
+        metadata)."""
+        if meta is None or meta is self._started:
+            return
+        self._started = meta
         e = self.eng
         for h in meta.holds:
             for peer in self._dealt_with(h.peers):
