@@ -234,20 +234,29 @@ static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
 		     bool refused)
 {
 	struct pdx_xfer_id id;
-	struct xfer *x = NULL;
-	bool later = false;
+	struct xfer *x;
+	bool later, ours_to_receive;
 
-	if (!refused && p->stops && pdx_mp_get_xfer(m, "xfer", &id) == 0) {
-		x = xfer_find(a, &id);
-		later = x && x->role == XFER_SEND && x->inflight &&
-			strcmp(x->peer_addr, p->addr) == 0;
-		if (later)
-			x->owe_stopped = true;
+	if (refused || pdx_mp_get_xfer(m, "xfer", &id)) {
+		abort_heard(a, p, m, refused);
+		return;
 	}
+	x = xfer_find(a, &id);
+	ours_to_receive = x && x->role == XFER_RECV &&
+			  strcmp(x->peer_addr, p->addr) == 0;
+	/* The sender's own abort comes once its operations ended (as
+	 * "stopped" would): a receive waiting for that waits no more. */
+	if (ours_to_receive && x->await_stopped) {
+		xfer_stop_heard(x);
+		return;
+	}
+	later = p->stops && x && x->role == XFER_SEND && x->inflight &&
+		strcmp(x->peer_addr, p->addr) == 0;
+	if (later)
+		x->owe_stopped = true;
 	abort_heard(a, p, m, refused);
 	/* (a sender's abort of what we receive is answered by nothing) */
-	if (!refused && p->stops && !later &&
-	    !(x && x->role == XFER_RECV && xfer_find(a, &id) == x))
+	if (p->stops && !later && !ours_to_receive)
 		peer_send(a, p, "stopped", &id, NULL);
 }
 

@@ -109,11 +109,30 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 	enum bound which;
 
 	if (x->finished) { /* only the wait for "stopped" is timed now */
+		uint64_t bound = ms_ns(a->cfg.peer_timeout_ms);
 		char hex[33];
 
+		/* A sender still heard from may be draining a long queue of
+		 * operations (a slow link): it says "stopped" after, or is
+		 * found lost (liveness), or its stuck operations are ended
+		 * (its own bound); so the wait goes on while it answers, the
+		 * same instance, up to four bounds in all (an abort it
+		 * dropped is never answered). */
+		if (peer_known(x->peer) &&
+		    x->peer->instance == x->peer_instance &&
+		    pdx_now_ns() - x->peer->heard_ns < bound &&
+		    pdx_now_ns() - x->ended_ns < 4 * bound) {
+			struct timeval tv = { (time_t)(a->cfg.peer_timeout_ms /
+						       1000),
+					      (suseconds_t)(a->cfg.peer_timeout_ms %
+							    1000 * 1000) };
+
+			evtimer_add(x->timer, &tv);
+			return;
+		}
 		pdx_xfer_id_hex(&x->id, hex);
-		log_warn("xfer %s: no \"stopped\" from %s in %u ms: its engine "
-			 "is told now", hex, x->peer_addr,
+		log_warn("xfer %s: no \"stopped\" from %s, silent %u ms: its "
+			 "engine is told now", hex, x->peer_addr,
 			 a->cfg.peer_timeout_ms);
 		xfer_stop_heard(x);
 		a->settle(a);

@@ -95,9 +95,10 @@ static void on_close(struct evhttp_connection *conn, void *arg)
 	if (!evhttp_request_get_connection(c->req))
 		evhttp_request_free(c->req);
 	c->api->p.metrics->req_aborted++;
+	/* first: a receive under way keeps the request's blocks */
+	pdx_sched_abort(c->api->p.sched, c->sreq);
 	if (c->kv)
 		pdx__kv_call_end(c->kv);
-	pdx_sched_abort(c->api->p.sched, c->sreq);
 	call_free(c);
 }
 

@@ -28,6 +28,7 @@ struct pdx__kv {
 	struct pdx_kv_seq *held;    /* prefill: blocks held after the end */
 	struct pdx_http_post *callback; /* prefill: to the metaserver */
 	bool call_gone;		    /* the request ended */
+	bool abort_sent;	    /* a receive's, the request gone */
 	bool announced;		    /* to the agent (send or recv) */
 	bool quarantined;	    /* held blocks wait out kv_quarantine_ms */
 	pdx_status_t status;	    /* the transfer's failure, if any */
@@ -97,10 +98,9 @@ static void over(struct pdx__kv *k, pdx_status_t st, const char *reason)
 			 k->p.xfer_hex, reason);
 		log_warn("%s", k->reason);
 	}
-	if (k->p.role == PDX_KV_RECV) {
-		if (k->sreq)
-			pdx_sched_kv_ready(k->api->p.sched, k->sreq, st,
-					   k->first_token);
+	if (k->p.role == PDX_KV_RECV && k->sreq) {
+		pdx_sched_kv_ready(k->api->p.sched, k->sreq, st,
+				   k->first_token);
 	} else if (k->call_gone) {
 		if (st == PDX_EAGENT && k->held && quarantine(k, NULL))
 			return;
@@ -294,7 +294,10 @@ bool pdx__kv_hold(struct pdx__kv *k, struct pdx_kv_seq *seq)
 {
 	if (k->status == PDX_EAGENT)
 		return quarantine(k, seq);
-	if (k->p.role != PDX_KV_SEND || !k->w.active)
+	/* a send's blocks until it is sent; a receive's (its request gone
+	 * while the KV came) until the agent's event: the push may land in
+	 * them until then, and another request's KV would be overwritten */
+	if (!k->w.active || (k->p.role == PDX_KV_RECV && !k->announced))
 		return false;
 	k->held = seq;
 	return true;
@@ -323,8 +326,14 @@ void pdx__kv_call_end(struct pdx__kv *k)
 {
 	k->sreq = NULL;
 	k->call_gone = true;
-	if (!k->held)
+	if (!k->held) {
 		kv_free(k); /* aborts a transfer still under way */
+	} else if (k->p.role == PDX_KV_RECV && !k->quarantined &&
+		   !k->abort_sent) {
+		/* the blocks are freed at the event (over()) */
+		k->abort_sent = true;
+		pdx_kv_link_abort(k->api->p.link, &k->w);
+	}
 }
 
 void pdx__kv_free_all(struct pdx_http_api *api)

@@ -435,6 +435,15 @@ void pdx_kv_link_abort_at(struct pdx_kv_link *l,
 	at_peers(l, PDX_TP_ABORT_AT, pdx_engine_abort_at, xfer, other);
 }
 
+void pdx_kv_link_abort(struct pdx_kv_link *l, struct pdx_kv_waiter *w)
+{
+	if (!w->active || w->local_done)
+		return;
+	pdx_engine_abort(l->e, &w->xfer);
+	to_ranks(l, PDX_TP_ABORT, &w->xfer, 0, NULL);
+	poke(l);
+}
+
 void pdx_kv_link_cancel(struct pdx_kv_link *l, struct pdx_kv_waiter *w)
 {
 	if (!w->active)

@@ -138,6 +138,10 @@ pdx_status_t pdx_kv_link_recv(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 /* Takes w off the link (no callback will come) and aborts its transfer
  * when it was still active. NULL-safe for a waiter never announced. */
 void pdx_kv_link_cancel(struct pdx_kv_link *l, struct pdx_kv_waiter *w);
+/* Aborts w's transfer (at the agent, and the ranks') but goes on waiting
+ * for its event: a receive's blocks are written until then (the agent
+ * sends it once its sender says nothing more lands). */
+void pdx_kv_link_abort(struct pdx_kv_link *l, struct pdx_kv_waiter *w);
 
 /* Decode side: xfer's request waits in the queue; the agents of the other
  * side keep its KV for it (pdx_engine_hold(): our pair's, or every

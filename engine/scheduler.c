@@ -552,6 +552,11 @@ pdx_status_t pdx_sched_submit(struct pdx_sched *s, const uint32_t *prompt,
 
 void pdx_sched_abort(struct pdx_sched *s, struct pdx_sched_req *r)
 {
+	/* a receive still under way: its blocks are the transfer's until
+	 * its event (sink.hold) */
+	if (r->phase == PHASE_WAIT_KV && r->sink.hold &&
+	    r->sink.hold(r->sink.arg, r->seq))
+		r->seq = NULL;
 	if (r->phase == PHASE_QUEUED) {
 		TAILQ_REMOVE(&s->waiting, r, link);
 		s->n_waiting--;

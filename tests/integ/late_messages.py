@@ -16,7 +16,9 @@ announce, and no second event for one it did; transfers work afterwards
 (one between F and A, and a real one between B and A, byte for byte); a
 want naming an earlier instance of A (its `to_instance`) is refused and
 fails A's engine's transfer at once; an abort of a transfer A does not
-know is answered `stopped` (nothing of it is being written).
+know is answered `stopped` (nothing of it is being written); A's engine
+that aborts a receive from F hears `failed` only once F said `stopped`
+or `abort`.
 F and G show B's hello without `done_ucx`, so A's `done` to them comes
 on the peer link; once G's says `done_ucx`, it does not (it goes by UCX).
 
@@ -318,6 +320,25 @@ def main():
         x5b = xid()
         H.to(A, {"op": "abort", "xfer": x5b, "reason": "who?"})
         check(H.quiet(x5b, 300), "an abort from a stranger is not answered either")
+
+        # 6b. A's engine aborts a receive it asked F for: A tells F
+        # `abort` and keeps its engine's event back until F's word (F's
+        # hello says `stops`); F, the sender, answers `stopped`, or
+        # `abort` (a sender that failed it says so once its operations
+        # ended): the event comes then. A answers F's abort nothing.
+        for word in ("stopped", "abort"):
+            x = xid()
+            recv_from_f(x)
+            EA.send({"op": "abort", "xfer": x})
+            check(F.expect("abort", x) is not None, f"A tells F abort ({word})")
+            EA.pump(300)
+            check(EA.n_events(x) == 0,
+                  f"A's engine hears nothing before F's {word}")
+            F.to(A, {"op": word, "xfer": x, "reason": "nothing more lands"})
+            ev = EA.event(x, 1000)
+            check(ev is not None and ev["kind"] == "failed",
+                  f"F's {word} ends the wait: {ev and ev['reason']}")
+            check(F.quiet(x, 300), f"F's {word} is not answered")
 
         # 7. hello again: with a new instance (F restarted) it fails what
         # began with the old one, once; repeated with the same instance

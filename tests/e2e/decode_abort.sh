@@ -1,0 +1,79 @@
+#!/bin/bash
+# A decode request whose client leaves while its KV is on the way: the
+# decode engine keeps the request's KV blocks until its agent's event,
+# which comes once the prefill agent said nothing more lands in them
+# (`stopped`); only then are they free for another request. Here the
+# prefill agent is frozen (SIGSTOP) after the decode agent asked it for
+# the KV: while it is, the blocks stay held (before: freed at once, and a
+# push still under way wrote them after another request took them); once
+# it runs again they are free within 2 s, and the engines serve.
+#   decode_abort.sh PDX_ENGINE PDX_AGENT
+. "$(dirname "$0")/lib.sh"
+ENGINE=$1
+AGENT=$2
+
+pd_engine_start P prefill --time-scale 0
+pd_engine_start D decode --time-scale 0 --kv-timeout-ms 20000
+PEER_P=$(curl -sS "http://127.0.0.1:$PORT_P/v1/pdx/info" |
+	sed -n 's/.*"peer_addr": *"\([^"]*\)".*/\1/p')
+[ -n "$PEER_P" ] || fail "no peer address for P"
+xid() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
+
+# used PORT: the engine's KV blocks held by requests
+used() {
+	curl -sS "http://127.0.0.1:$1/metrics" |
+		sed -n 's/^pdx_engine_kv_blocks_used{[^}]*} \([0-9.e+]*\)$/\1/p' |
+		awk '{ printf "%d", $1 }'
+}
+
+# D waits for a transfer P's engine has not begun: D's agent asks P's
+# (want), P's holds the ask
+x=$(xid)
+curl -sS -o /dev/null -H 'Content-Type: application/json' --data-binary \
+	"{\"prompt\": \"$(seq -s ' ' 1 200)\", \"max_tokens\": 4, \"kv_transfer_params\": {\"xfer_id\": \"$x\", \"remote_agent\": \"$PEER_P\", \"do_remote_prefill\": true}}" \
+	"http://127.0.0.1:$PORT_D/v1/completions" &
+client=$!
+for _ in $(seq 50); do
+	[ "$(used "$PORT_D")" -gt 0 ] && break
+	sleep 0.1
+done
+held=$(used "$PORT_D")
+[ "$held" -gt 0 ] || fail "D's request holds no blocks while it waits"
+sleep 0.5 # the want reaches P's agent
+
+kill -STOP "$PID_agent_p"
+kill "$client"
+wait "$client" 2>/dev/null
+sleep 1.5
+now=$(used "$PORT_D")
+kill -CONT "$PID_agent_p"
+[ "$now" = "$held" ] ||
+	fail "D freed its request's blocks ($held held, $now now) while P's agent, which may still write them, was frozen"
+
+ok=
+for _ in $(seq 20); do
+	[ "$(used "$PORT_D")" = 0 ] && { ok=1; break; }
+	sleep 0.1
+done
+[ -n "$ok" ] || fail "D still holds $(used "$PORT_D") blocks 2 s after P's agent ran again"
+grep -q "aborted" "$E2E_TMP/D.log" || fail "D's engine logged no abort: $(tail -5 "$E2E_TMP/D.log")"
+
+# both still serve a transfer
+x=$(xid)
+curl -sS -o "$E2E_TMP/d" -H 'Content-Type: application/json' --data-binary \
+	"{\"prompt\": \"again\", \"max_tokens\": 3, \"kv_transfer_params\": {\"xfer_id\": \"$x\", \"remote_agent\": \"$PEER_P\", \"do_remote_prefill\": true}}" \
+	"http://127.0.0.1:$PORT_D/v1/completions" &
+d=$!
+PEER_D=$(curl -sS "http://127.0.0.1:$PORT_D/v1/pdx/info" |
+	sed -n 's/.*"peer_addr": *"\([^"]*\)".*/\1/p')
+curl -sS -o "$E2E_TMP/p" -f -H 'Content-Type: application/json' --data-binary \
+	"{\"prompt\": \"again\", \"max_tokens\": 1, \"kv_transfer_params\": {\"xfer_id\": \"$x\", \"remote_agent\": \"$PEER_D\", \"do_remote_decode\": true}}" \
+	"http://127.0.0.1:$PORT_P/v1/completions" || fail "P: $(cat "$E2E_TMP/p")"
+wait "$d"
+grep -q '"finish_reason"' "$E2E_TMP/d" || fail "D after the abort: $(cat "$E2E_TMP/d")"
+
+named_stop P
+named_stop D
+named_stop agent_p
+named_stop agent_d
+echo "ok: an aborted receive's blocks held until nothing more lands"
