@@ -624,9 +624,11 @@ void fa_hello(struct agent *a)
 
 	fa_layout(&l);
 	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, 10);
+	msgpack_pack_map(&o.pk, 11);
 	pdx_mp_kv_str(&o.pk, "op", "hello");
 	pdx_mp_kv_str(&o.pk, "from", FA_PEER);
+	pdx_mp_str(&o.pk, "stops"); /* it is answered "stopped" */
+	msgpack_pack_true(&o.pk);
 	pdx_mp_kv_u64(&o.pk, "v", PEER_PROTOCOL_VERSION);
 	pdx_mp_kv_u64(&o.pk, "instance", 7);
 	pdx_mp_kv_str(&o.pk, "host", FA_HOST);

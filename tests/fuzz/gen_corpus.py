@@ -417,7 +417,7 @@ MP_WORDS = ["op", "v", "layout", "regions", "type", "name", "size", "shm",
             "error", "from", "instance", "host", "compat", "ucx", "addr",
             "rkey", "skip", "bytes", "am_bytes", "first_token", "reason",
             "/fuzz-kv", "/fuzz-peer", PEER, HOST, "tcp://", "hold", "ping",
-            "pong", "tp", "rank", "peers", "of"]
+            "pong", "tp", "rank", "peers", "of", "stops", "stopped"]
 
 
 def mp_dict():
