@@ -319,7 +319,9 @@ static void on_layer_done(void *arg, uint32_t layer, uint32_t slot)
 
 static bool on_hold(void *arg, struct pdx_kv_seq *seq)
 {
-	return pdx__kv_hold(((struct pdx__gen_call *)arg)->kv, seq);
+	struct pdx__gen_call *c = arg;
+
+	return c->kv && pdx__kv_hold(c->kv, seq);
 }
 
 /* A request refused before its transfer was made here that names one:
@@ -533,9 +535,11 @@ void pdx__gen_abort_all(struct pdx_http_api *api)
 
 	while ((c = LIST_FIRST(&api->calls))) {
 		call_detach(c);
+		/* first, as on_close: a receive's blocks go to its kv (freed
+		 * below with every kv) */
+		pdx_sched_abort(api->p.sched, c->sreq);
 		if (c->kv)
 			pdx__kv_call_end(c->kv);
-		pdx_sched_abort(api->p.sched, c->sreq);
 		call_free(c);
 	}
 	pdx__kv_free_all(api);

@@ -6,7 +6,8 @@
 # prefill agent is frozen (SIGSTOP) after the decode agent asked it for
 # the KV: while it is, the blocks stay held (before: freed at once, and a
 # push still under way wrote them after another request took them); once
-# it runs again they are free within 2 s, and the engines serve.
+# it runs again they are free within 2 s, and the engines serve. A decode
+# engine stopped while a receive waits exits cleanly.
 #   decode_abort.sh PDX_ENGINE PDX_AGENT
 . "$(dirname "$0")/lib.sh"
 ENGINE=$1
@@ -72,8 +73,21 @@ curl -sS -o "$E2E_TMP/p" -f -H 'Content-Type: application/json' --data-binary \
 wait "$d"
 grep -q '"finish_reason"' "$E2E_TMP/d" || fail "D after the abort: $(cat "$E2E_TMP/d")"
 
-named_stop P
+# D stopped while a receive waits (its blocks go to the transfer as
+# on a client's leaving): a clean exit, nothing used after its free
+curl -sS -o /dev/null -H 'Content-Type: application/json' --data-binary \
+	"{\"prompt\": \"waits\", \"max_tokens\": 3, \"kv_transfer_params\": {\"xfer_id\": \"$(xid)\", \"remote_agent\": \"$PEER_P\", \"do_remote_prefill\": true}}" \
+	"http://127.0.0.1:$PORT_D/v1/completions" &
+client=$!
+for _ in $(seq 50); do
+	[ "$(used "$PORT_D")" -gt 0 ] && break
+	sleep 0.1
+done
+sleep 0.3
 named_stop D
+wait "$client" 2>/dev/null
+
+named_stop P
 named_stop agent_p
 named_stop agent_d
 echo "ok: an aborted receive's blocks held until nothing more lands"
