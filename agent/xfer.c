@@ -431,14 +431,15 @@ void xfers_peer_failed(struct agent *a, struct peer *p, uint64_t instance,
 {
 	struct xfer *x, *tmp;
 
+	/* Told, as it may live on: a new instance may be the same agent,
+	 * its engine registered again, and a failed endpoint is UCX's, not
+	 * the ipc lanes'. A receive it may still write waits for its word
+	 * (a restarted agent answers an abort it never heard of at once). */
 	HASH_ITER(hh, a->xfers, x, tmp) {
-		if (x->peer != p || (instance && x->peer_instance != instance))
-			continue;
-		if (!x->finished)
-			xfer_fail(x, status, false, "peer %s: %s", p->addr,
+		if (x->peer == p && !x->finished &&
+		    (!instance || x->peer_instance == instance))
+			xfer_fail(x, status, true, "peer %s: %s", p->addr,
 				  reason);
-		else /* gone: it writes nothing more */
-			xfer_stop_heard(x);
 	}
 }
 

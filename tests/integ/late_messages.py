@@ -319,7 +319,10 @@ def main():
               f"announced again: the first reason ({[e['reason'] for e in again]})")
         x5b = xid()
         H.to(A, {"op": "abort", "xfer": x5b, "reason": "who?"})
-        check(H.quiet(x5b, 300), "an abort from a stranger is not answered either")
+        check(H.expect("stopped", x5b) is not None,
+              "an abort from a stranger is answered stopped (nothing of "
+              "A's can land at a peer it has no handshake with)")
+        check(H.quiet(x5b, 300), "and nothing else")
 
         # 6b. A's engine aborts a receive it asked F for: A tells F
         # `abort` and keeps its engine's event back until F's word (F's
@@ -349,6 +352,13 @@ def main():
                        done_ucx=False)
         F.to(A, dict(F.hello, op="hello"))
         check(F.expect("hello_ack", sender=A) is not None, "a new instance's hello is answered")
+        # F may be the same agent, its engine registered again, still
+        # writing: A tells it, and its engine hears failed at F's word
+        check(F.expect("abort", x6) is not None,
+              "A tells the new instance abort for the old one's transfer")
+        EA.pump(200)
+        check(EA.n_events(x6) == 0, "A's engine hears nothing before F's word")
+        F.to(A, {"op": "stopped", "xfer": x6})
         ev = EA.event(x6, 2000)
         check(ev is not None and ev["kind"] == "failed" and "restarted" in ev["reason"],
               f"a new instance fails the transfer begun with the old one ({ev and ev['reason']})")
