@@ -35,6 +35,9 @@ struct pdx__kv {
 	/* it failed on the other side or between the agents, as an event
 	 * or the bound on one says (not for a cause of ours) */
 	bool partner_failed;
+	/* the agents refused to pair (layouts or protocol differ): a
+	 * mismatch of the two instances, neither's fault alone */
+	bool incompat;
 	int64_t first_token;	    /* decode: the prefill's, -1: unknown
 				     * (first_token_take()) */
 	uint64_t done_ns;	    /* when the transfer ended here */
@@ -138,6 +141,7 @@ static void on_event(void *arg, const struct pdx_engine_event *ev)
 		    (ev->status == PDX_EPEER || ev->status == PDX_ETIMEDOUT ||
 		     ev->status == PDX_ECANCELED || ev->status == PDX_ENOENT ||
 		     ev->status == PDX_EINCOMPAT);
+		k->incompat = ev->status == PDX_EINCOMPAT;
 		over(k, ev->status != PDX_OK ? ev->status : PDX_EIO,
 		     ev->reason[0] ? ev->reason : pdx_status_str(ev->status));
 	}
@@ -320,6 +324,11 @@ pdx_status_t pdx__kv_status(const struct pdx__kv *k, const char **reason)
 bool pdx__kv_partner_failed(const struct pdx__kv *k)
 {
 	return k->status != PDX_OK && k->partner_failed;
+}
+
+bool pdx__kv_incompat(const struct pdx__kv *k)
+{
+	return k->status != PDX_OK && k->incompat;
 }
 
 void pdx__kv_call_end(struct pdx__kv *k)

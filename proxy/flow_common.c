@@ -145,6 +145,15 @@ int pdx_flow_pick(struct pdx_call *c)
 			   ? prefix_key(c->body, c->px->o->prefix_len)
 			   : 0;
 
+	/* no usable prefill instance, and no falling back to D alone: 503
+	 * before D is picked, which counts a request there (that never
+	 * went) and may take its breaker's one trial (that never ends) */
+	if (p->n && !c->px->o->prefill_fallback &&
+	    pdx_pool_has_usable(d, c->avoid[PDX_POOL_DECODE]) &&
+	    !pdx_pool_has_usable(p, c->avoid[PDX_POOL_PREFILL])) {
+		pdx_call_reply_no_instance(c, PDX_POOL_PREFILL);
+		return -1;
+	}
 	c->decode = pdx_pool_pick(d, key, c->avoid[PDX_POOL_DECODE]);
 	if (!c->decode) {
 		pdx_call_reply_no_instance(c, PDX_POOL_DECODE);

@@ -40,14 +40,19 @@ static void reply_text(struct evhttp_request *req, int status,
 }
 
 /* Ready: not draining, a usable decode instance, and a usable prefill
- * one if prefill instances were configured at start (without them the
- * proxy runs decode-only). */
+ * one unless requests are served without: an empty prefill pool (none
+ * given, all removed by the admin API or DNS) runs decode-only, and
+ * --on-prefill-failure local sends D a request no prefill instance
+ * takes. Judged by the command line's prefill instances, /ready
+ * answered 503 while every request got 200, and a readiness probe took
+ * a serving proxy out of rotation. */
 static void get_ready(struct pdx_proxy *px, struct evhttp_request *req)
 {
 	const struct pdx_pool *p = &px->pool[PDX_POOL_PREFILL];
-	bool ready = !px->draining &&
-		     pdx_pool_has_usable(&px->pool[PDX_POOL_DECODE], NULL) &&
-		     (pdx_pool_has_usable(p, NULL) || !px->o->n_prefill);
+	bool ready =
+	    !px->draining &&
+	    pdx_pool_has_usable(&px->pool[PDX_POOL_DECODE], NULL) &&
+	    (!p->n || px->o->prefill_fallback || pdx_pool_has_usable(p, NULL));
 
 	reply_text(req, ready ? 200 : 503, "application/json",
 		   ready	   ? "{\"status\":\"ready\"}"

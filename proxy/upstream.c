@@ -45,6 +45,8 @@ struct pdx_upstream {
 	struct pdx_inst *inst;
 	struct pdx_inst *partner; /* its params' (referenced) */
 	bool peer_failed; /* a 502 that says so (X-PDX-Failed-Side: peer) */
+	bool both_failed; /* X-PDX-Failed-Side: both (the agents refused to
+			   * pair: layouts differ) */
 	bool probe;	  /* its params' */
 	struct evhttp_connection *conn;
 	struct evhttp_request *req;
@@ -191,9 +193,11 @@ static void inst_result(struct pdx_inst *i, bool ok)
  * failure, but 503 (see below), and pdx-engine's 502 "my KV transfer
  * failed on the other side or between the agents" (X-PDX-Failed-Side:
  * peer), which is the partner's: a prefill instance that pushed to
- * nowhere opened every decode instance's breaker in turn.
- * A good answer counts for its instance, but not a probe's (an instance
- * that answers about itself and fails every request must not look well)
+ * nowhere opened every decode instance's breaker in turn; and its 502
+ * "the agents refused to pair" (X-PDX-Failed-Side: both), which is
+ * both's. A good answer counts for its instance, but not a probe's (an
+ * instance that answers about itself and fails every request must not
+ * look well)
  * nor the prefill leg's of a pair: it says nothing of the KV transfer,
  * which the decode leg's 2xx vouches for, for both. Counted at
  * once, P's answer reset its failures between each two of D's 502s, and
@@ -204,6 +208,13 @@ static void leg_result(struct pdx_upstream *u, int status)
 
 	if (status == 503)
 		return;
+	if (u->both_failed && u->partner) {
+		/* which of the two is misconfigured, neither can tell: the
+		 * one that fails with every partner opens first */
+		inst_result(u->inst, false);
+		inst_result(u->partner, false);
+		return;
+	}
 	if (u->peer_failed && u->partner) {
 		inst_result(u->partner, false);
 		return;
@@ -271,6 +282,8 @@ static int on_header(struct evhttp_request *req, void *arg)
 	evtimer_del(u->timer);
 	u->peer_failed = evhttp_request_get_response_code(req) == 502 &&
 			 side && !strcmp(side, "peer");
+	u->both_failed = evhttp_request_get_response_code(req) == 502 &&
+			 side && !strcmp(side, "both");
 	if (u->cbs.on_head)
 		u->cbs.on_head(u, evhttp_request_get_response_code(req),
 			       evhttp_request_get_input_headers(req),

@@ -12,11 +12,17 @@
 #    and the request starts over on the other P under a new xfer_id; no
 #    KV block stays held; the killed engine turns unhealthy;
 #  * no usable prefill instance left: 503 at once, not a hang, and
-#    /ready answers 503;
+#    /ready answers 503; a prefill address nobody listens on: after its
+#    breaker opens, 503s that pick no decode instance (its request count
+#    stays); /ready 200 once the admin API removed every prefill instance
+#    (decode-only), and under --on-prefill-failure local;
 #  * a decode instance answering 500: retried on the other (the client
 #    never sees the 500); its circuit breaker opens after
 #    --breaker-failures, lets one trial through after --breaker-open-ms
 #    (failed: open again), and closes when the trial succeeds;
+#  * a decode instance of another model (the agents refuse to pair,
+#    X-PDX-Failed-Side: both): its breaker opens, the prefill instance's
+#    stays closed, every request served by a retry on the good one;
 #  * the timeouts on the decode leg: connect (a listener whose backlog is
 #    full) answered 504, and a stream whose engine stops mid-way cut at
 #    --idle-timeout.
@@ -177,6 +183,37 @@ kill -CONT "$PID_P2"
 named_stop X
 named_stop XS
 
+# a prefill address nobody listens on: its breaker opens after the
+# first request; then a 503 without a decode instance picked (its
+# request count and any breaker trial untouched), and not ready
+nowhere="127.0.0.1:$(free_port)"
+lone=(--prefill "$nowhere" --decode "127.0.0.1:$PORT_D" --retries 0
+	--breaker-failures 1 --breaker-open-ms 60000 --health-interval 0
+	--admin-token t)
+named_engine_start N "$PROXY" "${lone[@]}"
+for k in $(seq 6); do
+	PORT=$PORT_N post /v1/completions "{\"prompt\": \"$short\", \"max_tokens\": 6}" >/dev/null
+	[ "$(cat "$E2E_TMP/status")" -ge 500 ] || fail "request $k with the prefill instance unreachable: $(cat "$E2E_TMP/status")"
+done
+[ "$(val "$PORT_N" "pdx_proxy_instance_requests_total{$(instance D)}")" -le 1 ] ||
+	fail "$(val "$PORT_N" "pdx_proxy_instance_requests_total{$(instance D)}") requests counted on the decode instance, want at most 1"
+PORT=$PORT_N get /ready >/dev/null
+status_is 503 "/ready with the prefill instance's breaker open (--on-prefill-failure fail)"
+# every prefill instance removed: decode-only, served and ready
+[ "$(curl -sS -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer t' -X DELETE \
+	"http://127.0.0.1:$PORT_N/admin/instances?url=http://$nowhere")" = 200 ] ||
+	fail "removing the prefill instance"
+PORT=$PORT_N get /ready >/dev/null
+status_is 200 "/ready with every prefill instance removed"
+all_ok "$PORT_N" 1 "$short" "decode-only once every prefill instance is removed"
+named_stop N
+# the same under --on-prefill-failure local: D prefills, so ready
+named_engine_start L "$PROXY" "${lone[@]}" --on-prefill-failure local
+all_ok "$PORT_L" 2 "$short" "prefill instance unreachable, D prefills"
+PORT=$PORT_L get /ready >/dev/null
+status_is 200 "/ready with the prefill instance unusable under --on-prefill-failure local"
+named_stop L
+
 # a decode instance that passes health checks but answers completions
 # with 500 (until the file ok exists), beside a good one
 cat >"$E2E_TMP/flaky.py" <<'PYEOF'
@@ -247,6 +284,28 @@ done
 PORT=$PORT_B get /metrics >"$E2E_TMP/metrics"
 $PY "$HERE/promcheck.py" "$E2E_TMP/metrics" || fail "/metrics is not valid Prometheus text"
 named_stop B
+
+# a decode instance of another model beside a good one: the agents
+# refuse to pair (the layouts differ), which is both instances' doing;
+# the one that fails with every partner opens its breaker, the prefill
+# instance's stays closed (it succeeds with the good one), and every
+# request is served by a retry on the good decode instance
+pd_engine_start W decode --model qwen2-7b --kv-blocks 16 --time-scale 0
+named_engine_start M "$PROXY" --prefill "127.0.0.1:$PORT_P2" \
+	--decode "127.0.0.1:$PORT_D" --decode "127.0.0.1:$PORT_W" \
+	--retries 1 --breaker-failures 3 --breaker-open-ms 60000 \
+	--health-interval 0
+breaker() { val "$PORT_M" "pdx_proxy_instance_breaker_state{$(instance "$1")}"; }
+# (a prompt of a few chunks: W's refusal, at once, answers before P2's
+# prefill ends, so the retry avoids W, not the one prefill instance)
+mid=$($PY -c "print(' '.join('w%d' % i for i in range(200)))")
+for k in $(seq 10); do
+	all_ok "$PORT_M" 1 "$mid" "request $k beside a decode instance of another model"
+done
+[ "$(breaker W)" = 1 ] && [ "$(breaker P2)" = 0 ] && [ "$(breaker D)" = 0 ] ||
+	fail "breakers: W $(breaker W) (want open), P2 $(breaker P2), D $(breaker D) (want closed)"
+named_stop M
+named_stop W
 
 # connect timeout: a listener whose accept queue is full drops the SYN
 $PY -c 'import socket, time
