@@ -355,11 +355,20 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		    strcmp(op, "stopped") != 0)
 			peer_send(a, p, "error", &id,
 				  "no handshake with you: send hello first");
-		/* nothing of ours can land at a peer we have no handshake
-		 * with: a receive of its that waits for our word ends */
+		/* a receive of its that waits for our word (a restarted
+		 * agent's, which never heard of it: nothing lands) ends now,
+		 * or when our operations still in flight to it ended (its
+		 * UCX endpoint failed, the ipc lanes copy on) */
 		else if (p && strcmp(op, "abort") == 0 &&
-			 pdx_mp_get_xfer(&msg.data, "xfer", &id) == 0)
-			peer_send(a, p, "stopped", &id, NULL);
+			 pdx_mp_get_xfer(&msg.data, "xfer", &id) == 0) {
+			struct xfer *x = xfer_find(a, &id);
+
+			if (x && x->role == XFER_SEND && x->inflight &&
+			    strcmp(x->peer_addr, p->addr) == 0)
+				x->owe_stopped = true;
+			else
+				peer_send(a, p, "stopped", &id, NULL);
+		}
 	} else if (strcmp(op, "want") == 0) {
 		on_want(a, p, &msg.data);
 	} else if (strcmp(op, "done") == 0) {

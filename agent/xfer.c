@@ -115,12 +115,11 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 		/* A sender still heard from may be draining a long queue of
 		 * operations (a slow link): it says "stopped" after, or is
 		 * found lost (liveness), or its stuck operations are ended
-		 * (its own bound); so the wait goes on while it answers, the
-		 * same instance, up to four bounds in all (an abort it
+		 * (its own bound); so the wait goes on while it answers (a
+		 * new instance too: it may be the same agent, its engine
+		 * registered again), up to four bounds in all (an abort it
 		 * dropped is never answered). */
-		if (peer_known(x->peer) &&
-		    x->peer->instance == x->peer_instance &&
-		    pdx_now_ns() - x->peer->heard_ns < bound &&
+		if (x->peer && pdx_now_ns() - x->peer->heard_ns < bound &&
 		    pdx_now_ns() - x->ended_ns < 4 * bound) {
 			struct timeval tv = { (time_t)(a->cfg.peer_timeout_ms /
 						       1000),

@@ -28,7 +28,8 @@ struct pdx__kv {
 	struct pdx_kv_seq *held;    /* prefill: blocks held after the end */
 	struct pdx_http_post *callback; /* prefill: to the metaserver */
 	bool call_gone;		    /* the request ended */
-	bool abort_sent;	    /* a receive's, the request gone */
+	bool abort_sent;	    /* a receive's: the request gone, or */
+	bool timed_out;		    /* --kv-timeout-ms passed once */
 	bool announced;		    /* to the agent (send or recv) */
 	bool quarantined;	    /* held blocks wait out kv_quarantine_ms */
 	pdx_status_t status;	    /* the transfer's failure, if any */
@@ -102,7 +103,8 @@ static void over(struct pdx__kv *k, pdx_status_t st, const char *reason)
 		log_warn("%s", k->reason);
 	}
 	if (k->p.role == PDX_KV_RECV && k->sreq) {
-		pdx_sched_kv_ready(k->api->p.sched, k->sreq, st,
+		pdx_sched_kv_ready(k->api->p.sched, k->sreq,
+				   k->status != PDX_OK ? k->status : st,
 				   k->first_token);
 	} else if (k->call_gone) {
 		if (st == PDX_EAGENT && k->held && quarantine(k, NULL))
@@ -164,10 +166,25 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 			kv_free(k);
 		return;
 	}
-	pdx_kv_link_cancel(k->api->p.link, &k->w);
 	/* our agent answers (its liveness would have said): the other side
 	 * did not come */
 	k->partner_failed = true;
+	if (k->p.role == PDX_KV_RECV && k->w.active && !k->timed_out) {
+		/* a receive's blocks are written until its agent's event,
+		 * which comes once the sender said nothing more lands:
+		 * aborted, and the event awaited (as long again at most)
+		 * before they are recomputed or reused */
+		k->timed_out = true;
+		k->status = PDX_ETIMEDOUT;
+		snprintf(k->reason, sizeof(k->reason), "KV transfer %s: no "
+			 "event in time (--kv-timeout-ms)", k->p.xfer_hex);
+		log_warn("%s", k->reason);
+		k->abort_sent = true;
+		pdx_kv_link_abort(k->api->p.link, &k->w);
+		arm_timer(k, k->api->p.kv_timeout_ms);
+		return;
+	}
+	pdx_kv_link_cancel(k->api->p.link, &k->w);
 	over(k, PDX_ETIMEDOUT, "no event in time (--kv-timeout-ms)");
 }
 

@@ -54,9 +54,13 @@ static void to_ranks(struct pdx_kv_link *l, enum pdx_tp_kind kind,
 /* Not a rank's event: the link's own verdict (pdx_kv_link_fail_all). */
 #define NO_RANK UINT32_MAX
 
-/* The waiter's event from one rank: the first failure ends it (the
- * ranks still under way are aborted), else the last rank's success,
- * with rank 0's event (its first token). */
+/* The waiter's event from one rank: the first failure aborts the ranks
+ * still under way, and the outcome (that failure, else the last rank's
+ * success with rank 0's event, its first token) comes once every rank
+ * reported: a rank's blocks are written until its agent's event (its
+ * sender's "stopped"), and the leader's next step hands the same block
+ * ids to another request on every rank. A failure of the link itself
+ * (NO_RANK: the agent away, the ranks lost) ends it at once. */
 static void deliver(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 		    uint32_t rank, const struct pdx_engine_event *ev)
 {
@@ -64,7 +68,7 @@ static void deliver(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 
 	if (rank == 0)
 		w->local_done = true;
-	if (failed) {
+	if (failed && (!w->failing || rank == NO_RANK)) {
 		w->ev = *ev;
 		w->failed_here = rank == NO_RANK || ev->status == PDX_EAGENT ||
 				 ev->status == PDX_ENOTREG;
@@ -72,19 +76,19 @@ static void deliver(struct pdx_kv_link *l, struct pdx_kv_waiter *w,
 			snprintf(w->ev.reason, sizeof(w->ev.reason),
 				 "tensor-parallel rank %u: %s", rank,
 				 ev->reason);
-	} else {
-		if (rank == 0)
-			w->ev = *ev;
-		if (--w->pending)
-			return;
+		if (!w->failing || rank == NO_RANK) {
+			if (!w->local_done)
+				pdx_engine_abort(l->e, &w->xfer);
+			to_ranks(l, PDX_TP_ABORT, &w->xfer, 0, NULL);
+		}
+		w->failing = true;
+	} else if (!failed && rank == 0 && !w->failing) {
+		w->ev = *ev;
 	}
+	if (rank != NO_RANK && --w->pending)
+		return;
 	LIST_REMOVE(w, link);
 	w->active = false;
-	if (failed) {
-		if (!w->local_done)
-			pdx_engine_abort(l->e, &w->xfer);
-		to_ranks(l, PDX_TP_ABORT, &w->xfer, 0, NULL);
-	}
 	w->cb(w->arg, &w->ev);
 }
 
@@ -300,6 +304,7 @@ static void arm(struct pdx_kv_link *l, struct pdx_kv_waiter *w)
 	w->active = true;
 	w->local_done = false;
 	w->failed_here = false;
+	w->failing = false;
 	w->pending = l->tp_size;
 }
 
@@ -437,9 +442,10 @@ void pdx_kv_link_abort_at(struct pdx_kv_link *l,
 
 void pdx_kv_link_abort(struct pdx_kv_link *l, struct pdx_kv_waiter *w)
 {
-	if (!w->active || w->local_done)
+	if (!w->active)
 		return;
-	pdx_engine_abort(l->e, &w->xfer);
+	if (!w->local_done)
+		pdx_engine_abort(l->e, &w->xfer);
 	to_ranks(l, PDX_TP_ABORT, &w->xfer, 0, NULL);
 	poke(l);
 }

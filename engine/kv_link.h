@@ -43,6 +43,7 @@ struct pdx_kv_waiter {
 	/* the link's: ranks whose event is still to come, rank 0's */
 	uint32_t pending;
 	bool local_done;
+	bool failing; /* a rank failed: the others' events are awaited */
 	/* failed for this instance's own cause: a rank gone, an agent of
 	 * ours away or displaced (not the other side, nor between them) */
 	bool failed_here;

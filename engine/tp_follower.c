@@ -252,7 +252,11 @@ static void on_message(struct pdx_tp_follower *f, struct pdx_tp_msg *m)
 		pdx_kv_link_hold(f->p.link, &m->xfer, &m->peers);
 		break;
 	case PDX_TP_ABORT:
-		if (x)
+		/* its event still comes, once nothing more lands in this
+		 * rank's blocks: forwarded to the leader, which waits for it */
+		if (x && x->w.active)
+			pdx_kv_link_abort(f->p.link, &x->w);
+		else if (x)
 			xfer_free(x);
 		break;
 	case PDX_TP_ABORT_AT:

@@ -6,8 +6,9 @@
 # prefill agent is frozen (SIGSTOP) after the decode agent asked it for
 # the KV: while it is, the blocks stay held (before: freed at once, and a
 # push still under way wrote them after another request took them); once
-# it runs again they are free within 2 s, and the engines serve. A decode
-# engine stopped while a receive waits exits cleanly.
+# it runs again they are free within 2 s, and the engines serve. The same
+# when the decode engine's own bound (--kv-timeout-ms) ends its wait. A
+# decode engine stopped while a receive waits exits cleanly.
 #   decode_abort.sh PDX_ENGINE PDX_AGENT
 . "$(dirname "$0")/lib.sh"
 ENGINE=$1
@@ -72,6 +73,39 @@ curl -sS -o "$E2E_TMP/p" -f -H 'Content-Type: application/json' --data-binary \
 	"http://127.0.0.1:$PORT_P/v1/completions" || fail "P: $(cat "$E2E_TMP/p")"
 wait "$d"
 grep -q '"finish_reason"' "$E2E_TMP/d" || fail "D after the abort: $(cat "$E2E_TMP/d")"
+
+# The same when D's own bound (--kv-timeout-ms) ends the wait: E (a
+# decode engine with a bound of 2.5 s) aborts the receive at its agent
+# and waits for the event; with P's agent frozen, its request is still
+# unanswered and its blocks held past the bound (before: a 502
+# and the blocks free, or recomputed, at once); once P's agent runs, the
+# request fails (on_failure fail) and every block is free.
+pd_engine_start E decode --time-scale 0 --kv-timeout-ms 2500
+curl -sS -o "$E2E_TMP/e" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary \
+	"{\"prompt\": \"$(seq -s ' ' 1 100)\", \"max_tokens\": 3, \"kv_transfer_params\": {\"xfer_id\": \"$(xid)\", \"remote_agent\": \"$PEER_P\", \"do_remote_prefill\": true, \"on_failure\": \"fail\"}}" \
+	"http://127.0.0.1:$PORT_E/v1/completions" >"$E2E_TMP/e.code" &
+client=$!
+for _ in $(seq 50); do
+	[ "$(used "$PORT_E")" -gt 0 ] && break
+	sleep 0.1
+done
+sleep 1 # the want reaches P's agent (a new pair of agents: their hellos first)
+kill -STOP "$PID_agent_p"
+sleep 2.5
+now=$(used "$PORT_E")
+alive=$(kill -0 "$client" 2>/dev/null && echo yes)
+kill -CONT "$PID_agent_p"
+[ "$now" -gt 0 ] && [ "$alive" = yes ] ||
+	fail "E ended its receive at its bound without its agent's event ($now blocks held, request running: ${alive:-no}): $(cat "$E2E_TMP/e" 2>/dev/null)"
+wait "$client"
+[ "$(cat "$E2E_TMP/e.code")" = 502 ] || fail "E's request: $(cat "$E2E_TMP/e.code") $(cat "$E2E_TMP/e")"
+for _ in $(seq 20); do
+	[ "$(used "$PORT_E")" = 0 ] && break
+	sleep 0.1
+done
+[ "$(used "$PORT_E")" = 0 ] || fail "E holds $(used "$PORT_E") blocks after its failed request"
+named_stop E
+named_stop agent_e
 
 # D stopped while a receive waits (its blocks go to the transfer as
 # on a client's leaving): a clean exit, nothing used after its free
