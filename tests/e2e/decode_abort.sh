@@ -28,17 +28,23 @@ used() {
 		awk '{ printf "%d", $1 }'
 }
 
-# D waits for a transfer P's engine has not begun: D's agent asks P's
-# (want), P's holds the ask
-x=$(xid)
-curl -sS -o /dev/null -H 'Content-Type: application/json' --data-binary \
-	"{\"prompt\": \"$(seq -s ' ' 1 200)\", \"max_tokens\": 4, \"kv_transfer_params\": {\"xfer_id\": \"$x\", \"remote_agent\": \"$PEER_P\", \"do_remote_prefill\": true}}" \
-	"http://127.0.0.1:$PORT_D/v1/completions" &
-client=$!
-for _ in $(seq 50); do
-	[ "$(used "$PORT_D")" -gt 0 ] && break
-	sleep 0.1
-done
+# waiting PORT OUT [KV_EXTRA]: a decode request to the engine at PORT
+# for a transfer P's engine never begins (its agent asks P's, which holds
+# the ask), its body in OUT and status in OUT.code, in the background
+# (pid in $client); returns once it holds KV blocks.
+waiting() {
+	curl -sS -o "$2" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary \
+		"{\"prompt\": \"$(seq -s ' ' 1 200)\", \"max_tokens\": 4, \"kv_transfer_params\": {\"xfer_id\": \"$(xid)\", \"remote_agent\": \"$PEER_P\", \"do_remote_prefill\": true${3:-}}}" \
+		"http://127.0.0.1:$1/v1/completions" >"$2.code" &
+	client=$!
+	for _ in $(seq 50); do
+		[ "$(used "$1")" -gt 0 ] && return
+		sleep 0.1
+	done
+}
+
+# D waits for a transfer P's engine has not begun
+waiting "$PORT_D" "$E2E_TMP/d0"
 held=$(used "$PORT_D")
 [ "$held" -gt 0 ] || fail "D's request holds no blocks while it waits"
 sleep 0.5 # the want reaches P's agent
@@ -81,14 +87,7 @@ grep -q '"finish_reason"' "$E2E_TMP/d" || fail "D after the abort: $(cat "$E2E_T
 # and the blocks free, or recomputed, at once); once P's agent runs, the
 # request fails (on_failure fail) and every block is free.
 pd_engine_start E decode --time-scale 0 --kv-timeout-ms 2500
-curl -sS -o "$E2E_TMP/e" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary \
-	"{\"prompt\": \"$(seq -s ' ' 1 100)\", \"max_tokens\": 3, \"kv_transfer_params\": {\"xfer_id\": \"$(xid)\", \"remote_agent\": \"$PEER_P\", \"do_remote_prefill\": true, \"on_failure\": \"fail\"}}" \
-	"http://127.0.0.1:$PORT_E/v1/completions" >"$E2E_TMP/e.code" &
-client=$!
-for _ in $(seq 50); do
-	[ "$(used "$PORT_E")" -gt 0 ] && break
-	sleep 0.1
-done
+waiting "$PORT_E" "$E2E_TMP/e" ', "on_failure": "fail"'
 sleep 1 # the want reaches P's agent (a new pair of agents: their hellos first)
 kill -STOP "$PID_agent_p"
 sleep 2.5
@@ -109,14 +108,7 @@ named_stop agent_e
 
 # D stopped while a receive waits (its blocks go to the transfer as
 # on a client's leaving): a clean exit, nothing used after its free
-curl -sS -o /dev/null -H 'Content-Type: application/json' --data-binary \
-	"{\"prompt\": \"waits\", \"max_tokens\": 3, \"kv_transfer_params\": {\"xfer_id\": \"$(xid)\", \"remote_agent\": \"$PEER_P\", \"do_remote_prefill\": true}}" \
-	"http://127.0.0.1:$PORT_D/v1/completions" &
-client=$!
-for _ in $(seq 50); do
-	[ "$(used "$PORT_D")" -gt 0 ] && break
-	sleep 0.1
-done
+waiting "$PORT_D" "$E2E_TMP/d1"
 sleep 0.3
 named_stop D
 wait "$client" 2>/dev/null
