@@ -213,7 +213,15 @@ static int check_opts(struct pdx_load_opts *o, struct plan *pl)
 		      : pl->chat ? "openai-chat"
 				 : "openai";
 	if (!strcmp(pl->backend, "openai-chat")) {
-		pl->chat = true;
+		/* chat bodies to a completions endpoint: every request
+		 * failed (vLLM's bench refuses it too) */
+		if (!pl->chat) {
+			fprintf(stderr, "pdx-bench: --backend openai-chat "
+					"wants an --endpoint ending in "
+					"chat/completions (not %s)\n",
+				o->endpoint);
+			return -1;
+		}
 	} else if (!strcmp(pl->backend, "openai")) {
 		pl->chat = false;
 	} else {

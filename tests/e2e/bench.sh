@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pdx-bench against pdx-engine: 20 random prompts at once all complete,
 # the result JSON has a positive mean TTFT, and every KV block is free
-# afterwards; a --request-timeout that is no bound is refused (exit 2).
+# afterwards; a --request-timeout that is no bound is refused (exit 2),
+# and so is --backend openai-chat with the completions endpoint.
 #   bench.sh BUILD/engine/pdx-engine BUILD/bench/pdx-bench
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -31,5 +32,12 @@ for t in inf 0 -5 1e8; do
 	[ $rc -eq 2 ] && grep -q -- '--request-timeout' "$E2E_TMP/to.out" ||
 		{ cat "$E2E_TMP/to.out"; fail "--request-timeout $t: exit $rc, want 2 and why"; }
 done
+# chat requests to the completions endpoint (the default) failed every
+# request: refused before anything is sent, as vLLM's bench does
+"$BENCH" --host 127.0.0.1 --port "$PORT" --model tiny --num-prompts 2 \
+	--backend openai-chat >"$E2E_TMP/chat.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q 'chat/completions' "$E2E_TMP/chat.out" ||
+	{ cat "$E2E_TMP/chat.out"; fail "--backend openai-chat to /v1/completions: exit $rc, want 2 and why"; }
 engine_stop
 echo ok
