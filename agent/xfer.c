@@ -102,6 +102,16 @@ void xfer_begin_phase(struct xfer *x)
 	xfer_arm(x);
 }
 
+/* The wait for "stopped" is looked at again in --peer-timeout-ms. */
+static void await_arm(struct xfer *x)
+{
+	uint32_t ms = x->agent->cfg.peer_timeout_ms;
+	struct timeval tv = { (time_t)(ms / 1000),
+			      (suseconds_t)(ms % 1000 * 1000) };
+
+	evtimer_add(x->timer, &tv);
+}
+
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
 	struct xfer *x = arg;
@@ -121,12 +131,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 		 * dropped is never answered). */
 		if (x->peer && pdx_now_ns() - x->peer->heard_ns < bound &&
 		    pdx_now_ns() - x->ended_ns < 4 * bound) {
-			struct timeval tv = { (time_t)(a->cfg.peer_timeout_ms /
-						       1000),
-					      (suseconds_t)(a->cfg.peer_timeout_ms %
-							    1000 * 1000) };
-
-			evtimer_add(x->timer, &tv);
+			await_arm(x);
 			return;
 		}
 		pdx_xfer_id_hex(&x->id, hex);
@@ -323,15 +328,11 @@ void xfer_maybe_release(struct xfer *x)
  * --peer-timeout-ms. */
 static void await_stopped(struct xfer *x)
 {
-	uint32_t ms = x->agent->cfg.peer_timeout_ms;
-	struct timeval tv = { (time_t)(ms / 1000),
-			      (suseconds_t)(ms % 1000 * 1000) };
-
 	if (!x->want_sent || x->pull || x->done_seen || !x->peer ||
 	    !x->peer->stops)
 		return;
 	x->await_stopped = true;
-	evtimer_add(x->timer, &tv);
+	await_arm(x);
 }
 
 void xfer_stop_heard(struct xfer *x)

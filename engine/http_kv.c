@@ -91,17 +91,23 @@ static bool quarantine(struct pdx__kv *k, struct pdx_kv_seq *seq)
 	return true;
 }
 
+/* The transfer's first failure, the one reported. */
+static void failure(struct pdx__kv *k, pdx_status_t st, const char *reason)
+{
+	if (st == PDX_OK || k->status != PDX_OK)
+		return;
+	k->status = st;
+	snprintf(k->reason, sizeof(k->reason), "KV transfer %s: %s",
+		 k->p.xfer_hex, reason);
+	log_warn("%s", k->reason);
+}
+
 /* The transfer is over (event, timeout or a failed start). */
 static void over(struct pdx__kv *k, pdx_status_t st, const char *reason)
 {
 	evtimer_del(k->timer);
 	k->done_ns = pdx_now_ns();
-	if (st != PDX_OK && k->status == PDX_OK) {
-		k->status = st;
-		snprintf(k->reason, sizeof(k->reason), "KV transfer %s: %s",
-			 k->p.xfer_hex, reason);
-		log_warn("%s", k->reason);
-	}
+	failure(k, st, reason);
 	if (k->p.role == PDX_KV_RECV && k->sreq) {
 		pdx_sched_kv_ready(k->api->p.sched, k->sreq,
 				   k->status != PDX_OK ? k->status : st,
@@ -175,10 +181,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 		 * aborted, and the event awaited (as long again at most)
 		 * before they are recomputed or reused */
 		k->timed_out = true;
-		k->status = PDX_ETIMEDOUT;
-		snprintf(k->reason, sizeof(k->reason), "KV transfer %s: no "
-			 "event in time (--kv-timeout-ms)", k->p.xfer_hex);
-		log_warn("%s", k->reason);
+		failure(k, PDX_ETIMEDOUT, "no event in time (--kv-timeout-ms)");
 		k->abort_sent = true;
 		pdx_kv_link_abort(k->api->p.link, &k->w);
 		arm_timer(k, k->api->p.kv_timeout_ms);

@@ -85,17 +85,23 @@ for k in ('disaggregated', 'colocated'):
 	fail "demo TP 2 with --kv-device cuda ran"
 grep -q "host memory only" "$E2E_TMP/tpcuda.err" || fail "demo TP 2 on cuda: why: $(cat "$E2E_TMP/tpcuda.err")"
 
+# benching TAG: a long demo in the background (its pid in $pid), once
+# it runs pdx-bench
+benching() {
+	"$DEMO" --build "$BUILD" --model tiny --input-len 48 --output-len 400 \
+		--num-prompts 400 --max-concurrency 2 --time-scale 200 \
+		--out "$E2E_TMP/$1" >/dev/null 2>"$E2E_TMP/$1.err" &
+	pid=$!
+	for _ in $(seq 300); do
+		grep -q "pdx-bench against" "$E2E_TMP/$1.err" && break
+		sleep 0.1
+	done
+	grep -q "pdx-bench against" "$E2E_TMP/$1.err" || fail "$1: the demo never reached pdx-bench"
+	sleep 0.5
+}
+
 # SIGTERM while pdx-bench runs: everything stops, exit 143
-"$DEMO" --build "$BUILD" --model tiny --input-len 48 --output-len 400 \
-	--num-prompts 400 --max-concurrency 2 --time-scale 200 \
-	--out "$E2E_TMP/int" >/dev/null 2>"$E2E_TMP/int.err" &
-pid=$!
-for _ in $(seq 300); do
-	grep -q "pdx-bench against" "$E2E_TMP/int.err" && break
-	sleep 0.1
-done
-grep -q "pdx-bench against" "$E2E_TMP/int.err" || fail "interrupt: the demo never reached pdx-bench"
-sleep 0.5
+benching int
 kill -TERM $pid
 wait $pid
 rc=$?
@@ -105,16 +111,7 @@ sleep 0.5
 
 # SIGKILL while pdx-bench runs (no trap): its watchdog stops everything
 # it started (the proxy and pdx-bench included) within 10 s
-"$DEMO" --build "$BUILD" --model tiny --input-len 48 --output-len 400 \
-	--num-prompts 400 --max-concurrency 2 --time-scale 200 \
-	--out "$E2E_TMP/kill" >/dev/null 2>"$E2E_TMP/kill.err" &
-pid=$!
-for _ in $(seq 300); do
-	grep -q "pdx-bench against" "$E2E_TMP/kill.err" && break
-	sleep 0.1
-done
-grep -q "pdx-bench against" "$E2E_TMP/kill.err" || fail "kill: the demo never reached pdx-bench"
-sleep 0.5
+benching kill
 kids=$(pgrep -P $pid | tr '\n' ' ')
 kill -KILL $pid
 wait $pid 2>/dev/null

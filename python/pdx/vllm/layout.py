@@ -61,6 +61,16 @@ class Shape:
     bases: List[int]          # addresses of K (and V) block 0
 
 
+def _order(tok: int, head: int, elem: int, bt: int, h: int, d: int):
+    """NHD or HND by a block's strides (tokens, heads, elements), None
+    when the block is no one contiguous run of either."""
+    if elem == 1 and head == d and tok == h * d:
+        return pdx.NHD
+    if elem == 1 and tok == d and head == bt * d:
+        return pdx.HND
+    return None
+
+
 def shape_of(name: str, t: Tensor) -> Shape:
     s, st, es = t.shape, t.stride, t.itemsize
     if len(s) == 3:  # MLA
@@ -70,11 +80,8 @@ def shape_of(name: str, t: Tensor) -> Shape:
         return Shape(s[0], s[1], 1, s[2], es, 1, pdx.NHD, st[0] * es, [t.ptr])
     if len(s) == 4:  # packed: (blocks, heads, block_size, 2 * head_size)
         blocks, h, bt, c = s
-        if st[3] == 1 and st[1] == c and st[2] == h * c:
-            order = pdx.NHD
-        elif st[3] == 1 and st[2] == c and st[1] == bt * c:
-            order = pdx.HND
-        else:
+        order = _order(st[2], st[1], st[3], bt, h, c)
+        if order is None:
             raise ValueError("KV cache %r: a packed block of shape %s is "
                              "not one contiguous NHD or HND run (strides "
                              "%s)" % (name, s, st))
@@ -89,11 +96,8 @@ def shape_of(name: str, t: Tensor) -> Shape:
     else:
         blocks, kv_stride, block_stride = s[1], st[0], st[1]
     bt, h, d = s[2], s[3], s[4]
-    if st[4] == 1 and st[3] == d and st[2] == h * d:
-        order = pdx.NHD
-    elif st[4] == 1 and st[2] == d and st[3] == bt * d:
-        order = pdx.HND
-    else:
+    order = _order(st[2], st[3], st[4], bt, h, d)
+    if order is None:
         raise ValueError("KV cache %r: a block of shape %s is not one "
                          "contiguous NHD or HND run (strides %s)"
                          % (name, s, st))
