@@ -227,6 +227,20 @@ static void abort_heard(struct agent *a, struct peer *p,
 		  refused ? "refused" : "aborted", p->addr, reason);
 }
 
+/* Our send of id to p still has operations in flight: "stopped" goes
+ * once they ended (xfer_maybe_release); true then. */
+static bool stopped_owed(struct agent *a, struct peer *p,
+			 const struct pdx_xfer_id *id)
+{
+	struct xfer *x = xfer_find(a, id);
+
+	if (!x || x->role != XFER_SEND || !x->inflight ||
+	    strcmp(x->peer_addr, p->addr) != 0)
+		return false;
+	x->owe_stopped = true;
+	return true;
+}
+
 /* A receiver's abort is answered "stopped" once nothing we sent can still
  * land in its blocks (docs/protocol.md, "stopped"): now, or when the
  * operations of our send in flight to it ended. */
@@ -250,10 +264,7 @@ static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
 		xfer_stop_heard(x);
 		return;
 	}
-	later = p->stops && x && x->role == XFER_SEND && x->inflight &&
-		strcmp(x->peer_addr, p->addr) == 0;
-	if (later)
-		x->owe_stopped = true;
+	later = p->stops && stopped_owed(a, p, &id);
 	abort_heard(a, p, m, refused);
 	/* (a sender's abort of what we receive is answered by nothing) */
 	if (p->stops && !later && !ours_to_receive)
@@ -360,15 +371,9 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		 * or when our operations still in flight to it ended (its
 		 * UCX endpoint failed, the ipc lanes copy on) */
 		else if (p && strcmp(op, "abort") == 0 &&
-			 pdx_mp_get_xfer(&msg.data, "xfer", &id) == 0) {
-			struct xfer *x = xfer_find(a, &id);
-
-			if (x && x->role == XFER_SEND && x->inflight &&
-			    strcmp(x->peer_addr, p->addr) == 0)
-				x->owe_stopped = true;
-			else
-				peer_send(a, p, "stopped", &id, NULL);
-		}
+			 pdx_mp_get_xfer(&msg.data, "xfer", &id) == 0 &&
+			 !stopped_owed(a, p, &id))
+			peer_send(a, p, "stopped", &id, NULL);
 	} else if (strcmp(op, "want") == 0) {
 		on_want(a, p, &msg.data);
 	} else if (strcmp(op, "done") == 0) {
