@@ -370,7 +370,8 @@ static void relay_chunk(struct pdx_upstream *u, struct evbuffer *data,
  * timeout) ends with an error event, OpenAI's error object, and no
  * "[DONE]": a client sees why it stopped, not a clean end that looks
  * complete. A body of another type just ends (its length tells). */
-static void sse_error(struct pdx_call *c, const char *why)
+static void sse_error(struct pdx_call *c, const char *why, const char *type,
+		      int code)
 {
 	struct evbuffer *b;
 	json_t *o;
@@ -380,8 +381,8 @@ static void sse_error(struct pdx_call *c, const char *why)
 		return;
 	o = json_pack("{s:{s:s+, s:s, s:n, s:i}}", "error", "message",
 		      why ? why : "the engine's stream broke off",
-		      "; stream cut short", "type", "upstream_error", "param",
-		      "code", 502);
+		      "; stream cut short", "type", type, "param", "code",
+		      code);
 	s = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	b = s ? evbuffer_new() : NULL;
 	if (b) {
@@ -417,7 +418,7 @@ static void relay_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 	if (!status) {
 		log_warn("%s: %s; stream cut short", c->req_id, why);
 		side_cancel(c);
-		sse_error(c, why);
+		sse_error(c, why, "upstream_error", 502);
 	}
 	if (!c->replying)
 		relay_start(c);
@@ -612,6 +613,29 @@ int pdx_call_side(struct pdx_call *c, struct pdx_inst *inst, const char *path,
 	}
 	c->side_inst = inst;
 	return 0;
+}
+
+/* The proxy stops with c in flight (--drain-timeout ran out, or a
+ * signal said now): its client hears why, as for an engine's stream
+ * that broke off, rather than a connection that just closes (which
+ * on_close would also log as the client leaving). The loop must run a
+ * moment after, to write it. */
+void pdx_call_shut(struct pdx_call *c, const char *why)
+{
+	if (c->over) { /* replied; only a side leg left */
+		call_free(c);
+		return;
+	}
+	if (!c->replying) {
+		pdx_call_reply_error(c, 503, "service_unavailable", why);
+		return;
+	}
+	log_warn("%s: %s; stream cut short", c->req_id, why);
+	side_cancel(c);
+	sse_error(c, why, "service_unavailable", 503);
+	call_detach(c);
+	evhttp_send_reply_end(c->req);
+	call_free(c);
 }
 
 void pdx_call_abort(struct pdx_call *c)

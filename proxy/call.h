@@ -150,7 +150,12 @@ int pdx_call_side(struct pdx_call *c, struct pdx_inst *inst, const char *path,
 		  const void *body, size_t len,
 		  const struct pdx_upstream_cbs *cbs);
 
-/* Aborts a call (proxy shutting down): cancels its leg, closes the
+/* Ends a call the proxy will not finish (shutting down): its client
+ * gets a 503, or a stream it has begun ends with an error event saying
+ * why; its legs are cancelled. */
+void pdx_call_shut(struct pdx_call *c, const char *why);
+
+/* Aborts a call once the loop has ended: cancels its leg, closes the
  * client's connection. */
 void pdx_call_abort(struct pdx_call *c);
 

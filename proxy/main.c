@@ -1,8 +1,8 @@
 /* pdx-proxy: options, the two pools, their health checks and the HTTP
  * server on one libevent loop. SIGTERM or SIGINT drain it: new requests
  * get 503, those in flight finish (up to --drain-timeout, then they are
- * aborted, so engines see their client leave); a second signal ends it
- * at once. */
+ * cut short with a 503 or an SSE error event, and engines see their
+ * client leave); a second signal cuts them at once. */
 #define PDX_LOG_TOPIC "proxy"
 #include <event2/event.h>
 #include <signal.h>
@@ -25,14 +25,13 @@ static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
 {
 	struct proxy_main *m = arg;
 
-	log_warn("--drain-timeout: %u requests still in flight are aborted",
+	log_warn("--drain-timeout: %u requests still in flight are cut short",
 		 m->px.ncalls);
-	event_base_loopexit(m->px.base, NULL);
+	pdx_proxy_shut(&m->px, "the proxy is shutting down");
 }
 
 /* The first signal drains (call.c ends the loop when the last call is
- * freed), the second ends the loop at once; the calls left are aborted
- * in proxy_stop(). */
+ * freed), the second ends the calls left at once, each told why. */
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
 	struct proxy_main *m = arg;
@@ -43,9 +42,9 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	    !(m->drain_timer = evtimer_new(px->base, on_drain_timeout, m)) ||
 	    evtimer_add(m->drain_timer, &tv)) {
 		log_info("signal %d: shutting down, %u requests in flight "
-			 "aborted",
+			 "cut short",
 			 (int)sig, px->ncalls);
-		event_base_loopexit(px->base, NULL);
+		pdx_proxy_shut(px, "the proxy is shutting down");
 		return;
 	}
 	px->draining = true;

@@ -44,7 +44,11 @@ struct pdx_proxy {
 /* Starts the HTTP server on o->host:o->port; -1 with the reason in err. */
 int pdx_proxy_listen(struct pdx_proxy *px, char *err, size_t errlen);
 
-/* Aborts every call in flight and closes the server. */
+/* Ends every call in flight, saying why (pdx_call_shut), and drains:
+ * the loop ends once their last bytes are written. */
+void pdx_proxy_shut(struct pdx_proxy *px, const char *why);
+
+/* Aborts every call in flight and closes the server (the loop is over). */
 void pdx_proxy_close(struct pdx_proxy *px);
 
 /* The admin API: /admin/instances (admin.c). */

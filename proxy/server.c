@@ -231,6 +231,15 @@ int pdx_proxy_listen(struct pdx_proxy *px, char *err, size_t errlen)
 	return 0;
 }
 
+void pdx_proxy_shut(struct pdx_proxy *px, const char *why)
+{
+	px->draining = true;
+	if (!px->ncalls) /* else the last call's free ends the loop */
+		event_base_loopexit(px->base, NULL);
+	while (!LIST_EMPTY(&px->calls))
+		pdx_call_shut(LIST_FIRST(&px->calls), why);
+}
+
 void pdx_proxy_close(struct pdx_proxy *px)
 {
 	while (!LIST_EMPTY(&px->calls))

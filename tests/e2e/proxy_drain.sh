@@ -4,8 +4,10 @@
 #  * SIGTERM during a stream: /ready answers 503 at once, a new request
 #    gets 503, the stream runs to its [DONE], and the proxy exits 0;
 #  * a second signal during the drain ends it at once (exit 0, the
-#    stream cut, the engine aborts its request);
-#  * --drain-timeout ends a drain that lasts too long;
+#    stream cut with an error event saying why, the engine aborts its
+#    request);
+#  * --drain-timeout ends a drain that lasts too long: a stream ends
+#    with that error event, a request not yet answered gets 503;
 #  * at --max-inflight a request gets 429 with Retry-After; a body over
 #    --max-body gets 413.
 #   proxy_drain.sh PDX_ENGINE PDX_PROXY
@@ -45,6 +47,17 @@ exited() {
 	ms=$((($(date +%s%N) - t0) / 1000000))
 }
 
+# cut_short NAME: the stream in $E2E_TMP/NAME.sse was cut by the proxy
+# stopping: it ends with an error event saying so, no [DONE]
+cut_short() {
+	! grep -q '\[DONE\]' "$E2E_TMP/$1.sse" || fail "$1: a cut stream ended with [DONE]"
+	grep -v "^$" "$E2E_TMP/$1.sse" | tail -1 | grep -q '^data: {"error"' ||
+		fail "$1: a cut stream's last event is not an error: $(tail -c 300 "$E2E_TMP/$1.sse")"
+	grep -v "^$" "$E2E_TMP/$1.sse" | tail -1 | grep -q 'proxy is shutting down' ||
+		fail "$1: the error does not say why: $(tail -1 "$E2E_TMP/$1.sse")"
+	! grep -q 'client left' "$E2E_TMP/$1.log" || fail "$1: the proxy's own stop logged as a client leaving"
+}
+
 # SIGTERM mid-stream: the stream finishes, nothing new is taken
 named_engine_start W "$PROXY" --decode "127.0.0.1:$PORT_S" --health-interval 0
 stream W 150
@@ -73,8 +86,8 @@ sleep 0.3
 kill -INT "$PID_W2"
 exited W2
 [ "$ms" -lt 2000 ] || fail "a second signal: the proxy took $ms ms to exit"
-wait $c && fail "the stream ended cleanly although the proxy was stopped"
-! grep -q '\[DONE\]' "$E2E_TMP/W2.sse" || fail "a cut stream ended with [DONE]"
+wait $c
+cut_short W2
 for _ in $(seq 100); do
 	[ "$(val "$PORT_S" "$(e requests_aborted_total)")" -gt "$ab" ] &&
 		[ "$(val "$PORT_S" "$(e num_requests_running)")" = 0 ] && break
@@ -87,12 +100,22 @@ done
 named_engine_start W3 "$PROXY" --decode "127.0.0.1:$PORT_S" --health-interval 0 \
 	--drain-timeout 1
 stream W3 3000
+s3=$c
+curl -sS -o "$E2E_TMP/W3.body" -w '%{http_code}' \
+	-d '{"prompt": "unanswered", "max_tokens": 3000}' \
+	"http://127.0.0.1:$PORT_W3/v1/completions" >"$E2E_TMP/W3.status" &
+u3=$!
+sleep 0.3
 kill -TERM "$PID_W3"
 exited W3
 [ "$ms" -ge 700 ] && [ "$ms" -lt 3000 ] || fail "--drain-timeout 1: exited after $ms ms"
-grep -q 'drain-timeout: 1 requests still in flight are aborted' "$E2E_TMP/W3.log" ||
+grep -q 'drain-timeout: 2 requests still in flight are cut short' "$E2E_TMP/W3.log" ||
 	fail "drain timeout not logged: $(tail -3 "$E2E_TMP/W3.log")"
-wait $c && fail "a stream past --drain-timeout ended cleanly"
+wait $s3
+cut_short W3
+wait $u3
+[ "$(cat "$E2E_TMP/W3.status")" = 503 ] && grep -q 'proxy is shutting down' "$E2E_TMP/W3.body" ||
+	fail "a request unanswered at --drain-timeout: $(cat "$E2E_TMP/W3.status") $(cat "$E2E_TMP/W3.body")"
 
 # admission: 429 with Retry-After at --max-inflight, 413 over --max-body
 named_engine_start W4 "$PROXY" --decode "127.0.0.1:$PORT_S" --health-interval 0 \
