@@ -140,9 +140,10 @@ void pdx_proxy_opts_usage(FILE *f)
 "                              (default 5000)\n"
 "  --drain-timeout S           after SIGTERM or SIGINT: new requests get\n"
 "                              503, those in flight may finish for S\n"
-"                              seconds, then the rest are aborted; a\n"
-"                              second signal exits at once (default 30;\n"
-"                              0: abort at once)\n"
+"                              seconds, then the rest are cut short\n"
+"                              (503, or a stream's error event); a\n"
+"                              second signal cuts them at once (default\n"
+"                              30; 0: at once)\n"
 "  --log-level L               error, warn, info, debug (default info)\n"
 "  --version                   print \"pdx-proxy VERSION\" and exit\n"
 "  --help                      this text\n");
