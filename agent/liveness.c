@@ -15,6 +15,7 @@
 
 #include "agent/agent.h"
 #include "common/clock.h"
+#include "common/stall.h"
 #include "common/log.h"
 
 static bool held_for(const struct xfer *x, const struct peer *p)
@@ -97,17 +98,17 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 	uint64_t now = pdx_now_ns();
 	uint64_t bound = (uint64_t)a->cfg.peer_timeout_ms * 1000000ULL;
 	uint64_t period = (uint64_t)a->cfg.heartbeat_ms * 1000000ULL;
-	/* We did not run for a while (stopped, swapped out): whoever looked
-	 * silent could not be heard. Their silence counts from now. */
-	bool we_stalled = a->beat_ns && now - a->beat_ns > 2 * period;
+	/* We did not run for a while: whoever looked silent could not be
+	 * heard. Their silence counts from now. */
+	uint64_t stalled = pdx_stall_check(&a->beat_ns, now, 2 * period);
+	bool we_stalled = stalled != 0;
 	struct peer *p, *ptmp;
 	struct xfer *x, *xtmp;
 	char why[PDX_REASON_MAX];
 
 	if (we_stalled)
 		log_warn("no heartbeat for %llu ms: silences count from now",
-			 (unsigned long long)((now - a->beat_ns) / 1000000));
-	a->beat_ns = now;
+			 (unsigned long long)(stalled / 1000000));
 	HASH_ITER(hh, a->peers, p, ptmp)
 		p->busy = false;
 	HASH_ITER(hh, a->xfers, x, xtmp) {

@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/stall.h"
 #include "engine/tp_wire.h"
 
 /* One transfer of its agent's, from the leader's SEND or RECV to its
@@ -29,6 +30,7 @@ struct pdx_tp_follower {
 	void *zctx, *sock;
 	struct event *ev, *tick;
 	uint64_t heard_ns; /* 0: nothing from the leader yet */
+	uint64_t tick_ns;  /* when on_tick last ran */
 	bool failed;
 	LIST_HEAD(, xfer) xfers;
 };
@@ -292,20 +294,30 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Pings the leader; once heard, a leader silent for liveness_ms is
- * gone. */
+ * gone: not for silence while this process itself did not run
+ * (common/stall.h). */
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	struct pdx_tp_follower *f = arg;
 	struct pdx_tp_msg ping = {.kind = PDX_TP_PING};
+	uint64_t now = pdx_now_ns();
+	uint64_t stalled = pdx_stall_check(
+	    &f->tick_ns, now, (uint64_t)f->p.liveness_ms * 1000000 / 2);
 	char why[96];
 
+	if (stalled && f->heard_ns) {
+		log_warn("this process did not run for %llu ms: the leader's "
+			 "silence counts from now",
+			 (unsigned long long)(stalled / 1000000));
+		f->heard_ns = now;
+	}
 	ping.status = pdx_kv_link_status(f->p.link, ping.text,
 					 sizeof(ping.text));
 	snprintf(ping.peer, sizeof(ping.peer), "%s",
 		 pdx_kv_link_peer(f->p.link));
 
 	if (f->heard_ns &&
-	    pdx_now_ns() - f->heard_ns > (uint64_t)f->p.liveness_ms * 1000000) {
+	    now - f->heard_ns > (uint64_t)f->p.liveness_ms * 1000000) {
 		snprintf(why, sizeof(why),
 			 "the leader is gone (nothing from it for %u ms)",
 			 f->p.liveness_ms);

@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/ipc_path.h"
 #include "common/log.h"
+#include "common/stall.h"
 
 #define ID_MAX 256
 
@@ -37,6 +38,8 @@ struct pdx_tp_leader {
 	struct rank ranks[PDX_TP_MAX]; /* [0]: this one */
 	uint64_t seq;		       /* the last pass sent */
 	uint64_t step_ns;	       /* when it went out */
+	uint64_t tick_ns;	       /* when on_tick last ran */
+	uint64_t awake_ns;	       /* silences count from here */
 	bool broken;
 	char why[PDX_REASON_MAX];
 };
@@ -268,17 +271,20 @@ static bool rank_gone(const struct pdx_tp_leader *l, uint32_t r, uint64_t now,
 	const struct rank *k = &l->ranks[r];
 	uint64_t bound = (uint64_t)l->p.liveness_ms * 1000000;
 
+	uint64_t heard = k->heard_ns > l->awake_ns ? k->heard_ns : l->awake_ns;
+	uint64_t step = l->step_ns > l->awake_ns ? l->step_ns : l->awake_ns;
+
 	if (k->send_errno)
 		snprintf(why, len,
 			 "tensor-parallel rank %u is gone (cannot send to "
 			 "it: %s)",
 			 r, zmq_strerror(k->send_errno));
-	else if (now - k->heard_ns > bound)
+	else if (now - heard > bound)
 		snprintf(why, len,
 			 "tensor-parallel rank %u is gone (nothing from it "
 			 "for %u ms)",
 			 r, l->p.liveness_ms);
-	else if (k->done != l->seq && now - l->step_ns > bound)
+	else if (k->done != l->seq && now - step > bound)
 		snprintf(why, len,
 			 "tensor-parallel rank %u is gone (pass %llu not "
 			 "written in %u ms)",
@@ -288,14 +294,23 @@ static bool rank_gone(const struct pdx_tp_leader *l, uint32_t r, uint64_t now,
 	return true;
 }
 
-/* Pings every follower and breaks the group for one that is gone. */
+/* Pings every follower and breaks the group for one that is gone: not
+ * for silence while this process itself did not run (common/stall.h). */
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	struct pdx_tp_leader *l = arg;
 	struct pdx_tp_msg ping = {.kind = PDX_TP_PING};
 	uint64_t now = pdx_now_ns();
+	uint64_t stalled = pdx_stall_check(
+	    &l->tick_ns, now, (uint64_t)l->p.liveness_ms * 1000000 / 2);
 	char why[PDX_REASON_MAX];
 
+	if (stalled) {
+		log_warn("this process did not run for %llu ms: its followers' "
+			 "silences count from now",
+			 (unsigned long long)(stalled / 1000000));
+		l->awake_ns = now;
+	}
 	for (uint32_t r = 1; r < l->p.size; r++) {
 		struct rank *k = &l->ranks[r];
 

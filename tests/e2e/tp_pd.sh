@@ -11,7 +11,8 @@
 # whatever the TP size); every block comes back free. Then a follower
 # killed mid-request: the request ends at once with a reason naming the
 # rank (not at --kv-timeout-ms), /health says why, and the instance
-# refuses new transfers.
+# refuses new transfers. Before that, the whole decode instance frozen a
+# moment longer than its ranks' liveness is not broken by it.
 #   tp_pd.sh PDX_ENGINE PDX_AGENT PDX_PROXY
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -161,6 +162,16 @@ status_is 503 "a transfer while rank 1's agent is gone"
 agent_start d1 --listen "$listen_d1"
 health_becomes 200 "once rank 1's agent is back"
 pd "$toks" 3 "after rank 1's agent came back"
+
+# the whole decode instance frozen (its ranks and agents stopped, as a
+# frozen container's) for longer than the ranks' liveness (1 s): on
+# waking no rank takes another's silence, which was its own, for death
+kill -STOP "$PID_D" "$PID_D1" "$PID_agent_d0" "$PID_agent_d1"
+sleep 2.5
+kill -CONT "$PID_D" "$PID_D1" "$PID_agent_d0" "$PID_agent_d1"
+sleep 1.5
+pd "$toks" 4 "after the decode instance was frozen for 2.5 s"
+grep -q "did not run for" "$E2E_TMP/D.log" || fail "the leader did not notice its stall: $(tail -3 "$E2E_TMP/D.log")"
 
 # a follower killed while a decode request waits for its KV: it ends now
 # with the reason, not at --kv-timeout-ms
