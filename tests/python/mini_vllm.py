@@ -322,7 +322,8 @@ class KVCacheManager:
 
 class Scheduler:
     def __init__(self, vllm_config: VllmConfig, kv_cache_config,
-                 connector: Optional[KVConnectorBase_V1]):
+                 connector: Optional[KVConnectorBase_V1],
+                 drops_stale_output: bool = False):
         self.vllm_config = vllm_config
         sc = vllm_config.scheduler_config
         self.max_num_batched_tokens = sc.max_num_batched_tokens
@@ -334,6 +335,12 @@ class Scheduler:
         ktc = vllm_config.kv_transfer_config
         self.recompute_kv_load_failures = (
             ktc is not None and ktc.kv_load_failure_policy == "recompute")
+        # after PR 50297: the connector's word (vLLM's base class says
+        # True for a producer)
+        self.requires_kv_delivery = (
+            drops_stale_output and connector is not None and
+            getattr(connector, "requires_kv_delivery",
+                    ktc.is_kv_producer))
         self.requests: Dict[str, Request] = {}
         self.waiting: collections.deque = collections.deque()
         self.skipped_waiting: collections.deque = collections.deque()
@@ -587,7 +594,12 @@ class Scheduler:
                 continue
             # async scheduling: a request preempted while this step ran
             # gets its token all the same, and may stop with it, its
-            # blocks freed already (stopped_preempted_reqs)
+            # blocks freed already (stopped_preempted_reqs); after PR
+            # 50297, where the connector requires KV delivery, the token
+            # is dropped and the request computed again
+            if req.status == RequestStatus.PREEMPTED and \
+                    self.requires_kv_delivery:
+                continue
             before = req.status
             req.append_output_token_ids(toks)
             params = None
@@ -981,7 +993,11 @@ class MiniVllm:
     as vLLM's batch queue does. deferred_load_start: vLLM after PR 53333
     (merged 2026-08): a step with no synchronous load (a connector's
     loads are asynchronous, as pdx's) calls start_load_kv after the
-    forward, before wait_for_save.
+    forward, before wait_for_save. drops_stale_output: vLLM after PR
+    50297 (merged 2026-07): when the connector requires_kv_delivery, a
+    request preempted while a step that computes it is in flight loses
+    that step's output and is computed again from its prompt, rather
+    than finished with it.
     """
 
     def __init__(self, kv_transfer_config=None, role: str = "both",
@@ -993,7 +1009,8 @@ class MiniVllm:
                  async_scheduling: bool = False,
                  served_model_name: Optional[str] = None,
                  zero_step_sleep_s: float = 0.001, tp_size: int = 1,
-                 deferred_load_start: bool = False):
+                 deferred_load_start: bool = False,
+                 drops_stale_output: bool = False):
         if role not in ROLES:
             raise ValueError("role: prefill, decode or both")
         self.role = role
@@ -1062,7 +1079,8 @@ class MiniVllm:
                                        KVConnectorRole.SCHEDULER,
                                        self.kv_cache_config) if cls else None
         self.scheduler = Scheduler(self.vllm_config, self.kv_cache_config,
-                                   self.scheduler_connector)
+                                   self.scheduler_connector,
+                                   drops_stale_output)
         md = {}
         for w in self.workers:
             md.update(w.handshake_metadata() or {})

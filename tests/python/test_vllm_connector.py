@@ -374,6 +374,49 @@ class Preemption(unittest.TestCase):
         P.run_until_idle()
         self.assertEqual(P.free_blocks(), free)
 
+    def test_computed_again_after_preemption_sends_again(self):
+        """vLLM after PR 50297: the connector requires KV delivery, so
+        the preempted request loses that step's token and is computed
+        again once B is done. Its send, aborted as above, goes again
+        under a new xfer_id, and the decode side loads the prompt's KV
+        rather than computing it (before: no kv_transfer_params, the
+        prefill computed twice and the decode side a third time)."""
+        P = MiniVllm(config(), role="prefill", num_blocks=14,
+                     async_scheduling=True, drops_stale_output=True)
+        self.addCleanup(P.close)
+        D = MiniVllm(config(), role="decode").start()
+        self.addCleanup(D.close)
+        C = MiniVllm(None).start()
+        self.addCleanup(C.close)
+        free = P.free_blocks()
+        victims = []
+        preempt = P.scheduler._preempt
+        P.scheduler._preempt = lambda r: (victims.append(r.request_id),
+                                          preempt(r))[1]
+        b = P.add_request(list(range(200, 212)), 8)
+        P.step()
+        a = P.add_request(PROMPT, 1, {"do_remote_decode": True,
+                                      "do_remote_prefill": False})
+        for _ in range(40):
+            P.step()
+            if a.output.finished and b.output.finished:
+                break
+        self.assertEqual(victims, [a.output.request_id])
+        self.assertTrue(a.output.finished)
+        self.assertEqual(len(a.output.token_ids), 1, "the stale token kept")
+        kv = a.output.kv_transfer_params
+        self.assertIsNotNone(kv, "no transfer after the request was "
+                             "computed again")
+        w = P.worker_connector._worker
+        self.assertEqual(w.stats["failed"], 1, "the first send aborted")
+        out = D.generate(PROMPT, 8, kv)
+        self.assertEqual(out.token_ids, C.generate(PROMPT, 8).token_ids)
+        self.assertEqual(D.worker_connector._worker.stats["received"], 1,
+                         "the decode side computed the prompt itself")
+        P.run_until_idle()
+        self.assertEqual(w.stats["sent"], 1)
+        self.assertEqual(P.free_blocks(), free)
+
 
 def decode_checked(test, D, params, want):
     """PROMPT's decode on D (stepped here) with params: once its first

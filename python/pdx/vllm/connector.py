@@ -27,6 +27,14 @@ class PdxConnector(KVConnectorBase_V1):
         else:
             self._worker = PdxWorker(vllm_config)
 
+    @property
+    def requires_kv_delivery(self) -> bool:
+        """vLLM after PR 50297 asks (its default says the same for a
+        producer): a prefill preempted while its last step ran is then
+        computed again instead of finished without its KV, and its send
+        goes again (scheduler.py, _rearm)."""
+        return self._kv_transfer_config.is_kv_producer
+
     # -- scheduler side ----------------------------------------------------
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         return self._sched.get_num_new_matched_tokens(request,

@@ -65,7 +65,13 @@ def read_send(p) -> Optional[Send]:
     peers = _agents(p)
     if not all(a.startswith("tcp://") for a in peers):
         raise ValueError("kv_transfer_params.remote_agent: want tcp://HOST:PORT")
-    return Send(x.lower() if x else pdx.XferId().hex, peers)
+    return Send(x.lower() if x else fresh_xfer(), peers)
+
+
+def fresh_xfer() -> str:
+    """A new xfer_id, for a send whose request named none, or whose
+    first send was aborted (an agent refuses an id that ended)."""
+    return pdx.XferId().hex
 
 
 def read_recv(p) -> Optional[Recv]:

@@ -6,10 +6,12 @@ chunk (all its blocks are known then; every layer of that pass is pushed
 as soon as it is computed). A request preempted after that (async
 scheduling can pick it while that step is in flight) has its blocks
 freed while the agent may still read them: the worker aborts the send
-before the next forward (handle_preemptions), and the request, which
-vLLM stops with that step's token, finishes without kv_transfer_params
+before the next forward (handle_preemptions). vLLM at 52a31cc stops the
+request with that step's token: it finishes without kv_transfer_params
 (the decode side prefills, or, told up front, fails its load and
-recomputes). A receive is vLLM's asynchronous load: the request waits
+recomputes). vLLM after PR 50297 drops that token and computes the
+request again (requires_kv_delivery): its send goes again under a new
+xfer_id (_rearm). A receive is vLLM's asynchronous load: the request waits
 (WAITING_FOR_REMOTE_KVS) until the worker reports it.
 """
 import logging
@@ -116,6 +118,25 @@ class PdxScheduler:
         st.announced = True
         self._in_flight[st.send.xfer] = rid
 
+    def _rearm(self, rid: str, st: _Send) -> None:
+        """A send aborted by a preemption, its request scheduled again:
+        vLLM after PR 50297 (requires_kv_delivery) recomputes such a
+        request rather than finishing it with that step's token. When no
+        decode side was named up front nobody waits on the aborted id,
+        so it sends again under a new one (the agents refuse an id that
+        ended), announced as before; the answer names the new id. A
+        decode side named up front heard `failed` already and is on its
+        own way (it recomputes, or fails): the request answers no
+        kv_transfer_params, as before."""
+        if st.send.peers:
+            return
+        self._in_flight.pop(st.send.xfer, None)
+        old, st.send.xfer = st.send.xfer, params.fresh_xfer()
+        st.preempted = st.announced = False
+        st.blocks = []
+        log.info("request %s: computed again after its preemption: its "
+                 "send goes again as %s (was %s)", rid, st.send.xfer, old)
+
     def build_connector_meta(self, so) -> PdxMetadata:
         for rid in getattr(so, "preempted_req_ids", None) or ():
             st = self._sends.get(rid)
@@ -125,6 +146,8 @@ class PdxScheduler:
         for new in so.scheduled_new_reqs:
             st = self._sends.get(new.req_id)
             if st is not None:
+                if st.preempted:
+                    self._rearm(new.req_id, st)
                 st.blocks = list(new.block_ids[0])
                 self._announce_if_complete(
                     new.req_id, st, new.num_computed_tokens +
@@ -133,6 +156,8 @@ class PdxScheduler:
         resumed = set(getattr(cached, "resumed_req_ids", ()) or ())
         for i, rid in enumerate(cached.req_ids):
             st = self._sends.get(rid)
+            if st is not None and st.preempted and rid in resumed:
+                self._rearm(rid, st)
             if st is None or st.announced:
                 continue
             got = cached.new_block_ids[i]
