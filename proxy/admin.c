@@ -56,6 +56,19 @@ static json_t *tp_known(const struct pdx_inst *i)
 					   : json_null();
 }
 
+/* The models the instance serves once GET /v1/models told them (an
+ * array), null while unknown or when it takes any. */
+static json_t *models_known(const struct pdx_inst *i)
+{
+	json_t *a;
+
+	if (!i->models.known || i->models.any || !(a = json_array()))
+		return json_null();
+	for (unsigned k = 0; k < i->models.n; k++)
+		json_array_append_new(a, json_string(i->models.name[k]));
+	return a;
+}
+
 static void list(struct pdx_proxy *px, struct evhttp_request *req)
 {
 	json_t *arr = json_array();
@@ -66,10 +79,12 @@ static void list(struct pdx_proxy *px, struct evhttp_request *req)
 		for (unsigned i = 0; i < p->n; i++)
 			json_array_append_new(
 			    arr,
-			    json_pack("{s:s, s:s, s:o, s:i, s:i, s:I, s:I, s:b, s:s}",
+			    json_pack("{s:s, s:s, s:o, s:o, s:i, s:i, s:I, s:I, "
+				      "s:b, s:s}",
 				      "role", pdx_pool_role_name(p->role),
 				      "url", p->inst[i]->url, "tp",
-				      tp_known(p->inst[i]), "inflight",
+				      tp_known(p->inst[i]), "models",
+				      models_known(p->inst[i]), "inflight",
 				      (int)p->inst[i]->inflight, "transfers",
 				      (int)p->inst[i]->xfers, "requests",
 				      (json_int_t)p->inst[i]->requests,

@@ -35,6 +35,11 @@ static void call_count(struct pdx_call *c)
 				  (double)(pdx_now_ns() - c->t0_ns) / 1e9);
 }
 
+const char *pdx_call_model(const struct pdx_call *c)
+{
+	return json_string_value(json_object_get(c->body, "model"));
+}
+
 void pdx_call_unpair(struct pdx_call *c, enum pdx_pool_role r)
 {
 	if (c->pair[r])
@@ -506,7 +511,8 @@ static int call_start(struct pdx_call *c, struct pdx_inst *inst,
 		return -1;
 	}
 	c->inst = inst ? inst
-		       : pdx_pool_pick(&c->px->pool[role], 0, c->avoid[role]);
+		       : pdx_pool_pick(&c->px->pool[role], 0, c->avoid[role],
+				       pdx_call_model(c));
 	if (!c->inst) {
 		pdx_call_reply_no_instance(c, role);
 		return -1;

@@ -155,6 +155,9 @@ int pdx_call_side(struct pdx_call *c, struct pdx_inst *inst, const char *path,
  * why; its legs are cancelled. */
 void pdx_call_shut(struct pdx_call *c, const char *why);
 
+/* The model the client's request names; NULL: none (or no body). */
+const char *pdx_call_model(const struct pdx_call *c);
+
 /* Aborts a call once the loop has ended: cancels its leg, closes the
  * client's connection. */
 void pdx_call_abort(struct pdx_call *c);

@@ -154,13 +154,15 @@ int pdx_flow_pick(struct pdx_call *c)
 		pdx_call_reply_no_instance(c, PDX_POOL_PREFILL);
 		return -1;
 	}
-	c->decode = pdx_pool_pick(d, key, c->avoid[PDX_POOL_DECODE]);
+	c->decode = pdx_pool_pick(d, key, c->avoid[PDX_POOL_DECODE],
+				  pdx_call_model(c));
 	if (!c->decode) {
 		pdx_call_reply_no_instance(c, PDX_POOL_DECODE);
 		return -1;
 	}
 	if (p->n) {
-		c->prefill = pdx_pool_pick(p, key, c->avoid[PDX_POOL_PREFILL]);
+		c->prefill = pdx_pool_pick(p, key, c->avoid[PDX_POOL_PREFILL],
+					   pdx_call_model(c));
 		if (!c->prefill && !c->px->o->prefill_fallback) {
 			pdx_call_reply_no_instance(c, PDX_POOL_PREFILL);
 			return -1;

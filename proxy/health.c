@@ -89,8 +89,47 @@ moved:
 	i->peer_known = false;
 }
 
+static void probe_get(struct pdx_probe *pr, const char *path,
+		      void (*done)(struct evhttp_request *, void *));
+
+/* GET /v1/models answered: the names it serves. No answer leaves them
+ * unknown, asked again after the next passed check; any other answer
+ * (404: an engine without the route) is kept as "takes any". */
+static void on_models(struct evhttp_request *req, void *arg)
+{
+	struct pdx_probe *pr = arg;
+	struct pdx_inst *i = pr->inst;
+	int status = req ? evhttp_request_get_response_code(req) : 0;
+	struct evbuffer *b = req ? evhttp_request_get_input_buffer(req) : NULL;
+	char list[256];
+	size_t at = 0;
+
+	pr->busy = false;
+	if (!status)
+		return;
+	if (status == 200)
+		pdx_served_models_read(&i->models,
+				       (const char *)evbuffer_pullup(b, -1),
+				       evbuffer_get_length(b));
+	else
+		i->models = (struct pdx_served_models){.known = true,
+						       .any = true};
+	list[0] = '\0';
+	for (unsigned k = 0; k < i->models.n && at < sizeof(list); k++)
+		at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%s",
+				       k ? ", " : "", i->models.name[k]);
+	log_info("%s instance %s serves %s", pdx_pool_role_name(i->role),
+		 i->url,
+		 i->models.any ? "any model it is asked for (GET /v1/models "
+				 "told no list to keep)"
+			       : list);
+}
+
 /* A check ended: req NULL or a status other than 200 is a failure. It
- * may run inside evhttp_make_request() (no socket), so it only counts. */
+ * may run inside evhttp_make_request() (no socket), so it only counts.
+ * A passed one asks for the instance's models while they are unknown
+ * (at first, and after a failed one), on the same connection (evhttp
+ * connects it again). */
 static void on_done(struct evhttp_request *req, void *arg)
 {
 	struct pdx_probe *pr = arg;
@@ -102,6 +141,10 @@ static void on_done(struct evhttp_request *req, void *arg)
 	pr->busy = false;
 	if (ok)
 		check_agent(i, req);
+	if (!ok) /* restarting, maybe with another model */
+		i->models.known = false;
+	else if (!i->models.known)
+		probe_get(pr, "/v1/models", on_models);
 	if (!pdx_pool_health(i, ok, pr->h->down_after, pr->h->up_after))
 		return;
 	if (i->unhealthy) {
@@ -117,7 +160,9 @@ static void on_done(struct evhttp_request *req, void *arg)
 	}
 }
 
-static void probe_send(struct pdx_probe *pr)
+/* One GET of a check on the probe's connection, made when needed. */
+static void probe_get(struct pdx_probe *pr, const char *path,
+		      void (*done)(struct evhttp_request *, void *))
 {
 	struct pdx_inst *i = pr->inst;
 	struct evhttp_request *req;
@@ -133,7 +178,7 @@ static void probe_send(struct pdx_probe *pr)
 		/* bounds the connect and each read and write */
 		evhttp_connection_set_timeout_tv(pr->conn, &tv);
 	}
-	req = evhttp_request_new(on_done, pr);
+	req = evhttp_request_new(done, pr);
 	if (!req)
 		return;
 	snprintf(host, sizeof(host), "%s:%u", i->host, i->port);
@@ -141,9 +186,9 @@ static void probe_send(struct pdx_probe *pr)
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Connection",
 			  "close");
 	pr->busy = true;
-	if (evhttp_make_request(pr->conn, req, EVHTTP_REQ_GET, "/health") &&
+	if (evhttp_make_request(pr->conn, req, EVHTTP_REQ_GET, path) &&
 	    pr->busy)
-		on_done(NULL, pr); /* failed without telling */
+		done(NULL, pr); /* failed without telling */
 }
 
 static void round_pool(struct pdx_health *h, struct pdx_pool *p)
@@ -163,7 +208,7 @@ static void round_pool(struct pdx_health *h, struct pdx_pool *p)
 			LIST_INSERT_HEAD(&h->probes, pr, link);
 		}
 		if (!pr->busy) /* else still within its timeout */
-			probe_send(pr);
+			probe_get(pr, "/health", on_done);
 	}
 }
 

@@ -141,7 +141,8 @@ int pdx_pool_add(struct pdx_pool *p, const char *addr, char *err, size_t errlen)
 		i->breaker.state = PDX_BREAKER_CLOSED;
 		i->breaker.fails = 0;
 		i->breaker.until_ns = 0;
-		i->peer_known = false; /* its engine may have restarted */
+		/* its engine may have restarted */
+		i->peer_known = i->models.known = false;
 		p->inst[p->n++] = i;
 		return 0;
 	}
@@ -227,16 +228,24 @@ bool pdx_pool_has_usable(const struct pdx_pool *p, const struct pdx_inst *avoid)
 }
 
 /* The instances a pick may take, in pool order (so round-robin and the
- * tie-breaks keep their meaning); returns how many. */
+ * tie-breaks keep their meaning): the usable ones that may serve model,
+ * else (none does) every usable one; returns how many. */
 static unsigned candidates(const struct pdx_pool *p,
-			   const struct pdx_inst *avoid, struct pdx_inst **out)
+			   const struct pdx_inst *avoid, const char *model,
+			   struct pdx_inst **out)
 {
 	uint64_t now = pdx_now_ns();
 	unsigned n = 0;
 
-	for (unsigned k = 0; k < p->n; k++)
-		if (p->inst[k] != avoid && pdx_pool_usable(p->inst[k], now))
-			out[n++] = p->inst[k];
+	for (int any_model = 0; any_model < 2 && !n; any_model++)
+		for (unsigned k = 0; k < p->n; k++) {
+			struct pdx_inst *i = p->inst[k];
+
+			if (i != avoid && pdx_pool_usable(i, now) &&
+			    (any_model ||
+			     pdx_served_models_take(&i->models, model)))
+				out[n++] = i;
+		}
 	return n;
 }
 
@@ -283,10 +292,11 @@ static struct pdx_inst *prefix_aware(struct pdx_inst **c, unsigned n,
 }
 
 struct pdx_inst *pdx_pool_pick(struct pdx_pool *p, uint64_t key,
-			       const struct pdx_inst *avoid)
+			       const struct pdx_inst *avoid,
+			       const char *model)
 {
 	struct pdx_inst *c[PDX_POOL_MAX], *best;
-	unsigned n = candidates(p, avoid, c);
+	unsigned n = candidates(p, avoid, model, c);
 
 	if (!n)
 		return NULL;
@@ -309,9 +319,9 @@ struct pdx_inst *pdx_pool_pick(struct pdx_pool *p, uint64_t key,
 void pdx_pool_relearn(struct pdx_inst *p, struct pdx_inst *d)
 {
 	if (p)
-		p->peer_known = false;
+		p->peer_known = p->models.known = false;
 	if (d)
-		d->peer_known = false;
+		d->peer_known = d->models.known = false;
 }
 
 bool pdx_pool_result(struct pdx_inst *i, bool ok)

@@ -99,7 +99,7 @@ static void pool_init(struct pdx_pool *p)
 
 static struct pdx_inst *pick(struct pdx_pool *p, const struct pdx_inst *avoid)
 {
-	struct pdx_inst *i = pdx_pool_pick(p, 0, avoid);
+	struct pdx_inst *i = pdx_pool_pick(p, 0, avoid, NULL);
 
 	pdx_pool_put(i);
 	return i;

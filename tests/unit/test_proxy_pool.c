@@ -1,7 +1,8 @@
 /* The proxy's picking policies (proxy/pool.c): least-loaded counts
  * transfers beside requests; prefix-aware keeps a prefix on one instance,
  * spreads different prefixes, yields to load, and moves only the removed
- * instance's prefixes. */
+ * instance's prefixes; a request naming a model passes over instances
+ * known to serve others (proxy/served_models.c reads their lists). */
 #include <stdio.h>
 #include <string.h>
 
@@ -35,7 +36,15 @@ static uint64_t key_of(unsigned k)
 /* Picks and at once gives back: a pick on an idle pool. */
 static struct pdx_inst *pick_idle(struct pdx_pool *p, uint64_t key)
 {
-	struct pdx_inst *i = pdx_pool_pick(p, key, NULL);
+	struct pdx_inst *i = pdx_pool_pick(p, key, NULL, NULL);
+
+	pdx_pool_put(i);
+	return i;
+}
+
+static struct pdx_inst *pick_model(struct pdx_pool *p, const char *model)
+{
+	struct pdx_inst *i = pdx_pool_pick(p, 0, NULL, model);
 
 	pdx_pool_put(i);
 	return i;
@@ -157,9 +166,61 @@ static void addresses(void)
 	}
 }
 
+/* An instance of another model is passed over, however idle, unless
+ * nothing else is left; lists that cannot be kept take any name. */
+static void by_model(void)
+{
+	static const char tiny[] = "{\"object\": \"list\", \"data\": "
+				   "[{\"id\": \"tiny\"}, {\"id\": \"t2\"}]}";
+	static const char other[] = "{\"data\": [{\"id\": \"qwen2-7b\"}]}";
+	char nine[512] = "{\"data\": [", many[600];
+	struct pdx_served_models m;
+	struct pdx_pool p;
+	struct pdx_inst *i;
+
+	pdx_served_models_read(&m, tiny, strlen(tiny));
+	CHECK(m.known && !m.any && m.n == 2);
+	CHECK(pdx_served_models_take(&m, "t2") &&
+	      pdx_served_models_take(&m, NULL) &&
+	      !pdx_served_models_take(&m, "tin"));
+	for (int k = 0; k < 9; k++)
+		snprintf(nine + strlen(nine), sizeof(nine) - strlen(nine),
+			 "%s{\"id\": \"m%d\"}", k ? ", " : "", k);
+	snprintf(many, sizeof(many), "%s]}", nine);
+	const char *bad[] = {"", "{}", "[1]", "{\"data\": []}",
+			     "{\"data\": [{\"id\": 1}]}", many};
+
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		pdx_served_models_read(&m, bad[k], strlen(bad[k]));
+		CHECK(m.known && m.any && pdx_served_models_take(&m, "x"),
+		      "%s", bad[k]);
+	}
+
+	pool_init(&p, PDX_POLICY_LEAST_LOADED);
+	for (int k = 0; k < N; k++)
+		pdx_served_models_read(&p.inst[k]->models, k ? tiny : other,
+				       strlen(k ? tiny : other));
+	p.inst[1]->inflight = p.inst[2]->inflight = p.inst[3]->inflight = 5;
+	for (int k = 0; k < 8; k++) {
+		i = pick_model(&p, "tiny");
+		CHECK(i != p.inst[0], "an idle instance of another model picked");
+	}
+	CHECK(pick_model(&p, "qwen2-7b") == p.inst[0]);
+	CHECK(pick_model(&p, NULL) == p.inst[0]); /* no model: load alone */
+	p.inst[2]->models.known = false; /* not asked yet: may serve it */
+	CHECK(pick_model(&p, "qwen2-7b") == p.inst[0]);
+	p.inst[0]->unhealthy = true;
+	CHECK(pick_model(&p, "qwen2-7b") == p.inst[2]);
+	p.inst[2]->models.known = true;
+	i = pick_model(&p, "qwen2-7b"); /* none serves it: any, as before */
+	CHECK(i && i != p.inst[0]);
+	pdx_pool_clear(&p);
+}
+
 int main(void)
 {
 	addresses();
+	by_model();
 	least_loaded();
 	prefix_aware();
 	policy_names();

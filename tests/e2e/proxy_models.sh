@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# pdx-proxy in front of instances of two models, A (tiny) and B
+# (qwen2-7b), least-loaded: it learns what each serves (GET /v1/models
+# after a passed health check, shown by /admin/instances), and a request
+# naming a model goes only to an instance serving it. Before, B answered
+# every request for tiny 404 at once; a 404 is no breaker's business, and
+# B, always the least loaded, got half of them or more. A request naming
+# no model goes to either; one naming a model nobody serves is answered
+# by an engine (404), as before. B started again serving tiny is asked
+# again once its checks pass, and serves tiny.
+#   proxy_models.sh PDX_ENGINE PDX_PROXY
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+ENGINE=$1
+PROXY=$2
+
+named_engine_start A "$ENGINE" --model tiny --time-scale 0
+named_engine_start B "$ENGINE" --model qwen2-7b --kv-blocks 16 --time-scale 0
+named_engine_start X "$PROXY" --decode "127.0.0.1:$PORT_A" \
+	--decode "127.0.0.1:$PORT_B" --policy-d least-loaded \
+	--health-interval 100 --admin-token t
+
+# admin JSON -> "url=models url=models" (models comma-joined, or null)
+models() {
+	curl -sS -H 'Authorization: Bearer t' "http://127.0.0.1:$PORT_X/admin/instances" |
+		$PY -c "import json, sys
+print(' '.join('%s=%s' % (i['url'][7:], ','.join(i['models']) if i['models'] else None)
+               for i in json.load(sys.stdin)['instances']))"
+}
+requests_of() {
+	curl -sS -H 'Authorization: Bearer t' "http://127.0.0.1:$PORT_X/admin/instances" |
+		$PY -c "import json, sys
+print([i['requests'] for i in json.load(sys.stdin)['instances'] if i['url'].endswith(':$1')][0])"
+}
+want="127.0.0.1:$PORT_A=tiny 127.0.0.1:$PORT_B=qwen2-7b"
+for _ in $(seq 50); do
+	[ "$(models)" = "$want" ] && break
+	sleep 0.1
+done
+[ "$(models)" = "$want" ] || fail "the models learned: $(models), want $want"
+grep -q "decode instance http://127.0.0.1:$PORT_B serves qwen2-7b" "$E2E_TMP/X.log" ||
+	fail "not logged: $(grep serves "$E2E_TMP/X.log")"
+
+for k in $(seq 12); do
+	PORT=$PORT_X post /v1/completions "{\"model\": \"tiny\", \"prompt\": \"hello $k\", \"max_tokens\": 2}" >/dev/null
+	status_is 200 "request $k for tiny"
+done
+[ "$(requests_of "$PORT_B")" = 0 ] || fail "B (qwen2-7b) got $(requests_of "$PORT_B") requests for tiny"
+for k in $(seq 3); do
+	PORT=$PORT_X post /v1/chat/completions "{\"model\": \"qwen2-7b\", \"messages\": [{\"role\": \"user\", \"content\": \"hi $k\"}], \"max_tokens\": 2}" >/dev/null
+	status_is 200 "request $k for qwen2-7b"
+	grep -q '"model":"qwen2-7b"' "$E2E_TMP/body" || fail "answered by: $(cat "$E2E_TMP/body")"
+done
+[ "$(requests_of "$PORT_B")" = 3 ] || fail "B got $(requests_of "$PORT_B") requests for qwen2-7b, want 3"
+for k in $(seq 4); do
+	PORT=$PORT_X post /v1/completions "{\"prompt\": \"no model $k\", \"max_tokens\": 2}" >/dev/null
+	status_is 200 "request $k naming no model"
+done
+PORT=$PORT_X post /v1/completions '{"model": "nope", "prompt": "x", "max_tokens": 2}' >/dev/null
+status_is 404 "a model nobody serves"
+grep -q 'The model `nope` does not exist' "$E2E_TMP/body" || fail "404 body: $(cat "$E2E_TMP/body")"
+
+# B again, serving tiny now, at its address: its checks fail while it is
+# down, then pass, and its models are asked again
+portb=$PORT_B
+named_stop B
+for _ in $(seq 50); do
+	[ "$(models)" = "127.0.0.1:$PORT_A=tiny 127.0.0.1:$portb=None" ] && break
+	sleep 0.1
+done
+bg_start B2 "$ENGINE" --model tiny --time-scale 0 --port "$portb"
+want="127.0.0.1:$PORT_A=tiny 127.0.0.1:$portb=tiny"
+for _ in $(seq 100); do
+	[ "$(models)" = "$want" ] && break
+	sleep 0.1
+done
+[ "$(models)" = "$want" ] || fail "after B served tiny: $(models), want $want"
+before=$(requests_of "$portb")
+for k in $(seq 8); do
+	PORT=$PORT_X post /v1/completions "{\"model\": \"tiny\", \"prompt\": \"again $k\", \"max_tokens\": 2}" >/dev/null
+	status_is 200 "request $k for tiny, B serving it"
+done
+[ "$(requests_of "$portb")" -gt "$before" ] || fail "B, serving tiny now, got none of them"
+named_stop X
+echo ok
