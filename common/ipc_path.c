@@ -94,8 +94,15 @@ int pdx_ipc_bind(void *sock, pdx_ipc_bind_fn bind_fn, const char *addr,
 	if (strncmp(addr, IPC_PREFIX, strlen(IPC_PREFIX)) != 0) {
 		if (bind_fn(sock, addr) == 0)
 			return 0;
-		snprintf(err, errlen, "cannot bind %s: %s", addr,
-			 strerror(errno));
+		e = errno;
+		/* ZeroMQ takes tcp://NAME:PORT as a network interface's name:
+		 * a host name ("localhost", a node's) is "No such device" */
+		snprintf(err, errlen, "cannot bind %s: %s%s", addr, strerror(e),
+			 e == ENODEV ? " (a bind takes an IP address or a "
+				       "network interface's name, not a host "
+				       "name: give the address it resolves "
+				       "to)"
+				     : "");
 		return -1;
 	}
 	if (path_check(addr, path, who, err, errlen))

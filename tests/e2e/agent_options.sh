@@ -34,6 +34,13 @@ for bad in "--listen tcp://127.0.0.1:99999" "--listen tcp://127.0.0.1:-5" \
 		fail "$bad: no reason naming the option: $(cat "$E2E_TMP/bad.log")"
 done
 
+# a host name to bind: ZeroMQ takes it for an interface ("No such
+# device"); the agent says to give the address
+"$AGENT" --engine "$sock" --listen "tcp://localhost:$(free_port)" \
+	2>"$E2E_TMP/bad.log" && fail "--listen tcp://localhost:PORT: started"
+grep -q "not a host name" "$E2E_TMP/bad.log" ||
+	fail "--listen tcp://localhost:PORT: $(cat "$E2E_TMP/bad.log")"
+
 port=$(free_port)
 agent_start a --listen "tcp://127.0.0.1:$port"
 for _ in $(seq 50); do

@@ -22,6 +22,7 @@ within PDX_SGLANG_BOOTSTRAP_TIMEOUT_S, the decode loop's turns short).
     test_sglang_backend.py PATH-TO-pdx-agent
 """
 import os
+import signal
 import socket
 import sys
 import time
@@ -32,7 +33,7 @@ import pdx.sglang
 from mini_sglang import (Decode, Layerwise, Pool, Prefill, Req, ServerArgs,
                          run, side_by_side)
 from pdx.sglang import KVPoll
-from rig import free_port
+from rig import free_port, wait_for
 
 CLASSES = {"manager": pdx.sglang.PdxKVManager,
            "sender": pdx.sglang.PdxKVSender,
@@ -150,6 +151,88 @@ class Backend(unittest.TestCase):
         self.assertNotIn("lease", p.error)
         self.assertLess(time.monotonic() - t0, 2.5)
 
+    def test_abort_on_decode_waits_for_the_writes(self):
+        """The decode side aborts while the prefill agent is pushing into
+        its pages (frozen mid-push here): its poll says Failed only once
+        pdx's event came, after the sender stopped writing, since SGLang
+        reuses the pages of a Failed request at once. No byte lands in
+        them after Failed."""
+        kw = dict(layers=16, pages=128, page_size=16, heads=8, head_dim=128)
+        self.start(Pool(**kw), Pool(**kw))
+        tokens = 128 * 16
+        p, d = Req(24, tokens), Req(24, tokens)
+        self.P.pool.shm.buf[:] = b"\x11" * len(self.P.pool.shm.buf)
+        self.D.add(d, self.P.sa.disaggregation_bootstrap_port)
+        end = time.monotonic() + 10
+        while d not in self.D.transfer and time.monotonic() < end:
+            self.D.step()
+            time.sleep(0.002)
+        self.D.transfer.remove(d)   # this test polls it
+        buf = self.D.pool.shm.buf
+        first = d.pages[0] * self.D.pool.page_size * 8 * 128 * 2
+        self.P.add(p)
+        end = time.monotonic() + 10
+        while buf[first] == 0 and time.monotonic() < end:
+            self.P.step()
+        self.assertNotEqual(buf[first], 0, "the push never began")
+        sender = self.P.mgr.agent.proc
+        sender.send_signal(signal.SIGSTOP)
+        try:
+            d.receiver.abort()
+            for _ in range(20):
+                self.assertNotEqual(d.receiver.poll(), KVPoll.Failed,
+                                    "Failed while the sender may write")
+                time.sleep(0.02)
+        finally:
+            sender.send_signal(signal.SIGCONT)
+        end = time.monotonic() + 10
+        while d.receiver.poll() != KVPoll.Failed and \
+                time.monotonic() < end:
+            time.sleep(0.005)
+        self.assertEqual(d.receiver.poll(), KVPoll.Failed)
+        buf[:] = b"\xee" * len(buf)   # SGLang: the pages' next request
+        time.sleep(0.5)
+        self.assertEqual(bytes(buf).count(0xEE), len(buf),
+                         "bytes landed after the receiver said Failed")
+        with self.assertRaisesRegex(Exception, "aborted by SGLang"):
+            d.receiver.failure_exception()
+
+    def test_pages_late_past_the_lease(self):
+        """The decode request waits for pages (SGLang's prealloc queue
+        under memory pressure) longer than the prefill agent's lease (3 s
+        here) after the prefill side sent: the receiver holds the KV from
+        its bootstrap on, so the transfer still succeeds once the pages
+        are named."""
+        self.start(Pool(), Pool())
+        p, d = Req(25, 16, first_token=77), Req(25, 16)
+        d.addr = "%s:%d" % (d.bootstrap_host,
+                            self.P.sa.disaggregation_bootstrap_port)
+        r = d.receiver = CLASSES["receiver"](
+            mgr=self.D.mgr, bootstrap_addr=d.addr, bootstrap_room=25)
+        self.assertTrue(wait_for(
+            lambda: self.D.mgr.try_ensure_parallel_info(d.addr), 10))
+        r.init(0)
+        self.assertTrue(wait_for(
+            lambda: r.poll() == KVPoll.WaitingForInput, 10))
+        self.P.add(p)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 4.5:   # no pages yet, polled
+            if self.P.busy():
+                self.P.step()
+            r.poll()
+            time.sleep(0.02)
+        d.pages = self.D.pool.alloc(4)
+        d.meta = self.D.meta.free.pop(0)
+        r.send_metadata(d.pages, d.meta, [], decode_prefix_len=0)
+        self.assertTrue(wait_for(lambda: r.poll() in (KVPoll.Success,
+                                                      KVPoll.Failed), 10))
+        self.assertEqual(r.state, KVPoll.Success, r.reason)
+        while self.P.busy():
+            self.P.step()
+        self.assertEqual(p.done, KVPoll.Success, p.error)
+        self.assertEqual(self.P.pool.page_bytes(p.pages),
+                         self.D.pool.page_bytes(d.pages))
+
     def test_abort_on_prefill(self):
         """The prefill side aborts after announcing: the decode side's
         receive fails with pdx's reason (unless its KV had all landed
@@ -229,7 +312,9 @@ class Backend(unittest.TestCase):
                       "[256, 256, 256, 256] != [128, 128, 128, 128]", d.error)
         self.assertEqual(d.receiver.peers, [])   # refused before any recv
         p.sender.abort()   # SGLang aborts the request on the prefill side
-        self.assertEqual(p.sender.poll(), KVPoll.Failed)
+        # Failed once its agent's event says the send ended
+        self.assertTrue(wait_for(lambda: p.sender.poll() == KVPoll.Failed,
+                                 5))
 
 
 class BootstrapDown(unittest.TestCase):

@@ -31,7 +31,7 @@ import pdx.sglang
 from mini_sglang import (DataParallel, Decode, Pool, Prefill, Ranks, Req,
                          ServerArgs, run)
 from pdx.sglang import KVPoll
-from rig import free_port
+from rig import free_port, wait_for
 
 CLASSES = {"manager": pdx.sglang.PdxKVManager,
            "sender": pdx.sglang.PdxKVSender,
@@ -124,8 +124,9 @@ class TensorParallel(unittest.TestCase):
         self.assertEqual(d.ranks[0].done, KVPoll.Failed)
         self.assertIn("PDX_SGLANG_TOKEN", d.ranks[0].error)
         for q in p.ranks:   # SGLang aborts the request on the prefill side
-            q.sender.abort()
-            self.assertEqual(q.sender.poll(), KVPoll.Failed)
+            q.sender.abort()   # Failed at its agent's event
+            self.assertTrue(wait_for(
+                lambda: q.sender.poll() == KVPoll.Failed, 5))
 
 
 class DataParallelAttention(unittest.TestCase):

@@ -17,6 +17,7 @@ announces every page of the prompt, and its agent sends only those after
 the prefix. On "received" the aux row gets
 what the prefill side sent beside the KV and the room (aux.py).
 """
+import logging
 import time
 from typing import Optional
 
@@ -24,6 +25,8 @@ import pdx
 
 from .base import KVPoll
 from .transfer import Transfer
+
+log = logging.getLogger("pdx.sglang")
 
 
 class PdxKVReceiver(Transfer):
@@ -59,6 +62,19 @@ class PdxKVReceiver(Transfer):
         self.peers = [reg["peer_addr"] for reg in regs]
         self.tp_legs = their_tp != mgr.tp_size
         self.state = KVPoll.WaitingForInput
+        self._hold()
+
+    def _hold(self) -> None:
+        """The request now waits for pages (DecodePreallocQueue), maybe
+        longer than the prefill agents' --lease-ms under memory pressure:
+        our agent keeps the sender's lease on the KV alive until the
+        recv (send_metadata) or an abort, at most --xfer-timeout-ms."""
+        for peer in self.peers:
+            try:
+                self.kv_mgr.eng.hold(self.xid, peer)
+            except pdx.Error as e:
+                log.info("pdx.sglang: hold of room %d at %s: %s",
+                         self.bootstrap_room, peer, e)
 
     def poll(self) -> int:
         if self.state == KVPoll.Bootstrapping:

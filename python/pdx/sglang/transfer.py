@@ -22,6 +22,8 @@ class Transfer:
         self.announced = False
         self.event = None
         self.conclude_state = None   # decode.py reads it: Failed or None
+        # abort() of an announced transfer: Failed only at its event
+        self.aborting = False
 
     def poll(self) -> int:
         if self.state not in (KVPoll.Success, KVPoll.Failed):
@@ -40,6 +42,9 @@ class Transfer:
     def on_event(self, ev: pdx.Event) -> None:
         self.kv_mgr.forget(self.xid)
         self.event = ev
+        if self.aborting:   # whatever the agent managed before the abort
+            self.fail("aborted by SGLang")
+            return
         if not ev.ok:
             self.fail("%s: %s" % (ev.status_name, ev.reason))
             return
@@ -62,10 +67,17 @@ class Transfer:
 
     def abort(self) -> None:
         """SGLang's abort of the request: the transfer ends here and at
-        the peer agent."""
-        if self.state in (KVPoll.Success, KVPoll.Failed):
+        the peer agent. One announced to our agent ends (Failed) only at
+        its event: until then the agents may still touch its pages (a
+        receive's, written by the sender until it says it stopped), and
+        SGLang reuses a request's pages as soon as poll() says Failed."""
+        if self.state in (KVPoll.Success, KVPoll.Failed) or self.aborting:
             return
         self._abort_at_agent()
+        if self.announced and self.kv_mgr.xfers.get(self.xid) is self:
+            self.aborting = True
+            self.reason = "aborted by SGLang"
+            return
         self.fail("aborted by SGLang")
 
     def _abort_at_agent(self) -> None:
