@@ -206,8 +206,8 @@ pdx_status_t pdx__layer_done(struct pdx_engine *e, uint32_t layer,
 	if (!xfers || n == 0 || n > UINT32_MAX || layer >= PDX_MAX_LAYERS)
 		return pdx__fail(e, PDX_EINVAL,
 				 "layer_done: needs 1 to 2^32-1 transfers and "
-				 "a layer below %d (%u)",
-				 PDX_MAX_LAYERS, layer);
+				 "a layer below %d (%zu transfers, layer %u)",
+				 PDX_MAX_LAYERS, n, layer);
 	pdx_mp_out_init(&o);
 	msgpack_pack_map(&o.pk, with_slot ? 4 : 3);
 	pdx_mp_kv_str(&o.pk, "op", "layer_done");

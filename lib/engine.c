@@ -3,6 +3,7 @@
  * of libpdx's files (client.h lists them from the bottom): the only one
  * that may reach all of what an engine holds.
  */
+#define PDX_LOG_TOPIC "engine"
 #include "lib/client.h"
 
 #include <errno.h>
@@ -43,14 +44,28 @@ pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 	unsigned fork_generation;
 	pdx_status_t st;
 
-	if (!out)
+	if (!out) {
+		log_error("pdx_engine_connect: no place for the engine (NULL)");
 		return PDX_EINVAL;
+	}
 	*out = NULL;
 	if (!params || !params->agent || !params->agent[0] ||
-	    strnlen(params->agent, PDX_ADDR_MAX) >= PDX_ADDR_MAX ||
-	    params->timeout_ms < 0 || params->liveness_ms < 0 ||
-	    params->xfer_timeout_ms > PDX_XFER_TIMEOUT_MAX_MS)
+	    strnlen(params->agent, PDX_ADDR_MAX) >= PDX_ADDR_MAX) {
+		log_error("pdx_engine_connect: want the agent's address, "
+			  "ipc://PATH, of under %d bytes",
+			  PDX_ADDR_MAX);
 		return PDX_EINVAL;
+	}
+	if (params->timeout_ms < 0 || params->liveness_ms < 0 ||
+	    params->xfer_timeout_ms > PDX_XFER_TIMEOUT_MAX_MS) {
+		log_error("pdx_engine_connect: timeout_ms %d, liveness_ms %d: "
+			  "want 0 (the default) or more; xfer_timeout_ms %u: "
+			  "want at most %u",
+			  params->timeout_ms, params->liveness_ms,
+			  (unsigned)params->xfer_timeout_ms,
+			  (unsigned)PDX_XFER_TIMEOUT_MAX_MS);
+		return PDX_EINVAL;
+	}
 	st = pdx__fork_generation(&fork_generation);
 	if (st != PDX_OK)
 		return st;

@@ -340,7 +340,11 @@ class Event:
 
 
 def _blocks(blocks: Sequence[int]):
-    """A uint32 array C can read without a copy per element."""
+    """A uint32 array C can read without a copy per element. Sets (no
+    token order) and bytes (read as raw uint32s) are refused."""
+    if isinstance(blocks, (set, frozenset, bytes, bytearray, memoryview)):
+        raise Error(EINVAL, "blocks: want block ids in token order (a "
+                    "list, tuple or array), not %s" % type(blocks).__name__)
     if isinstance(blocks, array.array) and blocks.typecode == "I":
         a = blocks
     else:
@@ -432,6 +436,8 @@ class Engine:
         elif last is not None and getattr(self, "_h", None):
             msg = last(self._h)
             why = msg.decode(errors="replace") if msg else ""
+        if why.startswith(what + ":"):  # libpdx named the call already
+            raise Error(status, why)
         raise Error(status, "%s: %s" % (what, why or status_str(status)))
 
     # -- registration ------------------------------------------------

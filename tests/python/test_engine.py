@@ -248,6 +248,15 @@ class Refusals(Pair):
              r"agent: the engine link is ipc://PATH.*tcp:// is an agent's "
              "peer address",
              lambda: pdx.Engine(self.ag.listen["d"])),
+            ("blocks as a set", pdx.Error,
+             "blocks: want block ids in token order .* not set",
+             lambda: D.recv(pdx.XferId(), P.peer_addr, {1, 2})),
+            ("blocks as bytes", pdx.Error, "not bytes",
+             lambda: D.recv(pdx.XferId(), P.peer_addr, b"\x01\0\0\0")),
+            ("layer_done of no transfer, named once", pdx.Error,
+             r"^EINVAL: layer_done: needs 1 to 2\^32-1 transfers .*\(0 "
+             r"transfers, layer 0\)$",
+             lambda: P.layer_done(0, [])),
             ("SharedPool.buf after close", ValueError, "SharedPool is closed",
              lambda: closed.buf),
             ("SharedPool.address after close", ValueError,
