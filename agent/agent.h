@@ -356,6 +356,9 @@ struct agent {
 	struct event *ucx_poll_ev; /* polls UCX while it cannot be armed */
 	struct event *beat_ev; /* heartbeat timer (liveness.c) */
 	uint64_t beat_ns;      /* when it last ran */
+	/* the last warning of a layer_done naming a transfer not announced
+	 * (at most one a second: engine_link.c) */
+	uint64_t early_layer_done_ns;
 	struct pdx_ucx *ucx;
 	char peer_addr[PDX_ADDR_MAX];
 	char host_id[192];

@@ -780,6 +780,30 @@ static void on_recv(struct agent *a, const void *eid, size_t eid_len,
 		xfers_peer_ready(a, x->peer); /* want, if the peer is ready */
 }
 
+/* A layer_done naming a transfer not in flight is ignored: one that
+ * ended (a batch's late layers) quietly; one its engine has not
+ * announced yet is a mistake of order that would end in the layer
+ * timeout, so it is said, at most once a second. */
+static void early_layer_done(struct agent *a, const struct xfer *x,
+			     const struct pdx_xfer_id *id)
+{
+	uint64_t now = pdx_now_ns();
+	char hex[33];
+
+	if ((x && x->finished) || pdx_ended_find(a->ended, id, NULL) ||
+	    (x && x->role != XFER_SEND)) {
+		log_debug("layer_done for a transfer not in flight: ignored");
+		return;
+	}
+	if (now - a->early_layer_done_ns < 1000000000ULL)
+		return;
+	a->early_layer_done_ns = now;
+	pdx_xfer_id_hex(id, hex);
+	log_warn("layer_done for transfer %s, which its engine has not "
+		 "announced (send): not counted; send before layer_done",
+		 hex);
+}
+
 static void on_layer_done(struct agent *a, const void *eid, size_t eid_len,
 			  const msgpack_object *m)
 {
@@ -819,7 +843,7 @@ static void on_layer_done(struct agent *a, const void *eid, size_t eid_len,
 		}
 		x = xfer_find(a, &id);
 		if (!x || x->role != XFER_SEND || !x->announced || x->finished) {
-			log_debug("layer_done for a transfer not in flight: ignored");
+			early_layer_done(a, x, &id);
 			continue;
 		}
 		if (bad_slot) {

@@ -165,9 +165,13 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 			  a->curve ? "with" : "without");
 	else if (which == BOUND_LAYER)
 		xfer_fail(x, PDX_ETIMEDOUT, true,
-			  "no layer computed for %u ms (%u of %u pushed)",
+			  "no layer computed for %u ms (%u of %u pushed)%s",
 			  a->cfg.layer_timeout_ms, x->sm.pushed_count,
-			  x->sm.layers);
+			  x->sm.layers,
+			  pdx_xfer_sm_none_computed(&x->sm)
+			      ? "; no layer_done named it since its send (one "
+				"before the send is not counted)"
+			      : "");
 	else
 		xfer_fail(x, PDX_ETIMEDOUT, true, "timed out after %u ms %s",
 			  x->timeout_ms, xfer_stage(x));

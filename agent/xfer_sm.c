@@ -26,6 +26,15 @@ int pdx_xfer_sm_computed(struct pdx_xfer_sm *sm, uint32_t layer)
 	return 0;
 }
 
+bool pdx_xfer_sm_none_computed(const struct pdx_xfer_sm *sm)
+{
+	for (size_t w = 0; w < sizeof(sm->computed) / sizeof(*sm->computed);
+	     w++)
+		if (sm->computed[w])
+			return false;
+	return true;
+}
+
 void pdx_xfer_sm_blocks_known(struct pdx_xfer_sm *sm)
 {
 	sm->blocks_known = true;

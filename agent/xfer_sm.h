@@ -26,6 +26,8 @@ struct pdx_xfer_sm {
 void pdx_xfer_sm_init(struct pdx_xfer_sm *sm, uint32_t layers);
 /* -1 when layer is out of range; 0 otherwise (repeats are harmless). */
 int pdx_xfer_sm_computed(struct pdx_xfer_sm *sm, uint32_t layer);
+/* No layer computed yet. */
+bool pdx_xfer_sm_none_computed(const struct pdx_xfer_sm *sm);
 void pdx_xfer_sm_blocks_known(struct pdx_xfer_sm *sm);
 /* The next layer to push now (marked pushed), or -1 when none is ready. */
 int pdx_xfer_sm_next(struct pdx_xfer_sm *sm);

@@ -27,8 +27,10 @@ class Pair(unittest.TestCase):
     """A prefill (P) and a decode (D) engine, each with its agent and a
     pool in shared memory; P's pool filled with a pattern."""
 
+    agent_args = ()
+
     def setUp(self):
-        self.ag = Agents(AGENT, "p", "d")
+        self.ag = Agents(AGENT, "p", "d", args=self.agent_args)
         self.addCleanup(self.close_agents)
         self.pools = {n: pdx.SharedPool(POOL_BYTES) for n in "pd"}
         self.eng = {}
@@ -278,6 +280,27 @@ class Refusals(Pair):
         e.close()  # twice is fine
         with self.assertRaises(pdx.Error):
             e.abort(pdx.XferId())
+
+
+class LayerDoneBeforeSend(Pair):
+    """layer_done before its transfer's send is not counted: the agent
+    warns at once (it was a debug line), and the layer timeout's reason
+    says why instead of only "no layer computed"."""
+    agent_args = ("--layer-timeout-ms", "500")
+
+    def test_is_said(self):
+        x = pdx.XferId()
+        P, D = self.eng["p"], self.eng["d"]
+        for layer in range(LAYERS):
+            P.layer_done(layer, [x])
+        D.recv(x, P.peer_addr, [1, 2])
+        P.send(x, D.peer_addr, [1, 2])
+        p = self.event("p", x)
+        self.assertEqual(p.kind, pdx.FAILED)
+        self.assertIn("one before the send is not counted", p.reason)
+        self.assertIn("layer_done for transfer %s, which its engine has "
+                      "not announced" % x, self.ag.log("p"))
+        self.assertEqual(self.event("d", x).kind, pdx.FAILED)
 
 
 class AgentGone(Pair):
