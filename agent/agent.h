@@ -161,6 +161,7 @@ struct registration {
 	void **events;	    /* cuda: slots x layers "layer computed" events */
 	uint32_t event_slots; /* 0: none; layer_done means written */
 	struct tp_rank tp;    /* register's "tp" */
+	char kv_dtype[PDX_KV_DTYPE_MAX]; /* register's "kv_dtype"; "": none */
 };
 
 struct remote_region {

@@ -398,6 +398,28 @@ static pdx_status_t register_tp(const msgpack_object *m, struct registration *g,
 	return PDX_OK;
 }
 
+/* "kv_dtype", optional: the KV's element type by name (what libpdx's
+ * pdx_engine_set_kv_dtype() takes); compared in the handshake. */
+static pdx_status_t register_kv_dtype(const msgpack_object *m,
+				      struct registration *g, char *err,
+				      size_t errlen)
+{
+	const msgpack_object *o = pdx_mp_get(m, "kv_dtype");
+
+	if (!o)
+		return PDX_OK;
+	if (pdx_mp_get_str(m, "kv_dtype", g->kv_dtype, sizeof(g->kv_dtype)) ||
+	    strspn(g->kv_dtype, "abcdefghijklmnopqrstuvwxyz"
+				"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
+		strlen(g->kv_dtype)) {
+		snprintf(err, errlen, "kv_dtype: want a name of at most %d "
+			 "letters, digits, '_', '.' or '-'",
+			 PDX_KV_DTYPE_MAX - 1);
+		return PDX_EINVAL;
+	}
+	return PDX_OK;
+}
+
 /* Another connection registered: the one before is told, so an engine
  * still there (two engines given one agent, e.g. TP ranks sharing an
  * address) learns it is not served any more instead of waiting on events
@@ -450,6 +472,8 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 	st = pdx_layout_unpack(layout, &g.layout, err, sizeof(err));
 	if (!st)
 		st = register_tp(m, &g, err, sizeof(err));
+	if (!st)
+		st = register_kv_dtype(m, &g, err, sizeof(err));
 	if (st)
 		goto refuse;
 	g.n_regions = regions->via.array.size;

@@ -26,6 +26,7 @@ struct hello {
 	bool done_ucx; /* it takes "done" by UCX on the ipc lanes */
 	bool stops;    /* it answers a receiver's "abort" with "stopped" */
 	struct tp_rank tp; /* its engine's rank of its TP size */
+	char kv_dtype[PDX_KV_DTYPE_MAX]; /* its engine's; "": none said */
 	const void *ucx; /* its worker address, in the message */
 	size_t ucx_len;
 	struct pdx_kv_layout layout;
@@ -107,6 +108,7 @@ static pdx_status_t hello_parse(const msgpack_object *m, struct hello *h,
 	h->cuda_ucx = get_bool(m, "cuda_ucx");
 	h->done_ucx = get_bool(m, "done_ucx");
 	h->stops = get_bool(m, "stops");
+	pdx_mp_get_str(m, "kv_dtype", h->kv_dtype, sizeof(h->kv_dtype));
 	h->staging = pdx_mp_get(m, "staging");
 	h->tp = (struct tp_rank){ 0, 1 };
 	if (pdx_mp_get(m, "tp")) {
@@ -169,6 +171,15 @@ static pdx_status_t hello_check(const struct agent *a, const struct peer *p,
 			 diff[0] ? diff : "compatibility hash");
 		return PDX_EINCOMPAT;
 	}
+	/* the layout knows bytes per element, not their type: bfloat16 and
+	 * float16 read each other's KV as their own */
+	if (a->reg.kv_dtype[0] && h->kv_dtype[0] &&
+	    strcmp(a->reg.kv_dtype, h->kv_dtype)) {
+		snprintf(err, errlen, "KV element types differ (ours vs %s): "
+			 "%s != %s",
+			 p->addr, a->reg.kv_dtype, h->kv_dtype);
+		return PDX_EINCOMPAT;
+	}
 	if (tp_heads_refusal(&a->reg.layout, a->reg.tp, &h->layout, h->tp, why,
 			     sizeof(why))) {
 		snprintf(err, errlen, "layout differs (ours vs %s): %s", p->addr,
@@ -223,6 +234,8 @@ static void send_hello(struct agent *a, struct peer *p, const char *op)
 	staged_pack_hello(a, &pm.m);
 	pdx_mp_msg_bool(&pm.m, "done_ucx", true);
 	pdx_mp_msg_bool(&pm.m, "stops", true);
+	if (a->reg.kv_dtype[0])
+		pdx_mp_msg_str(&pm.m, "kv_dtype", a->reg.kv_dtype);
 	pdx_mp_msg_map_open(&pm.m, "tp");
 	pdx_mp_msg_u64(&pm.m, "rank", a->reg.tp.rank);
 	pdx_mp_msg_u64(&pm.m, "size", a->reg.tp.size);

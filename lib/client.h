@@ -100,6 +100,7 @@ struct pdx_engine {
 	int liveness_ms;
 	uint32_t xfer_timeout_ms;
 	uint32_t tp_rank, tp_size; /* pdx_engine_set_tp(); size 0: none */
+	char kv_dtype[PDX_KV_DTYPE_MAX]; /* pdx_engine_set_kv_dtype(); "": none */
 	void *mon;         /* PAIR: the socket monitor's connection events */
 	int efd;           /* epoll over both sockets' ZMQ_FDs and the lane's
 			    * fd: pdx_engine_fd() */

@@ -34,6 +34,27 @@ pdx_status_t pdx_engine_set_tp(struct pdx_engine *e, uint32_t rank,
 	return pdx__leave(e, PDX_OK);
 }
 
+pdx_status_t pdx_engine_set_kv_dtype(struct pdx_engine *e, const char *name)
+{
+	pdx_status_t st = pdx__enter(e, "set_kv_dtype");
+	size_t n = name ? strnlen(name, PDX_KV_DTYPE_MAX) : 0;
+
+	if (st != PDX_OK)
+		return st;
+	if (n >= PDX_KV_DTYPE_MAX || strspn(name ? name : "",
+					    "abcdefghijklmnopqrstuvwxyz"
+					    "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+					    "0123456789_.-") != n)
+		return pdx__leave(e, pdx__fail(e, PDX_EINVAL, "set_kv_dtype: "
+					       "want a name of at most %d "
+					       "letters, digits, '_', '.' or "
+					       "'-'",
+					       PDX_KV_DTYPE_MAX - 1));
+	memcpy(e->kv_dtype, name ? name : "", n);
+	e->kv_dtype[n] = '\0';
+	return pdx__leave(e, PDX_OK);
+}
+
 static pdx_status_t check_regions(struct pdx_engine *e,
 				  const struct pdx_engine_region *regions,
 				  size_t n_regions, uint64_t *sizes)
@@ -274,8 +295,11 @@ pdx_status_t pdx__register(struct pdx_engine *e,
 		return st;
 
 	pdx_mp_out_init(&o);
-	msgpack_pack_map(&o.pk, (ev ? 6 : 4) + (e->tp_size ? 1 : 0));
+	msgpack_pack_map(&o.pk, (ev ? 6 : 4) + (e->tp_size ? 1 : 0) +
+				    (e->kv_dtype[0] ? 1 : 0));
 	pdx_mp_kv_str(&o.pk, "op", "register");
+	if (e->kv_dtype[0])
+		pdx_mp_kv_str(&o.pk, "kv_dtype", e->kv_dtype);
 	if (e->tp_size) {
 		pdx_mp_str(&o.pk, "tp");
 		msgpack_pack_map(&o.pk, 2);

@@ -57,6 +57,7 @@ extern "C" {
 #define PDX_ADDR_MAX 256
 #define PDX_REASON_MAX 256
 #define PDX_META_MAX 65536 /* pdx_engine_meta(): bytes beside the KV */
+#define PDX_KV_DTYPE_MAX 32 /* pdx_engine_set_kv_dtype(): a name's bytes, NUL too */
 
 /* 128 random bits, minted by whoever pairs the prefill and decode sides. */
 struct pdx_xfer_id {
@@ -164,6 +165,15 @@ pdx_status_t pdx_engine_register(struct pdx_engine *e,
  * (docs/protocol.md, "TP legs"). */
 pdx_status_t pdx_engine_set_tp(struct pdx_engine *e, uint32_t rank,
 			       uint32_t size);
+
+/* The KV's element type by name, e.g. "bfloat16", "float16",
+ * "float8_e4m3fn" (at most PDX_KV_DTYPE_MAX - 1 bytes of letters, digits,
+ * '_', '.', '-'; "" or NULL: none). The layout knows only dtype_bytes, so
+ * a bfloat16 engine and a float16 one paired and each read the other's KV
+ * as its own; agents whose engines both name one refuse to pair when the
+ * names differ (docs/protocol.md, "hello"). Takes effect at the next
+ * register, and is kept for the registers sent again. Added in 0.6. */
+pdx_status_t pdx_engine_set_kv_dtype(struct pdx_engine *e, const char *name);
 
 /* The same, for a GPU engine with "layer computed" events (NULL: none). */
 pdx_status_t pdx_engine_register_cuda(struct pdx_engine *e,

@@ -13,6 +13,7 @@ import os
 ADDR_MAX = 256
 REASON_MAX = 256
 META_MAX = 65536
+KV_DTYPE_MAX = 32
 CUDA_IPC_BYTES = 64
 XFER_ID_BYTES = 16
 XFER_TIMEOUT_MAX_MS = 3600000  # PDX_XFER_TIMEOUT_MAX_MS
@@ -148,6 +149,8 @@ _OPTIONAL = {
                                   ctypes.c_size_t]),
     "pdx_engine_event_meta": (_STATUS, [_ENG, _P(ctypes.c_void_p),
                                         _P(ctypes.c_size_t)]),
+    # libpdx 0.6
+    "pdx_engine_set_kv_dtype": (_STATUS, [_ENG, ctypes.c_char_p]),
 }
 
 

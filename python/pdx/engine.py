@@ -531,6 +531,16 @@ class Engine:
         self._call(_lib_fn("pdx_engine_set_tp")(self._handle(), rank, size),
                    "set_tp")
 
+    def set_kv_dtype(self, name: Optional[str]) -> None:
+        """The KV's element type by name ("bfloat16", "float16",
+        "float8_e4m3fn"; None: none), from the next register on: agents
+        whose engines name different ones refuse to pair (the layout
+        knows only its bytes)."""
+        raw = _cstr("name", name, "an element type's name", none_ok=True,
+                    max_bytes=_clib.KV_DTYPE_MAX - 1)
+        self._call(_lib_fn("pdx_engine_set_kv_dtype")(self._handle(), raw),
+                   "set_kv_dtype")
+
     def recv(self, xfer: XferLike, peer: Optional[str], blocks: Sequence[int],
              skip_tokens: int = 0, pull: Optional[bool] = None,
              peers: Optional[Sequence[str]] = None) -> None:

@@ -997,7 +997,8 @@ class MiniVllm:
     50297 (merged 2026-07): when the connector requires_kv_delivery, a
     request preempted while a step that computes it is in flight loses
     that step's output and is computed again from its prompt, rather
-    than finished with it.
+    than finished with it. kv_cache_dtype: vLLM's --kv-cache-dtype, as
+    the connector reads it (the synthetic model's KV stays bfloat16).
     """
 
     def __init__(self, kv_transfer_config=None, role: str = "both",
@@ -1010,7 +1011,8 @@ class MiniVllm:
                  served_model_name: Optional[str] = None,
                  zero_step_sleep_s: float = 0.001, tp_size: int = 1,
                  deferred_load_start: bool = False,
-                 drops_stale_output: bool = False):
+                 drops_stale_output: bool = False,
+                 kv_cache_dtype: str = "auto"):
         if role not in ROLES:
             raise ValueError("role: prefill, decode or both")
         self.role = role
@@ -1026,6 +1028,7 @@ class MiniVllm:
                                      max_model_len=max_model_len,
                                      use_mla=kv_layout == "mla"),
             cache_config=CacheConfig(block_size=self.model.block_tokens,
+                                     cache_dtype=kv_cache_dtype,
                                      enable_prefix_caching=enable_prefix_caching,
                                      num_gpu_blocks=num_blocks),
             parallel_config=ParallelConfig(tensor_parallel_size=tp_size),

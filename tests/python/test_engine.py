@@ -282,6 +282,45 @@ class Refusals(Pair):
             e.abort(pdx.XferId())
 
 
+class KvDtype(Pair):
+    """Engines naming their KV's element type (set_kv_dtype): agents
+    refuse to pair different names, saying both, where the layout alone
+    (2 bytes each) paired a bfloat16 engine with a float16 one; equal
+    names, or one side naming none, pair as before."""
+
+    def named(self, p, d):
+        for n, dt in (("p", p), ("d", d)):
+            self.eng[n].set_kv_dtype(dt)
+            self.eng[n].register(layout(), [self.pools[n].region])
+
+    def test_different_names_are_refused(self):
+        self.named("bfloat16", "float16")
+        x = pdx.XferId()
+        self.push(x, [1, 2], [3, 4])
+        d, p = self.event("d", x), self.event("p", x)
+        self.assertEqual((d.kind, p.kind), (pdx.FAILED, pdx.FAILED))
+        why = d.reason + " | " + p.reason
+        self.assertRegex(why, r"KV element types differ \(ours vs tcp://"
+                         r"[^)]*\): (bfloat16 != float16|float16 != "
+                         r"bfloat16)")
+
+    def test_equal_names_or_one_unnamed_pair(self):
+        for p, d in (("bfloat16", "bfloat16"), ("float8_e4m3fn", None)):
+            with self.subTest(p=p, d=d):
+                self.named(p, d)
+                x = pdx.XferId()
+                self.push(x, [1, 2], [3, 4])
+                self.assertEqual(self.event("d", x).kind, pdx.RECEIVED)
+                self.assertEqual(self.event("p", x).kind, pdx.SENT)
+
+    def test_bad_names(self):
+        P = self.eng["p"]
+        with self.assertRaisesRegex(pdx.Error, "set_kv_dtype: want a name"):
+            P.set_kv_dtype("bf 16")
+        with self.assertRaisesRegex(ValueError, "name: want .* 1 to 31"):
+            P.set_kv_dtype("f" * 32)
+
+
 class LayerDoneBeforeSend(Pair):
     """layer_done before its transfer's send is not counted: the agent
     warns at once (it was a debug line), and the layer timeout's reason

@@ -597,6 +597,42 @@ class LayoutMismatch(Instances):
         self.assertIn("tensors", said)
 
 
+class KvDtypeMismatch(LayoutMismatch):
+    """A prefill instance whose --kv-cache-dtype is fp8_e5m2, a decode
+    one at fp8_e4m3: the same bytes (1 each), which the layout alone
+    paired, and each side would have read the other's KV as its own."""
+
+    def setUp(self):
+        self.warnings = Warnings()
+        logging.getLogger("pdx.vllm").addHandler(self.warnings)
+        self.addCleanup(logging.getLogger("pdx.vllm").removeHandler,
+                        self.warnings)
+        self.P = self.start(MiniVllm(config(), role="prefill",
+                                     kv_cache_dtype="fp8_e5m2"))
+        self.D = self.start(MiniVllm(config(), role="decode",
+                                     kv_cache_dtype="fp8"))
+        self.C = self.start(MiniVllm(None))
+        self.free_p, self.free_d = self.P.free_blocks(), self.D.free_blocks()
+
+    def test_refused_saying_why_then_recomputed(self):
+        p = self.prefill().kv_transfer_params
+        out = self.D.generate(PROMPT, 8, dict(p))
+        self.assertEqual(out.token_ids, self.colocated())
+        self.assertEqual(self.worker(self.D).stats["failed"], 1)
+        said = " ".join(self.warnings.lines)
+        self.assertRegex(said, "KV element types differ .*(fp8_e5m2 != "
+                         "fp8_e4m3|fp8_e4m3 != fp8_e5m2)")
+
+    def test_names(self):
+        from pdx.vllm.worker import kv_dtype_name
+        import torch
+        t = {"l0": torch.zeros(2, dtype=torch.float16)}
+        self.assertEqual(kv_dtype_name("auto", t), "float16")
+        self.assertEqual(kv_dtype_name("fp8", t), "fp8_e4m3")
+        self.assertEqual(kv_dtype_name("fp8_e5m2", t), "fp8_e5m2")
+        self.assertIsNone(kv_dtype_name("auto", {}))
+
+
 def running(pid):
     """pid runs (a zombie does not: where PID 1 does not reap it, the
     agent killed stays one)."""

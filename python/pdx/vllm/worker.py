@@ -53,6 +53,18 @@ def _agent_args(v) -> List[str]:
                      "strings, e.g. [\"--lease-ms\", \"3000\"], got %r" % (v,))
 
 
+def kv_dtype_name(cache_dtype: str, kv_caches) -> Optional[str]:
+    """What the agents compare (libpdx's set_kv_dtype): vLLM's
+    --kv-cache-dtype when set (fp8 caches are stored as uint8, e4m3 and
+    e5m2 alike; its "fp8" is e4m3), else the tensors' dtype (bfloat16
+    and float16 are both 2 bytes: the layout alone paired them)."""
+    if cache_dtype and cache_dtype != "auto":
+        return {"fp8": "fp8_e4m3"}.get(cache_dtype, cache_dtype)
+    first = next(iter(kv_caches.values()), None)
+    dtype = getattr(first, "dtype", None)
+    return str(dtype).replace("torch.", "") if dtype is not None else None
+
+
 @dataclass
 class _Flight:
     req_id: str
@@ -84,6 +96,8 @@ class PdxWorker:
                               xfer_timeout_ms=int(extra.get(
                                   "xfer_timeout_ms", 0)),
                               liveness_ms=int(extra.get("liveness_ms", 0)))
+        self.cache_dtype = str(getattr(getattr(
+            vllm_config, "cache_config", None), "cache_dtype", "auto"))
         self.peer_addr = None
         self.layer_of: Dict[str, int] = {}
         self.layers = 0
@@ -108,6 +122,7 @@ class PdxWorker:
         lay, regions, layers, self.cuda = kv_layout.build(kv_caches)
         if self.tp_size > 1:  # our heads: the agents reshard between sizes
             self.eng.set_tp(self.rank, self.tp_size)
+        self.eng.set_kv_dtype(kv_dtype_name(self.cache_dtype, kv_caches))
         # GPU KV: libpdx makes the layers' interprocess events and records
         # them on vLLM's stream at each layer_done (never a synchronize)
         self.peer_addr = self.eng.register(
