@@ -26,8 +26,13 @@ from pypeer import (BLOCKS, BLOCK_BYTES, LAYERS, TENSORS, Engine, Rig,
                     check, exit_code, pack, same_blocks)
 
 
-def transfer(P, D, addrs, what):
-    """One layer-wise transfer of 5 scattered blocks, checked."""
+def transfer(P, D, addrs, what, crossing_ok=False):
+    """One layer-wise transfer of 5 scattered blocks, checked. crossing_ok:
+    right after P registered again, D's agent may send its want before
+    P's new hello reaches it, or P's engine may announce it after D's
+    agent, meeting that hello, aborted it; such a transfer fails on both
+    sides (docs/protocol.md, "want"), as a loaded machine showed, and
+    then one more is tried."""
     src = random.sample(range(BLOCKS), 5)
     dst = random.sample(range(BLOCKS), 5)
     P.shm.buf[:] = os.urandom(P.shm.size)
@@ -37,6 +42,12 @@ def transfer(P, D, addrs, what):
     for layer in range(LAYERS):
         P.send({"op": "layer_done", "layer": layer, "xfers": [xfer]})
     got_d, got_p = D.event(xfer), P.event(xfer)
+    if crossing_ok and got_p is not None and got_d is not None and \
+            got_p["kind"] == got_d["kind"] == "failed" and \
+            ("earlier instance" in got_p["reason"] or
+             "peer restarted" in got_d["reason"]):
+        print(f"{what}: the want crossed the new hello; once more")
+        return transfer(P, D, addrs, what)
     want = LAYERS * TENSORS * len(src) * BLOCK_BYTES
     check(got_d is not None and got_d["kind"] == "received" and
           got_d["bytes"] == want and got_p is not None and
@@ -136,7 +147,8 @@ def main():
               "direct" not in again,
               f"a register sent again on the lane is answered there, no "
               f"new offer: {again}")
-        transfer(P, D, addrs, "after registering again on the lane")
+        transfer(P, D, addrs, "after registering again on the lane",
+                 crossing_ok=True)
 
         # the engine announces on its lane and closes it while its agent
         # is stopped, then goes on on ZeroMQ: the agent reads the lane's
