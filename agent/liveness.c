@@ -99,8 +99,14 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 	uint64_t bound = (uint64_t)a->cfg.peer_timeout_ms * 1000000ULL;
 	uint64_t period = (uint64_t)a->cfg.heartbeat_ms * 1000000ULL;
 	/* We did not run for a while: whoever looked silent could not be
-	 * heard. Their silence counts from now. */
-	uint64_t stalled = pdx_stall_check(&a->beat_ns, now, 2 * period);
+	 * heard. Their silence counts from now. A late beat counts as that
+	 * only when it took half the silence bound: with a heartbeat of a
+	 * few ms every beat is "late" by that much on a busy host, and
+	 * silences that restart at every beat never end (a frozen or
+	 * cut-off peer was then never found dead, and each beat logged a
+	 * warning). */
+	uint64_t stalled = pdx_stall_check(
+	    &a->beat_ns, now, 2 * period > bound / 2 ? 2 * period : bound / 2);
 	bool we_stalled = stalled != 0;
 	struct peer *p, *ptmp;
 	struct xfer *x, *xtmp;
