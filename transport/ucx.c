@@ -43,6 +43,17 @@ struct pdx_ucx {
 	struct op *pending;  /* requests UCX has not called back for yet */
 	struct am_handler am[AM_IDS];
 	int closing; /* endpoint closes in flight */
+	struct ep_slot *slots; /* every endpoint's, freed with the worker */
+};
+
+/* What UCX's error handler gets as its argument. UCX may call it for an
+ * endpoint already closed (its error handling runs from a later progress):
+ * a wrapper freed by then was read after its free, and a prefill agent
+ * crashed after a healed partition. A slot lives as long as the worker,
+ * and names its endpoint until that is closed. */
+struct ep_slot {
+	struct ep_slot *next;
+	struct pdx_ucx_ep *e; /* NULL once closed */
 };
 
 struct pdx_ucx_ep {
@@ -50,7 +61,7 @@ struct pdx_ucx_ep {
 	ucp_ep_h ep;
 	pdx_ucx_ep_error_cb err_cb;
 	void *arg;
-	bool closed;
+	struct ep_slot *slot;
 };
 
 struct pdx_ucx_mem {
@@ -183,6 +194,12 @@ void pdx_ucx_stop(struct pdx_ucx *u)
 	ucp_worker_release_address(u->worker, u->addr);
 	ucp_worker_destroy(u->worker);
 	u->worker = NULL;
+	while (u->slots) { /* no callback comes any more */
+		struct ep_slot *s = u->slots;
+
+		u->slots = s->next;
+		free(s);
+	}
 	/* Requests the worker never completed (UCX 1.13 leaves a rendezvous
 	 * send to a force-closed shared-memory endpoint pending): their
 	 * callbacks will not fire now, so what they held is the caller's to
@@ -430,9 +447,10 @@ void pdx_ucx_rkey_buf_free(void *buf)
 
 static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
-	struct pdx_ucx_ep *e = arg;
+	struct ep_slot *slot = arg;
+	struct pdx_ucx_ep *e = slot->e;
 
-	if (!e->closed && e->err_cb)
+	if (e && e->ep == ep && e->err_cb)
 		e->err_cb(e->arg, status == UCS_OK ? PDX_EPEER : from_ucs(status));
 }
 
@@ -442,6 +460,7 @@ pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
 			    struct pdx_ucx_ep **out)
 {
 	struct pdx_ucx_ep *e = calloc(1, sizeof(*e));
+	struct ep_slot *slot = calloc(1, sizeof(*slot));
 	ucp_ep_params_t p = {
 		.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
 			      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -454,17 +473,24 @@ pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
 	ucs_status_t s;
 
 	(void)len; /* the address is self-describing */
-	if (!e)
+	if (!e || !slot) {
+		free(e);
+		free(slot);
 		return PDX_ENOMEM;
+	}
 	e->u = u;
 	e->err_cb = err_cb;
 	e->arg = arg;
-	p.err_handler.arg = e;
+	e->slot = slot;
+	slot->next = u->slots;
+	u->slots = slot;
+	p.err_handler.arg = slot;
 	s = ucp_ep_create(u->worker, &p, &e->ep);
 	if (s != UCS_OK) {
 		free(e);
-		return from_ucs(s);
+		return from_ucs(s); /* the slot, named nowhere, goes with u */
 	}
+	slot->e = e;
 	*out = e;
 	return PDX_OK;
 }
@@ -491,7 +517,7 @@ void pdx_ucx_ep_close(struct pdx_ucx_ep *e)
 
 	if (!e)
 		return;
-	e->closed = true;
+	e->slot->e = NULL; /* no error callback for it from now on */
 	p.user_data = e;
 	req = ucp_ep_close_nbx(e->ep, &p);
 	if (req == NULL || UCS_PTR_IS_ERR(req)) {
