@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -31,6 +32,29 @@ static const struct timeval UCX_POLL = { 0, 1000 }, UCX_NOW = { 0, 0 };
  * completions keep coming: the engine link, the peers and the timers
  * (heartbeats) get their turn between. */
 #define PROGRESS_BUDGET_NS 1000000
+
+/* UCX's shared-memory transports map their segments in /dev/shm: full,
+ * UCX's start fails with no more than "i/o failure" from us (UCX's own
+ * line says "Not enough memory"). Says how full it is when it is. */
+static const char *shm_room_hint(void)
+{
+	static char hint[160];
+	struct statvfs v;
+	uint64_t avail;
+
+	if (statvfs("/dev/shm", &v) != 0)
+		return "";
+	avail = (uint64_t)v.f_bavail * v.f_frsize;
+	if (avail >= (64ULL << 20))
+		return "";
+	snprintf(hint, sizeof(hint),
+		 " (/dev/shm has %llu MiB free of %llu MiB; UCX's shared-"
+		 "memory transports need room there)",
+		 (unsigned long long)(avail >> 20),
+		 (unsigned long long)(((uint64_t)v.f_blocks * v.f_frsize) >>
+				      20));
+	return hint;
+}
 
 static void usage(FILE *f)
 {
@@ -489,7 +513,8 @@ static int agent_start(struct agent *a)
 		return -1;
 	st = pdx_ucx_new(&a->ucx);
 	if (st) {
-		log_error("ucx init failed: %s", pdx_status_str(st));
+		log_error("ucx init failed: %s%s", pdx_status_str(st),
+			  shm_room_hint());
 		return -1;
 	}
 	st = push_am_register(a);

@@ -12,6 +12,7 @@
 # and removed at exit only while it is the agent's own. A --notify
 # address where no ZeroMQ collector listens is said once. GPU staging a
 # dead agent left in /dev/shm is removed at start, a live one's is not.
+# With /dev/shm full the agent's refusal to start says so.
 #   agent_options.sh PDX_AGENT
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -40,6 +41,19 @@ done
 	2>"$E2E_TMP/bad.log" && fail "--listen tcp://localhost:PORT: started"
 grep -q "not a host name" "$E2E_TMP/bad.log" ||
 	fail "--listen tcp://localhost:PORT: $(cat "$E2E_TMP/bad.log")"
+
+# /dev/shm full (a mount namespace of its own, as root): UCX cannot
+# start its shared-memory transports, and the agent says where the room
+# is short (it said only "i/o failure")
+if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
+	timeout 20 unshare -m sh -c 'mount -t tmpfs -o size=8m tmpfs /dev/shm &&
+		dd if=/dev/zero of=/dev/shm/fill bs=1M count=8 2>/dev/null;
+		exec "$0" --engine "$1" --listen "tcp://127.0.0.1:$2"' \
+		"$AGENT" "$sock" "$(free_port)" 2>"$E2E_TMP/shm.log" &&
+		fail "an agent with /dev/shm full started"
+	grep -q "ucx init failed: .*/dev/shm has 0 MiB free of 8 MiB" "$E2E_TMP/shm.log" ||
+		fail "/dev/shm full: $(tail -2 "$E2E_TMP/shm.log")"
+fi
 
 port=$(free_port)
 agent_start a --listen "tcp://127.0.0.1:$port"
