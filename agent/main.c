@@ -151,7 +151,9 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 	int o;
 
 	*c = agent_config_defaults();
-	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	int at = -1;
+
+	while ((o = getopt_long(argc, argv, "h", opts, &at)) != -1) {
 		switch (o) {
 		case 'e': c->engine_addr = optarg; break;
 		case 'l': c->listen_addr = optarg; break;
@@ -219,8 +221,9 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 					: o == 'C' ? &c->staging_chunk_mb
 						   : &c->max_xfers;
 			if (parse_u32(optarg, dst) || *dst == 0) {
-				fprintf(stderr, "pdx-agent: %s needs a positive integer\n",
-					argv[optind - 1]);
+				fprintf(stderr, "pdx-agent: --%s %s: want an "
+					"integer from 1 to 4294967295\n",
+					at >= 0 ? opts[at].name : "?", optarg);
 				return -1;
 			}
 			break;
