@@ -26,6 +26,8 @@
 #include "common/ipc_path.h"
 #include "transport/ucx.h"
 
+#define NOTIFY_MAX 4 /* --notify collectors */
+
 /* How bytes move to a peer (docs/architecture.md, "Data path"). Host
  * memory: ipc, put or am. GPU memory (docs/gpu.md): cuda-put (a UCX with
  * CUDA support puts GPU to GPU), cuda-ipc (same host: our stream copies
@@ -102,7 +104,10 @@ struct agent_config {
 	bool no_engine_direct;   /* --engine-direct off: ZeroMQ only */
 	const char *listen_addr; /* tcp://HOST:PORT the peer link */
 	const char *advertise;   /* peer address given out, if not listen's */
-	const char *notify_addr; /* tcp://... collector, optional */
+	/* tcp://... collectors (pdx-proxy's --notify-bind), optional; each
+	 * gets every notification (two proxies in front of one engine) */
+	const char *notify_addr[NOTIFY_MAX];
+	unsigned n_notify;
 	const char *metrics_addr; /* HOST:PORT of /metrics, optional */
 	enum data_path data_path;
 	bool pull; /* receiver: read the sender's blocks unless the engine's
@@ -336,6 +341,17 @@ struct engine_direct {
 			     * came: we read it */
 };
 
+/* A collector of transfer notifications (--notify): a PUSH socket of its
+ * own (one socket connected to two would deal the messages out between
+ * them), its handshakes watched (notify_watch.c). */
+struct notify_target {
+	const char *addr;
+	void *sock;
+	void *mon;
+	struct event *mon_ev;
+	bool refused; /* the last handshake there failed */
+};
+
 struct agent {
 	struct agent_config cfg;
 	const struct xfer_ops *xfer_ops;
@@ -348,11 +364,7 @@ struct agent {
 	struct engine_direct direct; /* beside it (engine_direct.c) */
 	struct pdx_ipc_path engine_ipc; /* its socket file, removed at stop */
 	void *peer_sock;   /* ROUTER, tcp:// */
-	void *notify_sock; /* PUSH, optional */
-	/* its connections' handshakes, watched (notify.c) */
-	void *notify_mon;
-	struct event *notify_mon_ev;
-	bool notify_refused; /* the last handshake there failed */
+	struct notify_target notify[NOTIFY_MAX]; /* cfg.n_notify of them */
 	struct event *engine_ev, *peer_ev, *ucx_ev, *sig_int, *sig_term;
 	struct event *ucx_poll_ev; /* polls UCX while it cannot be armed */
 	struct event *beat_ev; /* heartbeat timer (liveness.c) */
@@ -801,9 +813,9 @@ void tp_legs_decided(struct xfer *x);
 
 /* notify.c */
 void notify_xfer(struct agent *a, struct xfer *x, const char *kind);
-/* notify_watch.c: watches the collector's connections (a->notify_sock,
- * made): -1 when it cannot. notify_unwatch() before the socket closes. */
-int notify_watch(struct agent *a);
-void notify_unwatch(struct agent *a);
+/* notify_watch.c: watches a collector's connections (t->sock, made): -1
+ * when it cannot. notify_unwatch() before the socket closes. */
+int notify_watch(struct agent *a, struct notify_target *t, unsigned i);
+void notify_unwatch(struct notify_target *t);
 
 #endif

@@ -71,6 +71,7 @@ static void usage(FILE *f)
 		"  --listen ADDR           peer link (ZeroMQ ROUTER), tcp://HOST:PORT\n"
 		"  --advertise ADDR        peer address given to others (default: --listen)\n"
 		"  --notify ADDR           push transfer events to a collector, tcp://HOST:PORT\n"
+		"                          (repeatable, 4 at most: each gets every event)\n"
 		"  --metrics HOST:PORT     serve Prometheus metrics at /metrics there\n"
 		"                          (off by default; port 0: any free port)\n"
 		"  --data-path MODE        auto (default); host memory: ipc, put or am\n"
@@ -158,7 +159,14 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 		case 'e': c->engine_addr = optarg; break;
 		case 'l': c->listen_addr = optarg; break;
 		case 'a': c->advertise = optarg; break;
-		case 'n': c->notify_addr = optarg; break;
+		case 'n':
+			if (c->n_notify == NOTIFY_MAX) {
+				fprintf(stderr, "pdx-agent: --notify: at most %d "
+					"collectors\n", NOTIFY_MAX);
+				return -1;
+			}
+			c->notify_addr[c->n_notify++] = optarg;
+			break;
 		case 'R': {
 			char host[PDX_ADDR_MAX];
 			uint16_t port;
@@ -263,15 +271,16 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 		usage(stderr);
 		return -1;
 	}
-	for (int i = 0; i < 3; i++) {
+	for (unsigned i = 0; i < 2 + c->n_notify; i++) {
 		const char *name[] = { "--listen", "--advertise", "--notify" };
-		const char *addr[] = { c->listen_addr, c->advertise,
-				       c->notify_addr };
+		const char *addr = i == 0   ? c->listen_addr
+				   : i == 1 ? c->advertise
+					    : c->notify_addr[i - 2];
 		char why[256];
 
-		if (addr[i] &&
-		    !pdx_tcp_addr_ok(addr[i], i == 0, why, sizeof(why))) {
-			fprintf(stderr, "pdx-agent: %s %s\n", name[i], why);
+		if (addr && !pdx_tcp_addr_ok(addr, i == 0, why, sizeof(why))) {
+			fprintf(stderr, "pdx-agent: %s %s\n", name[i < 2 ? i : 2],
+				why);
 			return -1;
 		}
 	}
@@ -543,17 +552,18 @@ static int agent_start(struct agent *a)
 		zmq_getsockopt(a->peer_sock, ZMQ_LAST_ENDPOINT, a->peer_addr,
 			       &len);
 	}
-	if (a->cfg.notify_addr) {
+	for (unsigned i = 0; i < a->cfg.n_notify; i++) {
+		struct notify_target *t = &a->notify[i];
 		int hwm = 1000;
 
-		a->notify_sock = zsock(a, ZMQ_PUSH, NULL, false, NULL);
-		if (!a->notify_sock)
+		t->addr = a->cfg.notify_addr[i];
+		t->sock = zsock(a, ZMQ_PUSH, NULL, false, NULL);
+		if (!t->sock)
 			return -1;
-		zmq_setsockopt(a->notify_sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-		if (notify_watch(a) ||
-		    zmq_connect(a->notify_sock, a->cfg.notify_addr) < 0) {
-			log_error("cannot connect to collector %s: %s",
-				  a->cfg.notify_addr, zmq_strerror(zmq_errno()));
+		zmq_setsockopt(t->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+		if (notify_watch(a, t, i) || zmq_connect(t->sock, t->addr) < 0) {
+			log_error("cannot connect to collector %s: %s", t->addr,
+				  zmq_strerror(zmq_errno()));
 			return -1;
 		}
 	}
@@ -621,9 +631,11 @@ static void agent_stop(struct agent *a)
 	if (a->peer_sock)
 		zmq_close(a->peer_sock);
 	pdx_curve_free(a->curve);
-	notify_unwatch(a);
-	if (a->notify_sock)
-		zmq_close(a->notify_sock);
+	for (unsigned i = 0; i < NOTIFY_MAX; i++) {
+		notify_unwatch(&a->notify[i]);
+		if (a->notify[i].sock)
+			zmq_close(a->notify[i].sock);
+	}
 	if (a->zctx)
 		zmq_ctx_term(a->zctx);
 	pdx_ucx_free(a->ucx);

@@ -150,7 +150,8 @@ static int render_state(const struct agent *a, struct evbuffer *out)
 	bad |= pdx_prom_family(out, "pdx_agent_notifications_dropped_total",
 			       "counter",
 			       "transfer notifications (--notify) dropped "
-			       "while the collector was away or slow");
+			       "while a collector was away or slow (one "
+			       "per collector)");
 	bad |= pdx_prom_sample(out, "pdx_agent_notifications_dropped_total", "",
 			       a->notify_dropped);
 	return bad;

@@ -1,5 +1,5 @@
-/* Completion notifications to a collector (the proxy): never blocking a
- * transfer, dropped and counted when the collector is away. */
+/* Completion notifications to the collectors (proxies): never blocking a
+ * transfer, dropped and counted when a collector is away. */
 #include <zmq.h>
 
 #include "agent/agent.h"
@@ -9,7 +9,7 @@ void notify_xfer(struct agent *a, struct xfer *x, const char *kind)
 {
 	struct pdx_mp_msg m;
 
-	if (!a->notify_sock)
+	if (!a->cfg.n_notify)
 		return;
 	pdx_mp_msg_init(&m);
 	pdx_mp_msg_str(&m, "op", "xfer_event");
@@ -20,8 +20,13 @@ void notify_xfer(struct agent *a, struct xfer *x, const char *kind)
 		       x->peer && peer_known(x->peer) ? data_path_key(x->peer->path)
 						      : "");
 	xfer_pack_outcome(&m, x, kind);
-	if (pdx_mp_msg_end(&m) ||
-	    zmq_send(a->notify_sock, m.buf.data, m.buf.size, ZMQ_DONTWAIT) < 0)
-		a->notify_dropped++;
+	if (pdx_mp_msg_end(&m))
+		a->notify_dropped += a->cfg.n_notify;
+	else
+		for (unsigned i = 0; i < a->cfg.n_notify; i++)
+			if (!a->notify[i].sock ||
+			    zmq_send(a->notify[i].sock, m.buf.data, m.buf.size,
+				     ZMQ_DONTWAIT) < 0)
+				a->notify_dropped++;
 	pdx_mp_msg_free(&m);
 }

@@ -1,6 +1,7 @@
 /* The collector's connections watched (the agent's sockets are main.c's:
  * the fuzz targets link notify.c without them). */
 #define PDX_LOG_TOPIC "notify"
+#include <stdio.h>
 #include <string.h>
 #include <zmq.h>
 
@@ -14,7 +15,7 @@
  * --transfer-timeout. */
 static void on_handshake(evutil_socket_t fd, short what, void *arg)
 {
-	struct agent *a = arg;
+	struct notify_target *t = arg;
 
 	for (;;) {
 		zmq_msg_t msg;
@@ -23,75 +24,74 @@ static void on_handshake(evutil_socket_t fd, short what, void *arg)
 		size_t len = sizeof(more);
 
 		zmq_msg_init(&msg);
-		if (zmq_msg_recv(&msg, a->notify_mon, ZMQ_DONTWAIT) < 0) {
+		if (zmq_msg_recv(&msg, t->mon, ZMQ_DONTWAIT) < 0) {
 			zmq_msg_close(&msg);
 			return;
 		}
 		if (zmq_msg_size(&msg) >= sizeof(ev))
 			memcpy(&ev, zmq_msg_data(&msg), sizeof(ev));
-		if (!zmq_getsockopt(a->notify_mon, ZMQ_RCVMORE, &more, &len) &&
-		    more)
-			zmq_msg_recv(&msg, a->notify_mon, 0); /* the endpoint */
+		if (!zmq_getsockopt(t->mon, ZMQ_RCVMORE, &more, &len) && more)
+			zmq_msg_recv(&msg, t->mon, 0); /* the endpoint */
 		zmq_msg_close(&msg);
 		if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-			if (a->notify_refused)
+			if (t->refused)
 				log_info("--notify %s: the collector answers",
-					 a->cfg.notify_addr);
-			a->notify_refused = false;
-		} else if (!a->notify_refused) {
-			a->notify_refused = true;
+					 t->addr);
+			t->refused = false;
+		} else if (!t->refused) {
+			t->refused = true;
 			log_warn("--notify %s: what listens there is no ZeroMQ "
 				 "collector (its handshake failed): is it the "
 				 "proxy's --notify-bind? Notifications are "
 				 "dropped until one answers",
-				 a->cfg.notify_addr);
+				 t->addr);
 		}
 	}
 }
 
-int notify_watch(struct agent *a)
+int notify_watch(struct agent *a, struct notify_target *t, unsigned i)
 {
-	static const char mon[] = "inproc://pdx-agent-notify";
 	/* an HTTP server reads ZeroMQ's greeting as the start of a request
 	 * line and waits: without a bound of its own the handshake fails
 	 * only after ZeroMQ's 30 s */
 	int linger = 0, unbounded = 0, handshake_ms = 3000, fd;
 	size_t len = sizeof(fd);
+	char mon[48];
 
-	a->notify_mon = zmq_socket(a->zctx, ZMQ_PAIR);
-	if (!a->notify_mon ||
-	    zmq_setsockopt(a->notify_sock, ZMQ_HANDSHAKE_IVL, &handshake_ms,
+	snprintf(mon, sizeof(mon), "inproc://pdx-agent-notify-%u", i);
+	t->mon = zmq_socket(a->zctx, ZMQ_PAIR);
+	if (!t->mon ||
+	    zmq_setsockopt(t->sock, ZMQ_HANDSHAKE_IVL, &handshake_ms,
 			   sizeof(handshake_ms)) ||
-	    zmq_setsockopt(a->notify_mon, ZMQ_LINGER, &linger,
-			   sizeof(linger)) ||
-	    zmq_setsockopt(a->notify_mon, ZMQ_RCVHWM, &unbounded,
+	    zmq_setsockopt(t->mon, ZMQ_LINGER, &linger, sizeof(linger)) ||
+	    zmq_setsockopt(t->mon, ZMQ_RCVHWM, &unbounded,
 			   sizeof(unbounded)) ||
-	    zmq_socket_monitor(a->notify_sock, mon,
+	    zmq_socket_monitor(t->sock, mon,
 			       ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
 				   ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
 				   ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
 				   ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) ||
-	    zmq_connect(a->notify_mon, mon) ||
-	    zmq_getsockopt(a->notify_mon, ZMQ_FD, &fd, &len))
+	    zmq_connect(t->mon, mon) ||
+	    zmq_getsockopt(t->mon, ZMQ_FD, &fd, &len))
 		return -1;
-	a->notify_mon_ev = event_new(a->base, fd, EV_READ | EV_PERSIST,
-				     on_handshake, a);
-	if (!a->notify_mon_ev || event_add(a->notify_mon_ev, NULL))
+	t->mon_ev = event_new(a->base, fd, EV_READ | EV_PERSIST, on_handshake,
+			      t);
+	if (!t->mon_ev || event_add(t->mon_ev, NULL))
 		return -1;
-	on_handshake(fd, EV_READ, a); /* its fd is edge-triggered */
+	on_handshake(fd, EV_READ, t); /* its fd is edge-triggered */
 	return 0;
 }
 
 /* The monitor stops before its reader closes (libpdx's link.c says why:
  * ZeroMQ's I/O thread could wait on a reader gone). */
-void notify_unwatch(struct agent *a)
+void notify_unwatch(struct notify_target *t)
 {
-	if (a->notify_sock)
-		zmq_socket_monitor(a->notify_sock, NULL, 0);
-	if (a->notify_mon_ev)
-		event_free(a->notify_mon_ev);
-	a->notify_mon_ev = NULL;
-	if (a->notify_mon)
-		zmq_close(a->notify_mon);
-	a->notify_mon = NULL;
+	if (t->sock)
+		zmq_socket_monitor(t->sock, NULL, 0);
+	if (t->mon_ev)
+		event_free(t->mon_ev);
+	t->mon_ev = NULL;
+	if (t->mon)
+		zmq_close(t->mon);
+	t->mon = NULL;
 }

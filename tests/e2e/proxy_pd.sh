@@ -6,7 +6,8 @@
 # both engines afterwards. Then the prefill engine dies: a concurrent
 # request gets the prefill's error (and the waiting decode leg is
 # cancelled, its blocks freed) or, under --on-prefill-failure local, the
-# colocated text from D alone.
+# colocated text from D alone. The agents notify two proxies (each
+# --notify): each counts its own transfers down as they end.
 #   proxy_pd.sh PDX_ENGINE PDX_AGENT PDX_PROXY
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -15,7 +16,8 @@ AGENT=$2
 PROXY=$3
 
 notify="tcp://127.0.0.1:$(free_port)" # the concurrent proxy's collector
-AGENT_OPTS+=(--notify "$notify")
+notify2="tcp://127.0.0.1:$(free_port)" # the sequential one's: two proxies
+AGENT_OPTS+=(--notify "$notify" --notify "$notify2")
 # P's prefill takes modeled time (tiny's is a few ms at this scale), as a
 # real one does: the early-callback flow's callback, posted as the prefill
 # starts, then reaches the proxy before P's answer (at time scale 0 the two
@@ -26,7 +28,8 @@ named_engine_start C "$ENGINE" --time-scale 0
 pools=(--prefill "127.0.0.1:$PORT_P" --decode "127.0.0.1:$PORT_D")
 named_engine_start XC "$PROXY" "${pools[@]}" --flow concurrent \
 	--notify-bind "$notify" --policy-p least-loaded
-named_engine_start XS "$PROXY" "${pools[@]}" --flow sequential
+named_engine_start XS "$PROXY" "${pools[@]}" --flow sequential \
+	--notify-bind "$notify2"
 named_engine_start XE "$PROXY" "${pools[@]}" --flow early-callback --log-level debug
 
 # same NAME ROUTE REQUEST KIND MAX_TOKENS: the proxy PORT_NAME answers as
@@ -89,6 +92,14 @@ b = re.search(r'^pdx_proxy_transfer_sent_bytes_total\{path=\"ipc\"\} (\d+)$', t,
 assert b and int(b.group(1)) > 0, b
 assert re.search(r'^pdx_proxy_transfers_sent_total\{path=\"staged\"\} 0$', t, re.M), t" \
 	"$E2E_TMP/mxfer" || fail "transfer notifications: $(grep transfer "$E2E_TMP/mxfer")"
+# the second proxy in front of the same engines hears of its own transfers
+# too (each agent's second --notify): they stop counting as they end, not
+# 60 s later (an agent took one collector: the other's least-loaded saw
+# every transfer it ever set up)
+settle 5 "$PORT_XS/pdx_proxy_transfer_notifications_total{about=\"counted\"}>=20" \
+	"$PORT_XS/pdx_proxy_instance_transfers{$(instance P)}=0" \
+	"$PORT_XS/pdx_proxy_instance_transfers{$(instance D)}=0" ||
+	fail "the second proxy's transfers: $(curl -s "http://127.0.0.1:$PORT_XS/metrics" | grep -E 'instance_transfers|notifications')"
 
 grep -q "prefill started; decode dispatched" "$E2E_TMP/XE.log" ||
 	fail "early-callback: no prefill engine called back"
