@@ -117,10 +117,16 @@ pdx_status_t pdx__link_send(struct pdx_engine *e, const void *buf, size_t len,
 		if (pdx__freed(e))
 			return pdx__freed_fail(e, "send to agent");
 		left = pdx__ms_left(deadline);
+		if (left == 0 && !e->up) /* say where, and what to check */
+			return pdx__fail_log(e, PDX_LOG_WARN, PDX_ETIMEDOUT,
+					     "send to agent: not connected "
+					     "after %d ms: %s (is a pdx-agent "
+					     "running with that --engine?)",
+					     e->timeout_ms, e->why_down);
 		if (left == 0) {
 			return pdx__fail_log(e, PDX_LOG_WARN, PDX_ETIMEDOUT,
-					     "send to agent: not connected or "
-					     "queue full after %d ms",
+					     "send to agent: queue full after "
+					     "%d ms",
 					     e->timeout_ms);
 		}
 		if (zmq_poll(it, 2, left) < 0 && errno != EINTR) {

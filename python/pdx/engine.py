@@ -494,9 +494,10 @@ class Engine:
                 ctypes.cast(hs, ctypes.POINTER(Handle)), slots)
         err = ctypes.create_string_buffer(256)
         sizes = (ctypes.c_uint64 * len(regions))(*[r.size for r in regions])
-        if lib.pdx_kv_layout_check(ctypes.byref(lay), sizes, len(regions),
-                                   err, len(err)) < 0:
-            raise Error(EINVAL, "layout: " + err.value.decode())
+        st = lib.pdx_kv_layout_check(ctypes.byref(lay), sizes, len(regions),
+                                     err, len(err))
+        if st < 0:  # its status, as C's register gives it (ERANGE, EINVAL)
+            raise Error(st, "layout: " + err.value.decode())
         peer = ctypes.create_string_buffer(_clib.ADDR_MAX)
         if cuda_events is None and slots:
             st = _lib_fn("pdx_engine_register_cuda_streams")(

@@ -145,7 +145,10 @@ static void no_agent(void)
 	struct pdx_engine_region r = {.type = PDX_MEM_SHM, .shm_name = "/x",
 				      .size = 4096};
 	FAILS(pdx_engine_register(e, &l, &r, 1, NULL, 0), PDX_ETIMEDOUT,
-	      "after 200 ms", "register with no agent there");
+	      "not connected after 200 ms: no connection to the agent at "
+	      "ipc:///nonexistent/pdx yet (is a pdx-agent running with that "
+	      "--engine?)",
+	      "register with no agent there: where, and what to check");
 	pdx_engine_free(e);
 }
 

@@ -195,7 +195,8 @@ class Refusals(Pair):
                 pdx.SharedPool(POOL_BYTES // 2) as small:
             with self.assertRaises(pdx.Error) as cm:
                 e.register(layout(), [small.region])
-            self.assertEqual(cm.exception.status, pdx.EINVAL)
+            # the status C's register gives (it was EINVAL here)
+            self.assertEqual(cm.exception.status, pdx.ERANGE)
             self.assertIn("region", cm.exception.reason)
             print(cm.exception)
 
