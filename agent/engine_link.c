@@ -790,9 +790,17 @@ static void on_recv(struct agent *a, const void *eid, size_t eid_len,
 			  "skip_tokens: want an int, 0 or more");
 		return;
 	}
-	skip_tokens /= a->reg.layout.block_tokens;
-	x->skip = skip_tokens < x->n_blocks ? (uint32_t)skip_tokens
-					    : x->n_blocks;
+	/* past its blocks' tokens: the engine lost count (it was taken as
+	 * "all held", and the transfer moved nothing) */
+	if (skip_tokens > (uint64_t)x->n_blocks * a->reg.layout.block_tokens) {
+		xfer_fail(x, PDX_EINVAL, true,
+			  "skip_tokens %llu: past its %u blocks' %llu tokens",
+			  (unsigned long long)skip_tokens, x->n_blocks,
+			  (unsigned long long)x->n_blocks *
+			      a->reg.layout.block_tokens);
+		return;
+	}
+	x->skip = (uint32_t)(skip_tokens / a->reg.layout.block_tokens);
 	x->pull = a->cfg.pull; /* the engine's "pull", when it says */
 	if (pdx_mp_get(m, "pull") && pdx_mp_get_bool(m, "pull", &x->pull)) {
 		xfer_fail(x, PDX_EINVAL, true, "pull: want true or false");

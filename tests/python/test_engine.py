@@ -98,6 +98,21 @@ class Transfers(Pair):
                             for b in (7, 8)), "skipped blocks written")
         self.assertTrue(same_blocks(self.pools["p"].buf, [3],
                                     dbuf, [9]))
+        # every token held: nothing moves, the first token comes
+        x = pdx.XferId()
+        self.push(x, src, dst, token=5, skip_tokens=3 * 4)
+        d = self.event("d", x)
+        self.assertEqual((d.kind, d.bytes, d.first_token),
+                         (pdx.RECEIVED, 0, 5))
+        # past the blocks' tokens: the engine lost count; refused (it was
+        # taken as all held, and nothing moved)
+        x = pdx.XferId()
+        self.push(x, src, dst, skip_tokens=3 * 4 + 1)
+        d = self.event("d", x)
+        self.assertEqual((d.kind, d.status), (pdx.FAILED, pdx.EINVAL))
+        self.assertIn("skip_tokens 13: past its 3 blocks' 12 tokens",
+                      d.reason)
+        self.assertEqual(self.event("p", x).kind, pdx.FAILED)
 
     def test_pull_is_byte_exact(self):
         # the decode agent reads the blocks (docs/protocol.md, "Pull"),
