@@ -688,6 +688,29 @@ class AgentLife(unittest.TestCase):
         self.assertIn("192.0.2.1", str(cm.exception))
         self.assertEqual(os.listdir(tmp), [])
 
+    def test_settings_misspelt_or_not_ints_are_said(self):
+        """A key PdxConnector does not know is named in a warning (it was
+        ignored without a word); a timeout that is no integer names its
+        key before any agent starts (int() named only the value)."""
+        from pdx.vllm.worker import PdxWorker
+
+        def cfg(**extra):
+            return SimpleNamespace(kv_transfer_config=SimpleNamespace(
+                kv_connector_extra_config=extra))
+        for v in ("5s", 2.5, None, True):
+            with self.subTest(v=v):
+                with self.assertRaisesRegex(
+                        ValueError, "kv_connector_extra_config "
+                        "xfer_timeout_ms: want an integer"):
+                    PdxWorker(cfg(agent="ipc:///nonexistent/x",
+                                  xfer_timeout_ms=v), rank=0)
+        with self.assertLogs("pdx.vllm", "WARNING") as logs:
+            w = PdxWorker(cfg(agent="ipc:///nonexistent/x",
+                              livenes_ms=500), rank=0)
+        w.close()
+        self.assertIn("'livenes_ms': not a key of PdxConnector's",
+                      "\n".join(logs.output))
+
     def test_agent_args_as_one_string(self):
         """agent_args given as one string is split as a shell would (its
         letters were passed one by one: "unexpected argument -"); a
@@ -709,6 +732,22 @@ class AgentLife(unittest.TestCase):
         with self.assertRaises(ValueError) as cm:
             worker(["--lease-ms", 3000])
         self.assertIn("agent_args", str(cm.exception))
+
+
+class Params(unittest.TestCase):
+    def test_a_flag_that_is_no_bool_is_said(self):
+        """\"do_remote_prefill\": \"true\" (a string) ran without a transfer
+        and without a word; now the scheduler's warning names it."""
+        from pdx.vllm import params
+        for read, key in ((params.read_recv, "do_remote_prefill"),
+                          (params.read_send, "do_remote_decode")):
+            with self.assertRaisesRegex(ValueError, "kv_transfer_params.%s: "
+                                        "want true or false, not 'true'"
+                                        % key):
+                read({key: "true", "xfer_id": "0" * 32,
+                      "remote_agent": "tcp://127.0.0.1:1"})
+            self.assertIsNone(read({key: False}))
+            self.assertIsNone(read({}))
 
 
 class FakeCudaTensor:

@@ -54,10 +54,22 @@ def _agents(p) -> List[str]:
     return [one] if one else []
 
 
+def _asks(p, key: str) -> bool:
+    """p[key] is true; ValueError when it is there and no bool (a
+    client's "true", a string, was taken for false without a word)."""
+    if not isinstance(p, dict):
+        return False
+    v = p.get(key)
+    if v is not None and not isinstance(v, bool):
+        raise ValueError("kv_transfer_params.%s: want true or false, not %r"
+                         % (key, v))
+    return v is True
+
+
 def read_send(p) -> Optional[Send]:
     """The prefill side's part, or None when the request sends nothing.
     ValueError when the object asks to send but is malformed."""
-    if not isinstance(p, dict) or p.get("do_remote_decode") is not True:
+    if not _asks(p, "do_remote_decode"):
         return None
     x = _str(p, "xfer_id")
     if x is not None and not _HEX32.match(x):
@@ -78,7 +90,7 @@ def read_recv(p) -> Optional[Recv]:
     """The decode side's part, or None when the request receives nothing
     (or PdxConnector took it already: do_remote_prefill is set false
     then, as vLLM's connectors do). ValueError when malformed."""
-    if not isinstance(p, dict) or p.get("do_remote_prefill") is not True:
+    if not _asks(p, "do_remote_prefill"):
         return None
     x = _str(p, "xfer_id")
     if x is None or not _HEX32.match(x):

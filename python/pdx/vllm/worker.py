@@ -53,6 +53,24 @@ def _agent_args(v) -> List[str]:
                      "strings, e.g. [\"--lease-ms\", \"3000\"], got %r" % (v,))
 
 
+# kv_connector_extra_config's keys (docs/vllm.md)
+EXTRA_KEYS = ("agent", "agent_bin", "agent_listen_host", "agent_args",
+              "xfer_timeout_ms", "liveness_ms")
+
+
+def _extra_int(extra, key: str) -> int:
+    """An int setting of kv_connector_extra_config, 0 when absent;
+    ValueError naming it (int() named only the value)."""
+    v = extra.get(key, 0)
+    try:
+        if isinstance(v, bool) or float(v) != int(v):
+            raise ValueError
+        return int(v)
+    except (TypeError, ValueError):
+        raise ValueError("kv_connector_extra_config %s: want an integer "
+                         "(ms), not %r" % (key, v)) from None
+
+
 def kv_dtype_name(cache_dtype: str, kv_caches) -> Optional[str]:
     """What the agents compare (libpdx's set_kv_dtype): vLLM's
     --kv-cache-dtype when set (fp8 caches are stored as uint8, e4m3 and
@@ -76,6 +94,13 @@ class PdxWorker:
     def __init__(self, vllm_config, rank: int = None):
         ktc = vllm_config.kv_transfer_config
         extra = dict(ktc.kv_connector_extra_config or {})
+        for k in sorted(set(extra) - set(EXTRA_KEYS)):
+            log.warning("pdx: kv_connector_extra_config %r: not a key of "
+                        "PdxConnector's (%s); ignored", k,
+                        ", ".join(EXTRA_KEYS))
+        # read before the agent starts: a bad one leaves nothing running
+        xfer_timeout_ms = _extra_int(extra, "xfer_timeout_ms")
+        liveness_ms = _extra_int(extra, "liveness_ms")
         self.rank = _rank() if rank is None else rank
         self.tp_size = int(getattr(getattr(vllm_config, "parallel_config",
                                            None), "tensor_parallel_size",
@@ -92,10 +117,8 @@ class PdxWorker:
                 listen_host_key="kv_connector_extra_config agent_listen_host")
             addr = self.agent.engine_addr
         self.agent_addr = addr
-        self.eng = pdx.Engine(addr,
-                              xfer_timeout_ms=int(extra.get(
-                                  "xfer_timeout_ms", 0)),
-                              liveness_ms=int(extra.get("liveness_ms", 0)))
+        self.eng = pdx.Engine(addr, xfer_timeout_ms=xfer_timeout_ms,
+                              liveness_ms=liveness_ms)
         self.cache_dtype = str(getattr(getattr(
             vllm_config, "cache_config", None), "cache_dtype", "auto"))
         self.peer_addr = None
