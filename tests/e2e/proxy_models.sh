@@ -32,12 +32,16 @@ requests_of() {
 		$PY -c "import json, sys
 print([i['requests'] for i in json.load(sys.stdin)['instances'] if i['url'].endswith(':$1')][0])"
 }
-want="127.0.0.1:$PORT_A=tiny 127.0.0.1:$PORT_B=qwen2-7b"
-for _ in $(seq 50); do
-	[ "$(models)" = "$want" ] && break
-	sleep 0.1
-done
-[ "$(models)" = "$want" ] || fail "the models learned: $(models), want $want"
+# models_become WANT TRIES WHAT: until models says WANT (0.1 s apart)
+models_become() {
+	for _ in $(seq "$2"); do
+		[ "$(models)" = "$1" ] && return 0
+		sleep 0.1
+	done
+	fail "$3: $(models), want $1"
+}
+models_become "127.0.0.1:$PORT_A=tiny 127.0.0.1:$PORT_B=qwen2-7b" 50 \
+	"the models learned"
 grep -q "decode instance http://127.0.0.1:$PORT_B serves qwen2-7b" "$E2E_TMP/X.log" ||
 	fail "not logged: $(grep serves "$E2E_TMP/X.log")"
 
@@ -64,17 +68,11 @@ grep -q 'The model `nope` does not exist' "$E2E_TMP/body" || fail "404 body: $(c
 # down, then pass, and its models are asked again
 portb=$PORT_B
 named_stop B
-for _ in $(seq 50); do
-	[ "$(models)" = "127.0.0.1:$PORT_A=tiny 127.0.0.1:$portb=None" ] && break
-	sleep 0.1
-done
+models_become "127.0.0.1:$PORT_A=tiny 127.0.0.1:$portb=None" 50 \
+	"B's models forgotten once its checks failed"
 bg_start B2 "$ENGINE" --model tiny --time-scale 0 --port "$portb"
-want="127.0.0.1:$PORT_A=tiny 127.0.0.1:$portb=tiny"
-for _ in $(seq 100); do
-	[ "$(models)" = "$want" ] && break
-	sleep 0.1
-done
-[ "$(models)" = "$want" ] || fail "after B served tiny: $(models), want $want"
+models_become "127.0.0.1:$PORT_A=tiny 127.0.0.1:$portb=tiny" 100 \
+	"after B served tiny"
 before=$(requests_of "$portb")
 for k in $(seq 8); do
 	PORT=$PORT_X post /v1/completions "{\"model\": \"tiny\", \"prompt\": \"again $k\", \"max_tokens\": 2}" >/dev/null

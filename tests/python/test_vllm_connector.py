@@ -338,41 +338,47 @@ class Preemption(unittest.TestCase):
     side prefills itself and gives the colocated text; the agent never
     sends blocks another request has written."""
 
-    def test_preempted_after_its_send_ends_without_a_transfer(self):
-        # 13 usable blocks: B takes 3, A's 37 tokens the other 10; B's
-        # next token needs a 14th, and A, the last running, is preempted
+    def preempt_a(self, **older_or_newer):
+        """A preempted as the class says: (P, D, C, a) with A and B
+        finished, P stepped here by hand. 13 usable blocks: B takes 3,
+        A's 37 tokens the other 10; B's next token needs a 14th, and A,
+        the last running, is preempted. B's tokens after it land in A's
+        freed blocks, the last (whose one token the decode side computes
+        again) and the one before."""
         P = MiniVllm(config(), role="prefill", num_blocks=14,
-                     async_scheduling=True)   # stepped here, by hand
+                     async_scheduling=True, **older_or_newer)
         self.addCleanup(P.close)
         D = MiniVllm(config(), role="decode").start()
         self.addCleanup(D.close)
         C = MiniVllm(None).start()
         self.addCleanup(C.close)
-        free = P.free_blocks()
+        self.free = P.free_blocks()
         victims = []
         preempt = P.scheduler._preempt
         P.scheduler._preempt = lambda r: (victims.append(r.request_id),
                                           preempt(r))[1]
-        # B's tokens after it land in A's freed blocks, the last (whose
-        # one token the decode side computes again) and the one before
         b = P.add_request(list(range(200, 212)), 8)
         P.step()
         a = P.add_request(PROMPT, 1, {"do_remote_decode": True,
                                       "do_remote_prefill": False})
-        for _ in range(20):   # until A ends (its free may be delayed)
+        for _ in range(40):   # until A ends (its free may be delayed)
             P.step()
             if a.output.finished and b.output.finished:
                 break
         self.assertEqual(victims, [a.output.request_id])
         self.assertEqual(a.output.finish_reason, "length")
         self.assertEqual(len(b.output.token_ids), 8)
-        self.assertIsNone(a.output.kv_transfer_params)
         self.assertEqual(P.worker_connector._worker.stats["failed"], 1,
                          "the send aborted")
+        return P, D, C, a
+
+    def test_preempted_after_its_send_ends_without_a_transfer(self):
+        P, D, C, a = self.preempt_a()
+        self.assertIsNone(a.output.kv_transfer_params)
         out = D.generate(PROMPT, 8, a.output.kv_transfer_params)
         self.assertEqual(out.token_ids, C.generate(PROMPT, 8).token_ids)
         P.run_until_idle()
-        self.assertEqual(P.free_blocks(), free)
+        self.assertEqual(P.free_blocks(), self.free)
 
     def test_computed_again_after_preemption_sends_again(self):
         """vLLM after PR 50297: the connector requires KV delivery, so
@@ -381,41 +387,18 @@ class Preemption(unittest.TestCase):
         under a new xfer_id, and the decode side loads the prompt's KV
         rather than computing it (before: no kv_transfer_params, the
         prefill computed twice and the decode side a third time)."""
-        P = MiniVllm(config(), role="prefill", num_blocks=14,
-                     async_scheduling=True, drops_stale_output=True)
-        self.addCleanup(P.close)
-        D = MiniVllm(config(), role="decode").start()
-        self.addCleanup(D.close)
-        C = MiniVllm(None).start()
-        self.addCleanup(C.close)
-        free = P.free_blocks()
-        victims = []
-        preempt = P.scheduler._preempt
-        P.scheduler._preempt = lambda r: (victims.append(r.request_id),
-                                          preempt(r))[1]
-        b = P.add_request(list(range(200, 212)), 8)
-        P.step()
-        a = P.add_request(PROMPT, 1, {"do_remote_decode": True,
-                                      "do_remote_prefill": False})
-        for _ in range(40):
-            P.step()
-            if a.output.finished and b.output.finished:
-                break
-        self.assertEqual(victims, [a.output.request_id])
-        self.assertTrue(a.output.finished)
+        P, D, C, a = self.preempt_a(drops_stale_output=True)
         self.assertEqual(len(a.output.token_ids), 1, "the stale token kept")
         kv = a.output.kv_transfer_params
         self.assertIsNotNone(kv, "no transfer after the request was "
                              "computed again")
-        w = P.worker_connector._worker
-        self.assertEqual(w.stats["failed"], 1, "the first send aborted")
         out = D.generate(PROMPT, 8, kv)
         self.assertEqual(out.token_ids, C.generate(PROMPT, 8).token_ids)
         self.assertEqual(D.worker_connector._worker.stats["received"], 1,
                          "the decode side computed the prompt itself")
         P.run_until_idle()
-        self.assertEqual(w.stats["sent"], 1)
-        self.assertEqual(P.free_blocks(), free)
+        self.assertEqual(P.worker_connector._worker.stats["sent"], 1)
+        self.assertEqual(P.free_blocks(), self.free)
 
 
 def decode_checked(test, D, params, want):
@@ -576,15 +559,16 @@ class TensorParallelEngine(unittest.TestCase):
 
 class LayoutMismatch(Instances):
     """A prefill instance with MLA tensors, a decode one with K and V."""
+    p_kw, d_kw = {"kv_layout": "mla"}, {}
+    said = "tensors"   # in the decode side's warning
 
     def setUp(self):
         self.warnings = Warnings()
         logging.getLogger("pdx.vllm").addHandler(self.warnings)
         self.addCleanup(logging.getLogger("pdx.vllm").removeHandler,
                         self.warnings)
-        self.P = self.start(MiniVllm(config(), role="prefill",
-                                     kv_layout="mla"))
-        self.D = self.start(MiniVllm(config(), role="decode"))
+        self.P = self.start(MiniVllm(config(), role="prefill", **self.p_kw))
+        self.D = self.start(MiniVllm(config(), role="decode", **self.d_kw))
         self.C = self.start(MiniVllm(None))
         self.free_p, self.free_d = self.P.free_blocks(), self.D.free_blocks()
 
@@ -593,35 +577,16 @@ class LayoutMismatch(Instances):
         out = self.D.generate(PROMPT, 8, dict(p))
         self.assertEqual(out.token_ids, self.colocated())
         self.assertEqual(self.worker(self.D).stats["failed"], 1)
-        said = " ".join(self.warnings.lines)
-        self.assertIn("tensors", said)
+        self.assertRegex(" ".join(self.warnings.lines), self.said)
 
 
 class KvDtypeMismatch(LayoutMismatch):
     """A prefill instance whose --kv-cache-dtype is fp8_e5m2, a decode
     one at fp8_e4m3: the same bytes (1 each), which the layout alone
     paired, and each side would have read the other's KV as its own."""
-
-    def setUp(self):
-        self.warnings = Warnings()
-        logging.getLogger("pdx.vllm").addHandler(self.warnings)
-        self.addCleanup(logging.getLogger("pdx.vllm").removeHandler,
-                        self.warnings)
-        self.P = self.start(MiniVllm(config(), role="prefill",
-                                     kv_cache_dtype="fp8_e5m2"))
-        self.D = self.start(MiniVllm(config(), role="decode",
-                                     kv_cache_dtype="fp8"))
-        self.C = self.start(MiniVllm(None))
-        self.free_p, self.free_d = self.P.free_blocks(), self.D.free_blocks()
-
-    def test_refused_saying_why_then_recomputed(self):
-        p = self.prefill().kv_transfer_params
-        out = self.D.generate(PROMPT, 8, dict(p))
-        self.assertEqual(out.token_ids, self.colocated())
-        self.assertEqual(self.worker(self.D).stats["failed"], 1)
-        said = " ".join(self.warnings.lines)
-        self.assertRegex(said, "KV element types differ .*(fp8_e5m2 != "
-                         "fp8_e4m3|fp8_e4m3 != fp8_e5m2)")
+    p_kw, d_kw = {"kv_cache_dtype": "fp8_e5m2"}, {"kv_cache_dtype": "fp8"}
+    said = ("KV element types differ .*(fp8_e5m2 != fp8_e4m3|fp8_e4m3 != "
+            "fp8_e5m2)")
 
     def test_names(self):
         from pdx.vllm.worker import kv_dtype_name
