@@ -230,6 +230,10 @@ struct xfer {
 	enum xfer_role role;
 	bool announced;   /* our engine named it (send/recv) */
 	bool held;        /* receiver: our engine queued it (hold) */
+	/* more senders it holds it with (hold named several: a rank taking
+	 * heads from prefill ranks of another TP size), beside x->peer */
+	struct peer **held_also;
+	uint32_t n_held_also;
 	bool finished;    /* outcome decided; freed when inflight drains */
 	uint64_t ended_ns; /* when it finished */
 	uint64_t op_done_ns; /* when a UCX operation of its finished */

@@ -967,6 +967,30 @@ static void on_meta(struct agent *a, const void *eid, size_t eid_len,
  * the engine announces it (recv) or aborts it, our heartbeats renew the
  * sender's lease, bounded by the transfer timeout; the handshake starts
  * now, while the request waits. */
+/* A hold of x with another sender than x->peer: its lease is renewed by
+ * our pings to that one too (liveness.c). Before, only the first
+ * sender's was, and with prefill ranks of another TP size the others'
+ * KV expired while the request queued. */
+static void hold_also(struct agent *a, struct xfer *x, const char *addr)
+{
+	struct peer *p, **grown;
+
+	if (x->role != XFER_RECV || !x->held || x->announced || x->finished ||
+	    !strcmp(x->peer_addr, addr))
+		return;
+	p = peer_get(a, addr);
+	for (uint32_t i = 0; p && i < x->n_held_also; i++)
+		if (x->held_also[i] == p)
+			return;
+	grown = p ? realloc(x->held_also,
+			    (x->n_held_also + 1) * sizeof(*grown))
+		  : NULL;
+	if (!grown)
+		return; /* that sender's lease runs as it would unheld */
+	grown[x->n_held_also++] = p;
+	x->held_also = grown;
+}
+
 static void on_hold(struct agent *a, const void *eid, size_t eid_len,
 		    const msgpack_object *m)
 {
@@ -985,8 +1009,11 @@ static void on_hold(struct agent *a, const void *eid, size_t eid_len,
 			    "peer: want the peer agent's tcp:// address");
 		return;
 	}
-	if (xfer_find(a, &id))
-		return; /* known already */
+	x = xfer_find(a, &id);
+	if (x) { /* known already: held with one more sender, maybe */
+		hold_also(a, x, peer);
+		return;
+	}
 	x = xfer_new(a, &id, XFER_RECV, peer, a->cfg.xfer_timeout_ms);
 	if (!x)
 		return;

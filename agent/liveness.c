@@ -20,8 +20,12 @@
 
 static bool held_for(const struct xfer *x, const struct peer *p)
 {
-	return x->peer == p && x->role == XFER_RECV && x->held &&
-	       !x->announced && !x->finished;
+	bool with = x->peer == p;
+
+	for (uint32_t i = 0; !with && i < x->n_held_also; i++)
+		with = x->held_also[i] == p;
+	return with && x->role == XFER_RECV && x->held && !x->announced &&
+	       !x->finished;
 }
 
 /* {"op": "ping", "hold": [xfer ids our engine holds queued for p]} */

@@ -217,6 +217,7 @@ static void xfer_destroy(struct xfer *x)
 	gpu_plan_free(x->agent->gpu, x->peer_plan);
 	event_free(x->timer);
 	free(x->blocks);
+	free(x->held_also);
 	free(x->remote_blocks);
 	free(x->runs);
 	free(x->tp);

@@ -17,8 +17,9 @@ import time
 import unittest
 
 import pdx
-from rig import (BLOCKS, LAYERS, POOL_BYTES, Agents, block_at, layout,
-                 same_blocks, wait_for)
+from rig import (BLOCK_TOKENS, BLOCKS, DTYPE, HEAD_DIM, KV_HEADS, LAYERS,
+                 POOL_BYTES, TENSORS, Agents, block_at, layout, same_blocks,
+                 wait_for)
 
 AGENT = None
 
@@ -356,6 +357,52 @@ class LayerDoneBeforeSend(Pair):
         self.assertIn("layer_done for transfer %s, which its engine has "
                       "not announced" % x, self.ag.log("p"))
         self.assertEqual(self.event("d", x).kind, pdx.FAILED)
+
+
+class HoldAcrossTpSizes(unittest.TestCase):
+    """A decode engine of TP 1 holds a transfer with both ranks of a TP 2
+    prefill instance (each sends its half of the heads) while its request
+    queues past their --lease-ms: both sends wait for it. Before, only the
+    first sender named in a hold was pinged with it, and the second's KV
+    expired (pdx.sglang and PdxConnector hold with every prefill rank)."""
+
+    def test_every_sender_keeps_it(self):
+        ag = Agents(AGENT, "p0", "p1", "d",
+                    args=("--lease-ms", "1000", "--heartbeat-ms", "200"))
+        self.addCleanup(ag.close)
+
+        def engine(name, heads, rank=None):
+            bb = BLOCK_TOKENS * heads * HEAD_DIM * DTYPE
+            pool = pdx.SharedPool(LAYERS * TENSORS * BLOCKS * bb)
+            self.addCleanup(pool.close)
+            e = pdx.Engine(ag.engine(name), liveness_ms=500)
+            self.addCleanup(e.close)
+            if rank is not None:
+                e.set_tp(rank, 2)
+            e.register(pdx.Layout(
+                blocks=BLOCKS, block_tokens=BLOCK_TOKENS, kv_heads=heads,
+                head_dim=HEAD_DIM, dtype_bytes=DTYPE,
+                bases=[[(0, (TENSORS * l + t) * BLOCKS * bb)
+                        for t in range(TENSORS)] for l in range(LAYERS)],
+                block_stride=[bb] * LAYERS), [pool.region])
+            return e
+        P = [engine("p%d" % r, KV_HEADS // 2, r) for r in range(2)]
+        D = engine("d", KV_HEADS)
+        x = pdx.XferId()
+        for p in P:
+            D.hold(x, p.peer_addr)
+        for p in P:
+            p.send(x, None, [1, 2])   # open, as with vLLM's proxies
+            for layer in range(LAYERS):
+                p.layer_done(layer, [x])
+        time.sleep(2.5)   # queued: past the senders' leases
+        D.recv(x, None, [5, 6], peers=[p.peer_addr for p in P])
+        for e, kind in [(D, pdx.RECEIVED)] + [(p, pdx.SENT) for p in P]:
+            ev = next((ev for _ in range(50) for ev in e.poll(0.2)
+                       if ev.xfer == x), None)
+            self.assertIsNotNone(ev, "no event")
+            self.assertEqual(ev.kind, kind, ev.reason)
+        self.assertEqual(ag.bad_exits, [])
 
 
 class AgentGone(Pair):
