@@ -113,7 +113,8 @@ bool pdx_call_may_retry(const struct pdx_call *c,
 {
 	return c->retry && (!status || status >= 500) && !c->replying &&
 	       c->retries < c->px->o->retries &&
-	       pdx_pool_has_usable(&c->px->pool[failed->role], failed);
+	       pdx_pool_has_usable(&c->px->pool[failed->role], failed,
+				   pdx_call_model(c));
 }
 
 /* Lets go of the connection before the last reply, which may close it
@@ -224,9 +225,15 @@ void pdx_call_reply_error(struct pdx_call *c, int status, const char *type,
 void pdx_call_reply_no_instance(struct pdx_call *c, enum pdx_pool_role role)
 {
 	const struct pdx_pool *p = &c->px->pool[role];
-	char msg[160];
+	const char *model = pdx_call_model(c);
+	char msg[256];
 
-	if (p->n)
+	if (model && pdx_pool_has_usable(p, NULL, NULL))
+		snprintf(msg, sizeof(msg),
+			 "no usable %s instance serves model %.100s (those "
+			 "usable serve others: GET /admin/instances)",
+			 pdx_pool_role_name(role), model);
+	else if (p->n)
 		snprintf(msg, sizeof(msg),
 			 "no usable %s instance: all %u unhealthy or with "
 			 "their circuit breaker open",
@@ -512,7 +519,7 @@ static int call_start(struct pdx_call *c, struct pdx_inst *inst,
 	}
 	c->inst = inst ? inst
 		       : pdx_pool_pick(&c->px->pool[role], 0, c->avoid[role],
-				       pdx_call_model(c));
+				       pdx_call_model(c), true);
 	if (!c->inst) {
 		pdx_call_reply_no_instance(c, role);
 		return -1;

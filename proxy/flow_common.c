@@ -149,20 +149,24 @@ int pdx_flow_pick(struct pdx_call *c)
 	 * before D is picked, which counts a request there (that never
 	 * went) and may take its breaker's one trial (that never ends) */
 	if (p->n && !c->px->o->prefill_fallback &&
-	    pdx_pool_has_usable(d, c->avoid[PDX_POOL_DECODE]) &&
-	    !pdx_pool_has_usable(p, c->avoid[PDX_POOL_PREFILL])) {
+	    pdx_pool_has_usable(d, c->avoid[PDX_POOL_DECODE], NULL) &&
+	    !pdx_pool_has_usable(p, c->avoid[PDX_POOL_PREFILL], NULL)) {
 		pdx_call_reply_no_instance(c, PDX_POOL_PREFILL);
 		return -1;
 	}
 	c->decode = pdx_pool_pick(d, key, c->avoid[PDX_POOL_DECODE],
-				  pdx_call_model(c));
+				  pdx_call_model(c), true);
 	if (!c->decode) {
 		pdx_call_reply_no_instance(c, PDX_POOL_DECODE);
 		return -1;
 	}
 	if (p->n) {
-		c->prefill = pdx_pool_pick(p, key, c->avoid[PDX_POOL_PREFILL],
-					   pdx_call_model(c));
+		/* D serves the model: a prefill instance of another one
+		 * would only answer 404 (none: as if none were usable) */
+		c->prefill = pdx_pool_pick(
+		    p, key, c->avoid[PDX_POOL_PREFILL], pdx_call_model(c),
+		    !pdx_served_models_take_known(&c->decode->models,
+						  pdx_call_model(c)));
 		if (!c->prefill && !c->px->o->prefill_fallback) {
 			pdx_call_reply_no_instance(c, PDX_POOL_PREFILL);
 			return -1;

@@ -92,9 +92,11 @@ moved:
 static void probe_get(struct pdx_probe *pr, const char *path,
 		      void (*done)(struct evhttp_request *, void *));
 
-/* GET /v1/models answered: the names it serves. No answer leaves them
- * unknown, asked again after the next passed check; any other answer
- * (404: an engine without the route) is kept as "takes any". */
+/* GET /v1/models answered: the names it serves. An engine without the
+ * route (404, 405) takes any; no answer, or any other (401: a vLLM with
+ * --api-key; a 503 while it loads) leaves them unknown, asked again
+ * after the next passed check (kept as "any", an instance of another
+ * model behind an API key took every request again). */
 static void on_models(struct evhttp_request *req, void *arg)
 {
 	struct pdx_probe *pr = arg;
@@ -105,15 +107,15 @@ static void on_models(struct evhttp_request *req, void *arg)
 	size_t at = 0;
 
 	pr->busy = false;
-	if (!status)
-		return;
 	if (status == 200)
 		pdx_served_models_read(&i->models,
 				       (const char *)evbuffer_pullup(b, -1),
 				       evbuffer_get_length(b));
-	else
+	else if (status == 404 || status == 405)
 		i->models = (struct pdx_served_models){.known = true,
 						       .any = true};
+	else
+		return;
 	list[0] = '\0';
 	for (unsigned k = 0; k < i->models.n && at < sizeof(list); k++)
 		at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%s",

@@ -217,35 +217,34 @@ bool pdx_pool_usable(const struct pdx_inst *i, uint64_t now)
 	return !i->unhealthy && pdx_breaker_usable(&i->breaker, now);
 }
 
-bool pdx_pool_has_usable(const struct pdx_pool *p, const struct pdx_inst *avoid)
-{
-	uint64_t now = pdx_now_ns();
-
-	for (unsigned k = 0; k < p->n; k++)
-		if (p->inst[k] != avoid && pdx_pool_usable(p->inst[k], now))
-			return true;
-	return false;
-}
 
 /* The instances a pick may take, in pool order (so round-robin and the
- * tie-breaks keep their meaning): the usable ones that may serve model,
- * else (none does) every usable one; returns how many. */
+ * tie-breaks keep their meaning): the usable ones but avoid that may
+ * serve model. When no usable instance, avoid included, may serve it:
+ * every usable one but avoid if or_any (its engine answers 404), else
+ * none. (Counting avoid: a retry after the one instance of the model
+ * failed went to another model's, and the client got its 404 for the
+ * 5xx.) Returns how many. */
 static unsigned candidates(const struct pdx_pool *p,
 			   const struct pdx_inst *avoid, const char *model,
-			   struct pdx_inst **out)
+			   bool or_any, struct pdx_inst **out)
 {
 	uint64_t now = pdx_now_ns();
+	bool served = false;
 	unsigned n = 0;
 
-	for (int any_model = 0; any_model < 2 && !n; any_model++)
-		for (unsigned k = 0; k < p->n; k++) {
-			struct pdx_inst *i = p->inst[k];
+	for (unsigned k = 0; k < p->n && !served; k++)
+		served = pdx_pool_usable(p->inst[k], now) &&
+			 pdx_served_models_take(&p->inst[k]->models, model);
+	if (!served && !or_any)
+		return 0;
+	for (unsigned k = 0; k < p->n; k++) {
+		struct pdx_inst *i = p->inst[k];
 
-			if (i != avoid && pdx_pool_usable(i, now) &&
-			    (any_model ||
-			     pdx_served_models_take(&i->models, model)))
-				out[n++] = i;
-		}
+		if (i != avoid && pdx_pool_usable(i, now) &&
+		    (!served || pdx_served_models_take(&i->models, model)))
+			out[n++] = i;
+	}
 	return n;
 }
 
@@ -291,12 +290,20 @@ static struct pdx_inst *prefix_aware(struct pdx_inst **c, unsigned n,
 	return best;
 }
 
+bool pdx_pool_has_usable(const struct pdx_pool *p,
+			 const struct pdx_inst *avoid, const char *model)
+{
+	struct pdx_inst *c[PDX_POOL_MAX];
+
+	return candidates(p, avoid, model, true, c) > 0;
+}
+
 struct pdx_inst *pdx_pool_pick(struct pdx_pool *p, uint64_t key,
 			       const struct pdx_inst *avoid,
-			       const char *model)
+			       const char *model, bool or_any)
 {
 	struct pdx_inst *c[PDX_POOL_MAX], *best;
-	unsigned n = candidates(p, avoid, model, c);
+	unsigned n = candidates(p, avoid, model, or_any, c);
 
 	if (!n)
 		return NULL;
@@ -319,9 +326,9 @@ struct pdx_inst *pdx_pool_pick(struct pdx_pool *p, uint64_t key,
 void pdx_pool_relearn(struct pdx_inst *p, struct pdx_inst *d)
 {
 	if (p)
-		p->peer_known = p->models.known = false;
+		p->peer_known = false;
 	if (d)
-		d->peer_known = d->models.known = false;
+		d->peer_known = false;
 }
 
 bool pdx_pool_result(struct pdx_inst *i, bool ok)

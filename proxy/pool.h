@@ -98,8 +98,8 @@ struct pdx_inst {
 	 * boot (sglang_boot.h); 0 until known */
 	uint16_t bootstrap_port;
 	struct evhttp *boot;
-	/* the models it serves (health.c asks; forgotten with its agents:
-	 * pdx_pool_relearn, added back) */
+	/* the models it serves (health.c asks, again after a failed check,
+	 * and when it is added back) */
 	struct pdx_served_models models;
 	/* idle keep-alive connections, oldest first, and the timer that
 	 * closes them when they expire (upstream.c) */
@@ -149,25 +149,26 @@ int pdx_pool_remove(struct pdx_pool *p, const char *addr);
  * pool's policy, and takes a reference and an in-flight slot; NULL when
  * there is none. key: the request's prompt prefix key
  * (pdx_pool_prefix_key), read by prefix-aware only. model: the model the
- * request names (NULL: none); among the usable instances, those known
- * to serve another one only (served_models.h) are passed over, unless
- * no other is left (its engine then answers the request: 404). A
- * breaker past its open time lets this pick through as its trial. */
+ * request names (NULL: none); instances known to serve other models only
+ * (served_models.h) are passed over while a usable one, avoid too, may
+ * serve it; when none may, or_any says whether any usable instance may
+ * be picked (its engine then answers: 404) or none. A breaker past its
+ * open time lets this pick through as its trial. */
 struct pdx_inst *pdx_pool_pick(struct pdx_pool *p, uint64_t key,
 			       const struct pdx_inst *avoid,
-			       const char *model);
+			       const char *model, bool or_any);
 
 /* May a request go to i now: healthy, and its breaker not open? */
 bool pdx_pool_usable(const struct pdx_inst *i, uint64_t now);
 
-/* Is there a usable instance in p other than avoid? */
+/* Would a pick for model (NULL: any) with or_any find a usable instance
+ * in p other than avoid? */
 bool pdx_pool_has_usable(const struct pdx_pool *p,
-			 const struct pdx_inst *avoid);
+			 const struct pdx_inst *avoid, const char *model);
 
 /* A transfer between p and d failed, or a request to them did (either
  * NULL-safe): their agents are asked again (GET /v1/pdx/info) before
- * the next request that needs them, their models at the next health
- * check. An agent restarted at another
+ * the next request that needs them. An agent restarted at another
  * address (--advertise changed, --listen port 0) left the one learned
  * first stale, and every transfer with it failed. */
 void pdx_pool_relearn(struct pdx_inst *p, struct pdx_inst *d);

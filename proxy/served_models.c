@@ -29,6 +29,13 @@ void pdx_served_models_read(struct pdx_served_models *m, const char *body,
 	json_decref(j);
 }
 
+bool pdx_served_models_take_known(const struct pdx_served_models *m,
+				  const char *model)
+{
+	return model && m->known && !m->any &&
+	       pdx_served_models_take(m, model);
+}
+
 bool pdx_served_models_take(const struct pdx_served_models *m,
 			    const char *model)
 {

@@ -36,4 +36,8 @@ void pdx_served_models_read(struct pdx_served_models *m, const char *body,
 bool pdx_served_models_take(const struct pdx_served_models *m,
 			    const char *model);
 
+/* Is model (NULL: none) one m is known to serve by name? */
+bool pdx_served_models_take_known(const struct pdx_served_models *m,
+				  const char *model);
+
 #endif

@@ -99,7 +99,7 @@ static void pool_init(struct pdx_pool *p)
 
 static struct pdx_inst *pick(struct pdx_pool *p, const struct pdx_inst *avoid)
 {
-	struct pdx_inst *i = pdx_pool_pick(p, 0, avoid, NULL);
+	struct pdx_inst *i = pdx_pool_pick(p, 0, avoid, NULL, true);
 
 	pdx_pool_put(i);
 	return i;
@@ -131,8 +131,8 @@ static void picks_usable_only(void)
 	CHECK_EQ(b->failures, 2);
 	for (int k = 0; k < 6; k++)
 		CHECK(pick(&p, NULL) == c);
-	CHECK(pdx_pool_has_usable(&p, NULL));
-	CHECK(!pdx_pool_has_usable(&p, c)); /* a retry has nowhere to go */
+	CHECK(pdx_pool_has_usable(&p, NULL, NULL));
+	CHECK(!pdx_pool_has_usable(&p, c, NULL)); /* a retry has nowhere to go */
 	CHECK(pick(&p, c) == NULL);
 	CHECK(pdx_pool_health(a, true, 2, 3)); /* re-admitted */
 	CHECK(pick(&p, c) == a);

@@ -36,7 +36,7 @@ static uint64_t key_of(unsigned k)
 /* Picks and at once gives back: a pick on an idle pool. */
 static struct pdx_inst *pick_idle(struct pdx_pool *p, uint64_t key)
 {
-	struct pdx_inst *i = pdx_pool_pick(p, key, NULL, NULL);
+	struct pdx_inst *i = pdx_pool_pick(p, key, NULL, NULL, true);
 
 	pdx_pool_put(i);
 	return i;
@@ -44,7 +44,7 @@ static struct pdx_inst *pick_idle(struct pdx_pool *p, uint64_t key)
 
 static struct pdx_inst *pick_model(struct pdx_pool *p, const char *model)
 {
-	struct pdx_inst *i = pdx_pool_pick(p, 0, NULL, model);
+	struct pdx_inst *i = pdx_pool_pick(p, 0, NULL, model, true);
 
 	pdx_pool_put(i);
 	return i;
@@ -207,6 +207,20 @@ static void by_model(void)
 	}
 	CHECK(pick_model(&p, "qwen2-7b") == p.inst[0]);
 	CHECK(pick_model(&p, NULL) == p.inst[0]); /* no model: load alone */
+	/* a retry after the one instance of the model failed: none, not
+	 * another model's (whose 404 the client got for the 5xx) */
+	CHECK(!pdx_pool_pick(&p, 0, p.inst[0], "qwen2-7b", true));
+	CHECK(!pdx_pool_has_usable(&p, p.inst[0], "qwen2-7b"));
+	CHECK(pdx_pool_has_usable(&p, p.inst[0], "tiny"));
+	CHECK(pdx_pool_has_usable(&p, p.inst[0], NULL));
+	/* nobody serves it: any (its engine says 404), or none (a prefill
+	 * pick beside a decode instance that serves it) */
+	i = pick_model(&p, "llama3-8b");
+	CHECK(i != NULL);
+	CHECK(!pdx_pool_pick(&p, 0, NULL, "llama3-8b", false));
+	CHECK(pdx_served_models_take_known(&p.inst[1]->models, "tiny") &&
+	      !pdx_served_models_take_known(&p.inst[1]->models, NULL) &&
+	      !pdx_served_models_take_known(&p.inst[1]->models, "qwen2-7b"));
 	p.inst[2]->models.known = false; /* not asked yet: may serve it */
 	CHECK(pick_model(&p, "qwen2-7b") == p.inst[0]);
 	p.inst[0]->unhealthy = true;

@@ -145,7 +145,13 @@ class PdxWorker:
         lay, regions, layers, self.cuda = kv_layout.build(kv_caches)
         if self.tp_size > 1:  # our heads: the agents reshard between sizes
             self.eng.set_tp(self.rank, self.tp_size)
-        self.eng.set_kv_dtype(kv_dtype_name(self.cache_dtype, kv_caches))
+        dtype = kv_dtype_name(self.cache_dtype, kv_caches)
+        if hasattr(pdx.engine.lib, "pdx_engine_set_kv_dtype"):
+            self.eng.set_kv_dtype(dtype)
+        else:  # libpdx before 0.6: unnamed, it pairs with any
+            log.info("pdx: libpdx %s cannot name the KV's element type "
+                     "(%s); the agents do not compare it",
+                     pdx._clib.path, dtype)
         # GPU KV: libpdx makes the layers' interprocess events and records
         # them on vLLM's stream at each layer_done (never a synchronize)
         self.peer_addr = self.eng.register(
@@ -255,6 +261,12 @@ class PdxWorker:
                           "%.0f s; their blocks may be read while reused",
                           [p.req_id for p in meta.preempted],
                           PREEMPT_WAIT_S)
+                # their events, if they come, are no news of the
+                # request's next send (vLLM after PR 50297 computes it
+                # again and sends under a new id): one would say that
+                # one finished while it still reads the blocks
+                for x in waiting:
+                    self._flights.pop(x, None)
                 break
             for ev in self.eng.poll(left):
                 self._ended(ev)
