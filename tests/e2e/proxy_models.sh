@@ -7,12 +7,16 @@
 # B, always the least loaded, got half of them or more. A request naming
 # no model goes to either; one naming a model nobody serves is answered
 # by an engine (404), as before. B started again serving tiny is asked
-# again once its checks pass, and serves tiny.
-#   proxy_models.sh PDX_ENGINE PDX_PROXY
+# again once its checks pass, and serves tiny. In front of P/D pairs: a
+# prefill instance of another model gets no request for tiny, and with
+# none of tiny's left, a request for it gets 503 saying so rather than
+# that instance's 404.
+#   proxy_models.sh PDX_ENGINE PDX_PROXY PDX_AGENT
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
 ENGINE=$1
 PROXY=$2
+AGENT=$3
 
 named_engine_start A "$ENGINE" --model tiny --time-scale 0
 named_engine_start B "$ENGINE" --model qwen2-7b --kv-blocks 16 --time-scale 0
@@ -80,4 +84,28 @@ for k in $(seq 8); do
 done
 [ "$(requests_of "$portb")" -gt "$before" ] || fail "B, serving tiny now, got none of them"
 named_stop X
+
+# P/D: P (tiny) and Q (qwen2-7b) prefill, D (tiny) decodes
+pd_engine_start P prefill --model tiny --time-scale 0
+pd_engine_start Q prefill --model qwen2-7b --kv-blocks 16 --time-scale 0
+pd_engine_start D decode --model tiny --time-scale 0
+named_engine_start Y "$PROXY" --prefill "127.0.0.1:$PORT_P" \
+	--prefill "127.0.0.1:$PORT_Q" --decode "127.0.0.1:$PORT_D" \
+	--policy-p least-loaded --health-interval 100 --admin-token t
+PORT_X=$PORT_Y
+models_become "127.0.0.1:$PORT_P=tiny 127.0.0.1:$PORT_Q=qwen2-7b 127.0.0.1:$PORT_D=tiny" 50 \
+	"the P/D instances' models"
+for k in $(seq 6); do
+	PORT=$PORT_Y post /v1/completions "{\"model\": \"tiny\", \"prompt\": \"pd $k\", \"max_tokens\": 3}" >/dev/null
+	status_is 200 "P/D request $k for tiny"
+done
+[ "$(requests_of "$PORT_Q")" = 0 ] || fail "Q (qwen2-7b) got $(requests_of "$PORT_Q") prefills for tiny"
+curl -sS -H 'Authorization: Bearer t' -X DELETE \
+	"http://127.0.0.1:$PORT_Y/admin/instances?url=127.0.0.1:$PORT_P" >/dev/null
+PORT=$PORT_Y post /v1/completions '{"model": "tiny", "prompt": "none left", "max_tokens": 3}' >/dev/null
+status_is 503 "tiny with only a prefill instance of another model"
+grep -q "no usable prefill instance serves model tiny" "$E2E_TMP/body" ||
+	fail "503 body: $(cat "$E2E_TMP/body")"
+[ "$(requests_of "$PORT_Q")" = 0 ] || fail "Q got the request for tiny"
+named_stop Y
 echo ok
