@@ -166,8 +166,8 @@ pdx_status_t pdx_engine_register(struct pdx_engine *e,
 pdx_status_t pdx_engine_set_tp(struct pdx_engine *e, uint32_t rank,
 			       uint32_t size);
 
-/* The KV's element type by name, e.g. "bfloat16", "float16",
- * "float8_e4m3fn" (at most PDX_KV_DTYPE_MAX - 1 bytes of letters, digits,
+/* The KV's element type by name, PyTorch's: "bfloat16", "float16",
+ * "float8_e4m3fn", "float8_e5m2" (compared byte for byte; at most PDX_KV_DTYPE_MAX - 1 bytes of letters, digits,
  * '_', '.', '-'; "" or NULL: none). The layout knows only dtype_bytes, so
  * a bfloat16 engine and a float16 one paired and each read the other's KV
  * as its own; agents whose engines both name one refuse to pair when the

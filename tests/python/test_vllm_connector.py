@@ -585,16 +585,17 @@ class KvDtypeMismatch(LayoutMismatch):
     one at fp8_e4m3: the same bytes (1 each), which the layout alone
     paired, and each side would have read the other's KV as its own."""
     p_kw, d_kw = {"kv_cache_dtype": "fp8_e5m2"}, {"kv_cache_dtype": "fp8"}
-    said = ("KV element types differ .*(fp8_e5m2 != fp8_e4m3|fp8_e4m3 != "
-            "fp8_e5m2)")
+    said = ("KV element types differ .*(float8_e5m2 != float8_e4m3fn|"
+            "float8_e4m3fn != float8_e5m2)")
 
     def test_names(self):
         from pdx.vllm.worker import kv_dtype_name
         import torch
         t = {"l0": torch.zeros(2, dtype=torch.float16)}
         self.assertEqual(kv_dtype_name("auto", t), "float16")
-        self.assertEqual(kv_dtype_name("fp8", t), "fp8_e4m3")
-        self.assertEqual(kv_dtype_name("fp8_e5m2", t), "fp8_e5m2")
+        self.assertEqual(kv_dtype_name("fp8", t), "float8_e4m3fn")
+        self.assertEqual(kv_dtype_name("fp8_e4m3", t), "float8_e4m3fn")
+        self.assertEqual(kv_dtype_name("fp8_e5m2", t), "float8_e5m2")
         self.assertIsNone(kv_dtype_name("auto", {}))
 
 

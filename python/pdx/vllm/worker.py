@@ -72,12 +72,14 @@ def _extra_int(extra, key: str) -> int:
 
 
 def kv_dtype_name(cache_dtype: str, kv_caches) -> Optional[str]:
-    """What the agents compare (libpdx's set_kv_dtype): vLLM's
-    --kv-cache-dtype when set (fp8 caches are stored as uint8, e4m3 and
-    e5m2 alike; its "fp8" is e4m3), else the tensors' dtype (bfloat16
-    and float16 are both 2 bytes: the layout alone paired them)."""
+    """What the agents compare (libpdx's set_kv_dtype), in torch's
+    names, as docs/protocol.md asks: vLLM's --kv-cache-dtype when set
+    (fp8 caches are stored as uint8, e4m3 and e5m2 alike; its "fp8" is
+    e4m3), else the tensors' dtype (bfloat16 and float16 are both 2
+    bytes: the layout alone paired them)."""
     if cache_dtype and cache_dtype != "auto":
-        return {"fp8": "fp8_e4m3"}.get(cache_dtype, cache_dtype)
+        return {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
+                "fp8_e5m2": "float8_e5m2"}.get(cache_dtype, cache_dtype)
     first = next(iter(kv_caches.values()), None)
     dtype = getattr(first, "dtype", None)
     return str(dtype).replace("torch.", "") if dtype is not None else None
