@@ -832,7 +832,8 @@ static void early_layer_done(struct agent *a, const struct xfer *x,
 	a->early_layer_done_ns = now;
 	pdx_xfer_id_hex(id, hex);
 	log_warn("layer_done for transfer %s, which its engine has not "
-		 "announced (send): not counted; send before layer_done",
+		 "announced (no send yet, or its send was refused): not "
+		 "counted; send before layer_done",
 		 hex);
 }
 
