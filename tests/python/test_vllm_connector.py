@@ -588,16 +588,6 @@ class KvDtypeMismatch(LayoutMismatch):
     said = ("KV element types differ .*(float8_e5m2 != float8_e4m3fn|"
             "float8_e4m3fn != float8_e5m2)")
 
-    def test_names(self):
-        from pdx.vllm.worker import kv_dtype_name
-        import torch
-        t = {"l0": torch.zeros(2, dtype=torch.float16)}
-        self.assertEqual(kv_dtype_name("auto", t), "float16")
-        self.assertEqual(kv_dtype_name("fp8", t), "float8_e4m3fn")
-        self.assertEqual(kv_dtype_name("fp8_e4m3", t), "float8_e4m3fn")
-        self.assertEqual(kv_dtype_name("fp8_e5m2", t), "float8_e5m2")
-        self.assertIsNone(kv_dtype_name("auto", {}))
-
 
 def running(pid):
     """pid runs (a zombie does not: where PID 1 does not reap it, the
@@ -715,6 +705,15 @@ class Params(unittest.TestCase):
             self.assertIsNone(read({key: False}))
             self.assertIsNone(read({}))
 
+    def test_kv_dtype_names(self):
+        from pdx.vllm.worker import kv_dtype_name
+        import torch
+        t = {"l0": torch.zeros(2, dtype=torch.float16)}
+        self.assertEqual(kv_dtype_name("auto", t), "float16")
+        self.assertEqual(kv_dtype_name("fp8", t), "float8_e4m3fn")
+        self.assertEqual(kv_dtype_name("fp8_e4m3", t), "float8_e4m3fn")
+        self.assertEqual(kv_dtype_name("fp8_e5m2", t), "float8_e5m2")
+        self.assertIsNone(kv_dtype_name("auto", {}))
 
 class FakeCudaTensor:
     """What register_kv_caches reads of a tensor, claiming to be on a GPU
