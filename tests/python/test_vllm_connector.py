@@ -715,6 +715,7 @@ class Params(unittest.TestCase):
         self.assertEqual(kv_dtype_name("fp8_e5m2", t), "float8_e5m2")
         self.assertIsNone(kv_dtype_name("auto", {}))
 
+
 class FakeCudaTensor:
     """What register_kv_caches reads of a tensor, claiming to be on a GPU
     (this machine has none)."""
