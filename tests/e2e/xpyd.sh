@@ -211,7 +211,7 @@ killed() {
 			grep -qs '^[0-9]* (.*) [^Z]' "/proc/$p/stat" && echo "$p ($(tr '\0' ' ' </proc/"$p"/cmdline))"
 		done
 		ip netns list 2>/dev/null | grep "^pdxy$XPID-"
-		ip -o link 2>/dev/null | grep "pdxy$XPID"
+		ip -o link 2>/dev/null | grep -E ": pdxy$XPID(br|[hn][0-9]+)[@:]"
 	}
 	for _ in $(seq 100); do
 		[ -z "$(running)" ] && return
@@ -406,7 +406,15 @@ if netns_works; then
 	served netnstp
 	grep -q "peer tcp://10\.77\.[0-9]*\.1:7101 ready" "$E2E_TMP/netnstp/d0r1.agent.log" ||
 		fail "netnstp: d0r1's agent did not meet p0r1's: $(grep peer "$E2E_TMP/netnstp/d0r1.agent.log")"
+	# another deployment's, whose pid begins with this one's: its
+	# watchdog leaves them be
+	ip netns add "pdxy${XPID}0-p0" && ip link add "pdxy${XPID}0br" type bridge ||
+		fail "netnstp: cannot make the other deployment's namespace and bridge"
 	killed netnstp
+	other=$(ip netns list | grep -c "^pdxy${XPID}0-p0")$(ip -o link | grep -c ": pdxy${XPID}0br:")
+	ip netns del "pdxy${XPID}0-p0"
+	ip link del "pdxy${XPID}0br"
+	[ "$other" = 11 ] || fail "netnstp: launch-xpyd's watchdog removed pdxy${XPID}0's namespace or bridge ($other)"
 else
 	echo "skip: --netns needs root and working ip netns"
 fi
