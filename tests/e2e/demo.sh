@@ -25,6 +25,16 @@ demo_fail() {
 }
 
 [ -z "$(left)" ] || fail "demo processes running before the test: $(left)"
+# bad values are refused before anything starts (exit 2); pdx-bench
+# refused some only after every process had started and warmed up
+for bad in "--request-rate abc" "--request-rate 0" "--num-prompts 0" \
+	"--max-concurrency 0" "--build $E2E_TMP/none"; do
+	# shellcheck disable=SC2086 # the option and its value
+	"$DEMO" --build "$BUILD" $bad --out "$E2E_TMP/bad" 2>"$E2E_TMP/bad.err" >/dev/null
+	rc=$?
+	[ $rc = 2 ] || fail "demo $bad: exit $rc, want 2: $(tail -2 "$E2E_TMP/bad.err")"
+	[ ! -e "$E2E_TMP/bad" ] || fail "demo $bad: started a run"
+done
 # one --out for the three, one run right after the other (as a loop over
 # the flows with the default --out would): an --out whose run ended is
 # free at once
