@@ -114,7 +114,7 @@ bool pdx_call_may_retry(const struct pdx_call *c,
 	return c->retry && (!status || status >= 500) && !c->replying &&
 	       c->retries < c->px->o->retries &&
 	       pdx_pool_has_usable(&c->px->pool[failed->role], failed,
-				   pdx_call_model(c));
+				   pdx_call_model(c), true);
 }
 
 /* Lets go of the connection before the last reply, which may close it
@@ -228,7 +228,8 @@ void pdx_call_reply_no_instance(struct pdx_call *c, enum pdx_pool_role role)
 	const char *model = pdx_call_model(c);
 	char msg[256];
 
-	if (model && pdx_pool_has_usable(p, NULL, NULL))
+	if (model && pdx_pool_has_usable(p, c->avoid[role], NULL, true) &&
+	    !pdx_pool_has_usable(p, c->avoid[role], model, false))
 		snprintf(msg, sizeof(msg),
 			 "no usable %s instance serves model %.100s (those "
 			 "usable serve others: GET /admin/instances)",

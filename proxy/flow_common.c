@@ -149,8 +149,8 @@ int pdx_flow_pick(struct pdx_call *c)
 	 * before D is picked, which counts a request there (that never
 	 * went) and may take its breaker's one trial (that never ends) */
 	if (p->n && !c->px->o->prefill_fallback &&
-	    pdx_pool_has_usable(d, c->avoid[PDX_POOL_DECODE], NULL) &&
-	    !pdx_pool_has_usable(p, c->avoid[PDX_POOL_PREFILL], NULL)) {
+	    pdx_pool_has_usable(d, c->avoid[PDX_POOL_DECODE], NULL, true) &&
+	    !pdx_pool_has_usable(p, c->avoid[PDX_POOL_PREFILL], NULL, true)) {
 		pdx_call_reply_no_instance(c, PDX_POOL_PREFILL);
 		return -1;
 	}

@@ -220,7 +220,7 @@ bool pdx_pool_usable(const struct pdx_inst *i, uint64_t now)
 
 /* The instances a pick may take, in pool order (so round-robin and the
  * tie-breaks keep their meaning): the usable ones but avoid that may
- * serve model. When no usable instance, avoid included, may serve it:
+ * serve model. When no usable instance, nor avoid, may serve it:
  * every usable one but avoid if or_any (its engine answers 404), else
  * none. (Counting avoid: a retry after the one instance of the model
  * failed went to another model's, and the client got its 404 for the
@@ -233,8 +233,11 @@ static unsigned candidates(const struct pdx_pool *p,
 	bool served = false;
 	unsigned n = 0;
 
+	/* avoid counts whatever its state: its failure may have opened its
+	 * breaker (or a check marked it) before the retry asks */
 	for (unsigned k = 0; k < p->n && !served; k++)
-		served = pdx_pool_usable(p->inst[k], now) &&
+		served = (p->inst[k] == avoid ||
+			  pdx_pool_usable(p->inst[k], now)) &&
 			 pdx_served_models_take(&p->inst[k]->models, model);
 	if (!served && !or_any)
 		return 0;
@@ -291,11 +294,12 @@ static struct pdx_inst *prefix_aware(struct pdx_inst **c, unsigned n,
 }
 
 bool pdx_pool_has_usable(const struct pdx_pool *p,
-			 const struct pdx_inst *avoid, const char *model)
+			 const struct pdx_inst *avoid, const char *model,
+			 bool or_any)
 {
 	struct pdx_inst *c[PDX_POOL_MAX];
 
-	return candidates(p, avoid, model, true, c) > 0;
+	return candidates(p, avoid, model, or_any, c) > 0;
 }
 
 struct pdx_inst *pdx_pool_pick(struct pdx_pool *p, uint64_t key,

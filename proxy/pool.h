@@ -164,7 +164,8 @@ bool pdx_pool_usable(const struct pdx_inst *i, uint64_t now);
 /* Would a pick for model (NULL: any) with or_any find a usable instance
  * in p other than avoid? */
 bool pdx_pool_has_usable(const struct pdx_pool *p,
-			 const struct pdx_inst *avoid, const char *model);
+			 const struct pdx_inst *avoid, const char *model,
+			 bool or_any);
 
 /* A transfer between p and d failed, or a request to them did (either
  * NULL-safe): their agents are asked again (GET /v1/pdx/info) before

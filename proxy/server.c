@@ -51,9 +51,9 @@ static void get_ready(struct pdx_proxy *px, struct evhttp_request *req)
 	const struct pdx_pool *p = &px->pool[PDX_POOL_PREFILL];
 	bool ready =
 	    !px->draining &&
-	    pdx_pool_has_usable(&px->pool[PDX_POOL_DECODE], NULL, NULL) &&
+	    pdx_pool_has_usable(&px->pool[PDX_POOL_DECODE], NULL, NULL, true) &&
 	    (!p->n || px->o->prefill_fallback ||
-	     pdx_pool_has_usable(p, NULL, NULL));
+	     pdx_pool_has_usable(p, NULL, NULL, true));
 
 	reply_text(req, ready ? 200 : 503, "application/json",
 		   ready	   ? "{\"status\":\"ready\"}"

@@ -131,8 +131,8 @@ static void picks_usable_only(void)
 	CHECK_EQ(b->failures, 2);
 	for (int k = 0; k < 6; k++)
 		CHECK(pick(&p, NULL) == c);
-	CHECK(pdx_pool_has_usable(&p, NULL, NULL));
-	CHECK(!pdx_pool_has_usable(&p, c, NULL)); /* a retry has nowhere to go */
+	CHECK(pdx_pool_has_usable(&p, NULL, NULL, true));
+	CHECK(!pdx_pool_has_usable(&p, c, NULL, true)); /* a retry has nowhere to go */
 	CHECK(pick(&p, c) == NULL);
 	CHECK(pdx_pool_health(a, true, 2, 3)); /* re-admitted */
 	CHECK(pick(&p, c) == a);

@@ -210,9 +210,13 @@ static void by_model(void)
 	/* a retry after the one instance of the model failed: none, not
 	 * another model's (whose 404 the client got for the 5xx) */
 	CHECK(!pdx_pool_pick(&p, 0, p.inst[0], "qwen2-7b", true));
-	CHECK(!pdx_pool_has_usable(&p, p.inst[0], "qwen2-7b"));
-	CHECK(pdx_pool_has_usable(&p, p.inst[0], "tiny"));
-	CHECK(pdx_pool_has_usable(&p, p.inst[0], NULL));
+	CHECK(!pdx_pool_has_usable(&p, p.inst[0], "qwen2-7b", true));
+	p.inst[0]->unhealthy = true; /* its failure opened its breaker */
+	CHECK(!pdx_pool_pick(&p, 0, p.inst[0], "qwen2-7b", true));
+	CHECK(!pdx_pool_has_usable(&p, p.inst[0], "qwen2-7b", true));
+	p.inst[0]->unhealthy = false;
+	CHECK(pdx_pool_has_usable(&p, p.inst[0], "tiny", true));
+	CHECK(pdx_pool_has_usable(&p, p.inst[0], NULL, true));
 	/* nobody serves it: any (its engine says 404), or none (a prefill
 	 * pick beside a decode instance that serves it) */
 	i = pick_model(&p, "llama3-8b");
