@@ -126,6 +126,9 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 		 * ends the wait */
 		if (x->peer && (!x->finished || x->await_stopped))
 			x->peer->busy = true;
+		/* the other senders it is held with: pinged with it too */
+		for (uint32_t i = 0; !x->finished && i < x->n_held_also; i++)
+			x->held_also[i]->busy = true;
 	}
 	if (stuck_peers(a, now, bound)) {
 		HASH_ITER(hh, a->peers, p, ptmp) {

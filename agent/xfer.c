@@ -388,6 +388,14 @@ void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 		if (ours && x->role == XFER_RECV)
 			await_stopped(x);
 	}
+	/* held with more senders (TP legs): each keeps its KV until told;
+	 * none has begun pushing, so none is awaited */
+	if (tell_peer && x->held && !x->announced)
+		for (uint32_t i = 0; i < x->n_held_also; i++)
+			x->agent->xfer_ops->tell_peer(x->agent,
+						      x->held_also[i]->addr,
+						      "abort", &x->id,
+						      x->reason);
 	if (x->announced && !x->group)
 		x->agent->xfer_ops->notify(x->agent, x, "failed");
 	if (x->group || x->tp)

@@ -362,14 +362,17 @@ class LayerDoneBeforeSend(Pair):
 class HoldAcrossTpSizes(unittest.TestCase):
     """A decode engine of TP 1 holds a transfer with both ranks of a TP 2
     prefill instance (each sends its half of the heads) while its request
-    queues past their --lease-ms: both sends wait for it. Before, only the
-    first sender named in a hold was pinged with it, and the second's KV
-    expired (pdx.sglang and PdxConnector hold with every prefill rank)."""
+    queues past their --lease-ms: both sends wait for it; aborted, both
+    hear it. Before, only the first sender named in a hold was pinged with
+    it (the second's KV expired) or told of its abort (pdx.sglang and
+    PdxConnector hold with every prefill rank)."""
 
-    def test_every_sender_keeps_it(self):
-        ag = Agents(AGENT, "p0", "p1", "d",
-                    args=("--lease-ms", "1000", "--heartbeat-ms", "200"))
-        self.addCleanup(ag.close)
+    def start(self, lease_ms):
+        """(prefill ranks, decode engine), a transfer held and sent."""
+        ag = Agents(AGENT, "p0", "p1", "d", args=(
+            "--lease-ms", str(lease_ms), "--heartbeat-ms", "200"))
+        self.addCleanup(lambda: (ag.close(),
+                                 self.assertEqual(ag.bad_exits, [])))
 
         def engine(name, heads, rank=None):
             bb = BLOCK_TOKENS * heads * HEAD_DIM * DTYPE
@@ -388,21 +391,34 @@ class HoldAcrossTpSizes(unittest.TestCase):
             return e
         P = [engine("p%d" % r, KV_HEADS // 2, r) for r in range(2)]
         D = engine("d", KV_HEADS)
-        x = pdx.XferId()
+        self.x = pdx.XferId()
         for p in P:
-            D.hold(x, p.peer_addr)
+            D.hold(self.x, p.peer_addr)
         for p in P:
-            p.send(x, None, [1, 2])   # open, as with vLLM's proxies
+            p.send(self.x, None, [1, 2])   # open, as with vLLM's proxies
             for layer in range(LAYERS):
-                p.layer_done(layer, [x])
+                p.layer_done(layer, [self.x])
+        return P, D
+
+    def ended(self, e, kind, within):
+        ev = next((ev for _ in range(int(within / 0.2)) for ev in
+                   e.poll(0.2) if ev.xfer == self.x), None)
+        self.assertIsNotNone(ev, "no event in %s s" % within)
+        self.assertEqual(ev.kind, kind, ev.reason)
+
+    def test_every_sender_keeps_it(self):
+        P, D = self.start(lease_ms=1000)
         time.sleep(2.5)   # queued: past the senders' leases
-        D.recv(x, None, [5, 6], peers=[p.peer_addr for p in P])
+        D.recv(self.x, None, [5, 6], peers=[p.peer_addr for p in P])
         for e, kind in [(D, pdx.RECEIVED)] + [(p, pdx.SENT) for p in P]:
-            ev = next((ev for _ in range(50) for ev in e.poll(0.2)
-                       if ev.xfer == x), None)
-            self.assertIsNotNone(ev, "no event")
-            self.assertEqual(ev.kind, kind, ev.reason)
-        self.assertEqual(ag.bad_exits, [])
+            self.ended(e, kind, 10)
+
+    def test_every_sender_hears_its_abort(self):
+        P, D = self.start(lease_ms=20000)
+        time.sleep(0.5)
+        D.abort(self.x)
+        for p in P:   # at once, not at the 20 s lease
+            self.ended(p, pdx.FAILED, 5)
 
 
 class AgentGone(Pair):
