@@ -114,8 +114,16 @@ static void on_models(struct evhttp_request *req, void *arg)
 	else if (status == 404 || status == 405)
 		i->models = (struct pdx_served_models){.known = true,
 						       .any = true};
-	else
+	else {
+		if (status && status != i->models.refused)
+			log_warn("%s instance %s: GET /v1/models answered %d "
+				 "(an API key it wants?): its models stay "
+				 "unknown, and it may be given any model's "
+				 "requests",
+				 pdx_pool_role_name(i->role), i->url, status);
+		i->models.refused = status;
 		return;
+	}
 	list[0] = '\0';
 	for (unsigned k = 0; k < i->models.n && at < sizeof(list); k++)
 		at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%s",

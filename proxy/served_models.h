@@ -24,6 +24,7 @@ struct pdx_served_models {
 	bool any;
 	unsigned n;
 	char name[PDX_SERVED_MODELS_MAX][PDX_SERVED_MODEL_NAME_MAX];
+	int refused; /* the last other answer's status, said once (health.c) */
 };
 
 /* Reads an OpenAI model list, {"data": [{"id": NAME}, ...]}, of len

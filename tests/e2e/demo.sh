@@ -28,9 +28,9 @@ demo_fail() {
 # bad values are refused before anything starts (exit 2); pdx-bench
 # refused some only after every process had started and warmed up
 for bad in "--request-rate abc" "--request-rate 0" "--num-prompts 0" \
-	"--max-concurrency 0" "--build $E2E_TMP/none"; do
-	# shellcheck disable=SC2086 # the option and its value
-	"$DEMO" --build "$BUILD" $bad --out "$E2E_TMP/bad" 2>"$E2E_TMP/bad.err" >/dev/null
+	"--max-concurrency 0" "--max-concurrency ''" "--build $E2E_TMP/none"; do
+	eval "set -- $bad" # the option and its value, maybe empty
+	"$DEMO" --build "$BUILD" "$@" --out "$E2E_TMP/bad" 2>"$E2E_TMP/bad.err" >/dev/null
 	rc=$?
 	[ $rc = 2 ] || fail "demo $bad: exit $rc, want 2: $(tail -2 "$E2E_TMP/bad.err")"
 	[ ! -e "$E2E_TMP/bad" ] || fail "demo $bad: started a run"

@@ -411,6 +411,7 @@ if netns_works; then
 	ip netns add "pdxy${XPID}0-p0" && ip link add "pdxy${XPID}0br" type bridge ||
 		fail "netnstp: cannot make the other deployment's namespace and bridge"
 	killed netnstp
+	sleep 1 # its link loop, which may reach the other's last, is over
 	other=$(ip netns list | grep -c "^pdxy${XPID}0-p0")$(ip -o link | grep -c ": pdxy${XPID}0br:")
 	ip netns del "pdxy${XPID}0-p0"
 	ip link del "pdxy${XPID}0br"

@@ -653,7 +653,7 @@ class AgentLife(unittest.TestCase):
         def cfg(**extra):
             return SimpleNamespace(kv_transfer_config=SimpleNamespace(
                 kv_connector_extra_config=extra))
-        for v in ("5s", 2.5, None, True):
+        for v in ("5s", 2.5, None, True, float("inf"), -1):
             with self.subTest(v=v):
                 with self.assertRaisesRegex(
                         ValueError, "kv_connector_extra_config "

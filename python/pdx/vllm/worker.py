@@ -63,12 +63,12 @@ def _extra_int(extra, key: str) -> int:
     ValueError naming it (int() named only the value)."""
     v = extra.get(key, 0)
     try:
-        if isinstance(v, bool) or float(v) != int(v):
+        if isinstance(v, bool) or float(v) != int(v) or int(v) < 0:
             raise ValueError
         return int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ValueError("kv_connector_extra_config %s: want an integer "
-                         "(ms), not %r" % (key, v)) from None
+                         "(ms), 0 or more, not %r" % (key, v)) from None
 
 
 def kv_dtype_name(cache_dtype: str, kv_caches) -> Optional[str]:
