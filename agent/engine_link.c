@@ -13,6 +13,7 @@
 
 #include "agent/agent.h"
 #include "common/clock.h"
+#include "common/kv_dtype.h"
 #include "common/layout_mp.h"
 #include "common/log.h"
 #include "common/prefault.h"
@@ -409,9 +410,7 @@ static pdx_status_t register_kv_dtype(const msgpack_object *m,
 	if (!o)
 		return PDX_OK;
 	if (pdx_mp_get_str(m, "kv_dtype", g->kv_dtype, sizeof(g->kv_dtype)) ||
-	    strspn(g->kv_dtype, "abcdefghijklmnopqrstuvwxyz"
-				"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
-		strlen(g->kv_dtype)) {
+	    (g->kv_dtype[0] && !pdx_kv_dtype_name_ok(g->kv_dtype))) {
 		snprintf(err, errlen, "kv_dtype: want a name of at most %d "
 			 "letters, digits, '_', '.' or '-'",
 			 PDX_KV_DTYPE_MAX - 1);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/kv_dtype.h"
 #include "common/layout_mp.h"
 #include "common/log.h"
 
@@ -37,21 +38,16 @@ pdx_status_t pdx_engine_set_tp(struct pdx_engine *e, uint32_t rank,
 pdx_status_t pdx_engine_set_kv_dtype(struct pdx_engine *e, const char *name)
 {
 	pdx_status_t st = pdx__enter(e, "set_kv_dtype");
-	size_t n = name ? strnlen(name, PDX_KV_DTYPE_MAX) : 0;
 
 	if (st != PDX_OK)
 		return st;
-	if (n >= PDX_KV_DTYPE_MAX || strspn(name ? name : "",
-					    "abcdefghijklmnopqrstuvwxyz"
-					    "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-					    "0123456789_.-") != n)
+	if (name && name[0] && !pdx_kv_dtype_name_ok(name))
 		return pdx__leave(e, pdx__fail(e, PDX_EINVAL, "set_kv_dtype: "
 					       "want a name of at most %d "
 					       "letters, digits, '_', '.' or "
 					       "'-'",
 					       PDX_KV_DTYPE_MAX - 1));
-	memcpy(e->kv_dtype, name ? name : "", n);
-	e->kv_dtype[n] = '\0';
+	snprintf(e->kv_dtype, sizeof(e->kv_dtype), "%s", name ? name : "");
 	return pdx__leave(e, PDX_OK);
 }
 

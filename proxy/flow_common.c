@@ -144,6 +144,7 @@ int pdx_flow_pick(struct pdx_call *c)
 			       d->policy == PDX_POLICY_PREFIX_AWARE
 			   ? prefix_key(c->body, c->px->o->prefix_len)
 			   : 0;
+	const char *model = pdx_call_model(c);
 
 	/* no usable prefill instance, and no falling back to D alone: 503
 	 * before D is picked, which counts a request there (that never
@@ -154,8 +155,8 @@ int pdx_flow_pick(struct pdx_call *c)
 		pdx_call_reply_no_instance(c, PDX_POOL_PREFILL);
 		return -1;
 	}
-	c->decode = pdx_pool_pick(d, key, c->avoid[PDX_POOL_DECODE],
-				  pdx_call_model(c), true);
+	c->decode = pdx_pool_pick(d, key, c->avoid[PDX_POOL_DECODE], model,
+				  true);
 	if (!c->decode) {
 		pdx_call_reply_no_instance(c, PDX_POOL_DECODE);
 		return -1;
@@ -164,9 +165,8 @@ int pdx_flow_pick(struct pdx_call *c)
 		/* D serves the model: a prefill instance of another one
 		 * would only answer 404 (none: as if none were usable) */
 		c->prefill = pdx_pool_pick(
-		    p, key, c->avoid[PDX_POOL_PREFILL], pdx_call_model(c),
-		    !pdx_served_models_take_known(&c->decode->models,
-						  pdx_call_model(c)));
+		    p, key, c->avoid[PDX_POOL_PREFILL], model,
+		    !pdx_served_models_take_known(&c->decode->models, model));
 		if (!c->prefill && !c->px->o->prefill_fallback) {
 			pdx_call_reply_no_instance(c, PDX_POOL_PREFILL);
 			return -1;

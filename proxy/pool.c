@@ -217,7 +217,6 @@ bool pdx_pool_usable(const struct pdx_inst *i, uint64_t now)
 	return !i->unhealthy && pdx_breaker_usable(&i->breaker, now);
 }
 
-
 /* The instances a pick may take, in pool order (so round-robin and the
  * tie-breaks keep their meaning): the usable ones but avoid that may
  * serve model. When no usable instance, nor avoid, may serve it:
