@@ -26,9 +26,11 @@ demo_fail() {
 
 [ -z "$(left)" ] || fail "demo processes running before the test: $(left)"
 # bad values are refused before anything starts (exit 2); pdx-bench
-# refused some only after every process had started and warmed up
+# refused some only after every process had started and warmed up, and
+# the engines the model, time scale and pool size (exit 1)
 for bad in "--request-rate abc" "--request-rate 0" "--num-prompts 0" \
-	"--max-concurrency 0" "--max-concurrency ''" "--build $E2E_TMP/none"; do
+	"--max-concurrency 0" "--max-concurrency ''" "--build $E2E_TMP/none" \
+	"--model nope" "--time-scale abc" "--kv-blocks 0"; do
 	eval "set -- $bad" # the option and its value, maybe empty
 	"$DEMO" --build "$BUILD" "$@" --out "$E2E_TMP/bad" 2>"$E2E_TMP/bad.err" >/dev/null
 	rc=$?

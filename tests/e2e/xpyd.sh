@@ -27,6 +27,18 @@ ENGINE=$BUILD/engine/pdx-engine
 left() { pgrep -f "^(ip netns exec [^ ]* )?$BUILD/(agent|engine|proxy)/pdx-" | grep -vx "${PID_C-}" || true; }
 [ -z "$(left)" ] || fail "processes of $BUILD running before the test: $(left)"
 named_engine_start C "$ENGINE" --time-scale 0
+# an engine option it passes on (a bad model, time scale or pool size) is
+# refused before anything starts, exit 2 with the engine's reason; it
+# started every agent first and then exited 1
+for bad in "--model nope" "--time-scale abc" "--kv-blocks 0"; do
+	# shellcheck disable=SC2086
+	"$LAUNCH" --build "$BUILD" --port 0 --out "$E2E_TMP/bad" $bad 2>"$E2E_TMP/bad.err" >/dev/null
+	rc=$?
+	[ $rc = 2 ] || fail "launch-xpyd $bad: exit $rc, want 2: $(tail -2 "$E2E_TMP/bad.err")"
+	grep -q "launch-xpyd: pdx-engine: ${bad%% *}" "$E2E_TMP/bad.err" ||
+		fail "launch-xpyd $bad: $(cat "$E2E_TMP/bad.err")"
+	[ -z "$(ls "$E2E_TMP/bad" 2>/dev/null)" ] || fail "launch-xpyd $bad: started a run"
+done
 
 # launch TAG ARGS...: starts launch-xpyd in the background and waits for
 # "ready"; its pid in XPID, the proxy's URL in XURL, the instances
