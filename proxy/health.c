@@ -112,8 +112,7 @@ static void on_models(struct evhttp_request *req, void *arg)
 				       (const char *)evbuffer_pullup(b, -1),
 				       evbuffer_get_length(b));
 	else if (status == 404 || status == 405)
-		i->models = (struct pdx_served_models){.known = true,
-						       .any = true};
+		pdx_served_models_set_any(&i->models);
 	else {
 		if (status && status != i->models.refused)
 			log_warn("%s instance %s: GET /v1/models answered %d "

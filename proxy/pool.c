@@ -29,6 +29,7 @@ static void inst_free(struct pdx_inst *i)
 		event_free(i->idle_timer);
 	if (i->boot)
 		evhttp_free(i->boot);
+	pdx_served_models_free(&i->models);
 	free(i);
 }
 

@@ -11,6 +11,7 @@
 #ifndef PDX_PROXY_SERVED_MODELS_H
 #define PDX_PROXY_SERVED_MODELS_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -24,6 +25,9 @@ struct pdx_served_models {
 	bool any;
 	unsigned n;
 	char name[PDX_SERVED_MODELS_MAX][PDX_SERVED_MODEL_NAME_MAX];
+	/* the list's entries as the instance gave them (id, max_model_len
+	 * ...), name[k] the id of the k-th; NULL when any */
+	json_t *entries;
 	int refused; /* the last other answer's status, said once (health.c) */
 };
 
@@ -31,6 +35,18 @@ struct pdx_served_models {
  * bytes into m (known afterwards, any when it cannot be kept). */
 void pdx_served_models_read(struct pdx_served_models *m, const char *body,
 			    size_t len);
+
+/* It serves any model it is asked for (its engine has no
+ * GET /v1/models): known, any. */
+void pdx_served_models_set_any(struct pdx_served_models *m);
+
+/* Frees what m holds (an instance freed). */
+void pdx_served_models_free(struct pdx_served_models *m);
+
+/* Adds to the JSON array list the entries of m whose ids list lacks
+ * (GET /v1/models through the proxy: each decode instance's, once). False
+ * when m does not name what it serves (unknown, or any). */
+bool pdx_served_models_merge(const struct pdx_served_models *m, json_t *list);
 
 /* May a request naming model (NULL: none) go to an instance serving m?
  * Yes unless m is known, not any, and lacks it. */

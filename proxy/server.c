@@ -1,6 +1,6 @@
 /* The proxy's HTTP server: binding, routing, and the small routes
- * (/health, /ready, /metrics); completions go to the flow, /v1/models to
- * a decode instance, /admin/... to admin.c. */
+ * (/health, /ready, /metrics, /v1/models); completions go to the flow,
+ * /admin/... to admin.c. */
 #define PDX_LOG_TOPIC "server"
 #include <errno.h>
 #include <event2/buffer.h>
@@ -77,12 +77,10 @@ static void get_metrics(struct pdx_proxy *px, struct evhttp_request *req)
 	evbuffer_free(b);
 }
 
-/* A body vLLM would refuse (common/oai_params.h) is refused here, before
- * any engine is asked for work: 400 naming the parameter. */
-static void refuse_params(struct pdx_call *c, const struct pdx_oai_fault *f)
+/* Ends c with status and the JSON text s (NULL: out of memory), which
+ * it frees. */
+static void reply_json(struct pdx_call *c, int status, char *s)
 {
-	char *s = pdx_http_error_body(400, "invalid_request_error", f->param,
-				      f->message);
 	struct evbuffer *b = s ? evbuffer_new() : NULL;
 
 	if (!b) {
@@ -92,8 +90,16 @@ static void refuse_params(struct pdx_call *c, const struct pdx_oai_fault *f)
 	}
 	evbuffer_add(b, s, strlen(s));
 	free(s);
-	pdx_call_reply(c, 400, b);
+	pdx_call_reply(c, status, b);
 	evbuffer_free(b);
+}
+
+/* A body vLLM would refuse (common/oai_params.h) is refused here, before
+ * any engine is asked for work: 400 naming the parameter. */
+static void refuse_params(struct pdx_call *c, const struct pdx_oai_fault *f)
+{
+	reply_json(c, 400, pdx_http_error_body(400, "invalid_request_error",
+					       f->param, f->message));
 }
 
 static void post_generate(struct pdx_proxy *px, struct evhttp_request *req,
@@ -120,13 +126,48 @@ static void post_generate(struct pdx_proxy *px, struct evhttp_request *req,
 	pdx_flow_start(c);
 }
 
+/* The decode pool's healthy instances' models as one list, each model
+ * once (a pool may hold several models: pdx_pool_pick routes by model),
+ * once every one of them has said its own; else one decode instance's
+ * answer, relayed, as the best the proxy can give (an engine without
+ * the route, or asked too recently). */
+static json_t *decode_models(struct pdx_proxy *px)
+{
+	const struct pdx_pool *d = &px->pool[PDX_POOL_DECODE];
+	json_t *list = json_array();
+	unsigned merged = 0;
+
+	for (unsigned k = 0; list && k < d->n; k++) {
+		if (d->inst[k]->unhealthy)
+			continue;
+		if (!pdx_served_models_merge(&d->inst[k]->models, list)) {
+			json_decref(list);
+			return NULL;
+		}
+		merged++;
+	}
+	if (!merged) {
+		json_decref(list);
+		return NULL;
+	}
+	return json_pack("{s:s, s:o}", "object", "list", "data", list);
+}
+
 static void get_models(struct pdx_proxy *px, struct evhttp_request *req)
 {
 	struct pdx_call *c = pdx_call_new(px, req);
+	json_t *models;
 
-	if (c)
+	if (!c)
+		return;
+	models = decode_models(px);
+	if (!models) {
 		pdx_call_relay(c, NULL, PDX_POOL_DECODE, EVHTTP_REQ_GET,
 			       "/v1/models", NULL, 0);
+		return;
+	}
+	reply_json(c, 200, json_dumps(models, JSON_COMPACT));
+	json_decref(models);
 }
 
 /* The methods path's route takes (its Allow); NULL: no route. */

@@ -2,7 +2,8 @@
 # pdx-proxy in front of instances of two models, A (tiny) and B
 # (qwen2-7b), least-loaded: it learns what each serves (GET /v1/models
 # after a passed health check, shown by /admin/instances), and a request
-# naming a model goes only to an instance serving it. Before, B answered
+# naming a model goes only to an instance serving it, and the proxy's
+# GET /v1/models names both. Before, B answered
 # every request for tiny 404 at once; a 404 is no breaker's business, and
 # B, always the least loaded, got half of them or more. A request naming
 # no model goes to either; one naming a model nobody serves is answered
@@ -48,6 +49,15 @@ models_become "127.0.0.1:$PORT_A=tiny 127.0.0.1:$PORT_B=qwen2-7b" 50 \
 	"the models learned"
 grep -q "decode instance http://127.0.0.1:$PORT_B serves qwen2-7b" "$E2E_TMP/X.log" ||
 	fail "not logged: $(grep serves "$E2E_TMP/X.log")"
+# GET /v1/models through the proxy: both models, each as its engine
+# described it (it relayed one instance's list, which named one model)
+PORT=$PORT_X get /v1/models | py "import json, sys
+m = json.load(sys.stdin)
+assert m['object'] == 'list', m
+assert sorted(e['id'] for e in m['data']) == ['qwen2-7b', 'tiny'], m
+assert all(e['owned_by'] == 'pdx' and e['max_model_len'] > 0 for e in m['data']), m" \
+	"the proxy's /v1/models: $(cat "$E2E_TMP/body")"
+status_is 200 "the proxy's /v1/models"
 
 for k in $(seq 12); do
 	PORT=$PORT_X post /v1/completions "{\"model\": \"tiny\", \"prompt\": \"hello $k\", \"max_tokens\": 2}" >/dev/null

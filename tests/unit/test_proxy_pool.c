@@ -174,7 +174,7 @@ static void by_model(void)
 				   "[{\"id\": \"tiny\"}, {\"id\": \"t2\"}]}";
 	static const char other[] = "{\"data\": [{\"id\": \"qwen2-7b\"}]}";
 	char nine[512] = "{\"data\": [", many[600];
-	struct pdx_served_models m;
+	struct pdx_served_models m = {0};
 	struct pdx_pool p;
 	struct pdx_inst *i;
 
@@ -200,6 +200,16 @@ static void by_model(void)
 	for (int k = 0; k < N; k++)
 		pdx_served_models_read(&p.inst[k]->models, k ? tiny : other,
 				       strlen(k ? tiny : other));
+	/* the proxy's GET /v1/models: each model once, as first given */
+	json_t *list = json_array();
+
+	for (int k = 0; k < N; k++)
+		CHECK(pdx_served_models_merge(&p.inst[k]->models, list));
+	CHECK(json_array_size(list) == 3 &&
+	      !strcmp(json_string_value(json_object_get(
+			  json_array_get(list, 2), "id")), "t2"));
+	CHECK(!pdx_served_models_merge(&m, list)); /* any: no list */
+	json_decref(list);
 	p.inst[1]->inflight = p.inst[2]->inflight = p.inst[3]->inflight = 5;
 	for (int k = 0; k < 8; k++) {
 		i = pick_model(&p, "tiny");
