@@ -25,6 +25,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import unittest
 from unittest import mock
@@ -151,16 +152,14 @@ class Backend(unittest.TestCase):
         self.assertNotIn("lease", p.error)
         self.assertLess(time.monotonic() - t0, 2.5)
 
-    def test_abort_on_decode_waits_for_the_writes(self):
-        """The decode side aborts while the prefill agent is pushing into
-        its pages (frozen mid-push here): its poll says Failed only once
-        pdx's event came, after the sender stopped writing, since SGLang
-        reuses the pages of a Failed request at once. No byte lands in
-        them after Failed."""
+    def push_under_way(self, room):
+        """A transfer of 2048 tokens (8 MiB) whose push into the decode
+        side's pages began: the decode request (out of the decode
+        scheduler's hands, polled by the test) and those pages' bytes."""
         kw = dict(layers=16, pages=128, page_size=16, heads=8, head_dim=128)
         self.start(Pool(**kw), Pool(**kw))
         tokens = 128 * 16
-        p, d = Req(24, tokens), Req(24, tokens)
+        p, d = Req(room, tokens), Req(room, tokens)
         self.P.pool.shm.buf[:] = b"\x11" * len(self.P.pool.shm.buf)
         self.D.add(d, self.P.sa.disaggregation_bootstrap_port)
         end = time.monotonic() + 10
@@ -175,6 +174,43 @@ class Backend(unittest.TestCase):
         while buf[first] == 0 and time.monotonic() < end:
             self.P.step()
         self.assertNotEqual(buf[first], 0, "the push never began")
+        return d, buf
+
+    def test_another_ranks_failure_waits_for_the_writes(self):
+        """SGLang reduces the ranks' polls to their minimum: another
+        rank's Failed makes this rank's request Failed too, mid-push, and
+        SGLang frees its pages right after failure_exception(). That call
+        ends this rank's transfer and returns only once the sender stopped
+        writing (frozen here for 0.5 s); the error says the failure was
+        another rank's. No byte lands in the pages afterwards."""
+        d, buf = self.push_under_way(26)
+        sender = self.P.mgr.agent.proc
+        sender.send_signal(signal.SIGSTOP)
+        thaw = threading.Timer(0.5, sender.send_signal, (signal.SIGCONT,))
+        thaw.start()
+        self.addCleanup(sender.send_signal, signal.SIGCONT)
+        t0 = time.monotonic()
+        with self.assertRaisesRegex(Exception, "another tensor-parallel "
+                                    "rank's transfer failed") as got:
+            d.receiver.failure_exception()
+        waited = time.monotonic() - t0
+        thaw.join()
+        self.assertTrue(got.exception.is_from_another_rank)
+        self.assertGreater(waited, 0.4, "returned while the sender could "
+                           "still write")
+        self.assertEqual(d.receiver.poll(), KVPoll.Failed)
+        buf[:] = b"\xee" * len(buf)   # SGLang: the pages' next request
+        time.sleep(0.5)
+        self.assertEqual(bytes(buf).count(0xEE), len(buf),
+                         "bytes landed after failure_exception()")
+
+    def test_abort_on_decode_waits_for_the_writes(self):
+        """The decode side aborts while the prefill agent is pushing into
+        its pages (frozen mid-push here): its poll says Failed only once
+        pdx's event came, after the sender stopped writing, since SGLang
+        reuses the pages of a Failed request at once. No byte lands in
+        them after Failed."""
+        d, buf = self.push_under_way(24)
         sender = self.P.mgr.agent.proc
         sender.send_signal(signal.SIGSTOP)
         try:

@@ -41,10 +41,13 @@ class PdxTransferError(Exception):
     """Why a transfer failed: pdx's reason (an agent's event, a refused
     call, the bootstrap answer), with SGLang's room."""
 
-    def __init__(self, bootstrap_room: int, failure_reason: str):
+    def __init__(self, bootstrap_room: int, failure_reason: str,
+                 is_from_another_rank: bool = False):
         super().__init__(failure_reason)
         self.bootstrap_room = bootstrap_room
         self.failure_reason = failure_reason
+        # SGLang logs such a failure at debug: the rank that failed said it
+        self.is_from_another_rank = is_from_another_rank
 
     def __str__(self):
         return "PdxTransferError(bootstrap_room=%s): %s" % (

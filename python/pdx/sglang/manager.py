@@ -261,13 +261,36 @@ class PdxKVManager:
         try:
             events = self.eng.events()
         except pdx.Error as e:
-            for end in list(self.xfers.values()):
-                end.fail("pdx link: %s" % e)
+            self._link_lost(e)
             return
         for ev in events:
-            end = self.xfers.get(ev.xfer)
-            if end is not None:
-                end.on_event(ev)
+            self._hand(ev)
+
+    def pump_until(self, done, timeout: float) -> bool:
+        """Waits on the link, handing its events on as pump() does, until
+        done() holds or timeout seconds passed; done() at the end."""
+        end = time.monotonic() + timeout
+        while not done():
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                ev = self.eng.wait_event(min(left, 0.1))
+            except pdx.Error as e:
+                self._link_lost(e)
+                return done()
+            if ev is not None:
+                self._hand(ev)
+        return True
+
+    def _hand(self, ev: pdx.Event) -> None:
+        end = self.xfers.get(ev.xfer)
+        if end is not None:
+            end.on_event(ev)
+
+    def _link_lost(self, e: pdx.Error) -> None:
+        for end in list(self.xfers.values()):
+            end.fail("pdx link: %s" % e)
 
     def close(self) -> None:
         self.eng.close()

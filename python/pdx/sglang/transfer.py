@@ -10,6 +10,11 @@ from .manager import xfer_id
 
 log = logging.getLogger("pdx.sglang")
 
+# How long failure_exception() waits for pdx's event of a transfer it ends
+# because another rank's failed: the agents' bound for a sender to say it
+# stopped writing (--peer-timeout-ms, 5 s by default), with a margin.
+STOP_WAIT_S = 10.0
+
 
 class Transfer:
     def __init__(self, mgr, bootstrap_addr: str, bootstrap_room):
@@ -43,7 +48,7 @@ class Transfer:
         self.kv_mgr.forget(self.xid)
         self.event = ev
         if self.aborting:   # whatever the agent managed before the abort
-            self.fail("aborted by SGLang")
+            self.fail(self.reason)
             return
         if not ev.ok:
             self.fail("%s: %s" % (ev.status_name, ev.reason))
@@ -54,8 +59,25 @@ class Transfer:
         self.state = KVPoll.Success
 
     def failure_exception(self):
-        raise PdxTransferError(self.bootstrap_room,
-                               self.reason or "no failure")
+        """SGLang asks why once the ranks' polls, reduced to their
+        minimum, said Failed; every rank then frees the request's pages.
+        Here the failure may be another rank's, with this rank's transfer
+        still under way: the agents may still write (decode) or read
+        (prefill) its pages. It ends that transfer first, and returns
+        only once pdx's event says they stopped (or STOP_WAIT_S passed)."""
+        if self.state == KVPoll.Failed:
+            raise PdxTransferError(self.bootstrap_room, self.reason)
+        why = "another tensor-parallel rank's transfer failed"
+        if self.state != KVPoll.Success:
+            self.abort(why)
+            if not self.kv_mgr.pump_until(
+                    lambda: self.state == KVPoll.Failed, STOP_WAIT_S):
+                log.error("pdx.sglang: room %d: no event from the agent "
+                          "%.0f s after its abort: its pages may still be "
+                          "in use", self.bootstrap_room, STOP_WAIT_S)
+                self.fail(why)
+        raise PdxTransferError(self.bootstrap_room, why,
+                               is_from_another_rank=True)
 
     def get_transfer_metric(self) -> KVTransferMetric:
         ev = self.event
@@ -65,7 +87,7 @@ class Transfer:
         return KVTransferMetric(transfer_latency_s=span,
                                 transfer_total_bytes=ev.bytes)
 
-    def abort(self) -> None:
+    def abort(self, why: str = "aborted by SGLang") -> None:
         """SGLang's abort of the request: the transfer ends here and at
         the peer agent. One announced to our agent ends (Failed) only at
         its event: until then the agents may still touch its pages (a
@@ -76,9 +98,9 @@ class Transfer:
         self._abort_at_agent()
         if self.announced and self.kv_mgr.xfers.get(self.xid) is self:
             self.aborting = True
-            self.reason = "aborted by SGLang"
+            self.reason = why
             return
-        self.fail("aborted by SGLang")
+        self.fail(why)
 
     def _abort_at_agent(self) -> None:
         # Announced or not: an agent that holds the peer's side of it (a
