@@ -67,7 +67,12 @@ static pdx_status_t read_key_file(struct pdx_curve *c, const char *path,
 		snprintf(err, errlen, "CURVE key %s: %s", path, strerror(errno));
 		return PDX_EINVAL;
 	}
-	if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
+	if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "CURVE key %s: not a regular file", path);
+		fclose(f);
+		return PDX_EINVAL;
+	}
+	if (st.st_mode & 077)
 		log_warn("CURVE key %s is readable by others (mode %03o): "
 			 "chmod 600 it", path, (unsigned)(st.st_mode & 0777));
 	while (fgets(line, sizeof(line), f)) {
@@ -97,16 +102,34 @@ static pdx_status_t read_peers(struct pdx_curve *c, char *err, size_t errlen)
 			 strerror(errno));
 		return PDX_EINVAL;
 	}
-	fstat(fileno(f), &c->peers_st);
+	if (fstat(fileno(f), &c->peers_st) != 0 ||
+	    !S_ISREG(c->peers_st.st_mode)) {
+		snprintf(err, errlen, "CURVE peers %s: not a regular file",
+			 c->peers_file);
+		fclose(f);
+		return PDX_EINVAL;
+	}
 	while (fgets(line, sizeof(line), f)) {
-		char addr[PDX_ADDR_MAX], key[64];
+		char addr[PDX_ADDR_MAX], key[64] = "";
+		const char *why = NULL;
+		int got;
 
 		no++;
-		if (sscanf(line, " %255s %63s", addr, key) < 1 || addr[0] == '#')
+		got = sscanf(line, " %255s %63s", addr, key);
+		if (got < 1 || addr[0] == '#')
 			continue;
-		if (strncmp(addr, "tcp://", 6) != 0 || !z85_key(key)) {
+		if (strncmp(addr, "tcp://", 6) != 0)
+			why = "the address does not start with tcp://";
+		else if (got < 2)
+			why = "no public key after the address";
+		else if (!z85_key(key))
+			/* Z85 has '$': an unquoted here-document expands it */
+			why = "the key is not 40 characters of Z85 (written by "
+			      "a shell here-document? quote its word: <<'EOF')";
+		if (why) {
 			snprintf(err, errlen, "CURVE peers %s line %d: want "
-				 "\"tcp://HOST:PORT PUBLIC-KEY\"", c->peers_file, no);
+				 "\"tcp://HOST:PORT PUBLIC-KEY\": %s",
+				 c->peers_file, no, why);
 			fclose(f);
 			free(m);
 			return PDX_EINVAL;
@@ -136,7 +159,7 @@ static pdx_status_t read_peers(struct pdx_curve *c, char *err, size_t errlen)
 static void reread_if_changed(struct pdx_curve *c)
 {
 	struct stat st;
-	char err[256];
+	char err[512];
 
 	if (stat(c->peers_file, &st) != 0 ||
 	    (st.st_mtim.tv_sec == c->peers_st.st_mtim.tv_sec &&
