@@ -172,7 +172,8 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 			uint16_t port;
 
 			if (metrics_addr_parse(optarg, host, sizeof(host), &port)) {
-				fprintf(stderr, "pdx-agent: --metrics needs HOST:PORT\n");
+				fprintf(stderr, "pdx-agent: --metrics %s: want "
+					"HOST:PORT, the port 0 to 65535\n", optarg);
 				return -1;
 			}
 			c->metrics_addr = optarg;

@@ -160,9 +160,11 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 		xfer_fail(x, PDX_EPEER, true,
 			  "no answer to our hello from %s in %u ms "
 			  "(--handshake-timeout-ms): is an agent listening "
-			  "there, %s CURVE as this one?",
+			  "there, %s CURVE as this one%s?",
 			  x->peer_addr, a->cfg.handshake_timeout_ms,
-			  a->curve ? "with" : "without");
+			  a->curve ? "with" : "without",
+			  a->curve ? ", each one's public key in the other's "
+				     "--curve-peers file" : "");
 	else if (which == BOUND_LAYER)
 		xfer_fail(x, PDX_ETIMEDOUT, true,
 			  "no layer computed for %u ms (%u of %u pushed)%s",

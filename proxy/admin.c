@@ -170,7 +170,7 @@ static void del(struct pdx_proxy *px, struct evhttp_request *req)
 		    !pdx_pool_remove(&px->pool[i], url))
 			removed++;
 	if (!removed) {
-		pdx_http_send_error(req, 404, "not_found", "no such instance");
+		pdx_http_send_error(req, 404, "not_found_error", "no such instance");
 		goto out;
 	}
 	log_info("removed instance %s", url);
@@ -188,7 +188,7 @@ void pdx_admin_handle(struct pdx_proxy *px, struct evhttp_request *req)
 	if (!authorized(px, req))
 		return;
 	if (strcmp(path, "/admin/instances")) {
-		pdx_http_send_error(req, 404, "not_found", "no such route");
+		pdx_http_send_error(req, 404, "not_found_error", "no such route");
 		return;
 	}
 	switch (evhttp_request_get_command(req)) {

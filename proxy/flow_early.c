@@ -106,7 +106,7 @@ void pdx_flow_metaserver(struct pdx_proxy *px, struct evhttp_request *req)
 	c = waiting_call(px, xfer);
 	if (!c) {
 		json_decref(kv);
-		pdx_http_send_error(req, 404, "not_found",
+		pdx_http_send_error(req, 404, "not_found_error",
 				     "no request waits for this transfer");
 		return;
 	}

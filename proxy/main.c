@@ -245,11 +245,6 @@ int main(int argc, char **argv)
 	case PDX_PROXY_OPTS_RUN:
 		break;
 	}
-	if (pdx_log_set_level(m.o.log_level) < 0) {
-		fprintf(stderr, "pdx-proxy: --log-level: unknown level '%s'\n",
-			m.o.log_level);
-		return 2;
-	}
 	m.px.o = &m.o;
 	LIST_INIT(&m.px.calls);
 	LIST_INIT(&m.px.legs.legs);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/http_error.h"
+#include "common/log.h"
 #include "proxy/cors.h"
 #include "proxy/dns_srv.h"
 
@@ -633,8 +634,9 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 		return PDX_PROXY_OPTS_BAD;
 	if (kinds(o, kind, flow_given, err, errlen))
 		return PDX_PROXY_OPTS_BAD;
-	if (!strcmp(o->log_level, "")) {
-		snprintf(err, errlen, "--log-level is empty");
+	if (pdx_log_set_level(o->log_level) < 0) {
+		snprintf(err, errlen, "--log-level '%s': want error, warn, info "
+			 "or debug", o->log_level);
 		return PDX_PROXY_OPTS_BAD;
 	}
 	return PDX_PROXY_OPTS_RUN;

@@ -26,7 +26,8 @@ for bad in "--listen tcp://127.0.0.1:99999" "--listen tcp://127.0.0.1:-5" \
 	"--advertise tcp://nohost:abc" "--advertise tcp://*:5555" \
 	"--advertise tcp://0.0.0.0:5555" "--listen tcp://0.0.0.0:5555" \
 	"--listen tcp://*:0" "--notify tcp://127.0.0.1:65536" \
-	"--xfer-timeout-ms 99999999999" "--heartbeat-ms 0"; do
+	"--xfer-timeout-ms 99999999999" "--heartbeat-ms 0" \
+	"--metrics 127.0.0.1:99999"; do
 	# shellcheck disable=SC2086 # the option and its value
 	"$AGENT" --engine "$sock" --listen "tcp://127.0.0.1:$(free_port)" $bad \
 		2>"$E2E_TMP/bad.log"

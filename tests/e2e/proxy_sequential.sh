@@ -138,6 +138,8 @@ admin DELETE "/admin/instances?url=http://127.0.0.1:$PORT_D" s3cret >/dev/null
 status_is 200 "admin remove"
 admin DELETE "/admin/instances?url=http://127.0.0.1:$PORT_D" s3cret >/dev/null
 status_is 404 "admin remove twice"
+# the type every other 404 of the proxy gives (it said "not_found")
+py "import json; e=json.load(open('$E2E_TMP/body'))['error']; assert e['type'] == 'not_found_error', e" "admin 404 JSON"
 for _ in 1 2 3 4; do
 	post /v1/completions '{"prompt": "still?", "max_tokens": 3}' >/dev/null
 	status_is 200 "served by the other instance after the remove"
