@@ -13,8 +13,8 @@
  * The first call after one (pdx_engine_next_event() included, which the
  * fd wakes for it) sends the last accepted register again, so the
  * restarted agent serves the engine's next transfer instead of failing it
- * "not registered". Its answer is read like an event (incoming.c); until
- * then announcements fail at once with PDX_EPEER and
+ * "not registered". Its answer is taken by the next call, whichever it is
+ * (incoming.c); until then announcements fail at once with PDX_EPEER and
  * pdx_engine_link_status() says why.
  */
 #define PDX_LOG_TOPIC "engine"
@@ -87,8 +87,8 @@ void pdx__link_watch(struct pdx_engine *e)
 /* Registers again on a new connection to the agent (it restarted): the
  * restarted agent has no registration, and would fail what we say next.
  * The register goes out without waiting (the engine's loop never waits
- * for its agent); its answer is read like an event (pdx__on_other),
- * until then announcements fail at once. */
+ * for its agent); its answer is taken by whichever call comes next
+ * (pdx__on_other), until then announcements fail at once. */
 void pdx__relink(struct pdx_engine *e)
 {
 	uint64_t now;
@@ -96,6 +96,15 @@ void pdx__relink(struct pdx_engine *e)
 	pdx__link_watch(e);
 	if (!e->reg || !e->up || e->registered || e->displaced)
 		return;
+	/* Its answer may be waiting: take it here, on every call, not only
+	 * on those that read events. An engine that retried its announcement
+	 * (PDX_EPEER) without reading events never took it, and every
+	 * timeout_ms sent the register again, the answer waiting unread. */
+	if (e->registering) {
+		pdx__drain(e);
+		if (!e->up || e->registered || e->displaced)
+			return;
+	}
 	now = pdx_now_ns();
 	if (e->registering &&
 	    now - e->relink_ns < (uint64_t)e->timeout_ms * 1000000ULL)

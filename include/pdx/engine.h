@@ -15,7 +15,9 @@
  * arrives later as an event. When the agent is away (dead, restarting)
  * they fail at once with PDX_EPEER. After the agent restarted (the link
  * connected again), the next call registers again first, as the last
- * pdx_engine_register() did, and waits for that answer (bounded).
+ * pdx_engine_register() did, without waiting for the answer: any later
+ * call takes it, and announcements fail with PDX_EPEER until then (retry
+ * them a little later).
  *
  * Liveness: the link notices its agent's death (its connection closes)
  * at once and a frozen agent (heartbeats unanswered) within liveness_ms;
@@ -365,7 +367,9 @@ pdx_status_t pdx_engine_next_event(struct pdx_engine *e,
 				   struct pdx_engine_event *ev);
 
 /* Waits up to timeout_ms (-1: forever) for the next event; PDX_ETIMEDOUT
- * when none came in time. */
+ * when none came in time. A signal does not end the wait (its handler
+ * runs, the wait goes on): to stop on one, wait in slices or on
+ * pdx_engine_fd() beside a signalfd or self-pipe. */
 pdx_status_t pdx_engine_wait_event(struct pdx_engine *e, int timeout_ms,
 				   struct pdx_engine_event *ev);
 

@@ -10,6 +10,8 @@ import ctypes
 import numbers
 import operator
 import select
+import threading
+import time
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple, Union
 
@@ -337,6 +339,10 @@ class Event:
     @property
     def status_name(self) -> str:
         return _STATUS_NAMES.get(self.status, str(self.status))
+
+
+# wait_event() in the main thread: the longest a signal's handler waits
+_WAIT_SLICE_MS = 100
 
 
 def _blocks(blocks: Sequence[int]):
@@ -681,7 +687,9 @@ class Engine:
 
     def wait_event(self, timeout: Optional[float] = None) -> Optional[Event]:
         """The next event within timeout seconds (None: forever; 0 or
-        less: only one already there), or None when none came in time."""
+        less: only one already there), or None when none came in time.
+        In the main thread a signal's handler runs during the wait (Ctrl-C
+        raises KeyboardInterrupt), as in time.sleep()."""
         ms = -1
         if timeout is not None:
             if isinstance(timeout, bool) or \
@@ -693,10 +701,21 @@ class Engine:
                                  "waits at most (None: forever)"
                                  % (timeout, _clib.INT_MAX / 1000))
             ms = min(int(timeout * 1000), _clib.INT_MAX) if timeout > 0 else 0
-        st = lib.pdx_engine_wait_event(self._handle(), ms,
-                                       ctypes.byref(self._ev))
-        if st == ETIMEDOUT:
-            return None
+        # libpdx's wait goes on through EINTR, and Python runs a signal's
+        # handler (Ctrl-C's KeyboardInterrupt) only once the call returned:
+        # in the main thread, where handlers run, wait in slices.
+        end = None if ms < 0 else time.monotonic() + ms / 1000
+        while True:
+            left = ms
+            if threading.current_thread() is threading.main_thread():
+                left = _WAIT_SLICE_MS if end is None else max(0, min(
+                    _WAIT_SLICE_MS, int((end - time.monotonic()) * 1000)))
+            st = lib.pdx_engine_wait_event(self._handle(), left,
+                                           ctypes.byref(self._ev))
+            if st != ETIMEDOUT:
+                break
+            if left == ms or (end is not None and time.monotonic() >= end):
+                return None
         self._call(st, "wait_event")
         return self._event()
 

@@ -4,7 +4,9 @@
  * the sender's loss, its --peer-timeout-ms of silence (a sender alive
  * would have said "stopped"); the prefill agent is restarted on the same
  * addresses, the prefill engine registers again (same engine handle: the
- * link reconnects), and a new transfer succeeds.
+ * link reconnects), and a new transfer succeeds. Killed and restarted
+ * once more, a send retried meanwhile, no events read, is taken: the
+ * library's own register again is answered, and that call takes it.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -16,6 +18,37 @@
 #define TMO_MS 3000
 #define PEER_TMO_MS "2000" /* the heartbeat: 1000 ms */
 #define N 2
+
+/* An engine that, its agent restarted, retries its send (PDX_EPEER) and
+ * reads no events meanwhile, nothing being in flight: the register the
+ * library sent again is answered, and some call must take that answer. */
+static void retried_send(struct h_env *env)
+{
+	struct pdx_engine_event ev;
+	struct pdx_xfer_id id;
+	uint32_t block = 0;
+	pdx_status_t st = PDX_EPEER;
+	uint64_t t0;
+
+	pb_agent_kill(&env->p.agent, SIGKILL);
+	CHECK(pb_agent_restart(&env->p.agent) == 0,
+	      "the prefill agent restarts again");
+	pdx_xfer_id_random(&id);
+	t0 = pdx_now_ns();
+	while (st != PDX_OK && pdx_now_ns() - t0 < 5000000000ull) {
+		st = pdx_engine_send(env->p.eng, &id, env->d.peer, &block, 1);
+		if (st != PDX_OK)
+			h_sleep_ms(10);
+	}
+	CHECK(st == PDX_OK,
+	      "a send retried after the restart, no events read, is taken "
+	      "within 5 s (%s: %s)",
+	      pdx_status_str(st), pdx_engine_last_error(env->p.eng));
+	if (st == PDX_OK) {
+		pdx_engine_abort(env->p.eng, &id);
+		h_wait(&env->p, &id, 5000, &ev);
+	}
+}
 
 int main(int argc, char **argv)
 {
@@ -76,5 +109,6 @@ int main(int argc, char **argv)
 	bad = h_run(&env, x, N);
 	CHECK_EQ(bad, 0, "a transfer after the restart succeeds");
 	h_plan_free(x, N);
+	retried_send(&env);
 	return h_finish(&env);
 }

@@ -13,6 +13,7 @@ import platform
 import signal
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -545,6 +546,29 @@ class CloseFromAnotherThread(unittest.TestCase):
             self.close_during("register")
         finally:
             agent.send_signal(signal.SIGCONT)
+
+
+class InterruptedWait(unittest.TestCase):
+    """Ctrl-C (SIGINT) during wait_event() in the main thread raises
+    KeyboardInterrupt at once, as Python's own waits do. libpdx's wait
+    goes on through EINTR, and Python runs the handler only once the
+    call returned: wait_event(None) was deaf to Ctrl-C for good."""
+
+    def test_sigint_interrupts_wait_event(self):
+        ag = Agents(AGENT, "w")
+        self.addCleanup(ag.close)
+        e = pdx.Engine(ag.engine("w"))
+        self.addCleanup(e.close)
+        kick = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        kick.start()
+        self.addCleanup(kick.cancel)
+        t0 = time.monotonic()
+        with self.assertRaises(KeyboardInterrupt):
+            e.wait_event(5)
+        took = time.monotonic() - t0
+        self.assertLess(took, 2, "KeyboardInterrupt %.2f s after wait_event "
+                        "began (SIGINT at 0.3 s)" % took)
+        self.assertIsNone(e.wait_event(0.25), "the engine still waits")
 
 
 class CudaWithoutGpu(Pair):
