@@ -138,7 +138,11 @@ def _cstr(name: str, value, what: str, none_ok: bool = False,
         raise TypeError("%s: want %s (a str%s), not %s"
                         % (name, what, " or None" if none_ok else "",
                            type(value).__name__))
-    raw = value.encode()
+    try:
+        raw = value.encode()
+    except UnicodeEncodeError:   # a lone surrogate: no UTF-8 for it
+        raise ValueError("%s: want %s in UTF-8, not %r"
+                         % (name, what, value)) from None
     if not 0 < len(raw) <= max_bytes or b"\0" in raw:
         raise ValueError("%s: want %s of 1 to %d bytes without NUL, not %r"
                          % (name, what, max_bytes, value))

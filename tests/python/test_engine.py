@@ -198,6 +198,10 @@ class Refusals(Pair):
         ev = self.event("d", x)
         self.assertEqual((ev.kind, ev.status), (pdx.FAILED, pdx.EINVAL), ev)
         self.assertIn("tcp://", ev.reason)
+        # a str with no UTF-8 (a lone surrogate): named, as the others
+        # (a bare UnicodeEncodeError before)
+        with self.assertRaisesRegex(ValueError, "peer: want .* in UTF-8"):
+            self.eng["d"].recv(pdx.XferId(), "tcp://h\udc80:1", [1])
 
     def test_block_outside_the_pool_fails_the_transfer(self):
         x = pdx.XferId()
