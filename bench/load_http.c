@@ -58,8 +58,11 @@ struct runner {
 	size_t *queue, qhead, qtail; /* arrived, waiting for a slot */
 	int inflight;
 	size_t finished;
-	struct evhttp_connection **idle, **all;
-	size_t n_idle, n_all;
+	struct evhttp_connection **idle, **all, **dead;
+	size_t n_idle, n_all, n_dead;
+	struct event *reap; /* frees the dead connections */
+	bool dispatching;   /* inside dispatch()'s loop */
+	uint64_t freed_ns;  /* a slot freed meanwhile, by a start that failed */
 	char host_hdr[300];
 	uint64_t max_lag_ns;
 	int drawn; /* length of the progress line on screen */
@@ -133,6 +136,27 @@ static void release_follower(struct runner *r, size_t i, uint64_t now)
 	}
 }
 
+static void on_reap(evutil_socket_t fd, short what, void *arg)
+{
+	struct runner *r = arg;
+
+	while (r->n_dead)
+		evhttp_connection_free(r->dead[--r->n_dead]);
+}
+
+/* Takes c out of the run's connections, to be freed by on_reap. */
+static void conn_bury(struct runner *r, struct evhttp_connection *c)
+{
+	for (size_t k = r->n_all; k-- > 0;) {
+		if (r->all[k] == c) {
+			r->all[k] = r->all[--r->n_all];
+			break;
+		}
+	}
+	r->dead[r->n_dead++] = c;
+	event_active(r->reap, EV_TIMEOUT, 0);
+}
+
 static void finish(struct lreq *lr, bool ok, const char *fmt, ...)
 {
 	struct runner *r = lr->run;
@@ -173,9 +197,15 @@ static void finish(struct lreq *lr, bool ok, const char *fmt, ...)
 		lr->timer = NULL;
 	}
 	/* A connection whose request failed is not reused: evhttp may still
-	 * be failing its queue. It is freed at the end with the others. */
+	 * be failing its queue. It is closed once this callback returned:
+	 * kept open to the end of the run, every failed request held one
+	 * connection to the server, and against a server that fails fast
+	 * (a 503) the run took every descriptor of a proxy under a low
+	 * ulimit, which then served no one until the run ended. */
 	if (lr->conn && ok)
 		r->idle[r->n_idle++] = lr->conn;
+	else if (lr->conn)
+		conn_bury(r, lr->conn);
 	lr->conn = NULL;
 	lr->req = NULL;
 	r->inflight--;
@@ -407,7 +437,8 @@ static void start(struct runner *r, size_t i, uint64_t intended)
 		finish(lr, false, "could not send the request");
 		return;
 	}
-	pdx_evhttp_nodelay(lr->conn);
+	if (lr->conn) /* else it failed already, inside the call */
+		pdx_evhttp_nodelay(lr->conn);
 }
 
 /* Starts queued requests while slots are free. slot_ns: when the slot
@@ -417,12 +448,25 @@ static void dispatch(struct runner *r, uint64_t slot_ns)
 	uint64_t a;
 	size_t i;
 
+	/* A request that fails inside start() (no connection: a port where
+	 * nobody listens, no descriptor left) ends before start() returns,
+	 * and its slot is filled by the loop below, not by a call from here:
+	 * each such failure started the next request one call deeper, and a
+	 * run of 20000 requests to a closed port overflowed the stack. */
+	if (r->dispatching) {
+		r->freed_ns = slot_ns;
+		return;
+	}
+	r->dispatching = true;
 	while (r->qhead < r->qtail && (r->p->max_concurrency <= 0 ||
 				       r->inflight < r->p->max_concurrency)) {
+		if (r->freed_ns > slot_ns)
+			slot_ns = r->freed_ns;
 		i = r->queue[r->qhead++];
 		a = r->reqs[i].ready_ns;
 		start(r, i, a > slot_ns ? a : slot_ns);
 	}
+	r->dispatching = false;
 }
 
 /* Queues what has arrived; a later round of a session waits, parked,
@@ -494,14 +538,16 @@ int pdx_load_run(const struct pdx_load_run_params *p,
 	r.queue = calloc(p->n + 1, sizeof(*r.queue));
 	r.idle = calloc(p->n + 1, sizeof(*r.idle));
 	r.all = calloc(p->n + 1, sizeof(*r.all));
-	if (!r.base || !r.reqs || !r.queue || !r.idle || !r.all) {
+	r.dead = calloc(p->n + 1, sizeof(*r.dead));
+	if (!r.base || !r.reqs || !r.queue || !r.idle || !r.all || !r.dead) {
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
 	r.tick = evtimer_new(r.base, on_tick, &r);
+	r.reap = event_new(r.base, -1, 0, on_reap, &r);
 	if (p->progress)
 		r.progress = event_new(r.base, -1, EV_PERSIST, on_progress, &r);
-	if (!r.tick || (p->progress && !r.progress)) {
+	if (!r.tick || !r.reap || (p->progress && !r.progress)) {
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
@@ -535,8 +581,12 @@ out:
 	}
 	for (i = 0; r.all && i < r.n_all; i++)
 		evhttp_connection_free(r.all[i]);
+	for (i = 0; r.dead && i < r.n_dead; i++)
+		evhttp_connection_free(r.dead[i]);
 	if (r.tick)
 		event_free(r.tick);
+	if (r.reap)
+		event_free(r.reap);
 	if (r.progress)
 		event_free(r.progress);
 	if (r.base)
@@ -545,6 +595,7 @@ out:
 	free(r.queue);
 	free(r.idle);
 	free(r.all);
+	free(r.dead);
 	return rc;
 }
 

@@ -2,7 +2,9 @@
 # pdx-bench against pdx-engine: 20 random prompts at once all complete,
 # the result JSON has a positive mean TTFT, and every KV block is free
 # afterwards; a --request-timeout that is no bound is refused (exit 2),
-# and so is --backend openai-chat with the completions endpoint.
+# and so is --backend openai-chat with the completions endpoint; requests
+# that fail (a refusing server under a low descriptor limit, a closed
+# port) fail one by one, without a crash.
 #   bench.sh BUILD/engine/pdx-engine BUILD/bench/pdx-bench
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -39,5 +41,29 @@ done
 rc=$?
 [ $rc -eq 2 ] && grep -q 'chat/completions' "$E2E_TMP/chat.out" ||
 	{ cat "$E2E_TMP/chat.out"; fail "--backend openai-chat to /v1/completions: exit $rc, want 2 and why"; }
+# requests the server refuses at once (prompts over --max-model-len)
+# under a low descriptor limit: each failed request's connection is
+# closed, so every request gets the server's answer (each was kept open
+# to the end of the run, the bench ran out of descriptors after ~40 and
+# crashed)
+(
+	ulimit -n 48
+	exec "$BENCH" --host 127.0.0.1 --port "$PORT" --model tiny \
+		--num-prompts 200 --max-concurrency 8 --random-input-len 9000 \
+		--random-output-len 2 --save-detailed --result-dir "$E2E_TMP/ref" \
+		--result-filename ref.json
+) >"$E2E_TMP/ref.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] || { tail -5 "$E2E_TMP/ref.out"; fail "refused requests under ulimit -n 48: exit $rc, want 1"; }
+py "import json; e=json.load(open('$E2E_TMP/ref/ref.json'))['errors']; bad=[x for x in e if not x.startswith('HTTP 400')]; assert len(e) == 200 and not bad, (len(e), bad[:3])" \
+	"every refused request has the engine's 400"
+# a port where nobody listens: every request fails inside its send, and
+# the next one was started one call deeper (20000: the stack overflowed)
+"$BENCH" --host 127.0.0.1 --port "$(free_port)" --model tiny \
+	--num-prompts 20000 --random-input-len 4 --random-output-len 2 \
+	>"$E2E_TMP/closed.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q 'Failed requests: *20000' "$E2E_TMP/closed.out" ||
+	{ tail -5 "$E2E_TMP/closed.out"; fail "20000 requests to a closed port: exit $rc, want 1 and 20000 failed"; }
 engine_stop
 echo ok
