@@ -261,6 +261,11 @@ uint16_t pdx_http_api_port(const struct pdx_http_api *api)
 	return api->port;
 }
 
+void pdx_http_api_set_link(struct pdx_http_api *api, struct pdx_kv_link *link)
+{
+	api->p.link = link;
+}
+
 void pdx_http_api_free(struct pdx_http_api *api)
 {
 	if (!api)

@@ -60,6 +60,11 @@ pdx_status_t pdx_http_api_new(const struct pdx_http_api_params *p,
 /* The port it listens on. */
 uint16_t pdx_http_api_port(const struct pdx_http_api *api);
 
+/* The agent link, once made: the engine binds its port before it
+ * registers with its agent (engine/main.c). Before any request comes. */
+void pdx_http_api_set_link(struct pdx_http_api *api,
+			   struct pdx_kv_link *link);
+
 /* Aborts every request in flight, closes every connection; NULL-safe.
  * Call before pdx_sched_free(). */
 void pdx_http_api_free(struct pdx_http_api *api);

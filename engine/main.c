@@ -98,7 +98,6 @@ static int tp_lead(struct engine *e, struct pdx_sched_params *sp)
 		log_error("tensor-parallel leader: %s", err);
 		return 1;
 	}
-	pdx_kv_link_set_tp(e->link, e->tp, e->o.tp_size);
 	e->mirror = (struct pdx_sched_mirror){.pass = mirror_pass,
 					      .caught_up = mirror_caught_up,
 					      .arg = e->tp};
@@ -177,6 +176,24 @@ static void pool_name(char *out, size_t len)
 
 /* Returns the exit status when it cannot start (1; 77 when the KV pool
  * wants a CUDA device there is none of), else 0. */
+/* The link to --agent, registered (none without one). */
+static int link_agent(struct engine *e)
+{
+	char err[256];
+
+	if (!e->o.agent)
+		return 0;
+	if (pdx_kv_link_new(e->base, e->o.agent, e->o.agent_liveness_ms,
+			    e->pool, e->o.tp_rank, e->o.tp_size, &e->link, err,
+			    sizeof(err)) != PDX_OK) {
+		log_error("agent: %s", err);
+		return 1;
+	}
+	log_info("agent %s, peer address %s", e->o.agent,
+		 pdx_kv_link_peer(e->link));
+	return 0;
+}
+
 static int engine_start(struct engine *e)
 {
 	struct pdx_kv_pool_params pp = {
@@ -230,20 +247,8 @@ static int engine_start(struct engine *e)
 		log_error("kv pool: %s", err);
 		return st == PDX_ENOENT ? 77 : 1;
 	}
-	if (e->o.agent) {
-		st = pdx_kv_link_new(e->base, e->o.agent,
-				     e->o.agent_liveness_ms, e->pool,
-				     e->o.tp_rank, e->o.tp_size, &e->link,
-				     err, sizeof(err));
-		if (st != PDX_OK) {
-			log_error("agent: %s", err);
-			return 1;
-		}
-		log_info("agent %s, peer address %s", e->o.agent,
-			 pdx_kv_link_peer(e->link));
-	}
-	if (e->o.tp_rank > 0)
-		return tp_follow(e);
+	if (e->o.tp_rank > 0) /* no HTTP: rank 0's */
+		return link_agent(e) ? 1 : tp_follow(e);
 	if (e->o.tp_size > 1 && tp_lead(e, &sp))
 		return 1;
 	sp.base = e->base;
@@ -259,15 +264,23 @@ static int engine_start(struct engine *e)
 	hp.pool = e->pool;
 	hp.role = pdx_engine_role_name(e->o.role);
 	hp.agent = e->o.agent;
-	hp.link = e->link;
 	hp.kv_timeout_ms = e->o.kv_timeout_ms;
 	hp.kv_quarantine_ms = e->o.kv_quarantine_ms;
 	hp.queue_timeout_ms = e->o.queue_timeout_ms;
+	/* the port before the agent: a second engine started by mistake
+	 * with this one's options took the registration, failed to bind,
+	 * and left the agent to a dead engine (this one: "another engine
+	 * registered with this agent" until restarted) */
 	st = pdx_http_api_new(&hp, &e->http, err, sizeof(err));
 	if (st != PDX_OK) {
 		log_error("http: %s", st == PDX_ENOMEM ? "out of memory" : err);
 		return 1;
 	}
+	if (link_agent(e))
+		return 1;
+	pdx_http_api_set_link(e->http, e->link);
+	if (e->tp && e->link)
+		pdx_kv_link_set_tp(e->link, e->tp, e->o.tp_size);
 	log_info("model %s, %u kv blocks (%.1f MiB) in %s, time scale %g",
 		 e->o.model->name, e->o.kv_blocks,
 		 (double)pdx_kv_pool_size(e->pool) / (1 << 20),
