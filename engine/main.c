@@ -176,6 +176,33 @@ static void pool_name(char *out, size_t len)
 
 /* Returns the exit status when it cannot start (1; 77 when the KV pool
  * wants a CUDA device there is none of), else 0. */
+/* Descriptors the engine holds besides its clients': the pool, the
+ * agent link and ZeroMQ's, the TP links, the listener, logs. */
+#define FDS_RESERVE 64
+
+/* Raises the soft limit on file descriptors to the hard one, and says
+ * when it cannot hold a client per request the engine takes (running and
+ * queued): past it accept() fails, connections wait unanswered, and the
+ * proxy's health checks fail with them (an engine under ulimit -n 64
+ * went out of rotation under 100 clients, with nothing said at start). */
+static void nofile_check(const struct pdx_engine_opts *o)
+{
+	rlim_t limit = pdx_nofile_raise();
+	rlim_t want = (rlim_t)o->max_num_seqs + o->max_waiting + FDS_RESERVE;
+
+	if (limit != RLIM_INFINITY && limit < want)
+		log_warn("file descriptors (ulimit -n): %llu, short of the %llu "
+			 "that --max-num-seqs %u and --max-waiting %u clients "
+			 "take: past about %llu at once, connections wait "
+			 "unanswered and health checks fail (raise ulimit -n, "
+			 "or lower --max-waiting)",
+			 (unsigned long long)limit, (unsigned long long)want,
+			 o->max_num_seqs, o->max_waiting,
+			 (unsigned long long)(limit > FDS_RESERVE
+						  ? limit - FDS_RESERVE
+						  : 0));
+}
+
 /* The link to --agent, registered (none without one). */
 static int link_agent(struct engine *e)
 {
@@ -328,7 +355,7 @@ int main(int argc, char **argv)
 		break;
 	}
 	pdx_log_prefix("engine");
-	pdx_nofile_raise();
+	nofile_check(&e.o);
 	signal(SIGPIPE, SIG_IGN);
 	rc = engine_start(&e);
 	if (rc == 0 && event_base_dispatch(e.base) != 0)

@@ -2,7 +2,8 @@
 # pdx-engine's OpenAI API as a client sees it: completions and chat,
 # streamed and not (the stream joins to the same text, usage counts
 # right), identical outputs across requests and restarts, text that
-# encodes back to its tokens, the GET routes, valid /metrics, and errors.
+# encodes back to its tokens, the GET routes, valid /metrics, and errors;
+# a warning at start under a descriptor limit short of its clients.
 #   engine_api.sh BUILD/engine/pdx-engine
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -110,4 +111,15 @@ engine_start "$ENGINE" --time-scale 0
 run_all >"$E2E_TMP/texts3"
 cmp -s "$E2E_TMP/texts1" "$E2E_TMP/texts3" || fail "outputs differ after a restart"
 engine_stop
+
+# under a descriptor limit too low for the clients it takes, it says so
+# at start (it went out of rotation under load, saying nothing)
+(ulimit -n 200 && exec "$ENGINE" --time-scale 0 --port 0 --max-waiting 100) \
+	>"$E2E_TMP/nofile.log" 2>&1 &
+pid=$!
+for _ in $(seq 50); do grep -q "listening on" "$E2E_TMP/nofile.log" && break; sleep 0.1; done
+kill "$pid"
+wait "$pid" || fail "the engine under ulimit -n 200: exit $?: $(tail -3 "$E2E_TMP/nofile.log")"
+grep -q "file descriptors (ulimit -n): 200, short of the 420 that --max-num-seqs 256 and --max-waiting 100 clients take" \
+	"$E2E_TMP/nofile.log" || fail "no warning under ulimit -n 200: $(head -3 "$E2E_TMP/nofile.log")"
 echo "ok"
