@@ -102,7 +102,7 @@ def main():
         for f in part:
             print(f"    {f} -> {' '.join(sorted(g for g in edges[f] if g in part))}")
     if not found:
-        print(f"ok: {len(edges)} files of agent/, none calls back up")
+        print(f"ok: {len(edges)} files of {sys.argv[1]}, none calls back up")
     return 1 if found else 0
 
 
