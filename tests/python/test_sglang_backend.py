@@ -13,7 +13,8 @@ MHA and MLA transfers (chunked prefill with a partial last
 page, two rooms at once, pages at other indices on each side), the first
 token and the room landing in the decode side's aux rows, the transfer
 metric, a decode-side prefix hit (part of the prompt, all of it), an
-abort from either side, the decode rank's agent killed (both
+abort from either side, another rank's failure (SGLang's minimum over the
+ranks' polls) on either side, the decode rank's agent killed (both
 sides Failed with pdx's reason within the bound), a decode pool whose
 layout differs refused before any transfer with both layouts in words,
 and a prefill bootstrap server down or frozen (the decode requests Failed
@@ -203,6 +204,24 @@ class Backend(unittest.TestCase):
         time.sleep(0.5)
         self.assertEqual(bytes(buf).count(0xEE), len(buf),
                          "bytes landed after failure_exception()")
+
+    def test_another_ranks_failure_on_prefill(self):
+        """The same on the prefill side: a sender whose transfer was
+        announced and waits for the decode side (which never comes here)
+        ends it at its agent and returns at pdx's event, the pages then
+        SGLang's to free; the error says another rank failed."""
+        self.start(Pool(), Pool())
+        p = Req(27, 64)
+        self.P.add(p)
+        self.assertTrue(wait_for(lambda: self.P.step() or
+                                 p in self.P.inflight, 10))
+        self.assertEqual(p.sender.poll(), KVPoll.Transferring)
+        with self.assertRaisesRegex(Exception, "another tensor-parallel "
+                                    "rank's transfer failed") as got:
+            p.sender.failure_exception()
+        self.assertTrue(got.exception.is_from_another_rank)
+        self.assertEqual(p.sender.poll(), KVPoll.Failed)
+        self.assertIsNotNone(p.sender.event, "ended before pdx's event")
 
     def test_abort_on_decode_waits_for_the_writes(self):
         """The decode side aborts while the prefill agent is pushing into
