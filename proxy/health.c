@@ -2,6 +2,7 @@
 #define PDX_LOG_TOPIC "health"
 #include "proxy/health.h"
 
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "proxy/pool.h"
 
@@ -20,7 +22,8 @@ struct pdx_probe {
 	struct pdx_health *h;
 	struct pdx_inst *inst;
 	struct evhttp_connection *conn;
-	bool busy; /* a check in flight */
+	bool busy;     /* a check in flight */
+	bool starting; /* inside evhttp_make_request() */
 };
 
 static void probe_free(struct pdx_probe *pr)
@@ -134,6 +137,25 @@ static void on_models(struct evhttp_request *req, void *arg)
 			       : list);
 }
 
+/* A check that could not start for want of a descriptor here says
+ * nothing of its instance: not counted. Under a flood of client
+ * connections the proxy judged every instance unhealthy, and answered
+ * 503 for a while after the flood had passed. */
+static bool out_of_descriptors(struct pdx_probe *pr, int status, int e)
+{
+	static uint64_t said_ns;
+	uint64_t now = pdx_now_ns();
+
+	if (status || !pr->starting || (e != EMFILE && e != ENFILE))
+		return false;
+	if (now - said_ns > 1000000000ull) {
+		log_warn("health checks not counted: this proxy is out of file "
+			 "descriptors (ulimit -n), not its instances");
+		said_ns = now;
+	}
+	return true;
+}
+
 /* A check ended: req NULL or a status other than 200 is a failure. It
  * may run inside evhttp_make_request() (no socket), so it only counts.
  * A passed one asks for the instance's models while they are unknown
@@ -143,11 +165,14 @@ static void on_done(struct evhttp_request *req, void *arg)
 {
 	struct pdx_probe *pr = arg;
 	struct pdx_inst *i = pr->inst;
+	int e = errno; /* evhttp keeps the socket's error for us */
 	int status = req ? evhttp_request_get_response_code(req) : 0;
 	bool ok = status == 200;
 	char why[256];
 
 	pr->busy = false;
+	if (out_of_descriptors(pr, status, e))
+		return;
 	if (ok)
 		check_agent(i, req);
 	if (!ok) /* restarting, maybe with another model */
@@ -194,10 +219,11 @@ static void probe_get(struct pdx_probe *pr, const char *path,
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Host", host);
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Connection",
 			  "close");
-	pr->busy = true;
+	pr->busy = pr->starting = true;
 	if (evhttp_make_request(pr->conn, req, EVHTTP_REQ_GET, path) &&
 	    pr->busy)
 		done(NULL, pr); /* failed without telling */
+	pr->starting = false;
 }
 
 static void round_pool(struct pdx_health *h, struct pdx_pool *p)
