@@ -11,6 +11,9 @@
 #include "agent/agent.h"
 #include "common/log.h"
 
+/* Peers known at once at most (peer_make_room()). */
+#define PEERS_MAX 512
+
 void peer_reset(struct agent *a, struct peer *p)
 {
 	for (uint32_t i = 0; i < p->n_regions; i++) {
@@ -35,13 +38,71 @@ void peer_reset(struct agent *a, struct peer *p)
 	p->instance = 0;
 }
 
+static void peer_free(struct agent *a, struct peer *p)
+{
+	peer_reset(a, p);
+	zmq_close(p->dealer);
+	HASH_DEL(a->peers, p);
+	free(p);
+}
+
+static void xfer_name_peers(struct xfer *x)
+{
+	if (x->peer)
+		x->peer->named = true;
+	for (uint32_t i = 0; i < x->n_held_also; i++)
+		x->held_also[i]->named = true;
+}
+
+/* Room for one more peer: at PEERS_MAX, the peer no transfer names
+ * (in flight, or ended with operations still out) that we know least
+ * goes, one without a handshake before one with, the longest silent
+ * first. Any message with a new "from" makes a peer, each with a
+ * DEALER (a descriptor, and one of the 1023 sockets of ZeroMQ's
+ * context), and none went: pings from a few thousand made-up addresses
+ * (or agents of pods come and gone) took every socket, and a new peer
+ * was then never answered, with nothing logged. An evicted one that
+ * speaks again is met afresh, as a restarted agent is. */
+static bool peer_make_room(struct agent *a)
+{
+	struct peer *p, *tmp, *victim = NULL;
+	struct xfer *x, *xtmp;
+
+	if (HASH_COUNT(a->peers) < PEERS_MAX)
+		return true;
+	HASH_ITER(hh, a->peers, p, tmp)
+		p->named = false;
+	HASH_ITER(hh, a->xfers, x, xtmp)
+		xfer_name_peers(x);
+	for (x = a->dead; x; x = x->next_dead)
+		xfer_name_peers(x);
+	HASH_ITER(hh, a->peers, p, tmp) {
+		if (p->named)
+			continue;
+		if (!victim ||
+		    (peer_known(victim) && !peer_known(p)) ||
+		    (peer_known(victim) == peer_known(p) &&
+		     p->heard_ns < victim->heard_ns))
+			victim = p;
+	}
+	if (!victim) {
+		log_warn("%u peers, each with transfers: no room for another",
+			 HASH_COUNT(a->peers));
+		return false;
+	}
+	log_debug("peer %s forgotten: %u peers at most", victim->addr,
+		  PEERS_MAX);
+	peer_free(a, victim);
+	return true;
+}
+
 struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
 {
 	struct peer *p = NULL;
 	int linger = 0, hwm = 10000;
 
 	HASH_FIND_STR(a->peers, addr, p);
-	if (p || !create)
+	if (p || !create || !peer_make_room(a))
 		return p;
 	p = calloc(1, sizeof(*p));
 	if (!p)
@@ -49,8 +110,11 @@ struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
 	snprintf(p->addr, sizeof(p->addr), "%s", addr);
 	p->agent = a;
 	p->dealer = zmq_socket(a->zctx, ZMQ_DEALER);
-	if (!p->dealer)
+	if (!p->dealer) {
+		log_warn("no socket for peer %s: %s", addr,
+			 zmq_strerror(zmq_errno()));
 		goto free_p;
+	}
 	zmq_setsockopt(p->dealer, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_setsockopt(p->dealer, ZMQ_SNDHWM, &hwm, sizeof(hwm));
 	if (a->curve && pdx_curve_client(a->curve, p->dealer, addr)) {
@@ -84,10 +148,6 @@ void peers_free(struct agent *a)
 {
 	struct peer *p, *tmp;
 
-	HASH_ITER(hh, a->peers, p, tmp) {
-		peer_reset(a, p);
-		zmq_close(p->dealer);
-		HASH_DEL(a->peers, p);
-		free(p);
-	}
+	HASH_ITER(hh, a->peers, p, tmp)
+		peer_free(a, p);
 }

@@ -98,7 +98,8 @@ void pdx_ucx_rkey_buf_free(void *buf);
  * most once, when the peer is found dead; the endpoint is then unusable but
  * must still be closed with pdx_ucx_ep_close(). UCX 1.13's shared-memory
  * transports cannot report peer failures, so a same-host endpoint is made
- * without (peer_errors false) or it could not use shared memory at all. */
+ * without (peer_errors false) or it could not use shared memory at all.
+ * PDX_EINVAL: addr (len bytes) is too short or of an unknown version. */
 pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
 			    bool peer_errors, pdx_ucx_ep_error_cb err_cb,
 			    void *arg,
