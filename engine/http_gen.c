@@ -350,6 +350,19 @@ static void refused_transfer(struct pdx_http_api *api, json_t *kv_obj)
 	}
 }
 
+/* A client's kv_transfer_params naming our own agent as the other side:
+ * the agent refused the transfer, and the client got a 500. */
+static bool names_own_agent(struct pdx_http_api *api,
+			    const struct pdx_kv_params *kv)
+{
+	const char *own = pdx_kv_link_peer(api->p.link);
+
+	for (uint32_t i = 0; i < kv->remote_agents.n; i++)
+		if (!strcmp(kv->remote_agents.addr[i], own))
+			return true;
+	return false;
+}
+
 /* A request with kv_transfer_params: checked against the engine's role,
  * its transfer made and its sink given the KV hooks. -1: replied. */
 static int kv_setup(struct pdx__gen_call *c, struct pdx_oai_req *r,
@@ -368,6 +381,9 @@ static int kv_setup(struct pdx__gen_call *c, struct pdx_oai_req *r,
 		bad = "do_remote_decode: this is a decode engine";
 	else if (pdx_kv_params_check_tp(&r->kv, why, sizeof(why)))
 		bad = why;
+	else if (names_own_agent(api, &r->kv))
+		bad = "kv_transfer_params.remote_agent: this engine's own "
+		      "agent; want the other side's";
 	if (bad) {
 		pdx__http_error(api, c->req, 400, "invalid_request_error", bad);
 		if (api->p.link && r->kv.remote_agent[0])

@@ -109,7 +109,8 @@ static int parse_ranks(json_t *o, struct pdx_kv_params *out, char *msg,
 		{
 			const char *s = json_string_value(a);
 
-			if (!s || !*s || strlen(s) >= PDX_ADDR_MAX)
+			if (!s || strncmp(s, "tcp://", 6) ||
+			    strlen(s) >= PDX_ADDR_MAX)
 				goto bad;
 			strcpy(out->remote_agents.addr[i], s);
 		}
@@ -138,8 +139,8 @@ static int parse_ranks(json_t *o, struct pdx_kv_params *out, char *msg,
 bad:
 	snprintf(msg, msglen,
 		 "kv_transfer_params.remote_agents: want the other side's "
-		 "agent addresses, one per rank (at most %d), the first "
-		 "remote_agent",
+		 "agent addresses (tcp://HOST:PORT), one per rank (at most "
+		 "%d), the first remote_agent",
 		 PDX_TP_MAX);
 	return -1;
 }
@@ -182,7 +183,10 @@ int pdx_kv_params_parse(json_t *o, uint32_t vocab, struct pdx_kv_params *out,
 	}
 	v = json_object_get(o, "remote_agent");
 	s = json_string_value(v);
-	if (!absent(v) && (!s || !*s || strlen(s) >= sizeof(out->remote_agent)))
+	/* an agent's peer address is tcp:// (a bare HOST:PORT failed at
+	 * the agent, and the client got a 500) */
+	if (!absent(v) && (!s || strncmp(s, "tcp://", 6) ||
+			   strlen(s) >= sizeof(out->remote_agent)))
 		goto bad_agent;
 	if (s)
 		strcpy(out->remote_agent, s);
@@ -198,7 +202,7 @@ int pdx_kv_params_parse(json_t *o, uint32_t vocab, struct pdx_kv_params *out,
 bad_agent:
 	snprintf(msg, msglen,
 		 "kv_transfer_params.remote_agent: want the other side's agent "
-		 "address");
+		 "address, tcp://HOST:PORT");
 	return -1;
 }
 

@@ -340,6 +340,19 @@ for i in range(6):
     assert got == want, (got, want)
 breakers_closed(alone, "decode-only, after six transfers of the client's")
 print("ok: a decode-only proxy takes out a client's transfer too")
+
+# straight to a decode engine: its own agent as the other side, or an
+# address without tcp://, is the client's mistake (a 500 from the agent's
+# refusal before)
+info = urllib.request.urlopen(f"http://127.0.0.1:{engine}/v1/pdx/info")
+own = json.loads(info.read())["peer_addr"]
+for ra, says in ((own, "this engine's own agent"),
+                 ("127.0.0.1:7001", "tcp://HOST:PORT")):
+    st, raw = post(engine, dict(req, kv_transfer_params={
+        "do_remote_prefill": True, "xfer_id": X, "remote_agent": ra}))
+    assert st == 400 and says in json.loads(raw)["error"]["message"], \
+        (ra, st, raw[:300])
+print("ok: a decode engine's own agent or a bare HOST:PORT as the sender: 400")
 PYEOF
 settle 10 $(engine_idle P D) || fail "engines not idle after the client errors"
 for n in X XC XS P D agent_p agent_d; do named_stop $n; done

@@ -63,6 +63,11 @@ static void refusals(void)
 	    "\"xfer_id\": \"" X "0\"}",
 	    "{\"do_remote_decode\": true, \"xfer_id\": \"0011\"}",
 	    "{\"do_remote_decode\": true, \"remote_agent\": 7}",
+	    /* an agent's address is tcp:// (a bare HOST:PORT: a 500) */
+	    "{\"do_remote_prefill\": true, \"remote_agent\": \"h:1\", "
+	    "\"xfer_id\": \"" X "\"}",
+	    "{\"do_remote_prefill\": true, \"remote_agents\": [\"tcp://h:1\", "
+	    "\"h:2\"], \"xfer_id\": \"" X "\"}",
 	    "{\"do_remote_prefill\": true, \"remote_agent\": \"tcp://h:1\", "
 	    "\"xfer_id\": \"" X "\", \"first_token\": 1024}",
 	    "{\"do_remote_prefill\": true, \"remote_agent\": \"tcp://h:1\", "
