@@ -494,6 +494,12 @@ struct peer *peer_lookup(struct agent *a, const char *addr, bool create);
  * force, so nothing more of ours lands there or of theirs here); the next
  * use says hello. */
 void peer_reset(struct agent *a, struct peer *p);
+/* Forgets p: its handshake, its DEALER, its entry. Only a peer no
+ * transfer names (peers_mark_named). */
+void peer_free(struct agent *a, struct peer *p);
+/* Sets each peer's named: a transfer, live or ended with operations
+ * still out, names it (its peer, or one it is held with). */
+void peers_mark_named(struct agent *a);
 void peer_send_to_addr(struct agent *a, const char *addr, const char *op,
 		       const struct pdx_xfer_id *xfer, const char *reason);
 void peers_free(struct agent *a);

@@ -130,6 +130,25 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 		for (uint32_t i = 0; !x->finished && i < x->n_held_also; i++)
 			x->held_also[i]->busy = true;
 	}
+	/* Peers without a handshake that no transfer names, silent for a
+	 * silence bound, are forgotten (an agent of a pod replaced with
+	 * another address, an address that never answered, a made-up
+	 * "from"): kept, each one's DEALER went on reconnecting every
+	 * 100 ms for the agent's life. One that speaks again is met
+	 * afresh. A dead peer with a handshake loses it first (below). */
+	if (!we_stalled) {
+		peers_mark_named(a);
+		HASH_ITER(hh, a->peers, p, ptmp) {
+			if (p->named || peer_known(p) ||
+			    now - p->heard_ns <= bound)
+				continue;
+			log_debug("peer %s forgotten: no transfer, silent "
+				  "for %llu ms", p->addr,
+				  (unsigned long long)((now - p->heard_ns) /
+						       1000000));
+			peer_free(a, p);
+		}
+	}
 	if (stuck_peers(a, now, bound)) {
 		HASH_ITER(hh, a->peers, p, ptmp) {
 			if (!p->stuck)

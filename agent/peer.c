@@ -9,6 +9,7 @@
 #include <zmq.h>
 
 #include "agent/agent.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 /* Peers known at once at most (peer_make_room()). */
@@ -38,7 +39,7 @@ void peer_reset(struct agent *a, struct peer *p)
 	p->instance = 0;
 }
 
-static void peer_free(struct agent *a, struct peer *p)
+void peer_free(struct agent *a, struct peer *p)
 {
 	peer_reset(a, p);
 	zmq_close(p->dealer);
@@ -54,6 +55,19 @@ static void xfer_name_peers(struct xfer *x)
 		x->held_also[i]->named = true;
 }
 
+void peers_mark_named(struct agent *a)
+{
+	struct peer *p, *tmp;
+	struct xfer *x, *xtmp;
+
+	HASH_ITER(hh, a->peers, p, tmp)
+		p->named = false;
+	HASH_ITER(hh, a->xfers, x, xtmp)
+		xfer_name_peers(x);
+	for (x = a->dead; x; x = x->next_dead)
+		xfer_name_peers(x);
+}
+
 /* Room for one more peer: at PEERS_MAX, the peer no transfer names
  * (in flight, or ended with operations still out) that we know least
  * goes, one without a handshake before one with, the longest silent
@@ -66,16 +80,10 @@ static void xfer_name_peers(struct xfer *x)
 static bool peer_make_room(struct agent *a)
 {
 	struct peer *p, *tmp, *victim = NULL;
-	struct xfer *x, *xtmp;
 
 	if (HASH_COUNT(a->peers) < PEERS_MAX)
 		return true;
-	HASH_ITER(hh, a->peers, p, tmp)
-		p->named = false;
-	HASH_ITER(hh, a->xfers, x, xtmp)
-		xfer_name_peers(x);
-	for (x = a->dead; x; x = x->next_dead)
-		xfer_name_peers(x);
+	peers_mark_named(a);
 	HASH_ITER(hh, a->peers, p, tmp) {
 		if (p->named)
 			continue;
@@ -109,6 +117,7 @@ struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
 		return NULL;
 	snprintf(p->addr, sizeof(p->addr), "%s", addr);
 	p->agent = a;
+	p->heard_ns = pdx_now_ns(); /* its silence counts from now */
 	p->dealer = zmq_socket(a->zctx, ZMQ_DEALER);
 	if (!p->dealer) {
 		log_warn("no socket for peer %s: %s", addr,

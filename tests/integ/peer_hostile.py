@@ -11,6 +11,11 @@ section 2, docs/security.md): the agent lives on and goes on serving.
   were taken, a new agent's hello was never answered, nothing logged,
   and the descriptors stayed taken. Now idle peers make room; a peer
   with a transfer in flight is kept, and the transfer ends well.
+* Peers no transfer names and that never shook hands are forgotten
+  after a silence bound (--peer-timeout-ms): each kept its socket, and
+  ZeroMQ went on reconnecting to it every 100 ms for the agent's life
+  (an agent of a pod replaced elsewhere, an address that never
+  answered).
 
     peer_hostile.py PATH-TO-pdx-agent
 
@@ -100,6 +105,42 @@ def main():
         time.sleep(0.1)
 
 
+def fds_of(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def idle_peers_go():
+    with Rig(sys.argv[1], "idle", "A",
+             ["--peer-timeout-ms", "1000", "--heartbeat-ms", "200"]) as rig:
+        EA, = rig.engines
+        A = EA.register().get("peer")
+        pid = rig.agents[0].pid
+        time.sleep(0.3)
+        before = fds_of(pid)
+        flood = rig.adopt(rig.ctx.socket(zmq.DEALER))
+        flood.setsockopt(zmq.LINGER, 0)
+        flood.connect(A)
+        for i in range(300):
+            flood.send(pack({"op": "ping",
+                             "from": f"tcp://127.0.0.9:{1 + i}"}))
+        grew = 0
+        for _ in range(30):
+            grew = max(grew, fds_of(pid) - before)
+            if grew >= 250:
+                break
+            time.sleep(0.05)
+        check(grew >= 250, f"300 made-up peers took {grew} descriptors")
+        for _ in range(50):  # 1 s of silence, then a beat
+            if fds_of(pid) - before < 20:
+                break
+            time.sleep(0.1)
+        left = fds_of(pid) - before
+        check(left < 20, f"{left} descriptors still held 5 s after 300 "
+              "made-up peers went silent")
+        check(rig.agents_run(), "the agent runs")
+
+
 if __name__ == "__main__":
     main()
+    idle_peers_go()
     sys.exit(exit_code())
