@@ -216,7 +216,7 @@ struct peer {
 	bool watched;	   /* we had transfers with it at the last beat */
 	bool busy;	   /* scratch of a beat: transfers with it now */
 	bool stuck;	   /* scratch of a beat: its UCX endpoint is stuck */
-	bool named;	   /* scratch of peer_lookup(): a transfer names it */
+	bool named;	   /* scratch of peers_mark_named(): a transfer names it */
 	/* an operation on its endpoint finished: the latest of its
 	 * transfers' op_done_ns, gathered at each beat (liveness.c) */
 	uint64_t ucx_done_ns;

@@ -139,13 +139,16 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 	if (!we_stalled) {
 		peers_mark_named(a);
 		HASH_ITER(hh, a->peers, p, ptmp) {
-			if (p->named || peer_known(p) ||
-			    now - p->heard_ns <= bound)
+			/* a hello we sent (peer_lost's) waits a bound too */
+			uint64_t last = p->heard_ns > p->hello_sent_ns
+					    ? p->heard_ns
+					    : p->hello_sent_ns;
+
+			if (p->named || peer_known(p) || now - last <= bound)
 				continue;
 			log_debug("peer %s forgotten: no transfer, silent "
 				  "for %llu ms", p->addr,
-				  (unsigned long long)((now - p->heard_ns) /
-						       1000000));
+				  (unsigned long long)((now - last) / 1000000));
 			peer_free(a, p);
 		}
 	}

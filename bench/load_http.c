@@ -344,8 +344,8 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 	struct lreq *lr = arg;
 	struct evhttp_request *req = lr->req;
 
-	/* Cancel first: it resets the connection, which finish() hands to
-	 * the next request. */
+	/* Cancel first: it resets the connection, which finish() then
+	 * closes (a failed request's is not reused). */
 	lr->req = NULL;
 	lr->finished = true;
 	if (req)
@@ -458,6 +458,7 @@ static void dispatch(struct runner *r, uint64_t slot_ns)
 		return;
 	}
 	r->dispatching = true;
+	r->freed_ns = 0;
 	while (r->qhead < r->qtail && (r->p->max_concurrency <= 0 ||
 				       r->inflight < r->p->max_concurrency)) {
 		if (r->freed_ns > slot_ns)

@@ -350,16 +350,19 @@ static void refused_transfer(struct pdx_http_api *api, json_t *kv_obj)
 	}
 }
 
-/* A client's kv_transfer_params naming our own agent as the other side:
- * the agent refused the transfer, and the client got a 500. */
+/* A client's kv_transfer_params naming one of our own agents (a rank's)
+ * as the other side: the agent refused the transfer, and the client got
+ * a 500. */
 static bool names_own_agent(struct pdx_http_api *api,
 			    const struct pdx_kv_params *kv)
 {
-	const char *own = pdx_kv_link_peer(api->p.link);
+	struct pdx_kv_peers own;
 
+	pdx_kv_link_peers(api->p.link, &own);
 	for (uint32_t i = 0; i < kv->remote_agents.n; i++)
-		if (!strcmp(kv->remote_agents.addr[i], own))
-			return true;
+		for (uint32_t r = 0; r < own.n; r++)
+			if (!strcmp(kv->remote_agents.addr[i], own.addr[r]))
+				return true;
 	return false;
 }
 
@@ -371,6 +374,7 @@ static int kv_setup(struct pdx__gen_call *c, struct pdx_oai_req *r,
 	struct pdx_http_api *api = c->api;
 	bool recv = r->kv.role == PDX_KV_RECV;
 	const char *bad = NULL;
+	bool ours = false; /* it names our own agent */
 	char why[PDX_REASON_MAX + 32];
 
 	if (!api->p.link)
@@ -381,12 +385,13 @@ static int kv_setup(struct pdx__gen_call *c, struct pdx_oai_req *r,
 		bad = "do_remote_decode: this is a decode engine";
 	else if (pdx_kv_params_check_tp(&r->kv, why, sizeof(why)))
 		bad = why;
-	else if (names_own_agent(api, &r->kv))
+	else if ((ours = names_own_agent(api, &r->kv)))
 		bad = "kv_transfer_params.remote_agent: this engine's own "
 		      "agent; want the other side's";
 	if (bad) {
 		pdx__http_error(api, c->req, 400, "invalid_request_error", bad);
-		if (api->p.link && r->kv.remote_agent[0])
+		/* the other side is told, not our own agent */
+		if (api->p.link && r->kv.remote_agent[0] && !ours)
 			pdx_kv_link_abort_at(api->p.link, &r->kv.xfer,
 					     &r->kv.remote_agents);
 		return -1;

@@ -174,8 +174,6 @@ static void pool_name(char *out, size_t len)
 	snprintf(out, len, "/pdx-engine-%d-%08x", (int)getpid(), r);
 }
 
-/* Returns the exit status when it cannot start (1; 77 when the KV pool
- * wants a CUDA device there is none of), else 0. */
 /* Descriptors the engine holds besides its clients': the pool, the
  * agent link and ZeroMQ's, the TP links, the listener, logs. */
 #define FDS_RESERVE 64
@@ -190,7 +188,8 @@ static void nofile_check(const struct pdx_engine_opts *o)
 	rlim_t limit = pdx_nofile_raise();
 	rlim_t want = (rlim_t)o->max_num_seqs + o->max_waiting + FDS_RESERVE;
 
-	if (limit != RLIM_INFINITY && limit < want)
+	/* ranks above 0 serve no HTTP: no clients */
+	if (o->tp_rank == 0 && limit != RLIM_INFINITY && limit < want)
 		log_warn("file descriptors (ulimit -n): %llu, short of the %llu "
 			 "that --max-num-seqs %u and --max-waiting %u clients "
 			 "take: past about %llu at once, connections wait "
@@ -221,6 +220,8 @@ static int link_agent(struct engine *e)
 	return 0;
 }
 
+/* Returns the exit status when it cannot start (1; 77 when the KV pool
+ * wants a CUDA device there is none of), else 0. */
 static int engine_start(struct engine *e)
 {
 	struct pdx_kv_pool_params pp = {

@@ -220,6 +220,7 @@ static void probe_get(struct pdx_probe *pr, const char *path,
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Connection",
 			  "close");
 	pr->busy = pr->starting = true;
+	errno = 0; /* what the socket calls leave, out_of_descriptors() */
 	if (evhttp_make_request(pr->conn, req, EVHTTP_REQ_GET, path) &&
 	    pr->busy)
 		done(NULL, pr); /* failed without telling */

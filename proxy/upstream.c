@@ -450,6 +450,7 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 	}
 	/* from here the connection owns the request */
 	u->starting = true;
+	errno = 0; /* what the socket calls leave, on_error() */
 	rc = evhttp_make_request(u->conn, u->req, p->method, p->path);
 	u->starting = false;
 	if (rc)

@@ -7,6 +7,7 @@ pdx.Error. One Engine belongs to one thread at a time, like its C struct.
 """
 import array
 import ctypes
+import math
 import numbers
 import operator
 import select
@@ -713,7 +714,8 @@ class Engine:
             left = ms
             if threading.current_thread() is threading.main_thread():
                 left = _WAIT_SLICE_MS if end is None else max(0, min(
-                    _WAIT_SLICE_MS, int((end - time.monotonic()) * 1000)))
+                    _WAIT_SLICE_MS,
+                    math.ceil((end - time.monotonic()) * 1000)))
             st = lib.pdx_engine_wait_event(self._handle(), left,
                                            ctypes.byref(self._ev))
             if st != ETIMEDOUT:

@@ -11,9 +11,10 @@ from .manager import xfer_id
 log = logging.getLogger("pdx.sglang")
 
 # How long failure_exception() waits for pdx's event of a transfer it ends
-# because another rank's failed: the agents' bound for a sender to say it
-# stopped writing (--peer-timeout-ms, 5 s by default), with a margin.
-STOP_WAIT_S = 10.0
+# because another rank's failed: above the agents' bound for a receive
+# whose sender has not said it stopped writing (4 x --peer-timeout-ms
+# while the sender answers pings, 20 s by default), with a margin.
+STOP_WAIT_S = 25.0
 
 
 class Transfer:
