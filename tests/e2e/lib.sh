@@ -86,9 +86,26 @@ py() {
 	python3 -c "$1" || fail "check failed: $2"
 }
 
-# A TCP port nobody listens on now.
+# A TCP port nobody listens on now, below the kernel's ephemeral range
+# where it can: one from that range (a bind to port 0) may be taken as
+# the local port of any outgoing connection before the test binds it,
+# seconds later (a proxy's --notify-bind met "Address already in use"
+# while the tests ran side by side).
 free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+	$PY -c '
+import random, socket
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for port in [random.randrange(10000, lo) for _ in range(50)] if lo > 11000 else []:
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        break
+    except OSError:
+        s.close()
+else:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
 }
 
 # bg_start NAME CMD...: runs CMD in the background, stderr appended to
