@@ -13,17 +13,9 @@ PROXY=$2
 
 named_engine_start D "$ENGINE" --time-scale 0
 # --healthy-after 50: an instance judged unhealthy stays so for 5 s
-(ulimit -n 48 && exec "$PROXY" --decode "127.0.0.1:$PORT_D" --port 0 \
-	--health-interval 100 --unhealthy-after 2 --healthy-after 50) \
-	>"$E2E_TMP/X.log" 2>&1 &
-E2E_PIDS="$E2E_PIDS $!"
-PID_X=$!
-for _ in $(seq 50); do
-	PORT_X=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9]*\)$/\1/p' "$E2E_TMP/X.log")
-	[ -n "$PORT_X" ] && break
-	sleep 0.1
-done
-[ -n "$PORT_X" ] || fail "proxy did not start: $(tail -3 "$E2E_TMP/X.log")"
+named_engine_start X bash -c 'ulimit -n 48 && exec "$@"' _ "$PROXY" \
+	--decode "127.0.0.1:$PORT_D" --health-interval 100 --unhealthy-after 2 \
+	--healthy-after 50
 
 # 80 idle client connections for 1.5 s: more than the proxy has
 # descriptors, so it runs out (the rest wait in its listen backlog)

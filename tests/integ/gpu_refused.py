@@ -37,12 +37,7 @@ def main():
               "cuda_events" in reply.get("reason", ""),
               f"events without GPU regions are refused: {reply}")
 
-        addrs = {}
-        for side, e in zip("PD", rig.engines):
-            reply = e.register()
-            check(reply is not None and reply.get("op") == "registered",
-                  f"{side} registers host memory: {reply}")
-            addrs[side] = reply["peer"]
+        addrs = dict(zip("PD", rig.register()))
         xfer = os.urandom(16)
         D.send({"op": "recv", "xfer": xfer, "peer": addrs["P"], "blocks": [1, 2]})
         P.send({"op": "send", "xfer": xfer, "peer": addrs["D"], "blocks": [3, 4]})

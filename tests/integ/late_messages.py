@@ -109,13 +109,8 @@ def main():
     # and no transfer here may end by silence
     with Rig(sys.argv[1], "late", "AB",
              ["--lease-ms", str(LEASE_MS), "--peer-timeout-ms", "60000"]) as rig:
-        addr = {}
         EA, EB = rig.engines
-        for side, e in zip("AB", rig.engines):
-            reply = e.register()
-            addr[side] = reply.get("peer") if reply else None
-            check(addr[side] is not None, f"engine {side} registers ({addr[side]})")
-        A, B = addr["A"], addr["B"]
+        A, B = rig.register()
 
         F, G, H = (rig.adopt(Peer(rig.ctx, f"tcp://127.0.0.1:{free_port()}"))
                    for _ in range(3))

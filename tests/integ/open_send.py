@@ -53,13 +53,8 @@ def main():
     with Rig(sys.argv[1], "open", "ABC",
              ["--lease-ms", str(LEASE_MS), "--heartbeat-ms", "100"],
              metrics=True) as rig:
-        addr = {}
         EA, EB, EC = rig.engines
-        for side, e in zip("ABC", rig.engines):
-            reply = e.register()
-            addr[side] = reply.get("peer") if reply else None
-            check(addr[side] is not None, f"engine {side} registers ({addr[side]})")
-        A = addr["A"]
+        A, _, _ = rig.register()
         EA.shm.buf[:] = os.urandom(EA.shm.size)
         want = LAYERS * TENSORS * 4 * BLOCK_BYTES
 

@@ -36,13 +36,8 @@ FLOOD = 1500  # made-up addresses: past ZeroMQ's 1023 sockets
 def main():
     with Rig(sys.argv[1], "hostile", "AB",
              ["--peer-timeout-ms", "60000"]) as rig:
-        addr = {}
         EA, _ = rig.engines
-        for side, e in zip("AB", rig.engines):
-            reply = e.register()
-            addr[side] = reply.get("peer") if reply else None
-            check(addr[side] is not None, f"engine {side} registers")
-        A, B = addr["A"], addr["B"]
+        A, B = rig.register()
         F = rig.adopt(Peer(rig.ctx, f"tcp://127.0.0.1:{free_port()}"))
         F.to(B, {"op": "ping", "hold": []})
         hello = F.expect("hello", sender=B)

@@ -218,6 +218,7 @@ class Rig:
 
     def __init__(self, agent_bin, name, sides, agent_args=(), metrics=False):
         self.tmp = tempfile.mkdtemp(prefix=f"pdx-{name}-")
+        self.sides = sides
         self.ctx = zmq.Context()
         self.agents, self.engines, self.adopted = [], [], []
         self.metrics = []  # with metrics: each agent's /metrics URL
@@ -245,6 +246,17 @@ class Rig:
         """thing.close() is called at the end, before the engines'."""
         self.adopted.append(thing)
         return thing
+
+    def register(self):
+        """Registers every side's engine (a check each); their agents'
+        peer addresses, side order (None where one was not registered)."""
+        addrs = []
+        for side, e in zip(self.sides, self.engines):
+            reply = e.register()
+            ok = reply is not None and reply.get("op") == "registered"
+            check(ok, f"engine {side} registers: {reply}")
+            addrs.append(reply["peer"] if ok else None)
+        return addrs
 
     def agents_run(self):
         return all(a.poll() is None for a in self.agents)

@@ -19,13 +19,8 @@ from pypeer import (BLOCKS, BLOCK_BYTES, LAYERS, TENSORS, Rig, block_at,
 
 def main():
     with Rig(sys.argv[1], "py", "PD") as rig:
-        addrs = {}
         P, D = rig.engines
-        for side, e in zip("PD", rig.engines):
-            reply = e.register()
-            check(reply is not None and reply.get("op") == "registered",
-                  f"{side} engine registers: {reply}")
-            addrs[side] = reply["peer"]
+        addrs = dict(zip("PD", rig.register()))
 
         # a layer-wise transfer of 6 scattered blocks, layers out of order
         src = random.sample(range(BLOCKS), 6)
