@@ -818,7 +818,6 @@ static void on_recv(struct agent *a, const void *eid, size_t eid_len,
 static void early_layer_done(struct agent *a, const struct xfer *x,
 			     const struct pdx_xfer_id *id)
 {
-	uint64_t now = pdx_now_ns();
 	char hex[33];
 
 	if ((x && x->finished) || pdx_ended_find(a->ended, id, NULL) ||
@@ -826,9 +825,8 @@ static void early_layer_done(struct agent *a, const struct xfer *x,
 		log_debug("layer_done for a transfer not in flight: ignored");
 		return;
 	}
-	if (now - a->early_layer_done_ns < 1000000000ULL)
+	if (!pdx_once_a_second(&a->early_layer_done_ns))
 		return;
-	a->early_layer_done_ns = now;
 	pdx_xfer_id_hex(id, hex);
 	log_warn("layer_done for transfer %s, which its engine has not "
 		 "announced (no send yet, or its send was refused): not "

@@ -94,14 +94,11 @@ static bool peer_make_room(struct agent *a)
 			victim = p;
 	}
 	if (!victim) {
-		static uint64_t said_ns; /* each new address: at most 1/s */
-		uint64_t now = pdx_now_ns();
+		static uint64_t said_ns; /* each new address says it */
 
-		if (now - said_ns > 1000000000ull) {
+		if (pdx_once_a_second(&said_ns))
 			log_warn("%u peers, each with transfers: no room for "
 				 "another", HASH_COUNT(a->peers));
-			said_ns = now;
-		}
 		return false;
 	}
 	log_debug("peer %s forgotten: %u peers at most", victim->addr,

@@ -2,6 +2,7 @@
 #ifndef PDX_COMMON_CLOCK_H
 #define PDX_COMMON_CLOCK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -11,6 +12,18 @@ static inline uint64_t pdx_now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* True at most once a second per *last_ns (0 at first: true), which it
+ * sets then: a warning that a flood would repeat, said once a second. */
+static inline bool pdx_once_a_second(uint64_t *last_ns)
+{
+	uint64_t now = pdx_now_ns();
+
+	if (*last_ns && now - *last_ns < 1000000000ULL)
+		return false;
+	*last_ns = now;
+	return true;
 }
 
 #endif

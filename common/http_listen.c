@@ -29,20 +29,18 @@ static void on_accept_error(struct evconnlistener *lev, void *arg)
 	static unsigned pauses;
 	struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
 	int e = EVUTIL_SOCKET_ERROR();
-	uint64_t now = pdx_now_ns();
 
 	evconnlistener_disable(lev);
 	if (event_base_once(evconnlistener_get_base(lev), -1, EV_TIMEOUT,
 			    on_accept_resume, lev, &tv))
 		evconnlistener_enable(lev);
 	pauses++;
-	if (!logged_ns || now - logged_ns >= 1000000000ull) {
+	if (pdx_once_a_second(&logged_ns)) {
 		log_warn("accept: %s; not accepting for %d ms (%u pause(s) "
 			 "since the last message)",
 			 e == EMFILE || e == ENFILE ? "too many open files"
 						    : strerror(e),
 			 ACCEPT_PAUSE_MS, pauses);
-		logged_ns = now;
 		pauses = 0;
 	}
 }

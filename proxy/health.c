@@ -144,15 +144,12 @@ static void on_models(struct evhttp_request *req, void *arg)
 static bool out_of_descriptors(struct pdx_probe *pr, int status, int e)
 {
 	static uint64_t said_ns;
-	uint64_t now = pdx_now_ns();
 
 	if (status || !pr->starting || (e != EMFILE && e != ENFILE))
 		return false;
-	if (now - said_ns > 1000000000ull) {
+	if (pdx_once_a_second(&said_ns))
 		log_warn("health checks not counted: this proxy is out of file "
 			 "descriptors (ulimit -n), not its instances");
-		said_ns = now;
-	}
 	return true;
 }
 
