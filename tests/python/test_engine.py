@@ -315,11 +315,23 @@ class KvDtype(Pair):
             self.eng[n].set_kv_dtype(dt)
             self.eng[n].register(layout(), [self.pools[n].region])
 
-    def test_different_names_are_refused(self):
-        self.named("bfloat16", "float16")
+    def pushed(self, again=True):
+        """A push right after named(): its events, d's and p's. Both
+        engines registered again, so the receiver's want may cross the
+        sender's new hello, which fails it on both sides (docs/protocol.md,
+        "want"; it did 1 run in 5): then once more."""
         x = pdx.XferId()
         self.push(x, [1, 2], [3, 4])
         d, p = self.event("d", x), self.event("p", x)
+        if again and d.kind == p.kind == pdx.FAILED and (
+                "earlier instance" in p.reason + d.reason or
+                "peer restarted" in p.reason + d.reason):
+            return self.pushed(again=False)
+        return d, p
+
+    def test_different_names_are_refused(self):
+        self.named("bfloat16", "float16")
+        d, p = self.pushed()
         self.assertEqual((d.kind, p.kind), (pdx.FAILED, pdx.FAILED))
         why = d.reason + " | " + p.reason
         self.assertRegex(why, r"KV element types differ \(ours vs tcp://"
@@ -330,10 +342,9 @@ class KvDtype(Pair):
         for p, d in (("bfloat16", "bfloat16"), ("float8_e4m3fn", None)):
             with self.subTest(p=p, d=d):
                 self.named(p, d)
-                x = pdx.XferId()
-                self.push(x, [1, 2], [3, 4])
-                self.assertEqual(self.event("d", x).kind, pdx.RECEIVED)
-                self.assertEqual(self.event("p", x).kind, pdx.SENT)
+                got_d, got_p = self.pushed()
+                self.assertEqual(got_d.kind, pdx.RECEIVED)
+                self.assertEqual(got_p.kind, pdx.SENT)
 
     def test_bad_names(self):
         P = self.eng["p"]
