@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -73,6 +74,15 @@ int xb_cuda_probe(int dev, char *err, size_t errlen)
 	int n = 0;
 
 	e = cudaGetDeviceCount(&n);
+	/* with an NVIDIA driver loaded, a failure here (a driver older than
+	 * this runtime says cudaErrorInsufficientDriver, as no driver at all
+	 * does) is an error, not "no device": the gpu tests would skip */
+	if (e != cudaSuccess && e != cudaErrorNoDevice &&
+	    access("/proc/driver/nvidia/version", F_OK) == 0) {
+		snprintf(err, errlen, "an NVIDIA driver is loaded, but CUDA "
+			 "finds no device: %s", cudaGetErrorString(e));
+		return -1;
+	}
 	if (e != cudaSuccess || n == 0) {
 		snprintf(err, errlen, "no CUDA device (%s)",
 			 e != cudaSuccess ? cudaGetErrorString(e)

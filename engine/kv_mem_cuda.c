@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -129,7 +130,11 @@ static pdx_status_t find_device(int device, char *err, size_t errlen)
 	int n = 0;
 
 	ce = cudaGetDeviceCount(&n);
-	if (ce == cudaErrorNoDevice || ce == cudaErrorInsufficientDriver ||
+	/* the runtime says "insufficient driver" both without any driver
+	 * and with one older than itself: only the first has no device */
+	if (ce == cudaErrorNoDevice ||
+	    (ce == cudaErrorInsufficientDriver &&
+	     access("/proc/driver/nvidia/version", F_OK) != 0) ||
 	    (ce == cudaSuccess && n == 0)) {
 		snprintf(err, errlen, "no CUDA device (%s)",
 			 ce != cudaSuccess ? cudaGetErrorString(ce)

@@ -248,8 +248,9 @@ def _stream(stream) -> int:
 def current_stream():
     """The CUDA stream an engine computes on now, for layer_done(stream=):
     torch's current one where torch drives CUDA (vLLM, SGLang), else 0,
-    the legacy default stream, which follows all work queued before it
-    (an engine of its own, or a torch built without CUDA)."""
+    the legacy default stream, which follows the work queued before it on
+    blocking streams only: an engine whose KV writes go on a stream made
+    with cudaStreamNonBlocking passes that stream itself."""
     try:
         import torch
     except ImportError:

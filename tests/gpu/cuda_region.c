@@ -26,6 +26,7 @@
 
 #include "bench/pdx_bench.h"
 #include "tests/check.h"
+#include "tests/gpu/gpu_skip.h"
 
 #define LAYERS 4
 #define TENSORS (2 * LAYERS)
@@ -333,12 +334,13 @@ int main(int argc, char **argv)
 {
 	char dir[256];
 	void *managed = NULL, *pinned = NULL, *dev = NULL;
-	int n = 0;
+	int n = 0, gate;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-		printf("# no CUDA device: skipped\n");
-		return 77;
+	gate = gpu_test_gate(cudaGetDeviceCount(&n), n);
+	if (gate) {
+		printf("# no CUDA device: %s\n", gate == 77 ? "skipped" : "FAIL");
+		return gate;
 	}
 	if (argc < 2 || cudaSetDevice(0) != cudaSuccess)
 		return 1;

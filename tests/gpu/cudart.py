@@ -2,6 +2,7 @@
 torch): device memory and copies. open() exits 77 (the test skipped)
 where the library cannot be loaded or no GPU is there."""
 import ctypes
+import os
 import sys
 
 H2D, D2H = 1, 2   # cudaMemcpyKind
@@ -34,6 +35,14 @@ def open(path: str) -> Runtime:
     except OSError as e:
         skip("no CUDA runtime: %s" % e)
     n = ctypes.c_int(0)
-    if lib.cudaGetDeviceCount(ctypes.byref(n)) != 0 or n.value == 0:
+    e = lib.cudaGetDeviceCount(ctypes.byref(n))
+    # with an NVIDIA driver loaded, CUDA failing to count the devices (a
+    # driver older than this runtime: cudaErrorInsufficientDriver, 35, the
+    # code a machine without any driver gets) fails: never a quiet skip
+    if e not in (0, 100) and os.path.exists("/proc/driver/nvidia/version"):
+        print("FAIL an NVIDIA driver is loaded, but cudaGetDeviceCount "
+              "says error %d (a driver older than %s?)" % (e, path))
+        sys.exit(1)
+    if e != 0 or n.value == 0:
         skip("no GPU")
     return Runtime(lib)

@@ -13,6 +13,7 @@
 
 #include "kernels/kv_kernels.h"
 #include "tests/check.h"
+#include "tests/gpu/gpu_skip.h"
 #include "tests/rng.h"
 
 static struct test_rng rng = { 0x2545f4914f6cdd1dULL };
@@ -615,11 +616,12 @@ static void no_wait_for_engine(void)
 
 int main(void)
 {
-	int count = 0;
+	int count = 0, gate;
 
-	if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-		printf("no CUDA device: skipped\n");
-		return 77;
+	gate = gpu_test_gate(cudaGetDeviceCount(&count), count);
+	if (gate) {
+		printf("no CUDA device: %s\n", gate == 77 ? "skipped" : "FAIL");
+		return gate;
 	}
 	for (int i = 0; i < 200 && !check_failures; i++)
 		one_layout(i);

@@ -11,6 +11,7 @@
 #include "engine/synth_cuda.h"
 #include "engine/synth_model.h"
 #include "tests/check.h"
+#include "tests/gpu/gpu_skip.h"
 #include "tests/rng.h"
 
 #define MAX_SEQS 6
@@ -281,10 +282,11 @@ out:
 
 int main(void)
 {
-	int devices = 0;
+	int devices = 0, gate;
 
-	if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
-		return 77;
+	gate = gpu_test_gate(cudaGetDeviceCount(&devices), devices);
+	if (gate)
+		return gate;
 	if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) !=
 	    cudaSuccess)
 		return 1;

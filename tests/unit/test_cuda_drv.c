@@ -8,7 +8,8 @@
 
 #include "lib/cuda_drv.h"
 
-#define SAME(ours, theirs) _Static_assert((ours) == (theirs), #ours)
+#define SAME(ours, theirs)                                                     \
+	_Static_assert((long long)(ours) == (long long)(theirs), #ours)
 
 SAME(sizeof(pdx_cu_result), sizeof(CUresult));
 SAME(sizeof(pdx_cu_ptr), sizeof(CUdeviceptr));
