@@ -161,6 +161,7 @@ struct registration {
 	uint32_t n_regions;
 	uint8_t engine_id[256]; /* ZeroMQ ROUTER identity of the engine */
 	size_t engine_id_len;
+	int engine_fd;	    /* its ZeroMQ connection's (engine_watch.c) */
 	bool cuda;	    /* its regions are GPU memory (all of them) */
 	int device;	    /* cuda: the engine's device */
 	void **events;	    /* cuda: slots x layers "layer computed" events */
@@ -346,14 +347,20 @@ struct engine_direct {
 			     * came: we read it */
 };
 
+/* A ZeroMQ socket's monitor, read from the loop (zmonitor.c). */
+struct zmonitor {
+	void *sock; /* the socket watched */
+	void *mon;  /* PAIR: its events */
+	struct event *ev;
+};
+
 /* A collector of transfer notifications (--notify): a PUSH socket of its
  * own (one socket connected to two would deal the messages out between
  * them), its handshakes watched (notify_watch.c). */
 struct notify_target {
 	const char *addr;
 	void *sock;
-	void *mon;
-	struct event *mon_ev;
+	struct zmonitor mon;
 	bool refused; /* the last handshake there failed */
 };
 
@@ -382,6 +389,16 @@ struct agent {
 	char host_id[192];
 	uint64_t instance;
 	struct registration reg;
+	/* registrations ended whose memory waits for the UCX operations on
+	 * it to end (engine_link.c) */
+	struct registration_left *left;
+	/* the engine's connection closed since it registered: the next
+	 * register draws a new instance and says it to every peer */
+	bool engine_left;
+	/* the ZeroMQ connection the engine message in hand came on
+	 * (ZMQ_SRCFD), -1 for one off the direct lane (main.c) */
+	int engine_msg_fd;
+	struct zmonitor engine_mon; /* the engine link's connections */
 	struct peer *peers;
 	struct xfer *xfers;
 	/* transfers that gave the loop back and go on from it (xfer_yield) */
@@ -467,7 +484,20 @@ void engine_direct_stop(struct agent *a);
 void engine_on_msg(struct agent *a, const void *id, size_t id_len,
 		   const void *buf, size_t len);
 void engine_send_event(struct agent *a, struct xfer *x, const char *kind);
+/* the engine's connection closed (engine_watch.c): its registration ends,
+ * its memory is released and its peers are told */
+void engine_gone(struct agent *a);
+/* the memory of registrations ended, once no UCX operation is on it
+ * (each turn of the loop); all of it, at stop */
+void registrations_left_release(struct agent *a);
 void registration_clear(struct agent *a);
+
+/* engine_watch.c: the engine link's connections watched; drain: the
+ * events so far (before an engine message off ZeroMQ: a connection that
+ * closed is seen before one that took its descriptor) */
+int engine_watch_start(struct agent *a);
+void engine_watch_drain(struct agent *a);
+void engine_watch_stop(struct agent *a);
 
 /* peer_send.c: every message to a peer, built in one place */
 struct peer_msg {
@@ -824,6 +854,15 @@ void tp_legs_decided(struct xfer *x);
 
 /* notify.c */
 void notify_xfer(struct agent *a, struct xfer *x, const char *kind);
+/* zmonitor.c: open watches sock's events (ZMQ_EVENT_* bits) by cb on the
+ * loop, -1 when it cannot; next: the event waiting, -1 for none (its
+ * value: a descriptor for connection events); close: before sock closes. */
+int zmonitor_open(struct agent *a, struct zmonitor *z, void *sock,
+		  const char *name, int events, event_callback_fn cb,
+		  void *arg);
+int zmonitor_next(struct zmonitor *z, uint16_t *event, uint32_t *value);
+void zmonitor_close(struct zmonitor *z);
+
 /* notify_watch.c: watches a collector's connections (t->sock, made): -1
  * when it cannot. notify_unwatch() before the socket closes. */
 int notify_watch(struct agent *a, struct notify_target *t, unsigned i);

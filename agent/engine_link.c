@@ -148,9 +148,53 @@ static void registration_release(struct agent *a, struct registration *g)
 	g->ok = false;
 }
 
+/* A registration ended while UCX operations (or GPU copies) may still
+ * be on its memory: released once none is (registrations_left_release),
+ * an engine having ended one and registered again meanwhile, say. */
+struct registration_left {
+	struct registration g;
+	struct registration_left *next;
+};
+
+static void registration_retire(struct agent *a)
+{
+	struct registration_left *l;
+
+	if (!a->reg.ok)
+		return;
+	if (!a->ops_inflight || !(l = calloc(1, sizeof(*l)))) {
+		registration_release(a, &a->reg);
+		return;
+	}
+	l->g = a->reg;
+	l->next = a->left;
+	a->left = l;
+	memset(&a->reg, 0, sizeof(a->reg));
+	a->reg.engine_fd = -1;
+}
+
+/* The memory of ended registrations: once no operation is on it, or all
+ * of it (at stop, the UCX worker gone). */
+static void left_release(struct agent *a, bool all)
+{
+	while (a->left && (all || !a->ops_inflight)) {
+		struct registration_left *l = a->left;
+
+		a->left = l->next;
+		registration_release(a, &l->g);
+		free(l);
+	}
+}
+
+void registrations_left_release(struct agent *a)
+{
+	left_release(a, false);
+}
+
 void registration_clear(struct agent *a)
 {
 	registration_release(a, &a->reg);
+	left_release(a, true);
 }
 
 /* GPU completions are an event callback like any other: they end with
@@ -337,7 +381,7 @@ static pdx_status_t region_map(struct agent *a, const msgpack_object *o,
 	return st;
 }
 
-static void fail_registration_xfers(struct agent *a)
+static void fail_registration_xfers(struct agent *a, const char *why)
 {
 	struct xfer *x, *tmp;
 
@@ -346,8 +390,7 @@ static void fail_registration_xfers(struct agent *a)
 	 * when our new hello comes */
 	HASH_ITER(hh, a->xfers, x, tmp) {
 		if (!x->finished)
-			xfer_fail(x, PDX_ECANCELED, true,
-				  "engine registered again");
+			xfer_fail(x, PDX_ECANCELED, true, "%s", why);
 	}
 }
 
@@ -371,6 +414,40 @@ static void renew_instance(struct agent *a)
 		p->stale = true;
 		peer_get(a, p->addr); /* sends the hello */
 	}
+}
+
+/* {"op": "gone", "instance"}: our engine's registration of instance
+ * ended; a peer drops its handshake with us, and with it its maps of
+ * that engine's memory (docs/protocol.md). */
+static void tell_gone(struct agent *a, struct peer *p)
+{
+	struct peer_msg pm;
+
+	peer_msg_begin(&pm, a, "gone", NULL, NULL);
+	pdx_mp_msg_u64(&pm.m, "instance", a->instance);
+	peer_msg_send(&pm, p);
+}
+
+void engine_gone(struct agent *a)
+{
+	struct peer *p, *tmp;
+	unsigned told = 0;
+
+	engine_direct_drop(a, a->reg.engine_id, a->reg.engine_id_len);
+	fail_registration_xfers(a, "engine gone (its connection to this "
+				   "agent closed)");
+	HASH_ITER(hh, a->peers, p, tmp) {
+		if (peer_known(p)) {
+			tell_gone(a, p);
+			told++;
+		}
+	}
+	log_warn("the engine's connection closed (it exited, or freed its "
+		 "link): its transfers failed, its KV memory is released%s, "
+		 "and %u peer(s) told", a->ops_inflight ?
+		 " once the operations on it end" : "", told);
+	registration_retire(a);
+	a->engine_left = true;
 }
 
 /* "tp": {rank, size}, optional: this engine's rank of its TP size. */
@@ -506,20 +583,23 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 
 	memcpy(g.engine_id, id, id_len < sizeof(g.engine_id) ? id_len : sizeof(g.engine_id));
 	g.engine_id_len = id_len;
-	again = a->reg.ok;
-	if (again && !from_engine(a, id, id_len)) {
+	again = a->reg.ok || a->engine_left;
+	if (a->reg.ok && !from_engine(a, id, id_len)) {
 		/* its lane first: displaced goes on ZeroMQ, after the lane's
 		 * end, which the engine reads first */
 		engine_direct_drop(a, a->reg.engine_id, a->reg.engine_id_len);
 		tell_displaced(a, a->reg.engine_id, a->reg.engine_id_len);
 	}
-	if (again) {
+	if (a->reg.ok) {
 		/* their events go to the connection registering now */
 		memcpy(a->reg.engine_id, g.engine_id, sizeof(g.engine_id));
 		a->reg.engine_id_len = g.engine_id_len;
-		fail_registration_xfers(a);
+		fail_registration_xfers(a, "engine registered again");
 	}
-	registration_clear(a);
+	/* off the lane: the registered engine's own connection */
+	g.engine_fd = a->engine_msg_fd >= 0 ? a->engine_msg_fd
+					    : a->reg.engine_fd;
+	registration_retire(a);
 	g.ok = true;
 	a->reg = g;
 	free(sizes);
@@ -530,6 +610,7 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 	/* before any hello: hellos name the staging buffers */
 	if (g.cuda && staged_init(a))
 		log_warn("no staging buffers: the staged path is unavailable");
+	a->engine_left = false;
 	if (again)
 		renew_instance(a);
 	{

@@ -330,10 +330,15 @@ static int drain_router(struct agent *a, void *sock, bool engine)
 			zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &more_len);
 		}
 		if (engine) {
+			/* a connection closed before this one took its
+			 * descriptor (engine_watch.c) */
+			engine_watch_drain(a);
 			engine_direct_catch_up(a, zmq_msg_data(&id),
 					       zmq_msg_size(&id));
+			a->engine_msg_fd = zmq_msg_get(&body, ZMQ_SRCFD);
 			engine_on_msg(a, zmq_msg_data(&id), zmq_msg_size(&id),
 				      zmq_msg_data(&body), zmq_msg_size(&body));
+			a->engine_msg_fd = -1;
 		}
 		else
 			peer_on_msg(a, zmq_msg_data(&body), zmq_msg_size(&body),
@@ -367,6 +372,7 @@ void agent_settle(struct agent *a)
 	else if (more == PDX_UCX_POLL && !evtimer_pending(a->ucx_poll_ev, NULL))
 		evtimer_add(a->ucx_poll_ev, &UCX_POLL);
 	xfers_reap(a);
+	registrations_left_release(a);
 }
 
 /* A transfer's outcome reaches the engine, the collector and the peer
@@ -571,6 +577,11 @@ static int agent_start(struct agent *a)
 	if (!a->cfg.no_engine_direct &&
 	    engine_direct_listen(a, engine_on_msg))
 		return -1;
+	a->engine_msg_fd = -1;
+	if (engine_watch_start(a)) {
+		log_error("engine link monitor: %s", zmq_strerror(zmq_errno()));
+		return -1;
+	}
 	a->engine_ev = watch_fd(a, zfd(a->engine_sock));
 	a->peer_ev = watch_fd(a, zfd(a->peer_sock));
 	a->ucx_ev = watch_fd(a, pdx_ucx_fd(a->ucx));
@@ -627,6 +638,7 @@ static void agent_stop(struct agent *a)
 	event_free_safe(a->peer_ev);
 	event_free_safe(a->sig_int);
 	event_free_safe(a->sig_term);
+	engine_watch_stop(a);
 	if (a->engine_sock)
 		zmq_close(a->engine_sock);
 	if (a->peer_sock)

@@ -2,7 +2,6 @@
  * the fuzz targets link notify.c without them). */
 #define PDX_LOG_TOPIC "notify"
 #include <stdio.h>
-#include <string.h>
 #include <zmq.h>
 
 #include "agent/agent.h"
@@ -16,23 +15,10 @@
 static void on_handshake(evutil_socket_t fd, short what, void *arg)
 {
 	struct notify_target *t = arg;
+	uint16_t ev;
+	uint32_t value;
 
-	for (;;) {
-		zmq_msg_t msg;
-		uint16_t ev = 0;
-		int more = 0;
-		size_t len = sizeof(more);
-
-		zmq_msg_init(&msg);
-		if (zmq_msg_recv(&msg, t->mon, ZMQ_DONTWAIT) < 0) {
-			zmq_msg_close(&msg);
-			return;
-		}
-		if (zmq_msg_size(&msg) >= sizeof(ev))
-			memcpy(&ev, zmq_msg_data(&msg), sizeof(ev));
-		if (!zmq_getsockopt(t->mon, ZMQ_RCVMORE, &more, &len) && more)
-			zmq_msg_recv(&msg, t->mon, 0); /* the endpoint */
-		zmq_msg_close(&msg);
+	while (zmonitor_next(&t->mon, &ev, &value) == 0) {
 		if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
 			if (t->refused)
 				log_info("--notify %s: the collector answers",
@@ -54,44 +40,24 @@ int notify_watch(struct agent *a, struct notify_target *t, unsigned i)
 	/* an HTTP server reads ZeroMQ's greeting as the start of a request
 	 * line and waits: without a bound of its own the handshake fails
 	 * only after ZeroMQ's 30 s */
-	int linger = 0, unbounded = 0, handshake_ms = 3000, fd;
-	size_t len = sizeof(fd);
-	char mon[48];
+	int handshake_ms = 3000;
+	char name[32];
 
-	snprintf(mon, sizeof(mon), "inproc://pdx-agent-notify-%u", i);
-	t->mon = zmq_socket(a->zctx, ZMQ_PAIR);
-	if (!t->mon ||
-	    zmq_setsockopt(t->sock, ZMQ_HANDSHAKE_IVL, &handshake_ms,
+	snprintf(name, sizeof(name), "notify-%u", i);
+	if (zmq_setsockopt(t->sock, ZMQ_HANDSHAKE_IVL, &handshake_ms,
 			   sizeof(handshake_ms)) ||
-	    zmq_setsockopt(t->mon, ZMQ_LINGER, &linger, sizeof(linger)) ||
-	    zmq_setsockopt(t->mon, ZMQ_RCVHWM, &unbounded,
-			   sizeof(unbounded)) ||
-	    zmq_socket_monitor(t->sock, mon,
-			       ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-				   ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-				   ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-				   ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) ||
-	    zmq_connect(t->mon, mon) ||
-	    zmq_getsockopt(t->mon, ZMQ_FD, &fd, &len))
+	    zmonitor_open(a, &t->mon, t->sock, name,
+			  ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+				  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+				  ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+				  ZMQ_EVENT_HANDSHAKE_FAILED_AUTH,
+			  on_handshake, t))
 		return -1;
-	t->mon_ev = event_new(a->base, fd, EV_READ | EV_PERSIST, on_handshake,
-			      t);
-	if (!t->mon_ev || event_add(t->mon_ev, NULL))
-		return -1;
-	on_handshake(fd, EV_READ, t); /* its fd is edge-triggered */
+	on_handshake(-1, EV_READ, t); /* its fd is edge-triggered */
 	return 0;
 }
 
-/* The monitor stops before its reader closes (libpdx's link.c says why:
- * ZeroMQ's I/O thread could wait on a reader gone). */
 void notify_unwatch(struct notify_target *t)
 {
-	if (t->sock)
-		zmq_socket_monitor(t->sock, NULL, 0);
-	if (t->mon_ev)
-		event_free(t->mon_ev);
-	t->mon_ev = NULL;
-	if (t->mon)
-		zmq_close(t->mon);
-	t->mon = NULL;
+	zmonitor_close(&t->mon);
 }

@@ -323,6 +323,30 @@ static void on_ping(struct agent *a, const char *from, const msgpack_object *m)
 	}
 }
 
+/* The peer's engine is gone (its connection to that agent closed): what
+ * we cached of its registration, maps of its memory included, goes now,
+ * so that an engine restarted there finds its memory free (GPU memory
+ * open here by CUDA IPC, a pool in /dev/shm mapped here, stay allocated
+ * otherwise). Its next registration comes with a new instance, in a
+ * hello. One about an instance other than the one we know is old news. */
+static void on_gone(struct agent *a, struct peer *p, const msgpack_object *m)
+{
+	uint64_t instance;
+
+	if (pdx_mp_get_u64(m, "instance", &instance) ||
+	    instance != p->instance) {
+		log_debug("gone from %s for another instance: ignored",
+			  p->addr);
+		return;
+	}
+	log_info("peer %s: its engine is gone: transfers with it fail, and "
+		 "its memory is no longer mapped here", p->addr);
+	xfers_peer_failed(a, p, p->instance, PDX_EPEER,
+			  "its engine is gone (its connection to its agent "
+			  "closed)");
+	peer_reset(a, p);
+}
+
 void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		 const char *user)
 {
@@ -355,6 +379,10 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 	} else if (strcmp(op, "hello_nack") == 0) {
 		if ((p = peer_lookup(a, from, false)) != NULL)
 			handshake_on_nack(a, p, &msg.data);
+	} else if (strcmp(op, "gone") == 0) {
+		/* nothing cached of it: nothing to drop */
+		if (peer_known(p = peer_lookup(a, from, false)))
+			on_gone(a, p, &msg.data);
 	} else if (!peer_known(p = peer_lookup(a, from, false))) {
 		struct pdx_xfer_id id;
 

@@ -136,10 +136,10 @@ struct pdx_engine;
 pdx_status_t pdx_engine_connect(const struct pdx_engine_params *params,
 				struct pdx_engine **out);
 
-/* Closes the link; the agent aborts nothing by itself: transfers in flight
- * go on or end at its bounds, their events unheard (abort them and take
- * their events first; a receive's blocks may be written until then).
- * NULL-safe. From another thread while a call on e is under way, it
+/* Closes the link, which ends the registration: the agent fails the
+ * transfers in flight, their events unheard, and lets go of the memory
+ * (abort them and take their events first: a receive's blocks may be
+ * written until then). NULL-safe. From another thread while a call on e is under way, it
  * returns at once; that call fails with PDX_EINVAL (a wait in it woken)
  * and frees e as it returns. A call made after it returned is a use of
  * freed memory. */

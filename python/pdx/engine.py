@@ -413,7 +413,10 @@ class Engine:
 
     # -- life --------------------------------------------------------
     def close(self) -> None:
-        """Closes the link; the agent aborts nothing by itself. Another
+        """Closes the link, which ends the registration: the agent fails
+        the transfers in flight, their events unheard (abort them and take
+        their events first: a receive's blocks may be written until
+        then). Another
         thread in a call on this Engine (wait_event(None), say) gets
         pdx.Error (EINVAL) at once; one that calls after gets it too."""
         h, self._h = getattr(self, "_h", None), None

@@ -97,7 +97,8 @@ def before_register(U):
 
 def reconnect(rig, D, P, addrs, dst, src):
     """D's engine drops its socket, with a recv in flight, and connects a
-    new one."""
+    new one: the close ends the registration (docs/protocol.md, "The
+    engine's end")."""
     old = os.urandom(16)
     D.send({"op": "recv", "xfer": old, "peer": addrs["P"], "blocks": dst})
     D.pump(100)
@@ -123,10 +124,14 @@ def reconnect(rig, D, P, addrs, dst, src):
     check(r is not None and r.get("op") == "registered",
           f"the new socket registers: {r}")
     addrs["D"] = r["peer"]
+    # the old socket's close ended its registration, and its recv with
+    # it (its event went to that socket): announced again, the id fails
+    # saying why
+    D.send({"op": "recv", "xfer": old, "peer": addrs["P"], "blocks": dst})
     ev = D.event(old, 3000)
     check(ev is not None and ev["kind"] == "failed" and
-          "registered again" in ev["reason"],
-          f"the recv of the old socket ends, its event on the new one: {ev}")
+          "engine gone" in ev["reason"],
+          f"the recv of the old socket ended when it closed: {ev}")
     got_d, got_p = run_transfer(P, D, addrs, dst, src)
     check(got_d is not None and got_d["kind"] == "received",
           f"registered again: the events come to the new socket: {got_d}")
