@@ -220,6 +220,10 @@ def peer_link():
         "op": "want", "from": "tcp://stranger:1", "xfer": X1,
         "blocks": [1], "skip": 0}))
     c["timers"] = b"\0" + want() + eng(recv(X2)) + rec(4)
+    c["gone"] = b"\1" + eng(send()) + want() + \
+        peer({"op": "gone", "instance": 7}) + layers_done()
+    c["gone_other"] = b"\0" + eng(recv()) + \
+        peer({"op": "gone", "instance": 9})
     return c
 
 
@@ -417,7 +421,7 @@ MP_WORDS = ["op", "v", "layout", "regions", "type", "name", "size", "shm",
             "error", "from", "instance", "host", "compat", "ucx", "addr",
             "rkey", "skip", "bytes", "am_bytes", "first_token", "reason",
             "/fuzz-kv", "/fuzz-peer", PEER, HOST, "tcp://", "hold", "ping",
-            "pong", "tp", "rank", "peers", "of", "stops", "stopped"]
+            "pong", "tp", "rank", "peers", "of", "stops", "stopped", "gone"]
 
 
 def mp_dict():
