@@ -619,6 +619,10 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 		pdx_mp_msg_init(&ans);
 		pdx_mp_msg_str(&ans, "op", "registered");
 		pdx_mp_msg_str(&ans, "peer", a->peer_addr);
+		/* what it will compare at handshakes: an engine that named a
+		 * type and hears none back has an agent before it */
+		if (g.kv_dtype[0])
+			pdx_mp_msg_str(&ans, "kv_dtype", g.kv_dtype);
 		engine_direct_offer(a, id, id_len, &ans);
 		engine_reply(a, id, id_len, &ans, "registered");
 	}

@@ -126,12 +126,19 @@ static void on_hello(struct pdx_tp_leader *l, const uint8_t *id,
 			 "with %u",
 			 m->rank, m->text, m->blocks, l->model, l->p.blocks);
 	else if (m->value != l->p.role)
+		/* a follower before the hello said its role sends 0, which
+		 * reads as "both": a rank of another pdx-engine version */
 		snprintf(why, sizeof(why),
-			 "rank %u has --role %s, the leader %s", m->rank,
+			 "rank %u has --role %s, the leader %s%s", m->rank,
 			 m->value <= PDX_ROLE_DECODE
 			     ? pdx_engine_role_name(m->value)
 			     : "?",
-			 pdx_engine_role_name(l->p.role));
+			 pdx_engine_role_name(l->p.role),
+			 m->value == PDX_ROLE_BOTH
+			     ? " (or it runs an older pdx-engine, whose hello "
+			       "does not say its role: run one pdx-engine "
+			       "version on every rank)"
+			     : "");
 	else if (l->ranks[m->rank].joined)
 		snprintf(why, sizeof(why),
 			 "rank %u joined already%s; restart the instance",

@@ -227,6 +227,10 @@ void pdx__lane_offer_read(const msgpack_object *m, struct pdx__lane_offer *o);
 int pdx__register_answer(const msgpack_object *m, const char *op,
 			 char *peer_addr, size_t peer_addr_len,
 			 pdx_status_t *st, char *why, size_t why_len);
+/* After a "registered": warns when the engine named a KV element type
+ * (kv_dtype) that the answer does not say back: an older agent, which
+ * may not compare it (one before libpdx 0.6 ignores it). */
+void pdx__kv_dtype_heard(const msgpack_object *m, const char *kv_dtype);
 
 /* meta.c: an event's meta shelved as it is read (event: its map), handed
  * out with it (x NULL: none); pdx__event_keep() shelves it and queues the

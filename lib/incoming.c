@@ -110,6 +110,8 @@ bool pdx__on_other(struct pdx_engine *e, const msgpack_object *m,
 			struct pdx__lane_offer offer;
 
 			pdx__lane_offer_read(m, &offer);
+			if (st == PDX_OK)
+				pdx__kv_dtype_heard(m, e->kv_dtype);
 			relinked(e, st, was);
 			/* pdx__relink() read the monitor before it sent */
 			if (st == PDX_OK)

@@ -83,6 +83,23 @@ enum pdx__msg pdx__classify(const struct pdx__frame *f, msgpack_unpacked *up,
 	return PDX__MSG_OTHER;
 }
 
+void pdx__kv_dtype_heard(const msgpack_object *m, const char *kv_dtype)
+{
+	char heard[PDX_KV_DTYPE_MAX];
+
+	if (!kv_dtype[0])
+		return;
+	if (pdx_mp_get_str(m, "kv_dtype", heard, sizeof(heard)))
+		log_warn("register: the agent did not say back kv_dtype %s: "
+			 "an older agent, which may not compare KV element "
+			 "types (one from before libpdx 0.6 pairs engines of "
+			 "any two types): upgrade it",
+			 kv_dtype);
+	else if (strcmp(heard, kv_dtype))
+		log_warn("register: the agent took kv_dtype %s, not %s",
+			 heard, kv_dtype);
+}
+
 /* Reads an answer to register: returns 1 with *st set for "registered" and
  * "error" (why it failed in why, when why), 0 for anything else (a
  * message register does not wait for). */

@@ -150,8 +150,10 @@ static pdx_status_t register_exchange(struct pdx_engine *e, const void *buf,
 			rc = pdx__register_answer(&up.data, op, e->peer,
 						  sizeof(e->peer), &st, e->why,
 						  sizeof(e->why));
-			if (rc && st == PDX_OK)
+			if (rc && st == PDX_OK) {
 				pdx__lane_offer_read(&up.data, &offer);
+				pdx__kv_dtype_heard(&up.data, e->kv_dtype);
+			}
 			if (!rc && pdx__on_other(e, &up.data, op, &ev) &&
 			    pdx__queue_push(e, &ev))
 				log_error(

@@ -64,6 +64,24 @@ def register(e, lay=None):
     return reply(e, ("registered", "error"), 5000)
 
 
+def kv_dtype_said_back(e):
+    """A register naming a kv_dtype hears it back (an engine whose agent
+    does not, one from before kv_dtype, knows its type goes unchecked);
+    registered again without one, it hears none."""
+    e.send({"op": "register", "v": 1, "layout": layout(),
+            "kv_dtype": "bfloat16",
+            "regions": [{"type": "shm", "name": "/" + e.shm.name,
+                         "size": e.shm.size}]})
+    r = reply(e, ("registered", "error"), 5000)
+    check(r is not None and r.get("op") == "registered" and
+          r.get("kv_dtype") == "bfloat16",
+          f"a register naming kv_dtype bfloat16 hears it back: {r}")
+    r = register(e)
+    check(r is not None and r.get("op") == "registered" and
+          "kv_dtype" not in r,
+          f"registered again naming none: no kv_dtype back: {r}")
+
+
 def run_transfer(P, D, addrs, dst, src, token=None, skip_tokens=0):
     """One transfer, every layer computed; (decode event, prefill event)."""
     x = os.urandom(16)
@@ -237,6 +255,8 @@ def fields_named(P, D, addrs):
     r = register(D, layout() | {"order": "HND"})
     check(r is not None and r.get("op") == "registered",
           f"the decode engine registers again, HND: {r}")
+    check("kv_dtype" not in r,
+          f"a register naming no kv_dtype hears none back: {r}")
     x = os.urandom(16)
     D.send({"op": "recv", "xfer": x, "peer": addrs["P"], "blocks": [1]})
     ev = D.event(x, 4000)
@@ -332,6 +352,7 @@ def main():
             addrs[side] = r["peer"]
         src = random.sample(range(BLOCKS), 4)
         dst = random.sample(range(BLOCKS), 4)
+        kv_dtype_said_back(D)
         reconnect(rig, D, P, addrs, dst, src)
         duplicate_id(P, D, addrs, dst, src)
         skip_all(P, D, addrs, dst, src)

@@ -150,6 +150,63 @@ static void connection_gone(struct event_base *base, void *zctx)
 	unlink(addr + strlen("ipc://"));
 }
 
+/* A follower whose hello says no role (a pdx-engine from before the hello
+ * carried one: 0, which reads as "both") is refused by a prefill leader
+ * with a reason that says it may be an older pdx-engine, not only that it
+ * has --role both (it was started with --role prefill). */
+static void role_unsaid(struct event_base *base, void *zctx)
+{
+	char addr[64], err[256] = "";
+	struct seen s = {0};
+	struct pdx_tp_leader_params p = {
+		.base = base, .size = 2, .model = "tiny", .blocks = 64,
+		.block_tokens = 16, .liveness_ms = 1000,
+		.role = PDX_ROLE_PREFILL,
+		.cbs = {on_event, on_caught_up, on_broken, &s},
+	};
+	struct pdx_tp_msg hello = {.kind = PDX_TP_HELLO, .rank = 1, .size = 2,
+				   .blocks = 64};
+	struct pdx_tp_msg m;
+	struct pdx_tp_leader *l = NULL;
+	void *follower;
+	int zero = 0;
+	bool refused = false;
+
+	snprintf(addr, sizeof(addr), "ipc:///tmp/pdx_tp_leader_%d_r", getpid());
+	p.addr = addr;
+	if (pdx_tp_leader_new(&p, &l, err, sizeof(err)) != PDX_OK) {
+		CHECK(false, "a leader binds %s %s", addr, err);
+		return;
+	}
+	follower = zmq_socket(zctx, ZMQ_DEALER);
+	zmq_setsockopt(follower, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_connect(follower, addr);
+	snprintf(hello.text, sizeof(hello.text), "tiny");
+	send_msg(follower, &hello);
+	for (int i = 0; i < 200 && !refused; i++) {
+		zmq_msg_t body;
+
+		run_until_broken(base, NULL, &s, 10);
+		zmq_msg_init(&body);
+		if (zmq_msg_recv(&body, follower, ZMQ_DONTWAIT) >= 0 &&
+		    pdx_tp_msg_decode(zmq_msg_data(&body), zmq_msg_size(&body),
+				      &m) == PDX_OK) {
+			refused = m.kind == PDX_TP_REFUSE;
+			if (refused)
+				snprintf(err, sizeof(err), "%s", m.text);
+			pdx_tp_msg_clear(&m);
+		}
+		zmq_msg_close(&body);
+	}
+	CHECK(refused && strstr(err, "--role both, the leader prefill") &&
+	      strstr(err, "older pdx-engine"),
+	      "a hello without a role: refused, saying it may be an older "
+	      "pdx-engine (\"%s\")", err);
+	pdx_tp_leader_free(l);
+	zmq_close(follower);
+	unlink(addr + strlen("ipc://"));
+}
+
 int main(void)
 {
 	struct event_base *base = event_base_new();
@@ -157,6 +214,7 @@ int main(void)
 
 	pass_never_written(base, zctx);
 	connection_gone(base, zctx);
+	role_unsaid(base, zctx);
 	zmq_ctx_term(zctx);
 	event_base_free(base);
 	CHECK_DONE();
