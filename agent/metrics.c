@@ -147,6 +147,9 @@ static int render_state(const struct agent *a, struct evbuffer *out)
 			       "1 while an engine is registered, else 0");
 	bad |=
 	    pdx_prom_sample(out, "pdx_agent_engine_registered", "", a->reg.ok);
+	snprintf(lab, sizeof(lab), ",peer_protocol=\"%d\"",
+		 PEER_PROTOCOL_VERSION);
+	bad |= pdx_prom_build_info(out, "pdx_agent_build_info", lab);
 	bad |= pdx_prom_family(out, "pdx_agent_notifications_dropped_total",
 			       "counter",
 			       "transfer notifications (--notify) dropped "

@@ -1,6 +1,8 @@
 /* Prometheus text exposition (see prom.h). */
 #include "common/prom.h"
 
+#include "common/version.h"
+
 static const double prom_le[PDX_PROM_BUCKETS] = {
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 };
@@ -20,6 +22,17 @@ int pdx_prom_sample(struct evbuffer *out, const char *name, const char *labels,
 	if (evbuffer_add_printf(out, "%s%s%s%s %llu\n", name,
 				*labels ? "{" : "", labels, *labels ? "}" : "",
 				(unsigned long long)v) < 0)
+		return -1;
+	return 0;
+}
+
+int pdx_prom_build_info(struct evbuffer *out, const char *name,
+			const char *labels)
+{
+	if (pdx_prom_family(out, name, "gauge",
+			    "1; version: this build's, as --version says") ||
+	    evbuffer_add_printf(out, "%s{version=\"%s\"%s} 1\n", name,
+				pdx_version(), labels) < 0)
 		return -1;
 	return 0;
 }

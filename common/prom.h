@@ -23,6 +23,13 @@ int pdx_prom_family(struct evbuffer *out, const char *name, const char *type,
 int pdx_prom_sample(struct evbuffer *out, const char *name, const char *labels,
 		    uint64_t v);
 
+/* The family NAME (a program's pdx_PROG_build_info): one sample of 1
+ * whose label version is what --version prints, then the labels given
+ * ("" for none, else ",k=\"v\"..."): which build runs there, as a
+ * rolling upgrade needs to know. */
+int pdx_prom_build_info(struct evbuffer *out, const char *name,
+			const char *labels);
+
 /* A histogram of durations, buckets from 1 ms to 30 s (le, seconds). */
 #define PDX_PROM_BUCKETS 14
 

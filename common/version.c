@@ -8,3 +8,8 @@ void pdx_version_print(const char *prog)
 {
 	printf("%s %s\n", prog, PDX_VERSION);
 }
+
+const char *pdx_version(void)
+{
+	return PDX_VERSION;
+}

@@ -8,4 +8,7 @@
 /* What every program's --version prints on stdout: "PROG VERSION\n". */
 void pdx_version_print(const char *prog);
 
+/* VERSION alone (each /metrics' build_info says it). */
+const char *pdx_version(void);
+
 #endif

@@ -1,5 +1,9 @@
 #include "engine/metrics.h"
 
+#include <stdio.h>
+
+#include "common/prom.h"
+
 /* Upper bounds in seconds: 1 ms to 20 s, as vLLM's TTFT buckets span. */
 static const double ttft_bounds[PDX_METRICS_TTFT_BUCKETS] = {
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
@@ -65,8 +69,11 @@ int pdx_metrics_render(const struct pdx_engine_metrics *m,
 		       const struct pdx_metrics_gauges *g, struct evbuffer *out)
 {
 	const char *mo = g->model;
+	char lab[160];
 	int err = 0;
 
+	snprintf(lab, sizeof(lab), ",model_name=\"%s\"", mo);
+	err |= pdx_prom_build_info(out, "pdx_engine_build_info", lab);
 	err |= family(out, "pdx_engine_num_requests_running", "gauge",
 		      "Requests in prefill or decode.", mo, g->running);
 	err |=

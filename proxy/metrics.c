@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/prom.h"
 #include "proxy/proxy.h"
 
 static const double lat_le[PDX_PROXY_LAT_BUCKETS] = {
@@ -304,7 +305,8 @@ int pdx_proxy_metrics_render(const struct pdx_proxy *px, struct evbuffer *out)
 	const struct pdx_proxy_metrics *m = &px->metrics;
 	int bad;
 
-	bad = family(out, "pdx_proxy_requests_total", "counter",
+	bad = pdx_prom_build_info(out, "pdx_proxy_build_info", "");
+	bad |= family(out, "pdx_proxy_requests_total", "counter",
 		     "client requests finished, by HTTP status (499: the "
 		     "client left)");
 	for (unsigned i = 0; i < m->nstatus; i++)
