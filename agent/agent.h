@@ -266,6 +266,8 @@ struct xfer {
 	struct pdx_kv_plan *peer_plan; /* cuda-ipc sender: the receiver's */
 	bool done_seen;        /* receiver: "done" arrived */
 	bool want_sent;        /* receiver: "want" went to the sender */
+	bool wanted_again;     /* receiver: its want was refused for want
+				* of a handshake, and sent again after one */
 	bool pull;	       /* the receiver reads the sender's blocks once
 				* all layers are computed (pull.c) */
 	bool pulled_sent;      /* pull's receiver: its reads ended: "pulled" */
@@ -538,6 +540,9 @@ void peers_free(struct agent *a);
 /* The peer at addr, with a hello sent when it needs one (never met, its
  * hello unanswered in time, quiet or stale). */
 struct peer *peer_get(struct agent *a, const char *addr);
+
+/* The error answering a message from a peer we hold no handshake with. */
+#define PEER_NO_HANDSHAKE "no handshake with you: send hello first"
 /* Their hello or hello_ack: parsed, checked, applied, or refused. */
 void handshake_on_hello(struct agent *a, const char *from,
 			const msgpack_object *m, bool is_ack);

@@ -316,9 +316,14 @@ static pdx_status_t hello_apply(struct agent *a, struct peer *p,
 		p->state = PEER_READY;
 		return PDX_OK;
 	}
-	if (p->ep) {
+	if (p->ep && p->instance != h->instance) {
 		log_info("peer %s restarted: transfers begun with it fail", p->addr);
 		xfers_peer_failed(a, p, p->instance, PDX_EPEER, "peer restarted");
+	} else if (p->ep) {
+		/* the same instance: our endpoint to it failed (its transfers
+		 * failed then), and it is met again */
+		log_info("peer %s met again after its UCX endpoint failed: a "
+			 "new endpoint", p->addr);
 	}
 	peer_reset(a, p);
 	p->layout = h->layout;

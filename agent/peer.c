@@ -111,6 +111,7 @@ struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
 {
 	struct peer *p = NULL;
 	int linger = 0, hwm = 10000;
+	int beat = (int)a->cfg.heartbeat_ms, silent = 2 * beat;
 
 	HASH_FIND_STR(a->peers, addr, p);
 	if (p || !create || !peer_make_room(a))
@@ -129,6 +130,19 @@ struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
 	}
 	zmq_setsockopt(p->dealer, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_setsockopt(p->dealer, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+	/* A connection whose far end is gone (its reset lost or filtered,
+	 * across a partition) looks established to our kernel, which
+	 * retransmits into it on a backed-off timer: what we sent after the
+	 * link healed waited seconds behind it (hellos unanswered, two
+	 * requests failed after a 5 s cut). ZeroMQ's pings close one silent
+	 * for two heartbeats, and it reconnects (what it wrote is still
+	 * delivered to a peer only frozen, whose kernel took it, and what
+	 * is queued goes on the new connection); a connect that hangs is
+	 * given up after a heartbeat and tried again. */
+	zmq_setsockopt(p->dealer, ZMQ_HEARTBEAT_IVL, &beat, sizeof(beat));
+	zmq_setsockopt(p->dealer, ZMQ_HEARTBEAT_TIMEOUT, &silent,
+		       sizeof(silent));
+	zmq_setsockopt(p->dealer, ZMQ_CONNECT_TIMEOUT, &beat, sizeof(beat));
 	if (a->curve && pdx_curve_client(a->curve, p->dealer, addr)) {
 		zmq_close(p->dealer);
 		goto free_p;

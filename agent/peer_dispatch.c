@@ -215,6 +215,23 @@ static void abort_heard(struct agent *a, struct peer *p,
 	}
 	if (!x)
 		return;
+	/* The sender holds no handshake with us while we hold one with it
+	 * (its UCX endpoint to us failed, or it dropped us as silent, across
+	 * a partition that healed since): it refused our want before moving
+	 * anything. Meet it afresh and ask once more, as xfers_peer_ready()
+	 * does when its answer comes; a sender that restarted meanwhile
+	 * fails the transfer there, as begun with its old instance. */
+	if (refused && x->role == XFER_RECV && x->want_sent &&
+	    !x->done_seen && !x->wanted_again && !x->finished &&
+	    strcmp(reason, PEER_NO_HANDSHAKE) == 0) {
+		log_info("want to %s refused for want of a handshake: "
+			 "hello, then want again", p->addr);
+		x->wanted_again = true;
+		x->want_sent = false;
+		p->stale = true;
+		peer_get(a, p->addr);
+		return;
+	}
 	if (!x->announced) {
 		/* Our engine has not announced it yet: remember, so that it
 		 * fails at once when it does instead of waiting for blocks
@@ -379,9 +396,17 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 	} else if (strcmp(op, "hello_nack") == 0) {
 		if ((p = peer_lookup(a, from, false)) != NULL)
 			handshake_on_nack(a, p, &msg.data);
+	} else if (strcmp(op, "stopped") == 0 && p) {
+		/* It needs no handshake: the sender of a transfer we aborted
+		 * writes nothing more into its blocks. Our endpoint to it may
+		 * have failed (that failed the transfer, and our abort told
+		 * it so): refused, its engine waited 5 x --peer-timeout-ms
+		 * for blocks nobody writes. */
+		on_stopped(a, p, &msg.data);
 	} else if (strcmp(op, "gone") == 0) {
-		/* nothing cached of it: nothing to drop */
-		if (peer_known(p = peer_lookup(a, from, false)))
+		/* whatever our endpoint's state: its maps go (never met:
+		 * nothing to drop) */
+		if (p)
 			on_gone(a, p, &msg.data);
 	} else if (!peer_known(p = peer_lookup(a, from, false))) {
 		struct pdx_xfer_id id;
@@ -392,8 +417,7 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		if (p && pdx_mp_get_xfer(&msg.data, "xfer", &id) == 0 &&
 		    strcmp(op, "error") != 0 && strcmp(op, "abort") != 0 &&
 		    strcmp(op, "stopped") != 0)
-			peer_send(a, p, "error", &id,
-				  "no handshake with you: send hello first");
+			peer_send(a, p, "error", &id, PEER_NO_HANDSHAKE);
 		/* a receive of its that waits for our word (a restarted
 		 * agent's, which never heard of it: nothing lands) ends now,
 		 * or when our operations still in flight to it ended (its

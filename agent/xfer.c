@@ -103,12 +103,20 @@ void xfer_begin_phase(struct xfer *x)
 }
 
 /* The wait for "stopped" is looked at again in --peer-timeout-ms. */
+/* The wait for "stopped" looks again a bound from now, and last at four
+ * bounds from the transfer's end (so the wait is at most that, as
+ * documented: armed a bound at a time, a timer a hair early made it
+ * five). */
 static void await_arm(struct xfer *x)
 {
-	uint32_t ms = x->agent->cfg.peer_timeout_ms;
-	struct timeval tv = { (time_t)(ms / 1000),
-			      (suseconds_t)(ms % 1000 * 1000) };
+	uint64_t bound = ms_ns(x->agent->cfg.peer_timeout_ms);
+	uint64_t spent = pdx_now_ns() - x->ended_ns, ns = bound;
+	struct timeval tv;
 
+	if (spent < 4 * bound && 4 * bound - spent < ns)
+		ns = 4 * bound - spent;
+	tv.tv_sec = (time_t)(ns / 1000000000ULL);
+	tv.tv_usec = (suseconds_t)(ns % 1000000000ULL / 1000);
 	evtimer_add(x->timer, &tv);
 }
 

@@ -5,13 +5,16 @@
  * heartbeats' bound, and transfers work once it is back. Needs root and `ip netns`; exits 77 when namespaces cannot
  * be made.
  *
- *   netns PATH-TO-pdx-agent [firewall]
+ *   netns PATH-TO-pdx-agent [firewall | ucx_cut]
  *
  * firewall: each namespace's firewall lets in only its agent's peer port
  * (deployment.md: a firewall must allow UCX's ports too; this one does
  * not). A transfer then fails within its bound, and the agents' loops go
  * on meanwhile: UCX's TCP connect() blocked one for the kernel's SYN
  * retries (about 130 s), deaf to its engine. Exits 77 without iptables.
+ *
+ * ucx_cut: the decode namespace resets UCX's connections, not ZeroMQ's,
+ * then lets them in again (ucx_cut() says what it checks).
  */
 #include <stdio.h>
 #include <string.h>
@@ -113,6 +116,72 @@ static void link_cut(struct h_env *env)
 	h_plan_free(ok, 4);
 }
 
+/* ns resets (tcp-reset) every TCP connection from its peer but the peer
+ * link's: to our port, and from theirs: UCX's data lane is cut, ZeroMQ's
+ * control link stays. */
+static int reset_ucx(const char *ns, const char *veth, const char *ours,
+		     const char *theirs)
+{
+	const char *to[] = { "ip", "netns", "exec", ns, "iptables", "-A",
+			     "INPUT", "-i", veth, "-p", "tcp", "--dport",
+			     strrchr(ours, ':') + 1, "-j", "ACCEPT", NULL };
+	const char *from[] = { "ip", "netns", "exec", ns, "iptables", "-A",
+			       "INPUT", "-i", veth, "-p", "tcp", "--sport",
+			       strrchr(theirs, ':') + 1, "-j", "ACCEPT", NULL };
+	const char *reset[] = { "ip", "netns", "exec", ns, "iptables", "-A",
+				"INPUT", "-i", veth, "-p", "tcp", "-j",
+				"REJECT", "--reject-with", "tcp-reset", NULL };
+
+	return pb_run(to, true) || pb_run(from, true) || pb_run(reset, true);
+}
+
+/* UCX's connections reset while ZeroMQ's stay (a partition of the data
+ * lane alone): the transfer under way fails on both sides within the
+ * heartbeats' bound. Healed, the very next transfers work: the sender,
+ * whose endpoint had failed, refused the receiver's want for want of a
+ * handshake, and the receiver, still holding one, failed the transfer
+ * instead of meeting the sender again (the first request after a heal
+ * got a 502). */
+static void ucx_cut(struct h_env *env)
+{
+	const char *flush[] = { "ip", "netns", "exec", ns_b, "iptables", "-F",
+				"INPUT", NULL };
+	struct pdx_engine_event ev;
+	struct h_xfer x[1], ok[4];
+	uint64_t t0;
+	double ms;
+
+	h_plan(env, ok, 1, 0, 16, true);
+	CHECK(h_run(env, ok, 1) == 0, "UCX cut: a transfer before it works");
+	h_plan_free(ok, 1);
+	CHECK(reset_ucx(ns_b, veth_b, env->d.listen, env->p.listen) == 0,
+	      "UCX cut: %s resets all but the peer link", ns_b);
+	h_plan(env, x, 1, 16, 0, true);
+	h_prepare(env, x, 1);
+	t0 = pdx_now_ns();
+	h_post_recv(env, x, 1);
+	h_post_send(env, x, 1);
+	for (uint32_t l = 0; l < env->p.pool.layout.layers; l++)
+		h_layer_done(env, l, x, 1);
+	for (int side = 0; side < 2; side++) {
+		struct h_side *s = side ? &env->p : &env->d;
+		bool got = h_wait(s, &x->id, 5 * SILENT_MS + 3000, &ev) == 0;
+
+		ms = (double)(pdx_now_ns() - t0) / 1e6;
+		CHECK(got && ev.kind == PDX_EVENT_FAILED &&
+			      ms <= 2 * SILENT_MS + 1000,
+		      "UCX cut: the %s engine gets failed within %d ms (after "
+		      "%.0f ms: %s)",
+		      s->role, 2 * SILENT_MS + 1000, ms,
+		      got ? ev.reason : "no event");
+	}
+	h_plan_free(x, 1);
+	CHECK(pb_run(flush, true) == 0, "UCX cut: healed");
+	h_plan(env, ok, 4, 0, 16, true);
+	CHECK(h_run(env, ok, 4) == 0, "UCX cut: the transfers right after work");
+	h_plan_free(ok, 4);
+}
+
 /* ns lets in, over veth, TCP to port and the connections it made */
 static int firewall(const char *ns, const char *veth, const char *listen)
 {
@@ -179,12 +248,13 @@ int main(int argc, char **argv)
 	struct h_env env;
 	struct h_xfer x[N];
 	bool fw = argc > 2 && !strcmp(argv[2], "firewall");
+	bool ucx = argc > 2 && !strcmp(argv[2], "ucx_cut");
 	const char *iptables[] = { "iptables", "--version", NULL };
 	int bad;
 
 	h_note("netns: agents in two network namespaces over a veth pair, UCX tcp%s",
-	       fw ? ", behind firewalls" : "");
-	if (fw && pb_run(iptables, true)) {
+	       fw ? ", behind firewalls" : ucx ? ", UCX's connections cut" : "");
+	if ((fw || ucx) && pb_run(iptables, true)) {
 		h_note("SKIP: no iptables");
 		return H_SKIP;
 	}
@@ -213,6 +283,8 @@ int main(int argc, char **argv)
 			      firewall(ns_b, veth_b, env.d.listen) == 0,
 		      "firewalls: only the agents' peer ports let in");
 		firewalled(&env);
+	} else if (ucx) {
+		ucx_cut(&env);
 	} else {
 		CHECK(strstr(env.p.peer, "10.77.0.1") && strstr(env.d.peer, "10.77.0.2"),
 		      "peer addresses are the namespaces' (%s, %s)", env.p.peer,
