@@ -5,7 +5,7 @@
  * heartbeats' bound, and transfers work once it is back. Needs root and `ip netns`; exits 77 when namespaces cannot
  * be made.
  *
- *   netns PATH-TO-pdx-agent [firewall | ucx_cut]
+ *   netns PATH-TO-pdx-agent [firewall | ucx_cut | reset]
  *
  * firewall: each namespace's firewall lets in only its agent's peer port
  * (deployment.md: a firewall must allow UCX's ports too; this one does
@@ -14,7 +14,8 @@
  * retries (about 130 s), deaf to its engine. Exits 77 without iptables.
  *
  * ucx_cut: the decode namespace resets UCX's connections, not ZeroMQ's,
- * then lets them in again (ucx_cut() says what it checks).
+ * then lets them in again (ucx_cut() says what it checks); reset: it
+ * resets all TCP from the prefill namespace for a while (reset_all()).
  */
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #define N 8
 #define SILENT_MS 1000
 #define SILENT_STR "1000"
+#define CUT_MS 6000 /* reset: how long */
 
 static char ns_a[32], ns_b[32], veth_a[16], veth_b[16];
 static bool made_a, made_b;
@@ -182,6 +184,54 @@ static void ucx_cut(struct h_env *env)
 	h_plan_free(ok, 4);
 }
 
+/* The decode namespace resets every TCP packet from the prefill one for
+ * a while, mid-transfer (a partition by resets: a firewall, a
+ * middlebox). Healed, the next transfers work at once: the decode
+ * agent's ZeroMQ connection to the prefill agent, whose far end was
+ * reset (the resets went one way), looked established to its kernel,
+ * and what it sent after the heal waited behind a backed-off
+ * retransmission (requests failed for ~6 s after a 5 s cut). */
+static void reset_all(struct h_env *env)
+{
+	const char *reset[] = { "ip", "netns", "exec", ns_b, "iptables", "-A",
+				"INPUT", "-i", veth_b, "-p", "tcp", "-j",
+				"REJECT", "--reject-with", "tcp-reset", NULL };
+	const char *flush[] = { "ip", "netns", "exec", ns_b, "iptables", "-F",
+				"INPUT", NULL };
+	struct pdx_engine_event ev;
+	struct h_xfer x[1], ok[4];
+	uint64_t t0;
+	double ms;
+	int bad;
+
+	h_plan(env, ok, 1, 0, 16, true);
+	CHECK(h_run(env, ok, 1) == 0, "resets: a transfer before works");
+	h_plan_free(ok, 1);
+	h_plan(env, x, 1, 16, 0, true);
+	h_prepare(env, x, 1);
+	h_post_recv(env, x, 1);
+	h_post_send(env, x, 1);
+	h_layer_done(env, 0, x, 1);
+	t0 = pdx_now_ns();
+	CHECK(pb_run(reset, true) == 0, "resets: %s resets all TCP for %d ms",
+	      ns_b, CUT_MS);
+	for (uint32_t l = 1; l < env->p.pool.layout.layers; l++)
+		h_layer_done(env, l, x, 1);
+	for (int side = 0; side < 2; side++) /* failed, at its bound */
+		h_wait(side ? &env->p : &env->d, &x->id, CUT_MS, &ev);
+	h_sleep_ms(CUT_MS - (long)((pdx_now_ns() - t0) / 1000000));
+	h_plan_free(x, 1);
+	CHECK(pb_run(flush, true) == 0, "resets: healed");
+	h_plan(env, ok, 4, 0, 16, true);
+	t0 = pdx_now_ns();
+	bad = h_run(env, ok, 4);
+	ms = (double)(pdx_now_ns() - t0) / 1e6;
+	CHECK(bad == 0 && ms < 2000,
+	      "resets: the transfers right after work, in %.0f ms (< 2000)",
+	      ms);
+	h_plan_free(ok, 4);
+}
+
 /* ns lets in, over veth, TCP to port and the connections it made */
 static int firewall(const char *ns, const char *veth, const char *listen)
 {
@@ -249,12 +299,14 @@ int main(int argc, char **argv)
 	struct h_xfer x[N];
 	bool fw = argc > 2 && !strcmp(argv[2], "firewall");
 	bool ucx = argc > 2 && !strcmp(argv[2], "ucx_cut");
+	bool rst = argc > 2 && !strcmp(argv[2], "reset");
 	const char *iptables[] = { "iptables", "--version", NULL };
 	int bad;
 
 	h_note("netns: agents in two network namespaces over a veth pair, UCX tcp%s",
-	       fw ? ", behind firewalls" : ucx ? ", UCX's connections cut" : "");
-	if ((fw || ucx) && pb_run(iptables, true)) {
+	       fw ? ", behind firewalls" : ucx ? ", UCX's connections cut" :
+	       rst ? ", TCP reset for a while" : "");
+	if ((fw || ucx || rst) && pb_run(iptables, true)) {
 		h_note("SKIP: no iptables");
 		return H_SKIP;
 	}
@@ -272,10 +324,12 @@ int main(int argc, char **argv)
 	o.host_p = "10.77.0.1";
 	o.host_d = "10.77.0.2";
 	o.xfer_timeout_ms = 10000;
+	/* reset: the defaults, whose backed-off retransmissions outlast
+	 * a cut of a few seconds */
 	o.agent_args[0] = "--heartbeat-ms";
-	o.agent_args[1] = "200";
+	o.agent_args[1] = rst ? "1000" : "200";
 	o.agent_args[2] = "--peer-timeout-ms";
-	o.agent_args[3] = SILENT_STR;
+	o.agent_args[3] = rst ? "5000" : SILENT_STR;
 	if (h_setup(&env, argc, argv, &o)) {
 		check_failures++;
 	} else if (fw) {
@@ -285,6 +339,8 @@ int main(int argc, char **argv)
 		firewalled(&env);
 	} else if (ucx) {
 		ucx_cut(&env);
+	} else if (rst) {
+		reset_all(&env);
 	} else {
 		CHECK(strstr(env.p.peer, "10.77.0.1") && strstr(env.d.peer, "10.77.0.2"),
 		      "peer addresses are the namespaces' (%s, %s)", env.p.peer,
