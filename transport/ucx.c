@@ -50,6 +50,23 @@ struct pdx_ucx {
 	struct am_handler am[AM_IDS];
 	int closing; /* endpoint closes in flight */
 	struct ep_slot *slots; /* every endpoint's, freed with the worker */
+	struct kept_ep *kept; /* endpoints without peer error handling */
+};
+
+/* An endpoint made without peer error handling (a same-host peer over
+ * shared memory) cannot be closed in UCX 1.13: ucp_ep_close_nbx refuses
+ * UCP_EP_CLOSE_FLAG_FORCE for it (UCS_ERR_INVALID_PARAM), and a flushing
+ * close leaves an endpoint the peer connected back to alive until the
+ * worker is destroyed. Each one holds the peer's shared-memory segments
+ * attached: an agent made a new one at every hello of a restarted peer
+ * engine and kept them all. They are kept here instead, by the peer's
+ * worker address, and the next endpoint to that worker is the same one;
+ * they go with the worker. */
+struct kept_ep {
+	struct kept_ep *next;
+	ucp_ep_h ep;
+	size_t len;
+	uint8_t addr[]; /* the peer's worker address */
 };
 
 /* What UCX's error handler gets as its argument. UCX may call it for an
@@ -68,6 +85,7 @@ struct pdx_ucx_ep {
 	pdx_ucx_ep_error_cb err_cb;
 	void *arg;
 	struct ep_slot *slot;
+	bool kept; /* ep is a kept one (struct kept_ep): never closed here */
 };
 
 struct pdx_ucx_mem {
@@ -198,8 +216,14 @@ void pdx_ucx_stop(struct pdx_ucx *u)
 		ucp_worker_progress(u->worker);
 	fire_deferred(u);
 	ucp_worker_release_address(u->worker, u->addr);
-	ucp_worker_destroy(u->worker);
+	ucp_worker_destroy(u->worker); /* and the kept endpoints */
 	u->worker = NULL;
+	while (u->kept) {
+		struct kept_ep *k = u->kept;
+
+		u->kept = k->next;
+		free(k);
+	}
 	while (u->slots) { /* no callback comes any more */
 		struct ep_slot *s = u->slots;
 
@@ -500,6 +524,35 @@ pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
 	slot->next = u->slots;
 	u->slots = slot;
 	p.err_handler.arg = slot;
+	if (!peer_errors) {
+		struct kept_ep *k;
+
+		for (k = u->kept; k; k = k->next)
+			if (k->len == len && memcmp(k->addr, addr, len) == 0)
+				break;
+		if (!k) {
+			k = malloc(sizeof(*k) + len);
+			if (!k) {
+				free(e);
+				return PDX_ENOMEM; /* the slot goes with u */
+			}
+			s = ucp_ep_create(u->worker, &p, &k->ep);
+			if (s != UCS_OK) {
+				free(k);
+				free(e);
+				return from_ucs(s);
+			}
+			k->len = len;
+			memcpy(k->addr, addr, len);
+			k->next = u->kept;
+			u->kept = k;
+		}
+		e->ep = k->ep;
+		e->kept = true;
+		slot->e = e;
+		*out = e;
+		return PDX_OK;
+	}
 	s = ucp_ep_create(u->worker, &p, &e->ep);
 	if (s != UCS_OK) {
 		free(e);
@@ -533,6 +586,10 @@ void pdx_ucx_ep_close(struct pdx_ucx_ep *e)
 	if (!e)
 		return;
 	e->slot->e = NULL; /* no error callback for it from now on */
+	if (e->kept) { /* stays open for the next endpoint to that worker */
+		free(e);
+		return;
+	}
 	p.user_data = e;
 	req = ucp_ep_close_nbx(e->ep, &p);
 	if (req == NULL || UCS_PTR_IS_ERR(req)) {

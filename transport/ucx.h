@@ -104,7 +104,10 @@ pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
 			    bool peer_errors, pdx_ucx_ep_error_cb err_cb,
 			    void *arg,
 			    struct pdx_ucx_ep **out);
-/* Force-closes: outstanding operations complete with an error. NULL-safe. */
+/* Force-closes: outstanding operations complete with an error. An
+ * endpoint made without peer_errors cannot be closed in UCX 1.13: it stays
+ * open, and pdx_ucx_ep_new() to the same worker address gives it again,
+ * until pdx_ucx_stop(). NULL-safe. */
 void pdx_ucx_ep_close(struct pdx_ucx_ep *ep);
 
 pdx_status_t pdx_ucx_rkey_unpack(struct pdx_ucx_ep *ep, const void *buf,
