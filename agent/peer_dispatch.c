@@ -261,6 +261,24 @@ static bool stopped_owed(struct agent *a, struct peer *p,
 /* A receiver's abort is answered "stopped" once nothing we sent can still
  * land in its blocks (docs/protocol.md, "stopped"): now, or when the
  * operations of our send in flight to it ended. */
+/* An abort from a peer we hold no handshake with (its engine refused the
+ * request before any handshake): a send of ours for it, or open, ends
+ * now (its KV was kept to the lease). Only that: a TP leg's id needs the
+ * peer's rank, which its hello would have said. */
+static void abort_unmet(struct agent *a, struct peer *p,
+			const struct pdx_xfer_id *id, const msgpack_object *m)
+{
+	char reason[PDX_REASON_MAX] = "no reason given";
+	struct xfer *x = xfer_find(a, id);
+
+	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
+	if (x && x->role == XFER_SEND && !x->finished && !x->tp && !x->group &&
+	    !x->remote_blocks &&
+	    (!x->peer_addr[0] || strcmp(x->peer_addr, p->addr) == 0))
+		xfer_fail(x, PDX_ECANCELED, false, "aborted by %s: %s",
+			  p->addr, reason);
+}
+
 static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
 		     bool refused)
 {
@@ -411,21 +429,30 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 	} else if (!peer_known(p = peer_lookup(a, from, false))) {
 		struct pdx_xfer_id id;
 
-		/* Perhaps we restarted and it still holds our old handshake. */
-		log_warn("%s from %s without a handshake: refused", op, from);
 		p = peer_lookup(a, from, true);
-		if (p && pdx_mp_get_xfer(&msg.data, "xfer", &id) == 0 &&
-		    strcmp(op, "error") != 0 && strcmp(op, "abort") != 0 &&
-		    strcmp(op, "stopped") != 0)
-			peer_send(a, p, "error", &id, PEER_NO_HANDSHAKE);
-		/* a receive of its that waits for our word (a restarted
-		 * agent's, which never heard of it: nothing lands) ends now,
-		 * or when our operations still in flight to it ended (its
-		 * UCX endpoint failed, the ipc lanes copy on) */
-		else if (p && strcmp(op, "abort") == 0 &&
-			 pdx_mp_get_xfer(&msg.data, "xfer", &id) == 0 &&
-			 !stopped_owed(a, p, &id))
-			peer_send(a, p, "stopped", &id, NULL);
+		if (p && strcmp(op, "abort") == 0 &&
+		    pdx_mp_get_xfer(&msg.data, "xfer", &id) == 0) {
+			/* It needs no handshake: a transfer for that peer ends
+			 * (a decode engine that refused its request before
+			 * any handshake; before, the prefill side kept the KV
+			 * to its lease). A receive of its that waits for our
+			 * word (a restarted agent's, which never heard of it:
+			 * nothing lands) ends now, or when our operations
+			 * still in flight to it ended (its UCX endpoint
+			 * failed, the ipc lanes copy on). */
+			log_debug("abort from %s without a handshake", from);
+			abort_unmet(a, p, &id, &msg.data);
+			if (!stopped_owed(a, p, &id))
+				peer_send(a, p, "stopped", &id, NULL);
+		} else if (strcmp(op, "error") != 0 &&
+			   strcmp(op, "abort") != 0) {
+			/* Perhaps we restarted and it still holds our old
+			 * handshake. */
+			log_warn("%s from %s without a handshake: refused", op,
+				 from);
+			if (p && pdx_mp_get_xfer(&msg.data, "xfer", &id) == 0)
+				peer_send(a, p, "error", &id, PEER_NO_HANDSHAKE);
+		}
 	} else if (strcmp(op, "want") == 0) {
 		on_want(a, p, &msg.data);
 	} else if (strcmp(op, "done") == 0) {

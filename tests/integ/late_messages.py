@@ -318,6 +318,20 @@ def main():
               "an abort from a stranger is answered stopped (nothing of "
               "A's can land at a peer it has no handshake with)")
         check(H.quiet(x5b, 300), "and nothing else")
+        # A send of A's engine for H, which aborts it before any
+        # handshake (its engine refused the request at once): A's
+        # engine hears failed now, its blocks free (they were held to
+        # the lease; the abort was refused for want of a handshake)
+        xs = xid()
+        EA.send({"op": "send", "xfer": xs, "peer": H.addr, "blocks": [40, 41]})
+        EA.pump(100)
+        H.to(A, {"op": "abort", "xfer": xs, "reason": "refused at once"})
+        check(H.expect("stopped", xs) is not None,
+              "H's abort of A's send for it is answered stopped")
+        ev = EA.event(xs, 1000)
+        check(ev is not None and ev["kind"] == "failed" and
+              "refused at once" in ev["reason"],
+              f"and A's engine hears failed at once, H's reason: {ev}")
 
         # 6b. A's engine aborts a receive it asked F for: A tells F
         # `abort` and keeps its engine's event back until F's word (F's
