@@ -356,6 +356,14 @@ struct zmonitor {
 	struct event *ev;
 };
 
+/* engine_watch.c's state: the engine link's monitor, and which
+ * descriptors' connections closed (and were not accepted again). */
+struct engine_watch {
+	struct zmonitor mon;
+	uint8_t *closed; /* by descriptor: 1 closed */
+	size_t n;
+};
+
 /* A collector of transfer notifications (--notify): a PUSH socket of its
  * own (one socket connected to two would deal the messages out between
  * them), its handshakes watched (notify_watch.c). */
@@ -400,7 +408,7 @@ struct agent {
 	/* the ZeroMQ connection the engine message in hand came on
 	 * (ZMQ_SRCFD), -1 for one off the direct lane (main.c) */
 	int engine_msg_fd;
-	struct zmonitor engine_mon; /* the engine link's connections */
+	struct engine_watch engine_watch; /* the engine link's connections */
 	struct peer *peers;
 	struct xfer *xfers;
 	/* transfers that gave the loop back and go on from it (xfer_yield) */
@@ -496,9 +504,11 @@ void registration_clear(struct agent *a);
 
 /* engine_watch.c: the engine link's connections watched; drain: the
  * events so far (before an engine message off ZeroMQ: a connection that
- * closed is seen before one that took its descriptor) */
+ * closed is seen before one that took its descriptor); closed: the
+ * connection a message came on (ZMQ_SRCFD) had closed when it was read */
 int engine_watch_start(struct agent *a);
 void engine_watch_drain(struct agent *a);
+bool engine_watch_closed(struct agent *a, int fd);
 void engine_watch_stop(struct agent *a);
 
 /* peer_send.c: every message to a peer, built in one place */

@@ -148,13 +148,31 @@ static void registration_release(struct agent *a, struct registration *g)
 	g->ok = false;
 }
 
-/* A registration ended while UCX operations (or GPU copies) may still
- * be on its memory: released once none is (registrations_left_release),
+/* A registration ended while its memory may still be in use
+ * (left_in_use): released once it is not (registrations_left_release),
  * an engine having ended one and registered again meanwhile, say. */
 struct registration_left {
 	struct registration g;
 	struct registration_left *next;
 };
+
+/* Whether an ended registration's memory may still be in use: a UCX
+ * operation or GPU copy of ours on it, or a receive waiting for its
+ * sender's "stopped" (the sender may still write into it: a put lane's
+ * writes are the peer's operations, not ours). Any transfer's: a new
+ * registration's too. */
+static bool left_in_use(struct agent *a)
+{
+	struct xfer *x, *tmp;
+
+	if (a->ops_inflight)
+		return true;
+	HASH_ITER(hh, a->xfers, x, tmp) {
+		if (x->await_stopped)
+			return true;
+	}
+	return false;
+}
 
 static void registration_retire(struct agent *a)
 {
@@ -162,7 +180,7 @@ static void registration_retire(struct agent *a)
 
 	if (!a->reg.ok)
 		return;
-	if (!a->ops_inflight || !(l = calloc(1, sizeof(*l)))) {
+	if (!left_in_use(a) || !(l = calloc(1, sizeof(*l)))) {
 		registration_release(a, &a->reg);
 		return;
 	}
@@ -173,11 +191,13 @@ static void registration_retire(struct agent *a)
 	a->reg.engine_fd = -1;
 }
 
-/* The memory of ended registrations: once no operation is on it, or all
- * of it (at stop, the UCX worker gone). */
+/* The memory of ended registrations: once none is in use, or all of it
+ * (at stop, the UCX worker gone). */
 static void left_release(struct agent *a, bool all)
 {
-	while (a->left && (all || !a->ops_inflight)) {
+	if (a->left && !all && left_in_use(a))
+		return;
+	while (a->left) {
 		struct registration_left *l = a->left;
 
 		a->left = l->next;
@@ -444,8 +464,8 @@ void engine_gone(struct agent *a)
 	}
 	log_warn("the engine's connection closed (it exited, or freed its "
 		 "link): its transfers failed, its KV memory is released%s, "
-		 "and %u peer(s) told", a->ops_inflight ?
-		 " once the operations on it end" : "", told);
+		 "and %u peer(s) told", left_in_use(a) ?
+		 " once nothing writes it" : "", told);
 	registration_retire(a);
 	a->engine_left = true;
 }

@@ -331,13 +331,20 @@ static int drain_router(struct agent *a, void *sock, bool engine)
 		}
 		if (engine) {
 			/* a connection closed before this one took its
-			 * descriptor (engine_watch.c) */
+			 * descriptor, or this one's (engine_watch.c) */
 			engine_watch_drain(a);
-			engine_direct_catch_up(a, zmq_msg_data(&id),
-					       zmq_msg_size(&id));
 			a->engine_msg_fd = zmq_msg_get(&body, ZMQ_SRCFD);
-			engine_on_msg(a, zmq_msg_data(&id), zmq_msg_size(&id),
-				      zmq_msg_data(&body), zmq_msg_size(&body));
+			if (engine_watch_closed(a, a->engine_msg_fd)) {
+				log_debug("a message from an engine connection "
+					  "that closed: dropped");
+			} else {
+				engine_direct_catch_up(a, zmq_msg_data(&id),
+						       zmq_msg_size(&id));
+				engine_on_msg(a, zmq_msg_data(&id),
+					      zmq_msg_size(&id),
+					      zmq_msg_data(&body),
+					      zmq_msg_size(&body));
+			}
 			a->engine_msg_fd = -1;
 		}
 		else

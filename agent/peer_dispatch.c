@@ -445,7 +445,8 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 			if (!stopped_owed(a, p, &id))
 				peer_send(a, p, "stopped", &id, NULL);
 		} else if (strcmp(op, "error") != 0 &&
-			   strcmp(op, "abort") != 0) {
+			   strcmp(op, "abort") != 0 &&
+			   strcmp(op, "stopped") != 0) {
 			/* Perhaps we restarted and it still holds our old
 			 * handshake. */
 			log_warn("%s from %s without a handshake: refused", op,
@@ -466,8 +467,6 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 			pull_on_pulled(x, &msg.data);
 	} else if (strcmp(op, "abort") == 0 || strcmp(op, "error") == 0) {
 		on_abort(a, p, &msg.data, op[0] == 'e');
-	} else if (strcmp(op, "stopped") == 0) {
-		on_stopped(a, p, &msg.data);
 	} else {
 		log_warn("unknown op %s from %s: ignored", op, from);
 	}

@@ -102,7 +102,6 @@ void xfer_begin_phase(struct xfer *x)
 	xfer_arm(x);
 }
 
-/* The wait for "stopped" is looked at again in --peer-timeout-ms. */
 /* The wait for "stopped" looks again a bound from now, and last at four
  * bounds from the transfer's end (so the wait is at most that, as
  * documented: armed a bound at a time, a timer a hair early made it
