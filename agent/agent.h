@@ -511,6 +511,10 @@ void engine_watch_drain(struct agent *a);
 bool engine_watch_closed(struct agent *a, int fd);
 void engine_watch_stop(struct agent *a);
 
+/* peer_send.c: tells p our engine's registration of a->instance ended
+ * ({"op": "gone"}) */
+void tell_gone(struct agent *a, struct peer *p);
+
 /* peer_send.c: every message to a peer, built in one place */
 struct peer_msg {
 	struct pdx_mp_msg m; /* add fields with pdx_mp_msg_*(&pm.m, ...) */

@@ -436,18 +436,6 @@ static void renew_instance(struct agent *a)
 	}
 }
 
-/* {"op": "gone", "instance"}: our engine's registration of instance
- * ended; a peer drops its handshake with us, and with it its maps of
- * that engine's memory (docs/protocol.md). */
-static void tell_gone(struct agent *a, struct peer *p)
-{
-	struct peer_msg pm;
-
-	peer_msg_begin(&pm, a, "gone", NULL, NULL);
-	pdx_mp_msg_u64(&pm.m, "instance", a->instance);
-	peer_msg_send(&pm, p);
-}
-
 void engine_gone(struct agent *a)
 {
 	struct peer *p, *tmp;

@@ -457,6 +457,11 @@ void handshake_on_hello(struct agent *a, const char *from,
 		peer_reset(a, p);
 		if (!is_ack)
 			peer_send(a, p, "hello_nack", NULL, err);
+		else if (!a->reg.ok)
+			/* it took our hello, sent before our engine's end,
+			 * and maps that engine's memory: the gone said at
+			 * the end did not go to it (no handshake yet) */
+			tell_gone(a, p);
 		p->state = PEER_REFUSED;
 		snprintf(p->refusal, sizeof(p->refusal), "%s", err);
 	} else if (!is_ack) {

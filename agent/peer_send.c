@@ -47,3 +47,15 @@ pdx_status_t peer_send(struct agent *a, struct peer *p, const char *op,
 	peer_msg_begin(&pm, a, op, xfer, reason);
 	return peer_msg_send(&pm, p);
 }
+
+/* {"op": "gone", "instance"}: our engine's registration of instance
+ * ended; a peer drops its handshake with us, and with it its maps of
+ * that engine's memory (docs/protocol.md). */
+void tell_gone(struct agent *a, struct peer *p)
+{
+	struct peer_msg pm;
+
+	peer_msg_begin(&pm, a, "gone", NULL, NULL);
+	pdx_mp_msg_u64(&pm.m, "instance", a->instance);
+	peer_msg_send(&pm, p);
+}

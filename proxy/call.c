@@ -53,6 +53,19 @@ static void pair_drop(struct pdx_call *c)
 	pdx_call_unpair(c, PDX_POOL_DECODE);
 }
 
+void pdx_call_grace_free(struct pdx_call_grace *g)
+{
+	if (!g)
+		return;
+	if (g->ev)
+		event_free(g->ev);
+	if (g->failed)
+		pdx_pool_unref(g->failed);
+	if (g->body)
+		evbuffer_free(g->body);
+	free(g);
+}
+
 static void call_free(struct pdx_call *c)
 {
 	struct pdx_proxy *px = c->px;
@@ -64,6 +77,7 @@ static void call_free(struct pdx_call *c)
 	json_decref(c->body);
 	pdx_upstream_cancel(c->leg);
 	pdx_upstream_cancel(c->side);
+	pdx_call_grace_free(c->grace);
 	pdx_pool_put(c->inst);
 	pdx_pool_put(c->side_inst);
 	pdx_pool_put(c->decode);
@@ -90,6 +104,8 @@ void pdx_call_reset(struct pdx_call *c)
 	pdx_upstream_cancel(c->leg);
 	pdx_upstream_cancel(c->side);
 	c->leg = c->side = NULL;
+	pdx_call_grace_free(c->grace);
+	c->grace = NULL;
 	pdx_pool_put(c->inst);
 	pdx_pool_put(c->side_inst);
 	pdx_pool_put(c->decode);

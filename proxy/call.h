@@ -75,7 +75,21 @@ struct pdx_call {
 	unsigned retries;
 	struct pdx_inst *avoid[2];
 	bool discard; /* D answered a 5xx: dropped, the call starts over */
+	struct pdx_call_grace *grace; /* flow_concurrent.c: D awaited */
 };
+
+/* The concurrent flow's P failure, kept while D is given a moment to say
+ * why itself (flow_concurrent.c): what is done with it after. */
+struct pdx_call_grace {
+	struct event *ev;
+	struct pdx_inst *failed; /* the instance blamed (a reference) */
+	int status, err_status;
+	struct evbuffer *body;
+	char why[256];
+};
+
+/* Frees a grace (its timer, reference and body); NULL-safe. */
+void pdx_call_grace_free(struct pdx_call_grace *g);
 
 /* Takes a client request on: a request id (the client's X-Request-Id if
  * usable, else a fresh one), the watch, and an in-flight slot. NULL when

@@ -147,6 +147,9 @@ int pdx_flow_failure_policy(struct pdx_call *c, json_t *kv);
  * caller ends the call as without retries. */
 bool pdx_flow_retry(struct pdx_call *c, struct pdx_upstream *u, int status,
 		    const char *why);
+/* The same, the failure counted against instance failed. */
+bool pdx_flow_retry_inst(struct pdx_call *c, struct pdx_inst *failed,
+			 int status, const char *why);
 
 /* A prefill leg failed (status 0: no answer) before D said anything:
  * D prefills itself under --on-prefill-failure local, else the client

@@ -446,7 +446,12 @@ void pdx_flow_send_decode(struct pdx_call *c, json_t *kv)
 bool pdx_flow_retry(struct pdx_call *c, struct pdx_upstream *u, int status,
 		    const char *why)
 {
-	struct pdx_inst *failed = pdx_upstream_failed(u);
+	return pdx_flow_retry_inst(c, pdx_upstream_failed(u), status, why);
+}
+
+bool pdx_flow_retry_inst(struct pdx_call *c, struct pdx_inst *failed,
+			 int status, const char *why)
+{
 	enum pdx_pool_role r = failed->role;
 	char old[sizeof(c->xfer_id)], said[PDX_POOL_ADDR_MAX + 48];
 

@@ -1,12 +1,20 @@
 #!/usr/bin/python3
-"""engine_left: engines whose connection closes right after their
-register (an engine that died while starting, or gave up waiting for
-its answer), ten times against one pdx-agent. None may stay registered:
-after each, the agent counts no engine (pdx_agent_engine_registered 0)
-and maps nothing of that engine's pool. A register left over from a
-connection that had closed when the agent read it was registered, and
-its close was never seen again: the dead engine's pool stayed mapped
-until another engine registered (docs/protocol.md, "The engine's end").
+"""engine_left: engines that leave at awkward moments (docs/protocol.md,
+"The engine's end"), against two pdx-agents, A and B.
+
+  - Ten engines whose connection closes right after their register (an
+    engine that died while starting, or gave up waiting for its answer):
+    none may stay registered at A (pdx_agent_engine_registered 0), and A
+    maps nothing of their pools. A register left over from a connection
+    that had closed when A read it was registered, and its close was
+    never seen again: the dead engine's pool stayed mapped until another
+    engine registered.
+  - A's engine exits while A's hello to B is unanswered (B stopped): B,
+    resumed, takes the hello and maps that engine's pool, and its
+    hello_ack is refused by A, which has no engine now. A then tells B
+    `gone`, and B lets go of the pool (it kept it until an engine
+    registered at A again: A's `gone` at the engine's end went only to
+    peers it had a handshake with).
 
     engine_left.py PATH-TO-pdx-agent
 
@@ -16,7 +24,10 @@ import sys
 import time
 import urllib.request
 
-from pypeer import Rig, check, exit_code, layout, pack, zmq, Engine
+import os
+import signal
+
+from pypeer import Rig, check, exit_code, layout, zmq, Engine
 
 TRIES = 10
 
@@ -34,8 +45,37 @@ def registered(url):
     return None
 
 
+def maps_of(pid, name):
+    with open(f"/proc/{pid}/maps") as f:
+        return f.read().count(name)
+
+
+def hello_unanswered(rig):
+    EA, EB = rig.engines
+    ra, rb = EA.register(), EB.register()
+    check(ra and ra.get("op") == "registered" and rb and
+          rb.get("op") == "registered", f"A's and B's engines register: {ra}, {rb}")
+    b = rig.agents[1].pid
+    os.kill(b, signal.SIGSTOP)  # B slow to answer A's hello
+    try:
+        EA.send({"op": "send", "xfer": os.urandom(16), "peer": rb["peer"],
+                 "blocks": [0, 1]})
+        time.sleep(0.5)  # A said hello to B
+        EA.sock.close(linger=0)  # and its engine exits
+        time.sleep(0.5)
+    finally:
+        os.kill(b, signal.SIGCONT)
+    time.sleep(1)  # B takes the hello, maps the pool, answers
+    deadline = time.time() + 3
+    while maps_of(b, EA.shm.name) and time.time() < deadline:
+        time.sleep(0.1)
+    check(maps_of(b, EA.shm.name) == 0,
+          "B, its hello_ack refused by A (no engine), maps nothing of A's "
+          f"dead engine's pool 3 s on ({maps_of(b, EA.shm.name)} maps)")
+
+
 def main():
-    with Rig(sys.argv[1], "left", "A", metrics=True) as rig:
+    with Rig(sys.argv[1], "left", "AB", metrics=True) as rig:
         url, pid = rig.metrics[0], rig.agents[0].pid
         addr = f"ipc://{rig.tmp}/A.engine"
         deadline = time.time() + 10
@@ -50,8 +90,7 @@ def main():
             e.sock.close()  # and the engine is gone
             deadline = time.time() + 3
             while time.time() < deadline:
-                with open(f"/proc/{pid}/maps") as f:
-                    maps = f.read().count(e.shm.name)
+                maps = maps_of(pid, e.shm.name)
                 now = registered(url)
                 if now == "0" and maps == 0:
                     break
@@ -59,6 +98,7 @@ def main():
             check(now == "0" and maps == 0,
                   f"try {i}: the engine gone after its register: registered "
                   f"{now}, its pool mapped {maps} times")
+        hello_unanswered(rig)
     return exit_code()
 
 
