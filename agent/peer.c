@@ -111,7 +111,13 @@ struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
 {
 	struct peer *p = NULL;
 	int linger = 0, hwm = 10000;
-	int beat = (int)a->cfg.heartbeat_ms, silent = 2 * beat;
+	/* ZeroMQ's heartbeats: ours, but not below 100 ms (a ping every
+	 * millisecond is CPU, and a connection given 2 ms to answer under
+	 * load was dropped and made again without end); 1 s at least to
+	 * answer or to connect */
+	int beat = a->cfg.heartbeat_ms < 100 ? 100 : (int)a->cfg.heartbeat_ms;
+	int silent = 2 * beat < 1000 ? 1000 : 2 * beat;
+	int connect = beat < 1000 ? 1000 : beat;
 
 	HASH_FIND_STR(a->peers, addr, p);
 	if (p || !create || !peer_make_room(a))
@@ -138,11 +144,12 @@ struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
 	 * for two heartbeats, and it reconnects (what it wrote is still
 	 * delivered to a peer only frozen, whose kernel took it, and what
 	 * is queued goes on the new connection); a connect that hangs is
-	 * given up after a heartbeat and tried again. */
+	 * given up after a heartbeat and tried again (bounds above). */
 	zmq_setsockopt(p->dealer, ZMQ_HEARTBEAT_IVL, &beat, sizeof(beat));
 	zmq_setsockopt(p->dealer, ZMQ_HEARTBEAT_TIMEOUT, &silent,
 		       sizeof(silent));
-	zmq_setsockopt(p->dealer, ZMQ_CONNECT_TIMEOUT, &beat, sizeof(beat));
+	zmq_setsockopt(p->dealer, ZMQ_CONNECT_TIMEOUT, &connect,
+		       sizeof(connect));
 	if (a->curve && pdx_curve_client(a->curve, p->dealer, addr)) {
 		zmq_close(p->dealer);
 		goto free_p;
