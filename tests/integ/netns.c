@@ -77,6 +77,23 @@ static int ns_setup(void)
 	return 0;
 }
 
+/* One transfer of blocks blocks, planned, its pools filled, announced on
+ * both sides. */
+static void posted(struct h_env *env, struct h_xfer *x, uint32_t blocks)
+{
+	h_plan(env, x, 1, blocks, 0, true);
+	h_prepare(env, x, 1);
+	h_post_recv(env, x, 1);
+	h_post_send(env, x, 1);
+}
+
+/* Layers first to the last of x computed. */
+static void layers_from(struct h_env *env, struct h_xfer *x, uint32_t first)
+{
+	for (uint32_t l = first; l < env->p.pool.layout.layers; l++)
+		h_layer_done(env, l, x, 1);
+}
+
 /* The link goes down mid-transfer: both engines hear "failed" once the
  * heartbeats go unanswered; with the link back, transfers work again. */
 static void link_cut(struct h_env *env)
@@ -86,17 +103,13 @@ static void link_cut(struct h_env *env)
 	uint64_t t0;
 	double ms;
 
-	h_plan(env, x, 1, 16, 0, true);
-	h_prepare(env, x, 1);
-	h_post_recv(env, x, 1);
-	h_post_send(env, x, 1);
+	posted(env, x, 16);
 	h_layer_done(env, 0, x, 1);
 	h_sleep_ms(200);
 	t0 = pdx_now_ns();
 	CHECK(ip("-n", ns_a, "link", "set", veth_a, "down", NULL, NULL) == 0,
 	      "link cut: %s down", veth_a);
-	for (uint32_t l = 1; l < env->p.pool.layout.layers; l++)
-		h_layer_done(env, l, x, 1);
+	layers_from(env, x, 1);
 	for (int side = 0; side < 2; side++) {
 		struct h_side *s = side ? &env->p : &env->d;
 
@@ -137,6 +150,15 @@ static int reset_ucx(const char *ns, const char *veth, const char *ours,
 	return pb_run(to, true) || pb_run(from, true) || pb_run(reset, true);
 }
 
+/* The decode namespace's firewall rules go: the link is whole again. */
+static int heal(void)
+{
+	const char *flush[] = { "ip", "netns", "exec", ns_b, "iptables", "-F",
+				"INPUT", NULL };
+
+	return pb_run(flush, true);
+}
+
 /* UCX's connections reset while ZeroMQ's stay (a partition of the data
  * lane alone): the transfer under way fails on both sides within the
  * heartbeats' bound. Healed, the very next transfers work: the sender,
@@ -146,8 +168,6 @@ static int reset_ucx(const char *ns, const char *veth, const char *ours,
  * got a 502). */
 static void ucx_cut(struct h_env *env)
 {
-	const char *flush[] = { "ip", "netns", "exec", ns_b, "iptables", "-F",
-				"INPUT", NULL };
 	struct pdx_engine_event ev;
 	struct h_xfer x[1], ok[4];
 	uint64_t t0;
@@ -158,13 +178,9 @@ static void ucx_cut(struct h_env *env)
 	h_plan_free(ok, 1);
 	CHECK(reset_ucx(ns_b, veth_b, env->d.listen, env->p.listen) == 0,
 	      "UCX cut: %s resets all but the peer link", ns_b);
-	h_plan(env, x, 1, 16, 0, true);
-	h_prepare(env, x, 1);
+	posted(env, x, 16);
 	t0 = pdx_now_ns();
-	h_post_recv(env, x, 1);
-	h_post_send(env, x, 1);
-	for (uint32_t l = 0; l < env->p.pool.layout.layers; l++)
-		h_layer_done(env, l, x, 1);
+	layers_from(env, x, 0);
 	for (int side = 0; side < 2; side++) {
 		struct h_side *s = side ? &env->p : &env->d;
 		bool got = h_wait(s, &x->id, 5 * SILENT_MS + 3000, &ev) == 0;
@@ -178,7 +194,7 @@ static void ucx_cut(struct h_env *env)
 		      got ? ev.reason : "no event");
 	}
 	h_plan_free(x, 1);
-	CHECK(pb_run(flush, true) == 0, "UCX cut: healed");
+	CHECK(heal() == 0, "UCX cut: healed");
 	h_plan(env, ok, 4, 0, 16, true);
 	CHECK(h_run(env, ok, 4) == 0, "UCX cut: the transfers right after work");
 	h_plan_free(ok, 4);
@@ -196,8 +212,6 @@ static void reset_all(struct h_env *env)
 	const char *reset[] = { "ip", "netns", "exec", ns_b, "iptables", "-A",
 				"INPUT", "-i", veth_b, "-p", "tcp", "-j",
 				"REJECT", "--reject-with", "tcp-reset", NULL };
-	const char *flush[] = { "ip", "netns", "exec", ns_b, "iptables", "-F",
-				"INPUT", NULL };
 	struct pdx_engine_event ev;
 	struct h_xfer x[1], ok[4];
 	uint64_t t0;
@@ -207,21 +221,17 @@ static void reset_all(struct h_env *env)
 	h_plan(env, ok, 1, 0, 16, true);
 	CHECK(h_run(env, ok, 1) == 0, "resets: a transfer before works");
 	h_plan_free(ok, 1);
-	h_plan(env, x, 1, 16, 0, true);
-	h_prepare(env, x, 1);
-	h_post_recv(env, x, 1);
-	h_post_send(env, x, 1);
+	posted(env, x, 16);
 	h_layer_done(env, 0, x, 1);
 	t0 = pdx_now_ns();
 	CHECK(pb_run(reset, true) == 0, "resets: %s resets all TCP for %d ms",
 	      ns_b, CUT_MS);
-	for (uint32_t l = 1; l < env->p.pool.layout.layers; l++)
-		h_layer_done(env, l, x, 1);
+	layers_from(env, x, 1);
 	for (int side = 0; side < 2; side++) /* failed, at its bound */
 		h_wait(side ? &env->p : &env->d, &x->id, CUT_MS, &ev);
 	h_sleep_ms(CUT_MS - (long)((pdx_now_ns() - t0) / 1000000));
 	h_plan_free(x, 1);
-	CHECK(pb_run(flush, true) == 0, "resets: healed");
+	CHECK(heal() == 0, "resets: healed");
 	h_plan(env, ok, 4, 0, 16, true);
 	t0 = pdx_now_ns();
 	bad = h_run(env, ok, 4);
@@ -262,13 +272,9 @@ static void firewalled(struct h_env *env)
 	double ms;
 	bool got;
 
-	h_plan(env, x, 1, 4, 0, true);
-	h_prepare(env, x, 1);
+	posted(env, x, 4);
 	t0 = pdx_now_ns();
-	h_post_recv(env, x, 1);
-	h_post_send(env, x, 1);
-	for (uint32_t l = 0; l < env->p.pool.layout.layers; l++)
-		h_layer_done(env, l, x, 1);
+	layers_from(env, x, 0);
 	h_sleep_ms(500); /* the handshake's UCX endpoints: connecting */
 	h_plan(env, bad, 1, 1, 0, true);
 	bad->dst[0] = env->o.pool_blocks; /* past the pool */
