@@ -244,6 +244,7 @@ struct xfer {
 	struct xfer *next_dead;
 	struct peer *peer; /* the only agent this transfer may go to/come from */
 	uint64_t peer_instance; /* the peer's incarnation we began with */
+	uint64_t era; /* agent->retired when it began (engine_link.c) */
 	char peer_addr[PDX_ADDR_MAX];
 	uint32_t *blocks; /* ours, token order */
 	uint32_t *remote_blocks; /* the other side's: the receiver's (send),
@@ -402,6 +403,9 @@ struct agent {
 	/* registrations ended whose memory waits for the UCX operations on
 	 * it to end (engine_link.c) */
 	struct registration_left *left;
+	/* registrations retired so far: only a transfer begun before the
+	 * last (its era below this) may still be on their memory */
+	uint64_t retired;
 	/* the engine's connection closed since it registered: the next
 	 * register draws a new instance and says it to every peer */
 	bool engine_left;

@@ -157,18 +157,18 @@ struct registration_left {
 };
 
 /* Whether an ended registration's memory may still be in use: a UCX
- * operation or GPU copy of ours on it, or a receive waiting for its
- * sender's "stopped" (the sender may still write into it: a put lane's
- * writes are the peer's operations, not ours). Any transfer's: a new
- * registration's too. */
+ * operation or GPU copy on it, or a receive waiting for its sender's
+ * "stopped" (the sender may still write into it: a put lane's writes are
+ * the peer's operations, not ours), of a transfer begun before the last
+ * registration was retired. A later transfer's are on later memory: an
+ * engine registered again under steady load does not keep the old
+ * memory held. */
 static bool left_in_use(struct agent *a)
 {
 	struct xfer *x, *tmp;
 
-	if (a->ops_inflight)
-		return true;
 	HASH_ITER(hh, a->xfers, x, tmp) {
-		if (x->await_stopped)
+		if (x->era < a->retired && (x->inflight || x->await_stopped))
 			return true;
 	}
 	return false;
@@ -180,6 +180,7 @@ static void registration_retire(struct agent *a)
 
 	if (!a->reg.ok)
 		return;
+	a->retired++; /* every transfer so far is of the old memory */
 	if (!left_in_use(a) || !(l = calloc(1, sizeof(*l)))) {
 		registration_release(a, &a->reg);
 		return;
@@ -450,11 +451,11 @@ void engine_gone(struct agent *a)
 			told++;
 		}
 	}
+	registration_retire(a);
 	log_warn("the engine's connection closed (it exited, or freed its "
 		 "link): its transfers failed, its KV memory is released%s, "
-		 "and %u peer(s) told", left_in_use(a) ?
+		 "and %u peer(s) told", a->left ?
 		 " once nothing writes it" : "", told);
-	registration_retire(a);
 	a->engine_left = true;
 }
 

@@ -211,6 +211,7 @@ struct xfer *xfer_new(struct agent *a, const struct pdx_xfer_id *id,
 	x->role = role;
 	x->first_token = -1;
 	x->timeout_ms = timeout_ms;
+	x->era = a->retired;
 	x->t_first_ns = pdx_now_ns();
 	snprintf(x->peer_addr, sizeof(x->peer_addr), "%s", peer_addr);
 	pdx_xfer_sm_init(&x->sm, a->reg.ok ? a->reg.layout.layers : 0);

@@ -15,6 +15,12 @@
     `gone`, and B lets go of the pool (it kept it until an engine
     registered at A again: A's `gone` at the engine's end went only to
     peers it had a handshake with).
+  - A's engine exits while a receive of its waits for its sender's
+    `stopped` (B stopped: it may still write into the pool), and a new
+    engine registers and has a receive of its own wait so (from C,
+    stopped too). Once B answers, A lets go of the old pool, C still
+    stopped: it waited until no transfer at all was in use, the new
+    engine's included, which under steady load could be never.
 
     engine_left.py PATH-TO-pdx-agent
 
@@ -74,7 +80,55 @@ def hello_unanswered(rig):
           f"dead engine's pool 3 s on ({maps_of(b, EA.shm.name)} maps)")
 
 
+def wait_want(engine, xfer, peer):
+    """engine asks for xfer from peer's agent, which has no send for it:
+    the want stays unanswered."""
+    engine.send({"op": "recv", "xfer": xfer, "peer": peer, "blocks": [0, 1]})
+    time.sleep(0.5)  # the want went out
+
+
+def old_pool_alone(rig):
+    EA, EB, EC = rig.engines
+    a, b, c = (x.pid for x in rig.agents)
+    ra, rb, rc = EA.register(), EB.register(), EC.register()
+    check(all(r and r.get("op") == "registered" for r in (ra, rb, rc)),
+          f"A's, B's and C's engines register: {ra}, {rb}, {rc}")
+    stopped = []
+    try:
+        wait_want(EA, os.urandom(16), rb["peer"])
+        os.kill(b, signal.SIGSTOP)
+        stopped.append(b)
+        EA.sock.close(linger=0)  # A's engine exits: A awaits B's stopped
+        time.sleep(0.3)
+        e2 = rig.adopt(Engine(rig.ctx, f"pdx-left-{a}-new", f"ipc://{rig.tmp}/A.engine"))
+        r2 = e2.register()
+        check(r2 and r2.get("op") == "registered", f"a new engine registers at A: {r2}")
+        check(maps_of(a, EA.shm.name) > 0,
+              "A keeps the old pool while B may write into it")
+        x2 = os.urandom(16)
+        wait_want(e2, x2, rc["peer"])
+        os.kill(c, signal.SIGSTOP)
+        stopped.append(c)
+        e2.send({"op": "abort", "xfer": x2})  # awaits C's stopped
+        time.sleep(0.3)
+        os.kill(b, signal.SIGCONT)
+        stopped.remove(b)
+        deadline = time.time() + 2
+        while maps_of(a, EA.shm.name) and time.time() < deadline:
+            time.sleep(0.1)
+        check(maps_of(a, EA.shm.name) == 0,
+              "A lets go of the old engine's pool once B said stopped, the "
+              "new engine's receive still waiting for C "
+              f"({maps_of(a, EA.shm.name)} maps 2 s on)")
+        check(maps_of(a, e2.shm.name) > 0, "A keeps the new engine's pool")
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+
+
 def main():
+    with Rig(sys.argv[1], "left", "ABC", metrics=True) as rig:
+        old_pool_alone(rig)
     with Rig(sys.argv[1], "left", "AB", metrics=True) as rig:
         url, pid = rig.metrics[0], rig.agents[0].pid
         addr = f"ipc://{rig.tmp}/A.engine"
