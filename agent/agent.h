@@ -190,6 +190,9 @@ struct peer {
 	void *dealer; /* ZeroMQ DEALER connected to the peer's ROUTER */
 	enum peer_state state;
 	char refusal[PDX_REASON_MAX];
+	/* what its transfers fail with: PDX_EINCOMPAT (the two do not
+	 * pair), PDX_EPEER (it has no engine: its end, not a mismatch) */
+	pdx_status_t refusal_st;
 	uint64_t instance;
 	bool same_host;
 	bool peer_shm; /* its UCX may use shared memory */

@@ -399,8 +399,8 @@ void xfers_peer_ready(struct agent *a, struct peer *p)
 		if (x->peer != p || x->finished || !x->announced)
 			continue;
 		if (p->state == PEER_REFUSED) {
-			xfer_fail(x, PDX_EINCOMPAT, false, "peer %s refused: %s",
-				  p->addr, p->refusal);
+			xfer_fail(x, p->refusal_st, false,
+				  "peer %s refused: %s", p->addr, p->refusal);
 		} else if (p->state != PEER_READY) {
 			continue;
 		} else if (x->role == XFER_RECV && !x->want_sent) {
@@ -432,6 +432,20 @@ void xfers_peer_ready(struct agent *a, struct peer *p)
 	}
 }
 
+/* {"op": "hello_nack", "reason", "no_engine": true when we refused for
+ * want of an engine}: the peer's transfers with us fail EPEER then (our
+ * engine ended: our side's doing), else EINCOMPAT (the two do not pair) */
+static void send_nack(struct agent *a, struct peer *p, pdx_status_t st,
+		      const char *why)
+{
+	struct peer_msg pm;
+
+	peer_msg_begin(&pm, a, "hello_nack", NULL, why);
+	if (st == PDX_ENOTREG)
+		pdx_mp_msg_bool(&pm.m, "no_engine", true);
+	peer_msg_send(&pm, p);
+}
+
 void handshake_on_hello(struct agent *a, const char *from,
 			const msgpack_object *m, bool is_ack)
 {
@@ -456,13 +470,14 @@ void handshake_on_hello(struct agent *a, const char *from,
 		log_warn("handshake with %s refused: %s", from, err);
 		peer_reset(a, p);
 		if (!is_ack)
-			peer_send(a, p, "hello_nack", NULL, err);
+			send_nack(a, p, st, err);
 		else if (!a->reg.ok)
 			/* it took our hello, sent before our engine's end,
 			 * and maps that engine's memory: the gone said at
 			 * the end did not go to it (no handshake yet) */
 			tell_gone(a, p);
 		p->state = PEER_REFUSED;
+		p->refusal_st = PDX_EINCOMPAT;
 		snprintf(p->refusal, sizeof(p->refusal), "%s", err);
 	} else if (!is_ack) {
 		send_hello(a, p, "hello_ack");
@@ -476,12 +491,15 @@ void handshake_on_nack(struct agent *a, struct peer *p,
 		       const msgpack_object *m)
 {
 	char reason[PDX_REASON_MAX] = "refused";
+	bool no_engine = false;
 
 	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
+	pdx_mp_get_bool(m, "no_engine", &no_engine);
 	log_warn("handshake refused by %s: %s", p->addr, reason);
 	metrics_handshake(a, false);
 	peer_reset(a, p);
 	p->state = PEER_REFUSED;
+	p->refusal_st = no_engine ? PDX_EPEER : PDX_EINCOMPAT;
 	snprintf(p->refusal, sizeof(p->refusal), "%s", reason);
 	xfers_peer_ready(a, p);
 	peer_reset(a, p);

@@ -280,6 +280,7 @@ static void on_done(void *arg, pdx_status_t st)
 	struct pdx__gen_call *c = arg;
 	const char *why = pdx_status_str(st), *reason = "";
 	pdx_status_t kst = c->kv ? pdx__kv_status(c->kv, &reason) : PDX_OK;
+	char ranks[PDX_REASON_MAX];
 
 	/* a prefill whose transfer failed is no use to its decode side */
 	if (st == PDX_OK && kst != PDX_OK)
@@ -290,6 +291,12 @@ static void on_done(void *arg, pdx_status_t st)
 	c->incompat = c->partner_failed && pdx__kv_incompat(c->kv);
 	if (st != PDX_OK && reason[0])
 		why = reason;
+	/* a forward pass a rank of this TP instance could not run (it is
+	 * gone): say which, not "peer unreachable" */
+	else if (st == PDX_EPEER && c->api->p.link &&
+		 pdx_kv_link_ranks_status(c->api->p.link, ranks,
+					  sizeof(ranks)) != PDX_OK)
+		why = ranks;
 	if (st == PDX_OK)
 		c->api->p.metrics->req_finished++;
 	else

@@ -288,8 +288,11 @@ static void relay_head(struct pdx_upstream *u, int status, struct evkeyvalq *in,
 	struct pdx_call *c = arg;
 	const char *v;
 
+	/* a 502 that blames the other side (X-PDX-Failed-Side: peer) is
+	 * retried as relay_end will retry it: in the failed one's pool
+	 * (pdx_upstream_failed), which is P's, not D's */
 	if (status >= 500 &&
-	    pdx_call_may_retry(c, pdx_upstream_inst(u), status)) {
+	    pdx_call_may_retry(c, pdx_upstream_failed(u), status)) {
 		c->discard = true; /* its body is dropped; relay_end retries */
 		c->head_status = status;
 		return;

@@ -211,6 +211,9 @@ def peer_link():
         eng(send()) + want() + layers_done()
     c["hello_nack"] = b"\0" + eng(send()) + peer({
         "op": "hello_nack", "reason": "layout differs: kv_heads 8 != 4"})
+    c["hello_nack_no_engine"] = b"\0" + eng(send()) + peer({
+        "op": "hello_nack", "reason": "no engine registered at " + PEER,
+        "no_engine": True})
     c["abort"] = b"\0" + eng(recv()) + peer({
         "op": "abort", "xfer": X1, "reason": "aborted by engine"})
     c["error_before_announce"] = b"\0" + want() + peer({
@@ -421,7 +424,8 @@ MP_WORDS = ["op", "v", "layout", "regions", "type", "name", "size", "shm",
             "error", "from", "instance", "host", "compat", "ucx", "addr",
             "rkey", "skip", "bytes", "am_bytes", "first_token", "reason",
             "/fuzz-kv", "/fuzz-peer", PEER, HOST, "tcp://", "hold", "ping",
-            "pong", "tp", "rank", "peers", "of", "stops", "stopped", "gone"]
+            "pong", "tp", "rank", "peers", "of", "stops", "stopped", "gone",
+            "no_engine"]
 
 
 def mp_dict():
