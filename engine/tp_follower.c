@@ -30,6 +30,7 @@ struct pdx_tp_follower {
 	void *zctx, *sock;
 	struct event *ev, *tick;
 	uint64_t heard_ns; /* 0: nothing from the leader yet */
+	uint64_t waited_ns; /* until then: when the wait was last said */
 	uint64_t tick_ns;  /* when on_tick last ran */
 	bool failed;
 	LIST_HEAD(, xfer) xfers;
@@ -316,6 +317,17 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	snprintf(ping.peer, sizeof(ping.peer), "%s",
 		 pdx_kv_link_peer(f->p.link));
 
+	/* the ranks may start in any order, so a follower waits for its
+	 * leader for good; but it says so every ten liveness periods, or a
+	 * wrong --tp-leader looks like a hang */
+	if (!f->heard_ns &&
+	    now - f->waited_ns >= (uint64_t)f->p.liveness_ms * 10000000) {
+		if (f->waited_ns)
+			log_warn("rank %u: no word from the leader at %s yet (is "
+				 "rank 0 running, with this --tp-leader?)",
+				 f->p.rank, f->p.leader);
+		f->waited_ns = now;
+	}
 	if (f->heard_ns &&
 	    now - f->heard_ns > (uint64_t)f->p.liveness_ms * 1000000) {
 		snprintf(why, sizeof(why),

@@ -15,6 +15,9 @@
 #    client reads names the rank, as /health does: streamed, an SSE error
 #    event; whole, the 500's message. Before, both said "peer
 #    unreachable" (the status's name), the reason only in /health.
+#  * a follower whose leader never comes (a wrong --tp-leader) waits, as
+#    ranks may start in any order, but says so every ten liveness
+#    periods; before, it waited without a word.
 #   tp_rank_gone.sh PDX_ENGINE PDX_AGENT
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -89,4 +92,16 @@ gen W false
 grep -q "tensor-parallel rank 1" "$E2E_TMP/W.out" ||
 	fail "the 500 names the rank: $(cat "$E2E_TMP/W.out")"
 for x in S W; do named_stop $x; done
+
+agent_start lone1
+bg_start L1 "$ENGINE" --tp-size 2 --tp-rank 1 --agent-liveness-ms 100 \
+	--tp-leader "ipc://$E2E_TMP/nobody.tp" --agent "ipc://$E2E_TMP/lone1.engine"
+for _ in $(seq 50); do
+	grep -q "no word from the leader at ipc://$E2E_TMP/nobody.tp yet" \
+		"$E2E_TMP/L1.log" && break
+	sleep 0.1
+done
+grep -q "no word from the leader" "$E2E_TMP/L1.log" ||
+	fail "a follower without its leader says nothing: $(tail -3 "$E2E_TMP/L1.log")"
+kill -0 "$PID_L1" || fail "the follower without its leader exited: $(tail -3 "$E2E_TMP/L1.log")"
 echo ok
