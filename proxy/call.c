@@ -124,6 +124,21 @@ void pdx_call_reset(struct pdx_call *c)
 	c->discard = false;
 }
 
+struct pdx_inst *pdx_call_blamed(const struct pdx_call *c,
+				 const struct pdx_upstream *u)
+{
+	struct pdx_inst *f = pdx_upstream_failed(u);
+	struct pdx_inst *other = pdx_upstream_both(u);
+	const char *model = pdx_call_model(c);
+
+	if (other &&
+	    !pdx_pool_has_usable(&c->px->pool[f->role], f, model, true) &&
+	    pdx_pool_has_usable(&c->px->pool[other->role], other, model,
+				true))
+		return other;
+	return f;
+}
+
 bool pdx_call_may_retry(const struct pdx_call *c,
 			const struct pdx_inst *failed, int status)
 {
@@ -288,11 +303,11 @@ static void relay_head(struct pdx_upstream *u, int status, struct evkeyvalq *in,
 	struct pdx_call *c = arg;
 	const char *v;
 
-	/* a 502 that blames the other side (X-PDX-Failed-Side: peer) is
-	 * retried as relay_end will retry it: in the failed one's pool
-	 * (pdx_upstream_failed), which is P's, not D's */
+	/* a 502 that blames the other side (X-PDX-Failed-Side: peer, or
+	 * both with no other decode instance) is retried as relay_end will
+	 * retry it: in the blamed one's pool, which is P's, not D's */
 	if (status >= 500 &&
-	    pdx_call_may_retry(c, pdx_upstream_failed(u), status)) {
+	    pdx_call_may_retry(c, pdx_call_blamed(c, u), status)) {
 		c->discard = true; /* its body is dropped; relay_end retries */
 		c->head_status = status;
 		return;

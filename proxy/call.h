@@ -104,6 +104,16 @@ void pdx_call_reply(struct pdx_call *c, int status, struct evbuffer *body);
  * none usable (unhealthy, or its circuit breaker open). */
 void pdx_call_reply_no_instance(struct pdx_call *c, enum pdx_pool_role role);
 
+/* The instance a retry after leg u's failure avoids:
+ * pdx_upstream_failed(), but for the agents' refusal to pair
+ * (X-PDX-Failed-Side: both), which either may have caused: the one that
+ * answered, unless no other of its role may serve and the partner's role
+ * has another: then the partner (both engines answer so, in either
+ * order: a lone prefill instance's 502 that came first failed the
+ * request that another decode instance would serve). */
+struct pdx_inst *pdx_call_blamed(const struct pdx_call *c,
+				 const struct pdx_upstream *u);
+
 /* May the call start over after a leg to failed ended with status (0:
  * no answer)? Only a failure (no answer, a timeout, a 5xx), before the
  * client got any byte, with retries left and another usable instance in

@@ -446,7 +446,7 @@ void pdx_flow_send_decode(struct pdx_call *c, json_t *kv)
 bool pdx_flow_retry(struct pdx_call *c, struct pdx_upstream *u, int status,
 		    const char *why)
 {
-	return pdx_flow_retry_inst(c, pdx_upstream_failed(u), status, why);
+	return pdx_flow_retry_inst(c, pdx_call_blamed(c, u), status, why);
 }
 
 bool pdx_flow_retry_inst(struct pdx_call *c, struct pdx_inst *failed,

@@ -68,7 +68,7 @@ static bool await_decode(struct pdx_call *c, struct pdx_upstream *u,
 		pdx_call_grace_free(g);
 		return false;
 	}
-	g->failed = pdx_upstream_failed(u);
+	g->failed = pdx_call_blamed(c, u);
 	pdx_pool_ref(g->failed);
 	g->status = status;
 	g->err_status = err_status;
@@ -96,10 +96,10 @@ void pdx_flow_side_prefill_end(struct pdx_upstream *u, int status,
 		return;
 	}
 	if (c->leg && !c->grace &&
-	    pdx_upstream_failed(u) != pdx_upstream_inst(u) &&
+	    pdx_call_blamed(c, u) != pdx_upstream_inst(u) &&
 	    await_decode(c, u, status, body, err_status, why))
 		return;
-	prefill_failed(c, pdx_upstream_failed(u), status, body, err_status,
+	prefill_failed(c, pdx_call_blamed(c, u), status, body, err_status,
 		       why);
 }
 

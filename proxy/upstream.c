@@ -483,6 +483,11 @@ struct pdx_inst *pdx_upstream_failed(const struct pdx_upstream *u)
 	return u->peer_failed && u->partner ? u->partner : u->inst;
 }
 
+struct pdx_inst *pdx_upstream_both(const struct pdx_upstream *u)
+{
+	return u->both_failed ? u->partner : NULL;
+}
+
 struct pdx_inst *pdx_upstream_inst(const struct pdx_upstream *u)
 {
 	return u->inst;

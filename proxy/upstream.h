@@ -93,6 +93,9 @@ struct pdx_inst *pdx_upstream_inst(const struct pdx_upstream *u);
 /* The instance its failure counts against: its own, or its partner's for
  * pdx-engine's 502 that says the other side failed. */
 struct pdx_inst *pdx_upstream_failed(const struct pdx_upstream *u);
+/* The partner, when the engine's 502 says the agents refused to pair
+ * (X-PDX-Failed-Side: both); else NULL. */
+struct pdx_inst *pdx_upstream_both(const struct pdx_upstream *u);
 
 /* Abandons the leg and closes its connection, so the engine sees its
  * client leave; no callback fires. NULL-safe. Not from inside the leg's

@@ -27,7 +27,10 @@ E2E_SEQ=0
 cleanup() {
 	[ -n "$ENGINE_PID" ] && kill "$ENGINE_PID" 2>/dev/null
 	[ -n "$ENGINE_PID" ] && wait "$ENGINE_PID" 2>/dev/null
-	for p in $E2E_PIDS; do kill "$p" 2>/dev/null; done
+	# (a process the test had stopped, SIGSTOP, takes its SIGTERM only
+	# once it runs again: a check that failed while one was stopped
+	# hung here until meson's timeout)
+	for p in $E2E_PIDS; do kill "$p" 2>/dev/null && kill -CONT "$p" 2>/dev/null; done
 	for p in $E2E_PIDS; do wait "$p" 2>/dev/null; done
 	# E2E_KEEP=1: the logs stay, for a failure's post-mortem
 	if [ -n "${E2E_KEEP:-}" ]; then

@@ -19,6 +19,13 @@
 #    pool for another instance and the retry P's: the first answered the
 #    502 (no retry), the second "decode instance ... answered 502", the
 #    reason dropped.
+#  * the agents refuse to pair (both engines' 502 with X-PDX-Failed-Side:
+#    both, a decode instance of another model), the only prefill
+#    instance's 502 first: the retry avoids the decode instance, the one
+#    that has another of its role, and the request is served. Before, the
+#    one whose 502 came first was avoided: the only prefill instance, so
+#    no retry, and the client got the 502 that another decode instance
+#    would have served (proxy_resilience met it now and then).
 #   proxy_decode_says.sh PDX_PROXY
 . "$(dirname "$0")/lib.sh"
 PROXY=$1
@@ -28,8 +35,11 @@ import json, socketserver, sys, threading, time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 # name -> the port of its agent in /v1/pdx/info (nobody listens there)
-AGENT = {"P": 9, "D": 10, "P1": 11, "P2": 12, "D1": 13, "D2": 14}
+AGENT = {"P": 9, "D": 10, "P1": 11, "P2": 12, "D1": 13, "D2": 14,
+         "PB": 15, "DW": 16, "DG": 17}
 PEER_FAILED = [("X-PDX-Failed-Side", "peer")]
+BOTH_FAILED = [("X-PDX-Failed-Side", "both")]
+NO_PAIR = "peer tcp://127.0.0.1:16 refused: layout differs: layers 28 != 4"
 
 def error(code, kind, message):
     return {"error": {"message": message, "type": kind, "param": None,
@@ -66,6 +76,17 @@ def server(name, slow):
                     time.sleep(float(f.read() or 0))
                 self.reply(400, error(400, "invalid_request_error",
                     "prompt (9000 tokens) + max_tokens pass the context"))
+            elif name == "PB":  # refuses DW's agent at once, else serves
+                if b'"tcp://127.0.0.1:16"' in body:
+                    self.reply(502, error(502, "kv_transfer_failed", NO_PAIR),
+                               BOTH_FAILED)
+                else:
+                    time.sleep(0.3)
+                    self.reply(200, {"choices": [{"index": 0, "text": "x"}]})
+            elif name == "DW":  # of another model: refuses, after PB
+                time.sleep(0.3)
+                self.reply(502, error(502, "kv_transfer_failed", NO_PAIR),
+                           BOTH_FAILED)
             elif name.startswith("P"):  # answers after D's failure
                 time.sleep(0.5)
                 self.reply(200, {"choices": [{"index": 0, "text": "x"}]})
@@ -93,7 +114,8 @@ echo 0.2 >"$E2E_TMP/slow"
 $PY "$E2E_TMP/pd.py" "$E2E_TMP/slow" >"$E2E_TMP/pd.ports" &
 E2E_PIDS="$E2E_PIDS $!"
 for _ in $(seq 50); do [ -s "$E2E_TMP/pd.ports" ] && break; sleep 0.1; done
-read -r PORT_P PORT_D PORT_P1 PORT_P2 PORT_D1 PORT_D2 <"$E2E_TMP/pd.ports"
+read -r PORT_P PORT_D PORT_P1 PORT_P2 PORT_D1 PORT_D2 PORT_PB PORT_DW PORT_DG \
+	<"$E2E_TMP/pd.ports"
 named_engine_start X "$PROXY" --prefill "127.0.0.1:$PORT_P" \
 	--decode "127.0.0.1:$PORT_D" --flow concurrent --health-interval 0
 req='{"prompt": "a b c", "max_tokens": 9000}'
@@ -136,4 +158,19 @@ named_engine_start Z "$PROXY" --prefill "127.0.0.1:$PORT_P1" \
 PORT=$PORT_Z post /v1/completions "$req" >"$E2E_TMP/z.json"
 status_is 502 "D's 502 blaming the only P"
 grep -q "engine gone" "$E2E_TMP/z.json" || fail "D's reason relayed: $(cat "$E2E_TMP/z.json")"
+named_stop Z
+
+# one prefill instance, a decode instance of another model (DW) and a
+# good one: both of DW's requests' legs refuse to pair, PB's first; each
+# request served, by DG
+named_engine_start W "$PROXY" --prefill "127.0.0.1:$PORT_PB" \
+	--decode "127.0.0.1:$PORT_DW" --decode "127.0.0.1:$PORT_DG" \
+	--flow concurrent --health-interval 0 --breaker-failures 0
+for k in 1 2 3 4; do
+	PORT=$PORT_W post /v1/completions "$req" >"$E2E_TMP/w.json"
+	status_is 200 "request $k, the agents refusing to pair, P's 502 first"
+	grep -q decoded "$E2E_TMP/w.json" || fail "request $k: $(cat "$E2E_TMP/w.json")"
+done
+[ "$(val "$PORT_W" 'pdx_proxy_retries_total{leg="decode"}')" -ge 2 ] ||
+	fail "retries on the decode leg: $(curl -sS "http://127.0.0.1:$PORT_W/metrics" | grep retries)"
 echo ok

@@ -52,6 +52,20 @@ child() {
 	awk '{ print $1 }' "/proc/$1/task/$1/children"
 }
 
+# unshare --fork ignores SIGTERM (util-linux 2.38): lib.sh's cleanup,
+# which sends it and waits, hung on a namespace's unshare until meson's
+# timeout whenever a check failed (a TIMEOUT, not the failure). At exit
+# the process inside each is sent it first.
+ns_cleanup() {
+	local p c
+	for p in $E2E_PIDS; do
+		c=$(child "$p" 2>/dev/null)
+		[ -n "$c" ] && kill -TERM $c 2>/dev/null
+	done
+	cleanup
+}
+trap ns_cleanup EXIT
+
 # ns_stop NAME: SIGTERM to the engine inside (unshare passes its exit
 # status on), which must be 0.
 ns_stop() {
@@ -205,9 +219,11 @@ agent_start a # the log says "--- start" again
 named_engine_start A2 "${IN_NS[@]}" "$ENGINE" --model tiny --kv-blocks 64 \
 	--role prefill --agent "ipc://$E2E_TMP/a.engine"
 wait_healthy A2
-grep -q "removed [0-9]* KV pool(s) left in /dev/shm by engines that died" "$E2E_TMP/A2.log" ||
+# swept: by A2 (it says so), or by any other engine that started on this
+# host since the kill (another deployment's, another test's: each sweeps
+# every dead pool; A2 then finds none and says nothing)
+[ -z "$(pool_path "$ino_a")" ] ||
 	fail "A's dead pool was not swept: $(tail -3 "$E2E_TMP/A2.log")"
-[ -z "$(pool_path "$ino_a")" ] || fail "A's dead pool is still there"
 [ "$(pool_ino "$(child "$PID_C")")" = "$ino_c" ] || fail "C's pool changed"
 ns_stop A2
 ns_stop C

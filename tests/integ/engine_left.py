@@ -80,11 +80,31 @@ def hello_unanswered(rig):
           f"dead engine's pool 3 s on ({maps_of(b, EA.shm.name)} maps)")
 
 
-def wait_want(engine, xfer, peer):
+def ready_peers(url):
+    """The agent's pdx_agent_peers{state="ready"} (0: none, or no answer)."""
+    try:
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith('pdx_agent_peers{state="ready"}'):
+            return int(float(line.split()[-1]))
+    return 0
+
+
+def wait_want(engine, xfer, peer, url):
     """engine asks for xfer from peer's agent, which has no send for it:
-    the want stays unanswered."""
+    the want stays unanswered. Returns once the agent at url (the
+    engine's) holds one more handshake: its want goes out with the
+    hello_ack (a sleep of 0.5 s was not enough for a peer slow to answer
+    the hello: no want had gone out, and the agent rightly kept nothing)."""
+    before = ready_peers(url)
     engine.send({"op": "recv", "xfer": xfer, "peer": peer, "blocks": [0, 1]})
-    time.sleep(0.5)  # the want went out
+    deadline = time.time() + 10
+    while ready_peers(url) <= before and time.time() < deadline:
+        time.sleep(0.05)
+    check(ready_peers(url) > before, f"the handshake with {peer} for the want")
+    time.sleep(0.2)  # the want went out
 
 
 def old_pool_alone(rig):
@@ -95,7 +115,7 @@ def old_pool_alone(rig):
           f"A's, B's and C's engines register: {ra}, {rb}, {rc}")
     stopped = []
     try:
-        wait_want(EA, os.urandom(16), rb["peer"])
+        wait_want(EA, os.urandom(16), rb["peer"], rig.metrics[0])
         os.kill(b, signal.SIGSTOP)
         stopped.append(b)
         EA.sock.close(linger=0)  # A's engine exits: A awaits B's stopped
@@ -106,7 +126,7 @@ def old_pool_alone(rig):
         check(maps_of(a, EA.shm.name) > 0,
               "A keeps the old pool while B may write into it")
         x2 = os.urandom(16)
-        wait_want(e2, x2, rc["peer"])
+        wait_want(e2, x2, rc["peer"], rig.metrics[0])
         os.kill(c, signal.SIGSTOP)
         stopped.append(c)
         e2.send({"op": "abort", "xfer": x2})  # awaits C's stopped

@@ -163,6 +163,7 @@ static void agent_stalls(struct h_env *env, struct h_side *stopped)
 	struct h_xfer x[1];
 	char what[64];
 	uint64_t t0;
+	long mark = h_log_mark(&env->d);
 
 	snprintf(what, sizeof(what), "the %s agent stops", stopped->role);
 	h_plan(env, x, 1, 6, 0, true);
@@ -170,10 +171,18 @@ static void agent_stalls(struct h_env *env, struct h_side *stopped)
 	h_post_recv(env, x, 1);
 	h_post_send(env, x, 1);
 	h_layer_done(env, 0, x, 1);
-	h_sleep_ms(100); /* "want" is through: the transfer is under way */
+	/* the transfer is under way once the decode agent sent its "want"
+	 * (a sleep of 100 ms was not always enough: a decode agent stopped
+	 * before it did left the send unasked, and the prefill side failed
+	 * it by its lease, 800 ms, before any silence) */
+	CHECK(h_log_wait(&env->d, mark, "want to", 1, 5000, NULL) >= 0,
+	      "%s: the decode agent sent its want", what);
+	h_sleep_ms(100);
 	t0 = pdx_now_ns();
 	kill(stopped->agent.pid, SIGSTOP);
-	expect_failed(other, x, PDX_EPEER, "silent", t0, SILENT_MS - 100,
+	/* silence counts from the last word heard, a heartbeat up to
+	 * BEAT_MS before t0 */
+	expect_failed(other, x, PDX_EPEER, "silent", t0, SILENT_MS - BEAT_MS,
 		      SILENT_MS + BEAT_MS, what);
 	/* its own engine's link notices the hang (liveness_ms, 1000 by
 	 * default), without waiting for the agent to resume: the event was
@@ -290,6 +299,7 @@ int main(int argc, char **argv)
 	h_note("liveness: leases, heartbeats, the gap between layers%s",
 	       fast ? " (heartbeat every 1 ms)" : "");
 	o.xfer_timeout_ms = 20000;
+	o.agent_logs = true; /* agent_stalls waits for the "want" */
 	o.agent_args[0] = "--heartbeat-ms";
 	o.agent_args[1] = fast ? "1" : "200";
 	o.agent_args[2] = "--peer-timeout-ms";
