@@ -275,13 +275,22 @@ struct xfer {
 	bool pull;	       /* the receiver reads the sender's blocks once
 				* all layers are computed (pull.c) */
 	bool pulled_sent;      /* pull's receiver: its reads ended: "pulled" */
+	/* pull's sender: "readable" went, so the receiver may be reading
+	 * our memory (on the put lane our UCX worker answers its gets
+	 * from it) until "pulled", its "stopped" or its abort */
+	bool readable_sent;
 	/* A receiver that gave up while the sender may still write into its
 	 * blocks tells its engine only once the sender said "stopped" (the
 	 * engine reuses the blocks at its event), the peer is gone, or
-	 * --peer-timeout-ms passed. */
+	 * --peer-timeout-ms passed; so does a pull's sender that gave up
+	 * while the receiver may still read its memory by UCX get (and its
+	 * memory, its engine gone, is kept that long: engine_link.c). */
 	bool await_stopped;
-	bool owe_stopped; /* sender: "stopped" once its operations ended */
-	bool owe_abort;	  /* sender: "abort" once its operations ended */
+	/* sender, or a pull's receiver: "stopped" once its operations
+	 * (a pull's reads) ended */
+	bool owe_stopped;
+	/* sender, or a pull's receiver: "abort" once its operations ended */
+	bool owe_abort;
 	uint32_t pull_layer;   /* pull's receiver: the next layer to read */
 	uint32_t timeout_ms;
 	struct event *timer;

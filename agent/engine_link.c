@@ -448,6 +448,12 @@ void engine_gone(struct agent *a)
 	HASH_ITER(hh, a->peers, p, tmp) {
 		if (peer_known(p)) {
 			tell_gone(a, p);
+			/* Its handshake goes as it goes there: our UCX
+			 * endpoint to it closes now, and with it what our
+			 * worker queued for it, a pull's reads among them
+			 * (answers it would read from our memory); a read
+			 * sent later finds no endpoint. */
+			peer_reset(a, p);
 			told++;
 		}
 	}
@@ -455,7 +461,7 @@ void engine_gone(struct agent *a)
 	log_warn("the engine's connection closed (it exited, or freed its "
 		 "link): its transfers failed, its KV memory is released%s, "
 		 "and %u peer(s) told", a->left ?
-		 " once nothing writes it" : "", told);
+		 " once no peer writes or reads it" : "", told);
 	a->engine_left = true;
 }
 

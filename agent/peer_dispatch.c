@@ -258,6 +258,17 @@ static bool stopped_owed(struct agent *a, struct peer *p,
 	return true;
 }
 
+/* A pull of ours from p still has reads in flight: the sender keeps its
+ * memory for them until "stopped", sent once they ended
+ * (xfer_maybe_release); true then. */
+static bool reads_owe_stopped(struct xfer *x)
+{
+	if (!x->pull || !x->inflight)
+		return false;
+	x->owe_stopped = true;
+	return true;
+}
+
 /* A receiver's abort is answered "stopped" once nothing we sent can still
  * land in its blocks (docs/protocol.md, "stopped"): now, or when the
  * operations of our send in flight to it ended. */
@@ -293,16 +304,20 @@ static void on_abort(struct agent *a, struct peer *p, const msgpack_object *m,
 	x = xfer_find(a, &id);
 	ours_to_receive = x && x->role == XFER_RECV &&
 			  strcmp(x->peer_addr, p->addr) == 0;
-	/* The sender's own abort comes once its operations ended (as
-	 * "stopped" would): a receive waiting for that waits no more. */
-	if (ours_to_receive && x->await_stopped) {
+	/* The peer's own abort comes once its operations ended (as
+	 * "stopped" would): a sender's, of a receive waiting for that, or a
+	 * pull's receiver's, once its reads ended, of a send of ours it was
+	 * reading: that transfer waits no more. */
+	if (x && x->await_stopped && strcmp(x->peer_addr, p->addr) == 0) {
 		xfer_stop_heard(x);
 		return;
 	}
-	later = p->stops && stopped_owed(a, p, &id);
+	later = p->stops && (stopped_owed(a, p, &id) ||
+			     (ours_to_receive && reads_owe_stopped(x)));
 	abort_heard(a, p, m, refused);
-	/* (a sender's abort of what we receive is answered by nothing) */
-	if (p->stops && !later && !ours_to_receive)
+	/* (a sender's abort of what we receive by push is answered by
+	 * nothing; of a pull we read, "stopped" once our reads ended) */
+	if (p->stops && !later && (!ours_to_receive || x->pull))
 		peer_send(a, p, "stopped", &id, NULL);
 }
 

@@ -60,6 +60,8 @@ void pull_offer(struct xfer *x)
 	if (pull_send(x, "readable", true))
 		xfer_fail(x, PDX_EPEER, false, "cannot send readable to %s",
 			  x->peer_addr);
+	else
+		x->readable_sent = true;
 }
 
 void pull_on_pulled(struct xfer *x, const msgpack_object *m)

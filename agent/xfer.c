@@ -336,15 +336,28 @@ void xfer_maybe_release(struct xfer *x)
 	}
 }
 
-/* A receiver that tells its sender "abort" while the sender may be
- * writing into its blocks (it asked, it reads nothing itself, no "done"
- * yet) keeps them from its engine until the sender says "stopped" (a
- * peer that says so: hello "stops"), the peer is gone, or
+/* Whether the peer may still touch our memory for x: a sender that may
+ * be writing into our blocks (we asked, we read nothing ourselves, no
+ * "done" yet), or a pull's receiver that may be reading ours by UCX get
+ * (we said "readable", no "pulled" yet): our UCX worker answers its gets
+ * from our memory, which must stay mapped until they ended. The ipc
+ * lane's receiver reads the pool it mapped itself, by its name. */
+static bool peer_may_touch(const struct xfer *x)
+{
+	if (!x->peer || !x->peer->stops)
+		return false;
+	if (x->role == XFER_SEND)
+		return x->pull && x->readable_sent && x->peer->path == DATA_PUT;
+	return x->want_sent && !x->pull && !x->done_seen;
+}
+
+/* Such a transfer, told "abort", keeps its blocks from its engine (and
+ * its engine's memory, the engine gone) until the peer says "stopped"
+ * (a peer that says so: hello "stops"), the peer is gone, or
  * --peer-timeout-ms. */
 static void await_stopped(struct xfer *x)
 {
-	if (!x->want_sent || x->pull || x->done_seen || !x->peer ||
-	    !x->peer->stops)
+	if (!peer_may_touch(x))
 		return;
 	x->await_stopped = true;
 	await_arm(x);
@@ -387,15 +400,17 @@ void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 		bool ours = x->announced || x->held;
 
 		/* A sender's operations in flight may still write the
-		 * receiver's blocks, which it frees at our word: said once
-		 * they ended (xfer_maybe_release). */
-		if (ours && x->role == XFER_SEND && x->inflight)
+		 * receiver's blocks, which it frees at our word, and a pull's
+		 * reads in flight still read the sender's memory, which it
+		 * releases at our word: said once they ended
+		 * (xfer_maybe_release). */
+		if (ours && x->inflight && (x->role == XFER_SEND || x->pull))
 			x->owe_abort = true;
 		else
 			x->agent->xfer_ops->tell_peer(
 			    x->agent, x->peer_addr, ours ? "abort" : "error",
 			    &x->id, ours ? x->reason : "unknown transfer");
-		if (ours && x->role == XFER_RECV)
+		if (ours)
 			await_stopped(x);
 	}
 	/* held with more senders (TP legs): each keeps its KV until told;

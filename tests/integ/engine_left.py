@@ -21,6 +21,12 @@
     stopped too). Once B answers, A lets go of the old pool, C still
     stopped: it waited until no transfer at all was in use, the new
     engine's included, which under steady load could be never.
+  - A's engine exits while B pulls from it by UCX get (the put lane,
+    --data-path put): A's UCX worker answers B's gets from A's memory,
+    so A keeps it until B says its reads ended (B's "stopped", or its
+    own abort), and closes its UCX endpoint to B first, whatever its
+    worker queued for B with it. A unmapped the pool at once, and its
+    worker's next answer read unmapped memory: A died of SIGSEGV.
 
     engine_left.py PATH-TO-pdx-agent
 
@@ -146,7 +152,69 @@ def old_pool_alone(rig):
             os.kill(pid, signal.SIGCONT)
 
 
+PULL_TRIES = 5
+P_LAYERS, P_TENSORS, P_BLOCKS, P_BT, P_HEADS, P_DIM = 32, 2, 128, 16, 4, 64
+P_BB = P_BT * P_HEADS * P_DIM * 2
+P_SIZE = P_LAYERS * P_TENSORS * P_BLOCKS * P_BB  # a pull of it takes a while
+
+
+def pull_layout():
+    return {
+        "layers": P_LAYERS, "tensors": P_TENSORS, "blocks": P_BLOCKS,
+        "block_tokens": P_BT, "kv_heads": P_HEADS, "head_dim": P_DIM,
+        "dtype_bytes": 2, "order": "NHD",
+        "bases": [[[0, (P_TENSORS * l + t) * P_BLOCKS * P_BB]
+                   for t in range(P_TENSORS)] for l in range(P_LAYERS)],
+        "strides": [P_BB] * P_LAYERS,
+    }
+
+
+def pull_sender_gone(rig):
+    a = rig.agents[0]
+    eb = rig.adopt(Engine(rig.ctx, f"pdx-left-{a.pid}-pb",
+                          f"ipc://{rig.tmp}/B.engine", P_SIZE))
+    rb = eb.register(pull_layout())
+    check(rb and rb.get("op") == "registered", f"B's engine registers: {rb}")
+    blocks = list(range(0, P_BLOCKS, 2))  # a get each: a read that lasts
+    for i in range(PULL_TRIES):
+        ea = rig.adopt(Engine(rig.ctx, f"pdx-left-{a.pid}-pa{i}",
+                              f"ipc://{rig.tmp}/A.engine", P_SIZE))
+        ea.shm.buf[:] = b"\x5a" * ea.shm.size
+        ra = ea.register(pull_layout())
+        check(ra and ra.get("op") == "registered",
+              f"try {i}: A's engine registers: {ra}")
+        eb.shm.buf[:P_BB] = bytes(P_BB)
+        x = os.urandom(16)
+        eb.send({"op": "recv", "xfer": x, "peer": ra["peer"], "blocks": blocks,
+                 "pull": True})
+        ea.send({"op": "send", "xfer": x, "peer": rb["peer"], "blocks": blocks})
+        for layer in range(P_LAYERS):
+            ea.send({"op": "layer_done", "layer": layer, "xfers": [x]})
+        deadline = time.time() + 10
+        while not any(eb.shm.buf[:P_BB]) and time.time() < deadline:
+            time.sleep(0.0005)  # until B's reads began
+        began = any(eb.shm.buf[:P_BB])
+        ea.sock.close(linger=0)  # A's engine exits mid-pull
+        ev = eb.event(x, 10000)
+        check(began and ev is not None,
+              f"try {i}: B's reads began ({began}), then its engine hears "
+              f"of the pull: {ev and ev.get('kind')} {ev and ev.get('reason')}")
+        deadline = time.time() + 5
+        while a.poll() is None and maps_of(a.pid, ea.shm.name) and \
+                time.time() < deadline:
+            time.sleep(0.05)
+        check(a.poll() is None, f"try {i}: A lives on ({a.poll()})")
+        if a.poll() is not None:
+            return
+        check(maps_of(a.pid, ea.shm.name) == 0,
+              f"try {i}: A lets go of its dead engine's pool "
+              f"({maps_of(a.pid, ea.shm.name)} maps 5 s on)")
+
+
 def main():
+    with Rig(sys.argv[1], "left", "AB",
+             agent_args=("--data-path", "put")) as rig:
+        pull_sender_gone(rig)
     with Rig(sys.argv[1], "left", "ABC", metrics=True) as rig:
         old_pool_alone(rig)
     with Rig(sys.argv[1], "left", "AB", metrics=True) as rig:

@@ -82,9 +82,11 @@ class Engine:
     """An engine: a KV pool in shared memory, a DEALER to its agent; every
     event it gets is kept, by transfer."""
 
-    def __init__(self, ctx, name, agent_addr):
+    def __init__(self, ctx, name, agent_addr, size=None):
+        """size: the pool's bytes, by default layout()'s."""
         self.shm = shared_memory.SharedMemory(
-            create=True, size=LAYERS * TENSORS * BLOCKS * BLOCK_BYTES, name=name)
+            create=True, size=size or LAYERS * TENSORS * BLOCKS * BLOCK_BYTES,
+            name=name)
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.connect(agent_addr)
