@@ -197,6 +197,10 @@ struct peer {
 	bool same_host;
 	bool peer_shm; /* its UCX may use shared memory */
 	bool stale;    /* stopped answering: hello again before the next use */
+	/* we took a new instance: the peer makes its endpoint to us anew
+	 * at our hello, so ours to it is made anew at its answer (kept, it
+	 * would lead to the peer's closed one: over TCP our puts hung) */
+	bool ep_renew;
 	bool ep_failed; /* UCX found it dead; the endpoint awaits closing */
 	bool cuda;	/* its engine's KV is GPU memory */
 	bool cuda_ucx;	/* its UCX moves GPU memory */

@@ -433,6 +433,7 @@ static void renew_instance(struct agent *a)
 		a->instance = was + 1;
 	HASH_ITER(hh, a->peers, p, tmp) {
 		p->stale = true;
+		p->ep_renew = p->ep != NULL;
 		peer_get(a, p->addr); /* sends the hello */
 	}
 }
@@ -448,12 +449,6 @@ void engine_gone(struct agent *a)
 	HASH_ITER(hh, a->peers, p, tmp) {
 		if (peer_known(p)) {
 			tell_gone(a, p);
-			/* Its handshake goes as it goes there: our UCX
-			 * endpoint to it closes now, and with it what our
-			 * worker queued for it, a pull's reads among them
-			 * (answers it would read from our memory); a read
-			 * sent later finds no endpoint. */
-			peer_reset(a, p);
 			told++;
 		}
 	}
@@ -461,7 +456,7 @@ void engine_gone(struct agent *a)
 	log_warn("the engine's connection closed (it exited, or freed its "
 		 "link): its transfers failed, its KV memory is released%s, "
 		 "and %u peer(s) told", a->left ?
-		 " once no peer writes or reads it" : "", told);
+		 " once nothing writes it" : "", told);
 	a->engine_left = true;
 }
 

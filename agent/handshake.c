@@ -312,13 +312,16 @@ static pdx_status_t hello_apply(struct agent *a, struct peer *p,
 {
 	pdx_status_t st;
 
-	if (peer_known(p) && p->instance == h->instance) {
+	if (peer_known(p) && p->instance == h->instance && !p->ep_renew) {
 		p->state = PEER_READY;
 		return PDX_OK;
 	}
 	if (p->ep && p->instance != h->instance) {
 		log_info("peer %s restarted: transfers begun with it fail", p->addr);
 		xfers_peer_failed(a, p, p->instance, PDX_EPEER, "peer restarted");
+	} else if (p->ep_renew) {
+		log_debug("peer %s: a new endpoint, as we have a new instance",
+			  p->addr);
 	} else if (p->ep) {
 		/* the same instance: our endpoint to it failed (its transfers
 		 * failed then), and it is met again */

@@ -33,6 +33,7 @@ void peer_reset(struct agent *a, struct peer *p)
 	pdx_ucx_ep_close(p->ep);
 	p->ep = NULL;
 	p->ep_failed = false;
+	p->ep_renew = false;
 	free(p->layout.layer);
 	p->layout.layer = NULL;
 	p->state = PEER_NEW;

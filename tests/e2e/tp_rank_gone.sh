@@ -38,6 +38,16 @@ gone_decode() {
 	status_is 200 "prefill ($3)"
 	kv=$($PY -c "import json; print(json.dumps(json.load(open('$E2E_TMP/p.json'))['kv_transfer_params']))")
 	kill9 "$2"
+	# its agent saw the engine's end (else D's hello could come first,
+	# and the transfer fail as the engine's, not by a refusal)
+	local agent_log
+	agent_log="$E2E_TMP/agent_$(echo "$2" | tr '[:upper:]' '[:lower:]').log"
+	for _ in $(seq 50); do
+		grep -q "the engine's connection closed" "$agent_log" && break
+		sleep 0.1
+	done
+	grep -q "the engine's connection closed" "$agent_log" ||
+		fail "$3: its agent did not see the engine's end: $(tail -3 "$agent_log")"
 	curl -sS -D "$E2E_TMP/d.h" -o "$E2E_TMP/body" -w '%{http_code}' \
 		-H 'Content-Type: application/json' --data-binary \
 		"{\"prompt\": [$toks], \"max_tokens\": 3, \"kv_transfer_params\": $kv}" \

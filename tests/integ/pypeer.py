@@ -218,13 +218,14 @@ class Rig:
     down on the way out: what was given to adopt() closed first, then the
     engines; the agents get SIGTERM and each must exit 0 (a check)."""
 
-    def __init__(self, agent_bin, name, sides, agent_args=(), metrics=False):
+    def __init__(self, agent_bin, name, sides, agent_args=(), metrics=False,
+                 tls="sm,self"):
         self.tmp = tempfile.mkdtemp(prefix=f"pdx-{name}-")
         self.sides = sides
         self.ctx = zmq.Context()
         self.agents, self.engines, self.adopted = [], [], []
         self.metrics = []  # with metrics: each agent's /metrics URL
-        env = dict(os.environ, UCX_TLS="sm,self", UCX_WARN_UNUSED_ENV_VARS="n")
+        env = dict(os.environ, UCX_TLS=tls, UCX_WARN_UNUSED_ENV_VARS="n")
         try:
             for side in sides:
                 eng = f"ipc://{self.tmp}/{side}.engine"
