@@ -636,7 +636,11 @@ static void agent_stop(struct agent *a)
 	 * cancelled by its destruction) runs now, while the memory its
 	 * operation used is registered and mapped, and the staging it ends
 	 * chunks into is there. */
-	pdx_ucx_stop(a->ucx);
+	if (!pdx_ucx_stop(a->ucx))
+		log_warn("UCX still queues operations to peers that no longer "
+			 "take them (puts over shared memory, or their "
+			 "acknowledgements, to an agent that stopped): its "
+			 "worker is left to the exit");
 	engine_direct_stop(a);
 	registration_clear(a);
 	staged_free(a);

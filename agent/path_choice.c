@@ -19,26 +19,8 @@
 /* UCX shared-memory transports are usable unless UCX_TLS leaves them out. */
 bool path_ucx_has_shm(void)
 {
-	static const char *const shm[] = { "sm", "shm", "posix", "sysv",
-					   "cma", "knem", "xpmem", "all" };
-	const char *tls = getenv("UCX_TLS");
-
-	if (!tls || !*tls)
-		return true;
-	for (size_t i = 0; i < sizeof(shm) / sizeof(shm[0]); i++) {
-		const char *s = strstr(tls, shm[i]);
-		size_t n = strlen(shm[i]);
-
-		while (s) {
-			bool start = s == tls || s[-1] == ',' || s[-1] == '^';
-			bool end = s[n] == '\0' || s[n] == ',';
-
-			if (start && end)
-				return tls[0] != '^';
-			s = strstr(s + 1, shm[i]);
-		}
-	}
-	return tls[0] == '^';
+	return pdx_ucx_tls_lets_in((const char *const[]){
+	    "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", "all", NULL});
 }
 
 /* Maps the peer's shared memory where it can be (same host), else says it
@@ -151,7 +133,8 @@ static pdx_status_t choose_gpu_path(struct agent *a, struct peer *p,
 }
 
 /* Measured on one host (docs/architecture.md): a copy between mapped
- * pools runs at memcpy speed, UCX put (cma) at about half of it, and over
+ * pools runs at memcpy speed, UCX put (emulated by active messages over
+ * shared memory) at about half of it, and over
  * TCP UCX emulates put two orders of magnitude slower than messages. */
 static enum data_path choose_path(struct agent *a, struct peer *p)
 {

@@ -51,6 +51,8 @@ struct pdx_ucx {
 	int closing; /* endpoint closes in flight */
 	struct ep_slot *slots; /* every endpoint's, freed with the worker */
 	struct kept_ep *kept; /* endpoints without peer error handling */
+	bool abandoned; /* pdx_ucx_stop() left the worker to the exit */
+	struct pdx_ucx *next_abandoned;
 };
 
 /* An endpoint made without peer error handling (a same-host peer over
@@ -120,17 +122,38 @@ static pdx_status_t from_ucs(ucs_status_t s)
 	}
 }
 
-/* Whether UCX_TLS (NULL: unset, every transport) leaves the TCP
- * transport in: a setting of a transport not in use makes UCX warn
- * "invalid configuration" at every start. */
-static bool tls_has_tcp(const char *tls)
+bool pdx_ucx_tls_lets_in(const char *const *names)
 {
-	if (!tls || !tls[0])
+	const char *tls = getenv("UCX_TLS");
+
+	if (!tls || !*tls)
 		return true;
-	if (tls[0] == '^') /* every transport but those listed */
-		return !strstr(tls, "tcp");
-	return strstr(tls, "tcp") || strstr(tls, "all");
+	for (; *names; names++) {
+		size_t n = strlen(*names);
+
+		for (const char *s = strstr(tls, *names); s;
+		     s = strstr(s + 1, *names)) {
+			bool start = s == tls || s[-1] == ',' || s[-1] == '^';
+			bool end = s[n] == '\0' || s[n] == ',';
+
+			if (start && end)
+				return tls[0] != '^';
+		}
+	}
+	return tls[0] == '^';
 }
+
+/* UCX 1.13 has no RMA lane for memory an agent registers on one host:
+ * a put over shared memory is emulated, an active message into the
+ * receiver's FIFO (64 slots by default) and one acknowledging message back
+ * into the sender's. The receiver's agent must run to empty its FIFO, so
+ * a busy host (more runnable processes than cores) moves at most a FIFO's
+ * worth a time slice: a TP leg's 1 GiB of 1 KiB token rows (a million
+ * puts) took 15 to 60 s at load 7 to 13 on 2 cores, past the 30 s
+ * --xfer-timeout-ms, where it takes 1.1 s idle. A longer FIFO cuts the
+ * hand-offs (each slot has an 8 KiB receive buffer: 8 MiB of /dev/shm per
+ * shared-memory transport at 1024). Unless the user chose. */
+#define SM_FIFO_SIZE "1024"
 
 pdx_status_t pdx_ucx_new(struct pdx_ucx **out)
 {
@@ -160,9 +183,17 @@ pdx_status_t pdx_ucx_new(struct pdx_ucx **out)
 	 * retries (about 130 s). Unless the user chose, it does not block.
 	 * (The key is the transport's own name for it: "TCP_CONN_NB" is
 	 * refused as unknown.) */
-	if (!getenv("UCX_TCP_CONN_NB") && tls_has_tcp(getenv("UCX_TLS")) &&
+	if (!getenv("UCX_TCP_CONN_NB") &&
+	    pdx_ucx_tls_lets_in((const char *const[]){"tcp", "all", NULL}) &&
 	    ucp_config_modify(cfg, "CONN_NB", "y") != UCS_OK)
 		fprintf(stderr, "ucx: cannot set UCX_TCP_CONN_NB=y\n");
+	if (!getenv("UCX_MM_FIFO_SIZE") && !getenv("UCX_SYSV_FIFO_SIZE") &&
+	    !getenv("UCX_POSIX_FIFO_SIZE") &&
+	    pdx_ucx_tls_lets_in((const char *const[]){"sm", "shm", "mm", "posix",
+						     "sysv", "all", NULL}) &&
+	    ucp_config_modify(cfg, "MM_FIFO_SIZE", SM_FIFO_SIZE) != UCS_OK)
+		fprintf(stderr, "ucx: cannot set UCX_MM_FIFO_SIZE=%s\n",
+			SM_FIFO_SIZE);
 	s = ucp_init(&cp, cfg, &u->ctx);
 	ucp_config_release(cfg);
 	if (s != UCS_OK)
@@ -207,16 +238,63 @@ static void fire_deferred(struct pdx_ucx *u)
 	}
 }
 
-void pdx_ucx_stop(struct pdx_ucx *u)
+static uint64_t now_ns(void);
+
+/* Whether the worker holds no send it has queued for want of room (UCX's
+ * arm refuses while one waits: see BUSY_ROUNDS), progressing it while
+ * its peers take them: at most STOP_DRAIN_NS, and no longer than
+ * STOP_IDLE_NS without progress (a peer that stopped reading, or left).
+ * Once armed, what peers send us is no longer read, so nothing new
+ * queues up behind it. */
+#define STOP_DRAIN_NS 1000000000ULL
+#define STOP_IDLE_NS 100000000ULL
+
+static bool worker_drain(struct pdx_ucx *u)
+{
+	uint64_t start = now_ns(), last = start, t = start;
+
+	/* a peer that keeps sending keeps it busy: the bound holds anyway */
+	while (t - start < STOP_DRAIN_NS && t - last < STOP_IDLE_NS) {
+		if (ucp_worker_progress(u->worker) || u->deferred) {
+			fire_deferred(u);
+			last = t = now_ns();
+			continue;
+		}
+		if (ucp_worker_arm(u->worker) != UCS_ERR_BUSY)
+			return true;
+		/* on a busy host the peer needs the CPU to read */
+		nanosleep(&(struct timespec){ 0, 100000 }, NULL);
+		t = now_ns();
+	}
+	return false;
+}
+
+/* Workers left to the exit (pdx_ucx_stop()): reachable, so that leak
+ * checkers do not count what UCX holds as lost. */
+static struct pdx_ucx *abandoned;
+
+bool pdx_ucx_stop(struct pdx_ucx *u)
 {
 	if (!u || !u->worker)
-		return;
+		return true;
 	/* Let endpoint closes finish so their requests are not leaked. */
 	for (int i = 0; i < 100000 && u->closing > 0; i++)
 		ucp_worker_progress(u->worker);
 	fire_deferred(u);
-	ucp_worker_release_address(u->worker, u->addr);
-	ucp_worker_destroy(u->worker); /* and the kept endpoints */
+	/* UCX 1.13 crashed destroying a worker that still queued an emulated
+	 * put's acknowledgement (a put over shared memory is an active
+	 * message, answered by one) for a peer whose FIFO was full: purging
+	 * it, ucp_worker_destroy() unregisters memory by a datatype the
+	 * acknowledgement never set (SIGSEGV in ucp_mem_rereg_mds, under
+	 * ucp_ep_purge_lanes). What the worker cannot send now is left to
+	 * the process's exit, unpurged: no callback comes for it (as for a
+	 * request UCX never completes, below). */
+	if (!worker_drain(u)) {
+		u->abandoned = true;
+	} else {
+		ucp_worker_release_address(u->worker, u->addr);
+		ucp_worker_destroy(u->worker); /* and the kept endpoints */
+	}
 	u->worker = NULL;
 	while (u->kept) {
 		struct kept_ep *k = u->kept;
@@ -240,6 +318,7 @@ void pdx_ucx_stop(struct pdx_ucx *u)
 		DL_DELETE2(u->pending, o, pending_prev, pending_next);
 		op_free(o);
 	}
+	return !u->abandoned;
 }
 
 void pdx_ucx_free(struct pdx_ucx *u)
@@ -247,6 +326,11 @@ void pdx_ucx_free(struct pdx_ucx *u)
 	if (!u)
 		return;
 	pdx_ucx_stop(u);
+	if (u->abandoned) { /* the worker still uses the context */
+		u->next_abandoned = abandoned;
+		abandoned = u;
+		return;
+	}
 	ucp_cleanup(u->ctx);
 	free(u);
 }

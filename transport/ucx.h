@@ -33,14 +33,25 @@ typedef void (*pdx_ucx_am_cb)(void *arg, const void *hdr, size_t hdr_len,
 			      void *data, size_t len, bool rndv);
 
 pdx_status_t pdx_ucx_new(struct pdx_ucx **out);
+
+/* Whether UCX_TLS lets in a transport of names (NULL-terminated, each
+ * matched as a whole entry): a list that names one, or an exclusion list
+ * (^...) that names none; unset lets in every transport. (A setting of a
+ * transport not in use makes UCX warn "invalid configuration".) */
+bool pdx_ucx_tls_lets_in(const char *const *names);
 /* Lets endpoints' closes finish, then destroys the worker: every operation
  * has called back when this returns, or never will (a request the worker
  * never completed: what its callback would have freed is the caller's to
  * free). Memory used by operations may be unregistered and freed after
  * this; only pdx_ucx_mem_free(), pdx_ucx_am_drop() (a no-op now) and
- * pdx_ucx_free() may follow. */
-void pdx_ucx_stop(struct pdx_ucx *u);
-/* pdx_ucx_stop() if not done, then the context. */
+ * pdx_ucx_free() may follow. A worker still holding sends queued for want
+ * of room after up to a second of progress (peers that no longer read
+ * them) is not destroyed but left to the process's exit, unprogressed
+ * (UCX 1.13 crashed purging some of them): false then. For a process about
+ * to exit. */
+bool pdx_ucx_stop(struct pdx_ucx *u);
+/* pdx_ucx_stop() if not done, then the context (kept, reachable, with a
+ * worker left to the exit). */
 void pdx_ucx_free(struct pdx_ucx *u);
 
 /* The worker's event fd: readable when progress may have work. */
