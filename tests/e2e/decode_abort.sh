@@ -14,7 +14,10 @@
 ENGINE=$1
 AGENT=$2
 
-pd_engine_start P prefill --time-scale 0
+# P's engine would take its agent's 1.5 s freeze below for a death (the
+# link's liveness, 1 s by default) and register again, refusing transfers
+# meanwhile: the freeze stands for a slow agent, not a dead one
+pd_engine_start P prefill --time-scale 0 --agent-liveness-ms 10000
 pd_engine_start D decode --time-scale 0 --kv-timeout-ms 20000
 PEER_P=$(curl -sS "http://127.0.0.1:$PORT_P/v1/pdx/info" |
 	sed -n 's/.*"peer_addr": *"\([^"]*\)".*/\1/p')
