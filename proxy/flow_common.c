@@ -475,7 +475,9 @@ bool pdx_flow_retry_inst(struct pdx_call *c, struct pdx_inst *failed,
 	c->avoid[r] = failed;
 	c->retries++;
 	c->px->metrics.retries[r]++;
-	snprintf(said, sizeof(said), "%s instance %s answered %d",
+	/* failed may be the partner of the leg that answered (its 502 said
+	 * the other side failed): "failed", not "answered" */
+	snprintf(said, sizeof(said), "%s instance %s failed (%d)",
 		 pdx_pool_role_name(r), failed->url, status);
 	log_warn("%s: %s; retry %u of %u on other instances, transfer %s "
 		 "(was %s)",
