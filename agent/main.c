@@ -521,6 +521,26 @@ static void sweep_staging(void)
 			 "agents that died", n);
 }
 
+/* UCX's init with SIGINT and SIGTERM held: our handlers come later
+ * (agent_start()), and one of them taking its default action there killed
+ * us between UCX's shm_open() of a segment and its unlink once sized and
+ * mapped, leaving /dev/shm/ucx_shm_posix_* behind (a launcher stopping
+ * agents that were starting: pdx-xferbench's cleanup). The threads UCX
+ * starts keep them blocked. */
+static pdx_status_t ucx_new_unkilled(struct pdx_ucx **out)
+{
+	sigset_t stop, old;
+	pdx_status_t st;
+
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGTERM);
+	sigprocmask(SIG_BLOCK, &stop, &old);
+	st = pdx_ucx_new(out);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	return st;
+}
+
 static int agent_start(struct agent *a)
 {
 	pdx_status_t st;
@@ -537,7 +557,7 @@ static int agent_start(struct agent *a)
 	a->zctx = zmq_ctx_new();
 	if (!a->base || !a->zctx)
 		return -1;
-	st = pdx_ucx_new(&a->ucx);
+	st = ucx_new_unkilled(&a->ucx);
 	if (st) {
 		log_error("ucx init failed: %s%s", pdx_status_str(st),
 			  shm_room_hint());

@@ -137,7 +137,11 @@ int pb_run(const char *const argv[], bool quiet);
 /* ---- cleanup registry ----
  * pb_cleanup_install() arranges for pb_cleanup_run() to be called at exit
  * and on SIGINT, SIGTERM and SIGHUP (then exiting 1). Only the process that
- * installed it cleans up: forked children that exit do not. */
+ * installed it cleans up: forked children that exit do not. The run
+ * unlinks the shm objects and files first (a SIGKILL while the processes
+ * wind down then leaves none), SIGTERMs the pids (SIGKILL after 2 s),
+ * unlinks again (what a child made meanwhile), then runs the hook and
+ * removes the dir; those three signals wait until it is done. */
 void pb_cleanup_install(void);
 void pb_cleanup_run(void);
 void pb_track_pid(pid_t pid);

@@ -32,7 +32,10 @@ static void sleep_ms(long ms)
 
 /* ---- cleanup registry ---- */
 
-#define REG_MAX 32
+/* pdx-xferbench's largest run, --prefill-tp 8 --decode-tp 4 --versus tp,
+ * has 20 agents and 20 engines (bench/xb_nodes.h: 24 nodes at most, each
+ * a pid, a pool and a socket path) */
+#define REG_MAX 64
 
 static pid_t reg_owner;
 static volatile pid_t reg_pids[REG_MAX];
@@ -45,10 +48,18 @@ static volatile sig_atomic_t reg_running;
 static void on_signal(int sig)
 {
 	static const char msg[] = "interrupted: cleaning up\n";
-	ssize_t rc = write(2, msg, sizeof(msg) - 1);
+	ssize_t rc;
 
+	/* a child forked a moment ago, before its exec or its own handlers
+	 * (a run that fails at start stops it at once): nothing of its own
+	 * to clean up, and no interruption to report */
+	if (getpid() != reg_owner) {
+		signal(sig, SIG_DFL);
+		raise(sig);
+		_exit(1);
+	}
+	rc = write(2, msg, sizeof(msg) - 1);
 	(void)rc;
-	(void)sig;
 	pb_cleanup_run();
 	_exit(1);
 }
@@ -73,15 +84,44 @@ void pb_cleanup_install(void)
 	signal(SIGPIPE, SIG_IGN);
 }
 
-/* Async-signal-safe enough: kill, waitpid, nanosleep, unlink, rmdir. */
+/* The names first, so that a SIGKILL while the processes wind down (a
+ * test runner's, 0.5 s after its SIGTERM) leaves nothing behind: the
+ * memory of a pool unlinked while mapped goes with its last mapping. */
+static void unlink_names(bool forget)
+{
+	for (int i = 0; i < REG_MAX; i++) {
+		if (reg_shm[i][0]) {
+			shm_unlink(reg_shm[i]);
+			if (forget)
+				reg_shm[i][0] = '\0';
+		}
+		if (reg_path[i][0]) {
+			unlink(reg_path[i]);
+			if (forget)
+				reg_path[i][0] = '\0';
+		}
+	}
+}
+
+/* Async-signal-safe enough: kill, waitpid, nanosleep, unlink, rmdir.
+ * SIGINT, SIGTERM and SIGHUP wait until it is done: one that came during
+ * the cleanup at exit would end the process half-way (on_signal() finds
+ * it running and exits at once). */
 void pb_cleanup_run(void)
 {
+	sigset_t block, old;
 	uint64_t deadline;
 	bool left;
 
 	if (!reg_owner || getpid() != reg_owner || reg_running)
 		return;
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGHUP);
+	sigprocmask(SIG_BLOCK, &block, &old);
 	reg_running = 1;
+	unlink_names(false);
 	for (int i = 0; i < REG_MAX; i++)
 		if (reg_pids[i] > 0)
 			kill(reg_pids[i], SIGTERM);
@@ -113,16 +153,8 @@ void pb_cleanup_run(void)
 		waitpid(p, NULL, 0);
 		reg_pids[i] = 0;
 	}
-	for (int i = 0; i < REG_MAX; i++) {
-		if (reg_shm[i][0]) {
-			shm_unlink(reg_shm[i]);
-			reg_shm[i][0] = '\0';
-		}
-		if (reg_path[i][0]) {
-			unlink(reg_path[i]);
-			reg_path[i][0] = '\0';
-		}
-	}
+	/* again: one a child created after the first pass */
+	unlink_names(true);
 	if (reg_hook)
 		reg_hook();
 	reg_hook = NULL;
@@ -151,6 +183,7 @@ void pb_cleanup_run(void)
 		reg_dir[0] = '\0';
 	}
 	reg_running = 0;
+	sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
 void pb_track_pid(pid_t pid)

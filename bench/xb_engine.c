@@ -29,7 +29,6 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-#define EVENT_TIMEOUT_MS 60000   /* all events of one iteration */
 #define EVENT_SLOTS 4            /* the CUDA event ring */
 #define PING_TIMEOUT_MS 5000
 
@@ -82,12 +81,13 @@ static uint64_t *ch_row(uint64_t *a)
 	return xb_plan_row(plan, a, me->row);
 }
 
-/* Collects one event of `want` kind for every transfer; returns 0, or -1
- * with the reason in err. */
+/* Collects one event of `want` kind for every transfer, for at most the
+ * plan's event_wait_ms (the agents' bound on a transfer and then some:
+ * xb_opts.h); returns 0, or -1 with the reason in err. */
 static int ch_collect(enum pdx_event_kind want, uint64_t *times, char *err,
 		      size_t errlen)
 {
-	uint64_t deadline = pdx_now_ns() + EVENT_TIMEOUT_MS * 1000000ULL;
+	uint64_t deadline = pdx_now_ns() + plan->event_wait_ms * 1000000ULL;
 	uint32_t got = 0;
 	char *seen = calloc(plan->shape->conc, 1);
 
@@ -103,9 +103,14 @@ static int ch_collect(enum pdx_event_kind want, uint64_t *times, char *err,
 		int i;
 
 		if (now >= deadline) {
-			snprintf(err, errlen, "%u of %u %s events after %d s", got,
-				 plan->shape->conc, want == PDX_EVENT_SENT ? "sent" : "received",
-				 EVENT_TIMEOUT_MS / 1000);
+			snprintf(err, errlen,
+				 "%u of %u %s events in %.1f s, and no failure "
+				 "from the agent (the wait is --xfer-timeout-ms "
+				 "+ layers x --layer-ms + %.0f s)",
+				 got, plan->shape->conc,
+				 want == PDX_EVENT_SENT ? "sent" : "received",
+				 (double)plan->event_wait_ms / 1000,
+				 XB_EVENT_GRACE_MS / 1000.0);
 			free(seen);
 			return -1;
 		}

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -255,6 +256,19 @@ static int agent_port(const int *ports, int i)
 	xb_fail("no free TCP port on 127.0.0.1");
 }
 
+/* The run's part of its pools' names. The pid alone is not unique on a
+ * /dev/shm that PID namespaces share (two runs in containers are both
+ * PID 1; the second found the first's pools held), as pdx-engine found
+ * (engine/main.c, pool_name()). */
+static uint32_t run_tag(void)
+{
+	static uint32_t tag;
+
+	if (!tag && getrandom(&tag, sizeof(tag), 0) != sizeof(tag))
+		tag = (uint32_t)pdx_now_ns();
+	return tag;
+}
+
 /* k's agent, its engine link an ipc:// socket in dir and its log a file
  * there. */
 static void agent_start(struct xb_node *k, const struct xb_opts *o,
@@ -264,8 +278,9 @@ static void agent_start(struct xb_node *k, const struct xb_opts *o,
 	char path[4200], listen[64];
 	int log_wfd;
 
-	snprintf(k->shm_name, sizeof(k->shm_name), "/pdx-xb-%d-%c%d",
-		 (int)getpid(), k->tag, k->row);
+	snprintf(k->shm_name, sizeof(k->shm_name),
+		 "/" XB_SHM_PREFIX "%d-%08x-%c%d", (int)getpid(), run_tag(),
+		 k->tag, k->row);
 	if (!o->cuda)
 		pb_track_shm(k->shm_name);
 	snprintf(path, sizeof(path), "%s/%c%d.engine", dir,

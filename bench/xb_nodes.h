@@ -25,6 +25,11 @@
 
 #define XB_NODES_MAX (3 * XB_TP_MAX)
 
+/* The engines' KV pools are /dev/shm/pdx-xb-PID-RANDOM-TAGROW (PID the
+ * parent's, RANDOM the run's); a run sweeps those of killed runs at
+ * start. */
+#define XB_SHM_PREFIX "pdx-xb-"
+
 struct xb_node {
 	const char *role; /* "prefill", "decode" */
 	char tag;         /* 'P', 'D': in its file names */

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,9 @@ static void usage(FILE *f)
 		"                         recv names every prefill rank); a transfer ends\n"
 		"                         at the last decode rank's \"received\"\n"
 		"  --order NHD|HND        the order inside a block (default NHD)\n"
-		"  --xfer-timeout-ms N    passed to the agents (default: theirs)\n"
+		"  --xfer-timeout-ms N    passed to the agents (default: theirs, %d);\n"
+		"                         the engines wait for a transfer's events N +\n"
+		"                         layers x --layer-ms + %d ms at most\n"
 		"  --agent-arg ARG        one more argument for every agent, after the\n"
 		"                         others (repeatable, 8 at most), e.g.\n"
 		"                         --agent-arg=--heartbeat-ms --agent-arg=50\n"
@@ -100,7 +103,8 @@ static void usage(FILE *f)
 		"d2h_gbps = cudaMemcpy of one transfer's bytes device to device and\n"
 		"device to pinned host on that GPU (median of %d, timed by CUDA events);\n"
 		"d2d_ratio, d2h_ratio = gbps / them.\n",
-		pdx_model_names(), XB_TP_MAX, ONE_BLOCK_WARMUP,
+		pdx_model_names(), XB_TP_MAX, XB_AGENT_XFER_TIMEOUT_MS,
+		XB_EVENT_GRACE_MS, ONE_BLOCK_WARMUP,
 		ONE_BLOCK_LAYER_MS, YARD_REPS);
 }
 
@@ -405,3 +409,18 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 		o->seed = pdx_now_ns() ^ ((uint64_t)getpid() << 40);
 }
 
+double xb_opts_layer_ms(const struct xb_opts *o)
+{
+	/* --one-block's layers come ONE_BLOCK_LAYER_MS apart unless told */
+	return o->one_block && o->layer_ms == 0 ? ONE_BLOCK_LAYER_MS :
+						   o->layer_ms;
+}
+
+uint64_t xb_opts_event_wait_ms(const struct xb_opts *o)
+{
+	uint64_t t = o->xfer_timeout_ms ? o->xfer_timeout_ms :
+					  XB_AGENT_XFER_TIMEOUT_MS;
+
+	return t + (uint64_t)ceil(o->model->layers * xb_opts_layer_ms(o)) +
+	       XB_EVENT_GRACE_MS;
+}

@@ -19,6 +19,16 @@
 
 #define XB_AGENT_ARGS_MAX 8
 
+/* How long an engine waits for one iteration's "received" (decode) or
+ * "sent" (prefill) events: the agents' bound on a transfer
+ * (--xfer-timeout-ms, else XB_AGENT_XFER_TIMEOUT_MS, pdx-agent's default),
+ * plus the modeled compute (layers x --layer-ms), plus XB_EVENT_GRACE_MS
+ * for an agent's "failed" to arrive after its own bound. Past it the run
+ * fails saying so (an agent that neither finished nor failed the
+ * transfer). */
+#define XB_AGENT_XFER_TIMEOUT_MS 30000
+#define XB_EVENT_GRACE_MS 5000
+
 struct xb_opts {
 	const char *tls;
 	const char *ucx_tls;
@@ -54,5 +64,11 @@ struct xb_opts {
 /* Fills o from argv (o zeroed by the caller); --help prints and exits 0,
  * anything wrong exits 2. */
 void xb_opts_parse(int argc, char **argv, struct xb_opts *o);
+
+/* The longest modeled compute per layer of the run, ms: --layer-ms, or
+ * --one-block's own spacing. */
+double xb_opts_layer_ms(const struct xb_opts *o);
+/* The engines' wait for one iteration's events, ms (above). */
+uint64_t xb_opts_event_wait_ms(const struct xb_opts *o);
 
 #endif

@@ -50,6 +50,9 @@ struct xb_plan {
 	uint32_t rows;          /* engines: the stamps' rows */
 	struct xb_shape *shape; /* this iteration's */
 	uint32_t pool_blocks;
+	/* how long an engine waits for an iteration's events, and the parent
+	 * for the engines' acks of them: xb_opts_event_wait_ms() */
+	uint64_t event_wait_ms;
 	struct pdx_xfer_id *ids; /* [conc] */
 	uint64_t *seeds;         /* [conc] */
 	uint32_t *src;           /* [conc][nblocks], P's blocks */

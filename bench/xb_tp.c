@@ -45,6 +45,11 @@ void xb_tp_round(struct xb_plan *plan, const struct xb_side *pre,
 	struct xb_node *all[2 * XB_TP_MAX];
 	struct xb_ack acks[2 * XB_TP_MAX];
 	uint32_t np = pre->size, nd = dec->size;
+	/* P acks after its compute and its wait for "sent"; D after its wait
+	 * for "received", begun before P's compute: never cut short here
+	 * what an engine still waits for */
+	uint64_t xfer_ms = plan->event_wait_ms +
+			   (uint64_t)(plan->model->layers * layer_ms) + 10000;
 
 	for (uint32_t i = 0; i < np; i++)
 		xb_node_cmd(pre->rank[i], CMD_FILL, iter, layer_ms, NULL);
@@ -62,7 +67,9 @@ void xb_tp_round(struct xb_plan *plan, const struct xb_side *pre,
 			    send_peer(pre, dec, i));
 	memcpy(all, dec->rank, nd * sizeof(*all));
 	memcpy(all + nd, pre->rank, np * sizeof(*all));
-	xb_nodes_wait(all, (int)(nd + np), acks, ACK_TIMEOUT_MS, "transfer");
+	xb_nodes_wait(all, (int)(nd + np), acks,
+		      (int)(xfer_ms > ACK_TIMEOUT_MS ? xfer_ms : ACK_TIMEOUT_MS),
+		      "transfer");
 	/* only now: a rank that checks its bytes while another still
 	 * receives would take the CPU its copies need */
 	for (uint32_t j = 0; j < nd; j++)

@@ -35,6 +35,7 @@
 #include "bench/xb_tp.h"
 #include "bench/xfer_cuda.h"
 #include "common/log.h"
+#include "common/shm_object.h"
 
 /* --mem cuda: whether the device is there, asked in a child that exits,
  * so that this process, which forks the engines later, never initialises
@@ -89,6 +90,19 @@ static void shm_check(const struct xb_opts *o, const struct xb_plan *plan,
 			   ns->n, (double)need / 1073741824.0);
 }
 
+/* Pools left in /dev/shm by runs that were killed (SIGKILL: no cleanup
+ * runs), before counting the room for ours. Our engines' pools are
+ * locked while they live (common/shm_object.h), so another run's stay. */
+static void shm_sweep(void)
+{
+	int n = pdx_shm_object_sweep(XB_SHM_PREFIX,
+				     PDX_SHM_OBJECT_SWEEP_MIN_AGE_S);
+
+	if (n)
+		fprintf(stderr, "pdx-xferbench: removed %d KV pool(s) left in /dev/shm by runs that were killed\n",
+			n);
+}
+
 /* The prefill ranks, and the decode ranks of each TP size the arms ask
  * for: an arm of the first arm's size shares its ranks. */
 static void sides_add(struct xb_run *run, struct xb_nodes *ns)
@@ -131,6 +145,13 @@ int main(int argc, char **argv)
 	plan.conc = o.arm[0].conc;
 	plan.nblocks = o.arm[0].nblocks;
 	plan.pool_blocks = plan.conc * plan.nblocks + 4;
+	plan.event_wait_ms = xb_opts_event_wait_ms(&o);
+	fprintf(stderr, "pdx-xferbench: a transfer's events waited for %.0f s at most (--xfer-timeout-ms %u%s + %u layers x %g ms + %d s)\n",
+		(double)plan.event_wait_ms / 1000,
+		o.xfer_timeout_ms ? o.xfer_timeout_ms : XB_AGENT_XFER_TIMEOUT_MS,
+		o.xfer_timeout_ms ? "" : ", the agents' default",
+		o.model->layers, xb_opts_layer_ms(&o),
+		XB_EVENT_GRACE_MS / 1000);
 	run.o = &o;
 	run.plan = &plan;
 	run.rng = o.seed;
@@ -143,6 +164,7 @@ int main(int argc, char **argv)
 	}
 	sides_add(&run, &nodes);
 	plan.rows = (uint32_t)nodes.n;
+	shm_sweep();
 	shm_check(&o, &plan, &nodes);
 	for (uint32_t a = 0; a < run.n_arms; a++) {
 		run.arm[a].res.lat_ms = calloc((size_t)o.iters * o.concurrency,
