@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/fnv.h"
 #include "common/log.h"
+#include "common/shm_object.h"
 
 void h_note(const char *fmt, ...)
 {
@@ -165,6 +166,9 @@ int h_setup(struct h_env *env, int argc, char **argv, const struct h_opts *o)
 		dm.head_dim = env->o.d_head_dim;
 	if (pb_tmpdir(env->dir, sizeof(env->dir)))
 		return -1;
+	/* the pools of tests that were SIGKILLed (a runner's timeout) */
+	pdx_shm_object_sweep("pdx-test-", PDX_SHM_OBJECT_SWEEP_MIN_AGE_S);
+	pdx_shm_object_sweep("pdx-tp-", PDX_SHM_OBJECT_SWEEP_MIN_AGE_S);
 	snprintf(name, sizeof(name), "/pdx-test-%d-P", (int)getpid());
 	if (pb_pool_create(&env->p.pool, name, m, env->o.pool_blocks))
 		return -1;
