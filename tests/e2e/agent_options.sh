@@ -166,29 +166,64 @@ kill "$PID_http"
 
 # GPU staging left in /dev/shm by an agent that died (kill -9: 256 MiB
 # each) is removed by the next agent's start; one a live agent holds
-# (its lock) is not. Named as agents name theirs (agent/staged.c). Any
-# agent that starts as root sweeps, those of tests run beside this one
-# too: a dead one another swept first is made again (3 tries).
-dead=/dev/shm/pdx-staging-$$-dead live=/dev/shm/pdx-staging-$$-live
-head -c 4096 /dev/zero >"$live" || fail "cannot write in /dev/shm"
-# the holder is the sleep itself (exec), holding the lock on fd 8
-(exec 8<>"$live" && flock 8 && exec sleep 60) </dev/null >/dev/null 2>&1 &
-holder=$!
+# (its lock) is not. Named as agents name theirs (agent/staged.c).
+# As root, in a /dev/shm of the test's own (a mount namespace, kept by
+# the holder of the live one's lock; the agent entered into it): any
+# agent that starts as root sweeps, and with the host's /dev/shm shared,
+# those of tests run beside this one (another suite, another checkout)
+# swept the dead one first, three tries in a row under load, and the
+# agent here had nothing to say. Elsewhere, the host's /dev/shm, a dead
+# one another swept first made again (3 tries).
 ok=0
-for _ in 1 2 3; do
-	head -c 4096 /dev/zero >"$dead" || fail "cannot write in /dev/shm"
+if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null && command -v nsenter >/dev/null; then
+	# (the holder: the sleep itself (exec), holding the lock on fd 8)
+	unshare -m sh -c 'mount -t tmpfs -o size=256m tmpfs /dev/shm &&
+		head -c 4096 /dev/zero >/dev/shm/pdx-staging-1-dead &&
+		exec 8<>/dev/shm/pdx-staging-1-live && flock 8 && exec sleep 60' \
+		</dev/null >/dev/null 2>&1 &
+	holder=$!
+	ns() { nsenter -t "$holder" -m "$@"; }
+	for _ in $(seq 50); do
+		ns test -e /dev/shm/pdx-staging-1-live 2>/dev/null &&
+			! ns flock -n /dev/shm/pdx-staging-1-live true 2>/dev/null && break
+		sleep 0.1
+	done
+	ns test -e /dev/shm/pdx-staging-1-dead || fail "no /dev/shm of the test's own"
 	sleep 1.2 # older than the sweep's bound
-	[ -e "$dead" ] || continue
+	AGENT_WRAP=(nsenter -t "$holder" -m --wd="$PWD") # (AGENT may be relative)
 	agent_start g
+	AGENT_WRAP=()
 	for _ in $(seq 50); do grep -q "ready:" "$E2E_TMP/agent_g.log" && break; sleep 0.1; done
 	named_stop agent_g
-	[ ! -e "$dead" ] || { echo "FAIL: a dead agent's staging was not removed"; break; }
-	grep -q "removed [1-9][0-9]* staging buffer(s) left in /dev/shm" "$E2E_TMP/agent_g.log" &&
-		{ ok=1; break; }
-done
-[ $ok = 1 ] || echo "FAIL: the sweep is not logged: $(tail -3 "$E2E_TMP/agent_g.log")"
-[ -e "$live" ] || { ok=0; echo "FAIL: a live agent's staging was removed"; }
-kill "$holder"
-rm -f "$dead" "$live"
+	ok=1
+	! ns test -e /dev/shm/pdx-staging-1-dead ||
+		{ ok=0; echo "FAIL: a dead agent's staging was not removed"; }
+	grep -q "removed 1 staging buffer(s) left in /dev/shm" "$E2E_TMP/agent_g.log" ||
+		{ ok=0; echo "FAIL: the sweep is not logged: $(tail -3 "$E2E_TMP/agent_g.log")"; }
+	ns test -e /dev/shm/pdx-staging-1-live ||
+		{ ok=0; echo "FAIL: a live agent's staging was removed"; }
+	kill "$holder"
+else
+	dead=/dev/shm/pdx-staging-$$-dead live=/dev/shm/pdx-staging-$$-live
+	head -c 4096 /dev/zero >"$live" || fail "cannot write in /dev/shm"
+	# the holder is the sleep itself (exec), holding the lock on fd 8
+	(exec 8<>"$live" && flock 8 && exec sleep 60) </dev/null >/dev/null 2>&1 &
+	holder=$!
+	for _ in 1 2 3; do
+		head -c 4096 /dev/zero >"$dead" || fail "cannot write in /dev/shm"
+		sleep 1.2 # older than the sweep's bound
+		[ -e "$dead" ] || continue
+		agent_start g
+		for _ in $(seq 50); do grep -q "ready:" "$E2E_TMP/agent_g.log" && break; sleep 0.1; done
+		named_stop agent_g
+		[ ! -e "$dead" ] || { echo "FAIL: a dead agent's staging was not removed"; break; }
+		grep -q "removed [1-9][0-9]* staging buffer(s) left in /dev/shm" "$E2E_TMP/agent_g.log" &&
+			{ ok=1; break; }
+	done
+	[ $ok = 1 ] || echo "FAIL: the sweep is not logged: $(tail -3 "$E2E_TMP/agent_g.log")"
+	[ -e "$live" ] || { ok=0; echo "FAIL: a live agent's staging was removed"; }
+	kill "$holder"
+	rm -f "$dead" "$live"
+fi
 [ $ok = 1 ] || fail "staging sweep"
 echo ok

@@ -46,11 +46,26 @@ waiting() {
 	done
 }
 
+# wanted LOG: returns once the agent logging to LOG met P's agent (its
+# hello answered): it sends its want at that moment (agent/handshake.c,
+# xfers_peer_ready), and from then on P's agent may write the blocks.
+# A fixed sleep here (0.5 s, 1 s) was not enough on a loaded machine: P's
+# agent, frozen before it answered the hello, had been sent no want, and
+# the receive's abort rightly freed the blocks at once (nothing could land
+# in them), which the checks below took for the defect.
+wanted() {
+	for _ in $(seq 100); do
+		grep -q "peer $PEER_P ready" "$1" && return 0
+		sleep 0.1
+	done
+	fail "$1: its agent did not meet P's in 10 s: $(tail -3 "$1")"
+}
+
 # D waits for a transfer P's engine has not begun
 waiting "$PORT_D" "$E2E_TMP/d0"
 held=$(used "$PORT_D")
 [ "$held" -gt 0 ] || fail "D's request holds no blocks while it waits"
-sleep 0.5 # the want reaches P's agent
+wanted "$E2E_TMP/agent_d.log"
 
 kill -STOP "$PID_agent_p"
 kill "$client"
@@ -84,16 +99,23 @@ wait "$d"
 grep -q '"finish_reason"' "$E2E_TMP/d" || fail "D after the abort: $(cat "$E2E_TMP/d")"
 
 # The same when D's own bound (--kv-timeout-ms) ends the wait: E (a
-# decode engine with a bound of 2.5 s) aborts the receive at its agent
+# decode engine with a bound of 4 s) aborts the receive at its agent
 # and waits for the event; with P's agent frozen, its request is still
 # unanswered and its blocks held past the bound (before: a 502
 # and the blocks free, or recomputed, at once); once P's agent runs, the
-# request fails (on_failure fail) and every block is free.
-pd_engine_start E decode --time-scale 0 --kv-timeout-ms 2500
+# request fails (on_failure fail) and every block is free. The bound
+# leaves room for the new pair of agents' hellos under load (they must
+# come before it for the want to be sent), and the freeze lasts until
+# a second past it, counted from the request.
+pd_engine_start E decode --time-scale 0 --kv-timeout-ms 4000
+t0=$(date +%s%N)
 waiting "$PORT_E" "$E2E_TMP/e" ', "on_failure": "fail"'
-sleep 1 # the want reaches P's agent (a new pair of agents: their hellos first)
+wanted "$E2E_TMP/agent_e.log"
 kill -STOP "$PID_agent_p"
-sleep 2.5
+grep -q "no event in time" "$E2E_TMP/E.log" &&
+	fail "E's bound passed before its agent met P's: $(tail -3 "$E2E_TMP/agent_e.log")"
+left=$((5000 - ($(date +%s%N) - t0) / 1000000))
+[ $left -gt 0 ] && sleep "$(printf '%d.%03d' $((left / 1000)) $((left % 1000)))"
 now=$(used "$PORT_E")
 alive=$(kill -0 "$client" 2>/dev/null && echo yes)
 kill -CONT "$PID_agent_p"

@@ -13,7 +13,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 BUILD=$(cd "$1" && pwd)
 DEMO="$HERE/../../scripts/demo"
 
-left() { pgrep -f "ipc:///tmp/pdx-demo\." || true; }
+# (this build's only: a demo of another build dir on the host, a suite
+# of another checkout run beside this one, is not this test's)
+left() { pgrep -f "^$BUILD/.*ipc:///tmp/pdx-demo\." || true; }
 
 # demo_fail FLOW WHY: the demo's own logs' last lines, then fail
 demo_fail() {

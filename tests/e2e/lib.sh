@@ -29,8 +29,18 @@ cleanup() {
 	[ -n "$ENGINE_PID" ] && wait "$ENGINE_PID" 2>/dev/null
 	# (a process the test had stopped, SIGSTOP, takes its SIGTERM only
 	# once it runs again: a check that failed while one was stopped
-	# hung here until meson's timeout)
-	for p in $E2E_PIDS; do kill "$p" 2>/dev/null && kill -CONT "$p" 2>/dev/null; done
+	# hung here until meson's timeout) It is resumed before its SIGTERM,
+	# and only if stopped: a SIGCONT sent after the SIGTERM could reach
+	# a process already exiting, where LeakSanitizer (ASan builds) stops
+	# it for its leak scan (ptrace attach: a SIGSTOP), and discard that
+	# SIGSTOP: its tracer waited for a stop that never came, the process
+	# for its tracer, both for ever (proxy_models, meson's timeout, under
+	# load)
+	for p in $E2E_PIDS; do
+		[ "$(sed 's/.*) \(.\).*/\1/' "/proc/$p/stat" 2>/dev/null)" = T ] &&
+			kill -CONT "$p" 2>/dev/null
+		kill "$p" 2>/dev/null
+	done
 	for p in $E2E_PIDS; do wait "$p" 2>/dev/null; done
 	# E2E_KEEP=1: the logs stay, for a failure's post-mortem
 	if [ -n "${E2E_KEEP:-}" ]; then
