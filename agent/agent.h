@@ -181,6 +181,16 @@ struct remote_region {
 	void *dptr; /* cuda-ipc: the region opened here */
 };
 
+/* An endpoint of a dropped handshake, and the rkeys unpacked on it,
+ * kept while transfers need it (peer_reset). */
+struct peer_ep_kept {
+	struct peer_ep_kept *next;
+	uint64_t kept_ns; /* since when */
+	struct pdx_ucx_ep *ep;
+	struct pdx_ucx_rkey **rkeys;
+	uint32_t n_rkeys;
+};
+
 enum peer_state { PEER_NEW, PEER_HELLO_SENT, PEER_READY, PEER_REFUSED };
 
 struct peer {
@@ -219,6 +229,9 @@ struct peer {
 	struct pdx_ucx_ep *ep;
 	struct remote_region *regions;
 	uint32_t n_regions;
+	/* endpoints of dropped handshakes kept, with their rkeys, while
+	 * transfers still need them (peer_reset) */
+	struct peer_ep_kept *ep_kept;
 	uint64_t hello_sent_ns;
 	uint64_t heard_ns; /* the last message from it */
 	bool watched;	   /* we had transfers with it at the last beat */
@@ -252,6 +265,9 @@ struct xfer {
 	struct peer *peer; /* the only agent this transfer may go to/come from */
 	uint64_t peer_instance; /* the peer's incarnation we began with */
 	uint64_t era; /* agent->retired when it began (engine_link.c) */
+	/* the endpoint of its peer's dropped handshake, kept while it needs
+	 * it (peer_reset) */
+	struct peer_ep_kept *ep_kept;
 	char peer_addr[PDX_ADDR_MAX];
 	uint32_t *blocks; /* ours, token order */
 	uint32_t *remote_blocks; /* the other side's: the receiver's (send),
@@ -295,6 +311,9 @@ struct xfer {
 	bool owe_stopped;
 	/* sender, or a pull's receiver: "abort" once its operations ended */
 	bool owe_abort;
+	/* sender: the endpoint flushed before that "stopped" or "abort"
+	 * (complete_stop_flush) */
+	bool stop_flushed;
 	uint32_t pull_layer;   /* pull's receiver: the next layer to read */
 	uint32_t timeout_ms;
 	struct event *timer;
@@ -330,6 +349,10 @@ struct xfer_ops {
 			  const struct pdx_xfer_id *xfer, const char *reason);
 	/* A leg or a group of legs decided its outcome (tp_legs.c). */
 	void (*legs_decided)(struct xfer *x);
+	/* Before a sender's owed "stopped" or "abort": true when a flush
+	 * of its endpoint began, at whose end x is released again
+	 * (complete.c); NULL: none. */
+	bool (*stop_flush)(struct xfer *x);
 };
 
 /* am_slice.c's state: buffers kept for packing, the packed bytes UCX has
@@ -430,6 +453,7 @@ struct agent {
 	int engine_msg_fd;
 	struct engine_watch engine_watch; /* the engine link's connections */
 	struct peer *peers;
+	unsigned peers_ep_kept; /* endpoints peer_reset() kept, all peers */
 	struct xfer *xfers;
 	/* transfers that gave the loop back and go on from it (xfer_yield) */
 	struct xfer *later;
@@ -558,8 +582,22 @@ pdx_status_t peer_send(struct agent *a, struct peer *p, const char *op,
 struct peer *peer_lookup(struct agent *a, const char *addr, bool create);
 /* Drops p's handshake: its regions, rkeys and UCX endpoint (closed by
  * force, so nothing more of ours lands there or of theirs here); the next
- * use says hello. */
+ * use says hello. An endpoint a transfer still needs (our operations in
+ * flight on it, a pull's gets among them; or the peer's gets of our
+ * memory, a pull we send whose "stopped" we await) is kept, with its
+ * rkeys, until it no longer does, or made no progress for
+ * --peer-timeout-ms; its errors are no longer p's. Closed, it cut the
+ * gets short: the receiver said "stopped" while the sender's UCX worker
+ * still had answers to them queued, read from memory the sender releases
+ * at that word, or the sender dropped the gets unanswered. */
 void peer_reset(struct agent *a, struct peer *p);
+/* peer_reset(), every endpoint of p closed, the kept ones too:
+ * operations on them end (a peer found lost, or stuck). */
+void peer_cut(struct agent *a, struct peer *p);
+/* Closes the endpoints peer_reset() kept that no transfer needs any
+ * more, or that made no progress for --peer-timeout-ms (after each turn
+ * of the loop). */
+void peers_kept_release(struct agent *a);
 /* Forgets p: its handshake, its DEALER, its entry. Only a peer no
  * transfer names (peers_mark_named). */
 void peer_free(struct agent *a, struct peer *p);
@@ -662,6 +700,10 @@ void complete_op_ended_cb(void *arg, pdx_status_t status);
 void complete_try_flush(struct xfer *x);
 /* The flush of the paths whose bytes UCX moves: its flush, then "done". */
 pdx_status_t complete_flush_ucx(struct xfer *x);
+/* xfer_ops.stop_flush: a sender's endpoint flushed before its "stopped"
+ * or "abort", where its bytes went by UCX (a put over TCP may still be
+ * on its way when it ended here). */
+bool complete_stop_flush(struct xfer *x);
 /* Receiver: once "done" came and what it announced arrived, success. */
 void complete_try_received(struct xfer *x);
 /* Receiver: the sender's "done" (either link) says what it sent. */

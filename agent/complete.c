@@ -159,6 +159,45 @@ pdx_status_t complete_flush_ucx(struct xfer *x)
 	return st;
 }
 
+static void stop_flush_done(void *arg, pdx_status_t status)
+{
+	struct xfer *x = arg;
+
+	xfer_unhold(x);
+	if (status)
+		log_debug("flush to %s before stopped: %s", x->peer_addr,
+			  pdx_status_str(status));
+	xfer_maybe_release(x);
+}
+
+/* A sender's "stopped" (or its own abort) tells the receiver that nothing
+ * of ours lands in its blocks any more, and a receiver whose engine is
+ * gone releases that memory at the word. Over TCP a put is an active
+ * message that the receiver's UCX worker applies when it reads it: one
+ * that ended here may still be on its way, and the decode agent wrote it
+ * into the unmapped memory (SIGSEGV in ucp_put_handler; its engine killed
+ * mid-push). A flush of the endpoint ends once the receiver applied every
+ * put, so the word waits for it. Only on an endpoint that reports its
+ * peer's failure (a flush to a dead peer without it never ends); a flush
+ * that fails (the peer gone) lets the word go. */
+bool complete_stop_flush(struct xfer *x)
+{
+	struct pdx_ucx_ep *ep;
+
+	if (x->stop_flushed || x->role != XFER_SEND || x->pull || !x->bytes ||
+	    !x->peer || !x->peer->ops || !x->peer->ops->flush)
+		return false;
+	x->stop_flushed = true;
+	/* the endpoint its operations went on: kept for them, or its peer's */
+	ep = x->ep_kept ? x->ep_kept->ep : x->peer->ep;
+	if (!ep || !pdx_ucx_ep_reports_errors(ep) ||
+	    pdx_ucx_flush(ep, stop_flush_done, x))
+		return false;
+	log_debug("flush to %s before stopped", x->peer_addr);
+	xfer_hold(x);
+	return true;
+}
+
 /* "done" only after every byte is at the receiver: UCX operations are
  * flushed first (the path's flush); ipc copies are complete when they
  * return, cuda-ipc ones when their stream callback ran. */

@@ -66,7 +66,7 @@ static void peer_lost(struct agent *a, struct peer *p, const char *why)
 	 * our engine may reuse now, nor hold ours: the endpoint goes. A
 	 * hello goes out at once, so a peer that was only stopped finds a
 	 * fresh handshake waiting when it runs again. */
-	peer_reset(a, p);
+	peer_cut(a, p);
 	peer_get(a, p->addr);
 }
 
@@ -88,7 +88,10 @@ static bool stuck_peers(struct agent *a, uint64_t now, uint64_t bound)
 			x->peer->ucx_done_ns = x->op_done_ns;
 	}
 	HASH_ITER(hh, a->xfers, x, tmp) {
+		/* (those on an endpoint kept for them have its bound:
+		 * peer.c; the peer's new handshake is not theirs) */
 		if (x->finished && x->inflight && peer_known(x->peer) &&
+		    !x->ep_kept &&
 		    now - x->ended_ns > bound &&
 		    now - x->peer->ucx_done_ns > bound)
 			any = x->peer->stuck = true;
@@ -193,7 +196,7 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 				 p->addr,
 				 (unsigned long long)((now - p->heard_ns) / 1000000));
 			p->watched = false;
-			peer_reset(a, p);
+			peer_cut(a, p);
 			continue;
 		}
 		send_ping(a, p);

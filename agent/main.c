@@ -379,6 +379,7 @@ void agent_settle(struct agent *a)
 	else if (more == PDX_UCX_POLL && !evtimer_pending(a->ucx_poll_ev, NULL))
 		evtimer_add(a->ucx_poll_ev, &UCX_POLL);
 	xfers_reap(a);
+	peers_kept_release(a);
 	registrations_left_release(a);
 }
 
@@ -389,6 +390,7 @@ static const struct xfer_ops xfer_ops = {
 	.notify = notify_xfer,
 	.tell_peer = peer_send_to_addr,
 	.legs_decided = tp_legs_decided,
+	.stop_flush = complete_stop_flush,
 };
 
 static void on_ready(evutil_socket_t fd, short what, void *arg)

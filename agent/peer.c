@@ -15,8 +15,144 @@
 /* Peers known at once at most (peer_make_room()). */
 #define PEERS_MAX 512
 
+static void ep_kept_close(struct peer_ep_kept *k)
+{
+	for (uint32_t i = 0; i < k->n_rkeys; i++)
+		pdx_ucx_rkey_free(k->rkeys[i]);
+	free(k->rkeys);
+	pdx_ucx_ep_close(k->ep);
+	free(k);
+}
+
+/* Whether x needs its peer's endpoint: operations of ours in flight on
+ * it, or the peer's gets of our memory (a pull we send, the peer's
+ * "stopped" awaited): our worker answers them as they come on the
+ * endpoint's connection, and drops one whose endpoint it closed, unheard
+ * of (over TCP the connection may stay, the peer's own endpoints on it):
+ * the peer's get never ended. */
+static bool ep_needed(const struct xfer *x)
+{
+	return x->inflight ||
+	       (x->role == XFER_SEND && x->pull && x->await_stopped);
+}
+
+/* Whether p's endpoint is needed: those of its transfers that need it
+ * now are marked as on k. */
+static bool ep_in_use(struct agent *a, struct peer *p, struct peer_ep_kept *k)
+{
+	struct xfer *x, *tmp;
+	bool used = false;
+
+	HASH_ITER(hh, a->xfers, x, tmp) {
+		if (x->peer != p || !ep_needed(x) || x->ep_kept)
+			continue;
+		x->ep_kept = k;
+		used = true;
+	}
+	return used;
+}
+
+/* A pull's receiver that closed its endpoint at its sender's "gone" cut
+ * its gets short and said "stopped" at once, while the sender's UCX
+ * worker (over TCP) still had answers to them queued: the sender let go
+ * of the dead engine's memory at that word, and its worker's next answer
+ * read unmapped memory (SIGSEGV). Kept, the gets end as the sender's
+ * worker answers them, and "stopped" comes after. The sender, its new
+ * engine's handshake made, keeps its old endpoint for them likewise. */
+static bool ep_keep(struct agent *a, struct peer *p)
+{
+	struct peer_ep_kept *k = calloc(1, sizeof(*k));
+	struct pdx_ucx_rkey **rkeys = calloc(p->n_regions + 1, sizeof(*rkeys));
+
+	/* (out of memory: closed, as before) */
+	if (!k || !rkeys || !ep_in_use(a, p, k)) {
+		free(rkeys);
+		free(k);
+		return false;
+	}
+	k->rkeys = rkeys;
+	k->ep = p->ep;
+	k->kept_ns = pdx_now_ns();
+	pdx_ucx_ep_mute(k->ep); /* a new handshake's transfers are not its */
+	for (uint32_t i = 0; i < p->n_regions; i++) {
+		k->rkeys[k->n_rkeys++] = p->regions[i].rkey;
+		p->regions[i].rkey = NULL;
+	}
+	k->next = p->ep_kept;
+	p->ep_kept = k;
+	a->peers_ep_kept++;
+	log_debug("peer %s: our endpoint to it kept until our operations on "
+		  "it ended", p->addr);
+	return true;
+}
+
+/* Whether transfers still need k, and it is not stuck: an operation of
+ * theirs finished within --peer-timeout-ms (or k was kept since). Stuck
+ * (the peer frozen, its data connection cut), k is closed, which ends
+ * them, as for a peer found lost (liveness.c): a peer whose handshake was
+ * dropped is not watched for silence. */
+static bool ep_kept_used(struct agent *a, struct peer *p,
+			 struct peer_ep_kept *k)
+{
+	uint64_t bound = (uint64_t)a->cfg.peer_timeout_ms * 1000000ULL;
+	uint64_t last = k->kept_ns, now;
+	struct xfer *x, *tmp;
+	bool used = false;
+
+	HASH_ITER(hh, a->xfers, x, tmp) {
+		if (x->ep_kept != k || !ep_needed(x))
+			continue;
+		used = true;
+		if (x->op_done_ns > last)
+			last = x->op_done_ns;
+	}
+	if (!used)
+		return false;
+	now = pdx_now_ns();
+	if (now - last <= bound)
+		return true;
+	log_warn("peer %s: our operations on the endpoint kept for them "
+		 "finished nothing in %u ms: it is closed, which ends them",
+		 p->addr, a->cfg.peer_timeout_ms);
+	return false;
+}
+
+static void ep_kept_drop(struct agent *a, struct peer *p, bool all)
+{
+	struct peer_ep_kept **kp = &p->ep_kept;
+
+	while (*kp) {
+		struct peer_ep_kept *k = *kp;
+		struct xfer *x, *tmp;
+
+		if (!all && ep_kept_used(a, p, k)) {
+			kp = &k->next;
+			continue;
+		}
+		HASH_ITER(hh, a->xfers, x, tmp)
+			if (x->ep_kept == k)
+				x->ep_kept = NULL;
+		*kp = k->next;
+		a->peers_ep_kept--;
+		ep_kept_close(k);
+	}
+}
+
+void peers_kept_release(struct agent *a)
+{
+	struct peer *p, *tmp;
+
+	if (!a->peers_ep_kept)
+		return;
+	HASH_ITER(hh, a->peers, p, tmp)
+		if (p->ep_kept)
+			ep_kept_drop(a, p, false);
+}
+
 void peer_reset(struct agent *a, struct peer *p)
 {
+	bool kept = p->ep && ep_keep(a, p); /* its rkeys with it */
+
 	for (uint32_t i = 0; i < p->n_regions; i++) {
 		pdx_ucx_rkey_free(p->regions[i].rkey);
 		if (p->regions[i].map)
@@ -30,7 +166,8 @@ void peer_reset(struct agent *a, struct peer *p)
 	staged_peer_gone(a, p);
 	staged_peer_unmap(a, p);
 	p->staged_shared = false;
-	pdx_ucx_ep_close(p->ep);
+	if (!kept)
+		pdx_ucx_ep_close(p->ep);
 	p->ep = NULL;
 	p->ep_failed = false;
 	p->ep_renew = false;
@@ -40,9 +177,15 @@ void peer_reset(struct agent *a, struct peer *p)
 	p->instance = 0;
 }
 
-void peer_free(struct agent *a, struct peer *p)
+void peer_cut(struct agent *a, struct peer *p)
 {
 	peer_reset(a, p);
+	ep_kept_drop(a, p, true);
+}
+
+void peer_free(struct agent *a, struct peer *p)
+{
+	peer_cut(a, p);
 	zmq_close(p->dealer);
 	HASH_DEL(a->peers, p);
 	free(p);

@@ -244,15 +244,19 @@ static void abort_heard(struct agent *a, struct peer *p,
 		  refused ? "refused" : "aborted", p->addr, reason);
 }
 
-/* Our send of id to p still has operations in flight: "stopped" goes
- * once they ended (xfer_maybe_release); true then. */
+/* Our send of id to p still has operations in flight, or moved bytes
+ * whose operations ended here, perhaps still on their way (a put over
+ * TCP: complete_stop_flush): "stopped" goes once they ended, and the
+ * endpoint was flushed (xfer_maybe_release); true then. */
 static bool stopped_owed(struct agent *a, struct peer *p,
 			 const struct pdx_xfer_id *id)
 {
 	struct xfer *x = xfer_find(a, id);
 
-	if (!x || x->role != XFER_SEND || !x->inflight ||
-	    strcmp(x->peer_addr, p->addr) != 0)
+	if (!x || x->role != XFER_SEND || strcmp(x->peer_addr, p->addr) != 0)
+		return false;
+	if (!x->inflight && (x->finished || x->pull || !x->bytes || x->tp ||
+			     x->group))
 		return false;
 	x->owe_stopped = true;
 	return true;

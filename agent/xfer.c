@@ -308,6 +308,9 @@ void xfer_maybe_release(struct xfer *x)
 
 	if (!x->finished || x->inflight || x->released || x->await_stopped)
 		return;
+	if ((x->owe_stopped || x->owe_abort) && a->xfer_ops->stop_flush &&
+	    a->xfer_ops->stop_flush(x))
+		return; /* the word goes at the flush's end */
 	/* what the peer is owed now that nothing of ours can still land in
 	 * its memory */
 	if (x->owe_stopped)

@@ -656,6 +656,17 @@ static void ep_closed(void *request, ucs_status_t status, void *user_data)
 	ucp_request_free(request);
 }
 
+bool pdx_ucx_ep_reports_errors(const struct pdx_ucx_ep *e)
+{
+	return !e->kept;
+}
+
+void pdx_ucx_ep_mute(struct pdx_ucx_ep *e)
+{
+	if (e)
+		e->err_cb = NULL;
+}
+
 void pdx_ucx_ep_close(struct pdx_ucx_ep *e)
 {
 	ucp_request_param_t p = {

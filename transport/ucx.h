@@ -121,6 +121,13 @@ pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
  * until pdx_ucx_stop(). NULL-safe. */
 void pdx_ucx_ep_close(struct pdx_ucx_ep *ep);
 
+/* Its error callback fires no more (it stays usable until closed). */
+void pdx_ucx_ep_mute(struct pdx_ucx_ep *ep);
+
+/* Whether it was made with peer_errors: an operation on it ends (in
+ * error) once the peer is found dead. */
+bool pdx_ucx_ep_reports_errors(const struct pdx_ucx_ep *ep);
+
 pdx_status_t pdx_ucx_rkey_unpack(struct pdx_ucx_ep *ep, const void *buf,
 				 size_t len, struct pdx_ucx_rkey **out);
 void pdx_ucx_rkey_free(struct pdx_ucx_rkey *rk);

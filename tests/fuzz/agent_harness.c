@@ -346,6 +346,18 @@ pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
 	return PDX_OK;
 }
 
+bool pdx_ucx_ep_reports_errors(const struct pdx_ucx_ep *ep)
+{
+	(void)ep;
+	return true;
+}
+
+void pdx_ucx_ep_mute(struct pdx_ucx_ep *ep)
+{
+	if (ep)
+		ep->err_cb = NULL;
+}
+
 void pdx_ucx_ep_close(struct pdx_ucx_ep *ep)
 {
 	struct pdx_ucx_ep **pp;

@@ -22,19 +22,32 @@
     stopped: it waited until no transfer at all was in use, the new
     engine's included, which under steady load could be never.
   - A's engine exits while B pulls from it by UCX get (the put lane,
-    --data-path put): A's UCX worker answers B's gets from A's memory,
-    so A keeps it until B says its reads ended (B's "stopped", or its
-    own abort), and closes its UCX endpoint to B first, whatever its
-    worker queued for B with it. A unmapped the pool at once, and its
-    worker's next answer read unmapped memory: A died of SIGSEGV.
+    --data-path put), over shared memory and over TCP: A's UCX worker
+    answers B's gets from A's memory, so A keeps it until B says its
+    reads ended (B's "stopped", or its own abort). A unmapped the pool
+    at once, and its worker's next answer read unmapped memory: A died
+    of SIGSEGV. Over TCP B closed its endpoint to A at A's `gone`,
+    which cut its gets short, and said "stopped" at once, while A's
+    worker still had answers to them queued: A died of SIGSEGV (10 runs
+    in 10). B now keeps that endpoint until its gets ended.
   - Over TCP (the put lane), A's engine exits mid-push to B and a new
     engine registers at A at once: B's next transfer from it arrives,
     byte-exact. B makes its endpoint to A anew at A's new instance, and
     A its own to B at B's answer; A kept its old one, whose far end B had
     closed, and the new engine's pushes timed out (4 tries in 5). A first
     fix that closed A's endpoints at the engine's end crashed A inside
-    UCX's TCP transport (9 runs in 20; a reviewer's find). (Pull over
-    TCP is not tried here: see docs/reliability.md, its known limit.)
+    UCX's TCP transport (9 runs in 20; a reviewer's find). (With the old
+    engine's transfer pulled, new_engine_tcp(rig, pull=True), A lives
+    and the new engine's transfer arrives but for 2 runs in 20: the new
+    endpoints were found dead by UCX ("timed out") right after the
+    handshake, as they are in push now and then on the old agent too,
+    and the transfer on them failed; not run here.)
+  - Over TCP (the put lane), B's engine exits mid-push from A, five
+    times: B lives on and lets go of each pool. A said "stopped" once
+    its puts ended here, while some were still on their way (a put over
+    TCP is a message B's worker applies when it reads it): B released
+    the pool at that word and wrote the rest into unmapped memory
+    (SIGSEGV in ucp_put_handler, 6 runs in 10). A flushes first.
 
     engine_left.py PATH-TO-pdx-agent
 
@@ -219,7 +232,48 @@ def pull_sender_gone(rig):
               f"({maps_of(a.pid, ea.shm.name)} maps 5 s on)")
 
 
-def new_engine_tcp(rig):
+def receiver_gone_tcp(rig):
+    a, b = rig.agents
+    ea = rig.adopt(Engine(rig.ctx, f"pdx-left-{a.pid}-ra",
+                          f"ipc://{rig.tmp}/A.engine", P_SIZE))
+    ea.shm.buf[:] = b"\x5a" * P_SIZE
+    ra = ea.register(pull_layout())
+    check(ra and ra.get("op") == "registered", f"A's engine registers: {ra}")
+    blocks = list(range(0, P_BLOCKS, 2))
+    for i in range(PULL_TRIES):
+        eb = rig.adopt(Engine(rig.ctx, f"pdx-left-{a.pid}-rb{i}",
+                              f"ipc://{rig.tmp}/B.engine", P_SIZE))
+        rb = eb.register(pull_layout())
+        check(rb and rb.get("op") == "registered",
+              f"try {i}: B's engine registers: {rb}")
+        x = os.urandom(16)
+        eb.send({"op": "recv", "xfer": x, "peer": ra["peer"], "blocks": blocks})
+        ea.send({"op": "send", "xfer": x, "peer": rb["peer"], "blocks": blocks})
+        for layer in range(P_LAYERS):
+            ea.send({"op": "layer_done", "layer": layer, "xfers": [x]})
+        deadline = time.time() + 10
+        while not any(eb.shm.buf[:P_BB]) and time.time() < deadline:
+            time.sleep(0.0005)  # until A's puts began to land
+        began = any(eb.shm.buf[:P_BB])
+        eb.sock.close(linger=0)  # B's engine exits mid-push
+        ev = ea.event(x, 10000)
+        check(began and ev is not None,
+              f"try {i}: A's puts began ({began}), then its engine hears "
+              f"of the push: {ev and ev.get('kind')} {ev and ev.get('reason')}")
+        deadline = time.time() + 5
+        while b.poll() is None and maps_of(b.pid, eb.shm.name) and \
+                time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)  # what was still on its way is applied
+        check(b.poll() is None, f"try {i}: B lives on ({b.poll()})")
+        if b.poll() is not None:
+            return
+        check(maps_of(b.pid, eb.shm.name) == 0,
+              f"try {i}: B lets go of its dead engine's pool "
+              f"({maps_of(b.pid, eb.shm.name)} maps 5 s on)")
+
+
+def new_engine_tcp(rig, pull=False):
     a = rig.agents[0]
     eb = rig.adopt(Engine(rig.ctx, f"pdx-left-{a.pid}-tb",
                           f"ipc://{rig.tmp}/B.engine", P_SIZE))
@@ -235,7 +289,7 @@ def new_engine_tcp(rig):
               f"try {i}: A's engine registers: {ra}")
         x = os.urandom(16)
         eb.send({"op": "recv", "xfer": x, "peer": ra["peer"],
-                 "blocks": list(range(0, P_BLOCKS, 2))})
+                 "blocks": list(range(0, P_BLOCKS, 2)), "pull": pull})
         old.send({"op": "send", "xfer": x, "peer": rb["peer"],
                   "blocks": list(range(0, P_BLOCKS, 2))})
         for layer in range(P_LAYERS):
@@ -251,6 +305,9 @@ def new_engine_tcp(rig):
         check(rn and rn.get("op") == "registered",
               f"try {i}: a new engine at A registers: {rn}")
         check(eb.event(x, 10000) is not None, f"try {i}: B hears of the old one")
+        if not (rn and rn.get("op") == "registered"):
+            check(a.poll() is None, f"try {i}: A lives ({a.poll()})")
+            return
         y = os.urandom(16)
         eb.send({"op": "recv", "xfer": y, "peer": rn["peer"], "blocks": [1, 3]})
         new.send({"op": "send", "xfer": y, "peer": rb["peer"], "blocks": [5, 7]})
@@ -262,6 +319,8 @@ def new_engine_tcp(rig):
               f"try {i}: B's transfer from A's new engine arrives, its "
               f"bytes: {ev and ev.get('kind')} {ev and ev.get('reason')}")
         check(a.poll() is None, f"try {i}: A lives ({a.poll()})")
+        if a.poll() is not None:
+            return
         new.sock.close(linger=0)
         time.sleep(0.3)
 
@@ -270,9 +329,14 @@ def main():
     with Rig(sys.argv[1], "left", "AB", agent_args=("--data-path", "put"),
              tls="tcp,self") as rig:
         new_engine_tcp(rig)
-    with Rig(sys.argv[1], "left", "AB",
-             agent_args=("--data-path", "put")) as rig:
-        pull_sender_gone(rig)
+    for tls in ("sm,self", "tcp,self"):
+        with Rig(sys.argv[1], "left", "AB", agent_args=("--data-path", "put"),
+                 tls=tls) as rig:
+            print(f"# pull_sender_gone, UCX_TLS={tls}", flush=True)
+            pull_sender_gone(rig)
+    with Rig(sys.argv[1], "left", "AB", agent_args=("--data-path", "put"),
+             tls="tcp,self") as rig:
+        receiver_gone_tcp(rig)
     with Rig(sys.argv[1], "left", "ABC", metrics=True) as rig:
         old_pool_alone(rig)
     with Rig(sys.argv[1], "left", "AB", metrics=True) as rig:
