@@ -406,8 +406,14 @@ void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 		 * receiver's blocks, which it frees at our word, and a pull's
 		 * reads in flight still read the sender's memory, which it
 		 * releases at our word: said once they ended
-		 * (xfer_maybe_release). */
-		if (ours && x->inflight && (x->role == XFER_SEND || x->pull))
+		 * (xfer_maybe_release). A push's puts that ended here may
+		 * still be on their way (over TCP): said after the
+		 * endpoint's flush (xfer_ops.stop_flush), as "stopped" is. */
+		bool pushed = x->role == XFER_SEND && !x->pull && x->bytes &&
+			      !x->tp && !x->group;
+
+		if (ours && (x->role == XFER_SEND || x->pull) &&
+		    (x->inflight || pushed))
 			x->owe_abort = true;
 		else
 			x->agent->xfer_ops->tell_peer(
