@@ -190,20 +190,52 @@ def pull_layout():
     }
 
 
+def big_engine(rig, side, tag, fill=None):
+    """A stand-in engine at SIDE's agent with the big pool (filled with
+    the byte FILL), registered with pull_layout(): (engine, its answer),
+    the answer None when it did not register."""
+    e = rig.adopt(Engine(rig.ctx, f"pdx-left-{rig.agents[0].pid}-{tag}",
+                         f"ipc://{rig.tmp}/{side}.engine", P_SIZE))
+    if fill is not None:
+        e.shm.buf[:] = fill * P_SIZE
+    r = e.register(pull_layout())
+    ok = r and r.get("op") == "registered"
+    check(ok, f"{tag}: {side}'s engine registers: {r}")
+    return e, (r if ok else None)
+
+
+def landing(e):
+    """Waits (10 s at most) until bytes landed in e's first block;
+    whether they did."""
+    deadline = time.time() + 10
+    while not any(e.shm.buf[:P_BB]) and time.time() < deadline:
+        time.sleep(0.0005)
+    return any(e.shm.buf[:P_BB])
+
+
+def lets_go(agent, e, what, settle=0):
+    """The agent unmaps e's pool (its engine gone) within 5 s, and lives
+    on SETTLE s more; whether it lives."""
+    deadline = time.time() + 5
+    while agent.poll() is None and maps_of(agent.pid, e.shm.name) and \
+            time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(settle)
+    check(agent.poll() is None, f"{what}: the agent lives on ({agent.poll()})")
+    if agent.poll() is not None:
+        return False
+    check(maps_of(agent.pid, e.shm.name) == 0,
+          f"{what}: the agent lets go of its dead engine's pool "
+          f"({maps_of(agent.pid, e.shm.name)} maps 5 s on)")
+    return True
+
+
 def pull_sender_gone(rig):
     a = rig.agents[0]
-    eb = rig.adopt(Engine(rig.ctx, f"pdx-left-{a.pid}-pb",
-                          f"ipc://{rig.tmp}/B.engine", P_SIZE))
-    rb = eb.register(pull_layout())
-    check(rb and rb.get("op") == "registered", f"B's engine registers: {rb}")
+    eb, rb = big_engine(rig, "B", "pb")
     blocks = list(range(0, P_BLOCKS, 2))  # a get each: a read that lasts
     for i in range(PULL_TRIES):
-        ea = rig.adopt(Engine(rig.ctx, f"pdx-left-{a.pid}-pa{i}",
-                              f"ipc://{rig.tmp}/A.engine", P_SIZE))
-        ea.shm.buf[:] = b"\x5a" * ea.shm.size
-        ra = ea.register(pull_layout())
-        check(ra and ra.get("op") == "registered",
-              f"try {i}: A's engine registers: {ra}")
+        ea, ra = big_engine(rig, "A", f"pa{i}", b"\x5a")
         eb.shm.buf[:P_BB] = bytes(P_BB)
         x = os.urandom(16)
         eb.send({"op": "recv", "xfer": x, "peer": ra["peer"], "blocks": blocks,
@@ -211,82 +243,44 @@ def pull_sender_gone(rig):
         ea.send({"op": "send", "xfer": x, "peer": rb["peer"], "blocks": blocks})
         for layer in range(P_LAYERS):
             ea.send({"op": "layer_done", "layer": layer, "xfers": [x]})
-        deadline = time.time() + 10
-        while not any(eb.shm.buf[:P_BB]) and time.time() < deadline:
-            time.sleep(0.0005)  # until B's reads began
-        began = any(eb.shm.buf[:P_BB])
+        began = landing(eb)  # B's reads began
         ea.sock.close(linger=0)  # A's engine exits mid-pull
         ev = eb.event(x, 10000)
         check(began and ev is not None,
               f"try {i}: B's reads began ({began}), then its engine hears "
               f"of the pull: {ev and ev.get('kind')} {ev and ev.get('reason')}")
-        deadline = time.time() + 5
-        while a.poll() is None and maps_of(a.pid, ea.shm.name) and \
-                time.time() < deadline:
-            time.sleep(0.05)
-        check(a.poll() is None, f"try {i}: A lives on ({a.poll()})")
-        if a.poll() is not None:
+        if not lets_go(a, ea, f"try {i}: A"):
             return
-        check(maps_of(a.pid, ea.shm.name) == 0,
-              f"try {i}: A lets go of its dead engine's pool "
-              f"({maps_of(a.pid, ea.shm.name)} maps 5 s on)")
 
 
 def receiver_gone_tcp(rig):
-    a, b = rig.agents
-    ea = rig.adopt(Engine(rig.ctx, f"pdx-left-{a.pid}-ra",
-                          f"ipc://{rig.tmp}/A.engine", P_SIZE))
-    ea.shm.buf[:] = b"\x5a" * P_SIZE
-    ra = ea.register(pull_layout())
-    check(ra and ra.get("op") == "registered", f"A's engine registers: {ra}")
+    b = rig.agents[1]
+    ea, ra = big_engine(rig, "A", "ra", b"\x5a")
     blocks = list(range(0, P_BLOCKS, 2))
     for i in range(PULL_TRIES):
-        eb = rig.adopt(Engine(rig.ctx, f"pdx-left-{a.pid}-rb{i}",
-                              f"ipc://{rig.tmp}/B.engine", P_SIZE))
-        rb = eb.register(pull_layout())
-        check(rb and rb.get("op") == "registered",
-              f"try {i}: B's engine registers: {rb}")
+        eb, rb = big_engine(rig, "B", f"rb{i}")
         x = os.urandom(16)
         eb.send({"op": "recv", "xfer": x, "peer": ra["peer"], "blocks": blocks})
         ea.send({"op": "send", "xfer": x, "peer": rb["peer"], "blocks": blocks})
         for layer in range(P_LAYERS):
             ea.send({"op": "layer_done", "layer": layer, "xfers": [x]})
-        deadline = time.time() + 10
-        while not any(eb.shm.buf[:P_BB]) and time.time() < deadline:
-            time.sleep(0.0005)  # until A's puts began to land
-        began = any(eb.shm.buf[:P_BB])
+        began = landing(eb)  # A's puts began to land
         eb.sock.close(linger=0)  # B's engine exits mid-push
         ev = ea.event(x, 10000)
         check(began and ev is not None,
               f"try {i}: A's puts began ({began}), then its engine hears "
               f"of the push: {ev and ev.get('kind')} {ev and ev.get('reason')}")
-        deadline = time.time() + 5
-        while b.poll() is None and maps_of(b.pid, eb.shm.name) and \
-                time.time() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.2)  # what was still on its way is applied
-        check(b.poll() is None, f"try {i}: B lives on ({b.poll()})")
-        if b.poll() is not None:
+        # (what was still on its way is applied after the unmapping)
+        if not lets_go(b, eb, f"try {i}: B", settle=0.2):
             return
-        check(maps_of(b.pid, eb.shm.name) == 0,
-              f"try {i}: B lets go of its dead engine's pool "
-              f"({maps_of(b.pid, eb.shm.name)} maps 5 s on)")
 
 
 def new_engine_tcp(rig, pull=False):
     a = rig.agents[0]
-    eb = rig.adopt(Engine(rig.ctx, f"pdx-left-{a.pid}-tb",
-                          f"ipc://{rig.tmp}/B.engine", P_SIZE))
-    rb = eb.register(pull_layout())
-    check(rb and rb.get("op") == "registered", f"B's engine registers: {rb}")
+    eb, rb = big_engine(rig, "B", "tb")
     for i in range(3):
-        old = rig.adopt(Engine(rig.ctx, f"pdx-left-{a.pid}-to{i}",
-                               f"ipc://{rig.tmp}/A.engine", P_SIZE))
-        old.shm.buf[:] = b"\x5a" * P_SIZE
+        old, ra = big_engine(rig, "A", f"to{i}", b"\x5a")
         eb.shm.buf[:P_BB] = bytes(P_BB)
-        ra = old.register(pull_layout())
-        check(ra and ra.get("op") == "registered",
-              f"try {i}: A's engine registers: {ra}")
         x = os.urandom(16)
         eb.send({"op": "recv", "xfer": x, "peer": ra["peer"],
                  "blocks": list(range(0, P_BLOCKS, 2)), "pull": pull})
@@ -294,18 +288,11 @@ def new_engine_tcp(rig, pull=False):
                   "blocks": list(range(0, P_BLOCKS, 2))})
         for layer in range(P_LAYERS):
             old.send({"op": "layer_done", "layer": layer, "xfers": [x]})
-        deadline = time.time() + 10
-        while not any(eb.shm.buf[:P_BB]) and time.time() < deadline:
-            time.sleep(0.0005)  # until the bytes began to move
+        landing(eb)  # until the bytes began to move
         old.sock.close(linger=0)  # mid-transfer
-        new = rig.adopt(Engine(rig.ctx, f"pdx-left-{a.pid}-tn{i}",
-                               f"ipc://{rig.tmp}/A.engine", P_SIZE))
-        new.shm.buf[:] = b"\xa5" * P_SIZE
-        rn = new.register(pull_layout())
-        check(rn and rn.get("op") == "registered",
-              f"try {i}: a new engine at A registers: {rn}")
+        new, rn = big_engine(rig, "A", f"tn{i}", b"\xa5")
         check(eb.event(x, 10000) is not None, f"try {i}: B hears of the old one")
-        if not (rn and rn.get("op") == "registered"):
+        if rn is None:
             check(a.poll() is None, f"try {i}: A lives ({a.poll()})")
             return
         y = os.urandom(16)
