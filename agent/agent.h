@@ -586,7 +586,9 @@ struct peer *peer_lookup(struct agent *a, const char *addr, bool create);
  * flight on it, a pull's gets among them; or the peer's gets of our
  * memory, a pull we send whose "stopped" we await) is kept, with its
  * rkeys, until it no longer does, or made no progress for
- * --peer-timeout-ms; its errors are no longer p's. Closed, it cut the
+ * --peer-timeout-ms (a pull's sender, with no operation of its own on it
+ * to count: --peer-timeout-ms after it was kept); its errors are no
+ * longer p's. Closed, it cut the
  * gets short: the receiver said "stopped" while the sender's UCX worker
  * still had answers to them queued, read from memory the sender releases
  * at that word, or the sender dropped the gets unanswered. */
@@ -595,8 +597,8 @@ void peer_reset(struct agent *a, struct peer *p);
  * operations on them end (a peer found lost, or stuck). */
 void peer_cut(struct agent *a, struct peer *p);
 /* Closes the endpoints peer_reset() kept that no transfer needs any
- * more, or that made no progress for --peer-timeout-ms (after each turn
- * of the loop). */
+ * more, or that made no progress for --peer-timeout-ms, as it says (after
+ * each turn of the loop). */
 void peers_kept_release(struct agent *a);
 /* Forgets p: its handshake, its DEALER, its entry. Only a peer no
  * transfer names (peers_mark_named). */

@@ -149,9 +149,11 @@ void peers_kept_release(struct agent *a)
 			ep_kept_drop(a, p, false);
 }
 
-void peer_reset(struct agent *a, struct peer *p)
+/* peer_reset(), keeping the endpoint transfers still need (keep), or
+ * closing it with the others (peer_cut). */
+static void peer_drop(struct agent *a, struct peer *p, bool keep)
 {
-	bool kept = p->ep && ep_keep(a, p); /* its rkeys with it */
+	bool kept = keep && p->ep && ep_keep(a, p); /* its rkeys with it */
 
 	for (uint32_t i = 0; i < p->n_regions; i++) {
 		pdx_ucx_rkey_free(p->regions[i].rkey);
@@ -177,9 +179,14 @@ void peer_reset(struct agent *a, struct peer *p)
 	p->instance = 0;
 }
 
+void peer_reset(struct agent *a, struct peer *p)
+{
+	peer_drop(a, p, true);
+}
+
 void peer_cut(struct agent *a, struct peer *p)
 {
-	peer_reset(a, p);
+	peer_drop(a, p, false);
 	ep_kept_drop(a, p, true);
 }
 
