@@ -667,6 +667,10 @@ void xfer_pack_outcome(struct pdx_mp_msg *m, const struct xfer *x,
 /* Once a finished transfer's operations drained: its event to the engine,
  * and out of the table. */
 void xfer_maybe_release(struct xfer *x);
+/* A push of ours (not a TP group or leg) that moved bytes: some may still
+ * be on their way once its operations ended here (a put over TCP), so its
+ * "stopped" or "abort" waits for the endpoint's flush (stop_flush). */
+bool xfer_pushed(const struct xfer *x);
 /* The sender said "stopped" (or is gone): a receiver that waited for it
  * (await_stopped) tells its engine now. */
 void xfer_stop_heard(struct xfer *x);

@@ -456,7 +456,7 @@ void engine_gone(struct agent *a)
 	log_warn("the engine's connection closed (it exited, or freed its "
 		 "link): its transfers failed, its KV memory is released%s, "
 		 "and %u peer(s) told", a->left ?
-		 " once nothing writes it" : "", told);
+		 " once no peer writes or reads it" : "", told);
 	a->engine_left = true;
 }
 

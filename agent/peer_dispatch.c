@@ -255,8 +255,7 @@ static bool stopped_owed(struct agent *a, struct peer *p,
 
 	if (!x || x->role != XFER_SEND || strcmp(x->peer_addr, p->addr) != 0)
 		return false;
-	if (!x->inflight && (x->finished || x->pull || !x->bytes || x->tp ||
-			     x->group))
+	if (!x->inflight && (x->finished || !xfer_pushed(x)))
 		return false;
 	x->owe_stopped = true;
 	return true;

@@ -302,6 +302,12 @@ void xfers_reap(struct agent *a)
 	}
 }
 
+bool xfer_pushed(const struct xfer *x)
+{
+	return x->role == XFER_SEND && !x->pull && x->bytes && !x->tp &&
+	       !x->group;
+}
+
 void xfer_maybe_release(struct xfer *x)
 {
 	struct agent *a = x->agent;
@@ -409,11 +415,8 @@ void xfer_fail(struct xfer *x, pdx_status_t status, bool tell_peer,
 		 * (xfer_maybe_release). A push's puts that ended here may
 		 * still be on their way (over TCP): said after the
 		 * endpoint's flush (xfer_ops.stop_flush), as "stopped" is. */
-		bool pushed = x->role == XFER_SEND && !x->pull && x->bytes &&
-			      !x->tp && !x->group;
-
 		if (ours && (x->role == XFER_SEND || x->pull) &&
-		    (x->inflight || pushed))
+		    (x->inflight || xfer_pushed(x)))
 			x->owe_abort = true;
 		else
 			x->agent->xfer_ops->tell_peer(

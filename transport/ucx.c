@@ -8,6 +8,8 @@
 #include <ucp/api/ucp.h>
 #include <utlist.h>
 
+#include "common/clock.h"
+
 struct pdx_ucx_ep;
 
 /* One user callback waiting on a UCX request. */
@@ -238,8 +240,6 @@ static void fire_deferred(struct pdx_ucx *u)
 	}
 }
 
-static uint64_t now_ns(void);
-
 /* Whether the worker holds no send it has queued for want of room (UCX's
  * arm refuses while one waits: see BUSY_ROUNDS), progressing it while
  * its peers take them: at most STOP_DRAIN_NS, and no longer than
@@ -251,20 +251,20 @@ static uint64_t now_ns(void);
 
 static bool worker_drain(struct pdx_ucx *u)
 {
-	uint64_t start = now_ns(), last = start, t = start;
+	uint64_t start = pdx_now_ns(), last = start, t = start;
 
 	/* a peer that keeps sending keeps it busy: the bound holds anyway */
 	while (t - start < STOP_DRAIN_NS && t - last < STOP_IDLE_NS) {
 		if (ucp_worker_progress(u->worker) || u->deferred) {
 			fire_deferred(u);
-			last = t = now_ns();
+			last = t = pdx_now_ns();
 			continue;
 		}
 		if (ucp_worker_arm(u->worker) != UCS_ERR_BUSY)
 			return true;
 		/* on a busy host the peer needs the CPU to read */
 		nanosleep(&(struct timespec){ 0, 100000 }, NULL);
-		t = now_ns();
+		t = pdx_now_ns();
 	}
 	return false;
 }
@@ -340,14 +340,6 @@ int pdx_ucx_fd(const struct pdx_ucx *u)
 	return u->efd;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /* Arming fails (busy) while UCX has work it cannot be woken for, such as
  * a send waiting for room in a frozen receiver's shared-memory FIFO (UCX
  * 1.13): it polls for that room. After BUSY_ROUNDS such failures without
@@ -358,22 +350,22 @@ static uint64_t now_ns(void)
 enum pdx_ucx_more pdx_ucx_progress(struct pdx_ucx *u, uint64_t spin_ns,
 				   uint64_t budget_ns)
 {
-	uint64_t start = budget_ns ? now_ns() : 0;
-	uint64_t idle_since = spin_ns ? now_ns() : 0;
+	uint64_t start = budget_ns ? pdx_now_ns() : 0;
+	uint64_t idle_since = spin_ns ? pdx_now_ns() : 0;
 	unsigned busy = 0;
 
 	for (;;) {
 		if (ucp_worker_progress(u->worker) || u->deferred) {
 			fire_deferred(u);
 			if (spin_ns || budget_ns) {
-				idle_since = now_ns();
+				idle_since = pdx_now_ns();
 				if (budget_ns && idle_since - start >= budget_ns)
 					return PDX_UCX_MORE;
 			}
 			busy = 0;
 			continue;
 		}
-		if (spin_ns && now_ns() - idle_since < spin_ns)
+		if (spin_ns && pdx_now_ns() - idle_since < spin_ns)
 			continue;
 		if (ucp_worker_arm(u->worker) != UCS_ERR_BUSY)
 			return PDX_UCX_ARMED;
