@@ -7,6 +7,7 @@ static void enter(struct pdx_breaker *b, enum pdx_breaker_state s,
 	b->state = s;
 	b->until_ns = until;
 	b->fails = 0;
+	b->check_failed = false;
 	b->entered[s]++;
 }
 
@@ -19,6 +20,24 @@ void pdx_breaker_admit(struct pdx_breaker *b, uint64_t now)
 {
 	if (b->state != PDX_BREAKER_CLOSED && now >= b->until_ns)
 		enter(b, PDX_BREAKER_HALF_OPEN, now + b->open_ns);
+}
+
+bool pdx_breaker_checked(struct pdx_breaker *b, bool ok, uint64_t sent_ns,
+			 uint64_t now)
+{
+	/* open, until_ns is when it opened plus open_ns: a check sent
+	 * before then says nothing of what came after */
+	if (b->state != PDX_BREAKER_OPEN || now >= b->until_ns ||
+	    b->until_ns - b->open_ns > sent_ns)
+		return false;
+	if (!ok) {
+		b->check_failed = true;
+		return false;
+	}
+	if (!b->check_failed)
+		return false;
+	b->until_ns = now;
+	return true;
 }
 
 bool pdx_breaker_result(struct pdx_breaker *b, bool ok, uint64_t now)

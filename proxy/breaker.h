@@ -7,6 +7,13 @@
  *   half-open --trial ok--> closed
  *             --trial failed--> open
  *
+ * Health checks that saw the instance go and come back since it opened
+ * (one sent after it opened failed, a later one passed) let the trial go
+ * at once: an instance restarted within the open time was otherwise kept
+ * out of rotation for all of it, and the other instances' failures had
+ * nowhere to be retried meanwhile. A check that only ever passes says
+ * nothing of what opened it (a failed KV transfer, a 500).
+ *
  * A trial whose result never comes (its client left, its call ended
  * before the leg started) does not wedge the breaker: another trial may
  * go once `open` time has passed since the last one.
@@ -32,6 +39,7 @@ struct pdx_breaker {
 	enum pdx_breaker_state state;
 	unsigned fails;	   /* consecutive failures while closed */
 	uint64_t until_ns; /* open, half-open: when a trial may go */
+	bool check_failed; /* open: a check sent since it opened failed */
 	uint64_t entered[PDX_BREAKER_STATES]; /* transitions into each */
 };
 
@@ -41,6 +49,12 @@ bool pdx_breaker_usable(const struct pdx_breaker *b, uint64_t now);
 /* A request was given to the instance (pdx_breaker_usable() said yes):
  * past the open time it is the trial, and the breaker turns half-open. */
 void pdx_breaker_admit(struct pdx_breaker *b, uint64_t now);
+
+/* A health check sent at sent_ns ended, ok or not: an open breaker
+ * that saw one sent after it opened fail and then one pass lets its
+ * trial go now. Returns whether it did. */
+bool pdx_breaker_checked(struct pdx_breaker *b, bool ok, uint64_t sent_ns,
+			 uint64_t now);
 
 /* A request's result. Results that come while open (requests sent before
  * it opened) change nothing. Returns whether the state changed. */

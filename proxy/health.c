@@ -23,6 +23,7 @@ struct pdx_probe {
 	struct pdx_inst *inst;
 	struct evhttp_connection *conn;
 	bool busy;     /* a check in flight */
+	uint64_t sent_ns; /* when the last /health went */
 	bool starting; /* inside evhttp_make_request() */
 };
 
@@ -176,6 +177,11 @@ static void on_done(struct evhttp_request *req, void *arg)
 		i->models.known = false;
 	else if (!i->models.known)
 		probe_get(pr, "/v1/models", on_models);
+	if (pdx_breaker_checked(&i->breaker, ok, pr->sent_ns, pdx_now_ns()))
+		log_info("%s instance %s failed a health check and then "
+			 "passed one while its circuit breaker was open: one "
+			 "trial request may go now",
+			 pdx_pool_role_name(i->role), i->url);
 	if (!pdx_pool_health(i, ok, pr->h->down_after, pr->h->up_after))
 		return;
 	if (i->unhealthy) {
@@ -240,8 +246,10 @@ static void round_pool(struct pdx_health *h, struct pdx_pool *p)
 			i->probe = pr;
 			LIST_INSERT_HEAD(&h->probes, pr, link);
 		}
-		if (!pr->busy) /* else still within its timeout */
-			probe_get(pr, "/health", on_done);
+		if (pr->busy) /* still within its timeout */
+			continue;
+		pr->sent_ns = pdx_now_ns();
+		probe_get(pr, "/health", on_done);
 	}
 }
 

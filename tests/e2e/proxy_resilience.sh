@@ -18,6 +18,9 @@
 #    breaker opens, 503s that pick no decode instance (its request count
 #    stays); /ready 200 once the admin API removed every prefill instance
 #    (decode-only), and under --on-prefill-failure local;
+#  * a prefill instance whose breaker opened for a minute answers again:
+#    health checks that saw it go and come back let the trial go at
+#    once, and it closes the breaker;
 #  * a decode instance answering 500: retried on the other (the client
 #    never sees the 500); its circuit breaker opens after
 #    --breaker-failures, lets one trial through after --breaker-open-ms
@@ -225,6 +228,40 @@ all_ok "$PORT_L" 2 "$short" "prefill instance unreachable, D prefills"
 PORT=$PORT_L get /ready >/dev/null
 status_is 200 "/ready with the prefill instance unusable under --on-prefill-failure local"
 named_stop L
+
+# a prefill instance that stops answering opens its breaker (for a
+# minute here) and comes back: health checks that saw it go and come
+# back after the breaker opened let one trial go at once, and its
+# success closes the breaker (before, the instance got nothing for the
+# whole minute, and the failures of the others had nowhere to be
+# retried meanwhile)
+named_engine_start H "$PROXY" --prefill "127.0.0.1:$PORT_P2" \
+	--decode "127.0.0.1:$PORT_D" --retries 0 --flow sequential \
+	--first-byte-timeout 300 --breaker-failures 1 --breaker-open-ms 60000 \
+	--health-interval 200 --health-timeout 150 --unhealthy-after 2 \
+	--healthy-after 1
+hb() { val "$PORT_H" "pdx_proxy_instance_breaker_state{$(instance P2)}"; }
+kill -STOP "$PID_P2"
+PORT=$PORT_H post /v1/completions "{\"prompt\": \"$short\", \"max_tokens\": 6}" >/dev/null
+[ "$(cat "$E2E_TMP/status")" -ge 500 ] || fail "a request to the stopped prefill instance: $(cat "$E2E_TMP/status")"
+[ "$(hb)" = 1 ] || fail "breaker state $(hb) after the instance failed, want 1 (open)"
+# out after two failed checks, then two more at least (every 200 ms,
+# 150 ms each) sent after the breaker opened fail
+wait_val 3 "$PORT_H" "$(healthy P2)" 0
+sleep 0.5
+kill -CONT "$PID_P2"
+t0=$(date +%s%N)
+for _ in $(seq 50); do
+	PORT=$PORT_H post /v1/completions "{\"prompt\": \"$short\", \"max_tokens\": 6}" >/dev/null
+	[ "$(cat "$E2E_TMP/status")" = 200 ] && break
+	sleep 0.1
+done
+ms=$((($(date +%s%N) - t0) / 1000000))
+status_is 200 "the prefill instance answering again ${ms} ms after its breaker opened for 60 s"
+[ "$(hb)" = 0 ] || fail "breaker state $(hb) after the trial succeeded, want 0 (closed)"
+grep -q "prefill instance $pp2 failed a health check and then passed one while its circuit breaker was open: one trial request may go now" "$E2E_TMP/H.log" ||
+	fail "the early trial not logged: $(grep -i breaker "$E2E_TMP/H.log")"
+named_stop H
 
 # a decode instance that passes health checks but answers completions
 # with 500 (until the file ok exists), beside a good one

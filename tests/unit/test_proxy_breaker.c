@@ -1,7 +1,8 @@
 /* The proxy's circuit breaker (proxy/breaker.c) and what the pools make
  * of it and of health checks (proxy/pool.c): failures in a row open it,
  * one trial goes after the open time, its result closes or reopens it, a
- * lost trial does not wedge it; picks skip unhealthy instances and open
+ * lost trial does not wedge it, health checks that saw the instance go
+ * and come back after it opened let the trial go at once; picks skip unhealthy instances and open
  * breakers, and avoid the instance a retry names. */
 #include <stdio.h>
 #include <string.h>
@@ -73,6 +74,42 @@ static void lost_trial_does_not_wedge(void)
 	pdx_breaker_admit(&b, t + 100 * MS); /* its result never comes */
 	CHECK(!pdx_breaker_usable(&b, t + 199 * MS));
 	CHECK(pdx_breaker_usable(&b, t + 200 * MS)); /* another trial */
+}
+
+static void checks_that_saw_it_back_let_trial_go(void)
+{
+	struct pdx_breaker b = breaker(1);
+	uint64_t t = 1000 * MS;
+
+	CHECK(!pdx_breaker_checked(&b, false, t, t)); /* closed */
+	CHECK(!pdx_breaker_checked(&b, true, t, t));
+	CHECK(pdx_breaker_result(&b, false, t));
+	/* checks sent before it opened say nothing of what came after */
+	CHECK(!pdx_breaker_checked(&b, false, t - 1, t + 1 * MS));
+	CHECK(!pdx_breaker_checked(&b, true, t - 1, t + 2 * MS));
+	/* one that only passes says nothing of what opened it */
+	CHECK(!pdx_breaker_checked(&b, true, t + 3 * MS, t + 4 * MS));
+	CHECK(!pdx_breaker_usable(&b, t + 4 * MS));
+	/* gone, then back */
+	CHECK(!pdx_breaker_checked(&b, false, t + 5 * MS, t + 6 * MS));
+	CHECK(!pdx_breaker_usable(&b, t + 6 * MS));
+	CHECK(pdx_breaker_checked(&b, true, t + 7 * MS, t + 10 * MS));
+	CHECK(pdx_breaker_usable(&b, t + 10 * MS));
+	CHECK_EQ(b.state, PDX_BREAKER_OPEN);
+	pdx_breaker_admit(&b, t + 10 * MS); /* the trial */
+	CHECK_EQ(b.state, PDX_BREAKER_HALF_OPEN);
+	/* half-open: the trial decides, not the checks */
+	CHECK(!pdx_breaker_checked(&b, false, t + 20 * MS, t + 20 * MS));
+	CHECK(!pdx_breaker_checked(&b, true, t + 21 * MS, t + 21 * MS));
+	CHECK(!pdx_breaker_usable(&b, t + 21 * MS));
+	/* the trial failed: open again, and the checks start afresh */
+	CHECK(pdx_breaker_result(&b, false, t + 30 * MS));
+	CHECK_EQ(b.state, PDX_BREAKER_OPEN);
+	CHECK(!pdx_breaker_checked(&b, true, t + 40 * MS, t + 41 * MS));
+	CHECK(!pdx_breaker_usable(&b, t + 41 * MS));
+	CHECK(!pdx_breaker_checked(&b, false, t + 42 * MS, t + 43 * MS));
+	CHECK(pdx_breaker_checked(&b, true, t + 44 * MS, t + 45 * MS));
+	CHECK(pdx_breaker_usable(&b, t + 45 * MS));
 }
 
 static void off_never_opens(void)
@@ -148,6 +185,7 @@ int main(void)
 {
 	opens_after_failures_in_a_row();
 	trial_closes_or_reopens();
+	checks_that_saw_it_back_let_trial_go();
 	lost_trial_does_not_wedge();
 	off_never_opens();
 	picks_usable_only();
