@@ -234,6 +234,11 @@ struct peer {
 	struct peer_ep_kept *ep_kept;
 	uint64_t hello_sent_ns;
 	uint64_t heard_ns; /* the last message from it */
+	/* it restarted while wants of ours to its old instance were
+	 * unanswered (xfer want_unsure): REWANT_HELLO, a hello goes once
+	 * the message that said so is handled; REWANT_ACK, it went, and
+	 * its answer (after any refusal of those wants) ends the wait */
+	uint8_t rewant;
 	bool watched;	   /* we had transfers with it at the last beat */
 	bool busy;	   /* scratch of a beat: transfers with it now */
 	bool stuck;	   /* scratch of a beat: its UCX endpoint is stuck */
@@ -292,6 +297,11 @@ struct xfer {
 	bool want_sent;        /* receiver: "want" went to the sender */
 	bool wanted_again;     /* receiver: its want was refused for want
 				* of a handshake, and sent again after one */
+	/* receiver: its want went to the peer's instance before the one
+	 * whose hello just came, nothing of it was heard, and it is not
+	 * known which one took it: it waits for the new one's answer
+	 * (refused: nothing moved, it is asked again; else it fails) */
+	bool want_unsure;
 	bool pull;	       /* the receiver reads the sender's blocks once
 				* all layers are computed (pull.c) */
 	bool pulled_sent;      /* pull's receiver: its reads ended: "pulled" */
@@ -617,6 +627,18 @@ struct peer *peer_get(struct agent *a, const char *addr);
 
 /* The error answering a message from a peer we hold no handshake with. */
 #define PEER_NO_HANDSHAKE "no handshake with you: send hello first"
+/* The error answering a want whose to_instance is not ours: nothing of
+ * it was sent, and the receiver asks again with our instance. */
+#define PEER_STALE_WANT \
+	"want: sent to this agent's earlier instance (it restarted, or its " \
+	"engine registered again): nothing sent; want again with the " \
+	"instance of its hello"
+/* The error answering a want marked "renewed" (first sent to an earlier
+ * instance of ours) whose transfer our engine has not announced. */
+#define PEER_RENEWED_UNKNOWN \
+	"want renewed after this agent restarted: its engine has not " \
+	"announced the transfer (its earlier instance's are not its own)"
+enum { REWANT_NONE, REWANT_HELLO, REWANT_ACK };
 /* Their hello or hello_ack: parsed, checked, applied, or refused. */
 void handshake_on_hello(struct agent *a, const char *from,
 			const msgpack_object *m, bool is_ack);

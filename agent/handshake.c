@@ -304,6 +304,86 @@ static void peer_ep_error(void *arg, pdx_status_t status)
 	xfers_peer_failed(p->agent, p, 0, PDX_EPEER, "ucx endpoint failed");
 }
 
+/* Nothing of x was heard from its sender: no "done", no "readable", no
+ * byte by active message, no read of ours under way. (A push by put or
+ * ipc lands unseen: that the want was refused is the proof.) */
+static bool recv_unheard(const struct xfer *x)
+{
+	return x->role == XFER_RECV && !x->done_seen && !x->bytes &&
+	       !x->am_bytes && !x->remote_blocks && !x->inflight;
+}
+
+/* p's hello says a new instance: the transfers begun with the old one
+ * fail ("peer restarted"), but for receives nothing of which moved as
+ * far as we can tell. One whose want was refused (wanted_again, want
+ * not sent) moved nothing: it asks the new instance. One whose want went
+ * to the old instance's handshake and is unanswered may have reached
+ * either one: the new one refuses it (PEER_NO_HANDSHAKE: it had no
+ * handshake with us; PEER_STALE_WANT: its engine registered again), and
+ * then it is asked again; the old one may have moved bytes, and the new
+ * one then never answers it: it fails when our hello sent after it is
+ * answered (p->rewant), which the refusal precedes (both ways on one
+ * ZeroMQ connection, in order). The race of docs/reliability.md: a peer
+ * killed and restarted within two heartbeat periods got our want on its
+ * predecessor's handshake, and its hello crossing that want failed it. */
+static void peer_restarted(struct agent *a, struct peer *p)
+{
+	struct xfer *x, *tmp;
+	char hex[33];
+
+	HASH_ITER(hh, a->xfers, x, tmp) {
+		if (x->peer != p || x->finished ||
+		    (x->peer_instance != p->instance && !x->want_unsure))
+			continue;
+		if (x->role == XFER_RECV && !x->want_sent && x->wanted_again)
+			continue; /* refused: its want goes at the answer */
+		if (x->want_sent && recv_unheard(x)) {
+			pdx_xfer_id_hex(&x->id, hex);
+			log_info("xfer %s: its want to %s may have reached the "
+				 "new instance: it waits for its answer", hex,
+				 p->addr);
+			x->want_unsure = true;
+			p->rewant = REWANT_HELLO;
+			continue;
+		}
+		xfer_fail(x, PDX_EPEER, true, "peer %s: peer restarted",
+			  p->addr);
+	}
+}
+
+/* After a hello or hello_ack of p was handled: the hello that bounds the
+ * wait of wants unsure goes now (after our hello_ack, when it was a
+ * hello), and at the answer to it those still unsure fail; their want
+ * reached the old instance, or was lost with its connection. */
+static void rewant_settle(struct agent *a, struct peer *p, bool is_ack)
+{
+	struct xfer *x, *tmp;
+
+	if (p->rewant == REWANT_HELLO) {
+		send_hello(a, p, "hello");
+		if (p->state != PEER_HELLO_SENT) { /* could not send */
+			p->rewant = REWANT_NONE;
+			xfers_peer_failed(a, p, p->instance, PDX_EPEER,
+					  "peer restarted");
+			return;
+		}
+		p->rewant = REWANT_ACK;
+		HASH_ITER(hh, a->xfers, x, tmp) {
+			if (x->peer == p && x->want_unsure)
+				xfer_arm(x); /* the hello bounds it too */
+		}
+		return;
+	}
+	if (p->rewant != REWANT_ACK || !is_ack)
+		return;
+	p->rewant = REWANT_NONE;
+	HASH_ITER(hh, a->xfers, x, tmp) {
+		if (x->peer == p && x->want_unsure && !x->finished)
+			xfer_fail(x, PDX_EPEER, true,
+				  "peer %s: peer restarted", p->addr);
+	}
+}
+
 /* A checked hello -> a ready peer: its endpoint, its regions with their
  * rkeys, its data path. A repeated hello (same instance) leaves the cache
  * as it stands; a new instance fails what was begun with the old one. */
@@ -317,8 +397,10 @@ static pdx_status_t hello_apply(struct agent *a, struct peer *p,
 		return PDX_OK;
 	}
 	if (p->ep && p->instance != h->instance) {
-		log_info("peer %s restarted: transfers begun with it fail", p->addr);
-		xfers_peer_failed(a, p, p->instance, PDX_EPEER, "peer restarted");
+		log_info("peer %s restarted: transfers begun with it fail "
+			 "(but receives it may not have been asked for)",
+			 p->addr);
+		peer_restarted(a, p);
 	} else if (p->ep_renew) {
 		log_debug("peer %s: a new endpoint, as we have a new instance",
 			  p->addr);
@@ -375,14 +457,17 @@ static pdx_status_t hello_apply(struct agent *a, struct peer *p,
 }
 
 /* {"op": "want", "xfer", "blocks": ours, "skip", "pull" when we read,
- * "to_instance": the sender's instance as its last hello said} */
+ * "to_instance": the sender's instance as its last hello said,
+ * "renewed": true when our first want went to an earlier instance} */
 static pdx_status_t send_want(struct agent *a, struct peer *p,
-			      const struct xfer *x)
+			      const struct xfer *x, bool renewed)
 {
 	struct peer_msg pm;
 
 	peer_msg_begin(&pm, a, "want", &x->id, NULL);
 	pdx_mp_msg_u64(&pm.m, "to_instance", p->instance);
+	if (renewed)
+		pdx_mp_msg_bool(&pm.m, "renewed", true);
 	pdx_mp_msg_u32s(&pm.m, "blocks", x->blocks, x->n_blocks);
 	pdx_mp_msg_u64(&pm.m, "skip", x->skip);
 	if (x->pull)
@@ -423,10 +508,15 @@ void xfers_peer_ready(struct agent *a, struct peer *p)
 					  "pull from %s: %s", p->addr, why);
 				continue;
 			}
+			/* asked before, of an instance before this one */
+			bool renewed = x->peer_instance &&
+				       x->peer_instance != p->instance;
+
 			x->want_sent = true;
-			log_debug("want to %s", p->addr);
+			log_debug("want to %s%s", p->addr,
+				  renewed ? " (renewed: it restarted)" : "");
 			x->peer_instance = p->instance;
-			if (send_want(a, p, x))
+			if (send_want(a, p, x, renewed))
 				xfer_fail(x, PDX_EPEER, false,
 					  "cannot reach %s", p->addr);
 		} else if (x->role == XFER_SEND) {
@@ -482,8 +572,11 @@ void handshake_on_hello(struct agent *a, const char *from,
 		p->state = PEER_REFUSED;
 		p->refusal_st = PDX_EINCOMPAT;
 		snprintf(p->refusal, sizeof(p->refusal), "%s", err);
-	} else if (!is_ack) {
-		send_hello(a, p, "hello_ack");
+		p->rewant = REWANT_NONE; /* its transfers fail below */
+	} else {
+		if (!is_ack)
+			send_hello(a, p, "hello_ack");
+		rewant_settle(a, p, is_ack);
 	}
 	xfers_peer_ready(a, p);
 	if (p->state == PEER_REFUSED)
@@ -501,6 +594,7 @@ void handshake_on_nack(struct agent *a, struct peer *p,
 	log_warn("handshake refused by %s: %s", p->addr, reason);
 	metrics_handshake(a, false);
 	peer_reset(a, p);
+	p->rewant = REWANT_NONE; /* its transfers fail below */
 	p->state = PEER_REFUSED;
 	p->refusal_st = no_engine ? PDX_EPEER : PDX_EINCOMPAT;
 	snprintf(p->refusal, sizeof(p->refusal), "%s", reason);

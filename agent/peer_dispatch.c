@@ -13,40 +13,20 @@
 
 #define MAX_BLOCKS (1u << 20)
 
-/* A want for id sent to our instance before this one (our engine
- * registered again, and our hello with the new instance crossed the
- * want): the receiver fails the transfer when that hello comes, as begun
- * with the old instance, so it must not be served here, where our
- * engine's transfer (announced after the registration, or to be) would
- * end "sent" and write blocks the receiver's engine was told failed.
- * Both sides fail it now. */
+/* A want for id sent to our instance before this one (we restarted, or
+ * our engine registered again, and our hello with the new instance
+ * crossed the want): nothing of it is sent, and the receiver, which
+ * learns our instance from that hello, asks again with it ("renewed").
+ * It is not served: a receiver before this answer fails the transfer at
+ * our hello, as begun with our old instance, and tells us abort, which
+ * ends our side; served, our engine's transfer would end "sent" and
+ * write blocks the receiver's engine was told failed. */
 static void want_stale(struct agent *a, struct peer *p,
-		       const struct pdx_xfer_id *id, const msgpack_object *m)
+		       const struct pdx_xfer_id *id)
 {
-	static const char why[] =
-	    "want: sent to this agent's earlier instance (its engine "
-	    "registered again, and its hello crossed this want): fails "
-	    "on both sides";
-	struct pdx_xfer_id of;
-	const struct pdx_xfer_id *ours = id;
-	const char *peer = p->addr;
-	struct xfer *x;
-
-	/* a TP leg: our engine's transfer is the group, open to every
-	 * decode rank */
-	if (pdx_mp_get(m, "of") && pdx_mp_get_xfer(m, "of", &of) == 0 &&
-	    memcmp(of.b, id->b, sizeof(of.b)) != 0) {
-		ours = &of;
-		peer = "";
-	}
-	log_info("%s, from %s", why, p->addr);
-	peer_send(a, p, "error", id, why);
-	x = xfer_find(a, ours);
-	if (x && x->role == XFER_SEND && !x->finished &&
-	    (!x->peer_addr[0] || strcmp(x->peer_addr, p->addr) == 0))
-		xfer_fail(x, PDX_EPEER, false, "peer %s: %s", p->addr, why);
-	else if (!x)
-		pdx_ended_add(a->ended, ours, peer, why);
+	log_info("want from %s to our earlier instance: refused, to be "
+		 "asked again", p->addr);
+	peer_send(a, p, "error", id, PEER_STALE_WANT);
 }
 
 static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
@@ -56,9 +36,8 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 	uint32_t *blocks = NULL;
 	size_t n = 0;
 	uint64_t skip = 0;
-	bool pull = false;
+	bool pull = false, renewed = false;
 	const char *why;
-
 	uint64_t to;
 
 	if (pdx_mp_get_xfer(m, "xfer", &id))
@@ -66,7 +45,7 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 	/* absent: an agent before this field, which cannot say */
 	if (pdx_mp_get(m, "to_instance") &&
 	    (pdx_mp_get_u64(m, "to_instance", &to) || to != a->instance)) {
-		want_stale(a, p, &id, m);
+		want_stale(a, p, &id);
 		return;
 	}
 	if (!a->reg.ok || pdx_mp_get_u32s(m, "blocks", MAX_BLOCKS, &blocks, &n) || n == 0 ||
@@ -81,6 +60,25 @@ static void on_want(struct agent *a, struct peer *p, const msgpack_object *m)
 			free(blocks);
 			peer_send(a, p, "error", &id,
 				  "want: block outside your registered layout");
+			return;
+		}
+	}
+	/* Asked again after we restarted (its first want went to our
+	 * earlier instance, or crossed our new hello): not held for an
+	 * announcement to come, as the transfer may be our predecessor's,
+	 * which our engine never announces. (A leg: its group, "of".) */
+	if (pdx_mp_get_bool(m, "renewed", &renewed) == 0 && renewed) {
+		bool leg = pdx_mp_get(m, "of") &&
+			   pdx_mp_get_xfer(m, "of", &of) == 0 &&
+			   memcmp(of.b, id.b, sizeof(id.b)) != 0;
+
+		x = xfer_find(a, leg ? &of : &id);
+		if ((!x || !x->announced) &&
+		    !pdx_ended_find(a->ended, leg ? &of : &id, NULL)) {
+			free(blocks);
+			log_info("renewed want from %s for a transfer our "
+				 "engine has not announced: refused", p->addr);
+			peer_send(a, p, "error", &id, PEER_RENEWED_UNKNOWN);
 			return;
 		}
 	}
@@ -217,19 +215,33 @@ static void abort_heard(struct agent *a, struct peer *p,
 		return;
 	/* The sender holds no handshake with us while we hold one with it
 	 * (its UCX endpoint to us failed, or it dropped us as silent, across
-	 * a partition that healed since): it refused our want before moving
-	 * anything. Meet it afresh and ask once more, as xfers_peer_ready()
-	 * does when its answer comes; a sender that restarted meanwhile
-	 * fails the transfer there, as begun with its old instance. */
+	 * a partition that healed since, or it restarted and our want went
+	 * on its predecessor's handshake), or our want named its earlier
+	 * instance: it refused our want before moving anything. Meet it
+	 * afresh and ask once more, as xfers_peer_ready() does when its
+	 * answer comes (a want to a new instance says "renewed"); a hello
+	 * already sent for the wants that crossed its restart
+	 * (handshake.c, rewant_settle) is that answer. */
 	if (refused && x->role == XFER_RECV && x->want_sent &&
 	    !x->done_seen && !x->wanted_again && !x->finished &&
-	    strcmp(reason, PEER_NO_HANDSHAKE) == 0) {
-		log_info("want to %s refused for want of a handshake: "
-			 "hello, then want again", p->addr);
+	    (strcmp(reason, PEER_NO_HANDSHAKE) == 0 ||
+	     strcmp(reason, PEER_STALE_WANT) == 0)) {
+		log_info("want to %s refused (%s): hello, then want again",
+			 p->addr, reason);
 		x->wanted_again = true;
 		x->want_sent = false;
-		p->stale = true;
+		if (!x->want_unsure)
+			p->stale = true;
+		x->want_unsure = false;
 		peer_get(a, p->addr);
+		if (p->state == PEER_READY) /* nothing to wait for */
+			xfers_peer_ready(a, p);
+		return;
+	}
+	if (refused && x->role == XFER_RECV &&
+	    strcmp(reason, PEER_RENEWED_UNKNOWN) == 0) {
+		xfer_fail(x, PDX_EPEER, true, "peer %s: peer restarted, and "
+			  "its new instance has no such transfer", p->addr);
 		return;
 	}
 	if (!x->announced) {

@@ -486,8 +486,10 @@ void xfers_peer_failed(struct agent *a, struct peer *p, uint64_t instance,
 	 * the ipc lanes'. A receive it may still write waits for its word
 	 * (a restarted agent answers an abort it never heard of at once). */
 	HASH_ITER(hh, a->xfers, x, tmp) {
+		/* (a want unsure waits on the instance now known) */
 		if (x->peer == p && !x->finished &&
-		    (!instance || x->peer_instance == instance))
+		    (!instance || x->peer_instance == instance ||
+		     x->want_unsure))
 			xfer_fail(x, status, true, "peer %s: %s", p->addr,
 				  reason);
 	}

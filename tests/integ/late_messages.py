@@ -14,8 +14,9 @@ Checked: no crash (A exits 0 on SIGTERM at the end); the documented
 `error` answers; no event reaches A's engine for a transfer it did not
 announce, and no second event for one it did; transfers work afterwards
 (one between F and A, and a real one between B and A, byte for byte); a
-want naming an earlier instance of A (its `to_instance`) is refused and
-fails A's engine's transfer at once; an abort of a transfer A does not
+want naming an earlier instance of A (its `to_instance`) is refused,
+nothing pushed, and the want again ("renewed") served; a renewed want for
+a transfer A's engine did not announce is refused at once; an abort of a transfer A does not
 know is answered `stopped` (nothing of it is being written); A's engine
 that aborts a receive from F hears `failed` only once F said `stopped`
 or `abort`.
@@ -223,12 +224,14 @@ def main():
         EA.pump(200)
         check(EA.n_events(x3) == 1, "no second event for it")
 
-        # 4a. a want sent to an earlier instance of A (A's engine registered
-        # again, and A's hello with the new one crossed the want; the
-        # receiver fails the transfer when that hello comes): refused, and
-        # A's engine's transfer fails at once, where it ended "sent" with
-        # the receiver's blocks written after it failed there; one not
-        # announced yet fails when it is
+        # 4a. a want sent to an earlier instance of A (A restarted, or its
+        # engine registered again, and A's hello with the new one crossed
+        # the want): refused, saying to ask again; nothing is pushed for
+        # it and A's engine's transfer goes on, served by the want that
+        # follows naming A's instance ("renewed"); a stale want before the
+        # announcement does not fail the announcement; a renewed want for
+        # a transfer A's engine has not announced is refused at once, not
+        # held for an announcement (it may be A's predecessor's)
         x3a = xid()
         EA.send({"op": "send", "xfer": x3a, "peer": F.addr, "blocks": P_blocks})
         for layer in range(LAYERS):
@@ -236,22 +239,41 @@ def main():
         F.to(A, {"op": "want", "xfer": x3a, "blocks": [20, 21, 22], "skip": 0,
                  "to_instance": a_instance ^ 1})
         err = F.expect("error", x3a)
-        check(err is not None and "earlier instance" in err["reason"],
+        check(err is not None and "earlier instance" in err["reason"] and
+              "want again" in err["reason"],
               f"a want to A's earlier instance: error ({err and err['reason']})")
+        check(F.quiet(x3a, 150), "nothing is pushed for it, no done")
+        check(EA.n_events(x3a) == 0, "and A's engine's transfer goes on")
+        F.to(A, {"op": "want", "xfer": x3a, "blocks": [20, 21, 22], "skip": 0,
+                 "to_instance": a_instance, "renewed": True})
+        d = F.expect("done", x3a)
         ev = EA.event(x3a)
-        check(ev is not None and ev["kind"] == "failed" and
-              "earlier instance" in ev["reason"],
-              f"and A's engine's transfer fails at once: {ev}")
-        check(F.quiet(x3a, 300), "nothing is pushed for it, no done")
+        check(d is not None and ev is not None and ev["kind"] == "sent",
+              f"the want again, renewed, is served: done to F, sent ({ev})")
         x3c = xid()
         F.to(A, {"op": "want", "xfer": x3c, "blocks": [20, 21, 22], "skip": 0,
                  "to_instance": a_instance ^ 1})
         err = F.expect("error", x3c)
         EA.send({"op": "send", "xfer": x3c, "peer": F.addr, "blocks": P_blocks})
+        for layer in range(LAYERS):
+            EA.send({"op": "layer_done", "layer": layer, "xfers": [x3c]})
+        EA.pump(150)
+        check(err is not None and EA.n_events(x3c) == 0,
+              "announced after such a want, it does not fail")
+        F.to(A, {"op": "want", "xfer": x3c, "blocks": [20, 21, 22], "skip": 0,
+                 "to_instance": a_instance, "renewed": True})
         ev = EA.event(x3c)
-        check(err is not None and ev is not None and ev["kind"] == "failed" and
-              "earlier instance" in ev["reason"],
-              f"announced after such a want, it fails at once: {ev}")
+        check(F.expect("done", x3c) is not None and ev is not None and
+              ev["kind"] == "sent", f"and the renewed want is served: {ev}")
+        x3d = xid()
+        t0 = time.time()
+        F.to(A, {"op": "want", "xfer": x3d, "blocks": [20, 21, 22], "skip": 0,
+                 "to_instance": a_instance, "renewed": True})
+        err = F.expect("error", x3d)
+        check(err is not None and "has not announced" in err["reason"] and
+              time.time() - t0 < 2,
+              f"a renewed want for a transfer A's engine has not announced: "
+              f"error at once ({err and err['reason']})")
 
         # 4b. a peer whose hello says done_ucx: on the ipc lane A says
         # done by UCX, to the worker that hello names (B's, which knows
