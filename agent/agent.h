@@ -437,7 +437,8 @@ struct agent {
 	struct pdx_ipc_path engine_ipc; /* its socket file, removed at stop */
 	void *peer_sock;   /* ROUTER, tcp:// */
 	struct notify_target notify[NOTIFY_MAX]; /* cfg.n_notify of them */
-	struct event *engine_ev, *peer_ev, *ucx_ev, *sig_int, *sig_term;
+	struct event *engine_ev, *peer_ev, *ucx_ev, *sig_int, *sig_term,
+		*sig_hup;
 	struct event *ucx_poll_ev; /* polls UCX while it cannot be armed */
 	struct event *beat_ev; /* heartbeat timer (liveness.c) */
 	uint64_t beat_ns;      /* when it last ran */

@@ -523,7 +523,7 @@ static void sweep_staging(void)
 			 "agents that died", n);
 }
 
-/* UCX's init with SIGINT and SIGTERM held: our handlers come later
+/* UCX's init with SIGINT, SIGTERM and SIGHUP held: our handlers come later
  * (agent_start()), and one of them taking its default action there killed
  * us between UCX's shm_open() of a segment and its unlink once sized and
  * mapped, leaving /dev/shm/ucx_shm_posix_* behind (a launcher stopping
@@ -537,6 +537,7 @@ static pdx_status_t ucx_new_unkilled(struct pdx_ucx **out)
 	sigemptyset(&stop);
 	sigaddset(&stop, SIGINT);
 	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGHUP);
 	sigprocmask(SIG_BLOCK, &stop, &old);
 	st = pdx_ucx_new(out);
 	sigprocmask(SIG_SETMASK, &old, NULL);
@@ -617,11 +618,16 @@ static int agent_start(struct agent *a)
 	a->ucx_poll_ev = evtimer_new(a->base, on_ready, a);
 	a->sig_int = evsignal_new(a->base, SIGINT, on_signal, a);
 	a->sig_term = evsignal_new(a->base, SIGTERM, on_signal, a);
+	/* SIGHUP stops us as SIGTERM does: else UCX's debug signal
+	 * (UCX_DEBUG_SIGNO, HUP by default) took it and turned its logging
+	 * to DEBUG for good, while the engine and proxy beside us exited */
+	a->sig_hup = evsignal_new(a->base, SIGHUP, on_signal, a);
 	if (!a->engine_ev || !a->peer_ev || !a->ucx_ev || !a->ucx_poll_ev ||
-	    !a->sig_int || !a->sig_term)
+	    !a->sig_int || !a->sig_term || !a->sig_hup)
 		return -1;
 	event_add(a->sig_int, NULL);
 	event_add(a->sig_term, NULL);
+	event_add(a->sig_hup, NULL);
 	a->ended = pdx_ended_new(a->cfg.max_xfers);
 	if (!a->ended)
 		return -1;
@@ -671,6 +677,7 @@ static void agent_stop(struct agent *a)
 	event_free_safe(a->peer_ev);
 	event_free_safe(a->sig_int);
 	event_free_safe(a->sig_term);
+	event_free_safe(a->sig_hup);
 	engine_watch_stop(a);
 	if (a->engine_sock)
 		zmq_close(a->engine_sock);

@@ -1,6 +1,6 @@
 /* pdx-engine: options, the KV pool, the scheduler and the HTTP front on
- * one libevent loop, with the link to its pdx-agent (--agent); SIGTERM or
- * SIGINT end it cleanly. A tensor-parallel instance's leader adds its
+ * one libevent loop, with the link to its pdx-agent (--agent); SIGTERM,
+ * SIGINT or SIGHUP end it cleanly. A tensor-parallel instance's leader adds its
  * link to the other ranks (tp_leader.h); a follower rank runs its pool,
  * its agent link and its link to the leader only (tp_follower.h). */
 #define PDX_LOG_TOPIC "engine"
@@ -28,7 +28,7 @@
 struct engine {
 	struct pdx_engine_opts o;
 	struct event_base *base;
-	struct event *sigterm, *sigint;
+	struct event *sigterm, *sigint, *sighup;
 	struct pdx_kv_pool *pool;
 	struct pdx_sched *sched;
 	struct pdx_kv_link *link; /* --agent */
@@ -260,8 +260,12 @@ static int engine_start(struct engine *e)
 		return 1;
 	e->sigterm = evsignal_new(e->base, SIGTERM, on_signal, e);
 	e->sigint = evsignal_new(e->base, SIGINT, on_signal, e);
-	if (!e->sigterm || !e->sigint || evsignal_add(e->sigterm, NULL) ||
-	    evsignal_add(e->sigint, NULL))
+	/* a closed terminal: stop cleanly (the pool unlinked), not by
+	 * SIGHUP's default action */
+	e->sighup = evsignal_new(e->base, SIGHUP, on_signal, e);
+	if (!e->sigterm || !e->sigint || !e->sighup ||
+	    evsignal_add(e->sigterm, NULL) || evsignal_add(e->sigint, NULL) ||
+	    evsignal_add(e->sighup, NULL))
 		return 1;
 	swept = pdx_shm_object_sweep("pdx-engine-",
 				     PDX_SHM_OBJECT_SWEEP_MIN_AGE_S);
@@ -332,6 +336,8 @@ static void engine_stop(struct engine *e)
 		event_free(e->sigint);
 	if (e->sigterm)
 		event_free(e->sigterm);
+	if (e->sighup)
+		event_free(e->sighup);
 	if (e->base)
 		event_base_free(e->base);
 }

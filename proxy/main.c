@@ -1,5 +1,5 @@
 /* pdx-proxy: options, the two pools, their health checks and the HTTP
- * server on one libevent loop. SIGTERM or SIGINT drain it: new requests
+ * server on one libevent loop. SIGTERM, SIGINT or SIGHUP drain it: new requests
  * get 503, those in flight finish (up to --drain-timeout, then they are
  * cut short with a 503 or an SSE error event, and engines see their
  * client leave); a second signal cuts them at once. */
@@ -18,7 +18,7 @@
 struct proxy_main {
 	struct pdx_proxy_opts o;
 	struct pdx_proxy px;
-	struct event *sigterm, *sigint, *drain_timer;
+	struct event *sigterm, *sigint, *sighup, *drain_timer;
 };
 
 static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
@@ -171,8 +171,11 @@ static int proxy_start(struct proxy_main *m)
 		return -1;
 	m->sigterm = evsignal_new(px->base, SIGTERM, on_signal, m);
 	m->sigint = evsignal_new(px->base, SIGINT, on_signal, m);
-	if (!m->sigterm || !m->sigint || evsignal_add(m->sigterm, NULL) ||
-	    evsignal_add(m->sigint, NULL))
+	/* a closed terminal drains as SIGTERM does */
+	m->sighup = evsignal_new(px->base, SIGHUP, on_signal, m);
+	if (!m->sigterm || !m->sigint || !m->sighup ||
+	    evsignal_add(m->sigterm, NULL) || evsignal_add(m->sigint, NULL) ||
+	    evsignal_add(m->sighup, NULL))
 		return -1;
 	if (pdx_proxy_listen(px, err, sizeof(err))) {
 		log_error("http: %s", err);
@@ -222,6 +225,8 @@ static void proxy_stop(struct proxy_main *m)
 		event_free(m->sigint);
 	if (m->sigterm)
 		event_free(m->sigterm);
+	if (m->sighup)
+		event_free(m->sighup);
 	if (m->px.base)
 		event_base_free(m->px.base);
 }

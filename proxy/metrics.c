@@ -332,7 +332,7 @@ int pdx_proxy_metrics_render(const struct pdx_proxy *px, struct evbuffer *out)
 			   pdx_pool_role_name(r),
 			   (unsigned long long)m->retries[r]) < 0;
 	bad |= family(out, "pdx_proxy_draining", "gauge",
-		      "1 after SIGTERM or SIGINT while requests in flight "
+		      "1 after SIGTERM, SIGINT or SIGHUP while requests in flight "
 		      "finish");
 	bad |= evbuffer_add_printf(out, "pdx_proxy_draining %d\n",
 				   px->draining) < 0;

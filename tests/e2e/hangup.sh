@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# A closed terminal or ssh session (SIGHUP) stops each program as SIGTERM
+# does, where SIGHUP's default action killed pdx-engine and pdx-proxy on
+# the spot (exit 129): the proxy cut a stream in flight with no error
+# event, an engine left its KV pool in /dev/shm, and pdx-agent lived on
+# with UCX's logging turned to DEBUG by UCX's own SIGHUP handler.
+#  * the proxy drains: a stream through it runs to its [DONE], exit 0;
+#  * the decode engine exits 0 and unlinks its pool;
+#  * its agent exits 0, its log free of UCX's DEBUG lines.
+#   hangup.sh PDX_ENGINE PDX_AGENT PDX_PROXY
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+ENGINE=$1
+# shellcheck disable=SC2034 # agent_start (lib.sh) reads it
+AGENT=$2
+PROXY=$3
+
+# hung_up NAME: SIGHUP, then the exit status must be 0
+hung_up() {
+	local pid rc
+	pid=$(eval echo "\$PID_$1")
+	kill -HUP "$pid"
+	wait "$pid"
+	rc=$?
+	E2E_PIDS=${E2E_PIDS/ $pid/}
+	[ $rc = 0 ] || fail "$1 exited with $rc after SIGHUP, want 0: $(tail -3 "$E2E_TMP/$1.log")"
+}
+
+pd_engine_start P prefill --time-scale 0
+pd_engine_start D decode --time-scale 10000
+named_engine_start X "$PROXY" --prefill "127.0.0.1:$PORT_P" \
+	--decode "127.0.0.1:$PORT_D" --health-interval 0
+wait_healthy P
+wait_healthy D
+
+curl -sS -N -d '{"prompt": "hang up", "max_tokens": 100, "stream": true}' \
+	"http://127.0.0.1:$PORT_X/v1/completions" >"$E2E_TMP/x.sse" 2>/dev/null &
+c=$!
+for _ in $(seq 200); do
+	grep -q '^data: {' "$E2E_TMP/x.sse" && break
+	sleep 0.02
+done
+grep -q '^data: {' "$E2E_TMP/x.sse" || fail "no first token"
+hung_up X
+wait $c || fail "the stream did not finish while the proxy drained (curl $?)"
+grep -q '^data: \[DONE\]' "$E2E_TMP/x.sse" ||
+	fail "the stream has no [DONE]: $(tail -c 300 "$E2E_TMP/x.sse")"
+grep -q 'signal 1' "$E2E_TMP/X.log" || fail "the proxy did not log SIGHUP: $(tail -3 "$E2E_TMP/X.log")"
+
+pool=$(engine_pool "$PID_D")
+[ -n "$pool" ] || fail "no pool of the decode engine in /dev/shm"
+hung_up D
+[ ! -e "$pool" ] || fail "the decode engine left its pool $pool"
+
+hung_up agent_d
+! grep -q 'UCX  DEBUG' "$E2E_TMP/agent_d.log" ||
+	fail "UCX logs at DEBUG after the agent's SIGHUP: $(grep -c 'UCX  DEBUG' "$E2E_TMP/agent_d.log") lines"
+echo ok
