@@ -25,6 +25,7 @@ struct pdx_probe {
 	bool busy;     /* a check in flight */
 	uint64_t sent_ns; /* when the last /health went */
 	bool starting; /* inside evhttp_make_request() */
+	bool timed_out; /* the check in flight hit --health-timeout */
 };
 
 static void probe_free(struct pdx_probe *pr)
@@ -39,8 +40,9 @@ static void probe_free(struct pdx_probe *pr)
 
 /* Why a check failed, for the log: the status and the error JSON's
  * message (pdx-engine says why it is not ready, e.g. its agent is away). */
-static void failure_reason(struct evhttp_request *req, int status, char *out,
-			   size_t len)
+static void failure_reason(const struct pdx_probe *pr,
+			   struct evhttp_request *req, int status, int e,
+			   char *out, size_t len)
 {
 	struct evbuffer *b = req ? evhttp_request_get_input_buffer(req) : NULL;
 	size_t n = b ? evbuffer_get_length(b) : 0;
@@ -48,7 +50,15 @@ static void failure_reason(struct evhttp_request *req, int status, char *out,
 	json_t *j = NULL;
 
 	if (!status) {
-		snprintf(out, len, "no answer in time");
+		/* a dead instance (nothing listens: refused at once) is not
+		 * a hung one; evhttp gives a failed connect no error
+		 * callback, only the socket's errno */
+		if (pr->timed_out || !e || e == ETIMEDOUT)
+			snprintf(out, len, "no answer in time");
+		else /* libevent leaves ENOTCONN after a refused connect */
+			snprintf(out, len, "cannot connect%s%s",
+				 e == ENOTCONN ? "" : ": ",
+				 e == ENOTCONN ? "" : strerror(e));
 		return;
 	}
 	if (n && n < 4096)
@@ -185,7 +195,7 @@ static void on_done(struct evhttp_request *req, void *arg)
 	if (!pdx_pool_health(i, ok, pr->h->down_after, pr->h->up_after))
 		return;
 	if (i->unhealthy) {
-		failure_reason(req, status, why, sizeof(why));
+		failure_reason(pr, req, status, e, why, sizeof(why));
 		log_warn("%s instance %s unhealthy: %u health checks failed in "
 			 "a row (last: %s); it gets no new requests",
 			 pdx_pool_role_name(i->role), i->url, i->health_fails,
@@ -195,6 +205,15 @@ static void on_done(struct evhttp_request *req, void *arg)
 			 "re-admitted",
 			 pdx_pool_role_name(i->role), i->url, i->health_oks);
 	}
+}
+
+/* A check's request failed after its connect (evhttp calls this
+ * before its done callback). */
+static void on_probe_error(enum evhttp_request_error err, void *arg)
+{
+	struct pdx_probe *pr = arg;
+
+	pr->timed_out = err == EVREQ_HTTP_TIMEOUT;
 }
 
 /* One GET of a check on the probe's connection, made when needed. */
@@ -218,6 +237,8 @@ static void probe_get(struct pdx_probe *pr, const char *path,
 	req = evhttp_request_new(done, pr);
 	if (!req)
 		return;
+	pr->timed_out = false;
+	evhttp_request_set_error_cb(req, on_probe_error);
 	snprintf(host, sizeof(host), "%s:%u", i->host, i->port);
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Host", host);
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Connection",

@@ -6,7 +6,9 @@
 #    and the request starts over on the other P (sequential flow);
 #  * the stopped engine fails its health checks: unhealthy in the admin
 #    list and /metrics, no request goes to it (no more retries); after
-#    SIGCONT it passes them and is re-admitted (it serves again);
+#    SIGCONT it passes them and is re-admitted (it serves again); the
+#    log says "no answer in time" for it, "cannot connect" for a killed
+#    one;
 #  * a prefill engine killed (SIGKILL) mid-prefill while D waits for its
 #    KV (concurrent flow): D's request ends, aborted by the proxy or
 #    failed by D's agent once P1's agent says its engine is gone (D's
@@ -131,6 +133,8 @@ all_ok "$PORT_XS" 2 "$short" "a prefill engine stopped"
 grep -q "prefill instance $pp2: first byte timed out; retry 1 of 1 on other instances, transfer [0-9a-f]\{32\} (was [0-9a-f]\{32\})" "$E2E_TMP/XS.log" ||
 	fail "no retry logged: $(grep -i retry "$E2E_TMP/XS.log")"
 wait_val 3 "$PORT_X" "$(healthy P2)" 0
+grep -q "prefill instance $pp2 unhealthy: 2 health checks failed in a row (last: no answer in time)" "$E2E_TMP/X.log" ||
+	fail "the stopped instance's checks: $(grep "$pp2 unhealthy" "$E2E_TMP/X.log")"
 PORT=$PORT_X get /ready >/dev/null
 status_is 200 "/ready with one prefill instance unhealthy"
 curl -sS -H 'Authorization: Bearer t' "http://127.0.0.1:$PORT_X/admin/instances" |
@@ -181,6 +185,9 @@ while read -r new old; do
 	[ "$new" != "$old" ] || fail "a retry reused transfer $old"
 done <"$E2E_TMP/ids"
 wait_val 3 "$PORT_X" "$(healthy P1)" 0
+# dead, not hung: the log says which
+grep -q "prefill instance $pp1 unhealthy: 2 health checks failed in a row (last: cannot connect)" "$E2E_TMP/X.log" ||
+	fail "the killed instance's checks: $(grep "$pp1 unhealthy" "$E2E_TMP/X.log")"
 blocks_free "$PORT_D" "$PORT_P2"
 
 # no usable prefill instance: 503 at once, and not ready
