@@ -521,7 +521,8 @@ static void tell_displaced(struct agent *a, const void *old, size_t old_len)
 		       "another engine registered with this agent, which "
 		       "serves the connection that registered last (one "
 		       "agent per engine; with tensor parallelism, one per "
-		       "rank)");
+		       "rank): this engine stays unregistered until it is "
+		       "started again");
 	if (!pdx_mp_msg_end(&m))
 		engine_send_frame(a, old, old_len, m.buf.data, m.buf.size);
 	pdx_mp_msg_free(&m);

@@ -102,7 +102,10 @@ int pdx_ipc_bind(void *sock, pdx_ipc_bind_fn bind_fn, const char *addr,
 				       "network interface's name, not a host "
 				       "name: give the address it resolves "
 				       "to)"
-				     : "");
+			 : e == EADDRINUSE
+			     ? " (another process listens there, another "
+			       "deployment's perhaps: pick another port)"
+			     : "");
 		return -1;
 	}
 	if (path_check(addr, path, who, err, errlen))

@@ -87,7 +87,7 @@ named_stop agent_b
 port=$(free_port)
 agent_start c --listen "tcp://127.0.0.1:$port"
 for clash in "ipc://$E2E_TMP/c.engine tcp://127.0.0.1:$(free_port) another process serves it" \
-	"ipc://$E2E_TMP/d.engine tcp://127.0.0.1:$port Address already in use"; do
+	"ipc://$E2E_TMP/d.engine tcp://127.0.0.1:$port Address already in use (another process listens there, another deployment.s perhaps: pick another port)"; do
 	read -r eng lis why <<<"$clash"
 	# bounded: the old agent took a running one's path and ran on
 	timeout 10 "$AGENT" --engine "$eng" --listen "$lis" 2>"$E2E_TMP/clash.log"
