@@ -248,6 +248,23 @@ static int add_addr(char (*dst)[PDX_POOL_ADDR_MAX], unsigned *n,
 	return 0;
 }
 
+/* A decode instance given, to be found by DNS, or to be added through
+ * the admin API: else the proxy could never serve (it listened, and
+ * answered 503 to everything, started bare by mistake). */
+static int decode_coming(const struct pdx_proxy_opts *o, char *err,
+			 size_t errlen)
+{
+	if (o->n_decode || o->admin_token)
+		return 0;
+	for (unsigned k = 0; k < o->n_dns; k++)
+		if (o->dns[k].role == PDX_POOL_DECODE)
+			return 0;
+	snprintf(err, errlen, "no decode instance: give --decode HOST:PORT, "
+		 "--decode-dns NAME, or --admin-token to add instances "
+		 "through the admin API");
+	return -1;
+}
+
 /* --prefill-dns or --decode-dns: NAME:PORT (A and AAAA records) or NAME
  * (SRV records), checked here, resolved by discovery.c. */
 static int add_dns(struct pdx_proxy_opts *o, enum pdx_pool_role role,
@@ -633,7 +650,8 @@ enum pdx_proxy_opts_result pdx_proxy_opts_parse(int argc, char **argv,
 	    pair_lists("decoder", &dh, &dp, o->decode, &o->n_decode, err,
 		       errlen))
 		return PDX_PROXY_OPTS_BAD;
-	if (kinds(o, kind, flow_given, err, errlen))
+	if (kinds(o, kind, flow_given, err, errlen) ||
+	    decode_coming(o, err, errlen))
 		return PDX_PROXY_OPTS_BAD;
 	if (pdx_log_set_level(o->log_level) < 0) {
 		snprintf(err, errlen, "--log-level '%s': want error, warn, info "

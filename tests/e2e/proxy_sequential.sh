@@ -13,7 +13,7 @@
 # connection the engine closed is answered 502 and not sent again; out
 # of file descriptors, the proxy answers 502 with the reason and does
 # not spin on accept(); bad command lines (a host with a CR LF among
-# them) exit 2.
+# them, no decode instance to be had) exit 2.
 #   proxy_sequential.sh BUILD/engine/pdx-engine BUILD/proxy/pdx-proxy
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -330,6 +330,9 @@ py "import json; e=json.load(open('$E2E_TMP/r.json'))['error']; assert 'first by
 named_stop H
 
 # bad command lines exit 2
+"$PROXY" --port 0 --prefill 127.0.0.1:1 2>"$E2E_TMP/bare.log"
+[ $? -eq 2 ] && grep -q "no decode instance: give --decode" "$E2E_TMP/bare.log" ||
+	fail "a proxy that could never serve should be refused: $(cat "$E2E_TMP/bare.log")"
 "$PROXY" --flow parallel 2>/dev/null
 [ $? -eq 2 ] || fail "an unknown flow should be refused"
 "$PROXY" --metaserver-url ftp://x 2>/dev/null
