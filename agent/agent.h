@@ -604,8 +604,10 @@ struct peer *peer_lookup(struct agent *a, const char *addr, bool create);
  * still had answers to them queued, read from memory the sender releases
  * at that word, or the sender dropped the gets unanswered. */
 void peer_reset(struct agent *a, struct peer *p);
-/* peer_reset(), every endpoint of p closed, the kept ones too:
- * operations on them end (a peer found lost, or stuck). */
+/* peer_reset(), every endpoint of p cut, the kept ones too: operations
+ * on them end, and the next handshake makes a new UCX endpoint (a peer
+ * found lost, or stuck). peer_reset() lets the UCX endpoint stay open for
+ * the next handshake with that worker (transport/ucx.h). */
 void peer_cut(struct agent *a, struct peer *p);
 /* Closes the endpoints peer_reset() kept that no transfer needs any
  * more, or that made no progress for --peer-timeout-ms, as it says (after

@@ -15,12 +15,17 @@
 /* Peers known at once at most (peer_make_room()). */
 #define PEERS_MAX 512
 
-static void ep_kept_close(struct peer_ep_kept *k)
+/* cut: its operations are ended (the UCX endpoint closed, not kept for
+ * the next handshake). */
+static void ep_kept_close(struct peer_ep_kept *k, bool cut)
 {
 	for (uint32_t i = 0; i < k->n_rkeys; i++)
 		pdx_ucx_rkey_free(k->rkeys[i]);
 	free(k->rkeys);
-	pdx_ucx_ep_close(k->ep);
+	if (cut)
+		pdx_ucx_ep_cut(k->ep);
+	else
+		pdx_ucx_ep_close(k->ep);
 	free(k);
 }
 
@@ -88,11 +93,11 @@ static bool ep_keep(struct agent *a, struct peer *p)
 
 /* Whether transfers still need k, and it is not stuck: an operation of
  * theirs finished within --peer-timeout-ms (or k was kept since). Stuck
- * (the peer frozen, its data connection cut), k is closed, which ends
- * them, as for a peer found lost (liveness.c): a peer whose handshake was
- * dropped is not watched for silence. */
+ * (the peer frozen, its data connection cut: *stuck), k is cut, which
+ * ends them, as for a peer found lost (liveness.c): a peer whose
+ * handshake was dropped is not watched for silence. */
 static bool ep_kept_used(struct agent *a, struct peer *p,
-			 struct peer_ep_kept *k)
+			 struct peer_ep_kept *k, bool *stuck)
 {
 	uint64_t bound = (uint64_t)a->cfg.peer_timeout_ms * 1000000ULL;
 	uint64_t last = k->kept_ns, now;
@@ -114,6 +119,7 @@ static bool ep_kept_used(struct agent *a, struct peer *p,
 	log_warn("peer %s: our operations on the endpoint kept for them "
 		 "finished nothing in %u ms: it is closed, which ends them",
 		 p->addr, a->cfg.peer_timeout_ms);
+	*stuck = true;
 	return false;
 }
 
@@ -124,8 +130,9 @@ static void ep_kept_drop(struct agent *a, struct peer *p, bool all)
 	while (*kp) {
 		struct peer_ep_kept *k = *kp;
 		struct xfer *x, *tmp;
+		bool stuck = false;
 
-		if (!all && ep_kept_used(a, p, k)) {
+		if (!all && ep_kept_used(a, p, k, &stuck)) {
 			kp = &k->next;
 			continue;
 		}
@@ -134,7 +141,7 @@ static void ep_kept_drop(struct agent *a, struct peer *p, bool all)
 				x->ep_kept = NULL;
 		*kp = k->next;
 		a->peers_ep_kept--;
-		ep_kept_close(k);
+		ep_kept_close(k, all || stuck);
 	}
 }
 
@@ -168,8 +175,12 @@ static void peer_drop(struct agent *a, struct peer *p, bool keep)
 	staged_peer_gone(a, p);
 	staged_peer_unmap(a, p);
 	p->staged_shared = false;
-	if (!kept)
+	/* closed, the UCX endpoint stays open for our next handshake with
+	 * that worker (ucx.h); cut, it ends what is still on it */
+	if (!kept && keep)
 		pdx_ucx_ep_close(p->ep);
+	else if (!kept)
+		pdx_ucx_ep_cut(p->ep);
 	p->ep = NULL;
 	p->ep_failed = false;
 	p->ep_renew = false;

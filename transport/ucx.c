@@ -53,6 +53,8 @@ struct pdx_ucx {
 	int closing; /* endpoint closes in flight */
 	struct ep_slot *slots; /* every endpoint's, freed with the worker */
 	struct kept_ep *kept; /* endpoints without peer error handling */
+	struct shared_ep *shared; /* those with, by worker address */
+	bool reap; /* a shared endpoint no one uses failed: to close */
 	bool abandoned; /* pdx_ucx_stop() left the worker to the exit */
 	struct pdx_ucx *next_abandoned;
 };
@@ -73,6 +75,34 @@ struct kept_ep {
 	uint8_t addr[]; /* the peer's worker address */
 };
 
+/* An endpoint with peer error handling (a peer over TCP), shared by every
+ * pdx_ucx_ep made to the same worker address until it fails or is cut.
+ * UCX 1.13 pairs the endpoints of two workers by a sequence number each
+ * side counts per peer worker (ucp_ep_match: its k-th ucp_ep_create() to
+ * the peer with the peer's k-th to us, and a wireup request with no
+ * endpoint of ours waiting makes an internal one, kept unexpected until
+ * our next ucp_ep_create() claims it). An agent made an endpoint at each
+ * handshake and closed the one before: once one side had made one the
+ * other had not (a handshake the other refused), each side's next
+ * endpoint was paired with a stale one of the other's, whose far end was
+ * closed, and transfers over it timed out or were found dead ("timed
+ * out") right after the handshake, again at every handshake after
+ * (test engine_left, new_engine_tcp pulled). Made once per peer worker,
+ * the endpoints stay paired. It is closed once no pdx_ucx_ep names it
+ * after it failed or was cut, else kept for the next; the structure lives
+ * as long as the worker: it is UCX's error handler's argument. */
+struct shared_ep {
+	struct shared_ep *next;
+	struct pdx_ucx *u;
+	ucp_ep_h ep;	/* NULL once closed */
+	unsigned refs;	/* pdx_ucx_eps on it */
+	bool failed;	/* UCX found the peer dead */
+	bool cut;	/* pdx_ucx_ep_cut(): closed at the last close */
+	struct pdx_ucx_ep *users;
+	size_t len;
+	uint8_t addr[]; /* the peer's worker address */
+};
+
 /* What UCX's error handler gets as its argument. UCX may call it for an
  * endpoint already closed (its error handling runs from a later progress):
  * a wrapper freed by then was read after its free, and a prefill agent
@@ -88,8 +118,11 @@ struct pdx_ucx_ep {
 	ucp_ep_h ep;
 	pdx_ucx_ep_error_cb err_cb;
 	void *arg;
-	struct ep_slot *slot;
+	struct ep_slot *slot; /* NULL for a shared one */
 	bool kept; /* ep is a kept one (struct kept_ep): never closed here */
+	struct shared_ep *sh; /* ep is a shared one: closed with sh */
+	struct pdx_ucx_ep *next_user; /* on sh->users */
+	bool told; /* its shared endpoint's failure was passed on */
 };
 
 struct pdx_ucx_mem {
@@ -302,6 +335,12 @@ bool pdx_ucx_stop(struct pdx_ucx *u)
 		u->kept = k->next;
 		free(k);
 	}
+	while (u->shared) { /* their endpoints went with the worker */
+		struct shared_ep *sh = u->shared;
+
+		u->shared = sh->next;
+		free(sh);
+	}
 	while (u->slots) { /* no callback comes any more */
 		struct ep_slot *s = u->slots;
 
@@ -340,6 +379,46 @@ int pdx_ucx_fd(const struct pdx_ucx *u)
 	return u->efd;
 }
 
+static void shared_closed(void *request, ucs_status_t status,
+			  void *user_data)
+{
+	struct pdx_ucx *u = user_data;
+
+	(void)status;
+	u->closing--;
+	ucp_request_free(request);
+}
+
+static void shared_close(struct shared_ep *sh)
+{
+	ucp_request_param_t p = {
+		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+				UCP_OP_ATTR_FIELD_USER_DATA |
+				UCP_OP_ATTR_FIELD_FLAGS,
+		.flags = UCP_EP_CLOSE_FLAG_FORCE,
+		.cb.send = shared_closed,
+		.user_data = sh->u,
+	};
+	ucs_status_ptr_t req;
+
+	if (!sh->ep)
+		return;
+	req = ucp_ep_close_nbx(sh->ep, &p);
+	sh->ep = NULL; /* no error callback for it from now on */
+	if (UCS_PTR_IS_PTR(req))
+		sh->u->closing++;
+}
+
+/* Shared endpoints no one uses that failed since: closed (not from
+ * inside UCX's error callback). */
+static void shared_reap(struct pdx_ucx *u)
+{
+	u->reap = false;
+	for (struct shared_ep *sh = u->shared; sh; sh = sh->next)
+		if (sh->ep && !sh->refs && (sh->failed || sh->cut))
+			shared_close(sh);
+}
+
 /* Arming fails (busy) while UCX has work it cannot be woken for, such as
  * a send waiting for room in a frozen receiver's shared-memory FIFO (UCX
  * 1.13): it polls for that room. After BUSY_ROUNDS such failures without
@@ -354,6 +433,8 @@ enum pdx_ucx_more pdx_ucx_progress(struct pdx_ucx *u, uint64_t spin_ns,
 	uint64_t idle_since = spin_ns ? pdx_now_ns() : 0;
 	unsigned busy = 0;
 
+	if (u->reap)
+		shared_reap(u);
 	for (;;) {
 		if (ucp_worker_progress(u->worker) || u->deferred) {
 			fire_deferred(u);
@@ -560,6 +641,95 @@ static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 		e->err_cb(e->arg, status == UCS_OK ? PDX_EPEER : from_ucs(status));
 }
 
+static void shared_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+	struct shared_ep *sh = arg;
+	pdx_status_t st = status == UCS_OK ? PDX_EPEER : from_ucs(status);
+	struct pdx_ucx_ep *e;
+
+	if (sh->ep != ep || sh->failed)
+		return;
+	sh->failed = true; /* given to no new pdx_ucx_ep */
+	if (!sh->refs)
+		sh->u->reap = true;
+	/* a callback may close any of the users (a peer's failure lets go
+	 * of the endpoints it kept): from the head again after each */
+	for (e = sh->users; e; e = e->next_user)
+		e->told = false;
+	for (e = sh->users; e;) {
+		if (e->told || !e->err_cb) {
+			e = e->next_user;
+			continue;
+		}
+		e->told = true;
+		e->err_cb(e->arg, st);
+		e = sh->users;
+	}
+}
+
+/* A pdx_ucx_ep on the shared endpoint to addr, made now if there is none
+ * that works. */
+static pdx_status_t shared_ep_new(struct pdx_ucx *u, const void *addr,
+				  size_t len, struct pdx_ucx_ep *e)
+{
+	ucp_ep_params_t p = {
+		.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+			      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+			      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+		.address = addr,
+		.err_mode = UCP_ERR_HANDLING_MODE_PEER,
+		.err_handler = { .cb = shared_ep_error },
+	};
+	struct shared_ep *sh;
+	ucs_status_t s;
+
+	for (sh = u->shared; sh; sh = sh->next)
+		if (sh->ep && !sh->failed && !sh->cut && sh->len == len &&
+		    memcmp(sh->addr, addr, len) == 0)
+			break;
+	if (!sh) {
+		sh = calloc(1, sizeof(*sh) + len);
+		if (!sh)
+			return PDX_ENOMEM;
+		sh->u = u;
+		sh->len = len;
+		memcpy(sh->addr, addr, len);
+		p.err_handler.arg = sh;
+		s = ucp_ep_create(u->worker, &p, &sh->ep);
+		if (s != UCS_OK) {
+			free(sh);
+			return from_ucs(s);
+		}
+		sh->next = u->shared;
+		u->shared = sh;
+	}
+	sh->refs++;
+	e->sh = sh;
+	e->ep = sh->ep;
+	e->next_user = sh->users;
+	sh->users = e;
+	return PDX_OK;
+}
+
+static void shared_ep_release(struct pdx_ucx_ep *e)
+{
+	struct shared_ep *sh = e->sh;
+	struct pdx_ucx_ep **pp;
+
+	for (pp = &sh->users; *pp; pp = &(*pp)->next_user)
+		if (*pp == e) {
+			*pp = e->next_user;
+			break;
+		}
+	e->err_cb = NULL;
+	/* closing calls back the operations it ends, at once: e may be used
+	 * there still (a flush on its peer's endpoint, which UCX refuses
+	 * now), as its caller has not let go of it yet */
+	if (--sh->refs == 0 && (sh->failed || sh->cut))
+		shared_close(sh);
+	free(e);
+}
+
 /* UCX trusts an address it unpacks: a header of another version aborts
  * the process (an assertion), and one shorter than its header is read
  * past. The rest it describes itself, and only a peer link that admits
@@ -576,64 +746,65 @@ pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
 			    struct pdx_ucx_ep **out)
 {
 	struct pdx_ucx_ep *e = calloc(1, sizeof(*e));
-	struct ep_slot *slot = calloc(1, sizeof(*slot));
+	struct ep_slot *slot = NULL;
 	ucp_ep_params_t p = {
 		.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
 			      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
 			      UCP_EP_PARAM_FIELD_ERR_HANDLER,
 		.address = addr,
-		.err_mode = peer_errors ? UCP_ERR_HANDLING_MODE_PEER
-				       : UCP_ERR_HANDLING_MODE_NONE,
+		.err_mode = UCP_ERR_HANDLING_MODE_NONE, /* peer_errors: shared */
 		.err_handler = { .cb = ep_error },
 	};
+	struct kept_ep *k;
 	ucs_status_t s;
+	pdx_status_t st;
 
-	if (!e || !slot || !addr_plausible(addr, len)) {
+	if (!e || !addr_plausible(addr, len)) {
 		free(e);
-		free(slot);
-		return !e || !slot ? PDX_ENOMEM : PDX_EINVAL;
+		return !e ? PDX_ENOMEM : PDX_EINVAL;
 	}
 	e->u = u;
 	e->err_cb = err_cb;
 	e->arg = arg;
+	if (peer_errors) {
+		st = shared_ep_new(u, addr, len, e);
+		if (st)
+			free(e);
+		else
+			*out = e;
+		return st;
+	}
+	slot = calloc(1, sizeof(*slot));
+	if (!slot) {
+		free(e);
+		return PDX_ENOMEM;
+	}
 	e->slot = slot;
 	slot->next = u->slots;
 	u->slots = slot;
 	p.err_handler.arg = slot;
-	if (!peer_errors) {
-		struct kept_ep *k;
-
-		for (k = u->kept; k; k = k->next)
-			if (k->len == len && memcmp(k->addr, addr, len) == 0)
-				break;
+	for (k = u->kept; k; k = k->next)
+		if (k->len == len && memcmp(k->addr, addr, len) == 0)
+			break;
+	if (!k) {
+		k = malloc(sizeof(*k) + len);
 		if (!k) {
-			k = malloc(sizeof(*k) + len);
-			if (!k) {
-				free(e);
-				return PDX_ENOMEM; /* the slot goes with u */
-			}
-			s = ucp_ep_create(u->worker, &p, &k->ep);
-			if (s != UCS_OK) {
-				free(k);
-				free(e);
-				return from_ucs(s);
-			}
-			k->len = len;
-			memcpy(k->addr, addr, len);
-			k->next = u->kept;
-			u->kept = k;
+			free(e);
+			return PDX_ENOMEM; /* the slot goes with u */
 		}
-		e->ep = k->ep;
-		e->kept = true;
-		slot->e = e;
-		*out = e;
-		return PDX_OK;
+		s = ucp_ep_create(u->worker, &p, &k->ep);
+		if (s != UCS_OK) {
+			free(k);
+			free(e);
+			return from_ucs(s);
+		}
+		k->len = len;
+		memcpy(k->addr, addr, len);
+		k->next = u->kept;
+		u->kept = k;
 	}
-	s = ucp_ep_create(u->worker, &p, &e->ep);
-	if (s != UCS_OK) {
-		free(e);
-		return from_ucs(s); /* the slot, named nowhere, goes with u */
-	}
+	e->ep = k->ep;
+	e->kept = true;
 	slot->e = e;
 	*out = e;
 	return PDX_OK;
@@ -672,6 +843,10 @@ void pdx_ucx_ep_close(struct pdx_ucx_ep *e)
 
 	if (!e)
 		return;
+	if (e->sh) { /* kept for the next to that worker, unless it failed */
+		shared_ep_release(e);
+		return;
+	}
 	e->slot->e = NULL; /* no error callback for it from now on */
 	if (e->kept) { /* stays open for the next endpoint to that worker */
 		free(e);
@@ -684,6 +859,13 @@ void pdx_ucx_ep_close(struct pdx_ucx_ep *e)
 		return;
 	}
 	e->u->closing++;
+}
+
+void pdx_ucx_ep_cut(struct pdx_ucx_ep *e)
+{
+	if (e && e->sh)
+		e->sh->cut = true;
+	pdx_ucx_ep_close(e);
 }
 
 pdx_status_t pdx_ucx_rkey_unpack(struct pdx_ucx_ep *ep, const void *buf,

@@ -115,11 +115,22 @@ pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
 			    bool peer_errors, pdx_ucx_ep_error_cb err_cb,
 			    void *arg,
 			    struct pdx_ucx_ep **out);
-/* Force-closes: outstanding operations complete with an error. An
- * endpoint made without peer_errors cannot be closed in UCX 1.13: it stays
- * open, and pdx_ucx_ep_new() to the same worker address gives it again,
- * until pdx_ucx_stop(). NULL-safe. */
+/* Lets go of ep. Made with peer_errors, its UCX endpoint is the one every
+ * pdx_ucx_ep_new() to the same worker address gives until it fails or is
+ * cut (UCX 1.13 pairs the endpoints of two workers by how many each side
+ * made to the other: made anew at each handshake, one made on one side
+ * only shifted every later pairing onto stale ones): it stays open, and
+ * operations on it go on, for the next; once it failed it is force-closed
+ * with its last pdx_ucx_ep. An endpoint made without peer_errors cannot
+ * be closed in UCX 1.13: it stays open, and pdx_ucx_ep_new() to the same
+ * worker address gives it again, until pdx_ucx_stop(). NULL-safe. */
 void pdx_ucx_ep_close(struct pdx_ucx_ep *ep);
+
+/* pdx_ucx_ep_close(), and the UCX endpoint is given to no new
+ * pdx_ucx_ep: it is force-closed with its last one (operations
+ * outstanding on it complete with an error). For a peer found lost or
+ * forgotten, whose data must not land any more. NULL-safe. */
+void pdx_ucx_ep_cut(struct pdx_ucx_ep *ep);
 
 /* Its error callback fires no more (it stays usable until closed). */
 void pdx_ucx_ep_mute(struct pdx_ucx_ep *ep);

@@ -376,6 +376,11 @@ void pdx_ucx_ep_close(struct pdx_ucx_ep *ep)
 	free(ep);
 }
 
+void pdx_ucx_ep_cut(struct pdx_ucx_ep *ep)
+{
+	pdx_ucx_ep_close(ep);
+}
+
 pdx_status_t pdx_ucx_rkey_unpack(struct pdx_ucx_ep *ep, const void *buf,
 				 size_t len, struct pdx_ucx_rkey **out)
 {

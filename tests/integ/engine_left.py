@@ -36,12 +36,22 @@
     A its own to B at B's answer; A kept its old one, whose far end B had
     closed, and the new engine's pushes timed out (4 tries in 5). A first
     fix that closed A's endpoints at the engine's end crashed A inside
-    UCX's TCP transport (9 runs in 20; a reviewer's find). (With the old
-    engine's transfer pulled, new_engine_tcp(rig, pull=True), A lives
-    and the new engine's transfer arrives but for 2 runs in 20: the new
-    endpoints were found dead by UCX ("timed out") right after the
-    handshake, as they are in push now and then on the old agent too,
-    and the transfer on them failed; not run here.)
+    UCX's TCP transport (9 runs in 20; a reviewer's find). With the old
+    engine's transfer pulled (new_engine_tcp(rig, pull=True)) likewise:
+    the new engine's transfer failed in about 1 run in 50 (more on a
+    busy host), its endpoints found dead by UCX ("timed out") right
+    after the handshake, and so every transfer between A and B after:
+    UCX 1.13 pairs two workers' endpoints by how many each side made to
+    the other, and an agent made one at each handshake, so one made on
+    one side only (a handshake the other refused) paired each side's
+    next endpoint with a stale one of the other's, whose far end was
+    closed. An agent now makes one UCX endpoint per peer worker and
+    keeps it across handshakes until it fails or the peer is cut.
+  - Over TCP (the put lane), A's engine registers and exits while B is
+    stopped: B, resumed, takes A's hello (an endpoint) and A refuses
+    its hello_ack. B's next transfers from A's next engines arrive. A
+    endpoint made by B alone shifted UCX's pairing: they hung ("timed
+    out ... waiting for the sender") or failed (2 runs in 2 of 3 tries).
   - Over TCP (the put lane), B's engine exits mid-push from A, five
     times: B lives on and lets go of each pool. A said "stopped" once
     its puts ended here, while some were still on their way (a put over
@@ -60,7 +70,8 @@ import urllib.request
 import os
 import signal
 
-from pypeer import Rig, check, exit_code, layout, zmq, Engine
+from pypeer import (BLOCK_BYTES, LAYERS, Engine, Rig, block_at, check,
+                    exit_code, layout, zmq)
 
 TRIES = 10
 
@@ -312,10 +323,64 @@ def new_engine_tcp(rig, pull=False):
         time.sleep(0.3)
 
 
+def unanswered_tcp(rig):
+    EA, EB = rig.engines
+    a, b = rig.agents
+    ra, rb = EA.register(), EB.register()
+    check(ra and ra.get("op") == "registered" and rb and
+          rb.get("op") == "registered", f"A's and B's engines register: {ra}, {rb}")
+    x = os.urandom(16)
+    EB.send({"op": "recv", "xfer": x, "peer": ra["peer"], "blocks": [0]})
+    EA.send({"op": "send", "xfer": x, "peer": rb["peer"], "blocks": [0]})
+    for layer in range(LAYERS):
+        EA.send({"op": "layer_done", "layer": layer, "xfers": [x]})
+    ev = EB.event(x, 5000)
+    check(ev is not None and ev.get("kind") == "received",
+          f"a first transfer: {ev and ev.get('kind')} {ev and ev.get('reason')}")
+    EA.sock.close(linger=0)
+    time.sleep(0.5)
+    os.kill(b.pid, signal.SIGSTOP)  # A's hello to B waits unanswered
+    try:
+        e = rig.adopt(Engine(rig.ctx, f"pdx-left-{a.pid}-u", f"ipc://{rig.tmp}/A.engine"))
+        r = e.register()
+        check(r and r.get("op") == "registered", f"A's second engine registers: {r}")
+        time.sleep(0.3)
+        e.sock.close(linger=0)  # and it exits before B answers
+        time.sleep(0.3)
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+    time.sleep(1)  # B makes its endpoint, A refuses its hello_ack
+    for i in range(3):
+        e = rig.adopt(Engine(rig.ctx, f"pdx-left-{a.pid}-u{i}", f"ipc://{rig.tmp}/A.engine"))
+        e.shm.buf[:] = bytes([0x30 + i]) * e.shm.size
+        r = e.register()
+        check(r and r.get("op") == "registered", f"try {i}: A's next engine registers: {r}")
+        if not r or r.get("op") != "registered":
+            return
+        y = os.urandom(16)
+        EB.send({"op": "recv", "xfer": y, "peer": r["peer"], "blocks": [1]})
+        e.send({"op": "send", "xfer": y, "peer": rb["peer"], "blocks": [5]})
+        for layer in range(LAYERS):
+            e.send({"op": "layer_done", "layer": layer, "xfers": [y]})
+        ev = EB.event(y, 12000)
+        check(ev is not None and ev.get("kind") == "received" and
+              block_at(EB.shm.buf, 0, 0, 1) == bytes([0x30 + i]) * BLOCK_BYTES,
+              f"try {i}: B's transfer from A's next engine arrives, its "
+              f"bytes: {ev and ev.get('kind')} {ev and ev.get('reason')}")
+        e.sock.close(linger=0)
+        time.sleep(0.3)
+
+
 def main():
+    for pull in (False, True):
+        with Rig(sys.argv[1], "left", "AB", agent_args=("--data-path", "put"),
+                 tls="tcp,self") as rig:
+            print(f"# new_engine_tcp, pull={pull}", flush=True)
+            new_engine_tcp(rig, pull)
     with Rig(sys.argv[1], "left", "AB", agent_args=("--data-path", "put"),
              tls="tcp,self") as rig:
-        new_engine_tcp(rig)
+        print("# unanswered_tcp", flush=True)
+        unanswered_tcp(rig)
     for tls in ("sm,self", "tcp,self"):
         with Rig(sys.argv[1], "left", "AB", agent_args=("--data-path", "put"),
                  tls=tls) as rig:
