@@ -207,9 +207,9 @@ struct peer {
 	bool same_host;
 	bool peer_shm; /* its UCX may use shared memory */
 	bool stale;    /* stopped answering: hello again before the next use */
-	/* we took a new instance: the peer makes its endpoint to us anew
-	 * at our hello, so ours to it is made anew at its answer (kept, it
-	 * would lead to the peer's closed one: over TCP our puts hung) */
+	/* we took a new instance: the handshake is made anew at the
+	 * peer's answer to our hello (its rkeys and maps; the UCX endpoint
+	 * to its worker is the same one, transport/ucx.h) */
 	bool ep_renew;
 	bool ep_failed; /* UCX found it dead; the endpoint awaits closing */
 	bool cuda;	/* its engine's KV is GPU memory */
@@ -241,7 +241,7 @@ struct peer {
 	uint8_t rewant;
 	bool watched;	   /* we had transfers with it at the last beat */
 	bool busy;	   /* scratch of a beat: transfers with it now */
-	bool stuck;	   /* scratch of a beat: its UCX endpoint is stuck */
+	bool stuck;	   /* its UCX endpoint is stuck: lost at the next beat */
 	bool named;	   /* scratch of peers_mark_named(): a transfer names it */
 	/* an operation on its endpoint finished: the latest of its
 	 * transfers' op_done_ns, gathered at each beat (liveness.c) */

@@ -402,7 +402,8 @@ static pdx_status_t hello_apply(struct agent *a, struct peer *p,
 			 p->addr);
 		peer_restarted(a, p);
 	} else if (p->ep_renew) {
-		log_debug("peer %s: a new endpoint, as we have a new instance",
+		log_debug("peer %s: a new handshake, as we have a new "
+			  "instance",
 			  p->addr);
 	} else if (p->ep) {
 		/* the same instance: our endpoint to it failed (its transfers

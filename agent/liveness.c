@@ -76,11 +76,10 @@ static void peer_lost(struct agent *a, struct peer *p, const char *why)
  * docs/deployment.md). Their transfer's event waits for them, holding
  * the engine's blocks, and UCX gives up on a connection only after the
  * kernel's SYN retries (minutes): the endpoint is closed, which ends
- * them. Marks such peers; true when there is one. */
-static bool stuck_peers(struct agent *a, uint64_t now, uint64_t bound)
+ * them. Marks such peers. */
+static void stuck_peers(struct agent *a, uint64_t now, uint64_t bound)
 {
 	struct xfer *x, *tmp;
-	bool any = false;
 
 	HASH_ITER(hh, a->xfers, x, tmp) {
 		if (peer_known(x->peer) &&
@@ -94,9 +93,8 @@ static bool stuck_peers(struct agent *a, uint64_t now, uint64_t bound)
 		    !x->ep_kept &&
 		    now - x->ended_ns > bound &&
 		    now - x->peer->ucx_done_ns > bound)
-			any = x->peer->stuck = true;
+			x->peer->stuck = true;
 	}
-	return any;
 }
 
 static void on_beat(evutil_socket_t fd, short what, void *arg)
@@ -155,18 +153,19 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 			peer_free(a, p);
 		}
 	}
-	if (stuck_peers(a, now, bound)) {
-		HASH_ITER(hh, a->peers, p, ptmp) {
-			if (!p->stuck)
-				continue;
-			p->stuck = false;
-			snprintf(why, sizeof(why),
-				 "its UCX data connection finished nothing "
-				 "in %u ms (a firewall between the hosts must "
-				 "let UCX's ports through)",
-				 a->cfg.peer_timeout_ms);
-			peer_lost(a, p, why);
-		}
+	/* (peer.c marks those whose endpoint kept for ended transfers is
+	 * stuck too) */
+	stuck_peers(a, now, bound);
+	HASH_ITER(hh, a->peers, p, ptmp) {
+		if (!p->stuck)
+			continue;
+		p->stuck = false;
+		snprintf(why, sizeof(why),
+			 "its UCX data connection finished nothing in %u ms "
+			 "(a firewall between the hosts must let UCX's ports "
+			 "through)",
+			 a->cfg.peer_timeout_ms);
+		peer_lost(a, p, why);
 	}
 	HASH_ITER(hh, a->peers, p, ptmp) {
 		/* Idle peers we hold a handshake with are pinged too: one

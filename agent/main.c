@@ -15,6 +15,7 @@
 
 #include "agent/agent.h"
 #include "common/ipc_path.h"
+#include "common/hangup.h"
 #include "common/log.h"
 #include "common/shm_object.h"
 #include "common/tcp_addr.h"
@@ -523,6 +524,24 @@ static void sweep_staging(void)
 			 "agents that died", n);
 }
 
+/* SIGHUP was ignored when we started (nohup, a supervisor that ignores
+ * it): a hangup does not stop us. Read before any library's constructor
+ * runs (.preinit_array): UCX's replaces the disposition with its debug
+ * handler (UCX_DEBUG_SIGNO) before main(). */
+static bool hup_ignored;
+
+static void hup_note(int argc, char **argv, char **envp)
+{
+	(void)argc;
+	(void)argv;
+	(void)envp;
+	hup_ignored = pdx_sighup_ignored();
+}
+
+typedef void (*preinit_fn)(int, char **, char **);
+__attribute__((section(".preinit_array"),
+	       used)) static const preinit_fn hup_note_at_start = hup_note;
+
 /* UCX's init with SIGINT, SIGTERM and SIGHUP held: our handlers come later
  * (agent_start()), and one of them taking its default action there killed
  * us between UCX's shm_open() of a segment and its unlink once sized and
@@ -621,13 +640,19 @@ static int agent_start(struct agent *a)
 	/* SIGHUP stops us as SIGTERM does: else UCX's debug signal
 	 * (UCX_DEBUG_SIGNO, HUP by default) took it and turned its logging
 	 * to DEBUG for good, while the engine and proxy beside us exited */
-	a->sig_hup = evsignal_new(a->base, SIGHUP, on_signal, a);
+	/* ignored when we started (nohup, a supervisor): it stays so, UCX's
+	 * handler undone */
+	if (hup_ignored)
+		signal(SIGHUP, SIG_IGN);
+	else
+		a->sig_hup = evsignal_new(a->base, SIGHUP, on_signal, a);
 	if (!a->engine_ev || !a->peer_ev || !a->ucx_ev || !a->ucx_poll_ev ||
-	    !a->sig_int || !a->sig_term || !a->sig_hup)
+	    !a->sig_int || !a->sig_term || (!hup_ignored && !a->sig_hup))
 		return -1;
 	event_add(a->sig_int, NULL);
 	event_add(a->sig_term, NULL);
-	event_add(a->sig_hup, NULL);
+	if (a->sig_hup)
+		event_add(a->sig_hup, NULL);
 	a->ended = pdx_ended_new(a->cfg.max_xfers);
 	if (!a->ended)
 		return -1;

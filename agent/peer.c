@@ -117,7 +117,7 @@ static bool ep_kept_used(struct agent *a, struct peer *p,
 	if (now - last <= bound)
 		return true;
 	log_warn("peer %s: our operations on the endpoint kept for them "
-		 "finished nothing in %u ms: it is closed, which ends them",
+		 "finished nothing in %u ms: it is cut, which ends them",
 		 p->addr, a->cfg.peer_timeout_ms);
 	*stuck = true;
 	return false;
@@ -141,6 +141,12 @@ static void ep_kept_drop(struct agent *a, struct peer *p, bool all)
 				x->ep_kept = NULL;
 		*kp = k->next;
 		a->peers_ep_kept--;
+		/* its UCX endpoint is the handshake's too (one per peer
+		 * worker, transport/ucx.h): cut, it stays open while the
+		 * handshake holds it, so the peer is lost (liveness.c),
+		 * which ends what is on it and meets the peer afresh */
+		if (stuck && pdx_ucx_ep_same(k->ep, p->ep))
+			p->stuck = true;
 		ep_kept_close(k, all || stuck);
 	}
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/hangup.h"
 #include "common/http_listen.h"
 #include "common/log.h"
 #include "common/shm_object.h"
@@ -224,6 +225,7 @@ static int link_agent(struct engine *e)
  * wants a CUDA device there is none of), else 0. */
 static int engine_start(struct engine *e)
 {
+	bool hup;
 	struct pdx_kv_pool_params pp = {
 	    .mem = e->o.kv_mem,
 	    .cuda_device = e->o.cuda_device,
@@ -261,11 +263,14 @@ static int engine_start(struct engine *e)
 	e->sigterm = evsignal_new(e->base, SIGTERM, on_signal, e);
 	e->sigint = evsignal_new(e->base, SIGINT, on_signal, e);
 	/* a closed terminal: stop cleanly (the pool unlinked), not by
-	 * SIGHUP's default action */
-	e->sighup = evsignal_new(e->base, SIGHUP, on_signal, e);
-	if (!e->sigterm || !e->sigint || !e->sighup ||
+	 * SIGHUP's default action; ignored when we started (nohup), it
+	 * stays so */
+	hup = !pdx_sighup_ignored();
+	if (hup)
+		e->sighup = evsignal_new(e->base, SIGHUP, on_signal, e);
+	if (!e->sigterm || !e->sigint || (hup && !e->sighup) ||
 	    evsignal_add(e->sigterm, NULL) || evsignal_add(e->sigint, NULL) ||
-	    evsignal_add(e->sighup, NULL))
+	    (e->sighup && evsignal_add(e->sighup, NULL)))
 		return 1;
 	swept = pdx_shm_object_sweep("pdx-engine-",
 				     PDX_SHM_OBJECT_SWEEP_MIN_AGE_S);

@@ -53,7 +53,12 @@ static void failure_reason(const struct pdx_probe *pr,
 		/* a dead instance (nothing listens: refused at once) is not
 		 * a hung one; evhttp gives a failed connect no error
 		 * callback, only the socket's errno */
-		if (pr->timed_out || !e || e == ETIMEDOUT)
+		/* a connect still under way when the timeout cut it (SYNs
+		 * dropped: a host gone from the network, a firewall) leaves
+		 * EINPROGRESS: hung, not refused */
+		if (pr->timed_out || !e || e == ETIMEDOUT || e == EINPROGRESS ||
+		    e == EALREADY || e == EAGAIN || e == EWOULDBLOCK ||
+		    e == EINTR)
 			snprintf(out, len, "no answer in time");
 		else /* libevent leaves ENOTCONN after a refused connect */
 			snprintf(out, len, "cannot connect%s%s",

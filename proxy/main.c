@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hangup.h"
 #include "common/http_listen.h"
 #include "common/log.h"
 #include "common/version.h"
@@ -157,6 +158,7 @@ static int proxy_start(struct proxy_main *m)
 	struct pdx_proxy *px = &m->px;
 	struct event_config *cfg = event_config_new();
 	char err[192];
+	bool hup;
 
 	if (!cfg)
 		return -1;
@@ -171,11 +173,14 @@ static int proxy_start(struct proxy_main *m)
 		return -1;
 	m->sigterm = evsignal_new(px->base, SIGTERM, on_signal, m);
 	m->sigint = evsignal_new(px->base, SIGINT, on_signal, m);
-	/* a closed terminal drains as SIGTERM does */
-	m->sighup = evsignal_new(px->base, SIGHUP, on_signal, m);
-	if (!m->sigterm || !m->sigint || !m->sighup ||
+	/* a closed terminal drains as SIGTERM does; ignored when we
+	 * started (nohup), it stays so */
+	hup = !pdx_sighup_ignored();
+	if (hup)
+		m->sighup = evsignal_new(px->base, SIGHUP, on_signal, m);
+	if (!m->sigterm || !m->sigint || (hup && !m->sighup) ||
 	    evsignal_add(m->sigterm, NULL) || evsignal_add(m->sigint, NULL) ||
-	    evsignal_add(m->sighup, NULL))
+	    (m->sighup && evsignal_add(m->sighup, NULL)))
 		return -1;
 	if (pdx_proxy_listen(px, err, sizeof(err))) {
 		log_error("http: %s", err);

@@ -824,6 +824,11 @@ bool pdx_ucx_ep_reports_errors(const struct pdx_ucx_ep *e)
 	return !e->kept;
 }
 
+bool pdx_ucx_ep_same(const struct pdx_ucx_ep *a, const struct pdx_ucx_ep *b)
+{
+	return a && b && a->ep == b->ep;
+}
+
 void pdx_ucx_ep_mute(struct pdx_ucx_ep *e)
 {
 	if (e)

@@ -139,6 +139,10 @@ void pdx_ucx_ep_mute(struct pdx_ucx_ep *ep);
  * error) once the peer is found dead. */
 bool pdx_ucx_ep_reports_errors(const struct pdx_ucx_ep *ep);
 
+/* Whether a and b are on one UCX endpoint (both made to one worker
+ * address, and the first neither failed nor cut since). */
+bool pdx_ucx_ep_same(const struct pdx_ucx_ep *a, const struct pdx_ucx_ep *b);
+
 pdx_status_t pdx_ucx_rkey_unpack(struct pdx_ucx_ep *ep, const void *buf,
 				 size_t len, struct pdx_ucx_rkey **out);
 void pdx_ucx_rkey_free(struct pdx_ucx_rkey *rk);

@@ -41,6 +41,19 @@ for _ in $(seq 200); do
 	sleep 0.02
 done
 grep -q '^data: {' "$E2E_TMP/x.sse" || fail "no first token"
+# one started with SIGHUP ignored (nohup, `trap '' HUP` in a launcher)
+# is left running by a hangup, as before the handler
+(trap '' HUP; exec "$PROXY" --port 0 --decode "127.0.0.1:$PORT_D" \
+	--health-interval 0) >"$E2E_TMP/nohup.log" 2>&1 &
+np=$!
+sleep 0.3
+kill -HUP "$np"
+sleep 0.3
+kill -0 "$np" 2>/dev/null ||
+	fail "a proxy started under nohup exited on SIGHUP: $(tail -1 "$E2E_TMP/nohup.log")"
+kill "$np"
+wait "$np"
+
 hung_up X
 wait $c || fail "the stream did not finish while the proxy drained (curl $?)"
 grep -q '^data: \[DONE\]' "$E2E_TMP/x.sse" ||

@@ -352,6 +352,11 @@ bool pdx_ucx_ep_reports_errors(const struct pdx_ucx_ep *ep)
 	return true;
 }
 
+bool pdx_ucx_ep_same(const struct pdx_ucx_ep *a, const struct pdx_ucx_ep *b)
+{
+	return a == b;
+}
+
 void pdx_ucx_ep_mute(struct pdx_ucx_ep *ep)
 {
 	if (ep)
