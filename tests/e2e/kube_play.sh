@@ -164,12 +164,7 @@ podman rm -f -t 0 "$SHM_B" "$SHM_A" >/dev/null 2>&1
 # StatefulSets as Deployments: podman 4.3 plays Pods and Deployments only.
 CURVE=$(mktemp -d /tmp/pdx-kube-curve.XXXXXX)
 # eight distinct ports nobody listens on now
-ports=$($PY -c '
-import socket
-socks = [socket.socket() for _ in range(8)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))') || fail "no free ports"
+ports=$($PY "$HERE/../../scripts/free-ports" 8) || fail "no free ports"
 declare -A PORT_OF
 set -- $ports
 for p in 18000 18001 18100 18101 18102 18200 18201 18202; do

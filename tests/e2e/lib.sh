@@ -100,25 +100,9 @@ py() {
 }
 
 # A TCP port nobody listens on now, below the kernel's ephemeral range
-# where it can: one from that range (a bind to port 0) may be taken as
-# the local port of any outgoing connection before the test binds it,
-# seconds later (a proxy's --notify-bind met "Address already in use"
-# while the tests ran side by side).
+# where it can (scripts/free-ports says why).
 free_port() {
-	$PY -c '
-import random, socket
-lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-for port in [random.randrange(10000, lo) for _ in range(50)] if lo > 11000 else []:
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", port))
-        break
-    except OSError:
-        s.close()
-else:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
+	$PY "$(dirname "${BASH_SOURCE[0]}")/../../scripts/free-ports"
 }
 
 # bg_start NAME CMD...: runs CMD in the background, stderr appended to

@@ -18,7 +18,7 @@ decode side's aux rows. Three rooms, so the event slots cycle. Exits 77
 """
 import ctypes
 import os
-import socket
+import subprocess
 import sys
 import time
 from types import SimpleNamespace
@@ -34,9 +34,11 @@ ROWS = 8                         # aux rows
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port below the kernel's ephemeral range
+    (scripts/free-ports says why)."""
+    return int(subprocess.check_output([sys.executable, os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+        "free-ports")]))
 
 
 def main():

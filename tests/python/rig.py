@@ -9,8 +9,8 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -23,9 +23,11 @@ POOL_BYTES = LAYERS * TENSORS * BLOCKS * BLOCK_BYTES
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port below the kernel's ephemeral range
+    (scripts/free-ports says why)."""
+    return int(subprocess.check_output([sys.executable, os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+        "free-ports")]))
 
 
 def layout(blocks=BLOCKS, head_dim=HEAD_DIM, base=0):
