@@ -753,6 +753,8 @@ pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
 			      UCP_EP_PARAM_FIELD_ERR_HANDLER,
 		.address = addr,
 		.err_mode = UCP_ERR_HANDLING_MODE_NONE, /* peer_errors: shared */
+		/* needed in this mode too: without a handler UCX 1.13 aborts
+		 * the agent when a CMA read finds the peer gone (tp_reshard) */
 		.err_handler = { .cb = ep_error },
 	};
 	struct kept_ep *k;

@@ -15,17 +15,6 @@ ENGINE=$1
 AGENT=$2
 PROXY=$3
 
-# hung_up NAME: SIGHUP, then the exit status must be 0
-hung_up() {
-	local pid rc
-	pid=$(eval echo "\$PID_$1")
-	kill -HUP "$pid"
-	wait "$pid"
-	rc=$?
-	E2E_PIDS=${E2E_PIDS/ $pid/}
-	[ $rc = 0 ] || fail "$1 exited with $rc after SIGHUP, want 0: $(tail -3 "$E2E_TMP/$1.log")"
-}
-
 pd_engine_start P prefill --time-scale 0
 pd_engine_start D decode --time-scale 10000
 named_engine_start X "$PROXY" --prefill "127.0.0.1:$PORT_P" \
@@ -54,7 +43,7 @@ kill -0 "$np" 2>/dev/null ||
 kill "$np"
 wait "$np"
 
-hung_up X
+named_stop X HUP
 wait $c || fail "the stream did not finish while the proxy drained (curl $?)"
 grep -q '^data: \[DONE\]' "$E2E_TMP/x.sse" ||
 	fail "the stream has no [DONE]: $(tail -c 300 "$E2E_TMP/x.sse")"
@@ -62,10 +51,10 @@ grep -q 'signal 1' "$E2E_TMP/X.log" || fail "the proxy did not log SIGHUP: $(tai
 
 pool=$(engine_pool "$PID_D")
 [ -n "$pool" ] || fail "no pool of the decode engine in /dev/shm"
-hung_up D
+named_stop D HUP
 [ ! -e "$pool" ] || fail "the decode engine left its pool $pool"
 
-hung_up agent_d
+named_stop agent_d HUP
 ! grep -q 'UCX  DEBUG' "$E2E_TMP/agent_d.log" ||
 	fail "UCX logs at DEBUG after the agent's SIGHUP: $(grep -c 'UCX  DEBUG' "$E2E_TMP/agent_d.log") lines"
 echo ok

@@ -146,14 +146,16 @@ named_engine_start() {
 	fail "$name did not start listening"
 }
 
-# named_stop NAME: SIGTERM, then the exit status must be 0.
+# named_stop NAME [SIGNAL]: SIGTERM (or SIGNAL), then the exit status
+# must be 0.
 named_stop() {
-	local pid rc
+	local pid rc sig=${2:-TERM}
 	pid=$(eval echo "\$PID_$1")
-	kill -TERM "$pid"
+	kill -"$sig" "$pid"
 	wait "$pid"
 	rc=$?
-	[ $rc -eq 0 ] || fail "$1 exited with $rc after SIGTERM: $(tail -5 "$E2E_TMP/$1.log")"
+	E2E_PIDS=${E2E_PIDS/ $pid/}
+	[ $rc -eq 0 ] || fail "$1 exited with $rc after SIG$sig: $(tail -5 "$E2E_TMP/$1.log")"
 }
 
 # engine_pool PID: the path of the KV pool of the engine of that pid

@@ -28,6 +28,7 @@ reached while the test runs, whatever the load: the window is the bug's.
 
 Exits 0 (pass), 1 (fail) or 77 (skip: pyzmq or msgpack missing).
 """
+import contextlib
 import os
 import random
 import signal
@@ -88,6 +89,16 @@ def main():
                   reply["peer"] == addrs["P"],
                   f"P's agent restarted at {addrs['P']}: {reply}")
 
+        @contextlib.contextmanager
+        def p_stopped():
+            """P's agent stopped (SIGSTOP) meanwhile: what is sent to it
+            waits at its address."""
+            os.kill(rig.agents[0].pid, signal.SIGSTOP)
+            try:
+                yield
+            finally:
+                os.kill(rig.agents[0].pid, signal.SIGCONT)
+
         src, dst, x = fill()
         recv(x, dst)
         send(x, src)
@@ -96,15 +107,12 @@ def main():
         # 1. the want on the dead agent's handshake, the new one's hello
         # crossing it: served
         restart()
-        os.kill(rig.agents[0].pid, signal.SIGSTOP)
-        try:
+        with p_stopped():
             src, dst, x = fill()
             recv(x, dst)
             time.sleep(1.0)  # D's want is out, waiting at P's address
             send(x, src)
             time.sleep(0.2)
-        finally:
-            os.kill(rig.agents[0].pid, signal.SIGCONT)
         served(x, src, dst, "the first transfer after the restart, its want "
                "sent on the old handshake")
 
@@ -131,13 +139,10 @@ def main():
         # 3. a want that crossed the restart for a transfer P's new engine
         # never announces: refused at once, not held for its announcement
         restart()
-        os.kill(rig.agents[0].pid, signal.SIGSTOP)
-        try:
+        with p_stopped():
             src, dst, x = fill()
             recv(x, dst)
             time.sleep(1.0)
-        finally:
-            os.kill(rig.agents[0].pid, signal.SIGCONT)
         t0 = time.time()
         gd = D.event(x, 10000)
         check(gd is not None and gd["kind"] == "failed" and
