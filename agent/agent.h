@@ -227,6 +227,11 @@ struct peer {
 	struct pdx_kv_layout layout;
 	struct tp_rank tp; /* its hello's "tp" */
 	struct pdx_ucx_ep *ep;
+	/* its UCX worker's address as its last hello said, kept past
+	 * peer_reset(): our hellos tell it the number of our endpoint to
+	 * that worker (handshake.c) */
+	uint8_t *worker;
+	size_t worker_len;
 	struct remote_region *regions;
 	uint32_t n_regions;
 	/* endpoints of dropped handshakes kept, with their rkeys, while
@@ -273,6 +278,9 @@ struct xfer {
 	/* the endpoint of its peer's dropped handshake, kept while it needs
 	 * it (peer_reset) */
 	struct peer_ep_kept *ep_kept;
+	/* that endpoint was cut: its operations in flight end with it, and
+	 * do not tell whether the peer's endpoint now is stuck */
+	bool ep_kept_cut;
 	char peer_addr[PDX_ADDR_MAX];
 	uint32_t *blocks; /* ours, token order */
 	uint32_t *remote_blocks; /* the other side's: the receiver's (send),

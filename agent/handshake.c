@@ -11,6 +11,7 @@
 
 #include "agent/agent.h"
 #include "common/clock.h"
+#include "common/fnv.h"
 #include "common/layout_mp.h"
 #include "common/log.h"
 #include "common/mp.h"
@@ -29,6 +30,10 @@ struct hello {
 	char kv_dtype[PDX_KV_DTYPE_MAX]; /* its engine's; "": none said */
 	const void *ucx; /* its worker address, in the message */
 	size_t ucx_len;
+	/* "ucx_ep": the number of its UCX endpoint to the worker whose
+	 * address hashes to sn_worker (ucx.h, pdx_ucx_ep_sn()) */
+	bool has_sn;
+	uint64_t sn_worker, sn;
 	struct pdx_kv_layout layout;
 	struct remote_region *regions; /* addr, size, name, cuda, ipc */
 	struct {
@@ -44,6 +49,11 @@ static void hello_free(struct hello *h)
 	free(h->layout.layer);
 	free(h->regions);
 	free(h->rkeys);
+}
+
+static uint64_t worker_hash(const void *addr, size_t len)
+{
+	return pdx_fnv1a64(PDX_FNV1A64_INIT, addr, len);
 }
 
 static bool get_bool(const msgpack_object *m, const char *key)
@@ -110,6 +120,16 @@ static pdx_status_t hello_parse(const msgpack_object *m, struct hello *h,
 	h->stops = get_bool(m, "stops");
 	pdx_mp_get_str(m, "kv_dtype", h->kv_dtype, sizeof(h->kv_dtype));
 	h->staging = pdx_mp_get(m, "staging");
+	if (pdx_mp_get(m, "ucx_ep")) {
+		const msgpack_object *e = pdx_mp_get(m, "ucx_ep");
+
+		if (pdx_mp_get_u64(e, "worker", &h->sn_worker) ||
+		    pdx_mp_get_u64(e, "sn", &h->sn) || h->sn > UINT32_MAX) {
+			snprintf(err, errlen, "malformed ucx_ep");
+			return PDX_EINVAL;
+		}
+		h->has_sn = true;
+	}
 	h->tp = (struct tp_rank){ 0, 1 };
 	if (pdx_mp_get(m, "tp")) {
 		const msgpack_object *tp = pdx_mp_get(m, "tp");
@@ -230,6 +250,14 @@ static void send_hello(struct agent *a, struct peer *p, const char *op)
 		       pdx_kv_layout_compat_hash(&a->reg.layout));
 	pdx_layout_pack(pdx_mp_msg_key(&pm.m, "layout"), &a->reg.layout);
 	pdx_mp_msg_bin(&pm.m, "ucx", ucx, ucx_len);
+	if (p->worker) { /* our endpoint's number, for it to pair with */
+		pdx_mp_msg_map_open(&pm.m, "ucx_ep");
+		pdx_mp_msg_u64(&pm.m, "worker",
+			       worker_hash(p->worker, p->worker_len));
+		pdx_mp_msg_u64(&pm.m, "sn", pdx_ucx_ep_sn(a->ucx, p->worker,
+							  p->worker_len));
+		pdx_mp_msg_map_close(&pm.m);
+	}
 	pdx_mp_msg_bool(&pm.m, "cuda_ucx", pdx_ucx_has_cuda(a->ucx));
 	staged_pack_hello(a, &pm.m);
 	pdx_mp_msg_bool(&pm.m, "done_ucx", true);
@@ -384,15 +412,43 @@ static void rewant_settle(struct agent *a, struct peer *p, bool is_ack)
 	}
 }
 
+/* Whether our endpoint to h's sender reports peer errors (one shared per
+ * peer worker, transport/ucx.h), which numbers must pair: not one over
+ * shared memory to the same host, made once and kept. */
+static bool ep_reports_errors(const struct agent *a, const struct hello *h)
+{
+	return !(strcmp(h->host, a->host_id) == 0 && h->shm &&
+		 path_ucx_has_shm());
+}
+
+/* Whether h's sender's UCX endpoint to our worker is numbered higher
+ * than ours to its (ucx.h, pdx_ucx_ep_sn()): it cut its endpoint and
+ * made another since, and ours pairs with the one it closed. Not when
+ * it did not say, or said for another worker of ours (we restarted). */
+static bool sn_ahead(const struct agent *a, const struct hello *h)
+{
+	const void *ours;
+	size_t len;
+
+	if (!h->has_sn || !ep_reports_errors(a, h))
+		return false;
+	pdx_ucx_address(a->ucx, &ours, &len);
+	return h->sn_worker == worker_hash(ours, len) &&
+	       h->sn > pdx_ucx_ep_sn(a->ucx, h->ucx, h->ucx_len);
+}
+
 /* A checked hello -> a ready peer: its endpoint, its regions with their
  * rkeys, its data path. A repeated hello (same instance) leaves the cache
  * as it stands; a new instance fails what was begun with the old one. */
 static pdx_status_t hello_apply(struct agent *a, struct peer *p,
 				struct hello *h, char *err, size_t errlen)
 {
+	bool behind = sn_ahead(a, h); /* ours pairs with one it closed */
+	uint8_t *worker;
 	pdx_status_t st;
 
-	if (peer_known(p) && p->instance == h->instance && !p->ep_renew) {
+	if (peer_known(p) && p->instance == h->instance && !p->ep_renew &&
+	    !behind) {
 		p->state = PEER_READY;
 		return PDX_OK;
 	}
@@ -405,6 +461,13 @@ static pdx_status_t hello_apply(struct agent *a, struct peer *p,
 		log_debug("peer %s: a new handshake, as we have a new "
 			  "instance",
 			  p->addr);
+	} else if (behind) {
+		/* it cut its endpoint to us (found us silent, or forgot us)
+		 * and made another: ours led to the one it closed (a pull
+		 * from it timed out) */
+		log_info("peer %s made a new UCX endpoint to us (its number "
+			 "%llu): ours is made anew to pair with it", p->addr,
+			 (unsigned long long)h->sn);
 	} else if (p->ep) {
 		/* the same instance: our endpoint to it failed (its transfers
 		 * failed then), and it is met again */
@@ -422,9 +485,32 @@ static pdx_status_t hello_apply(struct agent *a, struct peer *p,
 	p->done_ucx = h->done_ucx;
 	p->stops = h->stops;
 	p->tp = h->tp;
+	worker = malloc(h->ucx_len ? h->ucx_len : 1);
+	if (!worker) {
+		snprintf(err, errlen, "out of memory");
+		return PDX_ENOMEM;
+	}
+	memcpy(worker, h->ucx, h->ucx_len);
+	free(p->worker);
+	p->worker = worker;
+	p->worker_len = h->ucx_len;
+	st = behind ? pdx_ucx_ep_skip_to(a->ucx, h->ucx, h->ucx_len,
+					 (uint32_t)h->sn)
+		    : PDX_OK;
+	if (st == PDX_EINVAL) {
+		snprintf(err, errlen, "ucx endpoint to %s: its number %llu "
+			 "is too far ahead of ours (%u)", p->addr,
+			 (unsigned long long)h->sn,
+			 pdx_ucx_ep_sn(a->ucx, h->ucx, h->ucx_len));
+		return st;
+	}
+	if (st) {
+		snprintf(err, errlen, "ucx endpoint to %s: %s", p->addr,
+			 pdx_status_str(st));
+		return st;
+	}
 	st = pdx_ucx_ep_new(a->ucx, h->ucx, h->ucx_len,
-			    !(p->same_host && p->peer_shm && path_ucx_has_shm()),
-			    peer_ep_error, p, &p->ep);
+			    ep_reports_errors(a, h), peer_ep_error, p, &p->ep);
 	if (st) {
 		snprintf(err, errlen, "ucx endpoint to %s: %s", p->addr,
 			 pdx_status_str(st));

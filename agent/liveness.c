@@ -88,9 +88,10 @@ static void stuck_peers(struct agent *a, uint64_t now, uint64_t bound)
 	}
 	HASH_ITER(hh, a->xfers, x, tmp) {
 		/* (those on an endpoint kept for them have its bound:
-		 * peer.c; the peer's new handshake is not theirs) */
+		 * peer.c, and are not the peer's new handshake's, even once
+		 * it was cut: their operations end with it) */
 		if (x->finished && x->inflight && peer_known(x->peer) &&
-		    !x->ep_kept &&
+		    !x->ep_kept && !x->ep_kept_cut &&
 		    now - x->ended_ns > bound &&
 		    now - x->peer->ucx_done_ns > bound)
 			x->peer->stuck = true;

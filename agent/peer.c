@@ -137,8 +137,10 @@ static void ep_kept_drop(struct agent *a, struct peer *p, bool all)
 			continue;
 		}
 		HASH_ITER(hh, a->xfers, x, tmp)
-			if (x->ep_kept == k)
+			if (x->ep_kept == k) {
 				x->ep_kept = NULL;
+				x->ep_kept_cut = all || stuck;
+			}
 		*kp = k->next;
 		a->peers_ep_kept--;
 		/* its UCX endpoint is the handshake's too (one per peer
@@ -210,6 +212,7 @@ void peer_cut(struct agent *a, struct peer *p)
 void peer_free(struct agent *a, struct peer *p)
 {
 	peer_cut(a, p);
+	free(p->worker);
 	zmq_close(p->dealer);
 	HASH_DEL(a->peers, p);
 	free(p);

@@ -54,6 +54,7 @@ struct pdx_ucx {
 	struct ep_slot *slots; /* every endpoint's, freed with the worker */
 	struct kept_ep *kept; /* endpoints without peer error handling */
 	struct shared_ep *shared; /* those with, by worker address */
+	struct worker_sn *sns; /* endpoints UCX numbered, per peer worker */
 	bool reap; /* a shared endpoint no one uses failed: to close */
 	bool abandoned; /* pdx_ucx_stop() left the worker to the exit */
 	struct pdx_ucx *next_abandoned;
@@ -99,8 +100,25 @@ struct shared_ep {
 	bool failed;	/* UCX found the peer dead */
 	bool cut;	/* pdx_ucx_ep_cut(): closed at the last close */
 	struct pdx_ucx_ep *users;
+	uint32_t sn;	/* UCX's sequence number for it (struct worker_sn) */
 	size_t len;
 	uint8_t addr[]; /* the peer's worker address */
+};
+
+/* How many endpoints this worker made to a peer worker: UCX numbers each
+ * one (its conn_sn, ucp_ep_match_get_sn() at every ucp_ep_create() to a
+ * worker address, failed ones too) and pairs ours with the peer's of the
+ * same number. A side that closed its endpoint and made another is one
+ * ahead: the other side's endpoint is then paired with a closed one, and
+ * its own next with the stale one the first made before (a peer found
+ * silent by one side only, its endpoint cut: the other side's first pull
+ * after timed out). pdx_ucx_ep_sn() tells the number, which the peer
+ * gives pdx_ucx_ep_skip_to(). */
+struct worker_sn {
+	struct worker_sn *next;
+	uint32_t made;
+	size_t len;
+	uint8_t addr[];
 };
 
 /* What UCX's error handler gets as its argument. UCX may call it for an
@@ -340,6 +358,12 @@ bool pdx_ucx_stop(struct pdx_ucx *u)
 
 		u->shared = sh->next;
 		free(sh);
+	}
+	while (u->sns) {
+		struct worker_sn *w = u->sns;
+
+		u->sns = w->next;
+		free(w);
 	}
 	while (u->slots) { /* no callback comes any more */
 		struct ep_slot *s = u->slots;
@@ -667,10 +691,61 @@ static void shared_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 	}
 }
 
-/* A pdx_ucx_ep on the shared endpoint to addr, made now if there is none
- * that works. */
-static pdx_status_t shared_ep_new(struct pdx_ucx *u, const void *addr,
-				  size_t len, struct pdx_ucx_ep *e)
+/* UCX trusts an address it unpacks: a header of another version aborts
+ * the process (an assertion), and one shorter than its header is read
+ * past. The rest it describes itself, and only a peer link that admits
+ * members alone (CURVE) keeps crafted ones out: this keeps out garbage. */
+static bool addr_plausible(const uint8_t *addr, size_t len)
+{
+	return len >= UCX_ADDR_HEADER_BYTES &&
+	       (addr[0] & UCX_ADDR_VERSION_MASK) <= UCX_ADDR_VERSION_MAX;
+}
+
+static struct worker_sn *worker_sn(struct pdx_ucx *u, const void *addr,
+				    size_t len, bool make)
+{
+	struct worker_sn *w;
+
+	for (w = u->sns; w; w = w->next)
+		if (w->len == len && memcmp(w->addr, addr, len) == 0)
+			return w;
+	if (!make || !(w = calloc(1, sizeof(*w) + len)))
+		return NULL;
+	w->len = len;
+	memcpy(w->addr, addr, len);
+	w->next = u->sns;
+	u->sns = w;
+	return w;
+}
+
+/* ucp_ep_create() to p->address (len bytes), counted (struct worker_sn):
+ * *sn is the number UCX gives it. */
+static pdx_status_t ep_create(struct pdx_ucx *u, const ucp_ep_params_t *p,
+			      size_t len, ucp_ep_h *out, uint32_t *sn)
+{
+	struct worker_sn *w = worker_sn(u, p->address, len, true);
+
+	if (!w)
+		return PDX_ENOMEM;
+	*sn = w->made++; /* UCX takes the number before it may fail */
+	return from_ucs(ucp_ep_create(u->worker, p, out));
+}
+
+/* The shared endpoint to addr that a new pdx_ucx_ep would be on. */
+static struct shared_ep *shared_live(struct pdx_ucx *u, const void *addr,
+				     size_t len)
+{
+	for (struct shared_ep *sh = u->shared; sh; sh = sh->next)
+		if (sh->ep && !sh->failed && !sh->cut && sh->len == len &&
+		    memcmp(sh->addr, addr, len) == 0)
+			return sh;
+	return NULL;
+}
+
+/* A shared endpoint to addr made now, on u->shared (its record is UCX's
+ * error handler's argument, as long as the worker lives). */
+static pdx_status_t shared_make(struct pdx_ucx *u, const void *addr,
+				size_t len, struct shared_ep **out)
 {
 	ucp_ep_params_t p = {
 		.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
@@ -680,34 +755,87 @@ static pdx_status_t shared_ep_new(struct pdx_ucx *u, const void *addr,
 		.err_mode = UCP_ERR_HANDLING_MODE_PEER,
 		.err_handler = { .cb = shared_ep_error },
 	};
-	struct shared_ep *sh;
-	ucs_status_t s;
+	struct shared_ep *sh = calloc(1, sizeof(*sh) + len);
+	pdx_status_t st;
 
-	for (sh = u->shared; sh; sh = sh->next)
-		if (sh->ep && !sh->failed && !sh->cut && sh->len == len &&
-		    memcmp(sh->addr, addr, len) == 0)
-			break;
-	if (!sh) {
-		sh = calloc(1, sizeof(*sh) + len);
-		if (!sh)
-			return PDX_ENOMEM;
-		sh->u = u;
-		sh->len = len;
-		memcpy(sh->addr, addr, len);
-		p.err_handler.arg = sh;
-		s = ucp_ep_create(u->worker, &p, &sh->ep);
-		if (s != UCS_OK) {
-			free(sh);
-			return from_ucs(s);
-		}
-		sh->next = u->shared;
-		u->shared = sh;
+	if (!sh)
+		return PDX_ENOMEM;
+	sh->u = u;
+	sh->len = len;
+	memcpy(sh->addr, addr, len);
+	p.err_handler.arg = sh;
+	st = ep_create(u, &p, len, &sh->ep, &sh->sn);
+	if (st) {
+		free(sh);
+		return st;
 	}
+	sh->next = u->shared;
+	u->shared = sh;
+	*out = sh;
+	return PDX_OK;
+}
+
+/* A pdx_ucx_ep on the shared endpoint to addr, made now if there is none
+ * that works. */
+static pdx_status_t shared_ep_new(struct pdx_ucx *u, const void *addr,
+				  size_t len, struct pdx_ucx_ep *e)
+{
+	struct shared_ep *sh = shared_live(u, addr, len);
+	pdx_status_t st;
+
+	if (!sh && (st = shared_make(u, addr, len, &sh)))
+		return st;
 	sh->refs++;
 	e->sh = sh;
 	e->ep = sh->ep;
 	e->next_user = sh->users;
 	sh->users = e;
+	return PDX_OK;
+}
+
+uint32_t pdx_ucx_ep_sn(struct pdx_ucx *u, const void *addr, size_t len)
+{
+	struct shared_ep *sh = shared_live(u, addr, len);
+	struct worker_sn *w;
+
+	if (sh)
+		return sh->sn;
+	w = worker_sn(u, addr, len, false);
+	return w ? w->made : 0;
+}
+
+pdx_status_t pdx_ucx_ep_skip_to(struct pdx_ucx *u, const void *addr,
+				size_t len, uint32_t sn)
+{
+	struct shared_ep *live = shared_live(u, addr, len);
+	struct worker_sn *w = worker_sn(u, addr, len, false);
+	uint32_t made = w ? w->made : 0;
+	struct shared_ep *sh;
+
+	if (!addr_plausible(addr, len))
+		return PDX_EINVAL;
+	if (sn <= pdx_ucx_ep_sn(u, addr, len))
+		return PDX_OK;
+	if (sn - made > PDX_UCX_SKIP_MAX)
+		return PDX_EINVAL;
+	if (live) { /* paired with one the peer closed */
+		live->cut = true;
+		if (!live->refs)
+			shared_close(live);
+	}
+	/* each made and closed at once: one the peer made and closed waits
+	 * here unexpected under that number, and goes with it */
+	for (w = worker_sn(u, addr, len, false); !w || w->made < sn;
+	     w = worker_sn(u, addr, len, false)) {
+		pdx_status_t st = shared_make(u, addr, len, &sh);
+
+		if (st == PDX_OK) {
+			sh->cut = true;
+			shared_close(sh);
+		} else if (st == PDX_ENOMEM) {
+			return st;
+		}
+	}
 	return PDX_OK;
 }
 
@@ -730,16 +858,6 @@ static void shared_ep_release(struct pdx_ucx_ep *e)
 	free(e);
 }
 
-/* UCX trusts an address it unpacks: a header of another version aborts
- * the process (an assertion), and one shorter than its header is read
- * past. The rest it describes itself, and only a peer link that admits
- * members alone (CURVE) keeps crafted ones out: this keeps out garbage. */
-static bool addr_plausible(const uint8_t *addr, size_t len)
-{
-	return len >= UCX_ADDR_HEADER_BYTES &&
-	       (addr[0] & UCX_ADDR_VERSION_MASK) <= UCX_ADDR_VERSION_MAX;
-}
-
 pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
 			    bool peer_errors, pdx_ucx_ep_error_cb err_cb,
 			    void *arg,
@@ -758,8 +876,8 @@ pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
 		.err_handler = { .cb = ep_error },
 	};
 	struct kept_ep *k;
-	ucs_status_t s;
 	pdx_status_t st;
+	uint32_t sn;
 
 	if (!e || !addr_plausible(addr, len)) {
 		free(e);
@@ -794,11 +912,11 @@ pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
 			free(e);
 			return PDX_ENOMEM; /* the slot goes with u */
 		}
-		s = ucp_ep_create(u->worker, &p, &k->ep);
-		if (s != UCS_OK) {
+		st = ep_create(u, &p, len, &k->ep, &sn);
+		if (st) {
 			free(k);
 			free(e);
-			return from_ucs(s);
+			return st;
 		}
 		k->len = len;
 		memcpy(k->addr, addr, len);

@@ -115,6 +115,24 @@ pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
 			    bool peer_errors, pdx_ucx_ep_error_cb err_cb,
 			    void *arg,
 			    struct pdx_ucx_ep **out);
+/* UCX 1.13 numbers the endpoints a worker makes to another (1st, 2nd,
+ * ...) and pairs each with the peer's of the same number. The number of
+ * the endpoint with peer_errors that pdx_ucx_ep_new() to addr would give
+ * now: the one in use, or the next made. A peer whose number is higher
+ * cut its endpoint and made another since: ours is paired with the one
+ * it closed. */
+uint32_t pdx_ucx_ep_sn(struct pdx_ucx *u, const void *addr, size_t len);
+
+/* The next pdx_ucx_ep_new() to addr with peer_errors gives the endpoint
+ * numbered sn, which pairs with the peer's of that number: the one in
+ * use, numbered lower, is cut (pdx_ucx_ep_cut()), and those numbered in
+ * between are made and closed at once. Nothing happens when sn is not
+ * higher. PDX_EINVAL: a bad address, or sn more than PDX_UCX_SKIP_MAX
+ * ahead (no peer gets there by cutting endpoints). */
+#define PDX_UCX_SKIP_MAX 64
+pdx_status_t pdx_ucx_ep_skip_to(struct pdx_ucx *u, const void *addr,
+				size_t len, uint32_t sn);
+
 /* Lets go of ep. Made with peer_errors, its UCX endpoint is the one every
  * pdx_ucx_ep_new() to the same worker address gives until it fails or is
  * cut (UCX 1.13 pairs the endpoints of two workers by how many each side

@@ -203,6 +203,15 @@ def peer_link():
     c["hello_again"] = b"\0" + peer(hello())
     c["hello_restart"] = b"\0" + eng(send()) + peer(hello(instance=8))
     c["hello_other_host"] = b"\0" + peer(hello(instance=9, host="other"))
+    # the harness's worker address (agent_harness.c), NUL included
+    ours = 0xcbf29ce484222325
+    for b in b"fuzz-worker-address\0":
+        ours = ((ours ^ b) * 0x100000001b3) & 0xffffffffffffffff
+    c["hello_ucx_ep"] = b"\0" + peer({**hello(instance=9, host="other"),
+                                     "ucx_ep": {"worker": ours, "sn": 3}})
+    c["hello_ucx_ep_far"] = b"\0" + eng(send()) + peer(
+        {**hello(instance=9, host="other"),
+         "ucx_ep": {"worker": ours, "sn": 65}})
     c["hello_mismatch"] = b"\0" + eng(recv()) + peer(hello(
         instance=9, lay=layout(tensors=1)))
     c["hello_hnd"] = b"\0" + peer(hello(instance=9, lay=layout(
@@ -425,7 +434,7 @@ MP_WORDS = ["op", "v", "layout", "regions", "type", "name", "size", "shm",
             "rkey", "skip", "bytes", "am_bytes", "first_token", "reason",
             "/fuzz-kv", "/fuzz-peer", PEER, HOST, "tcp://", "hold", "ping",
             "pong", "tp", "rank", "peers", "of", "stops", "stopped", "gone",
-            "no_engine"]
+            "no_engine", "ucx_ep", "worker", "sn"]
 
 
 def mp_dict():
