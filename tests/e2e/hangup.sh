@@ -22,14 +22,7 @@ named_engine_start X "$PROXY" --prefill "127.0.0.1:$PORT_P" \
 wait_healthy P
 wait_healthy D
 
-curl -sS -N -d '{"prompt": "hang up", "max_tokens": 100, "stream": true}' \
-	"http://127.0.0.1:$PORT_X/v1/completions" >"$E2E_TMP/x.sse" 2>/dev/null &
-c=$!
-for _ in $(seq 200); do
-	grep -q '^data: {' "$E2E_TMP/x.sse" && break
-	sleep 0.02
-done
-grep -q '^data: {' "$E2E_TMP/x.sse" || fail "no first token"
+stream_start X 100 "hang up"
 # one started with SIGHUP ignored (nohup, `trap '' HUP` in a launcher)
 # is left running by a hangup, as before the handler
 (trap '' HUP; exec "$PROXY" --port 0 --decode "127.0.0.1:$PORT_D" \
@@ -45,8 +38,8 @@ wait "$np"
 
 named_stop X HUP
 wait $c || fail "the stream did not finish while the proxy drained (curl $?)"
-grep -q '^data: \[DONE\]' "$E2E_TMP/x.sse" ||
-	fail "the stream has no [DONE]: $(tail -c 300 "$E2E_TMP/x.sse")"
+grep -q '^data: \[DONE\]' "$E2E_TMP/X.sse" ||
+	fail "the stream has no [DONE]: $(tail -c 300 "$E2E_TMP/X.sse")"
 grep -q 'signal 1' "$E2E_TMP/X.log" || fail "the proxy did not log SIGHUP: $(tail -3 "$E2E_TMP/X.log")"
 
 pool=$(engine_pool "$PID_D")

@@ -273,6 +273,23 @@ wait_healthy() {
 	fail "$name does not answer /health with 200: $(cat "$E2E_TMP/$name.health" 2>/dev/null): $(tail -3 "$E2E_TMP/$name.log")"
 }
 
+# stream_start NAME MAX_TOKENS PROMPT: a streamed completion of PROMPT
+# from the server on PORT_NAME, in the background (curl's pid in $c, the
+# SSE in $E2E_TMP/NAME.sse); returns once its first token came (4 s at
+# most, else the test fails).
+stream_start() {
+	local port
+	port=$(eval echo "\$PORT_$1")
+	curl -sS -N -d "{\"prompt\": \"$3\", \"max_tokens\": $2, \"stream\": true}" \
+		"http://127.0.0.1:$port/v1/completions" >"$E2E_TMP/$1.sse" 2>/dev/null &
+	c=$!
+	for _ in $(seq 200); do
+		grep -q '^data: {' "$E2E_TMP/$1.sse" && return 0
+		sleep 0.02
+	done
+	fail "$1: no first token: $(tail -c 300 "$E2E_TMP/$1.sse")"
+}
+
 # e NAME: an engine's sample NAME (the model E2E_MODEL, tiny by default).
 e() { echo "pdx_engine_$1{model_name=\"${E2E_MODEL:-tiny}\"}"; }
 

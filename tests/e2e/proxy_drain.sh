@@ -18,22 +18,6 @@ PROXY=$2
 
 named_engine_start S "$ENGINE" --time-scale 10000
 
-# stream NAME MAX_TOKENS: a streamed completion through the proxy
-# PORT_NAME in the background (curl's pid in $c, the SSE in
-# $E2E_TMP/NAME.sse); returns once its first token came.
-stream() {
-	local port
-	port=$(eval echo "\$PORT_$1")
-	curl -sS -N -d "{\"prompt\": \"drain me\", \"max_tokens\": $2, \"stream\": true}" \
-		"http://127.0.0.1:$port/v1/completions" >"$E2E_TMP/$1.sse" 2>/dev/null &
-	c=$!
-	for _ in $(seq 200); do
-		grep -q '^data: {' "$E2E_TMP/$1.sse" && return 0
-		sleep 0.02
-	done
-	fail "$1: no first token"
-}
-
 # exited NAME: waits for the proxy; its exit status must be 0. How many
 # ms it took in $ms.
 exited() {
@@ -60,7 +44,7 @@ cut_short() {
 
 # SIGTERM mid-stream: the stream finishes, nothing new is taken
 named_engine_start W "$PROXY" --decode "127.0.0.1:$PORT_S" --health-interval 0
-stream W 150
+stream_start W 150 "drain me"
 kill -TERM "$PID_W"
 PORT=$PORT_W get /ready >/dev/null
 status_is 503 "/ready while draining"
@@ -80,7 +64,7 @@ exited W
 # engine's request aborted
 ab=$(val "$PORT_S" "$(e requests_aborted_total)")
 named_engine_start W2 "$PROXY" --decode "127.0.0.1:$PORT_S" --health-interval 0
-stream W2 3000
+stream_start W2 3000 "drain me"
 kill -TERM "$PID_W2"
 sleep 0.3
 kill -INT "$PID_W2"
@@ -99,7 +83,7 @@ done
 # --drain-timeout: a stream longer than it is cut when it passes
 named_engine_start W3 "$PROXY" --decode "127.0.0.1:$PORT_S" --health-interval 0 \
 	--drain-timeout 1
-stream W3 3000
+stream_start W3 3000 "drain me"
 s3=$c
 curl -sS -o "$E2E_TMP/W3.body" -w '%{http_code}' \
 	-d '{"prompt": "unanswered", "max_tokens": 3000}' \
@@ -120,7 +104,7 @@ wait $u3
 # admission: 429 with Retry-After at --max-inflight, 413 over --max-body
 named_engine_start W4 "$PROXY" --decode "127.0.0.1:$PORT_S" --health-interval 0 \
 	--max-inflight 1 --max-body 1024
-stream W4 100
+stream_start W4 100 "drain me"
 curl -sS -D "$E2E_TMP/head" -o "$E2E_TMP/body" -w '%{http_code}' \
 	-d '{"prompt": "one more", "max_tokens": 2}' \
 	"http://127.0.0.1:$PORT_W4/v1/completions" >"$E2E_TMP/status" || fail "curl"

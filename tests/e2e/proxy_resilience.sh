@@ -383,17 +383,14 @@ named_stop T
 # --idle-timeout (1 s), without [DONE]
 named_engine_start S "$ENGINE" --time-scale 10000
 named_engine_start I "$PROXY" --decode "127.0.0.1:$PORT_S" --idle-timeout 1 --health-interval 0
-curl -sS -N -d '{"prompt": "a long story", "max_tokens": 1000, "stream": true}' \
-	"http://127.0.0.1:$PORT_I/v1/completions" >"$E2E_TMP/idle.sse" 2>/dev/null &
-c=$!
-for _ in $(seq 100); do grep -q '^data: {' "$E2E_TMP/idle.sse" && break; sleep 0.05; done
+stream_start I 1000 "a long story"
 kill -STOP "$PID_S"
 t0=$(date +%s%N)
 wait $c
 ms=$((($(date +%s%N) - t0) / 1000000))
 kill -CONT "$PID_S"
-grep -q '^data: {' "$E2E_TMP/idle.sse" || fail "no token before the engine stopped"
-! grep -q '\[DONE\]' "$E2E_TMP/idle.sse" || fail "a stream cut short ended with [DONE]"
+grep -q '^data: {' "$E2E_TMP/I.sse" || fail "no token before the engine stopped"
+! grep -q '\[DONE\]' "$E2E_TMP/I.sse" || fail "a stream cut short ended with [DONE]"
 [ $ms -ge 500 ] && [ $ms -lt 3000 ] || fail "the stream ended $ms ms after the engine stopped, want ~1000"
 grep -q 'idle timeout; stream cut short' "$E2E_TMP/I.log" || fail "idle timeout not logged: $(tail -3 "$E2E_TMP/I.log")"
 named_stop I
