@@ -324,7 +324,9 @@ void xfer_maybe_release(struct xfer *x)
 	else if (x->owe_abort)
 		a->xfer_ops->tell_peer(a, x->peer_addr, "abort", &x->id,
 				       x->reason);
-	if (x->announced && !x->event_sent && !x->group) {
+	/* one our engine holds queued (not announced yet) fails by event
+	 * too: its request need not wait to be admitted to learn it */
+	if ((x->announced || x->held) && !x->event_sent && !x->group) {
 		x->event_sent = true;
 		xfer_mark(x, MARK_EVENT);
 		a->xfer_ops->engine_event(a, x, x->status ? "failed"

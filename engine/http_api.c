@@ -264,6 +264,8 @@ uint16_t pdx_http_api_port(const struct pdx_http_api *api)
 void pdx_http_api_set_link(struct pdx_http_api *api, struct pdx_kv_link *link)
 {
 	api->p.link = link;
+	if (link)
+		pdx_kv_link_on_held(link, pdx__kv_held_event, api);
 }
 
 void pdx_http_api_free(struct pdx_http_api *api)

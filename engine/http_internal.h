@@ -55,6 +55,10 @@ struct pdx__kv *pdx__kv_new(struct pdx_http_api *api,
 void pdx__kv_set_req(struct pdx__kv *k, struct pdx_sched_req *sreq);
 /* The scheduler's KV hooks, forwarded by the request's sink. */
 void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq);
+/* pdx_kv_link_on_held()'s callback (arg: the api): a queued request's
+ * held transfer failed at the agent: it learns now (the scheduler's
+ * on_failure), not once admitted. */
+void pdx__kv_held_event(void *arg, const struct pdx_engine_event *ev);
 void pdx__kv_layer_done(struct pdx__kv *k, uint32_t layer, uint32_t slot);
 void pdx__kv_first_token(struct pdx__kv *k, uint32_t token);
 /* When the transfer ended here (CLOCK_MONOTONIC ns; 0: not yet), and

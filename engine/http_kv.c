@@ -137,19 +137,26 @@ static void first_token_take(struct pdx__kv *k, int64_t carried)
 	k->first_token = carried;
 }
 
+/* A failed event's cause: the other side, or the way to it (not ours:
+ * failed_here), or a mismatch of the two. */
+static void failed_why(struct pdx__kv *k, const struct pdx_engine_event *ev,
+		       bool failed_here)
+{
+	k->partner_failed =
+	    !failed_here &&
+	    (ev->status == PDX_EPEER || ev->status == PDX_ETIMEDOUT ||
+	     ev->status == PDX_ECANCELED || ev->status == PDX_ENOENT ||
+	     ev->status == PDX_EINCOMPAT);
+	k->incompat = ev->status == PDX_EINCOMPAT;
+}
+
 static void on_event(void *arg, const struct pdx_engine_event *ev)
 {
 	struct pdx__kv *k = arg;
 
 	log_debug("%s: event %d (%s)", k->p.xfer_hex, ev->kind, ev->reason);
 	if (ev->kind == PDX_EVENT_FAILED) {
-		/* what the other side, or the way to it, is the cause of */
-		k->partner_failed =
-		    !k->w.failed_here &&
-		    (ev->status == PDX_EPEER || ev->status == PDX_ETIMEDOUT ||
-		     ev->status == PDX_ECANCELED || ev->status == PDX_ENOENT ||
-		     ev->status == PDX_EINCOMPAT);
-		k->incompat = ev->status == PDX_EINCOMPAT;
+		failed_why(k, ev, k->w.failed_here);
 		over(k, ev->status != PDX_OK ? ev->status : PDX_EIO,
 		     ev->reason[0] ? ev->reason : pdx_status_str(ev->status));
 	}
@@ -262,6 +269,31 @@ static void post_callback(struct pdx__kv *k)
 	free(s);
 }
 
+void pdx__kv_held_event(void *arg, const struct pdx_engine_event *ev)
+{
+	struct pdx_http_api *api = arg;
+	pdx_status_t st = ev->status != PDX_OK ? ev->status : PDX_EIO;
+	struct pdx__kv *k;
+
+	if (ev->kind != PDX_EVENT_FAILED)
+		return;
+	LIST_FOREACH(k, &api->kvs, link)
+		if (k->p.role == PDX_KV_RECV && !k->announced && k->sreq &&
+		    k->status == PDX_OK &&
+		    !memcmp(&k->p.xfer, &ev->xfer, sizeof(ev->xfer)))
+			break;
+	if (!k)
+		return;
+	/* the agent said it: no link of ours was lost (that is PDX_EAGENT,
+	 * made by libpdx) */
+	failed_why(k, ev, ev->status == PDX_EAGENT ||
+			      ev->status == PDX_ENOTREG);
+	failure(k, st, ev->reason[0] ? ev->reason : pdx_status_str(st));
+	k->done_ns = pdx_now_ns();
+	/* last: the request may end here, and k with it */
+	pdx_sched_kv_failed_queued(api->p.sched, k->sreq, st);
+}
+
 void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq)
 {
 	uint32_t bt = pdx_kv_pool_layout(seq->pool)->block_tokens;
@@ -269,6 +301,8 @@ void pdx__kv_admitted(struct pdx__kv *k, struct pdx_kv_seq *seq)
 	struct pdx_kv_link *l = k->api->p.link;
 	pdx_status_t st;
 
+	if (k->p.role == PDX_KV_RECV && k->status != PDX_OK)
+		return; /* failed while queued: prefilled here (recompute) */
 	k->w.tokens = seq->tokens; /* the follower ranks check their KV */
 	k->w.n_tokens = k->n_prompt;
 	if (k->p.role == PDX_KV_RECV)

@@ -23,6 +23,9 @@ struct pdx_kv_link {
 	struct pdx_tp_leader *tp; /* rank 0 of a TP instance, else NULL */
 	uint32_t tp_size;	  /* 1 without */
 	uint32_t rank, ranks;	  /* this engine's TP rank, of ranks */
+	/* events no waiter takes: held transfers' (pdx_kv_link_on_held) */
+	void (*held_cb)(void *arg, const struct pdx_engine_event *ev);
+	void *held_arg;
 };
 
 /* The one agent of the other side (its ranks' agents, rank order) that
@@ -130,6 +133,10 @@ static void on_events(evutil_socket_t fd, short what, void *arg)
 
 	while (pdx_engine_next_event(l->e, &ev) == PDX_OK) {
 		w = find(l, &ev.xfer);
+		if (!w && l->held_cb) {
+			l->held_cb(l->held_arg, &ev);
+			continue;
+		}
 		if (!w) {
 			pdx_xfer_id_hex(&ev.xfer, hex);
 			log_debug("%s: event %d for no waiter", hex, ev.kind);
@@ -431,6 +438,14 @@ void pdx_kv_link_hold(struct pdx_kv_link *l, const struct pdx_xfer_id *xfer,
 		      const struct pdx_kv_peers *other)
 {
 	at_peers(l, PDX_TP_HOLD, pdx_engine_hold, xfer, other);
+}
+
+void pdx_kv_link_on_held(struct pdx_kv_link *l,
+			 void (*cb)(void *arg, const struct pdx_engine_event *ev),
+			 void *arg)
+{
+	l->held_cb = cb;
+	l->held_arg = arg;
 }
 
 void pdx_kv_link_abort_at(struct pdx_kv_link *l,

@@ -150,6 +150,13 @@ void pdx_kv_link_abort(struct pdx_kv_link *l, struct pdx_kv_waiter *w);
 void pdx_kv_link_hold(struct pdx_kv_link *l, const struct pdx_xfer_id *xfer,
 		      const struct pdx_kv_peers *other);
 
+/* cb gets the events no waiter takes: a held transfer's (its request
+ * still queued) failure, which the agent reports before any recv, and
+ * anything else no longer awaited (cb ignores what is not its own). */
+void pdx_kv_link_on_held(struct pdx_kv_link *l,
+			 void (*cb)(void *arg, const struct pdx_engine_event *ev),
+			 void *arg);
+
 /* For a transfer never announced here: the other side's agents (our
  * pair's, or every rank's) are told to abort it (pdx_engine_abort_at()). */
 void pdx_kv_link_abort_at(struct pdx_kv_link *l,

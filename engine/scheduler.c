@@ -579,6 +579,24 @@ void pdx_sched_kv_ready(struct pdx_sched *s, struct pdx_sched_req *r,
 	kick(s);
 }
 
+void pdx_sched_kv_failed_queued(struct pdx_sched *s, struct pdx_sched_req *r,
+				pdx_status_t status)
+{
+	if (r->phase != PHASE_QUEUED || !r->sink.remote_kv)
+		return;
+	if (r->sink.recompute && status != PDX_EAGENT) {
+		log_info("transfer failed while queued (%s): prefilling here "
+			 "once admitted", pdx_status_str(status));
+		r->sink.remote_kv = false;
+		return;
+	}
+	TAILQ_REMOVE(&s->waiting, r, link);
+	s->n_waiting--;
+	queue_arm(s);
+	r->sink.done(r->sink.arg, status);
+	req_free(r);
+}
+
 void pdx_sched_stats(const struct pdx_sched *s, struct pdx_sched_stats *out)
 {
 	out->running = s->n_running;

@@ -79,7 +79,7 @@ static pdx_status_t announce(struct pdx_engine *e, const char *op,
 				 "%s: needs a peer address of 1 to %d bytes",
 				 op, PDX_ADDR_MAX - 1);
 	}
-	if (pdx__inflight_has(e, xfer))
+	if (pdx__inflight_has(e, xfer) && !pdx__inflight_held(e, xfer))
 		return pdx__fail(e, PDX_EEXIST,
 				 "%s: transfer %s is in flight already", op,
 				 hex(xfer).s); /* the one in flight goes on */
@@ -124,9 +124,7 @@ static pdx_status_t announce(struct pdx_engine *e, const char *op,
 		return pdx__fail(e, PDX_ENOMEM, "%s: no memory", op);
 	}
 	st = send_out(e, &o);
-	if (st == PDX_OK)
-		pdx__inflight_add(e, t, xfer);
-	else
+	if (st != PDX_OK || pdx__inflight_announced(e, t, xfer))
 		free(t);
 	return st;
 }
@@ -307,8 +305,12 @@ pdx_status_t pdx_engine_hold(struct pdx_engine *e,
 {
 	pdx_status_t st = pdx__enter(e, "hold");
 
-	if (st == PDX_OK)
-		st = pdx__leave(e, send_xfer_op(e, "hold", "hold", xfer, peer));
+	if (st == PDX_OK) {
+		st = send_xfer_op(e, "hold", "hold", xfer, peer);
+		if (st == PDX_OK) /* its failure while held comes as an event */
+			pdx__inflight_hold(e, xfer);
+		st = pdx__leave(e, st);
+	}
 	return st;
 }
 
@@ -317,9 +319,12 @@ pdx_status_t pdx_engine_abort(struct pdx_engine *e,
 {
 	pdx_status_t st = pdx__enter(e, "abort");
 
-	if (st == PDX_OK)
-		st = pdx__leave(e, send_xfer_op(e, "abort", "abort", xfer,
-						NULL));
+	if (st == PDX_OK) {
+		st = send_xfer_op(e, "abort", "abort", xfer, NULL);
+		if (st == PDX_OK)
+			pdx__inflight_unhold(e, xfer);
+		st = pdx__leave(e, st);
+	}
 	return st;
 }
 
@@ -329,8 +334,11 @@ pdx_status_t pdx_engine_abort_at(struct pdx_engine *e,
 {
 	pdx_status_t st = pdx__enter(e, "abort_at");
 
-	if (st == PDX_OK)
-		st = pdx__leave(e, send_xfer_op(e, "abort_at", "abort", xfer,
-						peer));
+	if (st == PDX_OK) {
+		st = send_xfer_op(e, "abort_at", "abort", xfer, peer);
+		if (st == PDX_OK)
+			pdx__inflight_unhold(e, xfer);
+		st = pdx__leave(e, st);
+	}
 	return st;
 }

@@ -78,7 +78,10 @@ struct pdx__frame {
 /* A transfer announced on the link whose event has not come yet. */
 struct pdx__inflight {
 	struct pdx_xfer_id id;
-	uint64_t t_first_ns; /* announced */
+	uint64_t t_first_ns; /* announced (or held) */
+	/* held (pdx_engine_hold), not announced yet: the agent's event
+	 * says it failed while our request waited in the queue */
+	bool held;
 	UT_hash_handle hh;
 };
 
@@ -124,7 +127,7 @@ struct pdx_engine {
 	char why_down[PDX_REASON_MAX];
 	char why[512];     /* why the last call failed: pdx_engine_last_error */
 	struct pdx__cuda *cuda; /* the events of register_cuda_streams, or NULL */
-	struct pdx__inflight *live; /* announced, their event still to come */
+	struct pdx__inflight *live; /* announced or held, their event to come */
 	/* FIFO of events that arrived while register waited for its answer */
 	struct pdx_engine_event *q;
 	size_t q_cap;
@@ -176,6 +179,17 @@ bool pdx__inflight_has(struct pdx_engine *e, const struct pdx_xfer_id *x);
 void pdx__inflight_add(struct pdx_engine *e, struct pdx__inflight *t,
 		       const struct pdx_xfer_id *x);
 bool pdx__inflight_take(struct pdx_engine *e, const struct pdx_xfer_id *x);
+/* x held, not announced: in flight till its event, an announcement (its
+ * event is then the announced transfer's) or our abort of it. */
+void pdx__inflight_hold(struct pdx_engine *e, const struct pdx_xfer_id *x);
+bool pdx__inflight_held(struct pdx_engine *e, const struct pdx_xfer_id *x);
+/* an announcement of x went out: a held x is announced now (true), else
+ * t is added (false: the caller lets go of t either way) */
+bool pdx__inflight_announced(struct pdx_engine *e, struct pdx__inflight *t,
+			     const struct pdx_xfer_id *x);
+/* our abort of x went out: held only, it ends here (its event, should
+ * the agent send one, is dropped) */
+void pdx__inflight_unhold(struct pdx_engine *e, const struct pdx_xfer_id *x);
 /* Each transfer in flight ends now, failed with st and e->why_down. */
 void pdx__inflight_fail_all(struct pdx_engine *e, pdx_status_t st);
 void pdx__inflight_free(struct pdx_engine *e);

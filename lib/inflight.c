@@ -3,7 +3,8 @@
  * Every transfer announced on the link ends in exactly one event, agent or
  * no agent: the agent's, or when the link is lost one made here (failed,
  * PDX_EAGENT), after which what the agent may still say about it is
- * dropped. Such a failure does not mean nobody touches the blocks any
+ * dropped. So does one held (pdx_engine_hold) that fails before it is
+ * announced, unless we abort it. Such a failure does not mean nobody touches the blocks any
  * more (engine.h). The queue holds the events read while something else
  * was awaited (a register's answer) and those made here.
  */
@@ -69,6 +70,57 @@ void pdx__inflight_add(struct pdx_engine *e, struct pdx__inflight *t,
 	t->id = *x;
 	t->t_first_ns = pdx_now_ns();
 	HASH_ADD(hh, e->live, id.b, sizeof(t->id.b), t);
+}
+
+static struct pdx__inflight *inflight_find(struct pdx_engine *e,
+					    const struct pdx_xfer_id *x)
+{
+	struct pdx__inflight *t;
+
+	HASH_FIND(hh, e->live, x->b, sizeof(x->b), t);
+	return t;
+}
+
+void pdx__inflight_hold(struct pdx_engine *e, const struct pdx_xfer_id *x)
+{
+	struct pdx__inflight *t;
+
+	if (inflight_find(e, x))
+		return; /* held with one more sender, or announced */
+	t = calloc(1, sizeof(*t));
+	if (!t) { /* its failure comes at its announcement, as before */
+		log_warn("no memory to follow a held transfer");
+		return;
+	}
+	pdx__inflight_add(e, t, x);
+	t->held = true;
+}
+
+bool pdx__inflight_held(struct pdx_engine *e, const struct pdx_xfer_id *x)
+{
+	struct pdx__inflight *t = inflight_find(e, x);
+
+	return t && t->held;
+}
+
+bool pdx__inflight_announced(struct pdx_engine *e, struct pdx__inflight *t,
+			     const struct pdx_xfer_id *x)
+{
+	struct pdx__inflight *h = inflight_find(e, x);
+
+	if (!h || !h->held) {
+		pdx__inflight_add(e, t, x);
+		return false;
+	}
+	h->held = false;
+	h->t_first_ns = pdx_now_ns();
+	return true;
+}
+
+void pdx__inflight_unhold(struct pdx_engine *e, const struct pdx_xfer_id *x)
+{
+	if (pdx__inflight_held(e, x))
+		pdx__inflight_take(e, x);
 }
 
 /* Takes x off the transfers in flight; false when it was not there. */

@@ -1,0 +1,91 @@
+#!/bin/bash
+# A decode request queued behind a busy decode engine (its KV held for it
+# at the prefill side) whose prefill agent dies meanwhile learns it at
+# once: with on_failure "fail" it ends with a 502 that says why within
+# the decode agent's silence bound, not once a running slot frees (or at
+# --queue-timeout-ms), so a proxy retries it elsewhere early; with
+# "recompute" it is prefilled here when admitted, and answers as a
+# colocated engine does. Before, the decode agent failed the held
+# transfer but told nobody: the request waited its turn (here ~8 s), and
+# only its recv, once admitted, failed.
+#   held_fail.sh PDX_ENGINE PDX_AGENT
+. "$(dirname "$0")/lib.sh"
+ENGINE=$1
+AGENT=$2
+
+AGENT_OPTS+=(--heartbeat-ms 200 --peer-timeout-ms 1000 --xfer-timeout-ms 30000)
+pd_engine_start P prefill --kv-timeout-ms 30000
+# one running request at a time, ~5 ms per token: the busy one takes ~8 s
+pd_engine_start D decode --kv-timeout-ms 30000 --max-num-seqs 1 \
+	--time-scale 5000 --queue-timeout-ms 30000
+named_engine_start C "$ENGINE" --time-scale 0
+
+peer() {
+	curl -sS "http://127.0.0.1:$1/v1/pdx/info" |
+		sed -n 's/.*"peer_addr": *"\([^"]*\)".*/\1/p'
+}
+PEER_P=$(peer "$PORT_P")
+PEER_D=$(peer "$PORT_D")
+xid() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
+body() {
+	printf '{"prompt": "%s", "max_tokens": %s, "stream": false%s}' "$1" "$2" \
+		"${3:+, \"kv_transfer_params\": $3}"
+}
+kv() { printf '{"xfer_id": "%s", "remote_agent": "%s", "do_remote_%s": true}' "$@"; }
+to() {
+	curl -sS -o "$3" -w '%{http_code}' -H 'Content-Type: application/json' \
+		--data-binary "$2" "http://127.0.0.1:$1/v1/completions" >"$3.code" ||
+		echo 000 >"$3.code"
+}
+# decode_params FILE POLICY: P's answer's kv_transfer_params, on_failure
+# POLICY added
+decode_params() {
+	sed -n 's/.*"kv_transfer_params":\({[^}]*}\).*/\1/p' "$1" |
+		sed "s/}\$/, \"on_failure\": \"$2\"}/"
+}
+T=$E2E_TMP
+
+busy="a long answer keeps the decode engine busy"
+x=$(xid)
+to "$PORT_D" "$(body "$busy" 1600 "$(kv "$x" "$PEER_P" prefill)")" "$T/busy" &
+bpid=$!
+to "$PORT_P" "$(body "$busy" 1600 "$(kv "$x" "$PEER_D" decode)")" "$T/busyp"
+sleep 0.3
+
+# two requests prefilled at P, queued at D (held), then P's agent dies
+to "$PORT_P" "$(body "the first queued request" 12 "$(kv "$(xid)" "$PEER_D" decode)")" "$T/p1"
+to "$PORT_P" "$(body "the second queued request" 12 "$(kv "$(xid)" "$PEER_D" decode)")" "$T/p2"
+to "$PORT_C" "$(body "the second queued request" 12)" "$T/c2"
+t0=$(date +%s%N)
+to "$PORT_D" "$(body "the first queued request" 12 "$(decode_params "$T/p1" fail)")" "$T/d1" &
+d1=$!
+to "$PORT_D" "$(body "the second queued request" 12 "$(decode_params "$T/p2" recompute)")" "$T/d2" &
+d2=$!
+sleep 0.5
+kill -KILL "$PID_agent_p"
+wait "$PID_agent_p" 2>/dev/null
+E2E_PIDS=${E2E_PIDS/ $PID_agent_p/}
+wait $d1
+t1=$(date +%s%N)
+wait $d2 $bpid
+
+python3 - "$T" $(((t1 - t0) / 1000000)) <<'PY' || fail "checks above"
+import json, sys
+T, ms = sys.argv[1], int(sys.argv[2])
+def rd(f): return open(f"{T}/{f}").read()
+def text(f):
+    assert rd(f + ".code").strip() == "200", (f, rd(f + ".code"), rd(f))
+    return json.loads(rd(f))["choices"][0]["text"]
+text("busy")
+code, err = rd("d1.code").strip(), json.loads(rd("d1"))
+assert code == "502", ("the failing queued request", code, err)
+assert "silent" in err["error"]["message"], err
+assert ms < 5000, f"the failing queued request answered after {ms} ms, want ~1.5 s"
+print(f"ok: a queued request whose prefill agent died answered {code} after "
+      f"{ms} ms: {err['error']['message']}")
+assert text("d2") == text("c2"), ("recomputed", text("d2"), text("c2"))
+print("ok: the queued request that may recompute was prefilled here: the "
+      "colocated text")
+PY
+grep -q "transfer failed while queued" "$E2E_TMP/D.log" ||
+	fail "D's log does not say it prefills the second one itself"
