@@ -271,6 +271,35 @@ static void info_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 	learn_next(c);
 }
 
+/* P's and D's agents advertise one address (each host's agent left at
+ * a loopback --listen, the one-machine example moved to two hosts): D's
+ * engine would take P's for its own and answer every request 400, "this
+ * engine's own agent", blaming the client, with both instances healthy.
+ * Refused here with what to fix, logged at warn (once per P/D pair in a
+ * row). */
+static bool one_agent(struct pdx_call *c)
+{
+	static char last[2 * PDX_POOL_ADDR_MAX + 32];
+	const struct pdx_inst *p = c->prefill, *d = c->decode;
+	char msg[3 * PDX_ADDR_MAX + 2 * PDX_POOL_ADDR_MAX];
+	char pair[sizeof(last)];
+
+	if (!p || !d || !p->peer[0] || strcmp(p->peer, d->peer) != 0)
+		return false;
+	snprintf(msg, sizeof(msg), "prefill instance %s and decode instance "
+		 "%s advertise one agent address, %s: give each agent an "
+		 "--advertise address (or --listen) the other hosts reach "
+		 "(docs/deployment.md, \"Across hosts\")", p->url, d->url,
+		 p->peer);
+	snprintf(pair, sizeof(pair), "%s %s", p->url, d->url);
+	if (strcmp(pair, last) != 0) {
+		log_warn("%s", msg);
+		snprintf(last, sizeof(last), "%s", pair);
+	}
+	pdx_call_reply_error(c, 502, "upstream_error", msg);
+	return true;
+}
+
 /* Asks D, then P, what it does not know yet; then c->next. */
 static void learn_next(struct pdx_call *c)
 {
@@ -289,7 +318,8 @@ static void learn_next(struct pdx_call *c)
 			     &cbs);
 		return;
 	}
-	c->next(c);
+	if (!one_agent(c))
+		c->next(c);
 }
 
 void pdx_flow_learn_peers(struct pdx_call *c, void (*next)(struct pdx_call *c))

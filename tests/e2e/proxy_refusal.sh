@@ -13,7 +13,9 @@
 #    for them at once (before: it waited for some other request to come);
 #  * a request that gets no room within --queue-timeout-ms is answered
 #    503 with a JSON error and Retry-After (before: it waited, however
-#    long).
+#    long);
+#  * a P/D pair whose agents advertise one address is refused by the
+#    proxy with a 502 that says what to fix.
 #   proxy_refusal.sh PDX_ENGINE PDX_AGENT PDX_PROXY
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -143,5 +145,28 @@ $PY -c "import json; r = json.load(open('$E2E_TMP/a.json')); assert r['status'] 
 settle 10 $(engine_idle Q) || fail "Q not idle"
 echo "ok: no room within --queue-timeout-ms: 503 after $ms ms, Retry-After $ra"
 
-for n in XC XS XE P D Q agent_p agent_d; do named_stop $n; done
+# A decode instance whose agent advertises P's agent's address (each
+# host's agent left at the one-machine example's loopback --listen): the
+# proxy refuses the pair, 502 saying what to fix, logged at warn once
+# (before: D's engine answered every request 400 "this engine's own
+# agent", blaming the client, and both instances stayed healthy)
+peer_p=$(curl -sS "http://127.0.0.1:$PORT_P/v1/pdx/info" |
+	$PY -c 'import json, sys; print(json.load(sys.stdin)["peer_addr"])')
+agent_start w --advertise "$peer_p"
+named_engine_start W "$ENGINE" --role decode --agent "ipc://$E2E_TMP/w.engine" \
+	--time-scale 0
+wait_healthy W
+named_engine_start XW "$PROXY" --prefill "127.0.0.1:$PORT_P" \
+	--decode "127.0.0.1:$PORT_W" --health-interval 0
+for i in 1 2; do
+	read -r st ms ra body < <(req "$PORT_XW" 4 10)
+	[ "$st" = 502 ] || fail "a pair with one agent address answered $st: $body"
+	echo "$body" | grep -q "advertise one agent address, $peer_p" ||
+		fail "the 502 does not say the agents advertise one address: $body"
+done
+[ "$(grep -c "advertise one agent address" "$E2E_TMP/XW.log")" = 1 ] ||
+	fail "the proxy did not warn once: $(grep -c "advertise one agent" "$E2E_TMP/XW.log")"
+echo "ok: a P/D pair whose agents advertise one address: 502 saying so"
+
+for n in XC XS XE XW P D W Q agent_p agent_d agent_w; do named_stop $n; done
 echo "ok: a refusal frees the other side's KV at once; freed blocks wake the queue"
