@@ -232,6 +232,9 @@ struct peer {
 	 * that worker (handshake.c) */
 	uint8_t *worker;
 	size_t worker_len;
+	/* the "ucx_ep" number our last hello to it said; -1: none said (we
+	 * had not heard its worker: a peer forgotten and met again) */
+	int64_t sn_told;
 	struct remote_region *regions;
 	uint32_t n_regions;
 	/* endpoints of dropped handshakes kept, with their rkeys, while

@@ -238,6 +238,7 @@ static void send_hello(struct agent *a, struct peer *p, const char *op)
 	struct peer_msg pm;
 	const void *ucx;
 	size_t ucx_len;
+	int64_t sn_told;
 
 	log_debug("%s to %s (state %d)", op, p->addr, p->state);
 	pdx_ucx_address(a->ucx, &ucx, &ucx_len);
@@ -250,12 +251,13 @@ static void send_hello(struct agent *a, struct peer *p, const char *op)
 		       pdx_kv_layout_compat_hash(&a->reg.layout));
 	pdx_layout_pack(pdx_mp_msg_key(&pm.m, "layout"), &a->reg.layout);
 	pdx_mp_msg_bin(&pm.m, "ucx", ucx, ucx_len);
+	sn_told = -1;
 	if (p->worker) { /* our endpoint's number, for it to pair with */
+		sn_told = pdx_ucx_ep_sn(a->ucx, p->worker, p->worker_len);
 		pdx_mp_msg_map_open(&pm.m, "ucx_ep");
 		pdx_mp_msg_u64(&pm.m, "worker",
 			       worker_hash(p->worker, p->worker_len));
-		pdx_mp_msg_u64(&pm.m, "sn", pdx_ucx_ep_sn(a->ucx, p->worker,
-							  p->worker_len));
+		pdx_mp_msg_u64(&pm.m, "sn", (uint64_t)sn_told);
 		pdx_mp_msg_map_close(&pm.m);
 	}
 	pdx_mp_msg_bool(&pm.m, "cuda_ucx", pdx_ucx_has_cuda(a->ucx));
@@ -283,6 +285,8 @@ static void send_hello(struct agent *a, struct peer *p, const char *op)
 		}
 		pdx_mp_msg_map_close(&pm.m);
 	}
+	if (strcmp(op, "hello") == 0)
+		p->sn_told = sn_told;
 	if (peer_msg_send(&pm, p) == PDX_OK && strcmp(op, "hello") == 0) {
 		/* A stale peer's new transfers wait for its answer, which
 		 * tells whether it restarted. */
@@ -412,6 +416,28 @@ static void rewant_settle(struct agent *a, struct peer *p, bool is_ack)
 	}
 }
 
+/* Our endpoint to p is made anew at its hello's number (sn_ahead()),
+ * the same instance: what of ours moved on the old one, paired with one
+ * the peer closed, went nowhere (a put to a closed endpoint is dropped
+ * by the peer's worker). Those transfers fail: a push whose flush went
+ * to the new endpoint said "done" with its first layers lost, and its
+ * receiver reported it received, wrong bytes (they are not counted on
+ * the put lane). */
+static void ep_renewed_fail(struct agent *a, struct peer *p)
+{
+	struct xfer *x, *tmp;
+
+	HASH_ITER(hh, a->xfers, x, tmp) {
+		if (x->peer != p || x->finished ||
+		    !(x->role == XFER_SEND || x->pull) ||
+		    !(x->bytes || x->am_bytes || x->inflight))
+			continue;
+		xfer_fail(x, PDX_EPEER, true, "peer %s: our UCX endpoint to "
+			  "it was made anew mid-transfer (its own to us was "
+			  "made since)", p->addr);
+	}
+}
+
 /* Whether our endpoint to h's sender reports peer errors (one shared per
  * peer worker, transport/ucx.h), which numbers must pair: not one over
  * shared memory to the same host, made once and kept. */
@@ -435,6 +461,26 @@ static bool sn_ahead(const struct agent *a, const struct hello *h)
 	pdx_ucx_address(a->ucx, &ours, &len);
 	return h->sn_worker == worker_hash(ours, len) &&
 	       h->sn > pdx_ucx_ep_sn(a->ucx, h->ucx, h->ucx_len);
+}
+
+/* Whether h (a hello_ack) says a number of its sender's endpoint lower
+ * than ours, which our hello it answers did not say (it had none: we had
+ * forgotten the peer, and its worker with it; or ours changed since): it
+ * pairs with one we closed, and follows our number only at our next
+ * hello, which goes now. */
+static bool sn_behind_untold(const struct agent *a, const struct peer *p,
+			     const struct hello *h)
+{
+	const void *ours;
+	size_t len;
+	uint32_t sn;
+
+	if (!h->has_sn || !ep_reports_errors(a, h))
+		return false;
+	pdx_ucx_address(a->ucx, &ours, &len);
+	sn = pdx_ucx_ep_sn(a->ucx, h->ucx, h->ucx_len);
+	return h->sn_worker == worker_hash(ours, len) && h->sn < sn &&
+	       p->sn_told != (int64_t)sn;
 }
 
 /* A checked hello -> a ready peer: its endpoint, its regions with their
@@ -468,6 +514,7 @@ static pdx_status_t hello_apply(struct agent *a, struct peer *p,
 		log_info("peer %s made a new UCX endpoint to us (its number "
 			 "%llu): ours is made anew to pair with it", p->addr,
 			 (unsigned long long)h->sn);
+		ep_renewed_fail(a, p);
 	} else if (p->ep) {
 		/* the same instance: our endpoint to it failed (its transfers
 		 * failed then), and it is met again */
@@ -633,6 +680,7 @@ void handshake_on_hello(struct agent *a, const char *from,
 	char err[PDX_REASON_MAX];
 	struct hello h;
 	pdx_status_t st;
+	bool tell_sn;
 
 	if (!p)
 		return;
@@ -644,6 +692,7 @@ void handshake_on_hello(struct agent *a, const char *from,
 		st = hello_check(a, p, &h, err, sizeof(err));
 	if (!st)
 		st = hello_apply(a, p, &h, err, sizeof(err));
+	tell_sn = !st && is_ack && sn_behind_untold(a, p, &h);
 	hello_free(&h);
 	metrics_handshake(a, st == PDX_OK);
 	if (st) {
@@ -663,6 +712,12 @@ void handshake_on_hello(struct agent *a, const char *from,
 	} else {
 		if (!is_ack)
 			send_hello(a, p, "hello_ack");
+		else if (tell_sn) {
+			log_info("peer %s: its UCX endpoint to us is numbered "
+				 "below ours: our number goes in a hello",
+				 p->addr);
+			send_hello(a, p, "hello");
+		}
 		rewant_settle(a, p, is_ack);
 	}
 	xfers_peer_ready(a, p);

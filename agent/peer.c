@@ -299,6 +299,7 @@ struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
 	snprintf(p->addr, sizeof(p->addr), "%s", addr);
 	p->agent = a;
 	p->heard_ns = pdx_now_ns(); /* its silence counts from now */
+	p->sn_told = -1; /* no "ucx_ep" said yet */
 	p->dealer = zmq_socket(a->zctx, ZMQ_DEALER);
 	if (!p->dealer) {
 		log_warn("no socket for peer %s: %s", addr,

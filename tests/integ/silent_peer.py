@@ -5,7 +5,11 @@ sender) or B (the receiver), is stopped (SIGSTOP) past the other's
 it silent, fails that transfer and cuts its UCX endpoint to it
 (docs/protocol.md, "Endpoints and their numbers"). Resumed, the stopped
 one takes the other's new hello. The next transfers, pushed and pulled,
-arrive byte-exact.
+arrive byte-exact. Likewise with no transfer, stopped twice the bound:
+the other drops the handshake and then forgets the stopped one, its
+worker address with it, so its next hello says no number: the stopped
+one's answer says its own, lower, and a second hello tells it the new
+one (a reviewer's find: the next transfer timed out).
 
 UCX 1.13 pairs two workers' endpoints by number (each side's k-th made
 to the other with the other's k-th). The side that cut made its next
@@ -72,7 +76,43 @@ def stalled(rig, peers, side):
           f"{eb and eb.get('reason')} / {ea and ea.get('reason')}")
 
 
+def idle(rig, side):
+    """No transfer in flight: `side`'s agent stopped past twice the
+    other's silence bound. The other drops the handshake (cuts its UCX
+    endpoint) and then forgets the peer, its worker address with it: its
+    next hello says no "ucx_ep", and the stopped side learns the new
+    number only from a hello sent after the other heard its answer."""
+    pid = rig.agents["AB".index(side)].pid
+    time.sleep(0.5)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(2.2)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    time.sleep(0.3)
+
+
 def main():
+    for side in "BA":
+        for pull in (True, False):
+            with Rig(sys.argv[1], "silent", "AB", agent_args=ARGS,
+                     tls="tcp,self") as rig:
+                peers = dict(zip("AB", rig.register()))
+                A, B = rig.engines
+                what = (f"{side} stopped idle (forgotten), then "
+                        f"{'pulled' if pull else 'pushed'}")
+                ev, _, exact = transfer(A, B, peers, pull)
+                check(ev is not None and ev.get("kind") == "received" and
+                      exact, f"{what}: a first transfer: {ev}")
+                idle(rig, side)
+                t0 = time.monotonic()
+                ev, ea, exact = transfer(A, B, peers, pull)
+                check(ev is not None and ev.get("kind") == "received" and
+                      ea is not None and ea.get("kind") == "sent" and
+                      exact,
+                      f"{what}: the next transfer arrives byte-exact "
+                      f"({time.monotonic() - t0:.2f} s): "
+                      f"{ev and ev.get('kind')} {ev and ev.get('reason')}")
     for side in "BA":
         for pull in (True, False):
             with Rig(sys.argv[1], "silent", "AB", agent_args=ARGS,
