@@ -864,9 +864,10 @@ bool am_place_awaited(const struct xfer *x, const struct am_place *at,
 /* Where n of x's blocks from at lie in our pool; NULL unless they are
  * awaited and consecutive there. */
 uint8_t *am_place_blocks(struct xfer *x, const struct am_place *at, uint64_t n);
-/* A message for nothing we await: logged, a rendezvous payload released. */
-void am_place_drop(struct agent *a, void *data, size_t len, size_t hdr_len,
-		   bool rndv);
+/* A message for nothing we await: logged (the first of each transfer at
+ * warn), a rendezvous payload released. */
+void am_place_drop(struct agent *a, const void *hdr, size_t hdr_len,
+		   void *data, size_t len, bool rndv);
 /* A rendezvous payload of x (arg) arrived, or could not. */
 void am_place_received(void *arg, pdx_status_t status);
 

@@ -65,11 +65,31 @@ uint8_t *am_place_blocks(struct xfer *x, const struct am_place *at, uint64_t n)
 	return host_block_addr(g, at->layer, at->tensor, x->blocks[at->index]);
 }
 
-void am_place_drop(struct agent *a, void *data, size_t len, size_t hdr_len,
-		   bool rndv)
+void am_place_drop(struct agent *a, const void *hdr, size_t hdr_len,
+		   void *data, size_t len, bool rndv)
 {
-	log_warn("data message (%zu bytes, header %zu) for no awaited blocks: dropped",
-		 len, hdr_len);
+	/* the transfer whose messages were dropped last: one warning for
+	 * its first, the rest at debug (a sender's queue of a transfer that
+	 * ended here, once a firewall opened, was 64 lines of warning that
+	 * named neither the transfer nor the peer) */
+	static uint8_t last[16];
+	char hex[33] = "(unreadable header)";
+	struct pdx_xfer_id id;
+	bool again = false;
+
+	if (hdr_len == AM_RUN_BYTES) {
+		memcpy(id.b, hdr, sizeof(id.b));
+		pdx_xfer_id_hex(&id, hex);
+		again = memcmp(last, id.b, sizeof(last)) == 0;
+		memcpy(last, id.b, sizeof(last));
+	}
+	if (again)
+		log_debug("data message (%zu bytes) of xfer %s for no awaited "
+			  "blocks: dropped", len, hex);
+	else
+		log_warn("data message (%zu bytes, header %zu) of xfer %s for "
+			 "no awaited blocks (it ended here, or is not ours): "
+			 "dropped, and the rest of it too", len, hdr_len, hex);
 	if (rndv)
 		pdx_ucx_am_drop(a->ucx, data);
 }

@@ -271,7 +271,7 @@ void am_slice_on_message(void *agent, const void *hdr, size_t hdr_len,
 	/* no more blocks than a sender packs in one message */
 	if (!per || len % per || len / per > slice_step(per) ||
 	    !am_place_awaited(x, &at, len / per)) {
-		am_place_drop(a, data, len, hdr_len, rndv);
+		am_place_drop(a, hdr, hdr_len, data, len, rndv);
 		return;
 	}
 	x->am_bytes += len;

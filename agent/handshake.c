@@ -293,6 +293,13 @@ static void send_hello(struct agent *a, struct peer *p, const char *op)
 		p->state = PEER_HELLO_SENT;
 		p->stale = false;
 		p->hello_sent_ns = pdx_now_ns();
+	} else if (strcmp(op, "hello") == 0 && p->state == PEER_HELLO_SENT) {
+		/* not queued (ZeroMQ has no connection to put it on: a
+		 * CURVE agent and a plain one; or the queue is full): the
+		 * transfers that wait now are bounded from this try, not
+		 * from the hello before, or they failed at once saying no
+		 * answer came in the whole bound (a new user's find) */
+		p->hello_sent_ns = pdx_now_ns();
 	}
 }
 
@@ -559,8 +566,15 @@ static pdx_status_t hello_apply(struct agent *a, struct peer *p,
 	st = pdx_ucx_ep_new(a->ucx, h->ucx, h->ucx_len,
 			    ep_reports_errors(a, h), peer_ep_error, p, &p->ep);
 	if (st) {
-		snprintf(err, errlen, "ucx endpoint to %s: %s", p->addr,
-			 pdx_status_str(st));
+		/* unreachable: UCX found no transport of ours that reaches
+		 * one of its (UCX_TLS tcp on one host, sm,self on the
+		 * other: a new user's find) */
+		snprintf(err, errlen, "ucx endpoint to %s: %s%s", p->addr,
+			 pdx_status_str(st),
+			 st == PDX_EPEER ? " (no UCX transport of ours reaches "
+					   "one of its: are UCX_TLS and "
+					   "UCX_NET_DEVICES alike on both?)"
+					 : "");
 		return st;
 	}
 	p->regions = h->regions;

@@ -174,7 +174,13 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 		 * our next transfer with it does not go by the old one's
 		 * handshake; one that died loses its handshake, so the next
 		 * transfer meets it afresh. */
-		if (!p->busy && !peer_known(p)) {
+		/* never answered our hello: its transfers wait for that
+		 * answer, bounded by --handshake-timeout-ms, whose failure
+		 * says why ("no answer to our hello ... CURVE ...?"); it is
+		 * not "silent", we never heard it (both bounds are 5 s by
+		 * default, and this one said it first) */
+		if ((!p->busy && !peer_known(p)) ||
+		    (!peer_known(p) && p->state == PEER_HELLO_SENT)) {
 			p->watched = false;
 			continue;
 		}

@@ -46,7 +46,7 @@ static void on_run(void *agent, const void *hdr, size_t hdr_len, void *data,
 	if (x && !x->slice.n && len % bb == 0)
 		dst = am_place_blocks(x, &at, len / bb);
 	if (!dst) {
-		am_place_drop(a, data, len, hdr_len, rndv);
+		am_place_drop(a, hdr, hdr_len, data, len, rndv);
 		return;
 	}
 	x->am_bytes += len;

@@ -216,20 +216,23 @@ class Engine:
 class Rig:
     """Real pdx-agents, one per side, each with an Engine (not registered
     yet), in a zmq context of their own (metrics: each serves /metrics, its
-    URL in self.metrics). As a context manager it tears
-    down on the way out: what was given to adopt() closed first, then the
-    engines; the agents get SIGTERM and each must exit 0 (a check)."""
+    URL in self.metrics; side_args: more arguments for a side's agent;
+    tls: UCX_TLS, or a side's own in a dict).
+    As a context manager it tears down on the way out: what was given to
+    adopt() closed first, then the engines; the agents get SIGTERM and
+    each must exit 0 (a check)."""
 
     def __init__(self, agent_bin, name, sides, agent_args=(), metrics=False,
-                 tls="sm,self"):
+                 tls="sm,self", side_args=None):
         self.tmp = tempfile.mkdtemp(prefix=f"pdx-{name}-")
         self.sides = sides
         self.ctx = zmq.Context()
         self.agents, self.engines, self.adopted = [], [], []
         self.metrics = []  # with metrics: each agent's /metrics URL
-        env = dict(os.environ, UCX_TLS=tls, UCX_WARN_UNUSED_ENV_VARS="n")
         try:
             for side in sides:
+                env = dict(os.environ, UCX_WARN_UNUSED_ENV_VARS="n",
+                           UCX_TLS=tls if isinstance(tls, str) else tls[side])
                 eng = f"ipc://{self.tmp}/{side}.engine"
                 extra = []
                 if metrics:
@@ -239,7 +242,7 @@ class Rig:
                 self.agents.append(subprocess.Popen(
                     [agent_bin, "--engine", eng, "--listen",
                      f"tcp://127.0.0.1:{free_port()}", "--xfer-timeout-ms", "5000",
-                     *extra, *agent_args],
+                     *extra, *agent_args, *(side_args or {}).get(side, ())],
                     env=env, stdout=subprocess.DEVNULL))
                 self.engines.append(
                     Engine(self.ctx, f"pdx-{name}-{os.getpid()}-{side}", eng))
