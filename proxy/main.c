@@ -122,8 +122,19 @@ static void metaserver_url_set(struct pdx_proxy *px,
 			 o->metaserver_url);
 		return;
 	}
-	if (!strcmp(h, "0.0.0.0") || !strcmp(h, "::") || !*h)
+	if (!strcmp(h, "0.0.0.0") || !strcmp(h, "::") || !*h) {
 		h = "127.0.0.1";
+		/* prefill engines on other hosts cannot post there: each
+		 * request would run sequentially, and say so only at info */
+		if (o->flow == PDX_FLOW_EARLY_CALLBACK)
+			log_warn("--flow early-callback with --host %s and no "
+				 "--metaserver-url: prefill engines post their "
+				 "callback to 127.0.0.1:%u, which only engines "
+				 "on this host reach (the others' requests run "
+				 "as --flow sequential); give --metaserver-url "
+				 "an address they reach",
+				 *o->host ? o->host : "\"\"", px->port);
+	}
 	snprintf(px->metaserver_url, sizeof(px->metaserver_url),
 		 strchr(h, ':') ? "http://[%s]:%u/v1/metaserver"
 				: "http://%s:%u/v1/metaserver",

@@ -168,5 +168,16 @@ done
 	fail "the proxy did not warn once: $(grep -c "advertise one agent" "$E2E_TMP/XW.log")"
 echo "ok: a P/D pair whose agents advertise one address: 502 saying so"
 
-for n in XC XS XE XW P D W Q agent_p agent_d agent_w; do named_stop $n; done
+# the early-callback flow behind a wildcard --host without
+# --metaserver-url: prefill engines elsewhere cannot post their callback
+# to its loopback default, which the proxy says at start (before: only
+# "sequential" at info, per request)
+named_engine_start XH "$PROXY" --host 0.0.0.0 --flow early-callback \
+	"${pools[@]}" --health-interval 0
+grep -q "early-callback with --host 0.0.0.0 and no --metaserver-url" "$E2E_TMP/XH.log" ||
+	fail "no warning for early-callback behind 0.0.0.0: $(tail -3 "$E2E_TMP/XH.log")"
+! grep -q "metaserver-url" "$E2E_TMP/XE.log" ||
+	fail "a warning for early-callback on 127.0.0.1: $(grep metaserver-url "$E2E_TMP/XE.log")"
+
+for n in XC XS XE XW XH P D W Q agent_p agent_d agent_w; do named_stop $n; done
 echo "ok: a refusal frees the other side's KV at once; freed blocks wake the queue"
