@@ -189,7 +189,9 @@ static void on_token(void *arg, uint32_t token, uint32_t index, bool last)
  * this engine for a broken one); a 502 when its KV transfer failed on
  * the other side or between the agents (a proxy then does not take this
  * engine for a broken one: its breaker opened on a prefill instance's
- * mistakes); else a 500 with the reason. */
+ * mistakes); a 503 when our own agent went away mid-transfer (as for
+ * a request it refuses while the agent is away); else a 500 with the
+ * reason. */
 static void fail_reply(struct pdx__gen_call *c, pdx_status_t st,
 		       const char *why)
 {
@@ -197,6 +199,13 @@ static void fail_reply(struct pdx__gen_call *c, pdx_status_t st,
 
 	if (st == PDX_EEXIST) {
 		pdx__http_error(c->api, c->req, 409, "invalid_request_error",
+				why);
+		return;
+	}
+	if (st == PDX_EAGENT) {
+		/* our agent went away mid-transfer: the 503 it gets once
+		 * the agent is known away, not a 500 (a new user's find) */
+		pdx__http_error(c->api, c->req, 503, "service_unavailable",
 				why);
 		return;
 	}

@@ -218,6 +218,12 @@ else:
     sys.exit("neither whole nor a clear error: %s" % json.dumps(r)[:300])
 PYEOF
 	) || fail "$label $phase: $outcome $(tail -3 "$T/X.log")"
+	# an engine whose own agent went away answers 503 ("not now", as
+	# while the agent is known away), not 500
+	case $X$phase in
+	pmid | dmid)
+		case $outcome in 500*) fail "$label $phase: $outcome, want 503" ;; esac ;;
+	esac
 	# the survivors settle
 	settle $SETTLE_S $(idle $survivors) ||
 		fail "$label $phase: survivors not idle $(for s in $survivors p d; do echo "--- $s"; tail -4 "$T/$s.log"; done)"
