@@ -371,6 +371,15 @@ static void peer_restarted(struct agent *a, struct peer *p)
 	char hex[33];
 
 	HASH_ITER(hh, a->xfers, x, tmp) {
+		/* held by our engine's queue, not asked for yet: the KV the
+		 * old instance kept for it went with it (or with its engine),
+		 * so the request learns now, not at its want or the bound */
+		if (x->peer == p && !x->finished && x->held && !x->announced) {
+			xfer_fail(x, PDX_EPEER, true, "peer %s restarted: the KV "
+				  "it kept for this transfer went with it",
+				  p->addr);
+			continue;
+		}
 		if (x->peer != p || x->finished ||
 		    (x->peer_instance != p->instance && !x->want_unsure))
 			continue;

@@ -17,7 +17,9 @@ instance's handshake: failed before in every order, served now.
 
 Also checked: a transfer whose want the old agent took (it may have
 written blocks) still fails "peer restarted" at once, not at its
-timeout; a want that crossed the restart for a transfer the new agent's
+timeout; so does one D's engine holds queued (its KV went with the old
+agent: it waited for the hold's bound, and without an event for a held
+transfer its request learned only once admitted); a want that crossed the restart for a transfer the new agent's
 engine never announces fails at once too (not held for an
 announcement); a transfer afterwards works, byte for byte.
 
@@ -150,6 +152,27 @@ def main():
               time.time() - t0 < XFER_TMO_S / 2,
               f"a transfer the new agent does not know fails at once, "
               f"{time.time() - t0:.1f} s: {gd and gd['reason']}")
+
+        # 4. a transfer D's engine holds (its request queued, no recv
+        # yet) when P's agent restarts: the KV P kept went with it, and
+        # D's engine hears so as soon as D meets the new agent (by the
+        # hello of P's next send), not at the hold's bound
+        src, dst, x = fill()
+        D.send({"op": "hold", "xfer": x, "peer": addrs["P"]})
+        send(x, src)
+        time.sleep(0.5)
+        restart()
+        t0 = time.time()
+        src2, dst2, x2 = fill()
+        send(x2, src2)
+        gd = D.event(x, 10000)
+        check(gd is not None and gd["kind"] == "failed" and
+              "restarted" in gd["reason"] and
+              time.time() - t0 < XFER_TMO_S / 2,
+              f"a held transfer fails at the restart, "
+              f"{time.time() - t0:.1f} s: {gd and gd['reason']}")
+        recv(x2, dst2)
+        served(x2, src2, dst2, "the next transfer")
 
         src, dst, x = fill()
         recv(x, dst)

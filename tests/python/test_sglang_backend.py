@@ -15,7 +15,9 @@ token and the room landing in the decode side's aux rows, the transfer
 metric, a decode-side prefix hit (part of the prompt, all of it), an
 abort from either side, another rank's failure (SGLang's minimum over the
 ranks' polls) on either side, the decode rank's agent killed (both
-sides Failed with pdx's reason within the bound), a decode pool whose
+sides Failed with pdx's reason within the bound), the prefill rank's
+agent killed while the decode request waits for pages (Failed with
+pdx's reason before its pages), a decode pool whose
 layout differs refused before any transfer with both layouts in words,
 and a prefill bootstrap server down or frozen (the decode requests Failed
 within PDX_SGLANG_BOOTSTRAP_TIMEOUT_S, the decode loop's turns short).
@@ -287,6 +289,37 @@ class Backend(unittest.TestCase):
         self.assertEqual(p.done, KVPoll.Success, p.error)
         self.assertEqual(self.P.pool.page_bytes(p.pages),
                          self.D.pool.page_bytes(d.pages))
+
+    def test_prefill_agent_killed_while_waiting_for_pages(self):
+        """The decode request waits for pages (its transfer held) when
+        the prefill rank's agent dies: the receiver's poll says Failed
+        once the decode agent finds it silent (its --peer-timeout-ms, 5
+        s by default), with why, before any send_metadata (before, it
+        waited for pages, and failed only at its recv)."""
+        self.start(Pool(), Pool())
+        p, d = Req(26, 16), Req(26, 16)
+        d.addr = "%s:%d" % (d.bootstrap_host,
+                            self.P.sa.disaggregation_bootstrap_port)
+        r = d.receiver = CLASSES["receiver"](
+            mgr=self.D.mgr, bootstrap_addr=d.addr, bootstrap_room=26)
+        self.assertTrue(wait_for(
+            lambda: self.D.mgr.try_ensure_parallel_info(d.addr), 10))
+        r.init(0)
+        self.assertTrue(wait_for(
+            lambda: r.poll() == KVPoll.WaitingForInput, 10))
+        self.P.add(p)
+        t0 = time.monotonic()   # until its send is announced, held for us
+        while p.sender.state != KVPoll.Transferring and \
+                time.monotonic() - t0 < 10:
+            self.P.step()
+            r.poll()
+        self.assertEqual(p.sender.state, KVPoll.Transferring)
+        self.P.mgr.agent.proc.kill()
+        t0 = time.monotonic()
+        self.assertTrue(wait_for(lambda: r.poll() == KVPoll.Failed, 12),
+                        r.state)
+        self.assertLess(time.monotonic() - t0, 11)
+        self.assertIn("silent", r.reason)
 
     def test_abort_on_prefill(self):
         """The prefill side aborts after announcing: the decode side's

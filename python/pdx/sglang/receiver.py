@@ -68,13 +68,21 @@ class PdxKVReceiver(Transfer):
         """The request now waits for pages (DecodePreallocQueue), maybe
         longer than the prefill agents' --lease-ms under memory pressure:
         our agent keeps the sender's lease on the KV alive until the
-        recv (send_metadata) or an abort, at most --xfer-timeout-ms."""
+        recv (send_metadata) or an abort, at most --xfer-timeout-ms. A
+        held transfer that fails meanwhile (a prefill agent found dead,
+        that bound) ends in its event: poll() says Failed then, and
+        SGLang drops the request from the queue, instead of learning it
+        only at send_metadata once pages were found."""
+        held = False
         for peer in self.peers:
             try:
                 self.kv_mgr.eng.hold(self.xid, peer)
+                held = True
             except pdx.Error as e:
                 log.info("pdx.sglang: hold of room %d at %s: %s",
                          self.bootstrap_room, peer, e)
+        if held:
+            self.kv_mgr.track(self.xid, self)
 
     def poll(self) -> int:
         if self.state == KVPoll.Bootstrapping:
