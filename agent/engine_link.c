@@ -1115,6 +1115,8 @@ static void on_hold(struct agent *a, const void *eid, size_t eid_len,
 	x->peer = peer_get(a, peer);
 	if (!x->peer)
 		xfer_fail(x, PDX_EPEER, false, "cannot reach %s", peer);
+	else
+		xfer_arm(x); /* the hello just sent bounds it too */
 }
 
 static void on_abort(struct agent *a, const void *eid, size_t eid_len,

@@ -73,8 +73,10 @@ static uint64_t xfer_deadline(const struct xfer *x, enum bound *which)
 		d = x->progress_ns + ms_ns(c->layer_timeout_ms);
 	}
 	/* An unanswered hello is no reason to wait out the transfer's own
-	 * bound: where no agent listens, nothing ever answers. */
-	if (x->announced && p && p->state == PEER_HELLO_SENT &&
+	 * bound: where no agent listens, nothing ever answers. A held one's
+	 * too: liveness does not watch a peer that never answered our hello,
+	 * so this bound is the only one before --xfer-timeout-ms. */
+	if ((x->announced || x->held) && p && p->state == PEER_HELLO_SENT &&
 	    p->hello_sent_ns + ms_ns(c->handshake_timeout_ms) < d) {
 		*which = BOUND_HANDSHAKE;
 		d = p->hello_sent_ns + ms_ns(c->handshake_timeout_ms);

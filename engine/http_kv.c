@@ -350,7 +350,8 @@ void pdx__kv_first_token(struct pdx__kv *k, uint32_t token)
 
 bool pdx__kv_hold(struct pdx__kv *k, struct pdx_kv_seq *seq)
 {
-	if (k->status == PDX_EAGENT)
+	/* (one never announced, failed while queued, touched no blocks) */
+	if (k->status == PDX_EAGENT && k->announced)
 		return quarantine(k, seq);
 	/* a send's blocks until it is sent; a receive's (its request gone
 	 * while the KV came) until the agent's event: the push may land in

@@ -584,7 +584,9 @@ void pdx_sched_kv_failed_queued(struct pdx_sched *s, struct pdx_sched_req *r,
 {
 	if (r->phase != PHASE_QUEUED || !r->sink.remote_kv)
 		return;
-	if (r->sink.recompute && status != PDX_EAGENT) {
+	/* no blocks yet: none a lost agent's peer may write (PDX_EAGENT
+	 * too, as http_gen.c prefills one whose agent is away at its start) */
+	if (r->sink.recompute) {
 		log_info("transfer failed while queued (%s): prefilling here "
 			 "once admitted", pdx_status_str(status));
 		r->sink.remote_kv = false;

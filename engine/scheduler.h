@@ -147,8 +147,8 @@ void pdx_sched_kv_ready(struct pdx_sched *s, struct pdx_sched_req *r,
 			pdx_status_t status, int64_t first);
 
 /* A queued remote_kv request's transfer failed before it was admitted
- * (the sender's agent lost, its lease lapsed): with recompute (and not
- * PDX_EAGENT) it is prefilled here once admitted; else it ends now with
+ * (the sender's agent lost, its lease lapsed, our agent lost): with
+ * recompute it is prefilled here once admitted; else it ends now with
  * status, and its sink is called (done) from this stack. */
 void pdx_sched_kv_failed_queued(struct pdx_sched *s, struct pdx_sched_req *r,
 				pdx_status_t status);

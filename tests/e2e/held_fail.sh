@@ -89,3 +89,58 @@ print("ok: the queued request that may recompute was prefilled here: the "
 PY
 grep -q "transfer failed while queued" "$E2E_TMP/D.log" ||
 	fail "D's log does not say it prefills the second one itself"
+
+# Again with a new decode instance E, busy with a plain request (its
+# agent has never met P's), and P's agent again: a request prefilled at
+# P for E, then P's agent dies before E's agent met it. E's agent's hello
+# goes unanswered: the held transfer fails at the handshake bound (5 s),
+# saying so (before a reviewer's fix it waited to be admitted, ~8 s:
+# liveness leaves a peer that never answered our hello to that bound,
+# which held transfers lacked). Then E's own agent dies while a request
+# that may recompute waits in E's queue: prefilled by E once admitted, the
+# colocated text (it got a 503: a queued request has no blocks its
+# agent's peer could still write).
+named_stop P
+pd_engine_start P2 prefill --kv-timeout-ms 30000
+pd_engine_start E decode --kv-timeout-ms 30000 --max-num-seqs 1 \
+	--time-scale 5000 --queue-timeout-ms 30000
+PEER_P2=$(peer "$PORT_P2")
+PEER_E=$(peer "$PORT_E")
+to "$PORT_E" "$(body "$busy" 1600)" "$T/busy2" &
+bpid=$!
+sleep 0.3
+# open sends (no remote_agent: the first to claim it), so that P2's
+# agent never says hello to E's
+to "$PORT_P2" "$(body "the third queued request" 12 \
+	"{\"xfer_id\": \"$(xid)\", \"do_remote_decode\": true}")" "$T/p3"
+to "$PORT_P2" "$(body "the fourth queued request" 12 \
+	"{\"xfer_id\": \"$(xid)\", \"do_remote_decode\": true}")" "$T/p4"
+to "$PORT_C" "$(body "the fourth queued request" 12)" "$T/c4"
+kill -KILL "$PID_agent_p2"
+wait "$PID_agent_p2" 2>/dev/null
+E2E_PIDS=${E2E_PIDS/ $PID_agent_p2/}
+t0=$(date +%s%N)
+to "$PORT_E" "$(body "the third queued request" 12 "$(decode_params "$T/p3" fail)")" "$T/d3"
+t1=$(date +%s%N)
+to "$PORT_E" "$(body "the fourth queued request" 12 "$(decode_params "$T/p4" recompute)")" "$T/d4" &
+d4=$!
+sleep 0.5
+kill -KILL "$PID_agent_e"
+wait "$PID_agent_e" 2>/dev/null
+E2E_PIDS=${E2E_PIDS/ $PID_agent_e/}
+wait $d4 $bpid
+python3 - "$T" $(((t1 - t0) / 1000000)) <<'PY' || fail "checks above"
+import json, sys
+T, ms = sys.argv[1], int(sys.argv[2])
+def rd(f): return open(f"{T}/{f}").read()
+code, err = rd("d3.code").strip(), json.loads(rd("d3"))
+assert code == "502" and "no answer to our hello" in err["error"]["message"], (code, err)
+assert ms < 7000, f"the request held for an agent never met answered after {ms} ms"
+print(f"ok: a queued request whose prefill agent died unmet answered {code} "
+      f"after {ms} ms: {err['error']['message'][:90]}")
+text = lambda f: json.loads(rd(f))["choices"][0]["text"]
+assert rd("d4.code").strip() == "200", ("recompute, E's agent gone", rd("d4.code"), rd("d4"))
+assert text("d4") == text("c4"), (text("d4"), text("c4"))
+print("ok: a queued request that may recompute, its own agent gone: "
+      "prefilled here, the colocated text")
+PY
