@@ -53,7 +53,11 @@ trap cleanup EXIT
 
 # Starts the engine with --port 0 and reads its port from the log.
 engine_start() {
-	"$@" --port 0 2>"$E2E_TMP/engine.log" &
+	# emptied here, not by the child's redirection: read below before
+	# the child opened it, an engine started again had the old one's
+	# port read (engine_api, under load: "Failed to connect")
+	: >"$E2E_TMP/engine.log"
+	"$@" --port 0 2>>"$E2E_TMP/engine.log" &
 	ENGINE_PID=$!
 	for _ in $(seq 100); do
 		PORT=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9]*\)$/\1/p' \
@@ -126,8 +130,10 @@ named_engine_start() {
 	bg_start "$name" "$@" --port 0
 	pid=$(eval echo "\$PID_$name")
 	for _ in $(seq 300); do
-		port=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9]*\)$/\1/p' \
-			"$E2E_TMP/$name.log")
+		# since the last start (a name started again keeps one log)
+		port=$(awk '/^--- start$/ { p = "" }
+			/listening on http:\/\/[^ ]*:[0-9]+$/ { n = split($0, f, ":"); p = f[n] }
+			END { print p }' "$E2E_TMP/$name.log")
 		if [ -n "$port" ]; then
 			eval "PORT_$name=$port"
 			return 0
