@@ -39,12 +39,17 @@ def exit_code():
     return 1 if failures else 0
 
 
-def free_port():
-    """A free loopback port below the kernel's ephemeral range
+def free_ports(n):
+    """n distinct free loopback ports below the kernel's ephemeral range
     (scripts/free-ports says why)."""
-    return int(subprocess.check_output([sys.executable, os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
-        "free-ports")]))
+    return [int(p) for p in subprocess.check_output([
+        sys.executable, os.path.join(os.path.dirname(os.path.abspath(
+            __file__)), "..", "..", "scripts", "free-ports"),
+        str(n)]).split()]
+
+
+def free_port():
+    return free_ports(1)[0]
 
 
 def layout():
@@ -229,6 +234,11 @@ class Rig:
         self.ctx = zmq.Context()
         self.agents, self.engines, self.adopted = [], [], []
         self.metrics = []  # with metrics: each agent's /metrics URL
+        # picked at once, distinct: an agent started has not bound its
+        # port yet when the next one's is picked (two agents were given
+        # one port, and the second exited "Address already in use": a
+        # fresh-CI run, silent_peer)
+        ports = free_ports(2 * len(sides))
         try:
             for side in sides:
                 env = dict(os.environ, UCX_WARN_UNUSED_ENV_VARS="n",
@@ -236,12 +246,12 @@ class Rig:
                 eng = f"ipc://{self.tmp}/{side}.engine"
                 extra = []
                 if metrics:
-                    m = f"127.0.0.1:{free_port()}"
+                    m = f"127.0.0.1:{ports.pop()}"
                     extra = ["--metrics", m]
                     self.metrics.append(f"http://{m}/metrics")
                 self.agents.append(subprocess.Popen(
                     [agent_bin, "--engine", eng, "--listen",
-                     f"tcp://127.0.0.1:{free_port()}", "--xfer-timeout-ms", "5000",
+                     f"tcp://127.0.0.1:{ports.pop()}", "--xfer-timeout-ms", "5000",
                      *extra, *agent_args, *(side_args or {}).get(side, ())],
                     env=env, stdout=subprocess.DEVNULL))
                 self.engines.append(
