@@ -8,6 +8,19 @@
 #  * the decode engine exits 0 and unlinks its pool;
 #  * its agent exits 0, its log free of UCX's DEBUG lines.
 #   hangup.sh PDX_ENGINE PDX_AGENT PDX_PROXY
+# SIGHUP ignored when the test began (a run under nohup, or a CI agent or
+# supervisor that ignores it): bash cannot undo that (a signal ignored at
+# entry stays so for the shell and all it starts), so each program below
+# would keep it ignored, as it must (common/hangup.h), and `named_stop X
+# HUP` would wait for ever (meson's timeout, no message). Start again
+# with SIGHUP at its default.
+if [ -z "${PDX_HANGUP_HUP_RESET:-}" ] &&
+	(($(printf '%d' "0x$(awk '/^SigIgn:/ { print $2 }' /proc/$$/status)") & 1)); then
+	export PDX_HANGUP_HUP_RESET=1
+	exec /usr/bin/python3 -c 'import os, signal, sys
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
+os.execvp(sys.argv[1], sys.argv[1:])' "$BASH" "$0" "$@"
+fi
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
 ENGINE=$1
