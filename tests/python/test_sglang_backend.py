@@ -294,8 +294,9 @@ class Backend(unittest.TestCase):
         """The decode request waits for pages (its transfer held) when
         the prefill rank's agent dies: the receiver's poll says Failed
         once the decode agent finds it silent (its --peer-timeout-ms, 5
-        s by default), with why, before any send_metadata (before, it
-        waited for pages, and failed only at its recv)."""
+        s by default) or its hello unanswered (the handshake bound, 5 s),
+        with why, before any send_metadata (before, it waited for pages,
+        and failed only at its recv)."""
         self.start(Pool(), Pool())
         p, d = Req(26, 16), Req(26, 16)
         d.addr = "%s:%d" % (d.bootstrap_host,
@@ -319,7 +320,11 @@ class Backend(unittest.TestCase):
         self.assertTrue(wait_for(lambda: r.poll() == KVPoll.Failed, 12),
                         r.state)
         self.assertLess(time.monotonic() - t0, 11)
-        self.assertIn("silent", r.reason)
+        # found silent, or (its handshake not made yet) its hello
+        # unanswered: either way the dead agent is named
+        self.assertIn(self.P.mgr.peer_addr, r.reason)
+        self.assertTrue("silent" in r.reason or
+                        "no answer to our hello" in r.reason, r.reason)
 
     def test_abort_on_prefill(self):
         """The prefill side aborts after announcing: the decode side's
