@@ -22,7 +22,6 @@ pd_engine_start D decode --time-scale 0 --kv-timeout-ms 20000
 PEER_P=$(curl -sS "http://127.0.0.1:$PORT_P/v1/pdx/info" |
 	sed -n 's/.*"peer_addr": *"\([^"]*\)".*/\1/p')
 [ -n "$PEER_P" ] || fail "no peer address for P"
-xid() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
 
 # used PORT: the engine's KV blocks held by requests
 used() {

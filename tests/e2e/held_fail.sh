@@ -20,23 +20,8 @@ pd_engine_start D decode --kv-timeout-ms 30000 --max-num-seqs 1 \
 	--time-scale 5000 --queue-timeout-ms 30000
 named_engine_start C "$ENGINE" --time-scale 0
 
-peer() {
-	curl -sS "http://127.0.0.1:$1/v1/pdx/info" |
-		sed -n 's/.*"peer_addr": *"\([^"]*\)".*/\1/p'
-}
-PEER_P=$(peer "$PORT_P")
-PEER_D=$(peer "$PORT_D")
-xid() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
-body() {
-	printf '{"prompt": "%s", "max_tokens": %s, "stream": false%s}' "$1" "$2" \
-		"${3:+, \"kv_transfer_params\": $3}"
-}
-kv() { printf '{"xfer_id": "%s", "remote_agent": "%s", "do_remote_%s": true}' "$@"; }
-to() {
-	curl -sS -o "$3" -w '%{http_code}' -H 'Content-Type: application/json' \
-		--data-binary "$2" "http://127.0.0.1:$1/v1/completions" >"$3.code" ||
-		echo 000 >"$3.code"
-}
+PEER_P=$(agent_peer "$PORT_P")
+PEER_D=$(agent_peer "$PORT_D")
 # decode_params FILE POLICY: P's answer's kv_transfer_params, on_failure
 # POLICY added
 decode_params() {
@@ -47,19 +32,19 @@ T=$E2E_TMP
 
 busy="a long answer keeps the decode engine busy"
 x=$(xid)
-to "$PORT_D" "$(body "$busy" 1600 "$(kv "$x" "$PEER_P" prefill)")" "$T/busy" &
+to "$PORT_D" "$(prompt_body "$busy" 1600 "$(kv "$x" "$PEER_P" prefill)")" "$T/busy" &
 bpid=$!
-to "$PORT_P" "$(body "$busy" 1600 "$(kv "$x" "$PEER_D" decode)")" "$T/busyp"
+to "$PORT_P" "$(prompt_body "$busy" 1600 "$(kv "$x" "$PEER_D" decode)")" "$T/busyp"
 sleep 0.3
 
 # two requests prefilled at P, queued at D (held), then P's agent dies
-to "$PORT_P" "$(body "the first queued request" 12 "$(kv "$(xid)" "$PEER_D" decode)")" "$T/p1"
-to "$PORT_P" "$(body "the second queued request" 12 "$(kv "$(xid)" "$PEER_D" decode)")" "$T/p2"
-to "$PORT_C" "$(body "the second queued request" 12)" "$T/c2"
+to "$PORT_P" "$(prompt_body "the first queued request" 12 "$(kv "$(xid)" "$PEER_D" decode)")" "$T/p1"
+to "$PORT_P" "$(prompt_body "the second queued request" 12 "$(kv "$(xid)" "$PEER_D" decode)")" "$T/p2"
+to "$PORT_C" "$(prompt_body "the second queued request" 12)" "$T/c2"
 t0=$(date +%s%N)
-to "$PORT_D" "$(body "the first queued request" 12 "$(decode_params "$T/p1" fail)")" "$T/d1" &
+to "$PORT_D" "$(prompt_body "the first queued request" 12 "$(decode_params "$T/p1" fail)")" "$T/d1" &
 d1=$!
-to "$PORT_D" "$(body "the second queued request" 12 "$(decode_params "$T/p2" recompute)")" "$T/d2" &
+to "$PORT_D" "$(prompt_body "the second queued request" 12 "$(decode_params "$T/p2" recompute)")" "$T/d2" &
 d2=$!
 sleep 0.5
 kill -KILL "$PID_agent_p"
@@ -104,25 +89,25 @@ named_stop P
 pd_engine_start P2 prefill --kv-timeout-ms 30000
 pd_engine_start E decode --kv-timeout-ms 30000 --max-num-seqs 1 \
 	--time-scale 5000 --queue-timeout-ms 30000
-PEER_P2=$(peer "$PORT_P2")
-PEER_E=$(peer "$PORT_E")
-to "$PORT_E" "$(body "$busy" 1600)" "$T/busy2" &
+PEER_P2=$(agent_peer "$PORT_P2")
+PEER_E=$(agent_peer "$PORT_E")
+to "$PORT_E" "$(prompt_body "$busy" 1600)" "$T/busy2" &
 bpid=$!
 sleep 0.3
 # open sends (no remote_agent: the first to claim it), so that P2's
 # agent never says hello to E's
-to "$PORT_P2" "$(body "the third queued request" 12 \
+to "$PORT_P2" "$(prompt_body "the third queued request" 12 \
 	"{\"xfer_id\": \"$(xid)\", \"do_remote_decode\": true}")" "$T/p3"
-to "$PORT_P2" "$(body "the fourth queued request" 12 \
+to "$PORT_P2" "$(prompt_body "the fourth queued request" 12 \
 	"{\"xfer_id\": \"$(xid)\", \"do_remote_decode\": true}")" "$T/p4"
-to "$PORT_C" "$(body "the fourth queued request" 12)" "$T/c4"
+to "$PORT_C" "$(prompt_body "the fourth queued request" 12)" "$T/c4"
 kill -KILL "$PID_agent_p2"
 wait "$PID_agent_p2" 2>/dev/null
 E2E_PIDS=${E2E_PIDS/ $PID_agent_p2/}
 t0=$(date +%s%N)
-to "$PORT_E" "$(body "the third queued request" 12 "$(decode_params "$T/p3" fail)")" "$T/d3"
+to "$PORT_E" "$(prompt_body "the third queued request" 12 "$(decode_params "$T/p3" fail)")" "$T/d3"
 t1=$(date +%s%N)
-to "$PORT_E" "$(body "the fourth queued request" 12 "$(decode_params "$T/p4" recompute)")" "$T/d4" &
+to "$PORT_E" "$(prompt_body "the fourth queued request" 12 "$(decode_params "$T/p4" recompute)")" "$T/d4" &
 d4=$!
 sleep 0.5
 kill -KILL "$PID_agent_e"

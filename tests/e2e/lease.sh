@@ -18,42 +18,27 @@ pd_engine_start P prefill --kv-timeout-ms 20000
 pd_engine_start D decode --kv-timeout-ms 20000 --max-num-seqs 1 --time-scale 5000
 named_engine_start C "$ENGINE" --time-scale 0
 
-peer() {
-	curl -sS "http://127.0.0.1:$1/v1/pdx/info" |
-		sed -n 's/.*"peer_addr": *"\([^"]*\)".*/\1/p'
-}
-PEER_P=$(peer "$PORT_P")
-PEER_D=$(peer "$PORT_D")
+PEER_P=$(agent_peer "$PORT_P")
+PEER_D=$(agent_peer "$PORT_D")
 case "$PEER_P $PEER_D" in tcp://*" "tcp://*) ;; *) fail "peer addresses: $PEER_P $PEER_D" ;; esac
 
-xid() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
-body() {
-	printf '{"prompt": "%s", "max_tokens": %s, "stream": false%s}' "$1" "$2" \
-		"${3:+, \"kv_transfer_params\": $3}"
-}
-kv() { printf '{"xfer_id": "%s", "remote_agent": "%s", "do_remote_%s": true%s}' "$@"; }
-to() {
-	curl -sS -o "$3" -w '%{http_code}' -H 'Content-Type: application/json' \
-		--data-binary "$2" "http://127.0.0.1:$1/v1/completions" >"$3.code" ||
-		echo 000 >"$3.code"
-}
 T=$E2E_TMP
 
 # The decode engine busy for ~4 s with a request of its own (concurrent
 # flow: its KV from P too).
 busy="a long answer keeps the decode engine busy"
 x=$(xid)
-to "$PORT_D" "$(body "$busy" 800 "$(kv "$x" "$PEER_P" prefill)")" "$T/busy" &
+to "$PORT_D" "$(prompt_body "$busy" 800 "$(kv "$x" "$PEER_P" prefill)")" "$T/busy" &
 bpid=$!
-to "$PORT_P" "$(body "$busy" 800 "$(kv "$x" "$PEER_D" decode)")" "$T/busyp"
+to "$PORT_P" "$(prompt_body "$busy" 800 "$(kv "$x" "$PEER_D" decode)")" "$T/busyp"
 sleep 0.3
 
 # Sequential flow: P prefills and keeps the KV; D queues the request.
 prompt="the queued request still finds its prompt's KV"
-to "$PORT_C" "$(body "$prompt" 12)" "$T/c"
+to "$PORT_C" "$(prompt_body "$prompt" 12)" "$T/c"
 t0=$(date +%s%N)
-to "$PORT_P" "$(body "$prompt" 12 "$(kv "$(xid)" "$PEER_D" decode)")" "$T/p"
-to "$PORT_D" "$(body "$prompt" 12 \
+to "$PORT_P" "$(prompt_body "$prompt" 12 "$(kv "$(xid)" "$PEER_D" decode)")" "$T/p"
+to "$PORT_D" "$(prompt_body "$prompt" 12 \
 	"$(sed -n 's/.*"kv_transfer_params":\({[^}]*}\).*/\1/p' "$T/p" |
 		sed 's/}$/, "on_failure": "fail"}/')")" "$T/d"
 t1=$(date +%s%N)
@@ -61,7 +46,7 @@ wait $bpid
 waited=$(((t1 - t0) / 1000000))
 
 # KV nobody asks for: P's blocks are free again after about one lease.
-to "$PORT_P" "$(body "nobody will ask for this" 4 "$(kv "$(xid)" "$PEER_D" decode)")" "$T/orphan"
+to "$PORT_P" "$(prompt_body "nobody will ask for this" 4 "$(kv "$(xid)" "$PEER_D" decode)")" "$T/orphan"
 t2=$(date +%s%N)
 freed=
 for _ in $(seq 100); do

@@ -296,6 +296,29 @@ stream_start() {
 	fail "$1: no first token: $(tail -c 300 "$E2E_TMP/$1.sse")"
 }
 
+# Requests to engines by hand, their kv_transfer_params as a proxy would
+# write them. agent_peer PORT: the agent peer address of the engine on
+# PORT (/v1/pdx/info); xid: a random xfer_id; prompt_body PROMPT MAX
+# [KV_JSON]: a completion's body (prompts hold no JSON specials); kv XID
+# AGENT prefill|decode [MORE]: kv_transfer_params (MORE: more fields,
+# each after a comma); to PORT BODY OUT: POSTs it, body in OUT, status in
+# OUT.code (000: no answer).
+agent_peer() {
+	curl -sS "http://127.0.0.1:$1/v1/pdx/info" |
+		sed -n 's/.*"peer_addr": *"\([^"]*\)".*/\1/p'
+}
+xid() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
+prompt_body() {
+	printf '{"prompt": "%s", "max_tokens": %s, "stream": false%s}' "$1" "$2" \
+		"${3:+, \"kv_transfer_params\": $3}"
+}
+kv() { printf '{"xfer_id": "%s", "remote_agent": "%s", "do_remote_%s": true%s}' "$@"; }
+to() {
+	curl -sS -N -o "$3" -w '%{http_code}' -H 'Content-Type: application/json' \
+		--data-binary "$2" "http://127.0.0.1:$1/v1/completions" >"$3.code" ||
+		echo 000 >"$3.code"
+}
+
 # e NAME: an engine's sample NAME (the model E2E_MODEL, tiny by default).
 e() { echo "pdx_engine_$1{model_name=\"${E2E_MODEL:-tiny}\"}"; }
 

@@ -30,20 +30,11 @@ grep -q '"role": *"both"' "$E2E_TMP/infoC" && grep -q '"peer_addr": *null' "$E2E
 	fail "colocated /v1/pdx/info: $(cat "$E2E_TMP/infoC")"
 
 # (python3 takes ~0.5 s to start here: the checks are batched)
-xid() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
 
 # body PROMPT MAX STREAM [KV_JSON]: prompts hold no JSON specials.
 body() {
 	printf '{"prompt": "%s", "max_tokens": %s, "stream": %s%s}' "$1" "$2" \
 		"$([ "$3" = 1 ] && echo true || echo false)" "${4:+, \"kv_transfer_params\": $4}"
-}
-kv() { printf '{"xfer_id": "%s", "remote_agent": "%s", "do_remote_%s": true%s}' "$@"; }
-
-# to PORT BODY OUT: POSTs a completion; body in OUT, status in OUT.code.
-to() {
-	curl -sS -N -o "$3" -w '%{http_code}' -H 'Content-Type: application/json' \
-		--data-binary "$2" "http://127.0.0.1:$1/v1/completions" >"$3.code" ||
-		echo 000 >"$3.code"
 }
 
 T=$E2E_TMP

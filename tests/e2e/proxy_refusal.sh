@@ -111,7 +111,6 @@ settle 10 $(engine_idle P D) || fail "engines not idle after the refusals"
 # Two prompts' KV held for a decode side that never asks (until the
 # lease expires), and a third request queued for blocks: it starts when
 # the lease frees them, with nothing else arriving.
-xid() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
 for i in 1 2; do
 	read -r st _ _ body < <(req "$PORT_P" 4 10 \
 		"{\"xfer_id\": \"$(xid)\", \"remote_agent\": \"$PEER_D\", \"do_remote_decode\": true}")
