@@ -92,48 +92,38 @@ def idle(rig, side):
     time.sleep(0.3)
 
 
+def case(agent, side, pull, idle_stop, after):
+    """One rig: a first transfer, `side` stopped (idle_stop: idle until
+    forgotten, else while a transfer waits), then `after` transfers, each
+    byte-exact, pushed or pulled."""
+    with Rig(agent, "silent", "AB", agent_args=ARGS, tls="tcp,self") as rig:
+        peers = dict(zip("AB", rig.register()))
+        A, B = rig.engines
+        what = (f"{side} stopped{' idle (forgotten)' if idle_stop else ''}, "
+                f"then {'pulled' if pull else 'pushed'}")
+        ev, _, exact = transfer(A, B, peers, pull)
+        check(ev is not None and ev.get("kind") == "received" and exact,
+              f"{what}: a first transfer: {ev}")
+        if idle_stop:
+            idle(rig, side)
+        else:
+            stalled(rig, peers, side)
+        for i in range(after):
+            t0 = time.monotonic()
+            ev, ea, exact = transfer(A, B, peers, pull)
+            check(ev is not None and ev.get("kind") == "received" and
+                  ea is not None and ea.get("kind") == "sent" and exact,
+                  f"{what}: transfer {i} after arrives byte-exact "
+                  f"({time.monotonic() - t0:.2f} s): "
+                  f"{ev and ev.get('kind')} {ev and ev.get('reason')}"
+                  f" / {ea and ea.get('kind')}")
+
+
 def main():
-    for side in "BA":
-        for pull in (True, False):
-            with Rig(sys.argv[1], "silent", "AB", agent_args=ARGS,
-                     tls="tcp,self") as rig:
-                peers = dict(zip("AB", rig.register()))
-                A, B = rig.engines
-                what = (f"{side} stopped idle (forgotten), then "
-                        f"{'pulled' if pull else 'pushed'}")
-                ev, _, exact = transfer(A, B, peers, pull)
-                check(ev is not None and ev.get("kind") == "received" and
-                      exact, f"{what}: a first transfer: {ev}")
-                idle(rig, side)
-                t0 = time.monotonic()
-                ev, ea, exact = transfer(A, B, peers, pull)
-                check(ev is not None and ev.get("kind") == "received" and
-                      ea is not None and ea.get("kind") == "sent" and
-                      exact,
-                      f"{what}: the next transfer arrives byte-exact "
-                      f"({time.monotonic() - t0:.2f} s): "
-                      f"{ev and ev.get('kind')} {ev and ev.get('reason')}")
-    for side in "BA":
-        for pull in (True, False):
-            with Rig(sys.argv[1], "silent", "AB", agent_args=ARGS,
-                     tls="tcp,self") as rig:
-                peers = dict(zip("AB", rig.register()))
-                A, B = rig.engines
-                what = f"{side} stopped, then {'pulled' if pull else 'pushed'}"
-                ev, _, exact = transfer(A, B, peers, pull)
-                check(ev is not None and ev.get("kind") == "received" and
-                      exact, f"{what}: a first transfer: {ev}")
-                stalled(rig, peers, side)
-                for i in range(3):
-                    t0 = time.monotonic()
-                    ev, ea, exact = transfer(A, B, peers, pull)
-                    check(ev is not None and ev.get("kind") == "received" and
-                          ea is not None and ea.get("kind") == "sent" and
-                          exact,
-                          f"{what}: transfer {i} after arrives byte-exact "
-                          f"({time.monotonic() - t0:.2f} s): "
-                          f"{ev and ev.get('kind')} {ev and ev.get('reason')}"
-                          f" / {ea and ea.get('kind')}")
+    for idle_stop, after in ((True, 1), (False, 3)):
+        for side in "BA":
+            for pull in (True, False):
+                case(sys.argv[1], side, pull, idle_stop, after)
     return exit_code()
 
 
