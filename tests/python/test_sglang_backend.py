@@ -254,6 +254,20 @@ class Backend(unittest.TestCase):
         with self.assertRaisesRegex(Exception, "aborted by SGLang"):
             d.receiver.failure_exception()
 
+    def waiting_receiver(self, d):
+        """d's receiver, bootstrapped and waiting for pages (SGLang's
+        prealloc queue), its transfer held."""
+        d.addr = "%s:%d" % (d.bootstrap_host,
+                            self.P.sa.disaggregation_bootstrap_port)
+        r = d.receiver = CLASSES["receiver"](
+            mgr=self.D.mgr, bootstrap_addr=d.addr, bootstrap_room=d.bootstrap_room)
+        self.assertTrue(wait_for(
+            lambda: self.D.mgr.try_ensure_parallel_info(d.addr), 10))
+        r.init(0)
+        self.assertTrue(wait_for(
+            lambda: r.poll() == KVPoll.WaitingForInput, 10))
+        return r
+
     def test_pages_late_past_the_lease(self):
         """The decode request waits for pages (SGLang's prealloc queue
         under memory pressure) longer than the prefill agent's lease (3 s
@@ -262,15 +276,7 @@ class Backend(unittest.TestCase):
         are named."""
         self.start(Pool(), Pool())
         p, d = Req(25, 16, first_token=77), Req(25, 16)
-        d.addr = "%s:%d" % (d.bootstrap_host,
-                            self.P.sa.disaggregation_bootstrap_port)
-        r = d.receiver = CLASSES["receiver"](
-            mgr=self.D.mgr, bootstrap_addr=d.addr, bootstrap_room=25)
-        self.assertTrue(wait_for(
-            lambda: self.D.mgr.try_ensure_parallel_info(d.addr), 10))
-        r.init(0)
-        self.assertTrue(wait_for(
-            lambda: r.poll() == KVPoll.WaitingForInput, 10))
+        r = self.waiting_receiver(d)
         self.P.add(p)
         t0 = time.monotonic()
         while time.monotonic() - t0 < 4.5:   # no pages yet, polled
@@ -299,15 +305,7 @@ class Backend(unittest.TestCase):
         and failed only at its recv)."""
         self.start(Pool(), Pool())
         p, d = Req(26, 16), Req(26, 16)
-        d.addr = "%s:%d" % (d.bootstrap_host,
-                            self.P.sa.disaggregation_bootstrap_port)
-        r = d.receiver = CLASSES["receiver"](
-            mgr=self.D.mgr, bootstrap_addr=d.addr, bootstrap_room=26)
-        self.assertTrue(wait_for(
-            lambda: self.D.mgr.try_ensure_parallel_info(d.addr), 10))
-        r.init(0)
-        self.assertTrue(wait_for(
-            lambda: r.poll() == KVPoll.WaitingForInput, 10))
+        r = self.waiting_receiver(d)
         self.P.add(p)
         t0 = time.monotonic()   # until its send is announced, held for us
         while p.sender.state != KVPoll.Transferring and \
