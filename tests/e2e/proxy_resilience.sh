@@ -310,7 +310,7 @@ named_engine_start B "$PROXY" --decode "$fl" --decode "127.0.0.1:$PORT_C" \
 	--retries 1 --breaker-failures 3 --breaker-open-ms 1000 --health-interval 0
 prompt=$short
 state() { val "$PORT_B" "pdx_proxy_instance_breaker_state{role=\"decode\",instance=\"$fl\"}"; }
-to() { val "$PORT_B" "pdx_proxy_instance_breaker_transitions_total{role=\"decode\",instance=\"$fl\",to=\"$1\"}"; }
+turned() { val "$PORT_B" "pdx_proxy_instance_breaker_transitions_total{role=\"decode\",instance=\"$fl\",to=\"$1\"}"; }
 posts() { grep -c "^$1" "$E2E_TMP/posts"; }
 for k in $(seq 8); do
 	PORT=$PORT_B post /v1/completions "{\"prompt\": \"$prompt\", \"max_tokens\": 6}" >"$E2E_TMP/r.json"
@@ -318,7 +318,7 @@ for k in $(seq 8); do
 done
 [ "$(posts 500)" = 3 ] || fail "$(posts 500) requests reached the failing instance, want 3 (then its breaker opens)"
 [ "$(val "$PORT_B" 'pdx_proxy_retries_total{leg="decode"}')" = 3 ] || fail "decode retries"
-[ "$(state)" = 1 ] && [ "$(to open)" = 1 ] || fail "breaker state $(state), opened $(to open) times"
+[ "$(state)" = 1 ] && [ "$(turned open)" = 1 ] || fail "breaker state $(state), opened $(turned open) times"
 # open for 1 s, then one trial: it fails, the breaker opens again
 sleep 1.1
 for k in 1 2 3 4; do
@@ -326,8 +326,8 @@ for k in 1 2 3 4; do
 	status_is 200 "request $k while the breaker is half-open"
 done
 [ "$(posts 500)" = 4 ] || fail "$(posts 500) requests reached the failing instance, want 4 (one trial)"
-[ "$(state)" = 1 ] && [ "$(to half_open)" = 1 ] && [ "$(to open)" = 2 ] ||
-	fail "after a failed trial: state $(state), half-open $(to half_open), open $(to open)"
+[ "$(state)" = 1 ] && [ "$(turned half_open)" = 1 ] && [ "$(turned open)" = 2 ] ||
+	fail "after a failed trial: state $(state), half-open $(turned half_open), open $(turned open)"
 # the instance works again: the next trial closes the breaker
 touch "$E2E_TMP/ok"
 sleep 1.1
@@ -335,8 +335,8 @@ for k in 1 2 3 4; do
 	PORT=$PORT_B post /v1/completions "{\"prompt\": \"$prompt\", \"max_tokens\": 6}" >/dev/null
 	status_is 200 "request $k once the instance works"
 done
-[ "$(posts 200)" -ge 2 ] && [ "$(state)" = 0 ] && [ "$(to closed)" = 1 ] ||
-	fail "after a good trial: $(posts 200) served, state $(state), closed $(to closed)"
+[ "$(posts 200)" -ge 2 ] && [ "$(state)" = 0 ] && [ "$(turned closed)" = 1 ] ||
+	fail "after a good trial: $(posts 200) served, state $(state), closed $(turned closed)"
 PORT=$PORT_B get /metrics >"$E2E_TMP/metrics"
 $PY "$HERE/promcheck.py" "$E2E_TMP/metrics" || fail "/metrics is not valid Prometheus text"
 named_stop B
