@@ -1,5 +1,6 @@
-/* UCX context, worker, memory and operations (see ucx.h); endpoints
- * are ucx_ep.c's. */
+/* UCX context, worker, memory and the requests the operations wait on
+ * (see ucx.h): the bottom of transport/. Endpoints are ucx_ep.c's, the
+ * operations on them ucx_io.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,29 +9,6 @@
 
 #include "common/clock.h"
 #include "transport/ucx_internal.h"
-
-/* One user callback waiting on a UCX request. */
-struct op {
-	pdx_ucx_done_cb cb;
-	void *arg;
-	struct pdx_ucx *u;
-	struct op *next; /* on the deferred list only */
-	/* a request UCX holds: on the pending list until it calls back */
-	struct op *pending_next, *pending_prev;
-	pdx_status_t status;
-	/* UCX 1.13 reads an active message's header until the send completes
-	 * (there is no copy-header flag yet), so it lives here. */
-	uint8_t hdr[PDX_UCX_AM_HDR_MAX];
-	void *payload; /* an eager send's copy, freed with the op */
-};
-
-struct pdx_ucx_mem {
-	ucp_mem_h memh;
-};
-
-struct pdx_ucx_rkey {
-	ucp_rkey_h rkey;
-};
 
 bool pdx_ucx_tls_lets_in(const char *const *names)
 {
@@ -143,7 +121,7 @@ static void fire_deferred(struct pdx_ucx *u)
 		struct op *o = u->deferred;
 
 		u->deferred = o->next;
-		o->cb(o->arg, o->status);
+		o->cb(o->arg, PDX_OK);
 		op_free(o);
 	}
 }
@@ -185,10 +163,10 @@ bool pdx_ucx_stop(struct pdx_ucx *u)
 {
 	if (!u || !u->worker)
 		return true;
+	fire_deferred(u); /* endpoint closes deferred from UCX's callbacks too */
 	/* Let endpoint closes finish so their requests are not leaked. */
 	for (int i = 0; i < 100000 && u->closing > 0; i++)
 		ucp_worker_progress(u->worker);
-	fire_deferred(u);
 	/* UCX 1.13 crashed destroying a worker that still queued an emulated
 	 * put's acknowledgement (a put over shared memory is an active
 	 * message, answered by one) for a peer whose FIFO was full: purging
@@ -204,15 +182,24 @@ bool pdx_ucx_stop(struct pdx_ucx *u)
 		ucp_worker_destroy(u->worker); /* and the kept endpoints */
 	}
 	u->worker = NULL;
-	ucx_eps_forget(u);
+	if (u->eps_free)
+		u->eps_free(u->eps);
+	u->eps = NULL;
+	u->eps_free = NULL;
 	/* Requests the worker never completed (UCX 1.13 leaves a rendezvous
-	 * send to a force-closed shared-memory endpoint pending): their
-	 * callbacks will not fire now, so what they held is the caller's to
-	 * free (ucx.h). */
+	 * send to a force-closed shared-memory endpoint pending), and calls
+	 * the worker's going queued: their callbacks will not fire now, so
+	 * what they held is the caller's to free (ucx.h). */
 	while (u->pending) {
 		struct op *o = u->pending;
 
 		DL_DELETE2(u->pending, o, pending_prev, pending_next);
+		op_free(o);
+	}
+	while (u->deferred) {
+		struct op *o = u->deferred;
+
+		u->deferred = o->next;
 		op_free(o);
 	}
 	return !u->abandoned;
@@ -251,8 +238,6 @@ enum pdx_ucx_more pdx_ucx_progress(struct pdx_ucx *u, uint64_t spin_ns,
 	uint64_t idle_since = spin_ns ? pdx_now_ns() : 0;
 	unsigned busy = 0;
 
-	if (u->reap)
-		ucx_eps_reap(u);
 	for (;;) {
 		if (ucp_worker_progress(u->worker) || u->deferred) {
 			fire_deferred(u);
@@ -279,9 +264,7 @@ void pdx_ucx_address(const struct pdx_ucx *u, const void **addr, size_t *len)
 	*len = u->addr_len;
 }
 
-/* On the pending list from the start, so that a callback, whenever it
- * comes, finds it there. */
-static struct op *op_new(struct pdx_ucx *u, pdx_ucx_done_cb cb, void *arg)
+struct op *ucx_op_new(struct pdx_ucx *u, pdx_ucx_done_cb cb, void *arg)
 {
 	struct op *o = calloc(1, sizeof(*o));
 
@@ -300,22 +283,38 @@ static void op_unlink(struct op *o)
 	DL_DELETE2(o->u->pending, o, pending_prev, pending_next);
 }
 
-/* Common tail of every non-blocking call: error, inline completion (fired
- * on the next progress, never inside the call), or a pending request. */
-static pdx_status_t op_started(struct pdx_ucx *u, struct op *o,
-			       ucs_status_ptr_t req)
+void ucx_op_drop(struct op *o)
+{
+	op_unlink(o);
+	op_free(o);
+}
+
+/* Done at once: on the deferred list, for the next progress. */
+static void op_defer(struct op *o)
+{
+	op_unlink(o);
+	o->next = o->u->deferred;
+	o->u->deferred = o;
+}
+
+pdx_status_t ucx_op_started(struct op *o, ucs_status_ptr_t req)
 {
 	if (UCS_PTR_IS_ERR(req)) {
-		op_unlink(o);
-		op_free(o);
+		ucx_op_drop(o);
 		return from_ucs(UCS_PTR_STATUS(req));
 	}
-	if (req == NULL) {
-		op_unlink(o);
-		o->status = PDX_OK;
-		o->next = u->deferred;
-		u->deferred = o;
-	}
+	if (req == NULL)
+		op_defer(o);
+	return PDX_OK;
+}
+
+pdx_status_t ucx_call_soon(struct pdx_ucx *u, pdx_ucx_done_cb cb, void *arg)
+{
+	struct op *o = ucx_op_new(u, cb, arg);
+
+	if (!o)
+		return PDX_ENOMEM;
+	op_defer(o);
 	return PDX_OK;
 }
 
@@ -333,6 +332,25 @@ static void op_recv_done(void *request, ucs_status_t status, size_t length,
 			 void *user_data)
 {
 	op_done(request, status, user_data);
+}
+
+ucp_request_param_t ucx_op_param(struct op *o, struct pdx_ucx_mem *mem)
+{
+	ucp_request_param_t p = {
+		/* no UCP_OP_ATTR_FLAG_NO_IMM_CMPL: with it UCX calls back
+		 * inside the call for an operation done at once, before the
+		 * caller counted it; without, it returns NULL (ucx_op_started) */
+		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+				UCP_OP_ATTR_FIELD_USER_DATA,
+		.cb.send = op_done,
+		.user_data = o,
+	};
+
+	if (mem) {
+		p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+		p.memh = mem->memh;
+	}
+	return p;
 }
 
 static ucs_status_t am_trampoline(void *arg, const void *hdr, size_t hdr_len,
@@ -369,7 +387,7 @@ pdx_status_t pdx_ucx_am_handler(struct pdx_ucx *u, unsigned id,
 pdx_status_t pdx_ucx_am_recv(struct pdx_ucx *u, void *desc, void *dst,
 			     size_t len, pdx_ucx_done_cb cb, void *arg)
 {
-	struct op *o = op_new(u, cb, arg);
+	struct op *o = ucx_op_new(u, cb, arg);
 	ucp_request_param_t p = {
 		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
 				UCP_OP_ATTR_FIELD_USER_DATA,
@@ -381,7 +399,8 @@ pdx_status_t pdx_ucx_am_recv(struct pdx_ucx *u, void *desc, void *dst,
 		return PDX_ENOMEM;
 	}
 	p.user_data = o;
-	return op_started(u, o, ucp_am_recv_data_nbx(u->worker, desc, dst, len, &p));
+	return ucx_op_started(o, ucp_am_recv_data_nbx(u->worker, desc, dst, len,
+							 &p));
 }
 
 void pdx_ucx_am_drop(struct pdx_ucx *u, void *desc)
@@ -448,154 +467,4 @@ void pdx_ucx_rkey_buf_free(void *buf)
 {
 	if (buf)
 		ucp_rkey_buffer_release(buf);
-}
-
-pdx_status_t pdx_ucx_rkey_unpack(struct pdx_ucx_ep *ep, const void *buf,
-				 size_t len, struct pdx_ucx_rkey **out)
-{
-	struct pdx_ucx_rkey *r = calloc(1, sizeof(*r));
-	ucs_status_t s;
-
-	(void)len;
-	if (!r)
-		return PDX_ENOMEM;
-	s = ucp_ep_rkey_unpack(ep->ep, buf, &r->rkey);
-	if (s != UCS_OK) {
-		free(r);
-		return from_ucs(s);
-	}
-	*out = r;
-	return PDX_OK;
-}
-
-void pdx_ucx_rkey_free(struct pdx_ucx_rkey *r)
-{
-	if (!r)
-		return;
-	ucp_rkey_destroy(r->rkey);
-	free(r);
-}
-
-static ucp_request_param_t send_param(struct op *o, struct pdx_ucx_mem *mem)
-{
-	ucp_request_param_t p = {
-		/* no UCP_OP_ATTR_FLAG_NO_IMM_CMPL: with it UCX calls back
-		 * inside the call for an operation done at once, before the
-		 * caller counted it; without, it returns NULL (op_started) */
-		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-				UCP_OP_ATTR_FIELD_USER_DATA,
-		.cb.send = op_done,
-		.user_data = o,
-	};
-
-	if (mem) {
-		p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-		p.memh = mem->memh;
-	}
-	return p;
-}
-
-/* A put from our buf into the remote address, or a get from it into buf:
- * one operation, the same request either way. */
-static pdx_status_t rma(struct pdx_ucx_ep *ep, bool put, void *buf,
-			size_t len, struct pdx_ucx_mem *mem,
-			uint64_t remote_addr, struct pdx_ucx_rkey *rkey,
-			pdx_ucx_done_cb cb, void *arg)
-{
-	struct op *o = op_new(ep->u, cb, arg);
-	ucp_request_param_t p;
-
-	if (!o)
-		return PDX_ENOMEM;
-	p = send_param(o, mem);
-	return op_started(ep->u, o,
-			  put ? ucp_put_nbx(ep->ep, buf, len, remote_addr,
-					    rkey->rkey, &p)
-			      : ucp_get_nbx(ep->ep, buf, len, remote_addr,
-					    rkey->rkey, &p));
-}
-
-pdx_status_t pdx_ucx_put(struct pdx_ucx_ep *ep, const void *src, size_t len,
-			 struct pdx_ucx_mem *src_mem, uint64_t remote_addr,
-			 struct pdx_ucx_rkey *rkey, pdx_ucx_done_cb cb, void *arg)
-{
-	return rma(ep, true, (void *)src, len, src_mem, remote_addr, rkey, cb,
-		   arg);
-}
-
-pdx_status_t pdx_ucx_get(struct pdx_ucx_ep *ep, void *dst, size_t len,
-			 struct pdx_ucx_mem *dst_mem, uint64_t remote_addr,
-			 struct pdx_ucx_rkey *rkey, pdx_ucx_done_cb cb, void *arg)
-{
-	return rma(ep, false, dst, len, dst_mem, remote_addr, rkey, cb, arg);
-}
-
-static pdx_status_t am_send(struct pdx_ucx_ep *ep, unsigned id,
-			    const void *hdr, size_t hdr_len, const void *src,
-			    size_t len, struct pdx_ucx_mem *src_mem,
-			    uint32_t protocol, pdx_ucx_done_cb cb, void *arg)
-{
-	struct op *o;
-	ucp_request_param_t p;
-
-	if (hdr_len > PDX_UCX_AM_HDR_MAX)
-		return PDX_EINVAL;
-	o = op_new(ep->u, cb, arg);
-	if (!o)
-		return PDX_ENOMEM;
-	memcpy(o->hdr, hdr, hdr_len);
-	if (protocol == UCP_AM_SEND_FLAG_EAGER && len) {
-		if (!(o->payload = malloc(len))) {
-			op_unlink(o);
-			op_free(o);
-			return PDX_ENOMEM;
-		}
-		src = memcpy(o->payload, src, len);
-	}
-	p = send_param(o, src_mem);
-	if (protocol) {
-		p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-		p.flags = protocol;
-	}
-	return op_started(ep->u, o,
-			  ucp_am_send_nbx(ep->ep, id, o->hdr, hdr_len, src, len,
-					  &p));
-}
-
-pdx_status_t pdx_ucx_am_send(struct pdx_ucx_ep *ep, unsigned id,
-			     const void *hdr, size_t hdr_len, const void *src,
-			     size_t len, struct pdx_ucx_mem *src_mem,
-			     pdx_ucx_done_cb cb, void *arg)
-{
-	return am_send(ep, id, hdr, hdr_len, src, len, src_mem, 0, cb, arg);
-}
-
-pdx_status_t pdx_ucx_am_send_eager(struct pdx_ucx_ep *ep, unsigned id,
-				   const void *hdr, size_t hdr_len,
-				   const void *src, size_t len,
-				   pdx_ucx_done_cb cb, void *arg)
-{
-	return am_send(ep, id, hdr, hdr_len, src, len, NULL,
-		       UCP_AM_SEND_FLAG_EAGER, cb, arg);
-}
-
-pdx_status_t pdx_ucx_am_send_rndv(struct pdx_ucx_ep *ep, unsigned id,
-				  const void *hdr, size_t hdr_len,
-				  const void *src, size_t len,
-				  struct pdx_ucx_mem *src_mem,
-				  pdx_ucx_done_cb cb, void *arg)
-{
-	return am_send(ep, id, hdr, hdr_len, src, len, src_mem,
-		       UCP_AM_SEND_FLAG_RNDV, cb, arg);
-}
-
-pdx_status_t pdx_ucx_flush(struct pdx_ucx_ep *ep, pdx_ucx_done_cb cb, void *arg)
-{
-	struct op *o = op_new(ep->u, cb, arg);
-	ucp_request_param_t p;
-
-	if (!o)
-		return PDX_ENOMEM;
-	p = send_param(o, NULL);
-	return op_started(ep->u, o, ucp_ep_flush_nbx(ep->ep, &p));
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "transport/ucx_ep.h"
 #include "transport/ucx_internal.h"
 
 /* A packed worker address begins with a byte whose low four bits are
@@ -47,7 +48,7 @@ struct kept_ep {
  * as long as the worker: it is UCX's error handler's argument. */
 struct shared_ep {
 	struct shared_ep *next;
-	struct pdx_ucx *u;
+	struct eps *eps;
 	ucp_ep_h ep;	/* NULL once closed */
 	unsigned refs;	/* pdx_ucx_eps on it */
 	bool failed;	/* UCX found the peer dead */
@@ -84,6 +85,61 @@ struct ep_slot {
 	struct pdx_ucx_ep *e; /* NULL once closed */
 };
 
+/* A worker's endpoint records (its u->eps), made with its first endpoint
+ * and freed once it is destroyed (eps_free). */
+struct eps {
+	struct pdx_ucx *u;
+	struct ep_slot *slots; /* every endpoint's */
+	struct kept_ep *kept; /* endpoints without peer error handling */
+	struct shared_ep *shared; /* those with, by worker address */
+	struct worker_sn *sns; /* endpoints UCX numbered, per peer worker */
+	bool reap_due; /* a shared endpoint no one uses failed: to close */
+};
+
+static void eps_free(void *arg)
+{
+	struct eps *eps = arg;
+
+	while (eps->kept) {
+		struct kept_ep *k = eps->kept;
+
+		eps->kept = k->next;
+		free(k);
+	}
+	while (eps->shared) { /* their endpoints went with the worker */
+		struct shared_ep *sh = eps->shared;
+
+		eps->shared = sh->next;
+		free(sh);
+	}
+	while (eps->sns) {
+		struct worker_sn *w = eps->sns;
+
+		eps->sns = w->next;
+		free(w);
+	}
+	while (eps->slots) { /* no callback comes any more */
+		struct ep_slot *s = eps->slots;
+
+		eps->slots = s->next;
+		free(s);
+	}
+	free(eps);
+}
+
+/* u's records, made now if it has none (NULL without memory). */
+static struct eps *eps_of(struct pdx_ucx *u)
+{
+	struct eps *eps = u->eps;
+
+	if (!eps && (eps = calloc(1, sizeof(*eps)))) {
+		eps->u = u;
+		u->eps = eps;
+		u->eps_free = eps_free;
+	}
+	return eps;
+}
+
 static void shared_closed(void *request, ucs_status_t status,
 			  void *user_data)
 {
@@ -102,7 +158,7 @@ static void shared_close(struct shared_ep *sh)
 				UCP_OP_ATTR_FIELD_FLAGS,
 		.flags = UCP_EP_CLOSE_FLAG_FORCE,
 		.cb.send = shared_closed,
-		.user_data = sh->u,
+		.user_data = sh->eps->u,
 	};
 	ucs_status_ptr_t req;
 
@@ -111,15 +167,28 @@ static void shared_close(struct shared_ep *sh)
 	req = ucp_ep_close_nbx(sh->ep, &p);
 	sh->ep = NULL; /* no error callback for it from now on */
 	if (UCS_PTR_IS_PTR(req))
-		sh->u->closing++;
+		sh->eps->u->closing++;
 }
 
-void ucx_eps_reap(struct pdx_ucx *u)
+/* The shared endpoints no one uses that failed or were cut since,
+ * closed: from the next progress, as UCX's error callback may not. */
+static void reap(void *arg, pdx_status_t st)
 {
-	u->reap = false;
-	for (struct shared_ep *sh = u->shared; sh; sh = sh->next)
+	struct eps *eps = arg;
+
+	(void)st;
+	eps->reap_due = false;
+	for (struct shared_ep *sh = eps->shared; sh; sh = sh->next)
 		if (sh->ep && !sh->refs && (sh->failed || sh->cut))
 			shared_close(sh);
+}
+
+/* Without memory for it, a failed endpoint no one uses stays open until
+ * the next one fails, or the worker goes. */
+static void reap_soon(struct eps *eps)
+{
+	if (!eps->reap_due && ucx_call_soon(eps->u, reap, eps) == PDX_OK)
+		eps->reap_due = true;
 }
 
 static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
@@ -141,7 +210,7 @@ static void shared_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 		return;
 	sh->failed = true; /* given to no new pdx_ucx_ep */
 	if (!sh->refs)
-		sh->u->reap = true;
+		reap_soon(sh->eps);
 	/* a callback may close any of the users (a peer's failure lets go
 	 * of the endpoints it kept): from the head again after each */
 	for (e = sh->users; e; e = e->next_user)
@@ -167,50 +236,50 @@ static bool addr_plausible(const uint8_t *addr, size_t len)
 	       (addr[0] & UCX_ADDR_VERSION_MASK) <= UCX_ADDR_VERSION_MAX;
 }
 
-static struct worker_sn *worker_sn(struct pdx_ucx *u, const void *addr,
+static struct worker_sn *worker_sn(struct eps *eps, const void *addr,
 				    size_t len, bool make)
 {
 	struct worker_sn *w;
 
-	for (w = u->sns; w; w = w->next)
+	for (w = eps->sns; w; w = w->next)
 		if (w->len == len && memcmp(w->addr, addr, len) == 0)
 			return w;
 	if (!make || !(w = calloc(1, sizeof(*w) + len)))
 		return NULL;
 	w->len = len;
 	memcpy(w->addr, addr, len);
-	w->next = u->sns;
-	u->sns = w;
+	w->next = eps->sns;
+	eps->sns = w;
 	return w;
 }
 
 /* ucp_ep_create() to p->address (len bytes), counted (struct worker_sn):
  * *sn is the number UCX gives it. */
-static pdx_status_t ep_create(struct pdx_ucx *u, const ucp_ep_params_t *p,
+static pdx_status_t ep_create(struct eps *eps, const ucp_ep_params_t *p,
 			      size_t len, ucp_ep_h *out, uint32_t *sn)
 {
-	struct worker_sn *w = worker_sn(u, p->address, len, true);
+	struct worker_sn *w = worker_sn(eps, p->address, len, true);
 
 	if (!w)
 		return PDX_ENOMEM;
 	*sn = w->made++; /* UCX takes the number before it may fail */
-	return from_ucs(ucp_ep_create(u->worker, p, out));
+	return from_ucs(ucp_ep_create(eps->u->worker, p, out));
 }
 
 /* The shared endpoint to addr that a new pdx_ucx_ep would be on. */
-static struct shared_ep *shared_live(struct pdx_ucx *u, const void *addr,
+static struct shared_ep *shared_live(struct eps *eps, const void *addr,
 				     size_t len)
 {
-	for (struct shared_ep *sh = u->shared; sh; sh = sh->next)
+	for (struct shared_ep *sh = eps->shared; sh; sh = sh->next)
 		if (sh->ep && !sh->failed && !sh->cut && sh->len == len &&
 		    memcmp(sh->addr, addr, len) == 0)
 			return sh;
 	return NULL;
 }
 
-/* A shared endpoint to addr made now, on u->shared (its record is UCX's
+/* A shared endpoint to addr made now, on eps->shared (its record is UCX's
  * error handler's argument, as long as the worker lives). */
-static pdx_status_t shared_make(struct pdx_ucx *u, const void *addr,
+static pdx_status_t shared_make(struct eps *eps, const void *addr,
 				size_t len, struct shared_ep **out)
 {
 	ucp_ep_params_t p = {
@@ -226,30 +295,30 @@ static pdx_status_t shared_make(struct pdx_ucx *u, const void *addr,
 
 	if (!sh)
 		return PDX_ENOMEM;
-	sh->u = u;
+	sh->eps = eps;
 	sh->len = len;
 	memcpy(sh->addr, addr, len);
 	p.err_handler.arg = sh;
-	st = ep_create(u, &p, len, &sh->ep, &sh->sn);
+	st = ep_create(eps, &p, len, &sh->ep, &sh->sn);
 	if (st) {
 		free(sh);
 		return st;
 	}
-	sh->next = u->shared;
-	u->shared = sh;
+	sh->next = eps->shared;
+	eps->shared = sh;
 	*out = sh;
 	return PDX_OK;
 }
 
 /* A pdx_ucx_ep on the shared endpoint to addr, made now if there is none
  * that works. */
-static pdx_status_t shared_ep_new(struct pdx_ucx *u, const void *addr,
+static pdx_status_t shared_ep_new(struct eps *eps, const void *addr,
 				  size_t len, struct pdx_ucx_ep *e)
 {
-	struct shared_ep *sh = shared_live(u, addr, len);
+	struct shared_ep *sh = shared_live(eps, addr, len);
 	pdx_status_t st;
 
-	if (!sh && (st = shared_make(u, addr, len, &sh)))
+	if (!sh && (st = shared_make(eps, addr, len, &sh)))
 		return st;
 	sh->refs++;
 	e->sh = sh;
@@ -259,29 +328,39 @@ static pdx_status_t shared_ep_new(struct pdx_ucx *u, const void *addr,
 	return PDX_OK;
 }
 
-uint32_t pdx_ucx_ep_sn(struct pdx_ucx *u, const void *addr, size_t len)
+static uint32_t sn_of(struct eps *eps, const void *addr, size_t len)
 {
-	struct shared_ep *sh = shared_live(u, addr, len);
+	struct shared_ep *sh = shared_live(eps, addr, len);
 	struct worker_sn *w;
 
 	if (sh)
 		return sh->sn;
-	w = worker_sn(u, addr, len, false);
+	w = worker_sn(eps, addr, len, false);
 	return w ? w->made : 0;
+}
+
+uint32_t pdx_ucx_ep_sn(struct pdx_ucx *u, const void *addr, size_t len)
+{
+	return u->eps ? sn_of(u->eps, addr, len) : 0;
 }
 
 pdx_status_t pdx_ucx_ep_skip_to(struct pdx_ucx *u, const void *addr,
 				size_t len, uint32_t sn)
 {
-	struct shared_ep *live = shared_live(u, addr, len);
-	struct worker_sn *w = worker_sn(u, addr, len, false);
-	uint32_t made = w ? w->made : 0;
-	struct shared_ep *sh;
+	struct eps *eps = eps_of(u);
+	struct shared_ep *live, *sh;
+	struct worker_sn *w;
+	uint32_t made;
 
+	if (!eps)
+		return PDX_ENOMEM;
 	if (!addr_plausible(addr, len))
 		return PDX_EINVAL;
-	if (sn <= pdx_ucx_ep_sn(u, addr, len))
+	if (sn <= sn_of(eps, addr, len))
 		return PDX_OK;
+	live = shared_live(eps, addr, len);
+	w = worker_sn(eps, addr, len, false);
+	made = w ? w->made : 0;
 	if (sn - made > PDX_UCX_SKIP_MAX)
 		return PDX_EINVAL;
 	if (live) { /* paired with one the peer closed */
@@ -291,9 +370,9 @@ pdx_status_t pdx_ucx_ep_skip_to(struct pdx_ucx *u, const void *addr,
 	}
 	/* each made and closed at once: one the peer made and closed waits
 	 * here unexpected under that number, and goes with it */
-	for (w = worker_sn(u, addr, len, false); !w || w->made < sn;
-	     w = worker_sn(u, addr, len, false)) {
-		pdx_status_t st = shared_make(u, addr, len, &sh);
+	for (w = worker_sn(eps, addr, len, false); !w || w->made < sn;
+	     w = worker_sn(eps, addr, len, false)) {
+		pdx_status_t st = shared_make(eps, addr, len, &sh);
 
 		if (st == PDX_OK) {
 			sh->cut = true;
@@ -324,75 +403,78 @@ static void shared_ep_release(struct pdx_ucx_ep *e)
 	free(e);
 }
 
-pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
-			    bool peer_errors, pdx_ucx_ep_error_cb err_cb,
-			    void *arg,
-			    struct pdx_ucx_ep **out)
+/* A pdx_ucx_ep on the kept endpoint to addr, made now if there is none;
+ * its slot is UCX's error handler's argument, as long as the worker
+ * lives. */
+static pdx_status_t kept_ep_new(struct eps *eps, const void *addr,
+				size_t len, struct pdx_ucx_ep *e)
 {
-	struct pdx_ucx_ep *e = calloc(1, sizeof(*e));
-	struct ep_slot *slot = NULL;
 	ucp_ep_params_t p = {
 		.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
 			      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
 			      UCP_EP_PARAM_FIELD_ERR_HANDLER,
 		.address = addr,
-		.err_mode = UCP_ERR_HANDLING_MODE_NONE, /* peer_errors: shared */
+		.err_mode = UCP_ERR_HANDLING_MODE_NONE,
 		/* needed in this mode too: without a handler UCX 1.13 aborts
 		 * the agent when a CMA read finds the peer gone (tp_reshard) */
 		.err_handler = { .cb = ep_error },
 	};
+	struct ep_slot *slot = calloc(1, sizeof(*slot));
 	struct kept_ep *k;
 	pdx_status_t st;
 	uint32_t sn;
 
-	if (!e || !addr_plausible(addr, len)) {
-		free(e);
-		return !e ? PDX_ENOMEM : PDX_EINVAL;
-	}
-	e->u = u;
-	e->err_cb = err_cb;
-	e->arg = arg;
-	if (peer_errors) {
-		st = shared_ep_new(u, addr, len, e);
-		if (st)
-			free(e);
-		else
-			*out = e;
-		return st;
-	}
-	slot = calloc(1, sizeof(*slot));
-	if (!slot) {
-		free(e);
+	if (!slot)
 		return PDX_ENOMEM;
-	}
-	e->slot = slot;
-	slot->next = u->slots;
-	u->slots = slot;
+	slot->next = eps->slots;
+	eps->slots = slot;
 	p.err_handler.arg = slot;
-	for (k = u->kept; k; k = k->next)
+	for (k = eps->kept; k; k = k->next)
 		if (k->len == len && memcmp(k->addr, addr, len) == 0)
 			break;
 	if (!k) {
 		k = malloc(sizeof(*k) + len);
-		if (!k) {
-			free(e);
-			return PDX_ENOMEM; /* the slot goes with u */
-		}
-		st = ep_create(u, &p, len, &k->ep, &sn);
+		if (!k)
+			return PDX_ENOMEM; /* the slot goes with the worker */
+		st = ep_create(eps, &p, len, &k->ep, &sn);
 		if (st) {
 			free(k);
-			free(e);
 			return st;
 		}
 		k->len = len;
 		memcpy(k->addr, addr, len);
-		k->next = u->kept;
-		u->kept = k;
+		k->next = eps->kept;
+		eps->kept = k;
 	}
+	e->slot = slot;
 	e->ep = k->ep;
 	slot->e = e;
-	*out = e;
 	return PDX_OK;
+}
+
+pdx_status_t pdx_ucx_ep_new(struct pdx_ucx *u, const void *addr, size_t len,
+			    bool peer_errors, pdx_ucx_ep_error_cb err_cb,
+			    void *arg,
+			    struct pdx_ucx_ep **out)
+{
+	struct eps *eps = eps_of(u);
+	struct pdx_ucx_ep *e;
+	pdx_status_t st;
+
+	if (!addr_plausible(addr, len))
+		return PDX_EINVAL;
+	if (!eps || !(e = calloc(1, sizeof(*e))))
+		return PDX_ENOMEM;
+	e->u = u;
+	e->err_cb = err_cb;
+	e->arg = arg;
+	st = peer_errors ? shared_ep_new(eps, addr, len, e)
+			 : kept_ep_new(eps, addr, len, e);
+	if (st)
+		free(e);
+	else
+		*out = e;
+	return st;
 }
 
 bool pdx_ucx_ep_reports_errors(const struct pdx_ucx_ep *e)
@@ -429,32 +511,4 @@ void pdx_ucx_ep_cut(struct pdx_ucx_ep *e)
 	if (e && e->sh)
 		e->sh->cut = true;
 	pdx_ucx_ep_close(e);
-}
-
-void ucx_eps_forget(struct pdx_ucx *u)
-{
-	while (u->kept) {
-		struct kept_ep *k = u->kept;
-
-		u->kept = k->next;
-		free(k);
-	}
-	while (u->shared) { /* their endpoints went with the worker */
-		struct shared_ep *sh = u->shared;
-
-		u->shared = sh->next;
-		free(sh);
-	}
-	while (u->sns) {
-		struct worker_sn *w = u->sns;
-
-		u->sns = w->next;
-		free(w);
-	}
-	while (u->slots) { /* no callback comes any more */
-		struct ep_slot *s = u->slots;
-
-		u->slots = s->next;
-		free(s);
-	}
 }
