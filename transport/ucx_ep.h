@@ -9,17 +9,16 @@
 
 #include "transport/ucx.h"
 
-/* One user's endpoint: on a kept UCX endpoint (slot set) or a shared one
- * (sh set). */
+/* One user's endpoint: on the UCX endpoint to its peer's worker that
+ * every user to that worker shares (struct worker_ep). */
 struct pdx_ucx_ep {
 	struct pdx_ucx *u;
-	ucp_ep_h ep;
+	ucp_ep_h ep; /* w's, as it was when this one was made */
+	struct worker_ep *w;
 	pdx_ucx_ep_error_cb err_cb;
 	void *arg;
-	struct ep_slot *slot; /* NULL for a shared one */
-	struct shared_ep *sh; /* ep is a shared one: closed with sh */
-	struct pdx_ucx_ep *next_user; /* on sh->users */
-	bool told; /* its shared endpoint's failure was passed on */
+	struct pdx_ucx_ep *next_user; /* on w->users */
+	bool told; /* w's failure was passed on */
 };
 
 #endif
