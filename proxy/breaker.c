@@ -16,6 +16,11 @@ bool pdx_breaker_usable(const struct pdx_breaker *b, uint64_t now)
 	return b->state == PDX_BREAKER_CLOSED || now >= b->until_ns;
 }
 
+bool pdx_breaker_on_trial(const struct pdx_breaker *b, uint64_t now)
+{
+	return b->state == PDX_BREAKER_HALF_OPEN && now < b->until_ns;
+}
+
 void pdx_breaker_admit(struct pdx_breaker *b, uint64_t now)
 {
 	if (b->state != PDX_BREAKER_CLOSED && now >= b->until_ns)

@@ -46,6 +46,10 @@ struct pdx_breaker {
 /* May a request go to the instance now? */
 bool pdx_breaker_usable(const struct pdx_breaker *b, uint64_t now);
 
+/* Half-open, its trial under way: no other request may go now (but see
+ * pool.c: one may, where no other instance can take it). */
+bool pdx_breaker_on_trial(const struct pdx_breaker *b, uint64_t now);
+
 /* A request was given to the instance (pdx_breaker_usable() said yes):
  * past the open time it is the trial, and the breaker turns half-open. */
 void pdx_breaker_admit(struct pdx_breaker *b, uint64_t now);

@@ -218,16 +218,25 @@ bool pdx_pool_usable(const struct pdx_inst *i, uint64_t now)
 	return !i->unhealthy && pdx_breaker_usable(&i->breaker, now);
 }
 
+/* Usable (pdx_pool_usable), or with trials: healthy, its breaker's
+ * trial under way. */
+static bool may_take(const struct pdx_inst *i, uint64_t now, bool trials)
+{
+	return pdx_pool_usable(i, now) ||
+	       (trials && !i->unhealthy &&
+		pdx_breaker_on_trial(&i->breaker, now));
+}
+
 /* The instances a pick may take, in pool order (so round-robin and the
- * tie-breaks keep their meaning): the usable ones but avoid that may
- * serve model. When no usable instance, nor avoid, may serve it:
- * every usable one but avoid if or_any (its engine answers 404), else
+ * tie-breaks keep their meaning): those but avoid that may take it
+ * (may_take) and may serve model. When no such instance, nor avoid, may
+ * serve it: every one but avoid if or_any (its engine answers 404), else
  * none. (Counting avoid: a retry after the one instance of the model
  * failed went to another model's, and the client got its 404 for the
  * 5xx.) Returns how many. */
-static unsigned candidates(const struct pdx_pool *p,
-			   const struct pdx_inst *avoid, const char *model,
-			   bool or_any, struct pdx_inst **out)
+static unsigned candidates_of(const struct pdx_pool *p,
+			      const struct pdx_inst *avoid, const char *model,
+			      bool or_any, bool trials, struct pdx_inst **out)
 {
 	uint64_t now = pdx_now_ns();
 	bool served = false;
@@ -237,18 +246,36 @@ static unsigned candidates(const struct pdx_pool *p,
 	 * breaker (or a check marked it) before the retry asks */
 	for (unsigned k = 0; k < p->n && !served; k++)
 		served = (p->inst[k] == avoid ||
-			  pdx_pool_usable(p->inst[k], now)) &&
+			  may_take(p->inst[k], now, trials)) &&
 			 pdx_served_models_take(&p->inst[k]->models, model);
 	if (!served && !or_any)
 		return 0;
 	for (unsigned k = 0; k < p->n; k++) {
 		struct pdx_inst *i = p->inst[k];
 
-		if (i != avoid && pdx_pool_usable(i, now) &&
+		if (i != avoid && may_take(i, now, trials) &&
 		    (!served || pdx_served_models_take(&i->models, model)))
 			out[n++] = i;
 	}
 	return n;
+}
+
+/* The usable instances; where none is, those whose breaker's trial is
+ * under way too. A trial keeps other requests off a suspect instance
+ * while another can take them; with none other, a request that may
+ * succeed beats a certain 503. A trial lasts as long as its request: a
+ * prefill instance's until the decode leg answers, a whole generation
+ * when not streamed. Meanwhile a rolling restart's clients got 503 "no
+ * usable prefill instance" (and unretried 502s) once the other prefill
+ * instance stopped, the restarted one healthy and idle beside its
+ * trial; as did every client of a lone prefill instance. */
+static unsigned candidates(const struct pdx_pool *p,
+			   const struct pdx_inst *avoid, const char *model,
+			   bool or_any, struct pdx_inst **out)
+{
+	unsigned n = candidates_of(p, avoid, model, or_any, false, out);
+
+	return n ? n : candidates_of(p, avoid, model, or_any, true, out);
 }
 
 static struct pdx_inst *least_loaded(struct pdx_pool *p, struct pdx_inst **c,

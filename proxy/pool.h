@@ -14,7 +14,8 @@
  *
  * Every policy picks among the usable instances only (pdx_pool_usable):
  * those that pass their health checks (health.c) and whose circuit
- * breaker lets a request through (breaker.h).
+ * breaker lets a request through (breaker.h); where none is, among the
+ * healthy ones whose breaker's trial is under way too.
  *
  * One thread (the proxy's loop). An instance is reference counted: a
  * request holds the instance it picked until pdx_pool_put(), and an

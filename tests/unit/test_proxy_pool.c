@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/fnv.h"
 #include "proxy/pool.h"
 #include "tests/check.h"
@@ -245,6 +246,45 @@ static void by_model(void)
 	pdx_pool_clear(&p);
 }
 
+/* An instance whose breaker's trial is under way takes no other request
+ * while another may; where none other may, it does (a prefill instance's
+ * trial lasts a whole generation when not streamed: a rolling restart's
+ * clients got 503 "no usable prefill instance" meanwhile). */
+static void trial_under_way(void)
+{
+	struct pdx_pool p;
+	struct pdx_inst *trial;
+
+	pool_init(&p, PDX_POLICY_LEAST_LOADED);
+	trial = p.inst[0];
+	trial->breaker.failures = 1;
+	trial->breaker.open_ns = 1; /* a trial may go at once */
+	CHECK(pdx_breaker_result(&trial->breaker, false, pdx_now_ns()));
+	trial->breaker.open_ns = 60000000000ULL;
+	p.inst[2]->unhealthy = p.inst[3]->unhealthy = true;
+	p.inst[1]->inflight = 5;
+	CHECK(pdx_pool_pick(&p, 0, NULL, NULL, true) == trial,
+	      "the first pick past the open time is the trial");
+	CHECK(pdx_breaker_on_trial(&trial->breaker, pdx_now_ns()));
+	for (int k = 0; k < 4; k++)
+		CHECK(pick_idle(&p, 0) == p.inst[1],
+		      "while another instance may take requests, the one on trial takes none");
+	p.inst[1]->unhealthy = true;
+	CHECK(pick_idle(&p, 0) == trial,
+	      "with no other, the one on trial takes them too");
+	CHECK(pdx_pool_has_usable(&p, NULL, NULL, true));
+	CHECK(!pdx_pool_pick(&p, 0, trial, NULL, true),
+	      "but not a retry of its own failure");
+	trial->unhealthy = true;
+	CHECK(!pdx_pool_has_usable(&p, NULL, NULL, true),
+	      "nor once its health checks fail");
+	trial->unhealthy = false;
+	CHECK(pdx_breaker_result(&trial->breaker, true, pdx_now_ns()) &&
+	      trial->breaker.state == PDX_BREAKER_CLOSED);
+	pdx_pool_put(trial);
+	pdx_pool_clear(&p);
+}
+
 int main(void)
 {
 	addresses();
@@ -252,5 +292,6 @@ int main(void)
 	least_loaded();
 	prefix_aware();
 	policy_names();
+	trial_under_way();
 	CHECK_DONE();
 }
