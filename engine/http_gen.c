@@ -21,9 +21,6 @@
 #include "engine/openai.h"
 #include "engine/tokenizer.h"
 
-/* A client's X-Request-Id is kept when it is this short and printable. */
-#define REQ_ID_MAX 128
-
 /* One completion in flight, from its accepted body to its last byte. */
 struct pdx__gen_call {
 	LIST_ENTRY(pdx__gen_call) link;
@@ -44,8 +41,8 @@ struct pdx__gen_call {
 	bool partner_failed;
 	bool incompat; /* the agents refused to pair: both sides' doing */
 	struct evbuffer *out; /* the text (whole) or the next SSE frame */
-	char req_id[REQ_ID_MAX + 1];
-	char id[REQ_ID_MAX + 16]; /* "cmpl-" or "chatcmpl-" + req_id */
+	char req_id[PDX_REQ_ID_MAX + 1];
+	char id[PDX_REQ_ID_MAX + 16]; /* "cmpl-" or "chatcmpl-" + req_id */
 };
 
 /* The client's X-Request-Id, or 32 fresh hex digits; echoed back. */
@@ -55,7 +52,7 @@ static void set_ids(struct pdx__gen_call *c, bool chat)
 	const char *h = evhttp_find_header(
 	    evhttp_request_get_input_headers(c->req), "X-Request-Id");
 
-	if (h && pdx_req_id_usable(h, REQ_ID_MAX)) {
+	if (h && pdx_req_id_usable(h)) {
 		snprintf(c->req_id, sizeof(c->req_id), "%s", h);
 	} else {
 		uint64_t n = ++api->next_id;

@@ -12,7 +12,6 @@
 #include "common/clock.h"
 #include "common/http_listen.h"
 #include "common/log.h"
-#include "common/req_id.h"
 
 /* After draining, how long the loop runs on for the last replies. */
 #define DRAIN_FLUSH_MS 100
@@ -224,7 +223,7 @@ struct pdx_call *pdx_call_new(struct pdx_proxy *px, struct evhttp_request *req)
 	c->req = req;
 	c->conn = evhttp_request_get_connection(req);
 	c->t0_ns = pdx_now_ns();
-	if (id && pdx_req_id_usable(id, PDX_REQ_ID_MAX))
+	if (id && pdx_req_id_usable(id))
 		snprintf(c->req_id, sizeof(c->req_id), "%s", id);
 	else
 		req_id_mint(c->req_id);

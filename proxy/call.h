@@ -23,12 +23,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/req_id.h"
 #include "proxy/proxy.h"
 #include "proxy/upstream.h"
 
 struct pdx_client_watch;
-
-#define PDX_REQ_ID_MAX 64
 
 struct pdx_call {
 	LIST_ENTRY(pdx_call) link;

@@ -27,7 +27,8 @@
 #    so (the proxy's said "wrong arguments"); and an X-Request-Id the
 #    proxy keeps is the one in the response's id (one with a quote was
 #    echoed by the proxy, refused by the engine, and the body's id was
-#    another);
+#    another), and both keep one of up to 128 characters (the proxy
+#    replaced one of 65 to 128);
 #  * CORS, off unless --allowed-origins lists the origins (below);
 #  * kv_transfer_params keys only the proxy may set, from a client, are
 #    not passed on (a client could fail or falsify everyone's requests):
@@ -199,14 +200,17 @@ for who, port in (("proxy", proxy), ("engine", engine)):
     e = json.loads(r.read())["error"]
     assert r.status == 404 and e["message"] == "no route /v1/nothing" and \
         e["type"] == "not_found_error", f"{who}: 404: {e}"
-    for rid in ("my-req-7", 'quo"te', "back\\slash"):
+    # up to 128 characters at both (the proxy replaced one of 65 to 128
+    # that the engine keeps)
+    kept = ("my-req-7", "r" * 128)
+    for rid in kept + ('quo"te', "back\\slash", "s" * 129):
         st, head, raw = post(port, "/v1/completions",
                              b'{"prompt": "a", "max_tokens": 1}',
                              {"X-Request-Id": rid})
         body_id = json.loads(raw)["id"]
         assert st == 200 and body_id == "cmpl-" + head, \
             f"{who}: X-Request-Id {rid!r}: head {head!r}, body {body_id!r}"
-        assert (head == rid) == (rid == "my-req-7"), (who, rid, head)
+        assert (head == rid) == (rid in kept), (who, rid, head)
 print("ok: real clients' shapes are served, at the proxy and the engine")
 PYEOF
 
