@@ -305,7 +305,6 @@ static int parse_one(int c, const char *arg, struct pdx_engine_opts *o,
 				       arg);
 			return -1;
 		}
-		pdx_engine_set_log_level(arg); /* libpdx's own messages too */
 		o->log_level = arg;
 		return 0;
 	}
@@ -384,6 +383,10 @@ enum pdx_engine_opts_result pdx_engine_opts_parse(int argc, char **argv,
 		if (parse_one(c, optarg, o, err, errlen))
 			return PDX_OPTS_BAD;
 	}
+	/* libpdx's own lines too, whatever PDX_LOG_LEVEL says: set to
+	 * error there, it hid the warning saying why the engine could not
+	 * reach its agent */
+	pdx_engine_set_log_level(o->log_level);
 	if (o->kv_blocks == 0)
 		o->kv_blocks = (PDX_ENGINE_DEFAULT_KV_TOKENS +
 				o->model->block_tokens - 1) /
