@@ -3,6 +3,7 @@
 #define PDX_LOG_TOPIC "main"
 #include <errno.h>
 #include <getopt.h>
+#include <net/if.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +121,22 @@ static int parse_u32(const char *s, uint32_t *out)
 		return -1;
 	*out = (uint32_t)v;
 	return 0;
+}
+
+/* Whether addr's host names a network interface of this host, as
+ * ZeroMQ's bind takes it (before a host name): peers cannot connect to
+ * it as given. */
+static bool listen_on_interface(const char *addr)
+{
+	char host[IF_NAMESIZE];
+	const char *h = addr + 6, *colon = strrchr(h, ':');
+	size_t n = colon ? (size_t)(colon - h) : 0;
+
+	if (!n || n >= sizeof(host))
+		return false;
+	memcpy(host, h, n);
+	host[n] = 0;
+	return if_nametoindex(host) != 0;
 }
 
 static int parse_args(int argc, char **argv, struct agent_config *c)
@@ -292,6 +309,15 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 		fprintf(stderr, "pdx-agent: --listen %s listens on every "
 			"address: give --advertise tcp://HOST:PORT, the one "
 			"peers reach this agent at\n", c->listen_addr);
+		return -1;
+	}
+	/* advertised as given, it failed every transfer we send: the
+	 * receiver's answers went to an address nobody can connect to */
+	if (!c->advertise && listen_on_interface(c->listen_addr)) {
+		fprintf(stderr, "pdx-agent: --listen %s names a network "
+			"interface, which peers cannot connect to: give "
+			"--advertise tcp://HOST:PORT, the address they reach "
+			"this agent at\n", c->listen_addr);
 		return -1;
 	}
 	return 0;

@@ -90,7 +90,7 @@ bad:
 
 /* Raises the soft limit on file descriptors to the hard one (under a
  * shell's 1024, about 300 requests fit), and lowers --max-inflight to
- * what the limit allows, so that overload gets a 503, not failed sockets. */
+ * what the limit allows, so that overload gets a 429, not failed sockets. */
 static void nofile_raise(struct pdx_proxy_opts *o)
 {
 	rlim_t limit = pdx_nofile_raise(), reserve, cap;
