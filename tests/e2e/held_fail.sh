@@ -13,7 +13,8 @@
 ENGINE=$1
 AGENT=$2
 
-AGENT_OPTS+=(--heartbeat-ms 200 --peer-timeout-ms 1000 --xfer-timeout-ms 30000)
+AGENT_OPTS+=(--heartbeat-ms 200 --peer-timeout-ms 1000 --xfer-timeout-ms 30000
+	--metrics 127.0.0.1:0)
 pd_engine_start P prefill --kv-timeout-ms 30000
 # one running request at a time, ~5 ms per token: the busy one takes ~8 s
 pd_engine_start D decode --kv-timeout-ms 30000 --max-num-seqs 1 \
@@ -22,6 +23,7 @@ named_engine_start C "$ENGINE" --time-scale 0
 
 PEER_P=$(agent_peer "$PORT_P")
 PEER_D=$(agent_peer "$PORT_D")
+METRICS_AD=$(agent_metrics_port d)
 # decode_params FILE POLICY: P's answer's kv_transfer_params, on_failure
 # POLICY added
 decode_params() {
@@ -35,7 +37,7 @@ x=$(xid)
 to "$PORT_D" "$(prompt_body "$busy" 1600 "$(kv "$x" "$PEER_P" prefill)")" "$T/busy" &
 bpid=$!
 to "$PORT_P" "$(prompt_body "$busy" 1600 "$(kv "$x" "$PEER_D" decode)")" "$T/busyp"
-sleep 0.3
+settle 10 "$PORT_D/$(e num_requests_running)=1" || fail "D is not busy"
 
 # two requests prefilled at P, queued at D (held), then P's agent dies
 to "$PORT_P" "$(prompt_body "the first queued request" 12 "$(kv "$(xid)" "$PEER_D" decode)")" "$T/p1"
@@ -46,7 +48,9 @@ to "$PORT_D" "$(prompt_body "the first queued request" 12 "$(decode_params "$T/p
 d1=$!
 to "$PORT_D" "$(prompt_body "the second queued request" 12 "$(decode_params "$T/p2" recompute)")" "$T/d2" &
 d2=$!
-sleep 0.5
+settle 10 "$PORT_D/$(e num_requests_waiting)=2" \
+	"$METRICS_AD/pdx_agent_transfers_live{role=\"recv\"}=2" ||
+	fail "D does not queue the two, its agent holding their transfers"
 kill -KILL "$PID_agent_p"
 wait "$PID_agent_p" 2>/dev/null
 E2E_PIDS=${E2E_PIDS/ $PID_agent_p/}
@@ -93,7 +97,7 @@ PEER_P2=$(agent_peer "$PORT_P2")
 PEER_E=$(agent_peer "$PORT_E")
 to "$PORT_E" "$(prompt_body "$busy" 1600)" "$T/busy2" &
 bpid=$!
-sleep 0.3
+settle 10 "$PORT_E/$(e num_requests_running)=1" || fail "E is not busy"
 # open sends (no remote_agent: the first to claim it), so that P2's
 # agent never says hello to E's
 to "$PORT_P2" "$(prompt_body "the third queued request" 12 \
@@ -109,7 +113,7 @@ to "$PORT_E" "$(prompt_body "the third queued request" 12 "$(decode_params "$T/p
 t1=$(date +%s%N)
 to "$PORT_E" "$(prompt_body "the fourth queued request" 12 "$(decode_params "$T/p4" recompute)")" "$T/d4" &
 d4=$!
-sleep 0.5
+settle 10 "$PORT_E/$(e num_requests_waiting)=1" || fail "E does not queue the fourth"
 kill -KILL "$PID_agent_e"
 wait "$PID_agent_e" 2>/dev/null
 E2E_PIDS=${E2E_PIDS/ $PID_agent_e/}

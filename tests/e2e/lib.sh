@@ -69,12 +69,31 @@ engine_start() {
 	fail "engine did not start listening"
 }
 
+# stopped NAME PID SIG: waits for our child PID, SIG sent to it, at most
+# E2E_STOP_S seconds (60: an ASan build's leak scan takes some), and sets
+# rc to its exit status. Past that it is killed and the test fails saying
+# which (a process that ignored its signal showed only as meson's timeout).
+stopped() {
+	local n state
+	for ((n = 0; n < ${E2E_STOP_S:-60} * 20; n++)); do
+		state=$(sed 's/.*) \(.\).*/\1/' "/proc/$2/stat" 2>/dev/null)
+		{ [ -z "$state" ] || [ "$state" = Z ]; } && break
+		sleep 0.05
+	done
+	if [ -n "$state" ] && [ "$state" != Z ]; then
+		kill -KILL "$2" 2>/dev/null
+		wait "$2" 2>/dev/null
+		fail "$1 did not exit within ${E2E_STOP_S:-60} s of SIG$3"
+	fi
+	wait "$2"
+	rc=$?
+}
+
 # SIGTERM, then the exit status must be 0.
 engine_stop() {
 	local rc
 	kill -TERM "$ENGINE_PID"
-	wait "$ENGINE_PID"
-	rc=$?
+	stopped engine "$ENGINE_PID" TERM
 	ENGINE_PID=
 	[ $rc -eq 0 ] || fail "engine exited with $rc after SIGTERM"
 }
@@ -158,8 +177,7 @@ named_stop() {
 	local pid rc sig=${2:-TERM}
 	pid=$(eval echo "\$PID_$1")
 	kill -"$sig" "$pid"
-	wait "$pid"
-	rc=$?
+	stopped "$1" "$pid" "$sig"
 	E2E_PIDS=${E2E_PIDS/ $pid/}
 	[ $rc -eq 0 ] || fail "$1 exited with $rc after SIG$sig: $(tail -5 "$E2E_TMP/$1.log")"
 }
