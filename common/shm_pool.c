@@ -123,7 +123,7 @@ pdx_status_t pdx_shm_pool_create(struct pdx_shm_pool *p, const char *shm_name,
 		memset(p, 0, sizeof(*p));
 		return st;
 	}
-	p->block_bytes = pdx_kv_layout_block_bytes(&layout);
+	p->block_bytes = layout.layer[0].block_stride; /* each layer's: bb */
 	p->layout = layout;
 	p->region = (struct pdx_engine_region){
 		.type = PDX_MEM_SHM,
