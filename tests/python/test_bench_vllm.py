@@ -41,8 +41,9 @@ def main():
     n = REPS + MORE + 1            # the warm-up's transfer is not timed
     assert r["control_transfers"] == REPS + MORE, r["control_transfers"]
     c = r["control"]
-    for call in ("build_connector_meta", "start_load_kv", "wait_for_save",
-                 "get_finished", "request_finished"):
+    for call in ("build_connector_meta", "bind_connector_metadata",
+                 "start_load_kv", "wait_for_save", "get_finished",
+                 "request_finished"):
         assert c[call]["n"] == n - 1, (call, c[call])
         assert 0 < c[call]["median_us"] <= c[call]["p99_us"], (call, c[call])
     assert c["save_kv_layer"]["n"] == (n - 1) * LAYERS, c["save_kv_layer"]
