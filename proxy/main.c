@@ -68,6 +68,7 @@ static int pools_fill(struct proxy_main *m)
 		px->pool[r].breaker_open_ns =
 		    (uint64_t)m->o.breaker_open_ms * 1000000;
 	}
+	px->pool[PDX_POOL_PREFILL].no_trial_joining = m->o.prefill_fallback;
 	for (unsigned i = 0; i < m->o.n_prefill; i++)
 		if (pdx_pool_add(&px->pool[PDX_POOL_PREFILL], m->o.prefill[i],
 				 err, sizeof(err)))

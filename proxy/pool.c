@@ -268,14 +268,17 @@ static unsigned candidates_of(const struct pdx_pool *p,
  * when not streamed. Meanwhile a rolling restart's clients got 503 "no
  * usable prefill instance" (and unretried 502s) once the other prefill
  * instance stopped, the restarted one healthy and idle beside its
- * trial; as did every client of a lone prefill instance. */
+ * trial; as did every client of a lone prefill instance. Not where the
+ * pool says no (p->no_trial_joining). */
 static unsigned candidates(const struct pdx_pool *p,
 			   const struct pdx_inst *avoid, const char *model,
 			   bool or_any, struct pdx_inst **out)
 {
 	unsigned n = candidates_of(p, avoid, model, or_any, false, out);
 
-	return n ? n : candidates_of(p, avoid, model, or_any, true, out);
+	return n || p->no_trial_joining
+		       ? n
+		       : candidates_of(p, avoid, model, or_any, true, out);
 }
 
 static struct pdx_inst *least_loaded(struct pdx_pool *p, struct pdx_inst **c,

@@ -122,6 +122,11 @@ struct pdx_pool {
 	 * (0: never), and for how long */
 	unsigned breaker_failures;
 	uint64_t breaker_open_ns;
+	/* no pick joins a breaker's trial: a request with no usable
+	 * instance has somewhere better to go (prefill: D prefills it under
+	 * --on-prefill-failure local, at once, where a suspect instance
+	 * made each wait for its leg to fail first) */
+	bool no_trial_joining;
 };
 
 /* Parses "host:port", "http://host:port" or "[v6]:port" into host and

@@ -275,6 +275,11 @@ static void trial_under_way(void)
 	CHECK(pdx_pool_has_usable(&p, NULL, NULL, true));
 	CHECK(!pdx_pool_pick(&p, 0, trial, NULL, true),
 	      "but not a retry of its own failure");
+	p.no_trial_joining = true; /* prefill under --on-prefill-failure local */
+	CHECK(!pdx_pool_pick(&p, 0, NULL, NULL, true) &&
+	      !pdx_pool_has_usable(&p, NULL, NULL, true),
+	      "nor where the pool has somewhere better to send it (D prefills)");
+	p.no_trial_joining = false;
 	trial->unhealthy = true;
 	CHECK(!pdx_pool_has_usable(&p, NULL, NULL, true),
 	      "nor once its health checks fail");
