@@ -125,14 +125,15 @@ static int parse_u32(const char *s, uint32_t *out)
 
 /* Whether addr's host names a network interface of this host, as
  * ZeroMQ's bind takes it (before a host name): peers cannot connect to
- * it as given. */
+ * it as given. Not with port 0: the address ZeroMQ bound is advertised
+ * then (ZMQ_LAST_ENDPOINT, the interface's IP address). */
 static bool listen_on_interface(const char *addr)
 {
 	char host[IF_NAMESIZE];
 	const char *h = addr + 6, *colon = strrchr(h, ':');
 	size_t n = colon ? (size_t)(colon - h) : 0;
 
-	if (!n || n >= sizeof(host))
+	if (!n || n >= sizeof(host) || strcmp(colon, ":0") == 0)
 		return false;
 	memcpy(host, h, n);
 	host[n] = 0;

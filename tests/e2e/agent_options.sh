@@ -73,7 +73,9 @@ grep -q "peer link tcp://127.0.0.1:$port (advertised tcp://127.0.0.1:$port)" \
 ss -ltn "sport = :$port" | grep -q ":$port" || fail "nothing listens on $port"
 named_stop agent_a
 rm -f "$E2E_TMP/b.engine"
-agent_start b --listen "tcp://127.0.0.1:0"
+# port 0 on an interface's name: the address bound is advertised (an
+# interface name with a port is refused without --advertise, above)
+agent_start b --listen "tcp://lo:0"
 for _ in $(seq 50); do
 	grep -q "ready:" "$E2E_TMP/agent_b.log" && break
 	sleep 0.1
