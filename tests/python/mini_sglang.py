@@ -45,6 +45,27 @@ def ServerArgs(port, **kw):
     return SimpleNamespace(**args)
 
 
+POOL_PREFIX = "mini-sglang-"  # no sweep of pdx-*'s takes it
+_pools = 0
+
+
+def pool_name():
+    """This process's next pool's shared memory name: a test that kills a
+    server with its process group (and so Python's resource tracker,
+    which would unlink it) removes its pools by pid (remove_pools)."""
+    global _pools
+    _pools += 1
+    return "%s%d-%d" % (POOL_PREFIX, os.getpid(), _pools)
+
+
+def remove_pools(pid):
+    """The pools process pid left in /dev/shm (it was killed)."""
+    prefix = "%s%d-" % (POOL_PREFIX, pid)
+    for f in os.listdir("/dev/shm"):
+        if f.startswith(prefix):
+            os.unlink(os.path.join("/dev/shm", f))
+
+
 class Pool:
     """MHATokenToKVPool / MLATokenToKVPool's buffers: pages + 1 pages (page
     0 is SGLang's padding slot), each of page_size tokens. Rank tp_rank of
@@ -64,7 +85,8 @@ class Pool:
         row = (1 if mla else heads) * head_dim
         self.tensors = 1 if mla else 2
         isz = torch.tensor([], dtype=dtype).element_size()
-        self.shm = pdx.SharedPool(self.tensors * layers * tokens * row * isz)
+        self.shm = pdx.SharedPool(self.tensors * layers * tokens * row * isz,
+                                  name=pool_name())
         flat = torch.frombuffer(self.shm.buf, dtype=dtype)
         bufs = flat.view(self.tensors, layers, tokens, 1 if mla else heads,
                          head_dim)

@@ -22,6 +22,7 @@ import time
 import urllib.error
 import urllib.request
 
+from mini_sglang import remove_pools
 from rig import free_port, start_server
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -151,6 +152,8 @@ def main():
         # the prefill server dies, its agent with it
         os.killpg(procs["prefill"].pid, signal.SIGKILL)
         procs["prefill"].wait(10)
+        # its resource tracker died with it: its pool stayed in /dev/shm
+        remove_pools(procs["prefill"].pid)
         failed("prefill dead", proxy, router)
         # the decode server is still there for the next request
         with urllib.request.urlopen(d_url + "/health", timeout=10) as r:
