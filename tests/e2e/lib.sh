@@ -25,8 +25,8 @@ E2E_PIDS=""
 E2E_SEQ=0
 
 cleanup() {
+	local end p
 	[ -n "$ENGINE_PID" ] && kill "$ENGINE_PID" 2>/dev/null
-	[ -n "$ENGINE_PID" ] && wait "$ENGINE_PID" 2>/dev/null
 	# (a process the test had stopped, SIGSTOP, takes its SIGTERM only
 	# once it runs again: a check that failed while one was stopped
 	# hung here until meson's timeout) It is resumed before its SIGTERM,
@@ -41,7 +41,13 @@ cleanup() {
 			kill -CONT "$p" 2>/dev/null
 		kill "$p" 2>/dev/null
 	done
-	for p in $E2E_PIDS; do wait "$p" 2>/dev/null; done
+	# bounded as stopped() is: one that ignores its signal is killed (a
+	# test that failed beside one waited here until meson's timeout)
+	end=$((SECONDS + ${E2E_STOP_S:-20}))
+	for p in $ENGINE_PID $E2E_PIDS; do
+		exited_by "$p" "$end" || kill -KILL "$p" 2>/dev/null
+		wait "$p" 2>/dev/null
+	done
 	# E2E_KEEP=1: the logs stay, for a failure's post-mortem
 	if [ -n "${E2E_KEEP:-}" ]; then
 		echo "logs kept in $E2E_TMP" >&2
@@ -76,23 +82,32 @@ engine_start() {
 # process that ignored its signal showed only as meson's timeout). The
 # bound is in seconds (SECONDS), whatever the load; no fork per turn.
 stopped() {
-	local end=$((SECONDS + ${E2E_STOP_S:-20})) state
-	while :; do
-		state=
-		read -r state <"/proc/$2/stat" 2>/dev/null
-		state=${state##*) }
-		state=${state%% *}
-		{ [ -z "$state" ] || [ "$state" = Z ]; } && break
-		((SECONDS < end)) || break
-		sleep 0.05
-	done
-	if [ -n "$state" ] && [ "$state" != Z ]; then
+	if ! exited_by "$2" $((SECONDS + ${E2E_STOP_S:-20})); then
 		kill -KILL "$2" 2>/dev/null
 		wait "$2" 2>/dev/null
 		fail "$1 did not exit within ${E2E_STOP_S:-20} s of SIG$3"
 	fi
 	wait "$2"
 	rc=$?
+}
+
+# running PID: whether PID is there, and no zombie (a child of ours not
+# waited for yet, which kill -0 still finds).
+running() {
+	local state=
+	{ read -r state <"/proc/$1/stat"; } 2>/dev/null
+	state=${state##*) }
+	state=${state%% *}
+	[ -n "$state" ] && [ "$state" != Z ]
+}
+
+# exited_by PID END: waits until PID no longer runs, or SECONDS reaches
+# END (then false).
+exited_by() {
+	while running "$1"; do
+		((SECONDS < $2)) || return 1
+		sleep 0.05
+	done
 }
 
 # SIGTERM, then the exit status must be 0.
