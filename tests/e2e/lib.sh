@@ -45,7 +45,7 @@ cleanup() {
 	# test that failed beside one waited here until meson's timeout)
 	end=$((SECONDS + ${E2E_STOP_S:-20}))
 	for p in $ENGINE_PID $E2E_PIDS; do
-		exited_by "$p" "$end" || kill -KILL "$p" 2>/dev/null
+		pid_exited_by "$p" "$end" || kill -KILL "$p" 2>/dev/null
 		wait "$p" 2>/dev/null
 	done
 	# E2E_KEEP=1: the logs stay, for a failure's post-mortem
@@ -82,7 +82,7 @@ engine_start() {
 # process that ignored its signal showed only as meson's timeout). The
 # bound is in seconds (SECONDS), whatever the load; no fork per turn.
 stopped() {
-	if ! exited_by "$2" $((SECONDS + ${E2E_STOP_S:-20})); then
+	if ! pid_exited_by "$2" $((SECONDS + ${E2E_STOP_S:-20})); then
 		kill -KILL "$2" 2>/dev/null
 		wait "$2" 2>/dev/null
 		fail "$1 did not exit within ${E2E_STOP_S:-20} s of SIG$3"
@@ -91,9 +91,9 @@ stopped() {
 	rc=$?
 }
 
-# running PID: whether PID is there, and no zombie (a child of ours not
+# pid_running PID: whether PID is there, and no zombie (a child of ours not
 # waited for yet, which kill -0 still finds).
-running() {
+pid_running() {
 	local state=
 	{ read -r state <"/proc/$1/stat"; } 2>/dev/null
 	state=${state##*) }
@@ -101,10 +101,10 @@ running() {
 	[ -n "$state" ] && [ "$state" != Z ]
 }
 
-# exited_by PID END: waits until PID no longer runs, or SECONDS reaches
+# pid_exited_by PID END: waits until PID no longer runs, or SECONDS reaches
 # END (then false).
-exited_by() {
-	while running "$1"; do
+pid_exited_by() {
+	while pid_running "$1"; do
 		((SECONDS < $2)) || return 1
 		sleep 0.05
 	done
