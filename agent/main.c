@@ -125,19 +125,25 @@ static int parse_u32(const char *s, uint32_t *out)
 
 /* Whether addr's host names a network interface of this host, as
  * ZeroMQ's bind takes it (before a host name): peers cannot connect to
- * it as given. Not with port 0: the address ZeroMQ bound is advertised
- * then (ZMQ_LAST_ENDPOINT, the interface's IP address). */
-static bool listen_on_interface(const char *addr)
+ * it as given. */
+static bool host_is_interface(const char *addr)
 {
 	char host[IF_NAMESIZE];
 	const char *h = addr + 6, *colon = strrchr(h, ':');
 	size_t n = colon ? (size_t)(colon - h) : 0;
 
-	if (!n || n >= sizeof(host) || strcmp(colon, ":0") == 0)
+	if (!n || n >= sizeof(host))
 		return false;
 	memcpy(host, h, n);
 	host[n] = 0;
 	return if_nametoindex(host) != 0;
+}
+
+static bool port_zero(const char *addr)
+{
+	const char *colon = strrchr(addr, ':');
+
+	return colon && strcmp(colon, ":0") == 0;
 }
 
 static int parse_args(int argc, char **argv, struct agent_config *c)
@@ -314,11 +320,19 @@ static int parse_args(int argc, char **argv, struct agent_config *c)
 	}
 	/* advertised as given, it failed every transfer we send: the
 	 * receiver's answers went to an address nobody can connect to */
-	if (!c->advertise && listen_on_interface(c->listen_addr)) {
+	if (!c->advertise && host_is_interface(c->listen_addr) &&
+	    !port_zero(c->listen_addr)) {
 		fprintf(stderr, "pdx-agent: --listen %s names a network "
 			"interface, which peers cannot connect to: give "
 			"--advertise tcp://HOST:PORT, the address they reach "
 			"this agent at\n", c->listen_addr);
+		return -1;
+	}
+	/* the same, given: ZeroMQ's connect reads the host as a name */
+	if (c->advertise && host_is_interface(c->advertise)) {
+		fprintf(stderr, "pdx-agent: --advertise %s names a network "
+			"interface, which peers cannot connect to: give this "
+			"host's name or IP address there\n", c->advertise);
 		return -1;
 	}
 	return 0;

@@ -89,19 +89,33 @@ bad:
 #define FDS_PER_CALL 3
 #define FDS_RESERVE 64
 
+/* The most requests limit descriptors hold: each FDS_PER_CALL, and each
+ * instance up to keepalive idle connections, which only requests made
+ * (an instance never keeps more idle than were ever open to it at once,
+ * so no more than the requests: under a low limit, counting every
+ * instance's whole keepalive lowered 4 instances under ulimit -n 256 to
+ * 1 request). At least 1. */
+static rlim_t inflight_cap(rlim_t limit, unsigned keepalive,
+			   unsigned instances)
+{
+	rlim_t avail = limit > FDS_RESERVE ? limit - FDS_RESERVE : 0;
+	rlim_t cap = avail / (FDS_PER_CALL + instances);
+
+	if (cap > keepalive) /* the idle lists fill before the requests do */
+		cap = (avail - (rlim_t)keepalive * instances) / FDS_PER_CALL;
+	return cap ? cap : 1;
+}
+
 /* Raises the soft limit on file descriptors to the hard one (under a
  * shell's 1024, about 300 requests fit), and lowers --max-inflight to
  * what the limit allows, so that overload gets a 429, not failed sockets. */
 static void nofile_raise(struct pdx_proxy_opts *o)
 {
-	rlim_t limit = pdx_nofile_raise(), reserve, cap;
+	rlim_t limit = pdx_nofile_raise(), cap;
 
 	if (limit == RLIM_INFINITY)
 		return;
-	reserve =
-	    FDS_RESERVE + (rlim_t)o->keepalive * (o->n_prefill + o->n_decode);
-	cap = limit > reserve + FDS_PER_CALL ? (limit - reserve) / FDS_PER_CALL
-					     : 1;
+	cap = inflight_cap(limit, o->keepalive, o->n_prefill + o->n_decode);
 	if (o->max_inflight > cap) {
 		log_warn("--max-inflight %u lowered to %llu: the limit of %llu "
 			 "file descriptors (ulimit -n) allows no more",

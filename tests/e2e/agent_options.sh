@@ -3,7 +3,8 @@
 # somewhere else (a port past 65535, a negative one, none, a bare IPv6
 # host; a wildcard host to advertise, given or implied by --listen
 # 0.0.0.0 without --advertise: peers connected to themselves; an
-# interface name without --advertise: peers cannot connect to it) is refused
+# interface name without --advertise, or as --advertise: peers cannot
+# connect to it) is refused
 # at start, exit 2 with why; a good one is listened on
 # exactly, and advertised as given; port 0 is the kernel's pick, and the
 # agent advertises the port it got. A second agent given a running one's
@@ -27,6 +28,7 @@ for bad in "--listen tcp://127.0.0.1:99999" "--listen tcp://127.0.0.1:-5" \
 	"--advertise tcp://nohost:abc" "--advertise tcp://*:5555" \
 	"--advertise tcp://0.0.0.0:5555" "--listen tcp://0.0.0.0:5555" \
 	"--listen tcp://*:0" "--listen tcp://lo:5555" \
+	"--advertise tcp://lo:5555" \
 	"--notify tcp://127.0.0.1:65536" \
 	"--xfer-timeout-ms 99999999999" "--heartbeat-ms 0" \
 	"--metrics 127.0.0.1:99999"; do

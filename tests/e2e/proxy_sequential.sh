@@ -217,6 +217,21 @@ PORT=$PORT_F post /v1/completions '{"prompt": "room again", "max_tokens": 2}' >/
 status_is 200 "served again once descriptors are free"
 named_stop F
 
+# a container's ulimit -n 256 and 4 instances: the idle connections kept
+# are counted only as far as requests could have opened them (every
+# instance's whole --keepalive counted lowered --max-inflight to 1)
+bg_start G bash -c 'ulimit -n 256 && exec "$@" --port 0' _ "$PROXY" \
+	--decode "127.0.0.1:$PORT_P" --decode 127.0.0.1:1 \
+	--decode 127.0.0.1:2 --decode 127.0.0.1:3
+for _ in $(seq 100); do
+	grep -q 'listening on' "$E2E_TMP/G.log" && break
+	sleep 0.1
+done
+cap=$(sed -n 's/.*--max-inflight 4096 lowered to \([0-9]*\):.*/\1/p' "$E2E_TMP/G.log")
+[ "${cap:-0}" -ge 20 ] ||
+	fail "ulimit -n 256, 4 instances: --max-inflight lowered to '$cap', want 20 or more: $(tail -3 "$E2E_TMP/G.log")"
+named_stop G
+
 # an engine that closes a kept connection instead of answering the next
 # request on it: that request gets 502 and is not sent again (a prefill
 # must not run twice); the next one gets a new connection
