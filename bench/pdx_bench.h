@@ -152,7 +152,8 @@ void pb_track_path(const char *path); /* a file to unlink */
 void pb_track_dir(const char *path);  /* an empty dir to rmdir, last */
 void pb_cleanup_hook(void (*fn)(void)); /* run after everything else */
 
-/* mkdtemp("/tmp/pdx-XXXXXX") into out, tracked. */
+/* mkdtemp("/tmp/pdx-PID-XXXXXX") into out, tracked; PID ours, so that
+ * what killed us by SIGKILL (no cleanup runs) can find it. */
 int pb_tmpdir(char *out, size_t len);
 /* Removes dir and the files in it; untracks it. */
 void pb_tmpdir_remove(const char *dir);

@@ -245,8 +245,9 @@ void pb_cleanup_hook(void (*fn)(void))
 
 int pb_tmpdir(char *out, size_t len)
 {
-	char tmpl[] = "/tmp/pdx-XXXXXX";
+	char tmpl[64];
 
+	snprintf(tmpl, sizeof(tmpl), "/tmp/pdx-%d-XXXXXX", (int)getpid());
 	if (!mkdtemp(tmpl)) {
 		fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
 		return -1;

@@ -4,11 +4,13 @@ how long it waits for agents that say nothing. Its engines' KV pools are
 /dev/shm/pdx-xb-PID-* (PID the run's); each check runs the tiny model with
 modeled compute so that it is stopped mid-iteration.
 
-* SIGTERM: nothing of it is left (no pool, no process).
+* SIGTERM: nothing of it is left (no pool, no process, no directory in
+  /tmp).
 * A test runner's timeout (SIGTERM, then SIGKILL 0.5 s later) while an
   agent is slow to exit (stopped): the pools are gone all the same (they
   are unlinked before the processes are waited for).
-* SIGKILL: its pools stay (nothing can run), and the next run sweeps them.
+* SIGKILL: its pools stay (nothing can run), and the next run sweeps them;
+  its directory /tmp/pdx-PID-* stays too, and the test removes it.
 * The engines wait for a transfer's events --xfer-timeout-ms (or the
   agents' 30 s) + layers x --layer-ms + 5 s, as the run says at start,
   not a fixed minute.
@@ -17,7 +19,9 @@ modeled compute so that it is stopped mid-iteration.
 
     xferbench_cleanup.py PDX-XFERBENCH PDX-AGENT
 """
+import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -98,6 +102,14 @@ class Run:
             self.p.wait()
             return None
 
+    def tmpdirs(self):
+        return glob.glob("/tmp/pdx-%d-*" % self.p.pid)
+
+    def remove_tmpdirs(self):
+        """What a SIGKILL left (nothing of the run could remove it)."""
+        for d in self.tmpdirs():
+            shutil.rmtree(d, ignore_errors=True)
+
     def check_clean(self, what):
         check(gone([p for p, _ in self.kids]),
               "%s: processes left: %r" % (what, children(self.p.pid)))
@@ -113,6 +125,9 @@ def sigterm(xb, agent):
     rc = r.wait()
     check(rc == 1, "SIGTERM: exit status %r, want 1" % rc)
     r.check_clean("SIGTERM")
+    left = r.tmpdirs()
+    check(not left, "SIGTERM: left in /tmp: %r" % left)
+    r.remove_tmpdirs()
     print("ok: SIGTERM mid-run leaves nothing")
 
 
@@ -125,6 +140,7 @@ def runner_timeout(xb, agent):
     os.killpg(r.p.pid, signal.SIGKILL)
     r.wait()
     r.check_clean("SIGTERM, SIGKILL 0.5 s later")
+    r.remove_tmpdirs()
     print("ok: SIGTERM then SIGKILL, agents slow to exit: no pool left")
 
 
@@ -133,6 +149,7 @@ def sigkill_then_sweep(xb, agent):
     r.p.kill()
     r.wait()
     check(gone([p for p, _ in r.kids]), "SIGKILL: its children stayed")
+    r.remove_tmpdirs()
     # what stays depends on which engine the kernel ended first; the next
     # run removes what did
     time.sleep(1)  # PDX_SHM_OBJECT_SWEEP_MIN_AGE_S, were they younger

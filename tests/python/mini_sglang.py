@@ -23,8 +23,11 @@ after the prefill and layer-wise; run as a script it prints that figure
     mini_sglang.py --bench --agent PATH-TO-pdx-agent [--tokens N ...]
 """
 import copy
+import glob
 import os
+import shutil
 import statistics
+import tempfile
 import time
 from types import SimpleNamespace
 from typing import List
@@ -52,18 +55,22 @@ _pools = 0
 def pool_name():
     """This process's next pool's shared memory name: a test that kills a
     server with its process group (and so Python's resource tracker,
-    which would unlink it) removes its pools by pid (remove_pools)."""
+    which would unlink it) removes its pools by pid (remove_left)."""
     global _pools
     _pools += 1
     return "%s%d-%d" % (POOL_PREFIX, os.getpid(), _pools)
 
 
-def remove_pools(pid):
-    """The pools process pid left in /dev/shm (it was killed)."""
+def remove_left(pid):
+    """What process pid left when it was killed: its pools in /dev/shm,
+    and the directory of the pdx-agent it started (its socket and log)."""
     prefix = "%s%d-" % (POOL_PREFIX, pid)
     for f in os.listdir("/dev/shm"):
         if f.startswith(prefix):
             os.unlink(os.path.join("/dev/shm", f))
+    for d in glob.glob(os.path.join(tempfile.gettempdir(),
+                                    "pdx-agent-%d-*" % pid)):
+        shutil.rmtree(d, ignore_errors=True)
 
 
 class Pool:

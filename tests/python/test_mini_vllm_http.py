@@ -7,6 +7,7 @@ usage: test_mini_vllm_http.py PDX_ENGINE
 """
 import json
 import os
+import shutil
 import sys
 import tempfile
 import urllib.error
@@ -101,6 +102,8 @@ def main():
         for p in procs:
             if p.poll() is None:
                 p.kill()
+                p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

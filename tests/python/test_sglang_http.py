@@ -14,6 +14,7 @@ usage: test_sglang_http.py PDX_ENGINE PDX_AGENT PDX_PROXY
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 
-from mini_sglang import remove_pools
+from mini_sglang import remove_left
 from rig import free_port, start_server
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -152,8 +153,9 @@ def main():
         # the prefill server dies, its agent with it
         os.killpg(procs["prefill"].pid, signal.SIGKILL)
         procs["prefill"].wait(10)
-        # its resource tracker died with it: its pool stayed in /dev/shm
-        remove_pools(procs["prefill"].pid)
+        # its resource tracker died with it: its pool stayed in /dev/shm,
+        # and its agent's directory in /tmp
+        remove_left(procs["prefill"].pid)
         failed("prefill dead", proxy, router)
         # the decode server is still there for the next request
         with urllib.request.urlopen(d_url + "/health", timeout=10) as r:
@@ -179,6 +181,7 @@ def main():
             if os.path.exists(path) and os.environ.get("PDX_TEST_VERBOSE"):
                 with open(path) as f:
                     print("--- %s\n%s" % (name, f.read()[-3000:]))
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,8 @@ class AgentProcess:
         except OSError as e:
             raise RuntimeError("pdx: %s %r: cannot listen there: %s" %
                                (listen_host_key, listen_host, e)) from e
-        self.dir = tempfile.mkdtemp(prefix="pdx-vllm-")
+        # named by our pid: what killed us (no stop() ran) finds its log
+        self.dir = tempfile.mkdtemp(prefix="pdx-agent-%d-" % os.getpid())
         self.engine_addr = "ipc://%s/engine" % self.dir
         self.log_path = os.path.join(self.dir, "agent.log")
         self.listen = "tcp://%s:%d" % (listen_host, port)
