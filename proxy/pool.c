@@ -229,26 +229,32 @@ static bool may_take(const struct pdx_inst *i, uint64_t now, bool trials)
 
 /* The instances a pick may take, in pool order (so round-robin and the
  * tie-breaks keep their meaning): those but avoid that may take it
- * (may_take) and may serve model. When no such instance, nor avoid, may
- * serve it: every one but avoid if or_any (its engine answers 404), else
- * none. (Counting avoid: a retry after the one instance of the model
- * failed went to another model's, and the client got its 404 for the
- * 5xx.) Returns how many. */
+ * (may_take) and may serve model. When none may, and the last list of no
+ * instance of the pool named it (avoid included): every one but avoid
+ * if or_any (its engine answers 404), else none. (An instance that
+ * served the model, whatever its state now, keeps the others out: a
+ * retry after the one instance of the model failed went to another
+ * model's, as did each request while that instance was down or on its
+ * breaker's trial, and the client got that engine's 404 for the model
+ * it asked.) Returns how many. */
 static unsigned candidates_of(const struct pdx_pool *p,
 			      const struct pdx_inst *avoid, const char *model,
 			      bool or_any, bool trials, struct pdx_inst **out)
 {
 	uint64_t now = pdx_now_ns();
-	bool served = false;
+	bool served = false, named = false;
 	unsigned n = 0;
 
 	/* avoid counts whatever its state: its failure may have opened its
 	 * breaker (or a check marked it) before the retry asks */
-	for (unsigned k = 0; k < p->n && !served; k++)
-		served = (p->inst[k] == avoid ||
-			  may_take(p->inst[k], now, trials)) &&
-			 pdx_served_models_take(&p->inst[k]->models, model);
-	if (!served && !or_any)
+	for (unsigned k = 0; k < p->n && !served; k++) {
+		const struct pdx_inst *i = p->inst[k];
+
+		served = (i == avoid || may_take(i, now, trials)) &&
+			 pdx_served_models_take(&i->models, model);
+		named = named || pdx_served_models_named(&i->models, model);
+	}
+	if (!served && (!or_any || named))
 		return 0;
 	for (unsigned k = 0; k < p->n; k++) {
 		struct pdx_inst *i = p->inst[k];

@@ -75,6 +75,17 @@ bool pdx_served_models_take_known(const struct pdx_served_models *m,
 	       pdx_served_models_take(m, model);
 }
 
+bool pdx_served_models_named(const struct pdx_served_models *m,
+			     const char *model)
+{
+	if (!model || m->any)
+		return false;
+	for (unsigned k = 0; k < m->n; k++)
+		if (!strcmp(m->name[k], model))
+			return true;
+	return false;
+}
+
 bool pdx_served_models_take(const struct pdx_served_models *m,
 			    const char *model)
 {

@@ -57,4 +57,11 @@ bool pdx_served_models_take(const struct pdx_served_models *m,
 bool pdx_served_models_take_known(const struct pdx_served_models *m,
 				  const char *model);
 
+/* Did the last list read into m name model (NULL: none), known now or
+ * forgotten since (a failed health check forgets it: the instance may
+ * come back serving another)? While its instance is down, a request for
+ * that model is the instance's to wait for, not another model's. */
+bool pdx_served_models_named(const struct pdx_served_models *m,
+			     const char *model);
+
 #endif

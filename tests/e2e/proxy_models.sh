@@ -7,8 +7,9 @@
 # every request for tiny 404 at once; a 404 is no breaker's business, and
 # B, always the least loaded, got half of them or more. A request naming
 # no model goes to either; one naming a model nobody serves is answered
-# by an engine (404), as before. B started again serving tiny is asked
-# again once its checks pass, and serves tiny. In front of P/D pairs: a
+# by an engine (404), as before. While B is down, a request for qwen2-7b
+# gets 503 saying so (it got A's 404). B started again serving tiny is
+# asked again once its checks pass, and serves tiny. In front of P/D pairs: a
 # prefill instance of another model gets no request for tiny, and with
 # none of tiny's left, a request for it gets 503 saying so rather than
 # that instance's 404.
@@ -36,6 +37,11 @@ requests_of() {
 	curl -sS -H 'Authorization: Bearer t' "http://127.0.0.1:$PORT_X/admin/instances" |
 		$PY -c "import json, sys
 print([i['requests'] for i in json.load(sys.stdin)['instances'] if i['url'].endswith(':$1')][0])"
+}
+healthy_of() {
+	curl -sS -H 'Authorization: Bearer t' "http://127.0.0.1:$PORT_X/admin/instances" |
+		$PY -c "import json, sys
+print([i['healthy'] for i in json.load(sys.stdin)['instances'] if i['url'].endswith(':$1')][0])"
 }
 # models_become WANT TRIES WHAT: until models says WANT (0.1 s apart)
 models_become() {
@@ -84,6 +90,17 @@ portb=$PORT_B
 named_stop B
 models_become "127.0.0.1:$PORT_A=tiny 127.0.0.1:$portb=None" 50 \
 	"B's models forgotten once its checks failed"
+# qwen2-7b's one instance down (unhealthy): 503 saying so (A answered
+# 404, "does not exist")
+for _ in $(seq 50); do
+	[ "$(healthy_of "$portb")" = False ] && break
+	sleep 0.1
+done
+[ "$(healthy_of "$portb")" = False ] || fail "B stopped, still healthy"
+PORT=$PORT_X post /v1/completions '{"model": "qwen2-7b", "prompt": "x", "max_tokens": 2}' >/dev/null
+status_is 503 "qwen2-7b with its one instance down"
+grep -q "no usable decode instance serves model qwen2-7b" "$E2E_TMP/body" ||
+	fail "503 body: $(cat "$E2E_TMP/body")"
 bg_start B2 "$ENGINE" --model tiny --time-scale 0 --port "$portb"
 models_become "127.0.0.1:$PORT_A=tiny 127.0.0.1:$portb=tiny" 100 \
 	"after B served tiny"
@@ -93,6 +110,8 @@ for k in $(seq 8); do
 	status_is 200 "request $k for tiny, B serving it"
 done
 [ "$(requests_of "$portb")" -gt "$before" ] || fail "B, serving tiny now, got none of them"
+PORT=$PORT_X post /v1/completions '{"model": "qwen2-7b", "prompt": "x", "max_tokens": 2}' >/dev/null
+status_is 404 "qwen2-7b once nobody serves it"
 named_stop X
 
 # P/D: P (tiny) and Q (qwen2-7b) prefill, D (tiny) decodes

@@ -241,8 +241,25 @@ static void by_model(void)
 	p.inst[0]->unhealthy = true;
 	CHECK(pick_model(&p, "qwen2-7b") == p.inst[2]);
 	p.inst[2]->models.known = true;
-	i = pick_model(&p, "qwen2-7b"); /* none serves it: any, as before */
-	CHECK(i && i != p.inst[0]);
+	/* its one instance down, its list forgotten (a failed check): none
+	 * (503 naming the model), not another model's instance (whose
+	 * engine answered 404) */
+	p.inst[0]->models.known = false;
+	CHECK(!pick_model(&p, "qwen2-7b"));
+	CHECK(!pdx_pool_has_usable(&p, NULL, "qwen2-7b", true));
+	p.inst[0]->unhealthy = false;
+	p.inst[0]->models.known = true;
+	/* ... or its breaker's trial under way: it takes the request */
+	p.inst[0]->breaker.failures = 1;
+	p.inst[0]->breaker.open_ns = 1;
+	CHECK(pdx_breaker_result(&p.inst[0]->breaker, false, pdx_now_ns()));
+	p.inst[0]->breaker.open_ns = 60000000000ULL;
+	CHECK(pdx_pool_pick(&p, 0, NULL, "qwen2-7b", true) == p.inst[0]);
+	pdx_pool_put(p.inst[0]);
+	CHECK(pdx_breaker_on_trial(&p.inst[0]->breaker, pdx_now_ns()));
+	CHECK(pick_model(&p, "qwen2-7b") == p.inst[0],
+	      "the model's one instance on trial: it, not another model's");
+	CHECK(pdx_breaker_result(&p.inst[0]->breaker, true, pdx_now_ns()));
 	pdx_pool_clear(&p);
 }
 
