@@ -234,6 +234,13 @@ class Req:
         # or None; the prefill side's DP controller notes where it went
         self.prefill_dp_rank = None
         self.dp_rank = None
+        # a later SGLang's prefill.py tells the sender the request named
+        # its prefill DP rank (req_has_disagg_prefill_dp_rank); 000c2b94's
+        # does not
+        self.tells_dp_rank = False
+        # decode: PD retraction with rebootstrap (decode.py's
+        # is_rebootstrap: its prefill is to be computed again)
+        self.rebootstrap = False
         self.sender = self.receiver = None
         self.meta = -1
         self.done = None              # KVPoll.Success or Failed at the end
@@ -285,10 +292,13 @@ class Prefill:
 
     def add(self, req):
         """PrefillBootstrapQueue.add: a sender per request."""
+        told = {"req_has_disagg_prefill_dp_rank":
+                req.prefill_dp_rank is not None} if req.tells_dp_rank else {}
         req.sender = self.cls["sender"](
             mgr=self.mgr, bootstrap_addr="%s:%d" % (
                 req.bootstrap_host, self.sa.disaggregation_bootstrap_port),
-            bootstrap_room=req.bootstrap_room, dest_tp_ranks=[0], pp_rank=0)
+            bootstrap_room=req.bootstrap_room, dest_tp_ranks=[0], pp_rank=0,
+            **told)
         self.bootstrapping.append(req)
 
     def step(self):
@@ -466,6 +476,10 @@ class Decode:
                 req.prefix_len
             req.receiver.send_metadata(req.pages[len(held):], req.meta, [],
                                        decode_prefix_len=prefix)
+            if req.rebootstrap:   # decode.py@0035ca42, after the metadata
+                self.mgr.submit_prefill_recompute(
+                    req.receiver, {"rid": "r%d" % req.bootstrap_room,
+                                   "bootstrap_room": req.bootstrap_room})
             self.transfer.append(req)
         # the transfer queue: Success counts once the aux row holds the room
         for req in list(self.transfer):

@@ -34,8 +34,8 @@ import unittest
 from unittest import mock
 
 import pdx.sglang
-from mini_sglang import (Decode, Layerwise, Pool, Prefill, Req, ServerArgs,
-                         run, side_by_side)
+from mini_sglang import (Decode, Layerwise, MetadataBuffers, Pool, Prefill,
+                         Req, ServerArgs, _kv_args, run, side_by_side)
 from pdx.sglang import KVPoll
 from rig import free_port, wait_for
 
@@ -406,6 +406,92 @@ class Backend(unittest.TestCase):
         # Failed once its agent's event says the send ended
         self.assertTrue(wait_for(lambda: p.sender.poll() == KVPoll.Failed,
                                  5))
+
+
+class LaterSGLang(unittest.TestCase):
+    """What SGLang at 0094505 and after asks beyond the calls above."""
+    start = Backend.start
+
+    def test_refused_at_start(self):
+        """What pdx.sglang cannot move is refused by the manager, naming
+        it, before any agent starts: a model's state buffers (each request
+        failed after its whole prefill) and context parallelism (SGLang's
+        own managers refuse DCP: its KV indices are not pages)."""
+        pool = Pool()
+        self.addCleanup(pool.close)
+        sa = ServerArgs(free_port())
+        for change, said in (({"state_types": ["mamba", "swa"]},
+                              "state buffers (mamba, swa)"),
+                             ({"dcp_size": 2}, "dcp_size 2"),
+                             ({"attn_cp_size": 2}, "attn_cp_size 2")):
+            args = _kv_args(pool, MetadataBuffers())
+            on = sa if "attn_cp_size" in change else args
+            for k, v in change.items():
+                setattr(on, k, v)
+            with self.assertRaises(RuntimeError) as e:
+                pdx.sglang.PdxKVManager(args, "decode", sa, False)
+            self.assertIn(said, str(e.exception))
+            sa.attn_cp_size = 1
+
+    def test_rebootstrap_fails_saying_so(self):
+        """decode.py's PD retraction with rebootstrap (submit_prefill_
+        recompute after send_metadata): the request fails saying why (the
+        method was missing: the decode scheduler stopped)."""
+        self.start(Pool(), Pool())
+        d = Req(81, 16)
+        d.rebootstrap = True
+        self.D.add(d, self.P.sa.disaggregation_bootstrap_port)
+        end = time.monotonic() + 10
+        while self.D.busy() and time.monotonic() < end:
+            self.D.step()
+            time.sleep(0.002)
+        self.assertEqual(d.done, KVPoll.Failed)
+        self.assertIn("cannot rebootstrap a retracted request (rid r81)",
+                      d.error)
+
+    def test_bootstrap_at_dist_init_addr(self):
+        """A prefill rank of a node other than the bootstrap server's
+        (--host its own, --dist-init-addr node 0's) registers at node 0,
+        as SGLang's managers do (it tried its own host and failed to
+        start); a wildcard --host is reached at its loopback."""
+        host = pdx.sglang.manager.bootstrap_host
+        for kw, want in (({"dist_init_addr": "10.0.0.1:5000"}, "10.0.0.1"),
+                         ({"dist_init_addr": "[fd00::1]:5000"}, "[fd00::1]"),
+                         ({"host": "0.0.0.0"}, "127.0.0.1"),
+                         ({"host": "::"}, "[::1]"),
+                         ({"host": "fd00::2"}, "[fd00::2]"),
+                         ({"host": "10.0.0.2"}, "10.0.0.2")):
+            self.assertEqual(host(ServerArgs(1, **kw)), want, kw)
+        self.start(Pool(), Pool())
+        os.environ["PDX_SGLANG_BOOTSTRAP_TIMEOUT_S"] = "2"
+        self.addCleanup(os.environ.pop, "PDX_SGLANG_BOOTSTRAP_TIMEOUT_S")
+        pool = Pool()
+        self.addCleanup(pool.close)
+        port = self.P.sa.disaggregation_bootstrap_port
+        other = Prefill(CLASSES, ServerArgs(
+            port, host="127.0.0.2", dist_init_addr="127.0.0.1:29500"),
+            pool, bootstrap=False)   # node 1: no server of its own
+        self.addCleanup(other.close)
+
+    def test_later_sglang_calls(self):
+        """What SGLang's base classes (0094505) and a later prefill.py
+        pass binds to pdx's methods (send's num_kv_tokens was refused:
+        every prefill request failed)."""
+        import inspect
+        calls = [(pdx.sglang.PdxKVSender, "__init__",
+                  (None, "h:1", 5), {"dest_tp_ranks": [0], "pp_rank": 0,
+                                     "req_has_disagg_prefill_dp_rank": True}),
+                 (pdx.sglang.PdxKVSender, "send", ([1, 2], []),
+                  {"num_kv_tokens": 32}),
+                 (pdx.sglang.PdxKVSender, "send", ([1, 2], None, 0), {}),
+                 (pdx.sglang.PdxKVReceiver, "init", (0,), {}),
+                 (pdx.sglang.PdxKVReceiver, "send_metadata",
+                  ([1], 0, []), {"decode_prefix_len": 16}),
+                 (pdx.sglang.PdxKVManager, "submit_prefill_recompute",
+                  (None, {}), {}),
+                 (pdx.sglang.PdxKVManager, "register_to_bootstrap", (), {})]
+        for cls, name, args, kw in calls:
+            inspect.signature(getattr(cls, name)).bind(None, *args, **kw)
 
 
 class BootstrapDown(unittest.TestCase):

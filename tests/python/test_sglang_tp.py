@@ -16,7 +16,8 @@ default for a prefill instance) are found by the decode side as room %
 dp_size; routed in turn (round_robin), each sender registers its DP rank
 and the decode side asks /query_dp_ranks; a request the router sent to
 another DP rank than its room's fails saying so, unless
-SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK is set. Every transfer
+SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK is set or the sender
+is told the request names its rank. Every transfer
 byte-exact against the pages of the DP rank that computed it.
 
     test_sglang_tp.py PATH-TO-pdx-agent
@@ -190,6 +191,18 @@ class DataParallelAttention(unittest.TestCase):
         self.addCleanup(os.environ.pop,
                         "SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK")
         self.check(self.transfer([62], named=1))
+
+    def test_router_named_rank_told(self):
+        """The sender told the request names its DP rank (a later
+        SGLang's req_has_disagg_prefill_dp_rank): no conflict, as SGLang's
+        own senders (it failed with "follow_bootstrap_room conflict")."""
+        self.start("follow_bootstrap_room")
+        p, d = Req(64, 21, first_token=7), Req(64, 21)
+        p.prefill_dp_rank = d.prefill_dp_rank = 1   # room 64 says 0
+        p.tells_dp_rank = True
+        run(self.P, self.D, [(p, d)], timeout=30)
+        self.assertEqual(p.dp_rank, 1)
+        self.check([(p, d)])
 
 
 if __name__ == "__main__":

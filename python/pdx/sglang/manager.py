@@ -87,9 +87,49 @@ def parallel_sizes(sa) -> dict:
             "dp_size": dp, "follow_bootstrap_room": follow}
 
 
+def refuse_unsupported(args, sa) -> None:
+    """What pdx.sglang cannot move, refused when the instance starts
+    (RuntimeError naming it): hybrid and sparse models' state buffers,
+    which SGLang names in kv_args.state_types before the manager is built
+    (refused per request, each failed only after its whole prefill), and
+    decode or prefill context parallelism, whose KV indices are not the
+    pool's pages (SGLang's own managers refuse DCP: the transfer would
+    silently corrupt the KV)."""
+    states = [getattr(t, "value", t) for t in
+              getattr(args, "state_types", None) or []]
+    if states:
+        raise RuntimeError(
+            "pdx.sglang moves the KV pool only; this model also keeps "
+            "state buffers (%s), which it cannot move" % ", ".join(
+                str(t) for t in states))
+    for what, size in (("dcp_size", getattr(args, "dcp_size", 1)),
+                       ("attn_cp_size", getattr(sa, "attn_cp_size", 1))):
+        if int(size or 1) > 1:
+            raise RuntimeError(
+                "pdx.sglang does not move KV under context parallelism "
+                "(%s %d): run the disaggregated instance with 1" %
+                (what, int(size)))
+
+
+def bootstrap_host(sa) -> str:
+    """Where an instance's bootstrap server is, as its prefill ranks reach
+    it (SGLang's register_to_bootstrap): the host of --dist-init-addr
+    when given (node 0, whose frontend runs the server: a rank on another
+    node reached only its own host, and the instance failed to start),
+    else --host, a wildcard as the loopback of its family."""
+    dist = getattr(sa, "dist_init_addr", None)
+    if dist:   # HOST:PORT, or [IPv6]:PORT
+        return dist[:dist.index("]") + 1] if dist.startswith("[") \
+            else dist.rsplit(":", 1)[0]
+    host = getattr(sa, "host", None) or "127.0.0.1"
+    return {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(
+        host, "[%s]" % host if ":" in host else host)
+
+
 class PdxKVManager:
     def __init__(self, args, disaggregation_mode, server_args,
                  is_mla_backend: Optional[bool] = False):
+        refuse_unsupported(args, server_args)
         self.kv_args = args
         self.mode = mode_name(disaggregation_mode)
         self.server_args = server_args
@@ -104,7 +144,7 @@ class PdxKVManager:
         self.dp_rank = (self.engine_rank // sizes["attn_tp_size"]
                         if getattr(server_args, "enable_dp_attention", False)
                         else int(getattr(args, "system_dp_rank", 0) or 0))
-        self.bootstrap_host = getattr(server_args, "host", "127.0.0.1")
+        self.bootstrap_host = bootstrap_host(server_args)
         self.bootstrap_port = getattr(server_args,
                                       "disaggregation_bootstrap_port", None)
         self.bootstrap_timeout = float(os.environ.get(
@@ -233,6 +273,17 @@ class PdxKVManager:
         asking again)."""
         for key in [k for k in self.prefill_regs if k[0] == bootstrap_addr]:
             del self.prefill_regs[key]
+
+    def submit_prefill_recompute(self, kv_receiver, payload: dict) -> None:
+        """decode.py's PD retraction with rebootstrap (a request retracted
+        while its weights were updated): SGLang's managers have the
+        prefill instance compute it again (POST /generate to the port it
+        registered) and send its KV anew. pdx.sglang does not drive that
+        yet, so the request fails saying so, as a failed /generate does
+        there; before, the missing method stopped the decode scheduler."""
+        kv_receiver.abort("pdx.sglang cannot rebootstrap a retracted "
+                          "request (rid %s): the prefill instance is not "
+                          "asked to compute it again" % payload.get("rid"))
 
     def layout_differs(self, reg: dict, their_tp: int) -> str:
         """"" when the prefill rank's layout (reg's, of an instance of

@@ -44,16 +44,20 @@ class PdxKVSender(Transfer):
         self.pages: List[int] = []
         self.done_layers = set()
         self.forward_pages: List[int] = []   # set_layerwise_indices'
-        self._dp_rank_known(bootstrap_addr)
+        if not req_has_disagg_prefill_dp_rank:
+            self._dp_rank_known(bootstrap_addr)
 
     def _dp_rank_known(self, bootstrap_addr: str) -> None:
         """DP attention: the decode side must find the DP rank this room
         runs on. Routed by the room (follow_bootstrap_room), it is room %
-        dp_size, and a request routed elsewhere (the router named another
-        DP rank) fails, as SGLang's own senders do, unless
+        dp_size, and a request routed elsewhere (another DP rank named
+        from outside) fails, as SGLang's own senders do, unless
         SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK allows it;
         otherwise it is registered with the bootstrap server, which the
-        decode side asks (/query_dp_ranks)."""
+        decode side asks (/query_dp_ranks). Not asked when the request
+        names its prefill DP rank (req_has_disagg_prefill_dp_rank: the
+        decode side has it from the request, SGLang's CommonKVSender;
+        such requests failed here)."""
         mgr = self.kv_mgr
         sizes = mgr.sizes
         dp = sizes["dp_size"]
@@ -96,7 +100,11 @@ class PdxKVSender(Transfer):
         return False
 
     def send(self, kv_indices, state_indices=None,
-             token_position_offset: int = 0):
+             token_position_offset: int = 0,
+             num_kv_tokens: Optional[int] = None):
+        """num_kv_tokens (a later SGLang's: the chunk's tokens) is taken
+        and not needed: pages move whole, the decode side reads its own
+        tokens of them."""
         if self.announced and self.state == KVPoll.Transferring:
             # announced layer-wise: this chunk's pages are in it already
             return self._finish()
