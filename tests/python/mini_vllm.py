@@ -71,8 +71,12 @@ ROLES = {"prefill": "kv_producer", "decode": "kv_consumer",
 # "mla" (num_blocks, block_size, heads * head_dim), one tensor;
 # "packed" vLLM after PR 44455: (num_blocks, heads, block_size,
 # 2 * head_dim), K and V side by side in each row, tokens outermost in
-# memory (its default order, LBNHC).
-KV_LAYOUTS = ("blocks_first", "kv_first", "mla", "packed")
+# memory (its default order, LBNHC); "packed_kernel" the same memory as
+# the connector sees it when the attention backend cannot run the block
+# size: each block cut into kernel blocks of half its tokens
+# (create_kv_cache_views), the scheduler's block ids still counting
+# whole blocks.
+KV_LAYOUTS = ("blocks_first", "kv_first", "mla", "packed", "packed_kernel")
 
 
 def layer_name(i: int) -> str:
@@ -140,7 +144,9 @@ class KvCaches:
             raise ValueError("kv_layout: one of %s" % (KV_LAYOUTS,))
         m = model
         self.kv_layout, self.num_blocks = kv_layout, num_blocks
-        mla, packed = kv_layout == "mla", kv_layout == "packed"
+        mla = kv_layout == "mla"
+        packed = kv_layout in ("packed", "packed_kernel")
+        split = 2 if kv_layout == "packed_kernel" else 1
         if not mla and m.kv_heads % tp_size:
             raise ValueError("%d KV heads over %d ranks" % (m.kv_heads,
                                                             tp_size))
@@ -165,16 +171,21 @@ class KvCaches:
         else:
             shape = (num_blocks, m.block_tokens, dim)
             bases, stride = lambda o: [(0, o)], bb
+        # what the model writes through, and what register_kv_caches gets
         self.tensors: Dict[str, torch.Tensor] = {}
+        self.registered: Dict[str, torch.Tensor] = {}
         for i in range(m.layers):
             off = i * self.layer_bytes
-            self.tensors[layer_name(i)] = torch.frombuffer(
-                self.pool.buf, dtype=dtype,
-                count=self.layer_bytes // m.dtype_bytes,
-                offset=off).view(shape)
+            t = torch.frombuffer(self.pool.buf, dtype=dtype,
+                                 count=self.layer_bytes // m.dtype_bytes,
+                                 offset=off).view(shape)
+            k = t
             if packed:  # vLLM's logical order; the strides keep NHD
-                self.tensors[layer_name(i)] = \
-                    self.tensors[layer_name(i)].permute(0, 2, 1, 3)
+                k = t.view(num_blocks * split, m.block_tokens // split,
+                           heads, dim).permute(0, 2, 1, 3)
+                t = t.permute(0, 2, 1, 3)
+            self.tensors[layer_name(i)] = t
+            self.registered[layer_name(i)] = k
         self.layout = pdx.Layout(
             blocks=num_blocks, block_tokens=m.block_tokens, kv_heads=heads,
             head_dim=dim, dtype_bytes=m.dtype_bytes, tensors=tensors,
@@ -185,6 +196,7 @@ class KvCaches:
 
     def close(self):
         self.tensors.clear()
+        self.registered.clear()
         self.pool.close()
 
 
@@ -725,9 +737,11 @@ def _copy_kv_blocks(src_kv_caches, dst_kv_caches, src_block_ids,
 class Worker:
     def __init__(self, vllm_config, connector, kv: KvCaches, model: Model,
                  calls: Optional[list] = None, rank: int = 0,
-                 deferred_load_start: bool = False):
+                 deferred_load_start: bool = False,
+                 preemptions_by_id: bool = False):
         self.vllm_config, self.connector = vllm_config, connector
         self.deferred_load_start = deferred_load_start
+        self.preemptions_by_id = preemptions_by_id
         self.in_forward = False  # its forward is under way
         self.kv, self.model, self.rank = kv, model, rank
         self.states: Dict[str, _ReqState] = {}
@@ -739,7 +753,7 @@ class Worker:
         """gmr.py:7203-7212, once, after the caches exist."""
         if self.connector is None:
             return
-        self.connector.register_kv_caches(self.kv.tensors)
+        self.connector.register_kv_caches(self.kv.registered)
         self.connector.set_host_xfer_buffer_ops(_copy_kv_blocks)
 
     def handshake_metadata(self):
@@ -775,7 +789,9 @@ class Worker:
         not hold head 0, which the synthetic model reads)."""
         c = self.connector
         if c is not None:
-            c.handle_preemptions(so.kv_connector_metadata)
+            c.handle_preemptions(so.preempted_req_ids
+                                 if self.preemptions_by_id
+                                 else so.kv_connector_metadata)
         self._update_states(so)
         if so.total_num_scheduled_tokens == 0:
             return self._no_forward(so)
@@ -999,6 +1015,9 @@ class MiniVllm:
     that step's output and is computed again from its prompt, rather
     than finished with it. kv_cache_dtype: vLLM's --kv-cache-dtype, as
     the connector reads it (the synthetic model's KV stays bfloat16).
+    preemptions_by_id: an older vLLM (before 0.20; base.py at 13f4ad0f)
+    hands handle_preemptions the preempted requests' ids, not the step's
+    metadata.
     """
 
     def __init__(self, kv_transfer_config=None, role: str = "both",
@@ -1012,7 +1031,8 @@ class MiniVllm:
                  zero_step_sleep_s: float = 0.001, tp_size: int = 1,
                  deferred_load_start: bool = False,
                  drops_stale_output: bool = False,
-                 kv_cache_dtype: str = "auto"):
+                 kv_cache_dtype: str = "auto",
+                 preemptions_by_id: bool = False):
         if role not in ROLES:
             raise ValueError("role: prefill, decode or both")
         self.role = role
@@ -1072,7 +1092,8 @@ class MiniVllm:
                         self.kv_cache_config) if cls else None
                 self.workers.append(Worker(
                     self.vllm_config, c, kv, self.model, rank=r,
-                    deferred_load_start=deferred_load_start))
+                    deferred_load_start=deferred_load_start,
+                    preemptions_by_id=preemptions_by_id))
                 self.workers[-1].register()
             finally:
                 parallel_state._set_tp(0, 1)

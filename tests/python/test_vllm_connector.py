@@ -192,6 +192,26 @@ class TransferPacked(Instances):
     test_moves = Transfer.test_vllm_proxy_params_move_the_kv
 
 
+class TransferPackedKernel(Instances):
+    """The packed caches as vLLM hands them when the attention backend
+    cannot run the block size: kernel blocks of half a block, the
+    scheduler's ids counting whole ones (the blocks sent were others, and
+    the text wrong without a word)."""
+    kv_layout = "packed_kernel"
+    test_moves = Transfer.test_vllm_proxy_params_move_the_kv
+    test_prefix_hit = Transfer.test_partial_prefix_hit_moves_only_the_tail
+
+    def test_failed_load_names_the_schedulers_blocks(self):
+        """A receive that fails (a transfer the prefill side never had)
+        reports the scheduler's block ids, not the kernel blocks'; vLLM
+        computes those blocks again, and the text is the colocated one."""
+        p = dict(self.prefill().kv_transfer_params,
+                 xfer_id=pdx.XferId().hex)
+        out = self.D.generate(PROMPT, 8, p)
+        self.assertEqual(out.token_ids, self.colocated())
+        self.assertEqual(self.worker(self.D).stats["failed"], 1)
+
+
 class Failures(Instances):
     def test_abort_before_the_load_frees_the_prefill_side(self):
         p = self.prefill().kv_transfer_params
@@ -377,6 +397,16 @@ class Preemption(unittest.TestCase):
         self.assertIsNone(a.output.kv_transfer_params)
         out = D.generate(PROMPT, 8, a.output.kv_transfer_params)
         self.assertEqual(out.token_ids, C.generate(PROMPT, 8).token_ids)
+        P.run_until_idle()
+        self.assertEqual(P.free_blocks(), self.free)
+
+    def test_older_vllm_hands_preemptions_by_id(self):
+        """vLLM before 0.20 (base.py at 13f4ad0f) passes the preempted
+        requests' ids to handle_preemptions: the send is aborted all the
+        same, before the next forward (the worker failed on a set without
+        .preempted, which ends vLLM's EngineCore)."""
+        P, D, C, a = self.preempt_a(preemptions_by_id=True)
+        self.assertIsNone(a.output.kv_transfer_params)
         P.run_until_idle()
         self.assertEqual(P.free_blocks(), self.free)
 
@@ -771,6 +801,13 @@ class LayoutRules(unittest.TestCase):
                 layout.build({"model.layers.0.attn":
                               flat.view(64, 32, 4, 2).permute(0, 3, 2, 1)})
             self.assertIn("packed block", str(cm.exception))
+            # MLA's latent given 4-D (one head) by a later vLLM: NHD
+            # whatever the head's stride (LBHNC's made it HND, which MLA
+            # peers of the other orders refused)
+            for t in (flat.view(64, 4, 1, 64).permute(0, 2, 1, 3),
+                      flat.view(64, 1, 4, 64)):
+                lay, _, _, _ = layout.build({"model.layers.0.attn": t})
+                self.assertEqual((lay.kv_heads, lay.order), (1, pdx.NHD))
             del flat, nhd, hnd, t
         # GPU tensors go to libpdx's CUDA side: without a GPU it says so
         with self.assertRaises(pdx.Error) as cm:

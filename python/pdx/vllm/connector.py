@@ -67,15 +67,22 @@ class PdxConnector(KVConnectorBase_V1):
         return self._worker.handshake()
 
     def handle_preemptions(self, kv_connector_metadata) -> None:
-        self._worker.preempted(kv_connector_metadata)
+        """The step's metadata; an older vLLM (before 0.20) passes the
+        preempted requests' ids instead (a set, which the worker failed
+        on, ending vLLM's EngineCore): bind_connector_metadata then deals
+        with them."""
+        if isinstance(kv_connector_metadata, PdxMetadata):
+            self._worker.preempted(kv_connector_metadata)
 
     def bind_connector_metadata(self, connector_metadata) -> None:
-        """Before the forward, in every vLLM: the step's transfers are
-        announced here, so save_kv_layer pushes each layer as it is
-        computed. vLLM after PR 53333 calls start_load_kv after the
+        """Before the forward, in every vLLM: the step's preempted sends
+        are ended (again a no-op where handle_preemptions did it), and its
+        transfers announced here, so save_kv_layer pushes each layer as
+        it is computed. vLLM after PR 53333 calls start_load_kv after the
         forward when no load of the step is synchronous (none of ours
         is): announced there, the sends' layers all went at its end."""
         super().bind_connector_metadata(connector_metadata)
+        self._worker.preempted(connector_metadata)
         self._worker.start(connector_metadata)
 
     def start_load_kv(self, forward_context, **kwargs) -> None:

@@ -63,7 +63,11 @@ class Shape:
 
 def _order(tok: int, head: int, elem: int, bt: int, h: int, d: int):
     """NHD or HND by a block's strides (tokens, heads, elements), None
-    when the block is no one contiguous run of either."""
+    when the block is no one contiguous run of either. One head is NHD
+    whatever its stride (MLA's latent, given 4-D by a later vLLM): the
+    bytes are the same, and an HND one was refused by NHD peers."""
+    if elem == 1 and h == 1 and tok == d:
+        return pdx.NHD
     if elem == 1 and head == d and tok == h * d:
         return pdx.NHD
     if elem == 1 and tok == d and head == bt * d:

@@ -92,6 +92,22 @@ class _Flight:
     blocks: List[int]  # a receive's blocks written here (load errors)
 
 
+def kernel_blocks(manager_tokens: int, kernel_tokens: int) -> int:
+    """How many of the caches' blocks make one of the scheduler's: vLLM
+    cuts each block of --block-size into kernel blocks when the attention
+    backend cannot run that size, and hands the connector views of those
+    (NixlConnector maps its ids the same way). Counted as one, the blocks
+    sent were others than the request's, and the text was wrong without
+    a word. ValueError when the sizes do not divide."""
+    if not manager_tokens or manager_tokens == kernel_tokens:
+        return 1
+    if manager_tokens % kernel_tokens:
+        raise ValueError("pdx: vLLM's block of %d tokens is not a whole "
+                         "number of the KV cache's blocks of %d tokens"
+                         % (manager_tokens, kernel_tokens))
+    return manager_tokens // kernel_tokens
+
+
 class PdxWorker:
     def __init__(self, vllm_config, rank: int = None):
         ktc = vllm_config.kv_transfer_config
@@ -121,8 +137,12 @@ class PdxWorker:
         self.agent_addr = addr
         self.eng = pdx.Engine(addr, xfer_timeout_ms=xfer_timeout_ms,
                               liveness_ms=liveness_ms)
-        self.cache_dtype = str(getattr(getattr(
-            vllm_config, "cache_config", None), "cache_dtype", "auto"))
+        cache = getattr(vllm_config, "cache_config", None)
+        self.cache_dtype = str(getattr(cache, "cache_dtype", "auto"))
+        # the scheduler's block (--block-size): its block ids count these
+        self.manager_block_tokens = int(getattr(cache, "block_size", 0)
+                                        or 0)
+        self.kernel_blocks = 1  # kernel blocks of the caches in one of it
         self.peer_addr = None
         self.layer_of: Dict[str, int] = {}
         self.layers = 0
@@ -132,6 +152,7 @@ class PdxWorker:
         self._step_sends: List[pdx.XferId] = []
         self._step_layers: Set[int] = set()
         self._started = None  # the metadata start() took last
+        self._preempted = None  # the metadata preempted() took last
         self._sent: Set[str] = set()
         self._finished: Set[str] = set()
         self._send_reqs: Set[str] = set()
@@ -145,6 +166,8 @@ class PdxWorker:
     # -- memory ----------------------------------------------------------
     def register_kv_caches(self, kv_caches) -> None:
         lay, regions, layers, self.cuda = kv_layout.build(kv_caches)
+        self.kernel_blocks = kernel_blocks(self.manager_block_tokens,
+                                           lay.block_tokens)
         if self.tp_size > 1:  # our heads: the agents reshard between sizes
             self.eng.set_tp(self.rank, self.tp_size)
         dtype = kv_dtype_name(self.cache_dtype, kv_caches)
@@ -165,6 +188,16 @@ class PdxWorker:
         self.block_tokens = lay.block_tokens
         log.info("pdx: rank %d registered %d layers x %d blocks with %s",
                  self.rank, self.layers, lay.blocks, self.peer_addr)
+        if self.kernel_blocks > 1:
+            log.info("pdx: each vLLM block of %d tokens is %d kernel "
+                     "blocks of the KV cache", self.manager_block_tokens,
+                     self.kernel_blocks)
+
+    def _kernel(self, blocks: List[int]) -> List[int]:
+        """The scheduler's block ids as the caches' (kernel) blocks."""
+        k = self.kernel_blocks
+        return list(blocks) if k == 1 else \
+            [b * k + i for b in blocks for i in range(k)]
 
     def handshake(self) -> PdxHandshake:
         return PdxHandshake(self.rank, self.peer_addr, self.agent_addr)
@@ -198,26 +231,27 @@ class PdxWorker:
                     log.warning("pdx: hold %s: %s", h.req_id, err)
         for r in meta.recvs:
             x = params.xfer(r.xfer)
+            blocks = self._kernel(r.blocks)
             held = r.skip_tokens // self.block_tokens
             pair = self._pair(r.peers)
             try:
                 if pair:
-                    e.recv(x, pair, r.blocks, r.skip_tokens)
+                    e.recv(x, pair, blocks, r.skip_tokens)
                 else:
-                    e.recv(x, None, r.blocks, r.skip_tokens, peers=r.peers)
-                self._flights[x] = _Flight(r.req_id, False, r.blocks[held:])
+                    e.recv(x, None, blocks, r.skip_tokens, peers=r.peers)
+                self._flights[x] = _Flight(r.req_id, False, blocks[held:])
             except pdx.Error as err:  # ends now: its blocks are not loaded
                 log.warning("pdx: recv %s: %s", r.req_id, err)
                 self.stats["failed"] += 1
                 self._recvd.add(r.req_id)
-                self._invalid.update(r.blocks[held:])
+                self._invalid.update(blocks[held:])
         self._step_sends = []
         self._step_layers = set()
         for s in meta.sends:
             x = params.xfer(s.xfer)
             self._send_reqs.add(s.req_id)
             try:  # open at different TP sizes: the legs claim it
-                e.send(x, self._pair(s.peers), s.blocks)
+                e.send(x, self._pair(s.peers), self._kernel(s.blocks))
                 self._flights[x] = _Flight(s.req_id, True, [])
                 self._step_sends.append(x)
             except pdx.Error as err:  # its blocks may be freed when done
@@ -243,8 +277,9 @@ class PdxWorker:
         way). The send is aborted and its end awaited: after its event
         the agent touches those blocks no more. vLLM is not told of it
         (the scheduler side does not delay that request's free)."""
-        if meta is None or not meta.preempted:
+        if meta is None or not meta.preempted or meta is self._preempted:
             return
+        self._preempted = meta
         waiting = []
         for p in meta.preempted:
             x = params.xfer(p.xfer)
@@ -370,8 +405,10 @@ class PdxWorker:
                 self._invalid.update(f.blocks)
 
     def load_errors(self) -> Set[int]:
+        """The scheduler's ids of the blocks failed receives left
+        unwritten (kept as kernel blocks)."""
         out, self._invalid = self._invalid, set()
-        return out
+        return {b // self.kernel_blocks for b in out}
 
     def close(self) -> None:
         self.eng.close()
