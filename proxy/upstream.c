@@ -59,6 +59,7 @@ struct pdx_upstream {
 	bool connect_phase;
 	bool starting;	   /* inside evhttp_make_request() */
 	bool failed_early; /* failed in there: the timer tells */
+	bool no_fds;	   /* for want of a descriptor here: not counted */
 	bool ended;	   /* the timer now frees the leg */
 	bool reuse;	   /* the response ended completely */
 };
@@ -253,8 +254,12 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	if (u->failed_early) {
-		leg_result(u, 0);
-		log_warn("%s", u->why);
+		static uint64_t said_ns;
+
+		if (!u->no_fds)
+			leg_result(u, 0);
+		if (!u->no_fds || pdx_once_a_second(&said_ns))
+			log_warn("%s", u->why);
 		leg_fail(u, u->err_status, u->why);
 		return;
 	}
@@ -305,14 +310,23 @@ static void on_error(enum evhttp_request_error err, void *arg)
 	int e = errno; /* evhttp keeps the socket's error for us */
 
 	u->err_status = 502;
-	if (u->starting) { /* no socket, or no connect (evhttp says EOF) */
+	/* no socket for want of a descriptor here: this proxy's overload,
+	 * which says nothing of the instance (counted, a burst of clients
+	 * opened the breaker of a healthy one, and every client got 503
+	 * "no usable instance" for seconds after it had passed) */
+	if (u->starting && (e == EMFILE || e == ENFILE)) {
+		u->no_fds = true;
+		u->err_status = 503;
 		snprintf(u->why, sizeof(u->why),
-			 "%s instance %s: cannot connect%s%s",
-			 pdx_pool_role_name(u->inst->role), u->inst->url,
-			 e ? ": " : "",
-			 e == EMFILE || e == ENFILE ? "too many open files"
-			 : e			    ? strerror(e)
-						    : "");
+			 "this proxy is out of file descriptors (ulimit -n): "
+			 "no socket for %s instance %s",
+			 pdx_pool_role_name(u->inst->role), u->inst->url);
+		return;
+	}
+	if (u->starting) { /* no socket, or no connect (evhttp says EOF) */
+		snprintf(u->why, sizeof(u->why), "%s instance %s: cannot "
+			 "connect%s%s", pdx_pool_role_name(u->inst->role),
+			 u->inst->url, e ? ": " : "", e ? strerror(e) : "");
 		return;
 	}
 	switch (err) {

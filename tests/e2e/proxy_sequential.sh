@@ -173,9 +173,11 @@ n=$(established_to "$PORT_P")
 named_stop Y
 
 # out of file descriptors (ulimit -n 32): --max-inflight is lowered; a
-# request whose engine leg gets no socket is answered 502 with the
-# reason; accept() failing is not retried in a loop; the proxy serves
-# again once descriptors are free
+# request whose engine leg gets no socket is answered 503 with the
+# reason, and is not counted against the instance (6 of them opened its
+# breaker, and every client got 503 "no usable decode instance" after
+# the burst); accept() failing is not retried in a loop; the proxy
+# serves again once descriptors are free
 bg_start F bash -c 'ulimit -n 32 && exec "$@" --port 0' _ "$PROXY" --decode "127.0.0.1:$PORT_P"
 for _ in $(seq 100); do
 	PORT_F=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9]*\)$/\1/p' "$E2E_TMP/F.log")
@@ -191,24 +193,25 @@ port = int(sys.argv[1])
 socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(60)]
 time.sleep(0.6)
 body = b'{"prompt": "hi", "max_tokens": 2}'
-socks[0].sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\n'
-                 b'Content-Type: application/json\r\nContent-Length: %d\r\n\r\n'
-                 % len(body) + body)
-socks[0].settimeout(10)
-data = b''
-while b'\r\n\r\n' not in data or not data.rstrip().endswith(b'}'):
-    d = socks[0].recv(65536)
-    if not d:
-        break
-    data += d
+for k in range(6):  # more than --breaker-failures
+    socks[k].sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\n'
+                     b'Content-Type: application/json\r\nContent-Length: %d\r\n\r\n'
+                     % len(body) + body)
+    socks[k].settimeout(10)
+    data = b''
+    while b'\r\n\r\n' not in data or not data.rstrip().endswith(b'}'):
+        d = socks[k].recv(65536)
+        if not d:
+            break
+        data += d
 print(data.split(b' ')[1].decode(), data.partition(b'\r\n\r\n')[2].decode())
 for s in socks:
     s.close()
 PYEOF
 read -r code body <"$E2E_TMP/emfile"
-[ "$code" = 502 ] || fail "out of descriptors: HTTP $code, want 502: $body"
-echo "$body" | grep -q 'cannot connect: too many open files' ||
-	fail "out of descriptors: the 502 does not say why: $body"
+[ "$code" = 503 ] || fail "out of descriptors: HTTP $code, want 503: $body"
+echo "$body" | grep -q 'this proxy is out of file descriptors' ||
+	fail "out of descriptors: the 503 does not say why: $body"
 n=$(grep -c 'accept:' "$E2E_TMP/F.log")
 [ "$n" -ge 1 ] && [ "$n" -le 5 ] ||
 	fail "$n accept() error lines in 0.6 s, want 1..5: $(grep 'accept:' "$E2E_TMP/F.log" | head -3)"
