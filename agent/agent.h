@@ -27,6 +27,11 @@
 #include "transport/ucx.h"
 
 #define NOTIFY_MAX 4 /* --notify collectors */
+#define PEERS_MAX 512 /* peers known at once at most (peer_make_room()) */
+/* File descriptors: an idle agent's (UCX, ZeroMQ, the loop: about 42
+ * measured), and each peer's (its ZeroMQ connection and UCX's) */
+#define AGENT_FDS_BASE 64
+#define AGENT_FDS_PER_PEER 3
 
 /* How bytes move to a peer (docs/architecture.md, "Data path"). Host
  * memory: ipc, put or am. GPU memory (docs/gpu.md): cuda-put (a UCX with
@@ -474,6 +479,8 @@ struct agent {
 	 * (ZMQ_SRCFD), -1 for one off the direct lane (main.c) */
 	int engine_msg_fd;
 	struct engine_watch engine_watch; /* the engine link's connections */
+	struct zmonitor peer_watch;	  /* the peer link's accepts */
+	unsigned long long nofile;	  /* the descriptor limit (ulimit -n) */
 	struct peer *peers;
 	unsigned peers_ep_kept; /* endpoints peer_reset() kept, all peers */
 	struct xfer *xfers;
@@ -576,6 +583,11 @@ int engine_watch_start(struct agent *a);
 void engine_watch_drain(struct agent *a);
 bool engine_watch_closed(struct agent *a, int fd);
 void engine_watch_stop(struct agent *a);
+
+/* peer_watch.c: a peer's connection the peer link could not accept (no
+ * descriptor left) is said, at most once a second */
+int peer_watch_start(struct agent *a);
+void peer_watch_stop(struct agent *a);
 
 /* peer_send.c: tells p our engine's registration of a->instance ended
  * ({"op": "gone"}) */

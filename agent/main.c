@@ -15,6 +15,7 @@
 #include <zmq.h>
 
 #include "agent/agent.h"
+#include "common/http_listen.h"
 #include "common/ipc_path.h"
 #include "common/hangup.h"
 #include "common/log.h"
@@ -604,10 +605,35 @@ static pdx_status_t ucx_new_unkilled(struct pdx_ucx **out)
 	return st;
 }
 
+/* Raises the soft limit on file descriptors to the hard one (a shell's
+ * 1024 holds about 320 peers, under PEERS_MAX; the agent kept it), and
+ * says when even that holds fewer than PEERS_MAX: past it, peers'
+ * connections fail (those to us without a word from ZeroMQ:
+ * peer_watch.c says them). */
+static unsigned long long nofile_raise(void)
+{
+	rlim_t limit = pdx_nofile_raise();
+	rlim_t want = AGENT_FDS_BASE + (rlim_t)AGENT_FDS_PER_PEER * PEERS_MAX;
+
+	if (limit != RLIM_INFINITY && limit < want)
+		log_warn("file descriptors: the limit is %llu (ulimit -n, "
+			 "raised to its hard limit): about %llu peers fit of "
+			 "the %d an agent may know; past that, connections to "
+			 "and from peers fail",
+			 (unsigned long long)limit,
+			 (unsigned long long)(limit > AGENT_FDS_BASE
+						  ? (limit - AGENT_FDS_BASE) /
+							AGENT_FDS_PER_PEER
+						  : 0),
+			 PEERS_MAX);
+	return limit;
+}
+
 static int agent_start(struct agent *a)
 {
 	pdx_status_t st;
 
+	a->nofile = nofile_raise();
 	a->xfer_ops = &xfer_ops;
 	a->settle = agent_settle;
 	if (getrandom(&a->instance, sizeof(a->instance), 0) != sizeof(a->instance))
@@ -668,8 +694,8 @@ static int agent_start(struct agent *a)
 	    engine_direct_listen(a, engine_on_msg))
 		return -1;
 	a->engine_msg_fd = -1;
-	if (engine_watch_start(a)) {
-		log_error("engine link monitor: %s", zmq_strerror(zmq_errno()));
+	if (engine_watch_start(a) || peer_watch_start(a)) {
+		log_error("link monitor: %s", zmq_strerror(zmq_errno()));
 		return -1;
 	}
 	a->engine_ev = watch_fd(a, zfd(a->engine_sock));
@@ -745,6 +771,7 @@ static void agent_stop(struct agent *a)
 	event_free_safe(a->sig_term);
 	event_free_safe(a->sig_hup);
 	engine_watch_stop(a);
+	peer_watch_stop(a);
 	if (a->engine_sock)
 		zmq_close(a->engine_sock);
 	if (a->peer_sock)

@@ -12,9 +12,6 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-/* Peers known at once at most (peer_make_room()). */
-#define PEERS_MAX 512
-
 /* cut: its operations are ended (the UCX endpoint closed, not kept for
  * the next handshake). */
 static void ep_kept_close(struct peer_ep_kept *k, bool cut)

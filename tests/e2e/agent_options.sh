@@ -14,7 +14,9 @@
 # and removed at exit only while it is the agent's own. A --notify
 # address where no ZeroMQ collector listens is said once. GPU staging a
 # dead agent left in /dev/shm is removed at start, a live one's is not.
-# With /dev/shm full the agent's refusal to start says so.
+# With /dev/shm full the agent's refusal to start says so. The soft
+# descriptor limit is raised, a low hard one said, and accepts that fail
+# for want of a descriptor are said.
 #   agent_options.sh PDX_AGENT
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -86,6 +88,43 @@ got=$(sed -n 's/.*(advertised tcp:\/\/127\.0\.0\.1:\([0-9]*\))$/\1/p' "$E2E_TMP/
 [ -n "$got" ] && [ "$got" != 0 ] || fail "port 0 advertised: $(cat "$E2E_TMP/agent_b.log")"
 ss -ltn "sport = :$got" | grep -q ":$got" || fail "nothing listens on $got, advertised"
 named_stop agent_b
+
+# file descriptors: the soft limit is raised to the hard one (the agent
+# kept a shell's soft limit, where the engine and proxy raised theirs),
+# a hard limit too low for its peers is said at start, and a peer's
+# connection not accepted for want of a descriptor is said (ZeroMQ
+# dropped it without a word: the peer's hello went unanswered)
+port=$(free_port)
+bg_start agent_f bash -c 'ulimit -S -n 100 && ulimit -H -n 2000 && exec "$@"' \
+	_ "$AGENT" --engine "ipc://$E2E_TMP/f.engine" --listen "tcp://127.0.0.1:$port"
+for _ in $(seq 50); do
+	grep -q "ready:" "$E2E_TMP/agent_f.log" && break
+	sleep 0.1
+done
+soft=$(awk '/Max open files/ {print $4}' "/proc/$PID_agent_f/limits")
+[ "$soft" = 2000 ] || fail "soft limit $soft, want the hard one, 2000"
+grep -q "about 645 peers fit of the 512" "$E2E_TMP/agent_f.log" &&
+	fail "a limit that holds every peer said: $(grep 'peers fit' "$E2E_TMP/agent_f.log")"
+named_stop agent_f
+bg_start agent_g bash -c 'ulimit -n 128 && exec "$@"' \
+	_ "$AGENT" --engine "ipc://$E2E_TMP/g.engine" --listen "tcp://127.0.0.1:$port"
+for _ in $(seq 50); do
+	grep -q "ready:" "$E2E_TMP/agent_g.log" && break
+	sleep 0.1
+done
+grep -q "the limit is 128 (ulimit -n, raised to its hard limit): about 21 peers fit of the 512" \
+	"$E2E_TMP/agent_g.log" || fail "a low limit not said: $(head -3 "$E2E_TMP/agent_g.log")"
+$PY - "$port" <<'PYEOF' || fail "connections to agent g"
+import socket, sys, time
+held = [socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+        for _ in range(150)]
+time.sleep(1)
+for s in held:
+    s.close()
+PYEOF
+grep -q "a peer's connection not accepted: out of file descriptors (the limit is 128" \
+	"$E2E_TMP/agent_g.log" || fail "accepts failing not said: $(tail -3 "$E2E_TMP/agent_g.log")"
+named_stop agent_g
 
 # ZeroMQ's ipc:// bind replaces the file at the path: a second agent on
 # the same path once took the first one's engines, and unlinked the path
