@@ -43,3 +43,17 @@ got=$(PYTHONPATH="$tmp/site" /usr/bin/python3 -c \
 [ "$got" = "$want" ] ||
 	{ echo "FAIL: the pip-installed pdx is $got, meson.build's $want"; exit 1; }
 echo "ok   the pip-installed package's version is pdx's: $got"
+# SGLang's plugin framework finds the hook by its entry point; without
+# PDX_SGLANG it installs nothing (it imports nothing of SGLang)
+PYTHONPATH="$tmp/site" /usr/bin/python3 - <<'PY'
+import importlib.metadata as m
+import sys
+eps = [e for e in m.entry_points(group="sglang.srt.plugins")
+       if e.name == "pdx"]
+assert len(eps) == 1, eps
+import pdx.sglang.hook
+assert eps[0].load() is pdx.sglang.hook.plugin, eps[0]
+eps[0].load()()
+assert not any(n.startswith("sglang") for n in sys.modules), "sglang imported"
+print("ok   SGLang's plugin entry point: pdx.sglang.hook:plugin")
+PY

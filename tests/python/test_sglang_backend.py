@@ -664,6 +664,13 @@ class Hook(unittest.TestCase):
         self.assertEqual(mods[names[4]].get_kv_class(Backend.MOONCAKE,
                                                      Kind.SENDER),
                          ("sglang's", "mooncake", "sender"))
+        # SGLang's plugin framework: the backend PDX_SGLANG names
+        os.environ["PDX_SGLANG"] = "mooncake"
+        self.addCleanup(os.environ.pop, "PDX_SGLANG")
+        pdx.sglang.hook.plugin()
+        self.assertIs(mods[names[3]].get_kv_class(Backend.MOONCAKE,
+                                                  Kind.MANAGER),
+                      pdx.sglang.PdxKVManager)
 
 
 if __name__ == "__main__":
