@@ -252,6 +252,15 @@ void pdx_call_reply_error(struct pdx_call *c, int status, const char *type,
 	call_free(c);
 }
 
+void pdx_call_reply_leg_error(struct pdx_call *c, int err_status,
+			      const char *why)
+{
+	pdx_call_reply_error(c, err_status,
+			     err_status == 503 ? "service_unavailable"
+					       : "upstream_error",
+			     why);
+}
+
 void pdx_call_reply_no_instance(struct pdx_call *c, enum pdx_pool_role role)
 {
 	const struct pdx_pool *p = &c->px->pool[role];
@@ -458,7 +467,7 @@ static void relay_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 			why = msg;
 			err_status = 502;
 		}
-		pdx_call_reply_error(c, err_status, "upstream_error", why);
+		pdx_call_reply_leg_error(c, err_status, why);
 		return;
 	}
 	if (!status) {

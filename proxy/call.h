@@ -126,6 +126,13 @@ bool pdx_call_may_retry(const struct pdx_call *c,
  * call itself, its client and its body stay, for a new start. */
 void pdx_call_reset(struct pdx_call *c);
 
+/* Ends the call with a failed leg's error: err_status and why as the leg
+ * said them (pdx_upstream_cbs.on_end); a 503 (this proxy had no
+ * descriptor for the leg) is service_unavailable, the rest
+ * upstream_error. */
+void pdx_call_reply_leg_error(struct pdx_call *c, int err_status,
+			      const char *why);
+
 /* Ends the call with an OpenAI-style error. */
 void pdx_call_reply_error(struct pdx_call *c, int status, const char *type,
 			  const char *msg);

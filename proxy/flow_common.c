@@ -247,8 +247,7 @@ static void info_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 			c->prefill = NULL;
 			pdx_flow_prefill_failed(c, 0, NULL, err_status, why);
 		} else
-			pdx_call_reply_error(c, err_status, "upstream_error",
-					     why);
+			pdx_call_reply_leg_error(c, err_status, why);
 		return;
 	}
 	if (status == 200) {
@@ -476,6 +475,10 @@ void pdx_flow_send_decode(struct pdx_call *c, json_t *kv)
 bool pdx_flow_retry(struct pdx_call *c, struct pdx_upstream *u, int status,
 		    const char *why)
 {
+	/* no descriptor here: another instance's leg would fail alike (each
+	 * such request was retried, counted and logged) */
+	if (pdx_upstream_out_of_fds(u))
+		return false;
 	return pdx_flow_retry_inst(c, pdx_call_blamed(c, u), status, why);
 }
 
@@ -528,7 +531,7 @@ void pdx_flow_prefill_failed(struct pdx_call *c, int status,
 			 why ? ": " : "", why ? why : "");
 		pdx_flow_send_decode(c, NULL);
 	} else if (!status) {
-		pdx_call_reply_error(c, err_status, "upstream_error", why);
+		pdx_call_reply_leg_error(c, err_status, why);
 	} else { /* the engine's own error, e.g. a bad prompt */
 		pdx_call_reply(c, status, body);
 	}

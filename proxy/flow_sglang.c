@@ -187,7 +187,7 @@ static void prepare_failed(struct pdx_call *c, struct pdx_upstream *u,
 	if (status != 200 && pdx_flow_retry(c, u, status, why))
 		return;
 	if (!status) {
-		pdx_call_reply_error(c, err_status, "upstream_error", why);
+		pdx_call_reply_leg_error(c, err_status, why);
 		return;
 	}
 	snprintf(msg, sizeof(msg),

@@ -497,6 +497,11 @@ struct pdx_inst *pdx_upstream_failed(const struct pdx_upstream *u)
 	return u->peer_failed && u->partner ? u->partner : u->inst;
 }
 
+bool pdx_upstream_out_of_fds(const struct pdx_upstream *u)
+{
+	return u->no_fds;
+}
+
 struct pdx_inst *pdx_upstream_both(const struct pdx_upstream *u)
 {
 	return u->both_failed ? u->partner : NULL;

@@ -93,6 +93,9 @@ struct pdx_inst *pdx_upstream_inst(const struct pdx_upstream *u);
 /* The instance its failure counts against: its own, or its partner's for
  * pdx-engine's 502 that says the other side failed. */
 struct pdx_inst *pdx_upstream_failed(const struct pdx_upstream *u);
+/* The leg failed for want of a file descriptor here (503: this proxy's
+ * overload, counted against no instance, not retried). */
+bool pdx_upstream_out_of_fds(const struct pdx_upstream *u);
 /* The partner, when the engine's 502 says the agents refused to pair
  * (X-PDX-Failed-Side: both); else NULL. */
 struct pdx_inst *pdx_upstream_both(const struct pdx_upstream *u);

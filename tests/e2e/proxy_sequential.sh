@@ -174,11 +174,12 @@ named_stop Y
 
 # out of file descriptors (ulimit -n 32): --max-inflight is lowered; a
 # request whose engine leg gets no socket is answered 503 with the
-# reason, and is not counted against the instance (6 of them opened its
-# breaker, and every client got 503 "no usable decode instance" after
-# the burst); accept() failing is not retried in a loop; the proxy
+# reason, and is neither counted against the instance (6 of them opened
+# its breaker, and every client got 503 "no usable decode instance"
+# after the burst) nor retried on the other; accept() failing is not retried in a loop; the proxy
 # serves again once descriptors are free
-bg_start F bash -c 'ulimit -n 32 && exec "$@" --port 0' _ "$PROXY" --decode "127.0.0.1:$PORT_P"
+bg_start F bash -c 'ulimit -n 32 && exec "$@" --port 0' _ "$PROXY" --decode "127.0.0.1:$PORT_P" \
+	--decode "127.0.0.1:$PORT_D"
 for _ in $(seq 100); do
 	PORT_F=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9]*\)$/\1/p' "$E2E_TMP/F.log")
 	[ -n "$PORT_F" ] && break
@@ -210,8 +211,12 @@ for s in socks:
 PYEOF
 read -r code body <"$E2E_TMP/emfile"
 [ "$code" = 503 ] || fail "out of descriptors: HTTP $code, want 503: $body"
-echo "$body" | grep -q 'this proxy is out of file descriptors' ||
+echo "$body" | grep -q '"message":"this proxy is out of file descriptors.*"type":"service_unavailable"' ||
 	fail "out of descriptors: the 503 does not say why: $body"
+# nor retried on the other instance (its leg would fail alike): each
+# request was, counted and logged
+! grep -q "retry 1 of" "$E2E_TMP/F.log" ||
+	fail "out of descriptors: retried: $(grep -m1 "retry 1 of" "$E2E_TMP/F.log")"
 n=$(grep -c 'accept:' "$E2E_TMP/F.log")
 [ "$n" -ge 1 ] && [ "$n" -le 5 ] ||
 	fail "$n accept() error lines in 0.6 s, want 1..5: $(grep 'accept:' "$E2E_TMP/F.log" | head -3)"

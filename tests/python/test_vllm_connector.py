@@ -138,10 +138,15 @@ class Transfer(Instances):
         out = self.D.generate(PROMPT, 8, dict(p))
         self.assertEqual(out.token_ids, self.colocated())
         st, m = self.worker(self.D).stats, self.P.model
-        block = m.layers * 2 * m.block_tokens * m.kv_heads * m.head_dim * \
+        # the caches' blocks: kernel blocks of half a block when split
+        bt = m.block_tokens // (2 if self.kv_layout == "packed_kernel"
+                                else 1)
+        block = m.layers * 2 * bt * m.kv_heads * m.head_dim * \
             m.dtype_bytes               # one block, every layer, K and V
+        n = -(-(len(PROMPT) - len(PREFIX)) // bt)
         self.assertEqual((st["received"], st["bytes_received"]),
-                         (1, 6 * block), "only the 6 blocks after the hit")
+                         (1, n * block),
+                         "only the %d blocks after the hit" % n)
         self.all_freed()
 
 
@@ -735,6 +740,16 @@ class Params(unittest.TestCase):
             self.assertIsNone(read({key: False}))
             self.assertIsNone(read({}))
 
+    def test_kernel_ids(self):
+        """Scheduler blocks of 32 tokens as kernel blocks of 16: a 40-token
+        prompt fills 3 (not the 4 of its 2 blocks: a peer with blocks of
+        16 expects 3), and whole blocks without a token count."""
+        from pdx.vllm.worker import kernel_ids
+        self.assertEqual(kernel_ids([5, 9], 2, 40, 16), [10, 11, 18])
+        self.assertEqual(kernel_ids([5, 9], 2, 0, 16), [10, 11, 18, 19])
+        self.assertEqual(kernel_ids([5, 9], 2, 64, 16), [10, 11, 18, 19])
+        self.assertEqual(kernel_ids([5, 9], 1, 40, 32), [5, 9])
+
     def test_kv_dtype_names(self):
         from pdx.vllm.worker import kv_dtype_name
         import torch
@@ -803,11 +818,17 @@ class LayoutRules(unittest.TestCase):
             self.assertIn("packed block", str(cm.exception))
             # MLA's latent given 4-D (one head) by a later vLLM: NHD
             # whatever the head's stride (LBHNC's made it HND, which MLA
-            # peers of the other orders refused)
+            # peers of the other orders refused); one head of MHA keeps
+            # the order of its strides (its peers at other TP sizes hold
+            # more heads, in that order)
             for t in (flat.view(64, 4, 1, 64).permute(0, 2, 1, 3),
                       flat.view(64, 1, 4, 64)):
-                lay, _, _, _ = layout.build({"model.layers.0.attn": t})
+                lay, _, _, _ = layout.build({"model.layers.0.attn": t},
+                                            mla=True)
                 self.assertEqual((lay.kv_heads, lay.order), (1, pdx.NHD))
+            lay, _, _, _ = layout.build(
+                {"model.layers.0.attn": flat.view(64, 1, 4, 64)})
+            self.assertEqual((lay.kv_heads, lay.order), (1, pdx.HND))
             del flat, nhd, hnd, t
         # GPU tensors go to libpdx's CUDA side: without a GPU it says so
         with self.assertRaises(pdx.Error) as cm:

@@ -63,11 +63,7 @@ class Shape:
 
 def _order(tok: int, head: int, elem: int, bt: int, h: int, d: int):
     """NHD or HND by a block's strides (tokens, heads, elements), None
-    when the block is no one contiguous run of either. One head is NHD
-    whatever its stride (MLA's latent, given 4-D by a later vLLM): the
-    bytes are the same, and an HND one was refused by NHD peers."""
-    if elem == 1 and h == 1 and tok == d:
-        return pdx.NHD
+    when the block is no one contiguous run of either."""
     if elem == 1 and head == d and tok == h * d:
         return pdx.NHD
     if elem == 1 and tok == d and head == bt * d:
@@ -75,7 +71,12 @@ def _order(tok: int, head: int, elem: int, bt: int, h: int, d: int):
     return None
 
 
-def shape_of(name: str, t: Tensor) -> Shape:
+def shape_of(name: str, t: Tensor, mla: bool = False) -> Shape:
+    """mla: the model's KV is MLA's latent (vLLM's use_mla), which a later
+    vLLM hands 4-D, one head: NHD whatever the head's stride (the bytes
+    are the same; an LBHNC instance said HND, and MLA peers of the other
+    orders refused it). Not for one head of MHA: its ranks of other TP
+    sizes, with more heads, say the order their strides give."""
     s, st, es = t.shape, t.stride, t.itemsize
     if len(s) == 3:  # MLA
         if st[2] != 1 or st[1] != s[2]:
@@ -84,7 +85,8 @@ def shape_of(name: str, t: Tensor) -> Shape:
         return Shape(s[0], s[1], 1, s[2], es, 1, pdx.NHD, st[0] * es, [t.ptr])
     if len(s) == 4:  # packed: (blocks, heads, block_size, 2 * head_size)
         blocks, h, bt, c = s
-        order = _order(st[2], st[1], st[3], bt, h, c)
+        order = pdx.NHD if mla and h == 1 and st[3] == 1 and st[2] == c \
+            else _order(st[2], st[1], st[3], bt, h, c)
         if order is None:
             raise ValueError("KV cache %r: a packed block of shape %s is "
                              "not one contiguous NHD or HND run (strides "
@@ -109,7 +111,7 @@ def shape_of(name: str, t: Tensor) -> Shape:
                  [t.ptr, t.ptr + kv_stride * es])
 
 
-def build(kv_caches: Dict[str, object]):
+def build(kv_caches: Dict[str, object], mla: bool = False):
     """(layout, regions, layers, cuda): layers[i] is the layer names that
     are layout layer i. Host tensors must lie in POSIX shared memory
     objects (pdx.SharedPool) the agent maps; GPU tensors in allocations
@@ -125,7 +127,7 @@ def build(kv_caches: Dict[str, object]):
             continue
         by_ptr[t.ptr] = len(layers)
         layers.append([name])
-        shapes.append(shape_of(name, t))
+        shapes.append(shape_of(name, t, mla))
     if not shapes:
         raise ValueError("no KV cache tensors to register")
     first = shapes[0]

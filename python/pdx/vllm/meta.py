@@ -20,22 +20,26 @@ class SendMeta:
     """Announce a send: the prompt's blocks, in token order; layer done
     for it in this step's forward pass (its last prefill chunk). peers:
     the decode side's agents, rank order, when the request named them
-    (empty: an open send, claimed by the first agent that asks)."""
+    (empty: an open send, claimed by the first agent that asks).
+    tokens: the prompt's (its last block's share, in the caches' kernel
+    blocks)."""
     req_id: str
     xfer: str
     peers: List[str]
     blocks: List[int]
+    tokens: int = 0
 
 
 @dataclass
 class RecvMeta:
     """Announce a receive into blocks; the first skip_tokens are held
-    here already (a local prefix hit)."""
+    here already (a local prefix hit). tokens: the prompt's."""
     req_id: str
     xfer: str
     peers: List[str]
     blocks: List[int]
     skip_tokens: int
+    tokens: int = 0
 
 
 @dataclass

@@ -93,7 +93,8 @@ class PdxScheduler:
                 held = len(ids) - len(blocks.get_unhashed_block_ids())
                 n = math.ceil(len(request.prompt_token_ids) / self.block_size)
                 self._meta.recvs.append(RecvMeta(
-                    rid, r.xfer, r.peers, ids[:n], held * self.block_size))
+                    rid, r.xfer, r.peers, ids[:n], held * self.block_size,
+                    len(request.prompt_token_ids)))
                 self._recvs[rid] = r
                 p["do_remote_prefill"] = False  # taken: asked for once
             return
@@ -114,7 +115,7 @@ class PdxScheduler:
             return
         n = math.ceil(st.prompt_tokens / self.block_size)
         self._meta.sends.append(SendMeta(rid, st.send.xfer, st.send.peers,
-                                         st.blocks[:n]))
+                                         st.blocks[:n], st.prompt_tokens))
         st.announced = True
         self._in_flight[st.send.xfer] = rid
 

@@ -108,6 +108,19 @@ def kernel_blocks(manager_tokens: int, kernel_tokens: int) -> int:
     return manager_tokens // kernel_tokens
 
 
+def kernel_ids(blocks: List[int], k: int, tokens: int,
+               kernel_tokens: int) -> List[int]:
+    """The scheduler's block ids as the caches' kernel blocks (k of them
+    each), as many as tokens fill (all when tokens is 0): the last block's
+    unused kernel blocks are no part of the transfer, and a peer whose
+    blocks are the kernel's size (pdx-engine, SGLang) expects
+    ceil(tokens / kernel_tokens) of them."""
+    if k == 1:
+        return list(blocks)
+    out = [b * k + i for b in blocks for i in range(k)]
+    return out[:-(-tokens // kernel_tokens)] if tokens else out
+
+
 class PdxWorker:
     def __init__(self, vllm_config, rank: int = None):
         ktc = vllm_config.kv_transfer_config
@@ -143,6 +156,8 @@ class PdxWorker:
         self.manager_block_tokens = int(getattr(cache, "block_size", 0)
                                         or 0)
         self.kernel_blocks = 1  # kernel blocks of the caches in one of it
+        self.mla = bool(getattr(getattr(vllm_config, "model_config", None),
+                                "use_mla", False))
         self.peer_addr = None
         self.layer_of: Dict[str, int] = {}
         self.layers = 0
@@ -165,7 +180,8 @@ class PdxWorker:
 
     # -- memory ----------------------------------------------------------
     def register_kv_caches(self, kv_caches) -> None:
-        lay, regions, layers, self.cuda = kv_layout.build(kv_caches)
+        lay, regions, layers, self.cuda = kv_layout.build(kv_caches,
+                                                          self.mla)
         self.kernel_blocks = kernel_blocks(self.manager_block_tokens,
                                            lay.block_tokens)
         if self.tp_size > 1:  # our heads: the agents reshard between sizes
@@ -193,11 +209,9 @@ class PdxWorker:
                      "blocks of the KV cache", self.manager_block_tokens,
                      self.kernel_blocks)
 
-    def _kernel(self, blocks: List[int]) -> List[int]:
-        """The scheduler's block ids as the caches' (kernel) blocks."""
-        k = self.kernel_blocks
-        return list(blocks) if k == 1 else \
-            [b * k + i for b in blocks for i in range(k)]
+    def _kernel(self, blocks: List[int], tokens: int) -> List[int]:
+        return kernel_ids(blocks, self.kernel_blocks, tokens,
+                          self.block_tokens)
 
     def handshake(self) -> PdxHandshake:
         return PdxHandshake(self.rank, self.peer_addr, self.agent_addr)
@@ -231,7 +245,7 @@ class PdxWorker:
                     log.warning("pdx: hold %s: %s", h.req_id, err)
         for r in meta.recvs:
             x = params.xfer(r.xfer)
-            blocks = self._kernel(r.blocks)
+            blocks = self._kernel(r.blocks, r.tokens)
             held = r.skip_tokens // self.block_tokens
             pair = self._pair(r.peers)
             try:
@@ -251,7 +265,8 @@ class PdxWorker:
             x = params.xfer(s.xfer)
             self._send_reqs.add(s.req_id)
             try:  # open at different TP sizes: the legs claim it
-                e.send(x, self._pair(s.peers), self._kernel(s.blocks))
+                e.send(x, self._pair(s.peers),
+                       self._kernel(s.blocks, s.tokens))
                 self._flights[x] = _Flight(s.req_id, True, [])
                 self._step_sends.append(x)
             except pdx.Error as err:  # its blocks may be freed when done
