@@ -95,15 +95,17 @@ named_stop agent_b
 # connection not accepted for want of a descriptor is said (ZeroMQ
 # dropped it without a word: the peer's hello went unanswered)
 port=$(free_port)
-bg_start agent_f bash -c 'ulimit -S -n 100 && ulimit -H -n 2000 && exec "$@"' \
-	_ "$AGENT" --engine "ipc://$E2E_TMP/f.engine" --listen "tcp://127.0.0.1:$port"
+hard=$(ulimit -H -n) # only lowered here: raising it takes privilege
+{ [ "$hard" = unlimited ] || [ "$hard" -gt 2000 ]; } && hard=2000
+bg_start agent_f bash -c 'ulimit -S -n 100 && ulimit -H -n "$0" && exec "$@"' \
+	"$hard" "$AGENT" --engine "ipc://$E2E_TMP/f.engine" --listen "tcp://127.0.0.1:$port"
 for _ in $(seq 50); do
 	grep -q "ready:" "$E2E_TMP/agent_f.log" && break
 	sleep 0.1
 done
 soft=$(awk '/Max open files/ {print $4}' "/proc/$PID_agent_f/limits")
-[ "$soft" = 2000 ] || fail "soft limit $soft, want the hard one, 2000"
-grep -q "about 645 peers fit of the 512" "$E2E_TMP/agent_f.log" &&
+[ "$soft" = "$hard" ] || fail "soft limit $soft, want the hard one, $hard"
+[ "$hard" -lt 1600 ] || ! grep -q "peers fit" "$E2E_TMP/agent_f.log" ||
 	fail "a limit that holds every peer said: $(grep 'peers fit' "$E2E_TMP/agent_f.log")"
 named_stop agent_f
 bg_start agent_g bash -c 'ulimit -n 128 && exec "$@"' \
