@@ -23,6 +23,14 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 AGENT=$1
 sock="ipc://$E2E_TMP/a.engine"
 
+# agent_ready NAME: waits (5 s at most) for agent NAME's "ready:" line
+agent_ready() {
+	for _ in $(seq 50); do
+		grep -q "ready:" "$E2E_TMP/agent_$1.log" && return 0
+		sleep 0.1
+	done
+}
+
 for bad in "--listen tcp://127.0.0.1:99999" "--listen tcp://127.0.0.1:-5" \
 	"--listen tcp://127.0.0.1" \
 	"--listen tcp://:5555" "--listen tcp://::1:5555" \
@@ -65,10 +73,7 @@ fi
 
 port=$(free_port)
 agent_start a --listen "tcp://127.0.0.1:$port"
-for _ in $(seq 50); do
-	grep -q "ready:" "$E2E_TMP/agent_a.log" && break
-	sleep 0.1
-done
+agent_ready a
 grep -q "peer link tcp://127.0.0.1:$port (advertised tcp://127.0.0.1:$port)" \
 	"$E2E_TMP/agent_a.log" || fail "ready line: $(cat "$E2E_TMP/agent_a.log")"
 # UCX_TLS=sm,self: no TCP setting of ours for UCX to call invalid
@@ -80,10 +85,7 @@ rm -f "$E2E_TMP/b.engine"
 # port 0 on an interface's name: the address bound is advertised (an
 # interface name with a port is refused without --advertise, above)
 agent_start b --listen "tcp://lo:0"
-for _ in $(seq 50); do
-	grep -q "ready:" "$E2E_TMP/agent_b.log" && break
-	sleep 0.1
-done
+agent_ready b
 got=$(sed -n 's/.*(advertised tcp:\/\/127\.0\.0\.1:\([0-9]*\))$/\1/p' "$E2E_TMP/agent_b.log")
 [ -n "$got" ] && [ "$got" != 0 ] || fail "port 0 advertised: $(cat "$E2E_TMP/agent_b.log")"
 ss -ltn "sport = :$got" | grep -q ":$got" || fail "nothing listens on $got, advertised"
@@ -99,10 +101,7 @@ hard=$(ulimit -H -n) # only lowered here: raising it takes privilege
 { [ "$hard" = unlimited ] || [ "$hard" -gt 2000 ]; } && hard=2000
 bg_start agent_f bash -c 'ulimit -S -n 100 && ulimit -H -n "$0" && exec "$@"' \
 	"$hard" "$AGENT" --engine "ipc://$E2E_TMP/f.engine" --listen "tcp://127.0.0.1:$port"
-for _ in $(seq 50); do
-	grep -q "ready:" "$E2E_TMP/agent_f.log" && break
-	sleep 0.1
-done
+agent_ready f
 soft=$(awk '/Max open files/ {print $4}' "/proc/$PID_agent_f/limits")
 [ "$soft" = "$hard" ] || fail "soft limit $soft, want the hard one, $hard"
 [ "$hard" -lt 1600 ] || ! grep -q "peers fit" "$E2E_TMP/agent_f.log" ||
@@ -110,10 +109,7 @@ soft=$(awk '/Max open files/ {print $4}' "/proc/$PID_agent_f/limits")
 named_stop agent_f
 bg_start agent_g bash -c 'ulimit -n 128 && exec "$@"' \
 	_ "$AGENT" --engine "ipc://$E2E_TMP/g.engine" --listen "tcp://127.0.0.1:$port"
-for _ in $(seq 50); do
-	grep -q "ready:" "$E2E_TMP/agent_g.log" && break
-	sleep 0.1
-done
+agent_ready g
 grep -q "the limit is 128 (ulimit -n, raised to its hard limit): about 21 peers fit of the 512" \
 	"$E2E_TMP/agent_g.log" || fail "a low limit not said: $(head -3 "$E2E_TMP/agent_g.log")"
 $PY - "$port" <<'PYEOF' || fail "connections to agent g"
@@ -174,10 +170,7 @@ mode=$(stat -c %a "$E2E_TMP/m.engine")
 rm "$E2E_TMP/m.engine"
 bg_start agent_n "$AGENT" --engine "ipc://$E2E_TMP/m.engine" \
 	--listen "tcp://127.0.0.1:$(free_port)"
-for _ in $(seq 50); do
-	grep -q "ready:" "$E2E_TMP/agent_n.log" && break
-	sleep 0.1
-done
+agent_ready n
 named_stop agent_m
 [ -S "$E2E_TMP/m.engine" ] || fail "the first agent's exit removed the second one's socket file"
 agent_ping "$E2E_TMP/m.engine"
@@ -187,10 +180,7 @@ named_stop agent_n
 $PY -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' \
 	"$E2E_TMP/e.engine"
 agent_start e
-for _ in $(seq 50); do
-	grep -q "ready:" "$E2E_TMP/agent_e.log" && break
-	sleep 0.1
-done
+agent_ready e
 agent_ping "$E2E_TMP/e.engine"
 named_stop agent_e
 
@@ -240,7 +230,7 @@ if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null && command -v nsenter >/dev
 	AGENT_WRAP=(nsenter -t "$holder" -m --wd="$PWD") # (AGENT may be relative)
 	agent_start g
 	AGENT_WRAP=()
-	for _ in $(seq 50); do grep -q "ready:" "$E2E_TMP/agent_g.log" && break; sleep 0.1; done
+	agent_ready g
 	named_stop agent_g
 	ok=1
 	! ns test -e /dev/shm/pdx-staging-1-dead ||
@@ -261,7 +251,7 @@ else
 		sleep 1.2 # older than the sweep's bound
 		[ -e "$dead" ] || continue
 		agent_start g
-		for _ in $(seq 50); do grep -q "ready:" "$E2E_TMP/agent_g.log" && break; sleep 0.1; done
+		agent_ready g
 		named_stop agent_g
 		[ ! -e "$dead" ] || { echo "FAIL: a dead agent's staging was not removed"; break; }
 		grep -q "removed [1-9][0-9]* staging buffer(s) left in /dev/shm" "$E2E_TMP/agent_g.log" &&
