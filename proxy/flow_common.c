@@ -146,12 +146,13 @@ int pdx_flow_pick(struct pdx_call *c)
 			   : 0;
 	const char *model = pdx_call_model(c);
 
-	/* no usable prefill instance, and no falling back to D alone: 503
-	 * before D is picked, which counts a request there (that never
-	 * went) and may take its breaker's one trial (that never ends) */
+	/* no usable prefill instance (of the model, where one named it: its
+	 * instances down), and no falling back to D alone: 503 before D is
+	 * picked, which counts a request there (that never went) and may
+	 * take its breaker's one trial (that never ends) */
 	if (p->n && !c->px->o->prefill_fallback &&
 	    pdx_pool_has_usable(d, c->avoid[PDX_POOL_DECODE], NULL, true) &&
-	    !pdx_pool_has_usable(p, c->avoid[PDX_POOL_PREFILL], NULL, true)) {
+	    !pdx_pool_has_usable(p, c->avoid[PDX_POOL_PREFILL], model, true)) {
 		pdx_call_reply_no_instance(c, PDX_POOL_PREFILL);
 		return -1;
 	}
