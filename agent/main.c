@@ -41,7 +41,7 @@ static const struct timeval UCX_POLL = { 0, 1000 }, UCX_NOW = { 0, 0 };
  * line says "Not enough memory"). Says how full it is when it is. */
 static const char *shm_room_hint(void)
 {
-	static char hint[160];
+	static char hint[192];
 	struct statvfs v;
 	uint64_t avail;
 
@@ -52,7 +52,8 @@ static const char *shm_room_hint(void)
 		return "";
 	snprintf(hint, sizeof(hint),
 		 " (/dev/shm has %llu MiB free of %llu MiB; UCX's shared-"
-		 "memory transports need room there)",
+		 "memory transports need room there: 13 MiB or more for an "
+		 "agent)",
 		 (unsigned long long)(avail >> 20),
 		 (unsigned long long)(((uint64_t)v.f_blocks * v.f_frsize) >>
 				      20));
