@@ -99,9 +99,24 @@ holder() {
 	done
 }
 
+# wrong N: N requests of the short prompt through the proxy at once; the
+# number that did not get the colocated text
+wrong() {
+	local i pids=() bad=0
+	for i in $(seq "$1"); do
+		$PY "$E2E_DIR/client.py" text "$PORT_X" "$short" 12 >"$T/short$i" 2>&1 &
+		pids+=($!)
+	done
+	for i in $(seq "$1"); do
+		wait "${pids[i - 1]}" && [ "$(cat "$T/short$i")" = "$want_short" ] ||
+			bad=$((bad + 1))
+	done
+	echo $bad
+}
+
 # gone ROLE agent|engine: one case (P or D); prints its GONE row.
 gone() {
-	local role=$1 what=$2 out=$T/r.json marks=() t0 n a detect end outcome bad=0 k got
+	local role=$1 what=$2 out=$T/r.json marks=() t0 n a detect end outcome bad=0 k
 	local idle_ms ready_ms served0 client ended_ms survivors_of= xmark nmark retry_ms bound
 	rm -f "$out" "$out.tokens"
 	for k in p0 p1; do marks+=("$(grep -c '' "$T/$k.log")"); done
@@ -189,10 +204,7 @@ EOF
 
 	# past the bound, nobody notices
 	while [ "$(ms_since "$t0")" -lt $DETECT_MS ]; do sleep 0.02; done
-	for _ in $(seq $AFTER); do
-		got=$($PY "$E2E_DIR/client.py" text "$PORT_X" "$short" 12 2>/dev/null) || got="(failed)"
-		[ "$got" = "$want_short" ] || bad=$((bad + 1))
-	done
+	bad=$(wrong $AFTER)
 	[ $bad -eq 0 ] || fail "$role: $bad of $AFTER requests failed after the detection bound: $(tail -5 "$T/X.log")"
 
 	# the proxy's log says why it left rotation
@@ -217,10 +229,8 @@ EOF
 		fail "$n's pdx_engine_agent_up is not 1 with its agent back"
 	settle 2 "$PORT_X/pdx_proxy_instance_healthy{$(instance "$n")}=1" ||
 		fail "the proxy does not take $n back"
-	for _ in 1 2 3 4; do
-		got=$($PY "$E2E_DIR/client.py" text "$PORT_X" "$short" 12) || fail "$role: after the $what came back: no answer"
-		[ "$got" = "$want_short" ] || fail "$role: after the $what came back: '$got'"
-	done
+	[ "$(wrong 4)" = 0 ] ||
+		fail "$role: after the $what came back: $(cat "$T"/short[1-4])"
 	[ "$(val "$(port "$n")" "$(e requests_finished_total)")" -gt "$served0" ] ||
 		fail "$n served nothing after its $what came back"
 	echo "GONE | $role $what SIGKILL | detected $detect ms | in flight: $outcome after $ended_ms ms (retried after $retry_ms ms) | after the bound: $bad of $AFTER failed | blocks held: 0 (idle after $idle_ms ms) | back: ready $ready_ms ms, serving"

@@ -19,7 +19,7 @@ engine_start "$ENGINE" --time-scale 20
 f=$(ls "$E2E_TMP"/res/*.json) || fail "no result file"
 py "import json; r=json.load(open('$f')); assert r['completed'] == 20 and r['mean_ttft_ms'] > 0 and r['total_output_tokens'] == 320, {k: r.get(k) for k in ('completed', 'mean_ttft_ms', 'total_output_tokens')}" "result JSON"
 get /metrics >"$E2E_TMP/metrics"
-python3 "$HERE/promcheck.py" "$E2E_TMP/metrics" \
+"$PY" "$HERE/promcheck.py" "$E2E_TMP/metrics" \
 	'pdx_engine_kv_blocks_used{model_name="tiny"}=0' \
 	'pdx_engine_requests_finished_total{model_name="tiny"}=20' \
 	'pdx_engine_prompt_tokens_total{model_name="tiny"}=1280' ||

@@ -50,7 +50,7 @@ for flow in concurrent sequential early-callback; do
 		demo_fail flows "demo --flow $flow: $(tail -5 "$E2E_TMP/$flow.err")"
 	grep -q "pdx demo: disaggregated ($flow flow) vs colocated" "$E2E_TMP/$flow.txt" ||
 		fail "demo --flow $flow printed no report"
-	python3 -c "import json; r = json.load(open('$E2E_TMP/$flow.json'))
+	"$PY" -c "import json; r = json.load(open('$E2E_TMP/$flow.json'))
 for k in ('disaggregated', 'colocated'):
     assert r[k]['completed'] == 12 and r[k]['failed'] == 0, (k, r[k]['completed'], r[k]['failed'])
     assert r[k]['mean_ttft_ms'] > 0 and r[k]['total_output_tokens'] == 72, r[k]" ||
@@ -65,7 +65,7 @@ done
 	--quiet --out mla --json mla.json) \
 	>"$E2E_TMP/mla.txt" 2>"$E2E_TMP/mla.err" ||
 	demo_fail mla "demo --model deepseek-v3: $(tail -5 "$E2E_TMP/mla.err")"
-python3 -c "import json; r = json.load(open('$E2E_TMP/mla.json'))
+"$PY" -c "import json; r = json.load(open('$E2E_TMP/mla.json'))
 for k in ('disaggregated', 'colocated'):
     assert r[k]['completed'] == 6 and r[k]['failed'] == 0, (k, r[k]['completed'], r[k]['failed'])
     assert r[k]['total_output_tokens'] == 24, r[k]" ||
@@ -78,7 +78,7 @@ for k in ('disaggregated', 'colocated'):
 	--quiet --out "$E2E_TMP/tp" --json "$E2E_TMP/tp.json" \
 	>"$E2E_TMP/tp.txt" 2>"$E2E_TMP/tp.err" ||
 	demo_fail tp "demo --prefill-tp 2 --decode-tp 2: $(tail -5 "$E2E_TMP/tp.err")"
-python3 -c "import json; r = json.load(open('$E2E_TMP/tp.json'))
+"$PY" -c "import json; r = json.load(open('$E2E_TMP/tp.json'))
 for k in ('disaggregated', 'colocated'):
     assert r[k]['completed'] == 12 and r[k]['failed'] == 0, (k, r[k]['completed'], r[k]['failed'])
     assert r[k]['total_output_tokens'] == 72, r[k]" ||
@@ -94,7 +94,7 @@ done
 	--quiet --out "$E2E_TMP/tp12" --json "$E2E_TMP/tp12.json" \
 	>"$E2E_TMP/tp12.txt" 2>"$E2E_TMP/tp12.err" ||
 	demo_fail tp12 "demo --prefill-tp 1 --decode-tp 2: $(tail -5 "$E2E_TMP/tp12.err")"
-python3 -c "import json; r = json.load(open('$E2E_TMP/tp12.json'))
+"$PY" -c "import json; r = json.load(open('$E2E_TMP/tp12.json'))
 for k in ('disaggregated', 'colocated'):
     assert r[k]['completed'] == 6 and r[k]['failed'] == 0, (k, r[k]['completed'], r[k]['failed'])" ||
 	demo_fail tp12 "demo --prefill-tp 1 --decode-tp 2: results"

@@ -25,7 +25,7 @@ curl -sS --max-time 0.7 -d "$long, \"stream\": true}" \
 c3=$!
 sleep 0.2
 get /metrics >"$E2E_TMP/busy"
-python3 "$HERE/promcheck.py" "$E2E_TMP/busy" \
+"$PY" "$HERE/promcheck.py" "$E2E_TMP/busy" \
 	'pdx_engine_num_requests_running{model_name="tiny"}=2' \
 	'pdx_engine_num_requests_waiting{model_name="tiny"}=1' ||
 	fail "/metrics while busy"
@@ -33,7 +33,7 @@ wait $c1 $c2 $c3
 grep -q '^data: {' "$E2E_TMP/s1" || fail "the stream sent no token before the client left"
 sleep 0.3
 get /metrics >"$E2E_TMP/after"
-python3 "$HERE/promcheck.py" "$E2E_TMP/after" \
+"$PY" "$HERE/promcheck.py" "$E2E_TMP/after" \
 	'pdx_engine_num_requests_running{model_name="tiny"}=0' \
 	'pdx_engine_num_requests_waiting{model_name="tiny"}=0' \
 	'pdx_engine_kv_blocks_used{model_name="tiny"}=0' \

@@ -162,7 +162,7 @@ curl -sS -o "$E2E_TMP/body" -w '%{http_code}' -H 'Authorization: Bearer s3cret' 
 status_is 201 "the admin API adds an instance beside DNS"
 settle 3 "$pool_n=3" || fail "the admin API's instance is not in the pool"
 
-n=480
+n=300
 "$BENCH" --host 127.0.0.1 --port "$x" --model tiny --dataset-name random \
 	--random-input-len 32 --random-output-len 16 --num-prompts $n \
 	--request-rate 40 --max-concurrency 16 --disable-tqdm \

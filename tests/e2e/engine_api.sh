@@ -23,7 +23,7 @@ run_all() {
 			-d "{\"prompt\": $p, \"max_tokens\": 12, \"stream\": true, \"stream_options\": {\"include_usage\": true}}" \
 			"http://127.0.0.1:$PORT/v1/completions" >"$E2E_TMP/stream$i.sse" ||
 			fail "stream $i"
-		python3 "$HERE/sse_check.py" "$E2E_TMP/whole$i.json" \
+		"$PY" "$HERE/sse_check.py" "$E2E_TMP/whole$i.json" \
 			"$E2E_TMP/stream$i.sse" text 12 || fail "stream $i vs whole"
 		i=$((i + 1))
 	done
@@ -33,7 +33,7 @@ run_all() {
 	curl -sS -N -d '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}], "max_tokens": 7, "stream": true, "stream_options": {"include_usage": true}}' \
 		"http://127.0.0.1:$PORT/v1/chat/completions" >"$E2E_TMP/chat.sse" ||
 		fail "chat stream"
-	python3 "$HERE/sse_check.py" "$E2E_TMP/chat.json" "$E2E_TMP/chat.sse" \
+	"$PY" "$HERE/sse_check.py" "$E2E_TMP/chat.json" "$E2E_TMP/chat.sse" \
 		chat 7 || fail "chat stream vs whole"
 }
 
@@ -94,7 +94,7 @@ code=$(curl -sS -o /dev/null -w '%{http_code}' --data-binary @"$E2E_TMP/big" \
 
 get /metrics >"$E2E_TMP/metrics"
 status_is 200 /metrics
-python3 "$HERE/promcheck.py" "$E2E_TMP/metrics" \
+"$PY" "$HERE/promcheck.py" "$E2E_TMP/metrics" \
 	'pdx_engine_num_requests_running{model_name="tiny"}=0' \
 	'pdx_engine_num_requests_waiting{model_name="tiny"}=0' \
 	'pdx_engine_kv_blocks_capacity{model_name="tiny"}=4096' \

@@ -32,11 +32,14 @@ AOPTS=(--heartbeat-ms 200 --peer-timeout-ms 1000 --lease-ms 1500
 	--notify "tcp://127.0.0.1:$PORT_n" --log-level debug)
 # tiny (4 layers); P at scale 300000 computes the 1200-token prompt in one
 # step of ~1.5 s and posts layer l at (l+1)/4 of it, so the transfer runs
-# for about a second; D at scale 10000 decodes a token in ~10 ms
+# for about a second; D at scale 10000 decodes a token in ~10 ms. The
+# blocks of a transfer whose agent died are quarantined 2 s (above the
+# agents' --peer-timeout-ms, as agent_gone's; the default 6 s only made
+# the survivors settle later)
 EOPTS_P=(--role prefill --agent "ipc://$T/p.engine" --time-scale 300000
-	--kv-timeout-ms 4000)
+	--kv-timeout-ms 4000 --kv-quarantine-ms 2000)
 EOPTS_D=(--role decode --agent "ipc://$T/d.engine" --time-scale 10000
-	--kv-timeout-ms 4000)
+	--kv-timeout-ms 4000 --kv-quarantine-ms 2000)
 XOPTS=(--flow concurrent --prefill "127.0.0.1:$PORT_P" --decode "127.0.0.1:$PORT_D"
 	--notify-bind "tcp://127.0.0.1:$PORT_n" --transfer-timeout 5
 	--health-interval 200 --health-timeout 500 --unhealthy-after 2

@@ -54,7 +54,7 @@ for _ in $(seq 100); do
 	sleep 0.05
 done
 
-python3 - "$T" "$waited" "$LEASE_MS" "${freed:-none}" <<'PY' || fail "checks above"
+"$PY" - "$T" "$waited" "$LEASE_MS" "${freed:-none}" <<'PY' || fail "checks above"
 import json, sys
 T, waited, lease, freed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 def rd(f): return open(f"{T}/{f}").read()

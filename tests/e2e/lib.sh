@@ -140,7 +140,7 @@ status_is() {
 
 # py CODE: runs python3 with stdin; the code asserts.
 py() {
-	python3 -c "$1" || fail "check failed: $2"
+	"$PY" -c "$1" || fail "check failed: $2"
 }
 
 # A TCP port nobody listens on now, below the kernel's ephemeral range

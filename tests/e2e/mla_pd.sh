@@ -40,7 +40,7 @@ for p in '"Hello, world!"' "[$(seq -s, 1 64)]" "[$(seq -s, 100 229)]" \
 	status_is 200 "disaggregated: $req"
 	py "import json; a=json.load(open('$E2E_TMP/c$n.json')); b=json.load(open('$E2E_TMP/x$n.json')); assert a['choices'][0]['text'] == b['choices'][0]['text'] and a['usage'] == b['usage'], (a, b)" \
 		"disaggregated equals colocated: $req"
-	t=$(python3 -c "import json; print(json.load(open('$E2E_TMP/x$n.json'))['usage']['prompt_tokens'])")
+	t=$("$PY" -c "import json; print(json.load(open('$E2E_TMP/x$n.json'))['usage']['prompt_tokens'])")
 	blocks=$((blocks + (t + 63) / 64))
 done
 [ "$blocks" -ge 6 ] || fail "the prompts span only $blocks blocks"

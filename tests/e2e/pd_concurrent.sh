@@ -96,7 +96,7 @@ wait $dpid
 to "$PORT_D" "$(body "$prompt" 6 0 "$(kv 12 tcp://x:1 prefill)")" "$T/bad1"
 to "$PORT_C" "$(body "$prompt" 6 0 "$(kv "$(xid)" "$PEER_P" prefill)")" "$T/bad2"
 
-python3 - "$T" "$n" <<'PY' || fail "checks above"
+"$PY" - "$T" "$n" <<'PY' || fail "checks above"
 import json, sys
 T, n = sys.argv[1], int(sys.argv[2])
 def rd(f): return open(f"{T}/{f}").read()
@@ -135,7 +135,7 @@ PY
 for port in "$PORT_P" "$PORT_D" "$PORT_C"; do
 	ok=
 	for _ in $(seq 50); do
-		if curl -sS "http://127.0.0.1:$port/metrics" | python3 -c 'import sys
+		if curl -sS "http://127.0.0.1:$port/metrics" | "$PY" -c 'import sys
 v = {}
 for l in sys.stdin:
     if l.startswith("pdx_engine_kv_blocks_"):

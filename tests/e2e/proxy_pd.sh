@@ -44,7 +44,7 @@ same() {
 	curl -sS -N -d "$req, \"stream\": true, \"stream_options\": {\"include_usage\": true}}" \
 		"http://127.0.0.1:$(eval echo "\$PORT_$x")$route" >"$E2E_TMP/x_$tag.sse" ||
 		fail "$x: stream $req"
-	python3 "$HERE/sse_check.py" "$E2E_TMP/c_$tag.json" "$E2E_TMP/x_$tag.sse" \
+	"$PY" "$HERE/sse_check.py" "$E2E_TMP/c_$tag.json" "$E2E_TMP/x_$tag.sse" \
 		"$kind" "$n" >/dev/null || fail "$x: stream vs colocated: $req"
 }
 
@@ -67,7 +67,7 @@ grep -i "^server-timing: queue;dur=[0-9.]*, kv;dur=[0-9.]*, ttft;dur=[0-9.]*, p_
 	"$E2E_TMP/head" >/dev/null || fail "Server-Timing: $(grep -i timing "$E2E_TMP/head")"
 PORT=$PORT_XC get /metrics >"$E2E_TMP/mphase"
 for ph in prefill_queue prefill decode_queue kv_wait first_token; do
-	python3 -c "import sys, re
+	"$PY" -c "import sys, re
 n = [float(v) for v in re.findall(r'^pdx_proxy_request_phase_seconds_count\{phase=\"$ph\"\} (\S+)', open(sys.argv[1]).read(), re.M)]
 assert n and n[0] >= 10, n" "$E2E_TMP/mphase" || fail "phase histogram $ph"
 done
@@ -80,7 +80,7 @@ for _ in $(seq 50); do
 		"$E2E_TMP/mxfer" && break
 	sleep 0.1
 done
-python3 -c "import sys, re
+"$PY" -c "import sys, re
 t = open(sys.argv[1]).read()
 assert re.search(r'^pdx_proxy_transfer_notifications_total\{about=\"counted\"\} 20$', t, re.M), t
 g = re.findall(r'^pdx_proxy_instance_transfers\{.*\} (\d+)$', t, re.M)
@@ -120,7 +120,7 @@ for x in P D XC XS XE; do
 	X*) want=("pdx_proxy_requests_total{code=\"200\"}=10") ;;
 	esac
 	PORT=$(eval echo "\$PORT_$x") get /metrics >"$E2E_TMP/m$x"
-	python3 "$HERE/promcheck.py" "$E2E_TMP/m$x" "${want[@]}" || fail "$x: metrics"
+	"$PY" "$HERE/promcheck.py" "$E2E_TMP/m$x" "${want[@]}" || fail "$x: metrics"
 done
 
 # the prefill engine dies: D, already waiting for the KV, is cancelled

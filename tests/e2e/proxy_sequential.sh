@@ -34,7 +34,7 @@ admin() {
 
 # established_to PORT: TCP connections open to PORT on this host
 established_to() {
-	python3 - "$1" <<'PYEOF'
+	"$PY" - "$1" <<'PYEOF'
 import sys
 n = 0
 for f in ('/proc/net/tcp', '/proc/net/tcp6'):
@@ -73,7 +73,7 @@ for p in '"Hello, world!"' '[1, 2, 3, 4, 5, 6, 7, 8, 9]'; do
 	curl -sS -N -d "{\"prompt\": $p, \"max_tokens\": 12, \"stream\": true, \"stream_options\": {\"include_usage\": true}}" \
 		"http://127.0.0.1:$PORT/v1/completions" >"$E2E_TMP/proxied.sse" ||
 		fail "stream through the proxy"
-	python3 "$HERE/sse_check.py" "$E2E_TMP/direct.json" \
+	"$PY" "$HERE/sse_check.py" "$E2E_TMP/direct.json" \
 		"$E2E_TMP/proxied.sse" text 12 >/dev/null || fail "proxied stream vs direct"
 done
 post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 5}' |
@@ -111,7 +111,7 @@ admin GET /admin/instances s3cret |
 	py 'import json,sys; r=json.load(sys.stdin); assert len(r["instances"]) == 3, r' "admin list after add"
 
 get /metrics >"$E2E_TMP/metrics"
-python3 "$HERE/promcheck.py" "$E2E_TMP/metrics" 'pdx_proxy_requests_inflight=0' \
+"$PY" "$HERE/promcheck.py" "$E2E_TMP/metrics" 'pdx_proxy_requests_inflight=0' \
 	"pdx_proxy_instances{role=\"decode\"}=2" ||
 	fail "/metrics is not valid Prometheus text"
 
@@ -145,7 +145,7 @@ for _ in 1 2 3 4; do
 	status_is 200 "served by the other instance after the remove"
 done
 get /metrics >"$E2E_TMP/metrics"
-python3 "$HERE/promcheck.py" "$E2E_TMP/metrics" "pdx_proxy_requests_total{code=\"502\"}=$bad" ||
+"$PY" "$HERE/promcheck.py" "$E2E_TMP/metrics" "pdx_proxy_requests_total{code=\"502\"}=$bad" ||
 	fail "/metrics after the failure"
 named_stop X
 
@@ -188,7 +188,7 @@ done
 [ -n "$PORT_F" ] || fail "proxy under ulimit -n 32 did not start: $(tail -3 "$E2E_TMP/F.log")"
 grep -q -- '--max-inflight 4096 lowered to' "$E2E_TMP/F.log" ||
 	fail "--max-inflight not lowered under ulimit -n 32"
-python3 - "$PORT_F" >"$E2E_TMP/emfile" <<'PYEOF' || fail "client holding descriptors"
+"$PY" - "$PORT_F" >"$E2E_TMP/emfile" <<'PYEOF' || fail "client holding descriptors"
 import socket, sys, time
 port = int(sys.argv[1])
 socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(60)]
@@ -243,7 +243,7 @@ named_stop G
 # an engine that closes a kept connection instead of answering the next
 # request on it: that request gets 502 and is not sent again (a prefill
 # must not run twice); the next one gets a new connection
-python3 - "$E2E_TMP/closer.log" >"$E2E_TMP/closer" <<'PYEOF' &
+"$PY" - "$E2E_TMP/closer.log" >"$E2E_TMP/closer" <<'PYEOF' &
 import socket, sys, threading
 log = open(sys.argv[1], 'a', buffering=1)
 s = socket.socket()
@@ -324,13 +324,13 @@ wait $c1 $c2
 grep -q '^data: {' "$E2E_TMP/s1" || fail "the proxied stream sent no token before the client left"
 sleep 0.3
 PORT=$PORT_S get /metrics >"$E2E_TMP/after"
-python3 "$HERE/promcheck.py" "$E2E_TMP/after" \
+"$PY" "$HERE/promcheck.py" "$E2E_TMP/after" \
 	'pdx_engine_num_requests_running{model_name="tiny"}=0' \
 	'pdx_engine_kv_blocks_used{model_name="tiny"}=0' \
 	'pdx_engine_requests_aborted_total{model_name="tiny"}=2' ||
 	fail "the engine kept requests whose client left the proxy"
 PORT=$PORT_Z get /metrics >"$E2E_TMP/after"
-python3 "$HERE/promcheck.py" "$E2E_TMP/after" \
+"$PY" "$HERE/promcheck.py" "$E2E_TMP/after" \
 	'pdx_proxy_requests_aborted_total=2' 'pdx_proxy_requests_inflight=0' ||
 	fail "proxy metrics after the clients left"
 PORT=$PORT_Z post /v1/completions '{"prompt": "after", "max_tokens": 2}' >/dev/null
@@ -340,7 +340,7 @@ named_stop S
 named_stop P
 
 # an engine that accepts and never answers: 504 at the first-byte deadline
-python3 -c 'import socket, sys, time
+"$PY" -c 'import socket, sys, time
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
 print(s.getsockname()[1], flush=True); time.sleep(30)' >"$E2E_TMP/hole" &
 E2E_PIDS="$E2E_PIDS $!"

@@ -50,7 +50,7 @@ same() {
 	curl -sS -N -d "$req, \"stream\": true, \"stream_options\": {\"include_usage\": true}}" \
 		"http://127.0.0.1:$PORT_T$route" >"$E2E_TMP/t_$tag.sse" ||
 		fail "toy proxy: stream $req"
-	python3 "$HERE/sse_check.py" "$E2E_TMP/x_$tag.json" "$E2E_TMP/t_$tag.sse" \
+	"$PY" "$HERE/sse_check.py" "$E2E_TMP/x_$tag.json" "$E2E_TMP/t_$tag.sse" \
 		"$kind" "$n" >/dev/null || fail "toy proxy's stream vs pdx-proxy: $req: $(head -c 300 "$E2E_TMP/t_$tag.sse")"
 	n_xfers=$((n_xfers + 3))
 }

@@ -57,7 +57,7 @@ pd() {
 	PORT=$PORT_P post /v1/completions "{\"prompt\": [$1], \"max_tokens\": 1,
 		\"kv_transfer_params\": {\"do_remote_decode\": true}}" >"$E2E_TMP/p$2.json"
 	status_is 200 "prefill $3"
-	kv=$(python3 -c "import json; print(json.dumps(json.load(open('$E2E_TMP/p$2.json'))['kv_transfer_params']))")
+	kv=$("$PY" -c "import json; print(json.dumps(json.load(open('$E2E_TMP/p$2.json'))['kv_transfer_params']))")
 	PORT=$PORT_D post /v1/completions "{\"prompt\": [$1], \"max_tokens\": 5,
 		\"kv_transfer_params\": $kv}" >"$E2E_TMP/d$2.json"
 	status_is 200 "decode $3"
@@ -143,7 +143,7 @@ done
 # rank 0's agent (/health 503 naming the rank, a transfer refused with
 # 503, which the proxy retries elsewhere and does not count against the
 # instance), and ready again once the agent is back at its address
-xid=$(python3 -c "import secrets; print(secrets.token_hex(16))")
+xid=$("$PY" -c "import secrets; print(secrets.token_hex(16))")
 PORT=$PORT_D post /v1/completions "{\"prompt\": [1,2,3], \"max_tokens\": 2,
 	\"kv_transfer_params\": {\"do_remote_prefill\": true, \"xfer_id\": \"$xid\",
 	\"remote_agents\": [\"tcp://127.0.0.1:1\", \"tcp://127.0.0.1:2\", \"tcp://127.0.0.1:2\"],
@@ -175,8 +175,8 @@ grep -q "did not run for" "$E2E_TMP/D.log" || fail "the leader did not notice it
 
 # a follower killed while a decode request waits for its KV: it ends now
 # with the reason, not at --kv-timeout-ms
-xid=$(python3 -c "import secrets; print(secrets.token_hex(16))")
-ag=$(python3 -c "import json; print(json.dumps(json.loads('$kv1')['remote_agents']))")
+xid=$("$PY" -c "import secrets; print(secrets.token_hex(16))")
+ag=$("$PY" -c "import json; print(json.dumps(json.loads('$kv1')['remote_agents']))")
 t0=$(date +%s.%N)
 curl -sS -o "$E2E_TMP/w.json" -w '%{http_code}' -H 'Content-Type: application/json' \
 	--data-binary "{\"prompt\": [1,2,3], \"max_tokens\": 3, \"kv_transfer_params\":
@@ -198,7 +198,7 @@ PORT=$PORT_D post /v1/completions "{\"prompt\": [$toks], \"max_tokens\": 5,
 status_is 503 "a transfer to an instance that lost a rank"
 PORT=$PORT_D post /v1/completions '{"prompt": "Hi", "max_tokens": 2}' >/dev/null
 status_is 503 "a plain request to an instance that lost a rank"
-xid=$(python3 -c "import secrets; print(secrets.token_hex(16))")
+xid=$("$PY" -c "import secrets; print(secrets.token_hex(16))")
 PORT=$PORT_D post /v1/completions "{\"prompt\": [1,2,3], \"max_tokens\": 2,
 	\"kv_transfer_params\": {\"do_remote_prefill\": true, \"xfer_id\": \"$xid\",
 	\"remote_agents\": $ag, \"on_failure\": \"recompute\"}}" >/dev/null

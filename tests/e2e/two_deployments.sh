@@ -214,7 +214,7 @@ kill -KILL "$PID_agent_a" "$(child "$PID_A")"
 wait "$PID_agent_a" "$PID_A" 2>/dev/null
 E2E_PIDS=${E2E_PIDS/ $PID_agent_a/}
 E2E_PIDS=${E2E_PIDS/ $PID_A/}
-sleep 5
+sleep 2 # past the sweep's 1 s (whole seconds of its ctime)
 agent_start a # the log says "--- start" again
 named_engine_start A2 "${IN_NS[@]}" "$ENGINE" --model tiny --kv-blocks 64 \
 	--role prefill --agent "ipc://$E2E_TMP/a.engine"

@@ -107,7 +107,7 @@ at_once() {
 # check_pairs TAG: each answer through the proxy has the colocated text
 # (a stream: sse_check.py). One python3 for all: it can be slow to start.
 check_pairs() {
-	python3 - "$HERE/sse_check.py" "$E2E_TMP/$1.pairs" <<'PY' || fail "$1: disaggregated differs from colocated"
+	"$PY" - "$HERE/sse_check.py" "$E2E_TMP/$1.pairs" <<'PY' || fail "$1: disaggregated differs from colocated"
 import contextlib, io, json, runpy, sys
 sse, pairs = sys.argv[1:3]
 for line in open(pairs):
@@ -145,7 +145,7 @@ requests() {
 # holds no KV block (promcheck.py); the proxy answered every request
 # with 200.
 served() {
-	python3 - "$HERE/promcheck.py" "$E2E_TMP/$1" "$XURL" "$SENT" <<'PY' ||
+	"$PY" - "$HERE/promcheck.py" "$E2E_TMP/$1" "$XURL" "$SENT" <<'PY' ||
 import re, runpy, sys, time, urllib.request
 check, base, xurl, sent = sys.argv[1:5]
 n = 0
@@ -252,7 +252,7 @@ stop xpyd
 
 # --base-port: ports in the documented order; an agent killed is started
 # again, the rest stay up
-base=$(python3 -c 'import random, socket
+base=$("$PY" -c 'import random, socket
 for _ in range(200):
     n = random.randrange(20000, 30000)
     ss = []
@@ -305,7 +305,7 @@ stop restart
 # requests each with different endings, one at a time; which prefill
 # instance served a request is read from its finished-requests counter
 launch prefix --prefill 2 --decode 1 --policy-p prefix-aware
-python3 - "$XURL" "$E2E_TMP/prefix.inst" <<'PY' || fail "prefix-aware routing"
+"$PY" - "$XURL" "$E2E_TMP/prefix.inst" <<'PY' || fail "prefix-aware routing"
 import json, re, sys, time, urllib.request
 xurl, inst = sys.argv[1:3]
 ps = [l.split()[2] for l in open(inst) if l.split()[1] == "prefill"]

@@ -54,7 +54,7 @@ PYEOF
 # sent after the kill counted (--detect-ms 0: the second or so until the
 # agent is back is sure to fail some).
 rc=0
-"${SOAK[@]}" --decode 1 --detect-ms 0 --out "$E2E_TMP/one" --json "$E2E_TMP/one.json" \
+"${SOAK[@]}" --decode 1 --detect-ms 0 --num-prompts 100 --out "$E2E_TMP/one" --json "$E2E_TMP/one.json" \
 	>"$E2E_TMP/one.out" 2>&1 || rc=$?
 [ $rc = 1 ] || fail "control: scripts/soak exited $rc, want 1: $(tail -40 "$E2E_TMP/one.out")"
 $PY - "$E2E_TMP/one.json" <<'PYEOF' || fail "control summary: $(cat "$E2E_TMP/one.json")"

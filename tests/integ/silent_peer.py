@@ -62,9 +62,12 @@ def stalled(rig, peers, side):
     A.send({"op": "send", "xfer": x, "peer": peers["B"], "blocks": [6]})
     time.sleep(0.3)  # the want is taken: heartbeats go both ways
     pid = rig.agents["AB".index(side)].pid
+    other = B if side == "A" else A
     os.kill(pid, signal.SIGSTOP)
     try:
-        time.sleep(2)  # twice the silence bound
+        # until the other finds it silent (the bound, 1 s) and fails the
+        # transfer: its engine hears (at most 5 s)
+        other.event(x, 5000)
     finally:
         os.kill(pid, signal.SIGCONT)
     for layer in range(LAYERS):

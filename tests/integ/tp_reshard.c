@@ -50,19 +50,17 @@ static int n_started;
 static const char *lease_ms; /* --lease-ms for the agents; NULL: none */
 static const char *agent_env; /* "KEY=VALUE" for the agents; NULL: none */
 
-static int rank_start(struct inst *in, uint32_t i, char tag,
-		      const char *data_path)
+/* Rank i's pool, and its agent started (not waited for). */
+static int rank_spawn(struct inst *in, uint32_t i, const char *data_path)
 {
 	struct pdx_model m = { .name = "tp", .layers = LAYERS,
 			       .tensors = in->tensors,
 			       .kv_heads = in->kv_heads, .head_dim = HEAD_DIM,
 			       .dtype_bytes = 2, .block_tokens = TOKENS };
-	struct pdx_engine_params ep = { .timeout_ms = 2000 };
 	struct pb_agent_opts ao = { 0 };
 	struct rank *r = &in->r[i];
 	char path[4200], name[64];
 	int port = pb_free_port("127.0.0.1");
-	pdx_status_t st;
 
 	n_started++;
 	snprintf(name, sizeof(name), "/pdx-tp-%d-%d", (int)getpid(), n_started);
@@ -85,8 +83,17 @@ static int rank_start(struct inst *in, uint32_t i, char tag,
 		ao.args[2] = "--heartbeat-ms";
 		ao.args[3] = "200";
 	}
-	if (pb_agent_start(&r->agent, &ao))
-		return -1;
+	return pb_agent_start(&r->agent, &ao);
+}
+
+/* Rank i's engine: connected to its agent, which rank_spawn() started,
+ * and registered (its peer address in r->peer). */
+static int rank_register(struct inst *in, uint32_t i, char tag)
+{
+	struct pdx_engine_params ep = { .timeout_ms = 2000 };
+	struct rank *r = &in->r[i];
+	pdx_status_t st;
+
 	ep.agent = r->engine_addr;
 	st = pdx_engine_connect(&ep, &r->eng);
 	if (!st)
@@ -110,8 +117,13 @@ static int inst_start(struct inst *in, uint32_t size, uint32_t kv_heads,
 	in->kv_heads = kv_heads;
 	in->tensors = mla ? 1 : 2;
 	in->order = order;
+	/* every rank's agent starts at once (each takes ~0.1 s), then
+	 * each engine registers with its own */
 	for (uint32_t i = 0; i < size; i++)
-		if (rank_start(in, i, tag, data_path))
+		if (rank_spawn(in, i, data_path))
+			return -1;
+	for (uint32_t i = 0; i < size; i++)
+		if (rank_register(in, i, tag))
 			return -1;
 	return 0;
 }

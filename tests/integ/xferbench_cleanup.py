@@ -217,8 +217,8 @@ def wait_bound(xb, agent):
     and the modeled compute (it was a fixed 60 s: a run whose transfer
     the agents allowed longer failed at 60 s). The run says its bound."""
     for opts, want in (([], 30 + GRACE_S),
-                       (["--xfer-timeout-ms", "120000", "--layer-ms", "2000"],
-                        120 + LAYERS * 2 + GRACE_S)):
+                       (["--xfer-timeout-ms", "120000", "--layer-ms", "250"],
+                        120 + LAYERS * 250 // 1000 + GRACE_S)):
         p = subprocess.run([xb, "--model", "tiny", "--tokens", "16",
                             "--iters", "1", "--agent-bin", agent] + opts,
                            capture_output=True, text=True, timeout=60)
