@@ -257,7 +257,13 @@ static void info_end(struct pdx_upstream *u, int status, struct evbuffer *body,
 		const char *peer =
 		    json_string_value(json_object_get(j, "peer_addr"));
 
+		const char *role =
+		    json_string_value(json_object_get(j, "role"));
+
 		snprintf(i->peer, sizeof(i->peer), "%s", peer ? peer : "");
+		snprintf(i->engine_role, sizeof(i->engine_role), "%s",
+			 role ? role : "");
+		i->no_agent = json_is_null(json_object_get(j, "agent"));
 		i->tp = 1;
 		if (peer)
 			info_ranks(i, j);
@@ -300,6 +306,60 @@ static bool one_agent(struct pdx_call *c)
 	return true;
 }
 
+/* An instance in the wrong pool, by its own /v1/pdx/info: a decode
+ * engine listed with --prefill (or the other way: the two swapped), or
+ * one without an agent in a P/D pair. Its engine refused each request
+ * with a 400 that blamed the client ("do_remote_decode: this is a
+ * decode engine", "kv_transfer_params: this engine has no --agent")
+ * while /ready said 200. Refused here with what to fix, logged at warn
+ * (once per instance in a row); under --on-prefill-failure local only
+ * said, as the decode instance prefills what P refuses (colocated
+ * engines behind a sequential proxy run so). */
+static bool wrong_pool(struct pdx_call *c)
+{
+	static char last[PDX_POOL_ADDR_MAX + 16];
+	struct pdx_inst *pair[2] = {c->prefill, c->decode};
+	char msg[2 * PDX_POOL_ADDR_MAX + 160];
+
+	if (!c->prefill || !c->decode)
+		return false;
+	for (int k = 0; k < 2; k++) {
+		struct pdx_inst *i = pair[k];
+		const char *other = k ? "prefill" : "decode";
+
+		if (!strcmp(i->engine_role, other))
+			snprintf(msg, sizeof(msg),
+				 "%s instance %s is a %s engine (its "
+				 "/v1/pdx/info says role %s): are --prefill "
+				 "and --decode swapped?",
+				 pdx_pool_role_name(i->role), i->url, other,
+				 other);
+		else if (i->no_agent)
+			snprintf(msg, sizeof(msg),
+				 "%s instance %s has no agent (its "
+				 "/v1/pdx/info says agent null): a colocated "
+				 "engine takes no part in a KV transfer; start "
+				 "it with --agent, or list it in no P/D pool",
+				 pdx_pool_role_name(i->role), i->url);
+		else
+			continue;
+		if (strcmp(i->url, last) != 0) {
+			log_warn("%s%s", msg, c->px->o->prefill_fallback
+						  ? " (--on-prefill-failure "
+						    "local: the decode instance "
+						    "prefills what P refuses)"
+						  : "");
+			snprintf(last, sizeof(last), "%s", i->url);
+		}
+		if (c->px->o->prefill_fallback)
+			return false;
+		i->peer_known = false; /* asked again: it may be mended */
+		pdx_call_reply_error(c, 502, "upstream_error", msg);
+		return true;
+	}
+	return false;
+}
+
 /* Asks D, then P, what it does not know yet; then c->next. */
 static void learn_next(struct pdx_call *c)
 {
@@ -318,7 +378,7 @@ static void learn_next(struct pdx_call *c)
 			     &cbs);
 		return;
 	}
-	if (!one_agent(c))
+	if (!wrong_pool(c) && !one_agent(c))
 		c->next(c);
 }
 

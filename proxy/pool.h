@@ -91,6 +91,11 @@ struct pdx_inst {
 	 * (pdx_pool_relearn) */
 	bool peer_known;
 	char peer[PDX_POOL_ADDR_MAX];
+	/* the same answer's "role" (prefill, decode, both) and whether it
+	 * named its agent as none ("agent": null: a colocated pdx-engine);
+	 * "" and false where it did not say (vLLM has no such route) */
+	char engine_role[12];
+	bool no_agent;
 	unsigned tp;
 	char peers[PDX_POOL_TP_MAX][PDX_POOL_ADDR_MAX];
 	/* a prefill instance's bootstrap server port for SGLang decode

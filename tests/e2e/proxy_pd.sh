@@ -181,5 +181,18 @@ for _ in $(seq 4); do
 done
 settle 1 "$PORT_XQ/pdx_proxy_transfers_sent_total{path=\"ipc\"}>=$((before + 1))" ||
 	fail "no transfer by PQ's restarted agent through the proxy: $(grep -i agent "$E2E_TMP/XQ.log" | tail -3)"
-for x in XQ PQ XS XE XL D C; do named_stop $x; done
+
+# --prefill and --decode swapped, or a colocated engine in the pair: the
+# engines' own /v1/pdx/info says so, and the proxy answers 502 with what
+# to fix (the engine's 400 blamed the client: "this is a decode engine",
+# "this engine has no --agent", while /ready said 200)
+named_engine_start XW "$PROXY" --prefill "127.0.0.1:$PORT_D" --decode "127.0.0.1:$PORT_PQ"
+named_engine_start XN "$PROXY" --prefill "127.0.0.1:$PORT_PQ" --decode "127.0.0.1:$PORT_C"
+for case in "XW:are --prefill and --decode swapped" "XN:has no agent"; do
+	PORT=$(eval echo "\$PORT_${case%%:*}") post /v1/completions '{"prompt": "a b", "max_tokens": 2}' >/dev/null
+	status_is 502 "${case%%:*}"
+	grep -q "${case#*:}" "$E2E_TMP/body" || fail "${case%%:*}: $(cat "$E2E_TMP/body")"
+	grep -q "${case#*:}" "$E2E_TMP/${case%%:*}.log" || fail "${case%%:*}: not logged"
+done
+for x in XW XN XQ PQ XS XE XL D C; do named_stop $x; done
 echo ok
