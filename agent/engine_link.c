@@ -600,6 +600,12 @@ static void on_register(struct agent *a, const void *id, size_t id_len,
 		 * end, which the engine reads first */
 		engine_direct_drop(a, a->reg.engine_id, a->reg.engine_id_len);
 		tell_displaced(a, a->reg.engine_id, a->reg.engine_id_len);
+		/* its engine says so only in its own /health: an engine
+		 * started by mistake with this one's --agent took it */
+		log_warn("an engine registered while the one before was still "
+			 "connected: that one is displaced, and stays "
+			 "unregistered until it is started again (two engines "
+			 "given this agent's --engine path?)");
 	}
 	if (a->reg.ok) {
 		/* their events go to the connection registering now */

@@ -249,9 +249,11 @@ static void displaced(struct h_env *env)
 	char why[PDX_REASON_MAX], peer[PDX_ADDR_MAX];
 	uint64_t t0;
 	bool got;
+	long mark;
 
 	h_plan(env, x, 1, 4, 4, true);
 	h_post_recv(env, x, 1);
+	mark = h_log_mark(&env->d);
 	CHECK(pdx_engine_connect(&ep, &other) == PDX_OK &&
 		      pb_register_retry(other, &env->d.pool, peer, sizeof(peer),
 					5000, NULL) == PDX_OK,
@@ -270,6 +272,9 @@ static void displaced(struct h_env *env)
 		      strstr(why, "another engine registered") &&
 		      strstr(why, "until it is started again"),
 	      "its link status says so, and what to do: %s", why);
+	CHECK(h_log_wait(&env->d, mark, "that one is displaced", 1, 2000,
+			 NULL) >= 0,
+	      "the agent warns of it (it said so at info, of the lane only)");
 	h_sleep_ms(3 * BEAT_MS);
 	(void)h_quiet(&env->d, &x->id, 10);
 	CHECK(pdx_engine_link_status(other, NULL, 0) == PDX_OK,
