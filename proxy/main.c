@@ -77,6 +77,21 @@ static int pools_fill(struct proxy_main *m)
 		if (pdx_pool_add(&px->pool[PDX_POOL_DECODE], m->o.decode[i],
 				 err, sizeof(err)))
 			goto bad;
+	/* one engine as both: each request's pair shared one agent, and got
+	 * a 502 that prescribed --advertise */
+	for (unsigned i = 0; i < px->pool[PDX_POOL_DECODE].n; i++) {
+		const struct pdx_inst *d = px->pool[PDX_POOL_DECODE].inst[i];
+
+		for (unsigned k = 0; k < px->pool[PDX_POOL_PREFILL].n; k++)
+			if (!strcmp(px->pool[PDX_POOL_PREFILL].inst[k]->url,
+				    d->url)) {
+				snprintf(err, sizeof(err),
+					 "%s is given with both --prefill and "
+					 "--decode: an engine is one or the "
+					 "other", d->url);
+				goto bad;
+			}
+	}
 	return 0;
 bad:
 	fprintf(stderr, "pdx-proxy: %s\n", err);

@@ -366,4 +366,9 @@ named_stop H
 [ $? -eq 2 ] || fail "a bad address should be refused"
 "$PROXY" --decode "$(printf 'a\r\nb:1')" 2>/dev/null
 [ $? -eq 2 ] || fail "a host with a CR LF should be refused"
+# one engine given as both (each pair then shared one agent, and got a
+# 502 that prescribed --advertise)
+"$PROXY" --port 0 --prefill 127.0.0.1:1 --decode http://127.0.0.1:1/ 2>"$E2E_TMP/both.log"
+[ $? -eq 2 ] && grep -q "is given with both --prefill and --decode" "$E2E_TMP/both.log" ||
+	fail "one engine in both pools: $(cat "$E2E_TMP/both.log")"
 echo ok
