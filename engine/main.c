@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -322,8 +323,10 @@ static int engine_start(struct engine *e)
 		 e->o.model->name, e->o.kv_blocks,
 		 (double)pdx_kv_pool_size(e->pool) / (1 << 20),
 		 pdx_kv_pool_where(e->pool), e->o.time_scale);
-	log_info("listening on http://%s:%u", e->o.host,
-		 pdx_http_api_port(e->http));
+	/* an IPv6 address in brackets: the line is pasted into --decode */
+	log_info("listening on http://%s%s%s:%u",
+		 strchr(e->o.host, ':') ? "[" : "", e->o.host,
+		 strchr(e->o.host, ':') ? "]" : "", pdx_http_api_port(e->http));
 	return 0;
 }
 

@@ -252,7 +252,9 @@ static int proxy_start(struct proxy_main *m)
 		 pdx_proxy_kind_name(m->o.kind_d),
 		 pdx_pool_policy_name(px->pool[1].policy),
 		 m->o.admin_token ? "on" : "off");
-	log_info("listening on http://%s:%u", m->o.host, px->port);
+	log_info("listening on http://%s%s%s:%u",
+		 strchr(m->o.host, ':') ? "[" : "", m->o.host,
+		 strchr(m->o.host, ':') ? "]" : "", px->port);
 	return 0;
 }
 
