@@ -8,6 +8,7 @@
 #include <event2/listener.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,15 @@ uint16_t pdx_http_bound_port(struct evhttp_bound_socket *bs)
 	if (ss.ss_family == AF_INET6)
 		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+void pdx_http_url(char *out, size_t len, const char *host, unsigned port,
+		  const char *path)
+{
+	bool v6 = strchr(host, ':') != NULL;
+
+	snprintf(out, len, "http://%s%s%s:%u%s", v6 ? "[" : "", host,
+		 v6 ? "]" : "", port, path);
 }
 
 struct pdx_client_watch {

@@ -10,6 +10,7 @@
 
 #include <event2/event.h>
 #include <event2/http.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/resource.h>
 
@@ -34,6 +35,13 @@ void pdx_http_listen_tune(struct evhttp_bound_socket *bs);
 /* The port the bound socket got (asked for 0: the kernel's choice); 0
  * when unknown. */
 uint16_t pdx_http_bound_port(struct evhttp_bound_socket *bs);
+
+#define PDX_HTTP_URL_MAX 320 /* a host name of 255 bytes, and a path */
+
+/* "http://HOST:PORT" and path into out (truncated to len), an IPv6
+ * address in brackets: a URL as pdx's options and logs give one. */
+void pdx_http_url(char *out, size_t len, const char *host, unsigned port,
+		  const char *path);
 
 /* evhttp (2.1) does not read a connection while its request is being
  * answered, so it notices a client that left only when a write fails: a

@@ -8,7 +8,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -252,7 +251,7 @@ static int engine_start(struct engine *e)
 	    .max_model_len = e->o.max_model_len,
 	    .metrics = &e->metrics,
 	};
-	char shm_name[64], err[256];
+	char shm_name[64], err[256], url[PDX_HTTP_URL_MAX];
 	pdx_status_t st;
 	int swept;
 
@@ -324,9 +323,9 @@ static int engine_start(struct engine *e)
 		 (double)pdx_kv_pool_size(e->pool) / (1 << 20),
 		 pdx_kv_pool_where(e->pool), e->o.time_scale);
 	/* an IPv6 address in brackets: the line is pasted into --decode */
-	log_info("listening on http://%s%s%s:%u",
-		 strchr(e->o.host, ':') ? "[" : "", e->o.host,
-		 strchr(e->o.host, ':') ? "]" : "", pdx_http_api_port(e->http));
+	pdx_http_url(url, sizeof(url), e->o.host, pdx_http_api_port(e->http),
+		     "");
+	log_info("listening on %s", url);
 	return 0;
 }
 

@@ -165,10 +165,8 @@ static void metaserver_url_set(struct pdx_proxy *px,
 				 "an address they reach",
 				 *o->host ? o->host : "\"\"", px->port);
 	}
-	snprintf(px->metaserver_url, sizeof(px->metaserver_url),
-		 strchr(h, ':') ? "http://[%s]:%u/v1/metaserver"
-				: "http://%s:%u/v1/metaserver",
-		 h, px->port);
+	pdx_http_url(px->metaserver_url, sizeof(px->metaserver_url), h,
+		     px->port, "/v1/metaserver");
 }
 
 /* --prefill-dns, --decode-dns: each name's first round runs once the
@@ -198,7 +196,7 @@ static int proxy_start(struct proxy_main *m)
 {
 	struct pdx_proxy *px = &m->px;
 	struct event_config *cfg = event_config_new();
-	char err[192];
+	char err[192], url[PDX_HTTP_URL_MAX];
 	bool hup;
 
 	if (!cfg)
@@ -252,9 +250,8 @@ static int proxy_start(struct proxy_main *m)
 		 pdx_proxy_kind_name(m->o.kind_d),
 		 pdx_pool_policy_name(px->pool[1].policy),
 		 m->o.admin_token ? "on" : "off");
-	log_info("listening on http://%s%s%s:%u",
-		 strchr(m->o.host, ':') ? "[" : "", m->o.host,
-		 strchr(m->o.host, ':') ? "]" : "", px->port);
+	pdx_http_url(url, sizeof(url), m->o.host, px->port, "");
+	log_info("listening on %s", url);
 	return 0;
 }
 

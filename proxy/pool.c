@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/fnv.h"
+#include "common/http_listen.h"
 #include "common/mix64.h"
 
 void pdx_pool_idle_close(struct pdx_inst *i)
@@ -154,9 +155,7 @@ int pdx_pool_add(struct pdx_pool *p, const char *addr, char *err, size_t errlen)
 	}
 	snprintf(i->host, sizeof(i->host), "%s", host);
 	i->port = port;
-	snprintf(i->url, sizeof(i->url),
-		 strchr(host, ':') ? "http://[%s]:%u" : "http://%s:%u", host,
-		 port);
+	pdx_http_url(i->url, sizeof(i->url), host, port, "");
 	i->role = p->role;
 	i->breaker.failures = p->breaker_failures;
 	i->breaker.open_ns = p->breaker_open_ns;
