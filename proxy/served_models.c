@@ -68,31 +68,29 @@ bool pdx_served_models_merge(const struct pdx_served_models *m, json_t *list)
 	return true;
 }
 
+/* Whether m's list (read now or before) has model by name. */
+static bool listed(const struct pdx_served_models *m, const char *model)
+{
+	for (unsigned k = 0; k < m->n; k++)
+		if (!strcmp(m->name[k], model))
+			return true;
+	return false;
+}
+
 bool pdx_served_models_take_known(const struct pdx_served_models *m,
 				  const char *model)
 {
-	return model && m->known && !m->any &&
-	       pdx_served_models_take(m, model);
+	return model && m->known && !m->any && listed(m, model);
 }
 
 bool pdx_served_models_named(const struct pdx_served_models *m,
 			     const char *model)
 {
-	if (!model || m->any)
-		return false;
-	for (unsigned k = 0; k < m->n; k++)
-		if (!strcmp(m->name[k], model))
-			return true;
-	return false;
+	return model && !m->any && listed(m, model);
 }
 
 bool pdx_served_models_take(const struct pdx_served_models *m,
 			    const char *model)
 {
-	if (!model || !m->known || m->any)
-		return true;
-	for (unsigned k = 0; k < m->n; k++)
-		if (!strcmp(m->name[k], model))
-			return true;
-	return false;
+	return !model || !m->known || m->any || listed(m, model);
 }
