@@ -283,12 +283,25 @@ static void info_end(struct pdx_upstream *u, int status, struct evbuffer *body,
  * engine's own agent", blaming the client, with both instances healthy.
  * Refused here with what to fix, logged at warn (once per P/D pair in a
  * row). */
-static bool one_agent(struct pdx_call *c)
+/* A refusal that comes back with each request is logged once in a row:
+ * msg (and more) at warn unless the last one said was about key (the
+ * instance's or the pair's URLs). */
+static void warn_once_in_a_row(const char *key, const char *msg,
+			       const char *more)
 {
 	static char last[2 * PDX_POOL_ADDR_MAX + 32];
+
+	if (!strcmp(key, last))
+		return;
+	log_warn("%s%s", msg, more);
+	snprintf(last, sizeof(last), "%s", key);
+}
+
+static bool one_agent(struct pdx_call *c)
+{
 	const struct pdx_inst *p = c->prefill, *d = c->decode;
 	char msg[3 * PDX_ADDR_MAX + 2 * PDX_POOL_ADDR_MAX];
-	char pair[sizeof(last)];
+	char pair[2 * PDX_POOL_ADDR_MAX + 32];
 
 	if (!p || !d || !p->peer[0] || strcmp(p->peer, d->peer) != 0)
 		return false;
@@ -298,10 +311,7 @@ static bool one_agent(struct pdx_call *c)
 		 "(docs/deployment.md, \"Across hosts\")", p->url, d->url,
 		 p->peer);
 	snprintf(pair, sizeof(pair), "%s %s", p->url, d->url);
-	if (strcmp(pair, last) != 0) {
-		log_warn("%s", msg);
-		snprintf(last, sizeof(last), "%s", pair);
-	}
+	warn_once_in_a_row(pair, msg, "");
 	pdx_call_reply_error(c, 502, "upstream_error", msg);
 	return true;
 }
@@ -317,7 +327,6 @@ static bool one_agent(struct pdx_call *c)
  * engines behind a sequential proxy run so). */
 static bool wrong_pool(struct pdx_call *c)
 {
-	static char last[PDX_POOL_ADDR_MAX + 16];
 	struct pdx_inst *pair[2] = {c->prefill, c->decode};
 	char msg[2 * PDX_POOL_ADDR_MAX + 160];
 
@@ -343,14 +352,12 @@ static bool wrong_pool(struct pdx_call *c)
 				 pdx_pool_role_name(i->role), i->url);
 		else
 			continue;
-		if (strcmp(i->url, last) != 0) {
-			log_warn("%s%s", msg, c->px->o->prefill_fallback
-						  ? " (--on-prefill-failure "
-						    "local: the decode instance "
-						    "prefills what P refuses)"
-						  : "");
-			snprintf(last, sizeof(last), "%s", i->url);
-		}
+		warn_once_in_a_row(i->url, msg,
+				   c->px->o->prefill_fallback
+				       ? " (--on-prefill-failure local: the "
+					 "decode instance prefills what P "
+					 "refuses)"
+				       : "");
 		if (c->px->o->prefill_fallback)
 			return false;
 		i->peer_known = false; /* asked again: it may be mended */
