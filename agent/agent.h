@@ -422,6 +422,23 @@ struct zmonitor {
 	struct event *ev;
 };
 
+/* Whether our advertised address reaches this agent: advertise_check.c
+ * sends a probe there at start, peer_dispatch.c takes it back. */
+struct advertise_check {
+	void *sock;	     /* DEALER to a->peer_addr, while the probe is out */
+	struct zmonitor mon; /* its connection's events */
+	struct event *timer; /* the bound for the probe's return */
+	uint8_t nonce[16];   /* ours: a probe with another came elsewhere */
+	uint32_t seen;	     /* its connection's ZMQ_EVENT_* bits so far */
+	uint64_t sent_ns;
+	bool sent;	     /* a probe went: what follows counts */
+	bool reached;	     /* it came back */
+	bool late;	     /* not back at the bound: said, and transfers
+			      * whose hello goes unanswered blame this agent */
+	char why[160];	     /* what the connection's events said, if late */
+	uint64_t other_ns;   /* another agent's probe, last said */
+};
+
 /* engine_watch.c's state: the engine link's monitor, and which
  * descriptors' connections closed (and were not accepted again). */
 struct engine_watch {
@@ -480,6 +497,7 @@ struct agent {
 	int engine_msg_fd;
 	struct engine_watch engine_watch; /* the engine link's connections */
 	struct zmonitor peer_watch;	  /* the peer link's accepts */
+	struct advertise_check advertise; /* does peer_addr reach us? */
 	unsigned long long nofile;	  /* the descriptor limit (ulimit -n) */
 	struct peer *peers;
 	unsigned peers_ep_kept; /* endpoints peer_reset() kept, all peers */
@@ -589,6 +607,11 @@ void engine_watch_stop(struct agent *a);
 int peer_watch_start(struct agent *a);
 void peer_watch_stop(struct agent *a);
 
+/* advertise_check.c: a probe to our own advertised address, which
+ * peers answer at, and a warning when it does not come back */
+int advertise_check_start(struct agent *a);
+void advertise_check_stop(struct agent *a);
+
 /* peer_send.c: tells p our engine's registration of a->instance ended
  * ({"op": "gone"}) */
 void tell_gone(struct agent *a, struct peer *p);
@@ -606,6 +629,9 @@ void peer_msg_begin(struct peer_msg *pm, const struct agent *a, const char *op,
  * building it ran out of memory, PDX_EPEER when the socket refused it
  * (both logged, with the op and the peer). */
 pdx_status_t peer_msg_send(struct peer_msg *pm, struct peer *p);
+/* The same on a DEALER of no peer's (addr: its address, for the log). */
+pdx_status_t peer_msg_send_on(struct peer_msg *pm, void *dealer,
+			      const char *addr);
 /* A message of no fields but those peer_msg_begin() writes. */
 pdx_status_t peer_send(struct agent *a, struct peer *p, const char *op,
 		       const struct pdx_xfer_id *xfer, const char *reason);

@@ -695,7 +695,8 @@ static int agent_start(struct agent *a)
 	    engine_direct_listen(a, engine_on_msg))
 		return -1;
 	a->engine_msg_fd = -1;
-	if (engine_watch_start(a) || peer_watch_start(a)) {
+	if (engine_watch_start(a) || peer_watch_start(a) ||
+	    advertise_check_start(a)) {
 		log_error("link monitor: %s", zmq_strerror(zmq_errno()));
 		return -1;
 	}
@@ -773,6 +774,7 @@ static void agent_stop(struct agent *a)
 	event_free_safe(a->sig_hup);
 	engine_watch_stop(a);
 	peer_watch_stop(a);
+	advertise_check_stop(a);
 	if (a->engine_sock)
 		zmq_close(a->engine_sock);
 	if (a->peer_sock)

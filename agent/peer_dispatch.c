@@ -412,6 +412,48 @@ static void on_gone(struct agent *a, struct peer *p, const msgpack_object *m)
 	peer_reset(a, p);
 }
 
+/* {"op": "probe", "nonce"}: an agent's check of its own advertised
+ * address (advertise_check.c). Ours came back: peers reach us there.
+ * Another's came here: that agent advertises an address that leads to
+ * this one, and its peers' answers come here instead of to it. */
+static void on_probe(struct agent *a, const char *from,
+		     const msgpack_object *m)
+{
+	struct advertise_check *c = &a->advertise;
+	const void *nonce;
+	size_t len;
+
+	if (pdx_mp_get_bin(m, "nonce", &nonce, &len) ||
+	    len != sizeof(c->nonce)) {
+		log_warn("probe from %s without a nonce: ignored", from);
+		return;
+	}
+	if (c->sent && !memcmp(nonce, c->nonce, len)) {
+		if (c->late)
+			log_info("--advertise %s reaches this agent now, "
+				 "%llu ms after start",
+				 a->peer_addr,
+				 (unsigned long long)((pdx_now_ns() - c->sent_ns) /
+						      1000000));
+		c->reached = true;
+		c->late = false;
+		return;
+	}
+	if (!pdx_once_a_second(&c->other_ns))
+		return;
+	if (strcmp(from, a->peer_addr) == 0)
+		log_warn("another agent advertises this agent's address %s: "
+			 "its probe came here, so its peers' answers come "
+			 "here too and its transfers fail; give it its own "
+			 "--advertise", from);
+	else
+		log_warn("another agent advertises %s, which leads to this "
+			 "agent (advertised %s): its probe came here, so its "
+			 "peers' answers come here too and its transfers "
+			 "fail; give it its own --advertise",
+			 from, a->peer_addr);
+}
+
 void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		 const char *user)
 {
@@ -437,6 +479,8 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		p->heard_ns = pdx_now_ns();
 	if (strcmp(op, "ping") == 0) {
 		on_ping(a, from, &msg.data);
+	} else if (strcmp(op, "probe") == 0) {
+		on_probe(a, from, &msg.data);
 	} else if (strcmp(op, "pong") == 0) {
 		/* heard: that is all it says */
 	} else if (strcmp(op, "hello") == 0 || strcmp(op, "hello_ack") == 0) {

@@ -22,21 +22,27 @@ void peer_msg_begin(struct peer_msg *pm, const struct agent *a, const char *op,
 		pdx_mp_msg_str(&pm->m, "reason", reason);
 }
 
-pdx_status_t peer_msg_send(struct peer_msg *pm, struct peer *p)
+pdx_status_t peer_msg_send_on(struct peer_msg *pm, void *dealer,
+			     const char *addr)
 {
 	pdx_status_t st = PDX_OK;
 
 	if (pdx_mp_msg_end(&pm->m)) {
-		log_warn("%s to %s dropped: out of memory", pm->op, p->addr);
+		log_warn("%s to %s dropped: out of memory", pm->op, addr);
 		st = PDX_ENOMEM;
-	} else if (agent_zsend(p->dealer, NULL, 0, pm->m.buf.data,
+	} else if (agent_zsend(dealer, NULL, 0, pm->m.buf.data,
 			       pm->m.buf.size)) {
-		log_warn("%s to %s dropped: %s", pm->op, p->addr,
+		log_warn("%s to %s dropped: %s", pm->op, addr,
 			 zmq_strerror(zmq_errno()));
 		st = PDX_EPEER;
 	}
 	pdx_mp_msg_free(&pm->m);
 	return st;
+}
+
+pdx_status_t peer_msg_send(struct peer_msg *pm, struct peer *p)
+{
+	return peer_msg_send_on(pm, p->dealer, p->addr);
 }
 
 pdx_status_t peer_send(struct agent *a, struct peer *p, const char *op,

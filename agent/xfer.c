@@ -163,6 +163,15 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 		xfer_fail(x, PDX_ETIMEDOUT, true,
 			  "lease expired: %s asked for no blocks and held "
 			  "none for %u ms", x->peer_addr, a->cfg.lease_ms);
+	else if (which == BOUND_HANDSHAKE && a->advertise.late)
+		/* its answer went where our --advertise leads: our fault,
+		 * not the peer's (PDX_EIO: a proxy blames this side) */
+		xfer_fail(x, PDX_EIO, true,
+			  "no answer to our hello from %s in %u ms "
+			  "(--handshake-timeout-ms): this agent's --advertise "
+			  "%s does not reach it (%s), and peers answer there",
+			  x->peer_addr, a->cfg.handshake_timeout_ms,
+			  a->peer_addr, a->advertise.why);
 	else if (which == BOUND_HANDSHAKE)
 		/* a CURVE agent and a plain one never hear each other:
 		 * ZeroMQ drops the connection without a word to either */

@@ -374,6 +374,16 @@ settle() {
 	$PY "$E2E_DIR/client.py" settle "$@"
 }
 
+# logged NAME PATTERN: until $E2E_TMP/NAME.log has a line matching the
+# grep PATTERN (5 s at most; then returns 1).
+logged() {
+	for _ in $(seq 50); do
+		grep -q -- "$2" "$E2E_TMP/$1.log" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
 # text PORT PROMPT MAX_TOKENS: the text of a whole completion through
 # PORT; none fails the test.
 text() {

@@ -15,7 +15,9 @@
 #    503 with a JSON error and Retry-After (before: it waited, however
 #    long);
 #  * a P/D pair whose agents advertise one address is refused by the
-#    proxy with a 502 that says what to fix.
+#    proxy with a 502 that says what to fix, and both agents say it;
+#  * a decode agent whose --advertise reaches nobody says so at start,
+#    and its failed transfers blame its own instance, not the prefill.
 #   proxy_refusal.sh PDX_ENGINE PDX_AGENT PDX_PROXY
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -165,7 +167,43 @@ for i in 1 2; do
 done
 [ "$(grep -c "advertise one agent address" "$E2E_TMP/XW.log")" = 1 ] ||
 	fail "the proxy did not warn once: $(grep -c "advertise one agent" "$E2E_TMP/XW.log")"
-echo "ok: a P/D pair whose agents advertise one address: 502 saying so"
+logged agent_w "does not reach this agent: .*a ZeroMQ peer there took it" ||
+	fail "W's agent did not say its --advertise reaches another agent"
+logged agent_p "another agent advertises this agent's address $peer_p" ||
+	fail "P's agent did not say another agent advertises its address"
+echo "ok: a P/D pair whose agents advertise one address: 502 saying so, both agents say it"
+
+# A decode instance whose agent advertises an address nobody listens at
+# (a typo in --advertise): P's agent answers its hellos there. Its own
+# probe says so at start, and its transfers fail blaming it (500), so
+# the proxy opens V's breaker, not P's (before: V's engine said 502
+# X-PDX-Failed-Side: peer, "no answer to our hello from P", and P was
+# blamed for every request; its breaker opened, and P's other decode
+# instances could not be served).
+agent_start v --advertise "tcp://127.0.0.1:$(free_port)" \
+	--handshake-timeout-ms 1000
+logged agent_v "does not reach this agent: .*(nothing accepted a connection there" ||
+	fail "V's agent did not say its --advertise reaches nobody: $(tail -3 "$E2E_TMP/agent_v.log")"
+named_engine_start V "$ENGINE" --role decode --agent "ipc://$E2E_TMP/v.engine" \
+	--time-scale 0
+wait_healthy V
+read -r st ms _ body < <(req "$PORT_V" 4 10 \
+	"{\"xfer_id\": \"$(xid)\", \"remote_agent\": \"$peer_p\", \"do_remote_prefill\": true}")
+[ "$st" = 500 ] && echo "$body" | grep -q "this agent's --advertise tcp://127.0.0.1:[0-9]* does not reach it" ||
+	fail "a decode engine whose agent's --advertise reaches nobody: $st $body"
+named_engine_start XV "$PROXY" --prefill "127.0.0.1:$PORT_P" \
+	--decode "127.0.0.1:$PORT_V" --health-interval 0 --breaker-failures 2
+for i in 1 2 3; do
+	read -r st ms _ body < <(req "$PORT_XV" 4 10)
+	echo "$body" | grep -q "does not reach it\|no usable decode instance" ||
+		fail "request $i through a proxy to V: $st $body"
+done
+breakers=$(curl -sS "http://127.0.0.1:$PORT_XV/metrics" | grep '^pdx_proxy_instance_breaker_state')
+echo "$breakers" | grep -q "role=\"prefill\".* 0$" ||
+	fail "P's breaker is not closed: $breakers"
+echo "$breakers" | grep -q "role=\"decode\".* [12]$" ||
+	fail "V's breaker is not open: $breakers"
+echo "ok: a decode agent whose --advertise reaches nobody says so at start; its transfers blame it, not P (last: $st ${body:0:160})"
 
 # the early-callback flow behind a wildcard --host without
 # --metaserver-url: prefill engines elsewhere cannot post their callback
@@ -178,5 +216,7 @@ grep -q "early-callback with --host 0.0.0.0 and no --metaserver-url" "$E2E_TMP/X
 ! grep -q "metaserver-url" "$E2E_TMP/XE.log" ||
 	fail "a warning for early-callback on 127.0.0.1: $(grep metaserver-url "$E2E_TMP/XE.log")"
 
-for n in XC XS XE XW XH P D W Q agent_p agent_d agent_w; do named_stop $n; done
+for n in XC XS XE XW XV XH P D W V Q agent_p agent_d agent_w agent_v; do
+	named_stop $n
+done
 echo "ok: a refusal frees the other side's KV at once; freed blocks wake the queue"

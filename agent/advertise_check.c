@@ -1,0 +1,138 @@
+/* Does our advertised address reach this agent? A peer answers our hello
+ * at the address it carries ("from", our --advertise): one that reaches
+ * nobody, or another agent, left every transfer this agent receives
+ * failing "no answer to our hello from P" and the proxy blaming P, whose
+ * breaker opened, though P was fine (a new user's find). So at start a
+ * probe ({"op": "probe", "nonce"}) goes to that address on a DEALER of
+ * its own; peer_dispatch.c takes it back. Not back within PROBE_BOUND_MS:
+ * said, with what the connection's events tell (no such host, nobody
+ * listening, another ZeroMQ peer), and a hello left unanswered then
+ * blames this agent (xfer.c). ZeroMQ keeps the probe queued and connects
+ * again, so one that comes back late (a DNS record made after we
+ * started) still counts. */
+#define PDX_LOG_TOPIC "advertise"
+#include <sys/random.h>
+#include <zmq.h>
+
+#include "agent/agent.h"
+#include "agent/curve.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+enum { PROBE_BOUND_MS = 3000, RECONNECT_MAX_MS = 5000 };
+
+static void describe(struct advertise_check *c)
+{
+	const char *why;
+
+	if (c->seen & ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+		why = "a ZeroMQ peer there took it, not this agent: another "
+		      "agent listens at that address, or it leads to another "
+		      "host";
+	else if (c->seen & (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+			    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+			    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL))
+		why = "something there accepted the connection but refused "
+		      "our handshake: not this agent";
+	else if (c->seen & ZMQ_EVENT_CONNECTED)
+		why = "something there accepted the connection but never "
+		      "answered like this agent";
+	else if (c->seen & (ZMQ_EVENT_CONNECT_DELAYED | ZMQ_EVENT_CLOSED))
+		why = "nothing accepted a connection there (refused or "
+		      "unreachable from this host)";
+	else
+		why = "its host name does not resolve here";
+	snprintf(c->why, sizeof(c->why), "%s", why);
+}
+
+static void on_event(evutil_socket_t fd, short what, void *arg)
+{
+	struct agent *a = arg;
+	uint16_t ev;
+	uint32_t value;
+
+	(void)fd, (void)what;
+	while (zmonitor_next(&a->advertise.mon, &ev, &value) == 0)
+		a->advertise.seen |= ev;
+}
+
+static void on_bound(evutil_socket_t fd, short what, void *arg)
+{
+	struct agent *a = arg;
+	struct advertise_check *c = &a->advertise;
+
+	(void)fd, (void)what;
+	on_event(-1, 0, a); /* its fd is edge-triggered */
+	if (c->reached) { /* its work is done */
+		zmonitor_close(&c->mon);
+		zmq_close(c->sock);
+		c->sock = NULL;
+		return;
+	}
+	describe(c);
+	c->late = true;
+	log_warn("--advertise %s does not reach this agent: a probe sent "
+		 "there did not come back in %d ms (%s). Peers answer this "
+		 "agent's hellos there, so the transfers it receives fail "
+		 "\"no answer to our hello\"; give --advertise the address "
+		 "its peers reach it at",
+		 a->peer_addr, PROBE_BOUND_MS, c->why);
+}
+
+static void *probe_socket(struct agent *a)
+{
+	void *s = zmq_socket(a->zctx, ZMQ_DEALER);
+	int linger = 0, reconnect_max = RECONNECT_MAX_MS;
+
+	if (!s)
+		return NULL;
+	zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &reconnect_max,
+		       sizeof(reconnect_max));
+	return s;
+}
+
+int advertise_check_start(struct agent *a)
+{
+	struct advertise_check *c = &a->advertise;
+	struct peer_msg pm;
+	struct timeval bound = { PROBE_BOUND_MS / 1000,
+				 PROBE_BOUND_MS % 1000 * 1000 };
+
+	/* with CURVE our own line of the peers file vouches for the probe;
+	 * without it nothing is checked (a file of the others only) */
+	if (a->curve && !pdx_curve_key_of(a->curve, a->peer_addr)) {
+		log_info("--advertise %s not checked: --curve-peers lists no "
+			 "key for it", a->peer_addr);
+		return 0;
+	}
+	if (getrandom(c->nonce, sizeof(c->nonce), 0) != sizeof(c->nonce) ||
+	    !(c->sock = probe_socket(a)) ||
+	    (a->curve && pdx_curve_client(a->curve, c->sock, a->peer_addr)) ||
+	    zmonitor_open(a, &c->mon, c->sock, "advertise",
+			  ZMQ_EVENT_ALL, on_event, a) ||
+	    !(c->timer = evtimer_new(a->base, on_bound, a)) ||
+	    zmq_connect(c->sock, a->peer_addr) < 0)
+		return -1;
+	peer_msg_begin(&pm, a, "probe", NULL, NULL);
+	pdx_mp_msg_bin(&pm.m, "nonce", c->nonce, sizeof(c->nonce));
+	if (peer_msg_send_on(&pm, c->sock, a->peer_addr))
+		return -1;
+	c->sent = true;
+	c->sent_ns = pdx_now_ns();
+	evtimer_add(c->timer, &bound);
+	return 0;
+}
+
+void advertise_check_stop(struct agent *a)
+{
+	struct advertise_check *c = &a->advertise;
+
+	zmonitor_close(&c->mon);
+	if (c->sock)
+		zmq_close(c->sock);
+	c->sock = NULL;
+	if (c->timer)
+		event_free(c->timer);
+	c->timer = NULL;
+}
