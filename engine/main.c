@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -145,6 +146,52 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	event_base_loopexit(e->base, NULL);
 }
 
+/* Until the loop runs, a signal ends the engine at once. Its wait at
+ * start for its agent's answer to register (10 s) took SIGTERM and
+ * SIGINT, which libevent keeps for a loop not yet running, and waited
+ * on: Ctrl-C on an engine given a wrong --agent did nothing for 10 s (a
+ * new user's find). Only async-signal-safe calls: the KV pool's name
+ * unlinked (its memory goes with the process), then _exit. */
+static char starting_pool[64];
+
+static void on_signal_starting(int sig)
+{
+	static const char said[] = "pdx-engine: a signal while starting: "
+				   "exiting\n";
+
+	if (write(STDERR_FILENO, said, sizeof(said) - 1) < 0)
+		(void)0; /* nobody to tell */
+	if (starting_pool[0])
+		shm_unlink(starting_pool);
+	_exit(128 + sig);
+}
+
+static void signals_starting(bool hup)
+{
+	struct sigaction sa = {.sa_handler = on_signal_starting};
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	if (hup)
+		sigaction(SIGHUP, &sa, NULL);
+}
+
+/* Once started: the loop's, which stop it cleanly (libevent's handlers
+ * replace the ones above). */
+static int signals_running(struct engine *e, bool hup)
+{
+	e->sigterm = evsignal_new(e->base, SIGTERM, on_signal, e);
+	e->sigint = evsignal_new(e->base, SIGINT, on_signal, e);
+	if (hup)
+		e->sighup = evsignal_new(e->base, SIGHUP, on_signal, e);
+	if (!e->sigterm || !e->sigint || (hup && !e->sighup) ||
+	    evsignal_add(e->sigterm, NULL) || evsignal_add(e->sigint, NULL) ||
+	    (e->sighup && evsignal_add(e->sighup, NULL)))
+		return 1;
+	return 0;
+}
+
 /* A disaggregated engine whose queue outwaits its KV wait: a decode
  * request may still be queued here when its prefill side (the same
  * options, as deployments have them) gave its KV up, and it fails then
@@ -251,7 +298,7 @@ static int engine_start(struct engine *e)
 	    .max_model_len = e->o.max_model_len,
 	    .metrics = &e->metrics,
 	};
-	char shm_name[64], err[256], url[PDX_HTTP_URL_MAX];
+	char err[256], url[PDX_HTTP_URL_MAX];
 	pdx_status_t st;
 	int swept;
 
@@ -260,32 +307,26 @@ static int engine_start(struct engine *e)
 	 * scheduler's steps (2, scheduler.h) */
 	if (!e->base || event_base_priority_init(e->base, 3))
 		return 1;
-	e->sigterm = evsignal_new(e->base, SIGTERM, on_signal, e);
-	e->sigint = evsignal_new(e->base, SIGINT, on_signal, e);
 	/* a closed terminal: stop cleanly (the pool unlinked), not by
 	 * SIGHUP's default action; ignored when we started (nohup), it
 	 * stays so */
 	hup = !pdx_sighup_ignored();
-	if (hup)
-		e->sighup = evsignal_new(e->base, SIGHUP, on_signal, e);
-	if (!e->sigterm || !e->sigint || (hup && !e->sighup) ||
-	    evsignal_add(e->sigterm, NULL) || evsignal_add(e->sigint, NULL) ||
-	    (e->sighup && evsignal_add(e->sighup, NULL)))
-		return 1;
+	pool_name(starting_pool, sizeof(starting_pool));
+	signals_starting(hup);
 	swept = pdx_shm_object_sweep("pdx-engine-",
 				     PDX_SHM_OBJECT_SWEEP_MIN_AGE_S);
 	if (swept)
 		log_info("removed %d KV pool(s) left in /dev/shm by engines "
 			 "that died", swept);
-	pool_name(shm_name, sizeof(shm_name));
-	pp.shm_name = shm_name;
+	pp.shm_name = starting_pool;
 	st = pdx_kv_pool_new(&pp, &e->pool, err, sizeof(err));
 	if (st != PDX_OK) {
 		log_error("kv pool: %s", err);
 		return st == PDX_ENOENT ? 77 : 1;
 	}
 	if (e->o.tp_rank > 0) /* no HTTP: rank 0's */
-		return link_agent(e) ? 1 : tp_follow(e);
+		return link_agent(e) || tp_follow(e) ? 1
+						     : signals_running(e, hup);
 	if (e->o.tp_size > 1 && tp_lead(e, &sp))
 		return 1;
 	sp.base = e->base;
@@ -313,7 +354,7 @@ static int engine_start(struct engine *e)
 		log_error("http: %s", st == PDX_ENOMEM ? "out of memory" : err);
 		return 1;
 	}
-	if (link_agent(e))
+	if (link_agent(e) || signals_running(e, hup))
 		return 1;
 	pdx_http_api_set_link(e->http, e->link);
 	if (e->tp && e->link)

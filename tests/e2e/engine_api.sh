@@ -3,7 +3,8 @@
 # streamed and not (the stream joins to the same text, usage counts
 # right), identical outputs across requests and restarts, text that
 # encodes back to its tokens, the GET routes, valid /metrics, and errors;
-# a warning at start under a descriptor limit short of its clients.
+# a warning at start under a descriptor limit short of its clients; a
+# SIGTERM while it waits for its agent ends it at once.
 #   engine_api.sh BUILD/engine/pdx-engine
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -122,4 +123,22 @@ kill "$pid"
 wait "$pid" || fail "the engine under ulimit -n 200: exit $?: $(tail -3 "$E2E_TMP/nofile.log")"
 grep -q "file descriptors (ulimit -n): 200, short of the 420 that --max-num-seqs 256 and --max-waiting 100 clients take" \
 	"$E2E_TMP/nofile.log" || fail "no warning under ulimit -n 200: $(head -3 "$E2E_TMP/nofile.log")"
+
+# SIGTERM while it waits for an agent nobody runs (a wrong --agent) ends
+# it at once, its KV pool unlinked (before: it waited the 10 s out)
+"$ENGINE" --role decode --agent "ipc://$E2E_TMP/nobody.sock" --port 0 \
+	>"$E2E_TMP/noagent.log" 2>&1 &
+pid=$!
+sleep 1
+ls /dev/shm | grep -q "^pdx-engine-$pid-" ||
+	fail "no KV pool of the waiting engine in /dev/shm: $(tail -3 "$E2E_TMP/noagent.log")"
+t0=$(date +%s%N)
+kill "$pid"
+wait "$pid"
+rc=$? ms=$((($(date +%s%N) - t0) / 1000000))
+[ "$rc" = 143 ] && [ "$ms" -lt 2000 ] ||
+	fail "SIGTERM while waiting for the agent: exit $rc after $ms ms: $(tail -3 "$E2E_TMP/noagent.log")"
+! ls /dev/shm | grep -q "^pdx-engine-$pid-" || fail "its KV pool is left in /dev/shm"
+grep -q "a signal while starting: exiting" "$E2E_TMP/noagent.log" ||
+	fail "it did not say why it exited: $(tail -3 "$E2E_TMP/noagent.log")"
 echo "ok"
