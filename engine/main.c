@@ -207,6 +207,22 @@ static void warn_timeouts(const struct pdx_engine_opts *o)
 		 o->queue_timeout_ms, o->kv_timeout_ms);
 }
 
+/* A pool that cannot hold one request of --max-model-len tokens: each
+ * longer one is refused (400), though --max-model-len (and /v1/models,
+ * a proxy's view of it) says it fits. vLLM refuses to start so; allowed
+ * here (tests run small pools), said once at start. */
+static void warn_pool_small(const struct pdx_engine_opts *o)
+{
+	uint64_t tokens = (uint64_t)o->kv_blocks * o->model->block_tokens;
+
+	if (tokens >= o->max_model_len)
+		return;
+	log_warn("--kv-blocks %u holds %llu tokens, fewer than "
+		 "--max-model-len %u: a request of more (prompt plus "
+		 "max_tokens) is refused with 400",
+		 o->kv_blocks, (unsigned long long)tokens, o->max_model_len);
+}
+
 /* The KV pool's shm_open() name, unique on this /dev/shm. The pid alone
  * is not: engines in containers sharing /dev/shm (docker --ipc=host) are
  * each PID 1 of their own namespace, and a pid is reused after an engine
@@ -337,6 +353,7 @@ static int engine_start(struct engine *e)
 		return 1;
 	}
 	warn_timeouts(&e->o);
+	warn_pool_small(&e->o);
 	hp.base = e->base;
 	hp.sched = e->sched;
 	hp.pool = e->pool;

@@ -115,7 +115,9 @@ engine_stop
 
 # under a descriptor limit too low for the clients it takes, it says so
 # at start (it went out of rotation under load, saying nothing)
-(ulimit -n 200 && exec "$ENGINE" --time-scale 0 --port 0 --max-waiting 100) \
+# (and a pool smaller than --max-model-len, said too)
+(ulimit -n 200 && exec "$ENGINE" --time-scale 0 --port 0 --max-waiting 100 \
+	--kv-blocks 100) \
 	>"$E2E_TMP/nofile.log" 2>&1 &
 pid=$!
 for _ in $(seq 50); do grep -q "listening on" "$E2E_TMP/nofile.log" && break; sleep 0.1; done
@@ -123,6 +125,8 @@ kill "$pid"
 wait "$pid" || fail "the engine under ulimit -n 200: exit $?: $(tail -3 "$E2E_TMP/nofile.log")"
 grep -q "file descriptors (ulimit -n): 200, short of the 420 that --max-num-seqs 256 and --max-waiting 100 clients take" \
 	"$E2E_TMP/nofile.log" || fail "no warning under ulimit -n 200: $(head -3 "$E2E_TMP/nofile.log")"
+grep -q -- "--kv-blocks 100 holds 400 tokens, fewer than --max-model-len 8192" \
+	"$E2E_TMP/nofile.log" || fail "no warning of a pool under --max-model-len: $(head -3 "$E2E_TMP/nofile.log")"
 
 # SIGTERM while it waits for an agent nobody runs (a wrong --agent) ends
 # it at once, its KV pool unlinked (before: it waited the 10 s out)
