@@ -353,8 +353,15 @@ static void refused_transfer(struct pdx_http_api *api, json_t *kv_obj)
 	struct pdx_kv_params kv;
 	char msg[128];
 
-	if (!api->p.link || pdx_kv_params_parse(kv_obj, api->p.model->vocab,
-						&kv, msg, sizeof(msg)))
+	/* also when only a field of this side's was wrong (a client's
+	 * on_failure "bogus"): the other side's leg had begun, and its KV
+	 * was held for its lease (a burst of them starved the prefill
+	 * engine) */
+	if (!api->p.link)
+		return;
+	if (pdx_kv_params_parse(kv_obj, api->p.model->vocab, &kv, msg,
+				sizeof(msg)) &&
+	    !kv.peer_read)
 		return;
 	if (kv.role != PDX_KV_NONE && kv.remote_agent[0]) {
 		log_debug("%s: refused; its peer agent is told", kv.xfer_hex);

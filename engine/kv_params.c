@@ -196,6 +196,7 @@ int pdx_kv_params_parse(json_t *o, uint32_t vocab, struct pdx_kv_params *out,
 	 * do) */
 	if (out->role == PDX_KV_RECV && !out->remote_agent[0])
 		goto bad_agent;
+	out->peer_read = true;
 	if (out->role == PDX_KV_RECV)
 		return parse_decode_side(o, vocab, out, msg, msglen);
 	return parse_prefill_side(o, out, msg, msglen);

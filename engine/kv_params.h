@@ -59,11 +59,15 @@ struct pdx_kv_params {
 	int64_t first_token; /* -1: not given */
 	bool recompute;	     /* on_failure "recompute" */
 	char metaserver[PDX_KV_URL_MAX]; /* "" when not given */
+	/* role, xfer and the remote agents were read and are valid: set
+	 * also when a later field (on_failure, first_token ...) failed */
+	bool peer_read;
 };
 
-/* Reads o (NULL or null: role NONE). 0, or -1 with the reason in msg.
- * Keys it does not read (vLLM's remote_engine_id, ...) are ignored. A
- * prefill side given no xfer_id has xfer_hex "" and remote_agent "". */
+/* Reads o (NULL or null: role NONE). 0, or -1 with the reason in msg
+ * (and peer_read when only a side's own field was wrong). Keys it does
+ * not read (vLLM's remote_engine_id, ...) are ignored. A prefill side
+ * given no xfer_id has xfer_hex "" and remote_agent "". */
 int pdx_kv_params_parse(json_t *o, uint32_t vocab, struct pdx_kv_params *out,
 			char *msg, size_t msglen);
 

@@ -59,6 +59,7 @@
 #include <event2/http.h>
 #include <jansson.h>
 #include <stdbool.h>
+#include "common/oai_params.h"
 #include "proxy/pool.h"
 
 struct pdx_call;
@@ -136,6 +137,12 @@ void pdx_flow_relay_decode(struct pdx_call *c, const void *body, size_t len);
 void pdx_flow_side_prefill_end(struct pdx_upstream *u, int status,
 			       struct evbuffer *body, int err_status,
 			       const char *why, void *arg);
+
+/* The one field of the client's kv_transfer_params the legs carry as
+ * it is, on_failure, checked before any leg begins: 0, or -1 and *f
+ * filled (a 400). A bad one reached D only, which refused it after P's
+ * leg had begun, and P held that prompt's KV for its lease. */
+int pdx_flow_check_client_kv(const json_t *body, struct pdx_oai_fault *f);
 
 /* D's kv_transfer_params get the proxy's --on-transfer-failure as
  * on_failure, unless the client's request chose one. -1: out of memory. */

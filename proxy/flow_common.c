@@ -452,6 +452,22 @@ out:
 	return s;
 }
 
+int pdx_flow_check_client_kv(const json_t *body, struct pdx_oai_fault *f)
+{
+	const json_t *kv = json_object_get(body, "kv_transfer_params");
+	const json_t *v = json_object_get(kv, "on_failure");
+	const char *s = json_string_value(v);
+
+	if (!v || json_is_null(v) ||
+	    (s && (!strcmp(s, "fail") || !strcmp(s, "recompute"))))
+		return 0;
+	snprintf(f->param, sizeof(f->param), "kv_transfer_params.on_failure");
+	snprintf(f->message, sizeof(f->message),
+		 "kv_transfer_params.on_failure: want \"fail\" or "
+		 "\"recompute\"");
+	return -1;
+}
+
 int pdx_flow_failure_policy(struct pdx_call *c, json_t *kv)
 {
 	if (json_object_get(kv, "on_failure"))

@@ -119,7 +119,8 @@ static void post_generate(struct pdx_proxy *px, struct evhttp_request *req,
 		return;
 	}
 	if (pdx_oai_params_check(c->body, !strcmp(path, "/v1/chat/completions"),
-				 &f)) {
+				 &f) ||
+	    pdx_flow_check_client_kv(c->body, &f)) {
 		refuse_params(c, &f);
 		return;
 	}

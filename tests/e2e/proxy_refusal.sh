@@ -14,6 +14,8 @@
 #  * a request that gets no room within --queue-timeout-ms is answered
 #    503 with a JSON error and Retry-After (before: it waited, however
 #    long);
+#  * a client's bad on_failure is refused by the proxy before any leg,
+#    and, given to a decode engine directly, frees P's KV at once;
 #  * a P/D pair whose agents advertise one address is refused by the
 #    proxy with a 502 that says what to fix, and both agents say it;
 #  * a decode agent whose --advertise reaches nobody says so at start,
@@ -110,6 +112,39 @@ for x in XS XC XE; do
 done
 settle 10 $(engine_idle P D) || fail "engines not idle after the refusals"
 
+# A client's kv_transfer_params.on_failure that is neither "fail" nor
+# "recompute": the proxy answers 400 before any leg (before: D refused
+# it after P's leg had begun, and P held the prompt's KV for its lease
+# whenever it had answered first: a burst of them starved P, and the
+# next valid request failed against P's breaker).
+p_legs() {
+	curl -sS "http://127.0.0.1:$PORT_XC/metrics" |
+		awk '/^pdx_proxy_instance_requests_total\{role="prefill"/ { n += $2 } END { print n + 0 }'
+}
+legs=$(p_legs)
+read -r st _ _ body < <(req "$PORT_XC" 4 10 '{"on_failure": "bogus"}')
+[ "$st" = 400 ] && echo "$body" | grep -q '"param":"kv_transfer_params.on_failure"' ||
+	fail "a client's on_failure \"bogus\" through the proxy: $st $body"
+[ "$(p_legs)" = "$legs" ] || fail "the prefill instance got a leg of a request the proxy refused"
+echo "ok: a client's on_failure \"bogus\": 400 from the proxy, no leg sent"
+
+# The decode engine given it directly (a proxy before this one, vLLM's):
+# its refusal tells P's agent, which frees the KV at once (before: the
+# refusal did not read kv_transfer_params' ids once on_failure was bad,
+# and P held the KV for its lease).
+peer_p=$(curl -sS "http://127.0.0.1:$PORT_P/v1/pdx/info" |
+	$PY -c 'import json, sys; print(json.load(sys.stdin)["peer_addr"])')
+x=$(xid)
+read -r st _ _ body < <(req "$PORT_P" 4 10 \
+	"{\"xfer_id\": \"$x\", \"remote_agent\": \"$PEER_D\", \"do_remote_decode\": true}")
+[ "$st" = 200 ] || fail "the prefill request: $st $body"
+read -r st _ _ body < <(req "$PORT_D" 4 10 \
+	"{\"xfer_id\": \"$x\", \"remote_agent\": \"$peer_p\", \"do_remote_prefill\": true, \"on_failure\": \"bogus\"}")
+[ "$st" = 400 ] || fail "the decode engine took on_failure \"bogus\": $st $body"
+took=$(p_free 1500) ||
+	fail "P still holds $(val "$PORT_P" "$(e kv_blocks_used)") KV blocks 1.5 s after D refused on_failure \"bogus\" (lease $LEASE_MS ms)"
+echo "ok: D refuses on_failure \"bogus\" and P's KV is free after $took ms"
+
 # Two prompts' KV held for a decode side that never asks (until the
 # lease expires), and a third request queued for blocks: it starts when
 # the lease frees them, with nothing else arriving.
@@ -151,8 +186,6 @@ echo "ok: no room within --queue-timeout-ms: 503 after $ms ms, Retry-After $ra"
 # proxy refuses the pair, 502 saying what to fix, logged at warn once
 # (before: D's engine answered every request 400 "this engine's own
 # agent", blaming the client, and both instances stayed healthy)
-peer_p=$(curl -sS "http://127.0.0.1:$PORT_P/v1/pdx/info" |
-	$PY -c 'import json, sys; print(json.load(sys.stdin)["peer_addr"])')
 agent_start w --advertise "$peer_p"
 named_engine_start W "$ENGINE" --role decode --agent "ipc://$E2E_TMP/w.engine" \
 	--time-scale 0
