@@ -2,6 +2,7 @@
 #include "common/http_error.h"
 
 #include <event2/buffer.h>
+#include <event2/http_struct.h>
 #include <event2/keyvalq_struct.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,8 +49,34 @@ void pdx_http_send_json(struct evhttp_request *req, int status, json_t *j)
 	free(s);
 	evhttp_add_header(evhttp_request_get_output_headers(req),
 			  "Content-Type", "application/json");
-	evhttp_send_reply(req, status, NULL, b);
+	/* no content in an answer to HEAD (RFC 9110): libevent leaves out
+	 * its Content-Length but sent the body, which a client read as the
+	 * start of its next answer */
+	evhttp_send_reply(req, status, NULL,
+			  evhttp_request_get_command(req) == EVHTTP_REQ_HEAD
+			      ? NULL
+			      : b);
 	evbuffer_free(b);
+}
+
+/* The request's version: libevent 2.1 says it only in its struct */
+static bool http_1_0(const struct evhttp_request *req)
+{
+	return req->major == 1 && req->minor == 0;
+}
+
+void pdx_http_reply_start(struct evhttp_request *req, int status,
+			  const char *reason)
+{
+	/* an HTTP/1.0 body of unknown length ends where the connection
+	 * does: its keep-alive dropped, libevent closes it after the reply */
+	if (evhttp_request_get_command(req) != EVHTTP_REQ_HEAD &&
+	    !evhttp_find_header(evhttp_request_get_output_headers(req),
+				"Content-Length") &&
+	    http_1_0(req))
+		evhttp_remove_header(evhttp_request_get_input_headers(req),
+				     "Connection");
+	evhttp_send_reply_start(req, status, reason);
 }
 
 void pdx_http_send_error(struct evhttp_request *req, int status,

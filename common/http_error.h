@@ -36,8 +36,16 @@ json_t *pdx_http_error_obj(int status, const char *type, const char *param,
 char *pdx_http_error_body(int status, const char *type, const char *param,
 			  const char *msg);
 
-/* Replies with j as the JSON body (j is consumed; NULL gives a 500). */
+/* Replies with j as the JSON body (j is consumed; NULL gives a 500);
+ * an answer to HEAD has none. */
 void pdx_http_send_json(struct evhttp_request *req, int status, json_t *j);
+
+/* evhttp_send_reply_start() for a body of unknown length (a stream, a
+ * relayed answer): HTTP/1.1 chunked, HTTP/1.0 until the connection
+ * closes. libevent answered an HTTP/1.0 client that asked for keep-alive
+ * "Content-Length: 0" and sent the body after it anyway. */
+void pdx_http_reply_start(struct evhttp_request *req, int status,
+			  const char *reason);
 
 /* Replies with the error object. */
 void pdx_http_send_error(struct evhttp_request *req, int status,

@@ -138,7 +138,7 @@ static void stream_head(struct pdx__gen_call *c)
 	evhttp_add_header(h, "Content-Type", "text/event-stream");
 	evhttp_add_header(h, "Cache-Control", "no-cache");
 	add_timing(c);
-	evhttp_send_reply_start(c->req, 200, "OK");
+	pdx_http_reply_start(c->req, 200, "OK");
 	c->head_sent = true;
 }
 

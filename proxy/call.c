@@ -404,7 +404,7 @@ static void relay_start(struct pdx_call *c)
 	log_debug("%s: relaying from %s", c->req_id, c->inst->url);
 	c->status = c->head_status;
 	c->replying = true;
-	evhttp_send_reply_start(c->req, c->head_status, NULL);
+	pdx_http_reply_start(c->req, c->head_status, NULL);
 }
 
 static void relay_chunk(struct pdx_upstream *u, struct evbuffer *data,

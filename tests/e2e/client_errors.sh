@@ -30,6 +30,8 @@
 #    another), and both keep one of up to 128 characters (the proxy
 #    replaced one of 65 to 128);
 #  * CORS, off unless --allowed-origins lists the origins (below);
+#  * an answer to HEAD has no body, and a stream to an HTTP/1.0 client
+#    asking for keep-alive ends with the connection;
 #  * kv_transfer_params keys only the proxy may set, from a client, are
 #    not passed on (a client could fail or falsify everyone's requests):
 #    five requests naming a dead remote_agent (or agents, a metaserver,
@@ -357,6 +359,50 @@ for ra, says in ((own, "this engine's own agent"),
     assert st == 400 and says in json.loads(raw)["error"]["message"], \
         (ra, st, raw[:300])
 print("ok: a decode engine's own agent or a bare HOST:PORT as the sender: 400")
+PYEOF
+
+# HTTP framing: an answer to HEAD has no body (it had one, which a client
+# read as the start of its next answer), and a stream to an HTTP/1.0
+# client that asks for keep-alive ends with the connection (it was
+# answered "Content-Length: 0", the events after it).
+$PY - "$PORT_X" "$PORT_D" <<'PYEOF' || fail "HTTP framing"
+import json, socket, sys
+
+def talk(port, raw):
+    s = socket.create_connection(("127.0.0.1", int(port)), timeout=10)
+    s.sendall(raw)
+    got = b""
+    while True:
+        try:
+            b = s.recv(65536)
+        except socket.timeout:
+            break
+        if not b:
+            break
+        got += b
+    s.close()
+    return got
+
+for port in sys.argv[1:]:
+    got = talk(port, b"HEAD /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+                     b"GET /health HTTP/1.1\r\nHost: x\r\n"
+                     b"Connection: close\r\n\r\n")
+    head, rest = got.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 404"), head
+    assert rest.startswith(b"HTTP/1.1 200"), (port, got[:300])
+    body = json.dumps({"prompt": "Hi", "max_tokens": 2,
+                       "stream": True}).encode()
+    got = talk(port, b"POST /v1/completions HTTP/1.0\r\nHost: x\r\n"
+                     b"Connection: keep-alive\r\n"
+                     b"Content-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    head, rest = got.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.0 200"), head
+    assert b"content-length" not in head.lower(), head
+    assert rest.startswith(b"data: {") and rest.endswith(b"data: [DONE]\n\n"), \
+        (port, rest[:200], rest[-40:])
+print("ok: HEAD answered without a body; an HTTP/1.0 keep-alive stream "
+      "ends with its connection")
 PYEOF
 settle 10 $(engine_idle P D) || fail "engines not idle after the client errors"
 for n in X XC XS P D agent_p agent_d; do named_stop $n; done
