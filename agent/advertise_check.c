@@ -7,9 +7,11 @@
  * its own; peer_dispatch.c takes it back. Not back within PROBE_BOUND_MS:
  * said, with what the connection's events tell (no such host, nobody
  * listening, another ZeroMQ peer), and a hello left unanswered then
- * blames this agent (xfer.c). ZeroMQ keeps the probe queued and connects
- * again, so one that comes back late (a DNS record made after we
- * started) still counts. */
+ * blames this agent (xfer.c), until a message from any peer comes, which
+ * proves peers reach us there (a NAT that does not hairpin: peers reach
+ * the address, we do not; peer_dispatch.c). ZeroMQ keeps the probe
+ * queued and connects again, so one that comes back late (a DNS record
+ * made after we started) still counts. */
 #define PDX_LOG_TOPIC "advertise"
 #include <sys/random.h>
 #include <zmq.h>
@@ -26,22 +28,16 @@ static void describe(struct advertise_check *c)
 	const char *why;
 
 	if (c->seen & ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
-		why = "a ZeroMQ peer there took it, not this agent: another "
-		      "agent listens at that address, or it leads to another "
-		      "host";
+		why = "another agent took it";
 	else if (c->seen & (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
 			    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-			    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL))
-		why = "something there accepted the connection but refused "
-		      "our handshake: not this agent";
-	else if (c->seen & ZMQ_EVENT_CONNECTED)
-		why = "something there accepted the connection but never "
-		      "answered like this agent";
+			    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+			    ZMQ_EVENT_CONNECTED))
+		why = "no agent of ours listens there";
 	else if (c->seen & (ZMQ_EVENT_CONNECT_DELAYED | ZMQ_EVENT_CLOSED))
-		why = "nothing accepted a connection there (refused or "
-		      "unreachable from this host)";
+		why = "nothing listens there";
 	else
-		why = "its host name does not resolve here";
+		why = "no such host here";
 	snprintf(c->why, sizeof(c->why), "%s", why);
 }
 
@@ -75,7 +71,9 @@ static void on_bound(evutil_socket_t fd, short what, void *arg)
 		 "there did not come back in %d ms (%s). Peers answer this "
 		 "agent's hellos there, so the transfers it receives fail "
 		 "\"no answer to our hello\"; give --advertise the address "
-		 "its peers reach it at",
+		 "its peers reach it at. (Behind a NAT that does not let a "
+		 "host reach its own outside address this is a false alarm, "
+		 "taken back at the first message from a peer.)",
 		 a->peer_addr, PROBE_BOUND_MS, c->why);
 }
 

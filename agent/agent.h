@@ -435,7 +435,7 @@ struct advertise_check {
 	bool reached;	     /* it came back */
 	bool late;	     /* not back at the bound: said, and transfers
 			      * whose hello goes unanswered blame this agent */
-	char why[160];	     /* what the connection's events said, if late */
+	char why[48];	     /* what the connection's events said, if late */
 	uint64_t other_ns;   /* another agent's probe, last said */
 };
 

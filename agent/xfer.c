@@ -167,11 +167,10 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 		/* its answer went where our --advertise leads: our fault,
 		 * not the peer's (PDX_EIO: a proxy blames this side) */
 		xfer_fail(x, PDX_EIO, true,
-			  "no answer to our hello from %s in %u ms "
-			  "(--handshake-timeout-ms): this agent's --advertise "
-			  "%s does not reach it (%s), and peers answer there",
-			  x->peer_addr, a->cfg.handshake_timeout_ms,
-			  a->peer_addr, a->advertise.why);
+			  "no answer to our hello from %s: this agent's "
+			  "--advertise %s, where peers answer, does not reach "
+			  "it (%s)",
+			  x->peer_addr, a->peer_addr, a->advertise.why);
 	else if (which == BOUND_HANDSHAKE)
 		/* a CURVE agent and a plain one never hear each other:
 		 * ZeroMQ drops the connection without a word to either */

@@ -200,7 +200,7 @@ for i in 1 2; do
 done
 [ "$(grep -c "advertise one agent address" "$E2E_TMP/XW.log")" = 1 ] ||
 	fail "the proxy did not warn once: $(grep -c "advertise one agent" "$E2E_TMP/XW.log")"
-logged agent_w "does not reach this agent: .*a ZeroMQ peer there took it" ||
+logged agent_w "does not reach this agent: .*(another agent took it)" ||
 	fail "W's agent did not say its --advertise reaches another agent"
 logged agent_p "another agent advertises this agent's address $peer_p" ||
 	fail "P's agent did not say another agent advertises its address"
@@ -215,14 +215,14 @@ echo "ok: a P/D pair whose agents advertise one address: 502 saying so, both age
 # instances could not be served).
 agent_start v --advertise "tcp://127.0.0.1:$(free_port)" \
 	--handshake-timeout-ms 1000
-logged agent_v "does not reach this agent: .*(nothing accepted a connection there" ||
+logged agent_v "does not reach this agent: .*(nothing listens there)" ||
 	fail "V's agent did not say its --advertise reaches nobody: $(tail -3 "$E2E_TMP/agent_v.log")"
 named_engine_start V "$ENGINE" --role decode --agent "ipc://$E2E_TMP/v.engine" \
 	--time-scale 0
 wait_healthy V
 read -r st ms _ body < <(req "$PORT_V" 4 10 \
 	"{\"xfer_id\": \"$(xid)\", \"remote_agent\": \"$peer_p\", \"do_remote_prefill\": true}")
-[ "$st" = 500 ] && echo "$body" | grep -q "this agent's --advertise tcp://127.0.0.1:[0-9]* does not reach it" ||
+[ "$st" = 500 ] && echo "$body" | grep -q "this agent's --advertise tcp://127.0.0.1:[0-9]*, where peers answer, does not reach it (nothing listens there)" ||
 	fail "a decode engine whose agent's --advertise reaches nobody: $st $body"
 named_engine_start XV "$PROXY" --prefill "127.0.0.1:$PORT_P" \
 	--decode "127.0.0.1:$PORT_V" --health-interval 0 --breaker-failures 2
@@ -237,6 +237,18 @@ echo "$breakers" | grep -q "role=\"prefill\".* 0$" ||
 echo "$breakers" | grep -q "role=\"decode\".* [12]$" ||
 	fail "V's breaker is not open: $breakers"
 echo "ok: a decode agent whose --advertise reaches nobody says so at start; its transfers blame it, not P (last: $st ${body:0:160})"
+
+# Peers that reach an agent where its own probe does not (behind a NAT
+# that does not hairpin; here, P's agent given V's agent's listening
+# address): the first message from one takes the warning back, and
+# V's unanswered hellos blame their peer again.
+v_listen=$(sed -n 's/.*peer link \(tcp:[^ ]*\) (advertised.*/\1/p' "$E2E_TMP/agent_v.log")
+read -r st _ _ body < <(req "$PORT_P" 4 10 \
+	"{\"xfer_id\": \"$(xid)\", \"remote_agent\": \"$v_listen\", \"do_remote_decode\": true}")
+[ "$st" = 200 ] || fail "a prefill request for V's listening address: $st $body"
+logged agent_v "a message from $peer_p came: .*the warning is taken back" ||
+	fail "V's agent did not take its warning back at a peer's message: $(tail -3 "$E2E_TMP/agent_v.log")"
+echo "ok: a peer's message takes the agent's --advertise warning back"
 
 # the early-callback flow behind a wildcard --host without
 # --metaserver-url: prefill engines elsewhere cannot post their callback
