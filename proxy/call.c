@@ -243,9 +243,35 @@ struct pdx_call *pdx_call_new(struct pdx_proxy *px, struct evhttp_request *req)
 	return c;
 }
 
+/* A request answered 5xx is said at warn, at most once a second, with
+ * how many more since: in a deployment whose every request failed (an
+ * agent's data ports firewalled, a handshake unanswered) the proxy's
+ * log, where an operator looks first, said nothing (a new user's find). */
+static void say_failed(const struct pdx_call *c, int status, const char *what,
+		       const char *url)
+{
+	static uint64_t said_ns;
+	static unsigned unsaid;
+
+	if (status < 500)
+		return;
+	if (!pdx_once_a_second(&said_ns)) {
+		unsaid++;
+		return;
+	}
+	if (unsaid)
+		log_warn("%s: answered %d: %s%s (and %u more failed since the "
+			 "last said)",
+			 c->req_id, status, what, url, unsaid);
+	else
+		log_warn("%s: answered %d: %s%s", c->req_id, status, what, url);
+	unsaid = 0;
+}
+
 void pdx_call_reply_error(struct pdx_call *c, int status, const char *type,
 			  const char *msg)
 {
+	say_failed(c, status, msg, "");
 	c->status = status;
 	call_detach(c);
 	pdx_http_send_error(c->req, status, type, msg);
@@ -402,6 +428,11 @@ static void relay_start(struct pdx_call *c)
 			evhttp_add_header(out, relay_headers[i], c->head[i]);
 	timing_header(c, out);
 	log_debug("%s: relaying from %s", c->req_id, c->inst->url);
+	say_failed(c, c->head_status,
+		   c->inst->role == PDX_POOL_PREFILL
+		       ? "relayed from prefill instance "
+		       : "relayed from decode instance ",
+		   c->inst->url);
 	c->status = c->head_status;
 	c->replying = true;
 	pdx_http_reply_start(c->req, c->head_status, NULL);

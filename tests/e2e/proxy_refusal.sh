@@ -198,7 +198,7 @@ for i in 1 2; do
 	echo "$body" | grep -q "advertise one agent address, $peer_p" ||
 		fail "the 502 does not say the agents advertise one address: $body"
 done
-[ "$(grep -c "advertise one agent address" "$E2E_TMP/XW.log")" = 1 ] ||
+[ "$(grep -v "answered 502: " "$E2E_TMP/XW.log" | grep -c "advertise one agent address")" = 1 ] ||
 	fail "the proxy did not warn once: $(grep -c "advertise one agent" "$E2E_TMP/XW.log")"
 logged agent_w "does not reach this agent: .*(another agent took it)" ||
 	fail "W's agent did not say its --advertise reaches another agent"
@@ -231,6 +231,9 @@ for i in 1 2 3; do
 	echo "$body" | grep -q "does not reach it\|no usable decode instance" ||
 		fail "request $i through a proxy to V: $st $body"
 done
+# the proxy's log says a request failed (it said nothing of them)
+logged XV "answered 500: relayed from decode instance http://127.0.0.1:$PORT_V" ||
+	fail "the proxy did not log the failed request: $(tail -3 "$E2E_TMP/XV.log")"
 breakers=$(curl -sS "http://127.0.0.1:$PORT_XV/metrics" | grep '^pdx_proxy_instance_breaker_state')
 echo "$breakers" | grep -q "role=\"prefill\".* 0$" ||
 	fail "P's breaker is not closed: $breakers"
