@@ -454,7 +454,11 @@ struct notify_target {
 	const char *addr;
 	void *sock;
 	struct zmonitor mon;
+	struct event *bound; /* NOTIFY_BOUND_MS after start: met yet? */
 	bool refused; /* the last handshake there failed */
+	bool met;     /* a handshake there succeeded */
+	bool connected; /* a connection there was made (its handshake
+			 * follows) */
 };
 
 struct agent {

@@ -12,7 +12,8 @@
 # reachable; a stale socket file at the path is replaced, a file that is
 # no socket is refused and kept; the socket is 0600 whatever the umask,
 # and removed at exit only while it is the agent's own. A --notify
-# address where no ZeroMQ collector listens is said once. GPU staging a
+# address where no ZeroMQ collector listens is said once, and one where
+# nothing listens at all within 3 s. GPU staging a
 # dead agent left in /dev/shm is removed at start, a live one's is not.
 # With /dev/shm full the agent's refusal to start says so. The soft
 # descriptor limit is raised, a low hard one said, and accepts that fail
@@ -198,8 +199,18 @@ grep -q -- "--notify tcp://127.0.0.1:$hp: what listens there is no ZeroMQ collec
 	"$E2E_TMP/agent_f.log" || fail "--notify at an HTTP port: $(tail -3 "$E2E_TMP/agent_f.log")"
 [ "$(grep -c "no ZeroMQ collector" "$E2E_TMP/agent_f.log")" = 1 ] ||
 	fail "said more than once: $(grep -c "no ZeroMQ collector" "$E2E_TMP/agent_f.log")"
+! grep -q "no collector reached" "$E2E_TMP/agent_f.log" ||
+	fail "an HTTP port at --notify also said as nobody there"
 named_stop agent_f
 kill "$PID_http"
+
+# --notify where nothing listens (a loopback address copied to another
+# host, a name only some hosts resolve): said once within 3 s (it said
+# nothing, and the proxy counted each transfer until --transfer-timeout)
+agent_start g --notify "tcp://127.0.0.1:$(free_port)"
+logged agent_g "no collector reached in 3000 ms (nothing listens there" ||
+	fail "--notify where nothing listens: $(tail -3 "$E2E_TMP/agent_g.log")"
+named_stop agent_g
 
 # GPU staging left in /dev/shm by an agent that died (kill -9: 256 MiB
 # each) is removed by the next agent's start; one a live agent holds
