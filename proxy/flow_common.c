@@ -470,8 +470,12 @@ int pdx_flow_check_client_kv(const json_t *body, struct pdx_oai_fault *f)
 
 int pdx_flow_failure_policy(struct pdx_call *c, json_t *kv)
 {
+	json_t *own = json_object_get(client_kv_own(c), "on_failure");
+
 	if (json_object_get(kv, "on_failure"))
-		return 0; /* the client chose */
+		return 0; /* the client chose (kv is its own, copied) */
+	if (own && !json_is_null(own)) /* kv is P's: the client chose */
+		return json_object_set(kv, "on_failure", own);
 	return set_str(kv, "on_failure",
 		       c->px->o->transfer_recompute ? "recompute" : "fail");
 }

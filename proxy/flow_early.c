@@ -35,6 +35,15 @@ static void prefill_end(struct pdx_upstream *u, int status,
 		resp = json_loadb((const char *)evbuffer_pullup(body, -1),
 				  evbuffer_get_length(body), 0, NULL);
 		kv = json_object_get(resp, "kv_transfer_params");
+		/* D's policy as the callback would have said it (it was
+		 * left out: --on-transfer-failure ignored whenever P
+		 * answered first) */
+		if (json_is_object(kv) && pdx_flow_failure_policy(c, kv)) {
+			json_decref(resp);
+			pdx_call_reply_error(c, 500, "internal_error",
+					     "out of memory");
+			return;
+		}
 		pdx_flow_send_decode(c, kv);
 		json_decref(resp);
 		return;
@@ -76,15 +85,15 @@ void pdx_flow_early_callback(struct pdx_call *c)
 	pdx_flow_learn_peers(c, send_prefill);
 }
 
-/* The call waiting for this transfer's callback, or NULL. The xfer_id
- * (128 random bits, known only to the proxy and the two engines) is what
- * matches a post to its call. */
-static struct pdx_call *waiting_call(struct pdx_proxy *px, const char *xfer)
+/* The call of this transfer, or NULL. The xfer_id (128 random bits,
+ * known only to the proxy and the two engines) is what matches a post
+ * to its call. */
+static struct pdx_call *transfer_call(struct pdx_proxy *px, const char *xfer)
 {
 	struct pdx_call *c;
 
 	LIST_FOREACH(c, &px->calls, link)
-		if (c->awaiting_callback && !strcmp(c->xfer_id, xfer))
+		if (c->xfer_id[0] && !strcmp(c->xfer_id, xfer))
 			return c;
 	return NULL;
 }
@@ -103,7 +112,16 @@ void pdx_flow_metaserver(struct pdx_proxy *px, struct evhttp_request *req)
 				     "want a JSON object with an xfer_id");
 		return;
 	}
-	c = waiting_call(px, xfer);
+	c = transfer_call(px, xfer);
+	if (c && !c->awaiting_callback) {
+		/* P answered first and D has it: nothing to do, and
+		 * nothing for P to warn of (a 404 made it warn at every
+		 * request that went so) */
+		json_decref(kv);
+		pdx_http_send_json(req, 200, json_pack("{s:s}", "status",
+						       "already dispatched"));
+		return;
+	}
 	if (!c) {
 		json_decref(kv);
 		pdx_http_send_error(req, 404, "not_found_error",

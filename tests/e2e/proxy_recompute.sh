@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # --on-transfer-failure: the decode agent dies; behind a proxy with
 # `recompute` the decode engine prefills the request itself and the client
-# gets the colocated engine's text; behind one with the default `fail` the
+# gets the colocated engine's text (early-callback too, when P answers
+# before its callback); behind one with the default `fail` the
 # client gets a clear 503 (the decode engine refuses a transfer its agent
 # cannot make, before any compute). The prefill side frees the KV it held for the
 # dead agent once that agent is silent. A prefill agent nobody reaches
@@ -21,6 +22,12 @@ pools=(--prefill "127.0.0.1:$PORT_P" --decode "127.0.0.1:$PORT_D" --retries 0
 	--health-interval 0)
 named_engine_start XR "$PROXY" "${pools[@]}" --on-transfer-failure recompute
 named_engine_start XF "$PROXY" "${pools[@]}"
+# early-callback whose callback never comes (its --metaserver-url leads
+# nowhere): P's answer is D's request, and D must still get the proxy's
+# policy (it got none, and failed what it should have recomputed)
+named_engine_start XE "$PROXY" "${pools[@]}" --flow early-callback \
+	--on-transfer-failure recompute \
+	--metaserver-url "http://127.0.0.1:$(free_port)/v1/metaserver"
 
 prompt="what happens when the decode agent dies"
 want=$(text "$PORT_C" "$prompt" 9)
@@ -29,12 +36,16 @@ want=$(text "$PORT_C" "$prompt" 9)
 kill9 agent_d
 got=$(text "$PORT_XR" "$prompt" 9)
 [ "$got" = "$want" ] || fail "recompute: '$got', want '$want'"
+got=$(text "$PORT_XE" "$prompt" 9)
+[ "$got" = "$want" ] || fail "recompute, early-callback without its callback: '$got', want '$want'"
+grep -q "prefill answered before its callback" "$E2E_TMP/XE.log" ||
+	fail "XE's request did not go without its callback"
 PORT=$PORT_XF post /v1/completions "{\"prompt\": \"$prompt\", \"max_tokens\": 9}" >/dev/null
 status_is 503 "fail: the decode agent is dead"
 grep -q "link to the agent was lost" "$E2E_TMP/body" || fail "fail: unclear error: $(cat "$E2E_TMP/body")"
 # the prefill side frees what it held for the dead agent
 blocks_free "$PORT_P" "$PORT_D"
-for name in XR XF P D C agent_p; do
+for name in XR XF XE P D C agent_p; do
 	named_stop "$name"
 done
 
