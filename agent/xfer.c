@@ -12,6 +12,7 @@
 #include "agent/agent.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/tcp_addr.h"
 
 struct xfer *xfer_find(struct agent *a, const struct pdx_xfer_id *id)
 {
@@ -171,6 +172,18 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 			  "--advertise %s, where peers answer, does not reach "
 			  "it (%s)",
 			  x->peer_addr, a->peer_addr, a->advertise.why);
+	else if (which == BOUND_HANDSHAKE &&
+		 pdx_tcp_addr_where(a->peer_addr) == PDX_TCP_HOST_LOOPBACK &&
+		 pdx_tcp_addr_where(x->peer_addr) == PDX_TCP_HOST_REMOTE)
+		/* a host's agent left at a one-host example's loopback
+		 * address: a peer elsewhere answers into its own loopback
+		 * (our probe reaches us there; the peer was blamed) */
+		xfer_fail(x, PDX_EIO, true,
+			  "no answer to our hello from %s: this agent "
+			  "advertises %s, a loopback address, where a peer on "
+			  "another host cannot answer: give it --advertise "
+			  "with this host's address",
+			  x->peer_addr, a->peer_addr);
 	else if (which == BOUND_HANDSHAKE)
 		/* a CURVE agent and a plain one never hear each other:
 		 * ZeroMQ drops the connection without a word to either */

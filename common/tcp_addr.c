@@ -1,6 +1,9 @@
 /* tcp://HOST:PORT checked (tcp_addr.h). */
 #include "common/tcp_addr.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -60,4 +63,39 @@ bool pdx_tcp_addr_ok(const char *addr, bool bind, char *why, size_t why_len)
 		return false;
 	}
 	return true;
+}
+
+static bool interface_has(struct in_addr in)
+{
+	struct ifaddrs *all, *i;
+	bool has = false;
+
+	if (getifaddrs(&all))
+		return false;
+	for (i = all; i && !has; i = i->ifa_next)
+		has = i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+		      ((struct sockaddr_in *)(void *)i->ifa_addr)
+			      ->sin_addr.s_addr == in.s_addr;
+	freeifaddrs(all);
+	return has;
+}
+
+enum pdx_tcp_host pdx_tcp_addr_where(const char *addr)
+{
+	const char *host = addr + 6, *colon = strrchr(host, ':');
+	char h[64];
+	struct in_addr in;
+	size_t n = colon ? (size_t)(colon - host) : 0;
+
+	if (strncmp(addr, "tcp://", 6) || !n || n >= sizeof(h))
+		return PDX_TCP_HOST_NAME;
+	memcpy(h, host, n);
+	h[n] = 0;
+	if (!strcmp(h, "localhost"))
+		return PDX_TCP_HOST_LOOPBACK;
+	if (inet_pton(AF_INET, h, &in) != 1)
+		return PDX_TCP_HOST_NAME;
+	if ((ntohl(in.s_addr) >> 24) == 127)
+		return PDX_TCP_HOST_LOOPBACK;
+	return interface_has(in) ? PDX_TCP_HOST_LOCAL : PDX_TCP_HOST_REMOTE;
 }

@@ -6,7 +6,7 @@
  * leaving the address the agent gives its peers wrong, so options are
  * checked here first.
  *
- * Pure: any thread. */
+ * Any thread. */
 #ifndef PDX_COMMON_TCP_ADDR_H
 #define PDX_COMMON_TCP_ADDR_H
 
@@ -20,5 +20,17 @@ bool pdx_tcp_addr_ok(const char *addr, bool bind, char *why, size_t why_len);
 /* Whether addr's host is every interface: * or 0.0.0.0 (to bind only;
  * nobody reaches it). */
 bool pdx_tcp_addr_wildcard(const char *addr);
+
+/* Where addr's host is, as far as its text says (a name is not
+ * resolved: that may wait on DNS): a loopback address (127.0.0.0/8 or
+ * "localhost"), an IPv4 address of one of this host's interfaces,
+ * another IPv4 address, or a name. Reads the interfaces (getifaddrs). */
+enum pdx_tcp_host {
+	PDX_TCP_HOST_LOOPBACK,
+	PDX_TCP_HOST_LOCAL,
+	PDX_TCP_HOST_REMOTE,
+	PDX_TCP_HOST_NAME,
+};
+enum pdx_tcp_host pdx_tcp_addr_where(const char *addr);
 
 #endif

@@ -16,6 +16,10 @@ deploying by hand across hosts may leave them.
     to compare UCX_TLS and UCX_NET_DEVICES (it said only "peer
     unreachable", and "refused").
 
+  - A loopback --advertise (the one-host example copied to a host) and
+    a peer on another host: the transfer fails blaming this agent's
+    --advertise, not the peer.
+
     one_sided.py PATH-TO-pdx-agent
 
 Exits 0 (pass), 1 (fail) or 77 (skip: pyzmq or msgpack missing).
@@ -79,9 +83,34 @@ def tls_differ(agent):
               f"({took:.2f} s), saying to compare them: {why}")
 
 
+def loopback_advertised(agent):
+    """B's agent advertises a loopback address (the one-host example
+    copied to a host of a deployment) and receives from a peer elsewhere
+    (an address of no interface here): the peer's answer to B's hello
+    goes to the peer's own loopback. B's transfer fails at the bound
+    blaming B's --advertise (EIO, -201), not the peer (EPEER: a proxy
+    opened the healthy prefill's breaker)."""
+    args = ("--handshake-timeout-ms", str(int(BOUND_S * 1000)))
+    with Rig(agent, "loop", "B", agent_args=args) as rig:
+        rig.register()
+        B = rig.engines[0]
+        x = os.urandom(16)
+        B.send({"op": "recv", "xfer": x, "peer": "tcp://192.0.2.1:7100",
+                "blocks": [1]})
+        ev = B.event(x, int(BOUND_S * 4000))
+        why = ev and ev.get("reason") or ""
+        check(ev is not None and ev.get("kind") == "failed" and
+              ev.get("status") == -201 and
+              "advertises tcp://127.0.0.1:" in why and
+              "a loopback address" in why,
+              f"loopback advertised, a peer elsewhere: fails blaming this "
+              f"agent's --advertise: {ev}")
+
+
 def main():
     curve_one_side(sys.argv[1])
     tls_differ(sys.argv[1])
+    loopback_advertised(sys.argv[1])
     return exit_code()
 
 
