@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "proxy/inst_host.h"
 #include "proxy/pool.h"
 
 /* One instance's check: a reference on it, and its connection. */
@@ -48,6 +49,7 @@ static void failure_reason(const struct pdx_probe *pr,
 	size_t n = b ? evbuffer_get_length(b) : 0;
 	const char *msg = NULL;
 	json_t *j = NULL;
+	char host[160];
 
 	if (!status) {
 		/* a dead instance (nothing listens: refused at once) is not
@@ -56,14 +58,22 @@ static void failure_reason(const struct pdx_probe *pr,
 		/* a connect still under way when the timeout cut it (SYNs
 		 * dropped: a host gone from the network, a firewall) leaves
 		 * EINPROGRESS: hung, not refused */
-		if (pr->timed_out || !e || e == ETIMEDOUT || e == EINPROGRESS ||
-		    e == EALREADY || e == EAGAIN || e == EWOULDBLOCK ||
-		    e == EINTR)
+		/* a name that does not resolve leaves EAGAIN or nothing,
+		 * at once: said "no answer in time" */
+		if (!pr->timed_out && (!e || e == EAGAIN) &&
+		    !pdx_inst_host_resolves(pr->inst, host, sizeof(host)))
+			snprintf(out, len, "cannot connect: %s", host);
+		else if (pr->timed_out || !e || e == ETIMEDOUT ||
+			 e == EINPROGRESS || e == EALREADY || e == EAGAIN ||
+			 e == EWOULDBLOCK || e == EINTR)
 			snprintf(out, len, "no answer in time");
-		else /* libevent leaves ENOTCONN after a refused connect */
-			snprintf(out, len, "cannot connect%s%s",
-				 e == ENOTCONN ? "" : ": ",
-				 e == ENOTCONN ? "" : strerror(e));
+		/* libevent leaves ENOTCONN after a refused connect, EBADF
+		 * after one with no route ("Bad file descriptor", said) */
+		else if (e == ENOTCONN || e == EBADF)
+			snprintf(out, len, "cannot connect (nothing listens "
+				 "there, or no route to it)");
+		else
+			snprintf(out, len, "cannot connect: %s", strerror(e));
 		return;
 	}
 	if (n && n < 4096)

@@ -14,6 +14,7 @@
 #include "common/http_listen.h"
 #include "common/log.h"
 #include "common/version.h"
+#include "proxy/inst_host.h"
 #include "proxy/proxy.h"
 
 struct proxy_main {
@@ -92,6 +93,19 @@ static int pools_fill(struct proxy_main *m)
 				goto bad;
 			}
 	}
+	/* said at start, as each connect would fail so (a cluster's DNS
+	 * may add the name later: not refused) */
+	for (int r = 0; r < 2; r++)
+		for (unsigned k = 0; k < px->pool[r].n; k++) {
+			const struct pdx_inst *i = px->pool[r].inst[k];
+			char why[160];
+
+			if (!pdx_inst_host_resolves(i, why, sizeof(why)))
+				log_warn("--%s %s: %s; its requests and health "
+					 "checks fail until it does",
+					 pdx_pool_role_name(i->role), i->url,
+					 why);
+		}
 	return 0;
 bad:
 	fprintf(stderr, "pdx-proxy: %s\n", err);

@@ -37,6 +37,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/nodelay.h"
+#include "proxy/inst_host.h"
 #include "proxy/pool.h"
 
 struct pdx_upstream {
@@ -53,7 +54,7 @@ struct pdx_upstream {
 	struct event *timer;
 	unsigned first_byte_left_ms; /* after the connect deadline */
 	int err_status;		     /* 502 or 504, from the error callback */
-	char why[128];
+	char why[256];
 	unsigned keepalive;
 	uint64_t keepalive_ns;
 	bool connect_phase;
@@ -324,9 +325,21 @@ static void on_error(enum evhttp_request_error err, void *arg)
 		return;
 	}
 	if (u->starting) { /* no socket, or no connect (evhttp says EOF) */
-		snprintf(u->why, sizeof(u->why), "%s instance %s: cannot "
-			 "connect%s%s", pdx_pool_role_name(u->inst->role),
-			 u->inst->url, e ? ": " : "", e ? strerror(e) : "");
+		char host[160] = "";
+
+		/* evhttp resolves the name in its connect, and leaves no
+		 * errno when it does not resolve */
+		if (!e && !pdx_inst_host_resolves(u->inst, host, sizeof(host)))
+			snprintf(u->why, sizeof(u->why),
+				 "%s instance %s: cannot connect: %s",
+				 pdx_pool_role_name(u->inst->role),
+				 u->inst->url, host);
+		else
+			snprintf(u->why, sizeof(u->why),
+				 "%s instance %s: cannot connect%s%s",
+				 pdx_pool_role_name(u->inst->role),
+				 u->inst->url, e ? ": " : "",
+				 e ? strerror(e) : "");
 		return;
 	}
 	switch (err) {
@@ -364,6 +377,7 @@ static void on_done(struct evhttp_request *req, void *arg)
 {
 	struct pdx_upstream *u = arg;
 	int status = req ? evhttp_request_get_response_code(req) : 0;
+	int e = errno; /* evhttp keeps the socket's error for us */
 
 	evtimer_del(u->timer);
 	if (u->starting) {
@@ -380,10 +394,15 @@ static void on_done(struct evhttp_request *req, void *arg)
 	if (status == 0) {
 		if (!u->err_status) {
 			u->err_status = 502;
-			snprintf(u->why, sizeof(u->why),
-				 "%s instance %s: no response",
+			/* libevent leaves ENOTCONN after a connect that
+			 * failed (refused, no route): said "no response" */
+			snprintf(u->why, sizeof(u->why), "%s instance %s: %s",
 				 pdx_pool_role_name(u->inst->role),
-				 u->inst->url);
+				 u->inst->url,
+				 e == ENOTCONN
+				     ? "cannot connect (nothing listens there, "
+				       "or no route to it)"
+				     : "no response");
 		}
 		leg_result(u, 0);
 		log_warn("%s", u->why);

@@ -7,7 +7,8 @@
 # request gets the prefill's error (and the waiting decode leg is
 # cancelled, its blocks freed) or, under --on-prefill-failure local, the
 # colocated text from D alone. The agents notify two proxies (each
-# --notify): each counts its own transfers down as they end.
+# --notify): each counts its own transfers down as they end. An instance
+# nobody listens at, or whose name does not resolve, is said as such.
 #   proxy_pd.sh PDX_ENGINE PDX_AGENT PDX_PROXY
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -194,5 +195,18 @@ for case in "XW:are --prefill and --decode swapped" "XN:has no agent"; do
 	grep -q "${case#*:}" "$E2E_TMP/body" || fail "${case%%:*}: $(cat "$E2E_TMP/body")"
 	grep -q "${case#*:}" "$E2E_TMP/${case%%:*}.log" || fail "${case%%:*}: not logged"
 done
-for x in XW XN XQ PQ XS XE XL D C; do named_stop $x; done
+
+# an instance nobody listens at, and one whose host name does not
+# resolve: the 502 says which (before: "no response", and "cannot
+# connect" with nothing of the name), and the name is warned of at start
+named_engine_start XR "$PROXY" --decode "127.0.0.1:$(free_port)" --health-interval 0
+named_engine_start XU "$PROXY" --decode "no-such-host.invalid:8100" --health-interval 0
+grep -q -- "--decode http://no-such-host.invalid:8100: its host name does not resolve here" \
+	"$E2E_TMP/XU.log" || fail "no warning at start of a name that does not resolve"
+for case in "XR:cannot connect (nothing listens there" "XU:cannot connect: its host name does not resolve here"; do
+	PORT=$(eval echo "\$PORT_${case%%:*}") post /v1/completions '{"prompt": "a b", "max_tokens": 2}' >/dev/null
+	status_is 502 "${case%%:*}"
+	grep -qF "${case#*:}" "$E2E_TMP/body" || fail "${case%%:*}: $(cat "$E2E_TMP/body")"
+done
+for x in XW XN XR XU XQ PQ XS XE XL D C; do named_stop $x; done
 echo ok

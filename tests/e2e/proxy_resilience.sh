@@ -186,7 +186,7 @@ while read -r new old; do
 done <"$E2E_TMP/ids"
 wait_val 3 "$PORT_X" "$(healthy P1)" 0
 # dead, not hung: the log says which
-grep -q "prefill instance $pp1 unhealthy: 2 health checks failed in a row (last: cannot connect)" "$E2E_TMP/X.log" ||
+grep -q "prefill instance $pp1 unhealthy: 2 health checks failed in a row (last: cannot connect (nothing listens there, or no route to it))" "$E2E_TMP/X.log" ||
 	fail "the killed instance's checks: $(grep "$pp1 unhealthy" "$E2E_TMP/X.log")"
 blocks_free "$PORT_D" "$PORT_P2"
 
