@@ -20,12 +20,21 @@
 #include "agent/curve.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/tcp_addr.h"
 
 enum { PROBE_BOUND_MS = 3000, RECONNECT_MAX_MS = 5000 };
+/* a connect that ends sooner was refused; later, it timed out */
+#define REFUSED_WITHIN_NS 300000000ULL
 
-static void describe(struct advertise_check *c)
+/* What the probe's connection met, and whether that is sure: a host
+ * name that does not resolve, a port where nothing listens, another
+ * agent there are; packets dropped (a firewall, or a NAT that does not
+ * let a host reach its own outside address while peers reach it) are
+ * not, and blame nobody. */
+static bool describe(struct advertise_check *c)
 {
 	const char *why;
+	bool sure = true;
 
 	if (c->seen & ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
 		why = "another agent took it";
@@ -34,60 +43,78 @@ static void describe(struct advertise_check *c)
 			    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
 			    ZMQ_EVENT_CONNECTED))
 		why = "no agent of ours listens there";
-	else if (c->seen & (ZMQ_EVENT_CONNECT_DELAYED | ZMQ_EVENT_CLOSED))
-		why = "nothing listens there";
-	else
+	else if (c->refused)
+		why = "nothing listens there, or no route";
+	else if (c->dropped || c->trying_ns) {
+		why = "no answer from there";
+		sure = false;
+	} else
 		why = "no such host here";
 	snprintf(c->why, sizeof(c->why), "%s", why);
+	return sure;
 }
 
 static void on_event(evutil_socket_t fd, short what, void *arg)
 {
-	struct agent *a = arg;
+	struct advertise_check *c = &((struct agent *)arg)->advertise;
 	uint16_t ev;
 	uint32_t value;
 
 	(void)fd, (void)what;
-	while (zmonitor_next(&a->advertise.mon, &ev, &value) == 0)
-		a->advertise.seen |= ev;
+	while (zmonitor_next(&c->mon, &ev, &value) == 0) {
+		c->seen |= ev;
+		if (ev == ZMQ_EVENT_CONNECT_DELAYED) {
+			c->trying_ns = pdx_now_ns();
+		} else if (c->trying_ns && (ev == ZMQ_EVENT_CLOSED ||
+					    ev == ZMQ_EVENT_CONNECT_RETRIED)) {
+			if (pdx_now_ns() - c->trying_ns < REFUSED_WITHIN_NS)
+				c->refused = true;
+			else
+				c->dropped = true;
+			c->trying_ns = 0;
+		} else if (ev == ZMQ_EVENT_CONNECTED) {
+			c->trying_ns = 0;
+		}
+	}
+}
+
+static void probe_close(struct advertise_check *c)
+{
+	zmonitor_close(&c->mon);
+	if (c->sock)
+		zmq_close(c->sock);
+	c->sock = NULL;
 }
 
 static void on_bound(evutil_socket_t fd, short what, void *arg)
 {
 	struct agent *a = arg;
 	struct advertise_check *c = &a->advertise;
+	bool sure;
 
 	(void)fd, (void)what;
 	on_event(-1, 0, a); /* its fd is edge-triggered */
-	if (c->reached) { /* its work is done */
-		zmonitor_close(&c->mon);
-		zmq_close(c->sock);
-		c->sock = NULL;
+	if (c->reached || c->peer_heard) { /* its work is done */
+		probe_close(c);
 		return;
 	}
-	describe(c);
-	c->late = true;
-	log_warn("--advertise %s does not reach this agent: a probe sent "
-		 "there did not come back in %d ms (%s). Peers answer this "
-		 "agent's hellos there, so the transfers it receives fail "
-		 "\"no answer to our hello\"; give --advertise the address "
-		 "its peers reach it at. (Behind a NAT that does not let a "
-		 "host reach its own outside address this is a false alarm, "
-		 "taken back at the first message from a peer.)",
-		 a->peer_addr, PROBE_BOUND_MS, c->why);
-}
-
-static void *probe_socket(struct agent *a)
-{
-	void *s = zmq_socket(a->zctx, ZMQ_DEALER);
-	int linger = 0, reconnect_max = RECONNECT_MAX_MS;
-
-	if (!s)
-		return NULL;
-	zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
-	zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &reconnect_max,
-		       sizeof(reconnect_max));
-	return s;
+	sure = describe(c);
+	c->late = sure;
+	if (sure)
+		log_warn("--advertise %s does not reach this agent: a probe "
+			 "sent there did not come back in %d ms (%s). Peers "
+			 "answer this agent's hellos there, so the transfers "
+			 "it receives fail \"no answer to our hello\"; give "
+			 "--advertise the address its peers reach it at",
+			 a->peer_addr, PROBE_BOUND_MS, c->why);
+	else
+		log_warn("--advertise %s may not reach this agent: a probe "
+			 "sent there did not come back in %d ms (%s: a "
+			 "firewall drops it, or a NAT does not let this host "
+			 "reach its own outside address, which peers may "
+			 "still reach). If peers cannot, the transfers this "
+			 "agent receives fail \"no answer to our hello\"",
+			 a->peer_addr, PROBE_BOUND_MS, c->why);
 }
 
 int advertise_check_start(struct agent *a)
@@ -96,7 +123,9 @@ int advertise_check_start(struct agent *a)
 	struct peer_msg pm;
 	struct timeval bound = { PROBE_BOUND_MS / 1000,
 				 PROBE_BOUND_MS % 1000 * 1000 };
+	int reconnect_max = RECONNECT_MAX_MS;
 
+	c->loopback = pdx_tcp_addr_where(a->peer_addr) == PDX_TCP_HOST_LOOPBACK;
 	/* with CURVE our own line of the peers file vouches for the probe;
 	 * without it nothing is checked (a file of the others only) */
 	if (a->curve && !pdx_curve_key_of(a->curve, a->peer_addr)) {
@@ -105,8 +134,9 @@ int advertise_check_start(struct agent *a)
 		return 0;
 	}
 	if (getrandom(c->nonce, sizeof(c->nonce), 0) != sizeof(c->nonce) ||
-	    !(c->sock = probe_socket(a)) ||
-	    (a->curve && pdx_curve_client(a->curve, c->sock, a->peer_addr)) ||
+	    !(c->sock = peer_dealer_new(a, a->peer_addr)) ||
+	    zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL_MAX, &reconnect_max,
+			   sizeof(reconnect_max)) ||
 	    zmonitor_open(a, &c->mon, c->sock, "advertise",
 			  ZMQ_EVENT_ALL, on_event, a) ||
 	    !(c->timer = evtimer_new(a->base, on_bound, a)) ||
@@ -126,10 +156,7 @@ void advertise_check_stop(struct agent *a)
 {
 	struct advertise_check *c = &a->advertise;
 
-	zmonitor_close(&c->mon);
-	if (c->sock)
-		zmq_close(c->sock);
-	c->sock = NULL;
+	probe_close(c);
 	if (c->timer)
 		event_free(c->timer);
 	c->timer = NULL;

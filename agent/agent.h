@@ -431,10 +431,16 @@ struct advertise_check {
 	uint8_t nonce[16];   /* ours: a probe with another came elsewhere */
 	uint32_t seen;	     /* its connection's ZMQ_EVENT_* bits so far */
 	uint64_t sent_ns;
+	uint64_t trying_ns;  /* its connect under way since (0: none) */
+	bool refused;	     /* a connect there ended at once */
+	bool dropped;	     /* a connect there went unanswered */
 	bool sent;	     /* a probe went: what follows counts */
 	bool reached;	     /* it came back */
-	bool late;	     /* not back at the bound: said, and transfers
-			      * whose hello goes unanswered blame this agent */
+	bool peer_heard;     /* a peer's message came: peers reach us */
+	bool late;	     /* not back at the bound, for sure: said, and
+			      * transfers whose hello goes unanswered blame
+			      * this agent */
+	bool loopback;	     /* our address is a loopback one */
 	char why[48];	     /* what the connection's events said, if late */
 	uint64_t other_ns;   /* another agent's probe, last said */
 };
@@ -639,6 +645,10 @@ pdx_status_t peer_msg_send_on(struct peer_msg *pm, void *dealer,
 /* A message of no fields but those peer_msg_begin() writes. */
 pdx_status_t peer_send(struct agent *a, struct peer *p, const char *op,
 		       const struct pdx_xfer_id *xfer, const char *reason);
+
+/* peer.c: a DEALER for addr with the peer link's options (heartbeats,
+ * bounds, CURVE), not connected; NULL (logged) when it cannot */
+void *peer_dealer_new(struct agent *a, const char *addr);
 
 /* peer.c: the peers we know, by address */
 /* create: a peer met for the first time gets its DEALER; NULL when it

@@ -275,9 +275,9 @@ static bool peer_make_room(struct agent *a)
 	return true;
 }
 
-struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
+void *peer_dealer_new(struct agent *a, const char *addr)
 {
-	struct peer *p = NULL;
+	void *d = zmq_socket(a->zctx, ZMQ_DEALER);
 	int linger = 0, hwm = 10000;
 	/* ZeroMQ's heartbeats: ours, but not below 100 ms (a ping every
 	 * millisecond is CPU, and a connection given 2 ms to answer under
@@ -286,6 +286,36 @@ struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
 	int beat = a->cfg.heartbeat_ms < 100 ? 100 : (int)a->cfg.heartbeat_ms;
 	int silent = 2 * beat < 1000 ? 1000 : 2 * beat;
 	int connect = beat < 1000 ? 1000 : beat;
+
+	if (!d) {
+		log_warn("no socket for peer %s: %s", addr,
+			 zmq_strerror(zmq_errno()));
+		return NULL;
+	}
+	zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+	/* A connection whose far end is gone (its reset lost or filtered,
+	 * across a partition) looks established to our kernel, which
+	 * retransmits into it on a backed-off timer: what we sent after the
+	 * link healed waited seconds behind it (hellos unanswered, two
+	 * requests failed after a 5 s cut). ZeroMQ's pings close one silent
+	 * for two heartbeats, and it reconnects (what it wrote is still
+	 * delivered to a peer only frozen, whose kernel took it, and what
+	 * is queued goes on the new connection); a connect that hangs is
+	 * given up after a heartbeat and tried again (bounds above). */
+	zmq_setsockopt(d, ZMQ_HEARTBEAT_IVL, &beat, sizeof(beat));
+	zmq_setsockopt(d, ZMQ_HEARTBEAT_TIMEOUT, &silent, sizeof(silent));
+	zmq_setsockopt(d, ZMQ_CONNECT_TIMEOUT, &connect, sizeof(connect));
+	if (a->curve && pdx_curve_client(a->curve, d, addr)) {
+		zmq_close(d);
+		return NULL;
+	}
+	return d;
+}
+
+struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
+{
+	struct peer *p = NULL;
 
 	HASH_FIND_STR(a->peers, addr, p);
 	if (p || !create || !peer_make_room(a))
@@ -297,32 +327,9 @@ struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
 	p->agent = a;
 	p->heard_ns = pdx_now_ns(); /* its silence counts from now */
 	p->sn_told = -1; /* no "ucx_ep" said yet */
-	p->dealer = zmq_socket(a->zctx, ZMQ_DEALER);
-	if (!p->dealer) {
-		log_warn("no socket for peer %s: %s", addr,
-			 zmq_strerror(zmq_errno()));
+	p->dealer = peer_dealer_new(a, addr);
+	if (!p->dealer)
 		goto free_p;
-	}
-	zmq_setsockopt(p->dealer, ZMQ_LINGER, &linger, sizeof(linger));
-	zmq_setsockopt(p->dealer, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-	/* A connection whose far end is gone (its reset lost or filtered,
-	 * across a partition) looks established to our kernel, which
-	 * retransmits into it on a backed-off timer: what we sent after the
-	 * link healed waited seconds behind it (hellos unanswered, two
-	 * requests failed after a 5 s cut). ZeroMQ's pings close one silent
-	 * for two heartbeats, and it reconnects (what it wrote is still
-	 * delivered to a peer only frozen, whose kernel took it, and what
-	 * is queued goes on the new connection); a connect that hangs is
-	 * given up after a heartbeat and tried again (bounds above). */
-	zmq_setsockopt(p->dealer, ZMQ_HEARTBEAT_IVL, &beat, sizeof(beat));
-	zmq_setsockopt(p->dealer, ZMQ_HEARTBEAT_TIMEOUT, &silent,
-		       sizeof(silent));
-	zmq_setsockopt(p->dealer, ZMQ_CONNECT_TIMEOUT, &connect,
-		       sizeof(connect));
-	if (a->curve && pdx_curve_client(a->curve, p->dealer, addr)) {
-		zmq_close(p->dealer);
-		goto free_p;
-	}
 	if (zmq_connect(p->dealer, addr) < 0) {
 		log_warn("cannot connect to peer %s: %s", addr,
 			 zmq_strerror(zmq_errno()));

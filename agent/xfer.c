@@ -173,7 +173,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 			  "it (%s)",
 			  x->peer_addr, a->peer_addr, a->advertise.why);
 	else if (which == BOUND_HANDSHAKE &&
-		 pdx_tcp_addr_where(a->peer_addr) == PDX_TCP_HOST_LOOPBACK &&
+		 a->advertise.loopback &&
 		 pdx_tcp_addr_where(x->peer_addr) == PDX_TCP_HOST_REMOTE)
 		/* a host's agent left at a one-host example's loopback
 		 * address: a peer elsewhere answers into its own loopback

@@ -215,14 +215,14 @@ echo "ok: a P/D pair whose agents advertise one address: 502 saying so, both age
 # instances could not be served).
 agent_start v --advertise "tcp://127.0.0.1:$(free_port)" \
 	--handshake-timeout-ms 1000
-logged agent_v "does not reach this agent: .*(nothing listens there)" ||
+logged agent_v "does not reach this agent: .*(nothing listens there, or no route)" ||
 	fail "V's agent did not say its --advertise reaches nobody: $(tail -3 "$E2E_TMP/agent_v.log")"
 named_engine_start V "$ENGINE" --role decode --agent "ipc://$E2E_TMP/v.engine" \
 	--time-scale 0
 wait_healthy V
 read -r st ms _ body < <(req "$PORT_V" 4 10 \
 	"{\"xfer_id\": \"$(xid)\", \"remote_agent\": \"$peer_p\", \"do_remote_prefill\": true}")
-[ "$st" = 500 ] && echo "$body" | grep -q "this agent's --advertise tcp://127.0.0.1:[0-9]*, where peers answer, does not reach it (nothing listens there)" ||
+[ "$st" = 500 ] && echo "$body" | grep -q "this agent's --advertise tcp://127.0.0.1:[0-9]*, where peers answer, does not reach it (nothing listens there, or no route)" ||
 	fail "a decode engine whose agent's --advertise reaches nobody: $st $body"
 named_engine_start XV "$PROXY" --prefill "127.0.0.1:$PORT_P" \
 	--decode "127.0.0.1:$PORT_V" --health-interval 0 --breaker-failures 2
