@@ -58,7 +58,7 @@ static void on_bound(evutil_socket_t fd, short what, void *arg)
 		return;
 	log_warn("--notify %s: no collector reached in %d ms (nothing "
 		 "listens there, or no such host from here): notifications "
-		 "are dropped until one answers",
+		 "wait (1000 at most, then dropped) until one answers",
 		 t->addr, NOTIFY_BOUND_MS);
 }
 

@@ -74,8 +74,10 @@ void pdx_http_reply_start(struct evhttp_request *req, int status,
 	    !evhttp_find_header(evhttp_request_get_output_headers(req),
 				"Content-Length") &&
 	    http_1_0(req))
-		evhttp_remove_header(evhttp_request_get_input_headers(req),
-				     "Connection");
+		while (evhttp_remove_header(
+			   evhttp_request_get_input_headers(req),
+			   "Connection") == 0)
+			; /* each of them */
 	evhttp_send_reply_start(req, status, reason);
 }
 

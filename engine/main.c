@@ -161,9 +161,16 @@ static void on_signal_starting(int sig)
 
 	if (write(STDERR_FILENO, said, sizeof(said) - 1) < 0)
 		(void)0; /* nobody to tell */
+	struct sigaction dfl = {.sa_handler = SIG_DFL};
+
 	if (starting_pool[0])
 		shm_unlink(starting_pool);
-	_exit(128 + sig);
+	/* ended by the signal, as a supervisor expects (an exit status
+	 * of 128 + sig reads as a failure to systemd) */
+	sigemptyset(&dfl.sa_mask);
+	sigaction(sig, &dfl, NULL);
+	raise(sig);
+	_exit(128 + sig); /* not reached */
 }
 
 static void signals_starting(bool hup)
@@ -181,6 +188,16 @@ static void signals_starting(bool hup)
  * replace the ones above). */
 static int signals_running(struct engine *e, bool hup)
 {
+	struct sigaction dfl = {.sa_handler = SIG_DFL};
+
+	/* libevent puts back the handler it found when its event is freed:
+	 * the default, not on_signal_starting (a second SIGTERM at the end
+	 * of a clean stop said "while starting") */
+	sigemptyset(&dfl.sa_mask);
+	sigaction(SIGTERM, &dfl, NULL);
+	sigaction(SIGINT, &dfl, NULL);
+	if (hup)
+		sigaction(SIGHUP, &dfl, NULL);
 	e->sigterm = evsignal_new(e->base, SIGTERM, on_signal, e);
 	e->sigint = evsignal_new(e->base, SIGINT, on_signal, e);
 	if (hup)

@@ -247,8 +247,8 @@ struct pdx_call *pdx_call_new(struct pdx_proxy *px, struct evhttp_request *req)
  * how many more since: in a deployment whose every request failed (an
  * agent's data ports firewalled, a handshake unanswered) the proxy's
  * log, where an operator looks first, said nothing (a new user's find). */
-static void say_failed(const struct pdx_call *c, int status, const char *what,
-		       const char *url)
+void pdx_call_say_failed(const struct pdx_call *c, int status,
+			 const char *what, const char *url)
 {
 	static uint64_t said_ns;
 	static unsigned unsaid;
@@ -271,7 +271,7 @@ static void say_failed(const struct pdx_call *c, int status, const char *what,
 void pdx_call_reply_error(struct pdx_call *c, int status, const char *type,
 			  const char *msg)
 {
-	say_failed(c, status, msg, "");
+	pdx_call_say_failed(c, status, msg, "");
 	c->status = status;
 	call_detach(c);
 	pdx_http_send_error(c->req, status, type, msg);
@@ -428,7 +428,7 @@ static void relay_start(struct pdx_call *c)
 			evhttp_add_header(out, relay_headers[i], c->head[i]);
 	timing_header(c, out);
 	log_debug("%s: relaying from %s", c->req_id, c->inst->url);
-	say_failed(c, c->head_status,
+	pdx_call_say_failed(c, c->head_status,
 		   c->inst->role == PDX_POOL_PREFILL
 		       ? "relayed from prefill instance "
 		       : "relayed from decode instance ",

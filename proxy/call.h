@@ -133,6 +133,12 @@ void pdx_call_reset(struct pdx_call *c);
 void pdx_call_reply_leg_error(struct pdx_call *c, int err_status,
 			      const char *why);
 
+/* A request answered status: said at warn when 5xx, at most once a
+ * second with how many more since (what, then url, say why). The
+ * replies below say it themselves, but pdx_call_reply(). */
+void pdx_call_say_failed(const struct pdx_call *c, int status,
+			 const char *what, const char *url);
+
 /* Ends the call with an OpenAI-style error. */
 void pdx_call_reply_error(struct pdx_call *c, int status, const char *type,
 			  const char *msg);

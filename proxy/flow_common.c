@@ -471,8 +471,11 @@ int pdx_flow_check_client_kv(const json_t *body, struct pdx_oai_fault *f)
 int pdx_flow_failure_policy(struct pdx_call *c, json_t *kv)
 {
 	json_t *own = json_object_get(client_kv_own(c), "on_failure");
+	json_t *v = json_object_get(kv, "on_failure");
 
-	if (json_object_get(kv, "on_failure"))
+	/* null is no choice (the engine reads it so): the proxy's policy,
+	 * in every flow alike */
+	if (v && !json_is_null(v))
 		return 0; /* the client chose (kv is its own, copied) */
 	if (own && !json_is_null(own)) /* kv is P's: the client chose */
 		return json_object_set(kv, "on_failure", own);
@@ -621,6 +624,8 @@ void pdx_flow_prefill_failed(struct pdx_call *c, int status,
 	} else if (!status) {
 		pdx_call_reply_leg_error(c, err_status, why);
 	} else { /* the engine's own error, e.g. a bad prompt */
+		pdx_call_say_failed(c, status, "the prefill instance's answer",
+				    "");
 		pdx_call_reply(c, status, body);
 	}
 }

@@ -60,8 +60,7 @@ static void failure_reason(const struct pdx_probe *pr,
 		 * EINPROGRESS: hung, not refused */
 		/* a name that does not resolve leaves EAGAIN or nothing,
 		 * at once: said "no answer in time" */
-		if (!pr->timed_out && (!e || e == EAGAIN) &&
-		    !pdx_inst_host_resolves(pr->inst, host, sizeof(host)))
+		if (pdx_conn_unresolved(pr->conn, host, sizeof(host)))
 			snprintf(out, len, "cannot connect: %s", host);
 		else if (pr->timed_out || !e || e == ETIMEDOUT ||
 			 e == EINPROGRESS || e == EALREADY || e == EAGAIN ||

@@ -327,9 +327,9 @@ static void on_error(enum evhttp_request_error err, void *arg)
 	if (u->starting) { /* no socket, or no connect (evhttp says EOF) */
 		char host[160] = "";
 
-		/* evhttp resolves the name in its connect, and leaves no
-		 * errno when it does not resolve */
-		if (!e && !pdx_inst_host_resolves(u->inst, host, sizeof(host)))
+		/* evhttp resolves the name in its connect: no errno, or
+		 * EAGAIN, when it does not resolve */
+		if (pdx_conn_unresolved(u->conn, host, sizeof(host)))
 			snprintf(u->why, sizeof(u->why),
 				 "%s instance %s: cannot connect: %s",
 				 pdx_pool_role_name(u->inst->role),

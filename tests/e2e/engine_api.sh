@@ -133,7 +133,11 @@ grep -q -- "--kv-blocks 100 holds 400 tokens, fewer than --max-model-len 8192" \
 "$ENGINE" --role decode --agent "ipc://$E2E_TMP/nobody.sock" --port 0 \
 	>"$E2E_TMP/noagent.log" 2>&1 &
 pid=$!
-sleep 1
+for _ in $(seq 100); do # its pool is made before the agent's wait
+	ls /dev/shm | grep -q "^pdx-engine-$pid-" && break
+	sleep 0.05
+done
+sleep 0.2 # into the wait
 ls /dev/shm | grep -q "^pdx-engine-$pid-" ||
 	fail "no KV pool of the waiting engine in /dev/shm: $(tail -3 "$E2E_TMP/noagent.log")"
 t0=$(date +%s%N)

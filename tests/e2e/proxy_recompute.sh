@@ -36,6 +36,10 @@ want=$(text "$PORT_C" "$prompt" 9)
 kill9 agent_d
 got=$(text "$PORT_XR" "$prompt" 9)
 [ "$got" = "$want" ] || fail "recompute: '$got', want '$want'"
+# a client's on_failure null is no choice: the proxy's policy (null went
+# on to D, which read it as "fail")
+PORT=$PORT_XR post /v1/completions "{\"prompt\": \"$prompt\", \"max_tokens\": 9, \"kv_transfer_params\": {\"on_failure\": null}}" >/dev/null
+status_is 200 "recompute, the client's on_failure null"
 got=$(text "$PORT_XE" "$prompt" 9)
 [ "$got" = "$want" ] || fail "recompute, early-callback without its callback: '$got', want '$want'"
 grep -q "prefill answered before its callback" "$E2E_TMP/XE.log" ||
