@@ -173,9 +173,10 @@ static void on_signal_starting(int sig)
 	_exit(128 + sig); /* not reached */
 }
 
-static void signals_starting(bool hup)
+/* SIGTERM, SIGINT and (hup) SIGHUP to fn, SIG_DFL included */
+static void signals_to(void (*fn)(int), bool hup)
 {
-	struct sigaction sa = {.sa_handler = on_signal_starting};
+	struct sigaction sa = {.sa_handler = fn};
 
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
@@ -188,16 +189,10 @@ static void signals_starting(bool hup)
  * replace the ones above). */
 static int signals_running(struct engine *e, bool hup)
 {
-	struct sigaction dfl = {.sa_handler = SIG_DFL};
-
 	/* libevent puts back the handler it found when its event is freed:
 	 * the default, not on_signal_starting (a second SIGTERM at the end
 	 * of a clean stop said "while starting") */
-	sigemptyset(&dfl.sa_mask);
-	sigaction(SIGTERM, &dfl, NULL);
-	sigaction(SIGINT, &dfl, NULL);
-	if (hup)
-		sigaction(SIGHUP, &dfl, NULL);
+	signals_to(SIG_DFL, hup);
 	e->sigterm = evsignal_new(e->base, SIGTERM, on_signal, e);
 	e->sigint = evsignal_new(e->base, SIGINT, on_signal, e);
 	if (hup)
@@ -345,7 +340,7 @@ static int engine_start(struct engine *e)
 	 * stays so */
 	hup = !pdx_sighup_ignored();
 	pool_name(starting_pool, sizeof(starting_pool));
-	signals_starting(hup);
+	signals_to(on_signal_starting, hup);
 	swept = pdx_shm_object_sweep("pdx-engine-",
 				     PDX_SHM_OBJECT_SWEEP_MIN_AGE_S);
 	if (swept)
