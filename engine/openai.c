@@ -376,7 +376,9 @@ static int parse_options(json_t *root, const struct pdx_oai_limits *lim,
 	char msg[sizeof(err->message)];
 
 	v = json_object_get(root, "model");
-	if (json_is_string(v) && strcmp(json_string_value(v), lim->model) != 0)
+	/* "" names none (vLLM's _is_model_supported): the served one */
+	if (json_is_string(v) && json_string_length(v) &&
+	    strcmp(json_string_value(v), lim->model) != 0)
 		return fail(err, 404, "The model `%.100s` does not exist.",
 			    json_string_value(v));
 	out->stream = json_is_true(json_object_get(root, "stream"));

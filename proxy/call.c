@@ -36,7 +36,10 @@ static void call_count(struct pdx_call *c)
 
 const char *pdx_call_model(const struct pdx_call *c)
 {
-	return json_string_value(json_object_get(c->body, "model"));
+	const char *m = json_string_value(json_object_get(c->body, "model"));
+
+	/* "" names none, as vLLM reads it: any instance serves it */
+	return m && *m ? m : NULL;
 }
 
 void pdx_call_unpair(struct pdx_call *c, enum pdx_pool_role r)

@@ -6,7 +6,7 @@
 # GET /v1/models names both. Before, B answered
 # every request for tiny 404 at once; a 404 is no breaker's business, and
 # B, always the least loaded, got half of them or more. A request naming
-# no model goes to either; one naming a model nobody serves is answered
+# no model (or "") goes to either; one naming a model nobody serves is answered
 # by an engine (404), as before. While B is down, a request for qwen2-7b
 # gets 503 saying so (it got A's 404). B started again serving tiny is
 # asked again once its checks pass, and serves tiny. In front of P/D pairs: a
@@ -79,6 +79,12 @@ done
 for k in $(seq 4); do
 	PORT=$PORT_X post /v1/completions "{\"prompt\": \"no model $k\", \"max_tokens\": 2}" >/dev/null
 	status_is 200 "request $k naming no model"
+done
+# "model": "" names none, as vLLM reads it (it was a 404 at either
+# engine, "The model `` does not exist")
+for k in $(seq 2); do
+	PORT=$PORT_X post /v1/completions "{\"model\": \"\", \"prompt\": \"empty model $k\", \"max_tokens\": 2}" >/dev/null
+	status_is 200 "request $k naming the model \"\""
 done
 PORT=$PORT_X post /v1/completions '{"model": "nope", "prompt": "x", "max_tokens": 2}' >/dev/null
 status_is 404 "a model nobody serves"
