@@ -1,9 +1,12 @@
 /* Error replies and body limits of pdx's HTTP servers (see http_error.h). */
 #include "common/http_error.h"
 
+#include <sys/queue.h> /* TAILQ_FOREACH, before libevent's own TAILQ */
+
 #include <event2/buffer.h>
 #include <event2/http_struct.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/util.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,11 +119,36 @@ void pdx_http_body_limit(struct evhttp *http, size_t max_body)
 	evhttp_set_flags(http, EVHTTP_SERVER_LINGERING_CLOSE);
 }
 
-bool pdx_http_body_over(struct evhttp_request *req, size_t max_body)
+/* Two Content-Length headers that differ: which one framed the body is
+ * the server's guess (libevent took the first), and a proxy in front
+ * that took the other reads another request in the same bytes (request
+ * smuggling; RFC 9112 says refuse it). */
+static bool lengths_differ(struct evhttp_request *req)
+{
+	const struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+	const struct evkeyval *kv;
+	const char *first = NULL;
+
+	TAILQ_FOREACH(kv, h, next) {
+		if (evutil_ascii_strcasecmp(kv->key, "Content-Length"))
+			continue;
+		if (first && strcmp(first, kv->value))
+			return true;
+		first = kv->value;
+	}
+	return false;
+}
+
+bool pdx_http_body_refused(struct evhttp_request *req, size_t max_body)
 {
 	size_t len = evbuffer_get_length(evhttp_request_get_input_buffer(req));
 	char msg[128];
 
+	if (lengths_differ(req)) {
+		pdx_http_send_error(req, 400, "invalid_request_error",
+				    "two Content-Length headers that differ");
+		return true;
+	}
 	if (len <= max_body)
 		return false;
 	snprintf(msg, sizeof(msg),

@@ -12,7 +12,7 @@
  * refused by the engine behind it. libevent answers a body over its own
  * limit with an HTML 413 that no hook can change, so its limit is set
  * to twice ours (pdx_http_body_limit): everything between is refused by
- * pdx_http_body_over(), in JSON.
+ * pdx_http_body_refused(), in JSON.
  *
  * One thread (the server's loop); the body builders are pure.
  */
@@ -64,7 +64,8 @@ void pdx_http_send_404(struct evhttp_request *req);
  * so a client that is still sending sees the 413 instead of a reset. */
 void pdx_http_body_limit(struct evhttp *http, size_t max_body);
 
-/* A request body over max_body: replies 413 and returns true. */
-bool pdx_http_body_over(struct evhttp_request *req, size_t max_body);
+/* A request body over max_body (413), or framed by two Content-Length
+ * headers that differ (400): replies and returns true. */
+bool pdx_http_body_refused(struct evhttp_request *req, size_t max_body);
 
 #endif

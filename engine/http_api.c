@@ -191,7 +191,7 @@ static void route(struct evhttp_request *req, void *arg)
 
 	if (!path)
 		path = "";
-	if (pdx_http_body_over(req, PDX_HTTP_MAX_BODY + PDX_HTTP_BODY_HEADROOM))
+	if (pdx_http_body_refused(req, PDX_HTTP_MAX_BODY + PDX_HTTP_BODY_HEADROOM))
 		api->p.metrics->req_rejected++;
 	else if (post && strcmp(path, "/v1/completions") == 0)
 		pdx__gen_handle(api, req, false);

@@ -201,7 +201,7 @@ static void route(struct evhttp_request *req, void *arg)
 	/* first: the 413 below is an answer a page must read too */
 	if (pdx_cors_handle(px->o->allowed_origins, req, allow))
 		return;
-	if (pdx_http_body_over(req, px->o->max_body)) {
+	if (pdx_http_body_refused(req, px->o->max_body)) {
 		pdx_proxy_metrics_request(&px->metrics, 413, 0);
 		return;
 	}
