@@ -477,16 +477,17 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 	}
 	if ((p = peer_lookup(a, from, false)) != NULL)
 		p->heard_ns = pdx_now_ns();
-	if (strcmp(op, "probe") != 0)
-		/* a peer reached us: at our advertised address, which is
-		 * where every peer sends */
+	/* a peer reached us: at our advertised address, which is where
+	 * every peer sends */
+	if (strcmp(op, "probe") != 0) {
 		a->advertise.peer_heard = true;
-	if (a->advertise.late && strcmp(op, "probe") != 0) {
+		if (a->advertise.late)
+			log_info("a message from %s came: peers reach this "
+				 "agent at --advertise %s, though its own probe "
+				 "did not (a NAT that does not hairpin?): the "
+				 "warning is taken back",
+				 from, a->peer_addr);
 		a->advertise.late = false;
-		log_info("a message from %s came: peers reach this agent at "
-			 "--advertise %s, though its own probe did not (a NAT "
-			 "that does not hairpin?): the warning is taken back",
-			 from, a->peer_addr);
 	}
 	if (strcmp(op, "ping") == 0) {
 		on_ping(a, from, &msg.data);

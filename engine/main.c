@@ -151,18 +151,18 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
  * SIGINT, which libevent keeps for a loop not yet running, and waited
  * on: Ctrl-C on an engine given a wrong --agent did nothing for 10 s (a
  * new user's find). Only async-signal-safe calls: the KV pool's name
- * unlinked (its memory goes with the process), then _exit. */
+ * unlinked (its memory goes with the process), then the signal again,
+ * to its default. */
 static char starting_pool[64];
 
 static void on_signal_starting(int sig)
 {
 	static const char said[] = "pdx-engine: a signal while starting: "
 				   "exiting\n";
+	struct sigaction dfl = {.sa_handler = SIG_DFL};
 
 	if (write(STDERR_FILENO, said, sizeof(said) - 1) < 0)
 		(void)0; /* nobody to tell */
-	struct sigaction dfl = {.sa_handler = SIG_DFL};
-
 	if (starting_pool[0])
 		shm_unlink(starting_pool);
 	/* ended by the signal, as a supervisor expects (an exit status
