@@ -49,7 +49,6 @@ static void failure_reason(const struct pdx_probe *pr,
 	size_t n = b ? evbuffer_get_length(b) : 0;
 	const char *msg = NULL;
 	json_t *j = NULL;
-	char host[160];
 
 	if (!status) {
 		/* a dead instance (nothing listens: refused at once) is not
@@ -59,18 +58,13 @@ static void failure_reason(const struct pdx_probe *pr,
 		 * dropped: a host gone from the network, a firewall) leaves
 		 * EINPROGRESS: hung, not refused */
 		/* a name that does not resolve leaves EAGAIN or nothing,
-		 * at once: said "no answer in time" */
-		if (pdx_conn_unresolved(pr->conn, host, sizeof(host)))
-			snprintf(out, len, "cannot connect: %s", host);
-		else if (pr->timed_out || !e || e == ETIMEDOUT ||
-			 e == EINPROGRESS || e == EALREADY || e == EAGAIN ||
-			 e == EWOULDBLOCK || e == EINTR)
+		 * at once: it was said "no answer in time" */
+		if (!pr->timed_out && pdx_conn_failure(pr->conn, e, out, len))
+			return;
+		if (pr->timed_out || !e || e == ETIMEDOUT || e == EINPROGRESS ||
+		    e == EALREADY || e == EAGAIN || e == EWOULDBLOCK ||
+		    e == EINTR)
 			snprintf(out, len, "no answer in time");
-		/* libevent leaves ENOTCONN after a refused connect, EBADF
-		 * after one with no route ("Bad file descriptor", said) */
-		else if (e == ENOTCONN || e == EBADF)
-			snprintf(out, len, "cannot connect (nothing listens "
-				 "there, or no route to it)");
 		else
 			snprintf(out, len, "cannot connect: %s", strerror(e));
 		return;

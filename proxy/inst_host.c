@@ -1,6 +1,7 @@
 /* Whether an instance's host name resolves here (inst_host.h). */
 #include "proxy/inst_host.h"
 
+#include <errno.h>
 #include <event2/bufferevent.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -28,15 +29,22 @@ bool pdx_inst_host_resolves(const struct pdx_inst *i, char *why, size_t len)
 	return false;
 }
 
-bool pdx_conn_unresolved(struct evhttp_connection *conn, char *why,
-			 size_t len)
+bool pdx_conn_failure(struct evhttp_connection *conn, int e, char *why,
+		      size_t len)
 {
 	struct bufferevent *bev =
 	    conn ? evhttp_connection_get_bufferevent(conn) : NULL;
 	int rc = bev ? bufferevent_socket_get_dns_error(bev) : 0;
+	char host[160];
 
-	if (!rc)
+	if (rc) {
+		unresolved(rc, host, sizeof(host));
+		snprintf(why, len, "cannot connect: %s", host);
+		return true;
+	}
+	if (e != ENOTCONN && e != EBADF)
 		return false;
-	unresolved(rc, why, len);
+	snprintf(why, len,
+		 "cannot connect (nothing listens there, or no route to it)");
 	return true;
 }

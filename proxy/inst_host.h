@@ -16,9 +16,14 @@
  * at start only). */
 bool pdx_inst_host_resolves(const struct pdx_inst *i, char *why, size_t len);
 
-/* True when conn's last connect failed resolving its host name; why
- * says so (no second lookup: the connection kept the error). */
-bool pdx_conn_unresolved(struct evhttp_connection *conn, char *why,
-			 size_t len);
+/* True when conn's last connect surely failed, and why says how:
+ * "cannot connect: its host name does not resolve here (…)" (no second
+ * lookup: the connection kept the error) or "cannot connect (nothing
+ * listens there, or no route to it)" (libevent leaves e, the errno,
+ * ENOTCONN after a refused connect, EBADF after one with no route).
+ * The health checks and the requests' legs say it alike (they said "no
+ * response", "Bad file descriptor", "no answer in time"). */
+bool pdx_conn_failure(struct evhttp_connection *conn, int e, char *why,
+		      size_t len);
 
 #endif

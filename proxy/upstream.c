@@ -325,15 +325,14 @@ static void on_error(enum evhttp_request_error err, void *arg)
 		return;
 	}
 	if (u->starting) { /* no socket, or no connect (evhttp says EOF) */
-		char host[160] = "";
+		char how[200];
 
 		/* evhttp resolves the name in its connect: no errno, or
 		 * EAGAIN, when it does not resolve */
-		if (pdx_conn_unresolved(u->conn, host, sizeof(host)))
-			snprintf(u->why, sizeof(u->why),
-				 "%s instance %s: cannot connect: %s",
+		if (pdx_conn_failure(u->conn, e, how, sizeof(how)))
+			snprintf(u->why, sizeof(u->why), "%s instance %s: %s",
 				 pdx_pool_role_name(u->inst->role),
-				 u->inst->url, host);
+				 u->inst->url, how);
 		else
 			snprintf(u->why, sizeof(u->why),
 				 "%s instance %s: cannot connect%s%s",
@@ -393,16 +392,15 @@ static void on_done(struct evhttp_request *req, void *arg)
 	}
 	if (status == 0) {
 		if (!u->err_status) {
+			char how[200] = "no response";
+
 			u->err_status = 502;
-			/* libevent leaves ENOTCONN after a connect that
-			 * failed (refused, no route): said "no response" */
+			/* a connect that failed (refused, no route) was said
+			 * "no response" */
+			pdx_conn_failure(u->conn, e, how, sizeof(how));
 			snprintf(u->why, sizeof(u->why), "%s instance %s: %s",
 				 pdx_pool_role_name(u->inst->role),
-				 u->inst->url,
-				 e == ENOTCONN
-				     ? "cannot connect (nothing listens there, "
-				       "or no route to it)"
-				     : "no response");
+				 u->inst->url, how);
 		}
 		leg_result(u, 0);
 		log_warn("%s", u->why);
