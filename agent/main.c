@@ -131,14 +131,9 @@ static int parse_u32(const char *s, uint32_t *out)
 static bool host_is_interface(const char *addr)
 {
 	char host[IF_NAMESIZE];
-	const char *h = addr + 6, *colon = strrchr(h, ':');
-	size_t n = colon ? (size_t)(colon - h) : 0;
 
-	if (!n || n >= sizeof(host))
-		return false;
-	memcpy(host, h, n);
-	host[n] = 0;
-	return if_nametoindex(host) != 0;
+	return pdx_tcp_addr_host(addr, host, sizeof(host)) &&
+	       if_nametoindex(host) != 0;
 }
 
 static bool port_zero(const char *addr)

@@ -80,17 +80,29 @@ static bool interface_has(struct in_addr in)
 	return has;
 }
 
+bool pdx_tcp_addr_host(const char *addr, char *host, size_t len)
+{
+	const char *h = addr + 6, *colon;
+	size_t n;
+
+	if (strncmp(addr, "tcp://", 6))
+		return false;
+	colon = strrchr(h, ':');
+	n = colon ? (size_t)(colon - h) : 0;
+	if (!n || n >= len)
+		return false;
+	memcpy(host, h, n);
+	host[n] = 0;
+	return true;
+}
+
 enum pdx_tcp_host pdx_tcp_addr_where(const char *addr)
 {
-	const char *host = addr + 6, *colon = strrchr(host, ':');
 	char h[64];
 	struct in_addr in;
-	size_t n = colon ? (size_t)(colon - host) : 0;
 
-	if (strncmp(addr, "tcp://", 6) || !n || n >= sizeof(h))
+	if (!pdx_tcp_addr_host(addr, h, sizeof(h)))
 		return PDX_TCP_HOST_NAME;
-	memcpy(h, host, n);
-	h[n] = 0;
 	if (!strcmp(h, "localhost"))
 		return PDX_TCP_HOST_LOOPBACK;
 	if (inet_pton(AF_INET, h, &in) != 1)

@@ -21,6 +21,10 @@ bool pdx_tcp_addr_ok(const char *addr, bool bind, char *why, size_t why_len);
  * nobody reaches it). */
 bool pdx_tcp_addr_wildcard(const char *addr);
 
+/* addr's HOST into host (len bytes with its NUL): false when addr is no
+ * tcp://HOST:PORT or HOST does not fit. */
+bool pdx_tcp_addr_host(const char *addr, char *host, size_t len);
+
 /* Where addr's host is, as far as its text says (a name is not
  * resolved: that may wait on DNS): a loopback address (127.0.0.0/8 or
  * "localhost"), an IPv4 address of one of this host's interfaces,
