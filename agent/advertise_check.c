@@ -23,8 +23,6 @@
 #include "common/tcp_addr.h"
 
 enum { PROBE_BOUND_MS = 3000, RECONNECT_MAX_MS = 5000 };
-/* a connect that ends sooner was refused; later, it timed out */
-#define REFUSED_WITHIN_NS 300000000ULL
 
 /* What the probe's connection met, and whether that is sure: a host
  * name that does not resolve, a port where nothing listens, another
@@ -33,54 +31,22 @@ enum { PROBE_BOUND_MS = 3000, RECONNECT_MAX_MS = 5000 };
  * not, and blame nobody. */
 static bool describe(struct advertise_check *c)
 {
-	const char *why;
-	bool sure = true;
-
-	if (c->seen & ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
-		why = "another agent took it";
-	else if (c->seen & (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-			    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-			    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-			    ZMQ_EVENT_CONNECTED))
-		why = "no agent of ours listens there";
-	else if (c->refused)
-		why = "nothing listens there, or no route";
-	else if (c->dropped || c->trying_ns) {
-		why = "no answer from there";
-		sure = false;
-	} else
-		why = "no such host here";
-	snprintf(c->why, sizeof(c->why), "%s", why);
-	return sure;
+	if (connect_watch_joined(&c->conn)) {
+		snprintf(c->why, sizeof(c->why), "another agent took it");
+		return true;
+	}
+	return connect_watch_why(&c->conn, c->why, sizeof(c->why));
 }
 
 static void on_event(evutil_socket_t fd, short what, void *arg)
 {
-	struct advertise_check *c = &((struct agent *)arg)->advertise;
-	uint16_t ev;
-	uint32_t value;
-
 	(void)fd, (void)what;
-	while (zmonitor_next(&c->mon, &ev, &value) == 0) {
-		c->seen |= ev;
-		if (ev == ZMQ_EVENT_CONNECT_DELAYED) {
-			c->trying_ns = pdx_now_ns();
-		} else if (c->trying_ns && (ev == ZMQ_EVENT_CLOSED ||
-					    ev == ZMQ_EVENT_CONNECT_RETRIED)) {
-			if (pdx_now_ns() - c->trying_ns < REFUSED_WITHIN_NS)
-				c->refused = true;
-			else
-				c->dropped = true;
-			c->trying_ns = 0;
-		} else if (ev == ZMQ_EVENT_CONNECTED) {
-			c->trying_ns = 0;
-		}
-	}
+	connect_watch_read(&((struct agent *)arg)->advertise.conn);
 }
 
 static void probe_close(struct advertise_check *c)
 {
-	zmonitor_close(&c->mon);
+	connect_watch_close(&c->conn);
 	if (c->sock)
 		zmq_close(c->sock);
 	c->sock = NULL;
@@ -137,8 +103,8 @@ int advertise_check_start(struct agent *a)
 	    !(c->sock = peer_dealer_new(a, a->peer_addr)) ||
 	    zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL_MAX, &reconnect_max,
 			   sizeof(reconnect_max)) ||
-	    zmonitor_open(a, &c->mon, c->sock, "advertise",
-			  ZMQ_EVENT_ALL, on_event, a) ||
+	    connect_watch_open(a, &c->conn, c->sock, "advertise", on_event,
+			       a) ||
 	    !(c->timer = evtimer_new(a->base, on_bound, a)) ||
 	    zmq_connect(c->sock, a->peer_addr) < 0)
 		return -1;

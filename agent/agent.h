@@ -259,6 +259,8 @@ struct peer {
 	/* an operation on its endpoint finished: the latest of its
 	 * transfers' op_done_ns, gathered at each beat (liveness.c) */
 	uint64_t ucx_done_ns;
+	struct peer_return *ret; /* our DEALER's connects, until one joins */
+	struct event *reply_ev;	 /* what it answers on our DEALER */
 };
 
 enum xfer_role { XFER_SEND, XFER_RECV };
@@ -422,18 +424,23 @@ struct zmonitor {
 	struct event *ev;
 };
 
+/* What a DEALER's connects met (connect_watch.c). */
+struct connect_watch {
+	struct zmonitor mon;
+	uint32_t seen;	    /* its ZMQ_EVENT_* bits so far */
+	uint64_t trying_ns; /* a connect under way since (0: none) */
+	bool refused;	    /* a connect ended at once */
+	bool dropped;	    /* a connect went unanswered */
+};
+
 /* Whether our advertised address reaches this agent: advertise_check.c
  * sends a probe there at start, peer_dispatch.c takes it back. */
 struct advertise_check {
 	void *sock;	     /* DEALER to a->peer_addr, while the probe is out */
-	struct zmonitor mon; /* its connection's events */
+	struct connect_watch conn; /* its connects */
 	struct event *timer; /* the bound for the probe's return */
 	uint8_t nonce[16];   /* ours: a probe with another came elsewhere */
-	uint32_t seen;	     /* its connection's ZMQ_EVENT_* bits so far */
 	uint64_t sent_ns;
-	uint64_t trying_ns;  /* its connect under way since (0: none) */
-	bool refused;	     /* a connect there ended at once */
-	bool dropped;	     /* a connect there went unanswered */
 	bool sent;	     /* a probe went: what follows counts */
 	bool reached;	     /* it came back */
 	bool peer_heard;     /* a peer's message came: peers reach us */
@@ -505,6 +512,12 @@ struct agent {
 	/* the ZeroMQ connection the engine message in hand came on
 	 * (ZMQ_SRCFD), -1 for one off the direct lane (main.c) */
 	int engine_msg_fd;
+	/* the ROUTER's name for the connection the peer message in hand
+	 * came on (main.c), NULL for none */
+	const void *peer_route;
+	size_t peer_route_len;
+	const struct peer_return_ops *peer_return; /* NULL: none */
+	unsigned peer_returns; /* peers whose connects are watched */
 	struct engine_watch engine_watch; /* the engine link's connections */
 	struct zmonitor peer_watch;	  /* the peer link's accepts */
 	struct advertise_check advertise; /* does peer_addr reach us? */
@@ -622,6 +635,19 @@ void peer_watch_stop(struct agent *a);
 int advertise_check_start(struct agent *a);
 void advertise_check_stop(struct agent *a);
 
+/* peer_return.c: whether our answers reach a peer at its address, and
+ * what it answers on our DEALER to it. Called, when installed, by peer.c
+ * (opened: its DEALER made, before its connect; closed: before the DEALER
+ * closes), handshake.c (answered: we answered its hello, which came on
+ * a->peer_route) and peer_send.c (sent: we sent on its DEALER). */
+struct peer_return_ops {
+	void (*opened)(struct agent *a, struct peer *p);
+	void (*answered)(struct agent *a, struct peer *p);
+	void (*sent)(struct peer *p);
+	void (*closed)(struct agent *a, struct peer *p);
+};
+extern const struct peer_return_ops peer_return_ops;
+
 /* peer_send.c: tells p our engine's registration of a->instance ended
  * ({"op": "gone"}) */
 void tell_gone(struct agent *a, struct peer *p);
@@ -642,6 +668,11 @@ pdx_status_t peer_msg_send(struct peer_msg *pm, struct peer *p);
 /* The same on a DEALER of no peer's (addr: its address, for the log). */
 pdx_status_t peer_msg_send_on(struct peer_msg *pm, void *dealer,
 			      const char *addr);
+/* The same on our ROUTER (router), to the connection named route: an
+ * answer over the connection a peer's message came on (peer_return.c). */
+pdx_status_t peer_msg_reply(struct peer_msg *pm, void *router,
+			    const void *route, size_t route_len,
+			    const char *addr);
 /* A message of no fields but those peer_msg_begin() writes. */
 pdx_status_t peer_send(struct agent *a, struct peer *p, const char *op,
 		       const struct pdx_xfer_id *xfer, const char *reason);
@@ -726,6 +757,10 @@ pdx_status_t path_choose(struct agent *a, struct peer *p,
 /* user: with CURVE, the address listed for the sender's key. */
 void peer_on_msg(struct agent *a, const void *buf, size_t len,
 		 const char *user);
+/* What p answered on our DEALER to it: a hello_nack of a peer that cannot
+ * reach us at our address (peer_return.c); anything else is dropped. */
+void peer_on_reply(struct agent *a, struct peer *p, const void *buf,
+		   size_t len);
 
 /* xfer.c */
 struct xfer *xfer_find(struct agent *a, const struct pdx_xfer_id *id);
@@ -1038,6 +1073,17 @@ int zmonitor_open(struct agent *a, struct zmonitor *z, void *sock,
 		  void *arg);
 int zmonitor_next(struct zmonitor *z, uint16_t *event, uint32_t *value);
 void zmonitor_close(struct zmonitor *z);
+
+/* connect_watch.c: open watches the connects of sock (a DEALER, before
+ * its zmq_connect) by cb on the loop, which calls read; joined: a ZeroMQ
+ * peer took a connection; why: what the connects met when none did, true
+ * when that is sure (packets dropped are not). close: before sock closes. */
+int connect_watch_open(struct agent *a, struct connect_watch *w, void *sock,
+		       const char *name, event_callback_fn cb, void *arg);
+void connect_watch_read(struct connect_watch *w);
+bool connect_watch_joined(const struct connect_watch *w);
+bool connect_watch_why(const struct connect_watch *w, char *why, size_t len);
+void connect_watch_close(struct connect_watch *w);
 
 /* notify_watch.c: watches a collector's connections (t->sock, made): -1
  * when it cannot. notify_unwatch() before the socket closes. */

@@ -718,6 +718,9 @@ void handshake_on_hello(struct agent *a, const char *from,
 	tell_sn = !st && is_ack && sn_behind_untold(a, p, &h);
 	hello_free(&h);
 	metrics_handshake(a, st == PDX_OK);
+	/* our answer goes to its address: does it get there? */
+	if (!is_ack && a->peer_return)
+		a->peer_return->answered(a, p);
 	if (st) {
 		log_warn("handshake with %s refused: %s", from, err);
 		peer_reset(a, p);
@@ -752,16 +755,25 @@ void handshake_on_nack(struct agent *a, struct peer *p,
 		       const msgpack_object *m)
 {
 	char reason[PDX_REASON_MAX] = "refused";
-	bool no_engine = false;
+	bool no_engine = false, unreachable = false;
 
 	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
 	pdx_mp_get_bool(m, "no_engine", &no_engine);
-	log_warn("handshake refused by %s: %s", p->addr, reason);
+	pdx_mp_get_bool(m, "unreachable", &unreachable);
+	if (unreachable)
+		log_warn("peer %s cannot reach this agent at its --advertise "
+			 "%s, so its answers never come: %s",
+			 p->addr, a->peer_addr, reason);
+	else
+		log_warn("handshake refused by %s: %s", p->addr, reason);
 	metrics_handshake(a, false);
 	peer_reset(a, p);
 	p->rewant = REWANT_NONE; /* its transfers fail below */
 	p->state = PEER_REFUSED;
-	p->refusal_st = no_engine ? PDX_EPEER : PDX_EINCOMPAT;
+	/* unreachable: our own address's doing (a proxy blames us) */
+	p->refusal_st = unreachable ? PDX_EIO
+		      : no_engine   ? PDX_EPEER
+				    : PDX_EINCOMPAT;
 	snprintf(p->refusal, sizeof(p->refusal), "%s", reason);
 	xfers_peer_ready(a, p);
 	peer_reset(a, p);

@@ -386,10 +386,14 @@ static int drain_router(struct agent *a, void *sock, bool engine)
 			}
 			a->engine_msg_fd = -1;
 		}
-		else
+		else {
+			a->peer_route = zmq_msg_data(&id);
+			a->peer_route_len = zmq_msg_size(&id);
 			peer_on_msg(a, zmq_msg_data(&body), zmq_msg_size(&body),
 				    a->curve ? zmq_msg_gets(&body, "User-Id")
 					     : NULL);
+			a->peer_route = NULL;
+		}
 		zmq_msg_close(&id);
 		zmq_msg_close(&body);
 		n++;
@@ -632,6 +636,7 @@ static int agent_start(struct agent *a)
 	a->nofile = nofile_raise();
 	a->xfer_ops = &xfer_ops;
 	a->settle = agent_settle;
+	a->peer_return = &peer_return_ops;
 	if (getrandom(&a->instance, sizeof(a->instance), 0) != sizeof(a->instance))
 		return -1;
 	host_identity(a->host_id, sizeof(a->host_id));

@@ -210,6 +210,8 @@ void peer_free(struct agent *a, struct peer *p)
 {
 	peer_cut(a, p);
 	free(p->worker);
+	if (a->peer_return)
+		a->peer_return->closed(a, p);
 	zmq_close(p->dealer);
 	HASH_DEL(a->peers, p);
 	free(p);
@@ -330,9 +332,13 @@ struct peer *peer_lookup(struct agent *a, const char *addr, bool create)
 	p->dealer = peer_dealer_new(a, addr);
 	if (!p->dealer)
 		goto free_p;
+	if (a->peer_return)
+		a->peer_return->opened(a, p); /* its connects from the first */
 	if (zmq_connect(p->dealer, addr) < 0) {
 		log_warn("cannot connect to peer %s: %s", addr,
 			 zmq_strerror(zmq_errno()));
+		if (a->peer_return)
+			a->peer_return->closed(a, p);
 		zmq_close(p->dealer);
 		goto free_p;
 	}

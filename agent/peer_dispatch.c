@@ -558,3 +558,29 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 	}
 	msgpack_unpacked_destroy(&msg);
 }
+
+/* Only a hello_nack of a peer that cannot reach us comes on our DEALER
+ * to it (peer_return.c), and only while we wait for its answer to our
+ * hello: it is the peer's word (with CURVE, the key we connected to is
+ * its), and it proves nothing about our address reaching peers. */
+void peer_on_reply(struct agent *a, struct peer *p, const void *buf,
+		   size_t len)
+{
+	msgpack_unpacked msg;
+	char op[32], from[PDX_ADDR_MAX];
+	bool unreachable = false;
+
+	if (pdx_mp_parse(buf, len, &msg, op, sizeof(op)) ||
+	    pdx_mp_get_str(&msg.data, "from", from, sizeof(from)) ||
+	    strcmp(op, "hello_nack") != 0 || strcmp(from, p->addr) != 0 ||
+	    pdx_mp_get_bool(&msg.data, "unreachable", &unreachable) ||
+	    !unreachable || p->state != PEER_HELLO_SENT) {
+		log_debug("a message from %s on our connection to it (%zu "
+			  "bytes): dropped", p->addr, len);
+		msgpack_unpacked_destroy(&msg);
+		return;
+	}
+	p->heard_ns = pdx_now_ns();
+	handshake_on_nack(a, p, &msg.data);
+	msgpack_unpacked_destroy(&msg);
+}

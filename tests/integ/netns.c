@@ -5,13 +5,18 @@
  * heartbeats' bound, and transfers work once it is back. Needs root and `ip netns`; exits 77 when namespaces cannot
  * be made.
  *
- *   netns PATH-TO-pdx-agent [firewall | ucx_cut | reset]
+ *   netns PATH-TO-pdx-agent [firewall | return_path | ucx_cut | reset]
  *
  * firewall: each namespace's firewall lets in only its agent's peer port
  * (deployment.md: a firewall must allow UCX's ports too; this one does
  * not). A transfer then fails within its bound, and the agents' loops go
  * on meanwhile: UCX's TCP connect() blocked one for the kernel's SYN
  * retries (about 130 s), deaf to its engine. Exits 77 without iptables.
+ *
+ * return_path: the decode namespace drops connections to its agent's
+ * peer port from outside, its own connections there pass: the decode
+ * agent's probe of its own address comes back, the prefill agent cannot
+ * answer its hello (return_path() says what it checks).
  *
  * ucx_cut: the decode namespace resets UCX's connections, not ZeroMQ's,
  * then lets them in again (ucx_cut() says what it checks); reset: it
@@ -298,6 +303,54 @@ static void firewalled(struct h_env *env)
 	h_plan_free(x, 1);
 }
 
+/* The decode agent's port is open to its own namespace only (a firewall
+ * that lets in local connections, or a name only its own host resolves):
+ * its probe comes back, but the prefill agent's answer to its hello goes
+ * nowhere. The prefill agent says so over the hello's own connection,
+ * and the decode side's transfer fails at once blaming its own
+ * --advertise (EIO: a decode engine answers 500, and a proxy opens its
+ * breaker, not the prefill instance's); the prefill agent logs it. The
+ * old agents failed it after --handshake-timeout-ms, EPEER, "no answer to
+ * our hello from P": every prefill instance was blamed. */
+static void return_path(struct h_env *env)
+{
+	const char *drop[] = { "ip", "netns", "exec", ns_b, "iptables", "-A",
+			       "INPUT", "-i", veth_b, "-p", "tcp", "--dport",
+			       strrchr(env->d.listen, ':') + 1, "-j", "DROP",
+			       NULL };
+	struct pdx_engine_event ev;
+	struct h_xfer x[1], ok[2];
+	long mark = h_log_mark(&env->p);
+	uint64_t t0;
+	double ms;
+	bool got;
+
+	CHECK(pb_run(drop, true) == 0, "return path: %s drops TCP to %s from "
+	      "outside", ns_b, env->d.listen);
+	posted(env, x, 4);
+	t0 = pdx_now_ns();
+	layers_from(env, x, 0);
+	got = h_wait(&env->d, &x->id, 4500, &ev) == 0;
+	ms = (double)(pdx_now_ns() - t0) / 1e6;
+	CHECK(got && ev.kind == PDX_EVENT_FAILED && ev.status == PDX_EIO &&
+		      strstr(ev.reason, "cannot reach") &&
+		      strstr(ev.reason, env->d.peer),
+	      "return path: the decode engine's transfer fails EIO naming its "
+	      "own address, within the handshake's bound (after %.0f ms: %s "
+	      "%s)", ms, got ? pdx_status_str(ev.status) : "no event",
+	      got ? ev.reason : "");
+	CHECK(h_log_wait(&env->p, mark, "cannot reach it there to answer its "
+			 "hello", 1, 1000, NULL) >= 0,
+	      "return path: the prefill agent says it cannot answer the "
+	      "decode agent there");
+	h_wait(&env->p, &x->id, 15000, &ev); /* its side ends at its bound */
+	h_plan_free(x, 1);
+	CHECK(heal() == 0, "return path: healed");
+	h_plan(env, ok, 2, 0, 16, true);
+	CHECK(h_run(env, ok, 2) == 0, "return path: the transfers after it work");
+	h_plan_free(ok, 2);
+}
+
 int main(int argc, char **argv)
 {
 	struct h_opts o = { 0 };
@@ -306,13 +359,15 @@ int main(int argc, char **argv)
 	bool fw = argc > 2 && !strcmp(argv[2], "firewall");
 	bool ucx = argc > 2 && !strcmp(argv[2], "ucx_cut");
 	bool rst = argc > 2 && !strcmp(argv[2], "reset");
+	bool ret = argc > 2 && !strcmp(argv[2], "return_path");
 	const char *iptables[] = { "iptables", "--version", NULL };
 	int bad;
 
 	h_note("netns: agents in two network namespaces over a veth pair, UCX tcp%s",
 	       fw ? ", behind firewalls" : ucx ? ", UCX's connections cut" :
-	       rst ? ", TCP reset for a while" : "");
-	if ((fw || ucx || rst) && pb_run(iptables, true)) {
+	       rst ? ", TCP reset for a while" :
+	       ret ? ", the decode agent's port open to its own namespace only" : "");
+	if ((fw || ucx || rst || ret) && pb_run(iptables, true)) {
 		h_note("SKIP: no iptables");
 		return H_SKIP;
 	}
@@ -330,6 +385,7 @@ int main(int argc, char **argv)
 	o.host_p = "10.77.0.1";
 	o.host_d = "10.77.0.2";
 	o.xfer_timeout_ms = 10000;
+	o.agent_logs = ret; /* return_path waits for the prefill agent's word */
 	/* reset: the defaults, whose backed-off retransmissions outlast
 	 * a cut of a few seconds */
 	o.agent_args[0] = "--heartbeat-ms";
@@ -347,6 +403,8 @@ int main(int argc, char **argv)
 		ucx_cut(&env);
 	} else if (rst) {
 		reset_all(&env);
+	} else if (ret) {
+		return_path(&env);
 	} else {
 		CHECK(strstr(env.p.peer, "10.77.0.1") && strstr(env.d.peer, "10.77.0.2"),
 		      "peer addresses are the namespaces' (%s, %s)", env.p.peer,
