@@ -279,6 +279,7 @@ struct xfer {
 	bool finished;    /* outcome decided; freed when inflight drains */
 	uint64_t ended_ns; /* when it finished */
 	uint64_t op_done_ns; /* when a UCX operation of its finished */
+	uint64_t ops_since_ns; /* its UCX operations in flight since */
 	bool event_sent;
 	bool released;    /* out of the table, on the dead list */
 	struct xfer *next_dead;
@@ -559,7 +560,8 @@ int agent_zsend(void *sock, const void *id, size_t id_len, const void *buf,
 /* A UCX operation starts or ends on x's blocks. */
 static inline void xfer_hold(struct xfer *x)
 {
-	x->inflight++;
+	if (!x->inflight++)
+		x->ops_since_ns = pdx_now_ns();
 	x->agent->ops_inflight++;
 }
 

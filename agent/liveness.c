@@ -70,14 +70,30 @@ static void peer_lost(struct agent *a, struct peer *p, const char *why)
 	peer_get(a, p->addr);
 }
 
-/* Operations of a transfer that ended still wait on the peer's UCX
- * endpoint, which finished none for the bound: its data connection is
- * stuck while the peer link answers (a firewall that drops UCX's ports,
- * docs/deployment.md). Their transfer's event waits for them, holding
- * the engine's blocks, and UCX gives up on a connection only after the
+/* Operations of a transfer wait on the peer's UCX endpoint, which
+ * finished none for the bound: its data connection is stuck while the
+ * peer link answers (a firewall that drops UCX's ports,
+ * docs/deployment.md). UCX gives up on a connection only after the
  * kernel's SYN retries (minutes): the endpoint is closed, which ends
- * them. Marks such peers. */
-static void stuck_peers(struct agent *a, uint64_t now, uint64_t bound)
+ * them. A transfer that ended waits for them, holding the engine's
+ * blocks; one under way waited for its own bound (--xfer-timeout-ms,
+ * 30 s, with "timed out" its only word while the decode engine waited
+ * on), and now fails at this bound saying why. Not after our own loop
+ * stalled (we_stalled): nothing could finish meanwhile. Marks such
+ * peers. */
+static bool ops_stuck(const struct xfer *x, uint64_t now, uint64_t bound,
+		      bool we_stalled)
+{
+	if (!x->inflight || !peer_known(x->peer) || x->ep_kept ||
+	    now - x->peer->ucx_done_ns <= bound)
+		return false;
+	if (x->finished) /* (on an endpoint kept for them: peer.c) */
+		return !x->ep_kept_cut && now - x->ended_ns > bound;
+	return !we_stalled && now - x->ops_since_ns > bound;
+}
+
+static void stuck_peers(struct agent *a, uint64_t now, uint64_t bound,
+			bool we_stalled)
 {
 	struct xfer *x, *tmp;
 
@@ -86,16 +102,12 @@ static void stuck_peers(struct agent *a, uint64_t now, uint64_t bound)
 		    x->op_done_ns > x->peer->ucx_done_ns)
 			x->peer->ucx_done_ns = x->op_done_ns;
 	}
-	HASH_ITER(hh, a->xfers, x, tmp) {
-		/* (those on an endpoint kept for them have its bound:
-		 * peer.c, and are not the peer's new handshake's, even once
-		 * it was cut: their operations end with it) */
-		if (x->finished && x->inflight && peer_known(x->peer) &&
-		    !x->ep_kept && !x->ep_kept_cut &&
-		    now - x->ended_ns > bound &&
-		    now - x->peer->ucx_done_ns > bound)
+	/* (those on an endpoint kept for them have its bound: peer.c, and
+	 * are not the peer's new handshake's, even once it was cut: their
+	 * operations end with it) */
+	HASH_ITER(hh, a->xfers, x, tmp)
+		if (ops_stuck(x, now, bound, we_stalled))
 			x->peer->stuck = true;
-	}
 }
 
 static void on_beat(evutil_socket_t fd, short what, void *arg)
@@ -156,7 +168,7 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 	}
 	/* (peer.c marks those whose endpoint kept for ended transfers is
 	 * stuck too) */
-	stuck_peers(a, now, bound);
+	stuck_peers(a, now, bound, we_stalled);
 	HASH_ITER(hh, a->peers, p, ptmp) {
 		if (!p->stuck)
 			continue;
