@@ -336,11 +336,17 @@ static void peer_ep_error(void *arg, pdx_status_t status)
 {
 	struct peer *p = arg;
 
-	log_warn("peer %s unreachable: %s", p->addr, pdx_status_str(status));
+	char why[96];
+
+	/* UCX says "timed out" or "connection reset" and nothing of why:
+	 * the words a user needs are that the peer or the wire went */
+	snprintf(why, sizeof(why), "its UCX data connection failed (%s): its "
+		 "agent died, or the network between us", pdx_status_str(status));
+	log_warn("peer %s: %s", p->addr, why);
 	p->state = PEER_NEW;
 	p->ep_failed = true;
 	staged_peer_gone(p->agent, p); /* no "free" will come */
-	xfers_peer_failed(p->agent, p, 0, PDX_EPEER, "ucx endpoint failed");
+	xfers_peer_failed(p->agent, p, 0, PDX_EPEER, why);
 }
 
 /* Nothing of x was heard from its sender: no "done", no "readable", no
