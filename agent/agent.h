@@ -261,6 +261,9 @@ struct peer {
 	uint64_t ucx_done_ns;
 	struct peer_return *ret; /* our DEALER's connects, until one joins */
 	struct event *reply_ev;	 /* what it answers on our DEALER */
+	/* it said it cannot reach us at our address (hello_nack
+	 * "unreachable"), while our hello waits: the hello's bound says it */
+	char cannot_reach_us[PDX_REASON_MAX];
 };
 
 enum xfer_role { XFER_SEND, XFER_RECV };

@@ -51,8 +51,9 @@ bool connect_watch_why(const struct connect_watch *w, char *why, size_t len)
 	const char *s;
 	bool sure = true;
 
-	if (w->seen & (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-		       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+	if (w->seen & ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+		s = "an agent there refused our CURVE key";
+	else if (w->seen & (ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
 		       ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
 		       ZMQ_EVENT_CONNECTED))
 		s = "no agent of ours listens there";

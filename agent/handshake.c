@@ -293,6 +293,7 @@ static void send_hello(struct agent *a, struct peer *p, const char *op)
 		p->state = PEER_HELLO_SENT;
 		p->stale = false;
 		p->hello_sent_ns = pdx_now_ns();
+		p->cannot_reach_us[0] = '\0';
 	} else if (strcmp(op, "hello") == 0 && p->state == PEER_HELLO_SENT) {
 		/* not queued (ZeroMQ has no connection to put it on: a
 		 * CURVE agent and a plain one; or the queue is full): the
@@ -336,7 +337,7 @@ static void peer_ep_error(void *arg, pdx_status_t status)
 {
 	struct peer *p = arg;
 
-	char why[96];
+	char why[PDX_REASON_MAX];
 
 	/* UCX says "timed out" or "connection reset" and nothing of why:
 	 * the words a user needs are that the peer or the wire went */
@@ -724,8 +725,10 @@ void handshake_on_hello(struct agent *a, const char *from,
 	tell_sn = !st && is_ack && sn_behind_untold(a, p, &h);
 	hello_free(&h);
 	metrics_handshake(a, st == PDX_OK);
-	/* our answer goes to its address: does it get there? */
-	if (!is_ack && a->peer_return)
+	/* our answer goes to its address: does it get there? (only for a
+	 * hello we took: anyone may send one naming any address, and learn
+	 * from our word what our connects there met) */
+	if (!is_ack && !st && a->peer_return)
 		a->peer_return->answered(a, p);
 	if (st) {
 		log_warn("handshake with %s refused: %s", from, err);
@@ -761,25 +764,16 @@ void handshake_on_nack(struct agent *a, struct peer *p,
 		       const msgpack_object *m)
 {
 	char reason[PDX_REASON_MAX] = "refused";
-	bool no_engine = false, unreachable = false;
+	bool no_engine = false;
 
 	pdx_mp_get_str(m, "reason", reason, sizeof(reason));
 	pdx_mp_get_bool(m, "no_engine", &no_engine);
-	pdx_mp_get_bool(m, "unreachable", &unreachable);
-	if (unreachable)
-		log_warn("peer %s cannot reach this agent at its --advertise "
-			 "%s, so its answers never come: %s",
-			 p->addr, a->peer_addr, reason);
-	else
-		log_warn("handshake refused by %s: %s", p->addr, reason);
+	log_warn("handshake refused by %s: %s", p->addr, reason);
 	metrics_handshake(a, false);
 	peer_reset(a, p);
 	p->rewant = REWANT_NONE; /* its transfers fail below */
 	p->state = PEER_REFUSED;
-	/* unreachable: our own address's doing (a proxy blames us) */
-	p->refusal_st = unreachable ? PDX_EIO
-		      : no_engine   ? PDX_EPEER
-				    : PDX_EINCOMPAT;
+	p->refusal_st = no_engine ? PDX_EPEER : PDX_EINCOMPAT;
 	snprintf(p->refusal, sizeof(p->refusal), "%s", reason);
 	xfers_peer_ready(a, p);
 	peer_reset(a, p);

@@ -76,20 +76,30 @@ static void peer_lost(struct agent *a, struct peer *p, const char *why)
  * docs/deployment.md). UCX gives up on a connection only after the
  * kernel's SYN retries (minutes): the endpoint is closed, which ends
  * them. A transfer that ended waits for them, holding the engine's
- * blocks; one under way waited for its own bound (--xfer-timeout-ms,
- * 30 s, with "timed out" its only word while the decode engine waited
- * on), and now fails at this bound saying why. Not after our own loop
- * stalled (we_stalled): nothing could finish meanwhile. Marks such
+ * blocks. One under way waited for its own bound (--xfer-timeout-ms, 30
+ * s, "timed out" the decode engine's only word): it now fails at twice
+ * the bound, saying why, where its holds are UCX operations only (the
+ * put and am lanes; not TP legs on the am lane, nor the GPU lanes, which
+ * also hold while they wait for room or for a layer's event), the peer
+ * link answers (a silent peer is liveness's below, with its own words)
+ * and our own loop ran (we_stalled: nothing could finish meanwhile).
+ * Twice: an endpoint made anew after a failure may take a while to
+ * connect over TCP, and a bound of one silence cut it. Marks such
  * peers. */
 static bool ops_stuck(const struct xfer *x, uint64_t now, uint64_t bound,
 		      bool we_stalled)
 {
-	if (!x->inflight || !peer_known(x->peer) || x->ep_kept ||
-	    now - x->peer->ucx_done_ns <= bound)
+	const struct peer *p = x->peer;
+
+	if (!x->inflight || !peer_known(p) || x->ep_kept ||
+	    now - p->ucx_done_ns <= bound)
 		return false;
 	if (x->finished) /* (on an endpoint kept for them: peer.c) */
 		return !x->ep_kept_cut && now - x->ended_ns > bound;
-	return !we_stalled && now - x->ops_since_ns > bound;
+	return !we_stalled && now - x->ops_since_ns > 2 * bound &&
+	       now - p->ucx_done_ns > 2 * bound &&
+	       now - p->heard_ns <= bound / 2 &&
+	       (p->path == DATA_PUT || (p->path == DATA_AM && !x->group));
 }
 
 static void stuck_peers(struct agent *a, uint64_t now, uint64_t bound,
@@ -174,9 +184,9 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 			continue;
 		p->stuck = false;
 		snprintf(why, sizeof(why),
-			 "its UCX data connection finished nothing in %u ms "
-			 "(a firewall between the hosts must let UCX's ports "
-			 "through)",
+			 "its UCX data connection finished nothing for over "
+			 "%u ms (a firewall between the hosts must let UCX's "
+			 "ports through)",
 			 a->cfg.peer_timeout_ms);
 		peer_lost(a, p, why);
 	}

@@ -280,7 +280,9 @@ static bool peer_make_room(struct agent *a)
 void *peer_dealer_new(struct agent *a, const char *addr)
 {
 	void *d = zmq_socket(a->zctx, ZMQ_DEALER);
-	int linger = 0, hwm = 10000;
+	int linger = 0, hwm = 10000, rcvhwm = 16;
+	/* what comes back on it is a hello_nack at most (peer_return.c) */
+	int64_t rcvmax = 16384;
 	/* ZeroMQ's heartbeats: ours, but not below 100 ms (a ping every
 	 * millisecond is CPU, and a connection given 2 ms to answer under
 	 * load was dropped and made again without end); 1 s at least to
@@ -296,6 +298,8 @@ void *peer_dealer_new(struct agent *a, const char *addr)
 	}
 	zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+	zmq_setsockopt(d, ZMQ_RCVHWM, &rcvhwm, sizeof(rcvhwm));
+	zmq_setsockopt(d, ZMQ_MAXMSGSIZE, &rcvmax, sizeof(rcvmax));
 	/* A connection whose far end is gone (its reset lost or filtered,
 	 * across a partition) looks established to our kernel, which
 	 * retransmits into it on a backed-off timer: what we sent after the

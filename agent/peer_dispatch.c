@@ -562,7 +562,10 @@ void peer_on_msg(struct agent *a, const void *buf, size_t len,
 /* Only a hello_nack of a peer that cannot reach us comes on our DEALER
  * to it (peer_return.c), and only while we wait for its answer to our
  * hello: it is the peer's word (with CURVE, the key we connected to is
- * its), and it proves nothing about our address reaching peers. */
+ * its), and it proves nothing about our address reaching peers. It is
+ * kept for our hello's own bound (xfer.c), not acted on at once: the
+ * peer's connects may yet join (lost SYNs, a flap), and its hello_ack,
+ * queued, then comes and wins. */
 void peer_on_reply(struct agent *a, struct peer *p, const void *buf,
 		   size_t len)
 {
@@ -574,13 +577,16 @@ void peer_on_reply(struct agent *a, struct peer *p, const void *buf,
 	    pdx_mp_get_str(&msg.data, "from", from, sizeof(from)) ||
 	    strcmp(op, "hello_nack") != 0 || strcmp(from, p->addr) != 0 ||
 	    pdx_mp_get_bool(&msg.data, "unreachable", &unreachable) ||
-	    !unreachable || p->state != PEER_HELLO_SENT) {
+	    !unreachable || p->state != PEER_HELLO_SENT ||
+	    pdx_mp_get_str(&msg.data, "reason", p->cannot_reach_us,
+			   sizeof(p->cannot_reach_us))) {
 		log_debug("a message from %s on our connection to it (%zu "
 			  "bytes): dropped", p->addr, len);
 		msgpack_unpacked_destroy(&msg);
 		return;
 	}
-	p->heard_ns = pdx_now_ns();
-	handshake_on_nack(a, p, &msg.data);
+	log_warn("peer %s cannot reach this agent at its --advertise %s, so "
+		 "its answers do not come: %s",
+		 p->addr, a->peer_addr, p->cannot_reach_us);
 	msgpack_unpacked_destroy(&msg);
 }

@@ -8,12 +8,15 @@
  * instance). Its own probe (advertise_check.c) cannot see this.
  *
  * So a new peer's DEALER is watched until a connection of it joins
- * (connect_watch.c), and a hello the peer sends meanwhile is answered
- * again within RETURN_BOUND_MS, by a hello_nack {"unreachable": true}
- * over the very connection the hello came on (our ROUTER, to its
- * DEALER), saying what our connects met: its transfers with us then fail
- * blaming its own address. Each agent reads its DEALERs for that answer
- * (on_reply). Installed by main.c as a->peer_return; the fuzz harness
+ * (connect_watch.c), and a hello of its that we took while we have not
+ * reached it is answered again after RETURN_BOUND_MS by a hello_nack
+ * {"unreachable": true} over the very connection the hello came on (our
+ * ROUTER, to its DEALER), saying what our connects met: its transfers
+ * with us then fail at its hello's bound blaming its own address (its
+ * hello_ack, queued, still wins should our connects join meanwhile).
+ * Each agent reads its DEALERs for that answer (on_reply). A watch with
+ * no hello to answer for IDLE_MS ends (any message with a made-up "from"
+ * makes a peer). Installed by main.c as a->peer_return; the fuzz harness
  * leaves it out. */
 #define PDX_LOG_TOPIC "peer"
 #include <stdio.h>
@@ -25,15 +28,28 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-enum { RETURN_WATCHES_MAX = 32, RETURN_BOUND_MAX_MS = 2000 };
+enum {
+	/* two of ZeroMQ's 1023 sockets and two descriptors each: within
+	 * AGENT_FDS_BASE's margin over an idle agent's */
+	RETURN_WATCHES_MAX = 8,
+	RETURN_BOUND_MAX_MS = 2000,
+	IDLE_MS = 10000,
+};
 
 struct peer_return {
 	struct connect_watch conn; /* our DEALER's connects to the peer */
-	struct event *bound;	   /* a hello of its waits on them */
+	struct event *bound;	   /* a hello of its waits, or IDLE_MS */
 	uint8_t route[256];	   /* that hello's connection (our ROUTER) */
-	size_t route_len;
+	size_t route_len;	   /* 0: no hello waits */
 	bool said;		   /* a hello_nack went: joining is news */
 };
+
+static void arm(struct event *ev, unsigned ms)
+{
+	struct timeval tv = { ms / 1000, ms % 1000 * 1000 };
+
+	evtimer_add(ev, &tv);
+}
 
 static void watch_end(struct agent *a, struct peer *p)
 {
@@ -71,7 +87,26 @@ static void on_conn_event(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd, (void)what;
 	joined(p->agent, p);
-	p->agent->settle(p->agent);
+}
+
+/* Without CURVE anyone may ask, so the reason does not say what our
+ * connects met (which would tell a stranger what listens where from
+ * here); our log does. */
+static void tell(struct agent *a, struct peer *p, const char *why)
+{
+	struct peer_return *r = p->ret;
+	char reason[PDX_REASON_MAX];
+	struct peer_msg pm;
+
+	snprintf(reason, sizeof(reason),
+		 "%s cannot reach %s, where the hello asks to be answered%s%s%s:"
+		 " its --advertise must be an address peers reach, through "
+		 "any firewall",
+		 a->peer_addr, p->addr, a->curve ? " (" : "",
+		 a->curve ? why : "", a->curve ? ")" : "");
+	peer_msg_begin(&pm, a, "hello_nack", NULL, reason);
+	pdx_mp_msg_bool(&pm.m, "unreachable", true);
+	peer_msg_reply(&pm, a->peer_sock, r->route, r->route_len, p->addr);
 }
 
 static void on_bound(evutil_socket_t fd, short what, void *arg)
@@ -80,26 +115,24 @@ static void on_bound(evutil_socket_t fd, short what, void *arg)
 	struct peer *p = arg;
 	struct agent *a = p->agent;
 	struct peer_return *r = p->ret;
-	char why[48], reason[PDX_REASON_MAX];
-	struct peer_msg pm;
+	char why[48];
 
 	(void)fd, (void)what;
 	if (joined(a, p))
 		return;
+	if (!r->route_len) { /* no hello of its for IDLE_MS */
+		watch_end(a, p);
+		return;
+	}
 	connect_watch_why(&r->conn, why, sizeof(why));
-	snprintf(reason, sizeof(reason),
-		 "%s cannot reach %s, the address the hello gave to answer "
-		 "at (%s): that agent's --advertise must be an address its "
-		 "peers reach, through any firewall",
-		 a->peer_addr, p->addr, why);
 	if (pdx_once_a_second(&said_ns))
 		log_warn("peer %s: cannot reach it there to answer its hello "
 			 "(%s): told so over the connection the hello came "
 			 "on", p->addr, why);
+	tell(a, p, why);
 	r->said = true;
-	peer_msg_begin(&pm, a, "hello_nack", NULL, reason);
-	pdx_mp_msg_bool(&pm.m, "unreachable", true);
-	peer_msg_reply(&pm, a->peer_sock, r->route, r->route_len, p->addr);
+	r->route_len = 0;
+	arm(r->bound, IDLE_MS);
 	a->settle(a);
 }
 
@@ -129,6 +162,7 @@ static void on_reply(evutil_socket_t fd, short what, void *arg)
 static void opened(struct agent *a, struct peer *p)
 {
 	static unsigned n;
+	static uint64_t said_ns;
 	struct peer_return *r;
 	char name[32];
 	int fd = -1;
@@ -138,9 +172,13 @@ static void opened(struct agent *a, struct peer *p)
 	    (p->reply_ev = event_new(a->base, fd, EV_READ | EV_PERSIST,
 				     on_reply, p)))
 		event_add(p->reply_ev, NULL);
-	/* its two sockets are two of ZeroMQ's 1023: a few at a time */
-	if (a->peer_returns >= RETURN_WATCHES_MAX ||
-	    !(r = calloc(1, sizeof(*r))))
+	if (a->peer_returns >= RETURN_WATCHES_MAX) {
+		if (pdx_once_a_second(&said_ns))
+			log_debug("peer %s: not watched, %u peers are",
+				  p->addr, a->peer_returns);
+		return;
+	}
+	if (!(r = calloc(1, sizeof(*r))))
 		return;
 	snprintf(name, sizeof(name), "return-%u", n++);
 	p->ret = r;
@@ -149,26 +187,23 @@ static void opened(struct agent *a, struct peer *p)
 			       p) ||
 	    !(r->bound = evtimer_new(a->base, on_bound, p)))
 		watch_end(a, p);
+	else
+		arm(r->bound, IDLE_MS);
 }
 
 static void answered(struct agent *a, struct peer *p)
 {
 	unsigned ms = a->cfg.handshake_timeout_ms / 2;
 	struct peer_return *r = p->ret;
-	struct timeval tv;
 
 	if (!r || !a->peer_route || a->peer_route_len > sizeof(r->route) ||
 	    joined(a, p))
 		return;
+	if (r->route_len) /* a hello already waits: its bound holds */
+		return;
 	memcpy(r->route, a->peer_route, a->peer_route_len);
 	r->route_len = a->peer_route_len;
-	if (evtimer_pending(r->bound, NULL))
-		return;
-	if (ms > RETURN_BOUND_MAX_MS)
-		ms = RETURN_BOUND_MAX_MS;
-	tv.tv_sec = ms / 1000;
-	tv.tv_usec = ms % 1000 * 1000;
-	evtimer_add(r->bound, &tv);
+	arm(r->bound, ms < RETURN_BOUND_MAX_MS ? ms : RETURN_BOUND_MAX_MS);
 }
 
 static void sent(struct peer *p)

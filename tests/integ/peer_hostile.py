@@ -27,7 +27,7 @@ import sys
 import time
 
 from pypeer import (BLOCK_BYTES, LAYERS, TENSORS, Rig, check, exit_code,
-                    free_port, pack, zmq)
+                    free_port, pack, unpack, zmq)
 from late_messages import Peer
 
 FLOOD = 1500  # made-up addresses: past ZeroMQ's 1023 sockets
@@ -57,6 +57,8 @@ def main():
             check(rig.agents_run(), f"A lives on after a UCX address {what}")
             if not rig.agents_run():
                 return
+
+        stranger_answers(rig, A, hello)
 
         # F shakes hands and has a transfer to A in flight
         F.hello = dict(hello, instance=random.getrandbits(63), done_ucx=False)
@@ -98,6 +100,35 @@ def main():
               f"F's transfer in flight through the flood is received: {ev}")
         check(rig.agents_run(), "the agents run")
         time.sleep(0.1)
+
+
+def stranger_answers(rig, A, hello):
+    """A hello whose "from" A cannot reach is answered hello_nack
+    "unreachable" over its own connection (docs/protocol.md), but a
+    stranger learns nothing from it of what listens where: a hello A did
+    not take gets no such word, and without CURVE the word does not say
+    what A's connects met. (A bare hello naming a port of this host got
+    "nothing listens there" or "no agent of ours listens there" at 2 s:
+    a port scanner, a reviewer's find.)"""
+    closed = f"tcp://127.0.0.1:{free_port()}"
+    for what, msg in (("a bare hello", {"op": "hello"}),
+                      ("a hello A takes", dict(hello, op="hello",
+                                               instance=random.getrandbits(63)))):
+        s = rig.adopt(rig.ctx.socket(zmq.DEALER))
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(A)
+        s.send(pack(dict(msg, **{"from": closed})))
+        got = unpack(s.recv()) if s.poll(3500) else None
+        if what == "a bare hello":
+            check(got is None, f"{what} naming {closed} gets no word on its "
+                  f"connection: {got}")
+        else:
+            reason = (got or {}).get("reason", "")
+            check(got is not None and got.get("op") == "hello_nack" and
+                  got.get("unreachable") is True and closed in reason and
+                  "listens" not in reason,
+                  f"{what} naming {closed}: hello_nack unreachable, not "
+                  f"saying what listens there: {got}")
 
 
 def fds_of(pid):
