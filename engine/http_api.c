@@ -1,5 +1,6 @@
 /* The evhttp server: binding, routing, and the routes that only
- * read state (/v1/models, /health, /live, /metrics, /v1/pdx/info). */
+ * read state (/v1/models, /health, /live, /metrics, /v1/pdx/info,
+ * /version). */
 #define PDX_LOG_TOPIC "http"
 #include "engine/http_internal.h"
 
@@ -16,6 +17,7 @@
 #include "common/errbuf.h"
 #include "common/http_error.h"
 #include "common/http_listen.h"
+#include "common/http_route.h"
 #include "common/log.h"
 #include "engine/openai.h"
 
@@ -169,7 +171,8 @@ static const char *route_allow(const char *path)
 	static const char *const posts[] = {"/v1/completions",
 					    "/v1/chat/completions"};
 	static const char *const gets[] = {"/v1/models", "/health", "/live",
-					   "/v1/pdx/info", "/metrics"};
+					   "/v1/pdx/info", "/metrics",
+					   "/version"};
 
 	for (size_t i = 0; i < sizeof(posts) / sizeof(*posts); i++)
 		if (!strcmp(path, posts[i]))
@@ -207,6 +210,8 @@ static void route(struct evhttp_request *req, void *arg)
 		get_info(api, req);
 	else if (get && strcmp(path, "/metrics") == 0)
 		get_metrics(api, req);
+	else if (get && strcmp(path, "/version") == 0)
+		pdx_http_send_version(req);
 	else if ((allow = route_allow(path))) {
 		api->p.metrics->req_rejected++;
 		pdx_http_send_405(req, allow);

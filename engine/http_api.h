@@ -3,8 +3,8 @@
  *
  *   POST /v1/completions, /v1/chat/completions  (engine/openai.h; SSE when
  *        "stream": true, one token per event, flushed as produced)
- *   GET  /v1/models, /health, /metrics, /v1/pdx/info (role, agent peer
- *        address)
+ *   GET  /v1/models, /health, /live, /metrics, /v1/pdx/info (role, agent
+ *        peer address), /version
  *
  * Every request is handed to the scheduler; a client that disconnects
  * before the end has its request aborted, and so its KV blocks freed.

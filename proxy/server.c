@@ -1,6 +1,6 @@
 /* The proxy's HTTP server: binding, routing, and the small routes
- * (/health, /ready, /metrics, /v1/models); completions go to the flow,
- * /admin/... to admin.c. */
+ * (/health, /ready, /metrics, /v1/models, /version); completions go to
+ * the flow, /admin/... to admin.c. */
 #define PDX_LOG_TOPIC "server"
 #include <errno.h>
 #include <event2/buffer.h>
@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/http_error.h"
 #include "common/http_listen.h"
+#include "common/http_route.h"
 #include "common/log.h"
 #include "common/oai_params.h"
 #include "proxy/call.h"
@@ -181,7 +182,8 @@ static const char *route_allow(const char *path)
 	if (!strncmp(path, "/admin/", 7))
 		return "GET, POST, DELETE";
 	if (!strcmp(path, "/health") || !strcmp(path, "/ready") ||
-	    !strcmp(path, "/metrics") || !strcmp(path, "/v1/models"))
+	    !strcmp(path, "/metrics") || !strcmp(path, "/v1/models") ||
+	    !strcmp(path, "/version"))
 		return "GET";
 	return NULL;
 }
@@ -235,6 +237,11 @@ static void route(struct evhttp_request *req, void *arg)
 	} else if (!strcmp(path, "/v1/models")) {
 		if (get)
 			get_models(px, req);
+		else
+			goto bad_method;
+	} else if (!strcmp(path, "/version")) {
+		if (get)
+			pdx_http_send_version(req);
 		else
 			goto bad_method;
 	} else if (!strncmp(path, "/admin/", 7)) {
