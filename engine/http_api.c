@@ -186,14 +186,12 @@ static const char *route_allow(const char *path)
 static void route(struct evhttp_request *req, void *arg)
 {
 	struct pdx_http_api *api = arg;
-	const char *path =
-	    evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+	char buf[PDX_HTTP_PATH_MAX];
+	const char *path = pdx_http_route_path(req, buf, sizeof(buf));
 	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
 	bool post = cmd == EVHTTP_REQ_POST, get = cmd == EVHTTP_REQ_GET;
 	const char *allow;
 
-	if (!path)
-		path = "";
 	if (pdx_http_body_refused(req, PDX_HTTP_MAX_BODY + PDX_HTTP_BODY_HEADROOM))
 		api->p.metrics->req_rejected++;
 	else if (post && strcmp(path, "/v1/completions") == 0)

@@ -180,11 +180,9 @@ out:
 	evhttp_clear_headers(&args);
 }
 
-void pdx_admin_handle(struct pdx_proxy *px, struct evhttp_request *req)
+void pdx_admin_handle(struct pdx_proxy *px, struct evhttp_request *req,
+		      const char *path)
 {
-	const char *path =
-	    evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
-
 	if (!authorized(px, req))
 		return;
 	if (strcmp(path, "/admin/instances")) {

@@ -51,7 +51,9 @@ void pdx_proxy_shut(struct pdx_proxy *px, const char *why);
 /* Aborts every call in flight and closes the server (the loop is over). */
 void pdx_proxy_close(struct pdx_proxy *px);
 
-/* The admin API: /admin/instances (admin.c). */
-void pdx_admin_handle(struct pdx_proxy *px, struct evhttp_request *req);
+/* The admin API: /admin/instances (admin.c); path the route's
+ * (pdx_http_route_path()). */
+void pdx_admin_handle(struct pdx_proxy *px, struct evhttp_request *req,
+		      const char *path);
 
 #endif

@@ -191,14 +191,12 @@ static const char *route_allow(const char *path)
 static void route(struct evhttp_request *req, void *arg)
 {
 	struct pdx_proxy *px = arg;
-	const char *path =
-	    evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+	char buf[PDX_HTTP_PATH_MAX];
+	const char *path = pdx_http_route_path(req, buf, sizeof(buf));
 	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
 	bool get = cmd == EVHTTP_REQ_GET, post = cmd == EVHTTP_REQ_POST;
 	const char *allow;
 
-	if (!path)
-		path = "/";
 	allow = route_allow(path);
 	/* first: the 413 below is an answer a page must read too */
 	if (pdx_cors_handle(px->o->allowed_origins, req, allow))
@@ -245,7 +243,7 @@ static void route(struct evhttp_request *req, void *arg)
 		else
 			goto bad_method;
 	} else if (!strncmp(path, "/admin/", 7)) {
-		pdx_admin_handle(px, req);
+		pdx_admin_handle(px, req, path);
 	} else {
 		pdx_http_send_404(req);
 	}

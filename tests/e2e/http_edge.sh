@@ -4,6 +4,10 @@
 #  * GET /version answers {"version": V}, V what --version prints, as
 #    vLLM's API server does (clients and dashboards probe it; it was a
 #    404).
+#  * a trailing slash names the route without it (POST /v1/completions/,
+#    GET /v1/models/, /health/, every route; it was a 404): the same
+#    answer, 405 with Allow for another method, and an unknown path
+#    stays a 404.
 #   http_edge.sh PDX_ENGINE PDX_PROXY
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -11,7 +15,8 @@ ENGINE=$1
 PROXY=$2
 
 named_engine_start E "$ENGINE" --time-scale 0
-named_engine_start X "$PROXY" --decode "127.0.0.1:$PORT_E"
+named_engine_start X "$PROXY" --decode "127.0.0.1:$PORT_E" \
+	--admin-token s3cret
 wait_healthy X
 
 for who in E:"$ENGINE" X:"$PROXY"; do
@@ -23,5 +28,61 @@ for who in E:"$ENGINE" X:"$PROXY"; do
 assert v == {'version': '${want#* }'}, v" "$name: /version says '${want#* }'"
 done
 echo "ok: GET /version at the engine and the proxy says what --version says"
+
+$PY - "$PORT_E" "$PORT_X" <<'PYEOF' || fail "a trailing slash"
+import http.client, json, sys
+
+engine, proxy = int(sys.argv[1]), int(sys.argv[2])
+COMPLETION = json.dumps({"prompt": "a slash at the end", "max_tokens": 4})
+CHAT = json.dumps({"messages": [{"role": "user", "content": "slash"}],
+                   "max_tokens": 4})
+
+
+def call(port, method, path, body=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    h = {"Authorization": "Bearer s3cret"}
+    if body is not None:
+        h["Content-Type"] = "application/json"
+    c.request(method, path, body=body, headers=h)
+    r = c.getresponse()
+    out = r.status, r.getheader("Allow"), r.read()
+    c.close()
+    return out
+
+
+def same(port, method, path, body=None):
+    """path/ answers as path does (ids and timings aside)."""
+    st, _, raw = call(port, method, path, body)
+    st2, _, raw2 = call(port, method, path + "/", body)
+    assert st == st2, f"{port} {method} {path}/: {st2}, {path}: {st}: {raw2[:200]!r}"
+    assert st != 404, f"{port} {method} {path}: 404"
+    if path in ("/v1/completions", "/v1/chat/completions"):
+        a, b = json.loads(raw), json.loads(raw2)
+        assert a["choices"] == b["choices"], (path, a, b)
+    elif path != "/metrics":  # the others say the same twice
+        assert raw == raw2, (path, raw, raw2)
+
+
+both = [("/v1/completions", "POST", COMPLETION),
+        ("/v1/chat/completions", "POST", CHAT),
+        ("/v1/models", "GET", None), ("/health", "GET", None),
+        ("/metrics", "GET", None), ("/version", "GET", None)]
+for path, method, body in both + [("/live", "GET", None),
+                                  ("/v1/pdx/info", "GET", None)]:
+    same(engine, method, path, body)
+for path, method, body in both + [("/ready", "GET", None),
+                                  ("/admin/instances", "GET", None),
+                                  ("/v1/metaserver", "POST", "{}")]:
+    same(proxy, method, path, body)
+for port in engine, proxy:
+    st, allow, raw = call(port, "GET", "/v1/completions/")
+    assert st == 405 and allow == "POST", (port, st, allow, raw)
+    for path in ("/nope/", "/v1/models//", "/v1/model/"):
+        st, _, raw = call(port, "GET", path)
+        e = json.loads(raw)["error"]
+        assert st == 404 and e["message"] == "no route " + path, (port, path, st, raw)
+print("ok: a trailing slash names the route without it, at the engine and "
+      "the proxy; an unknown path stays 404")
+PYEOF
 
 for n in X E; do named_stop $n; done
