@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/http_expect.h"
 #include "common/utf8.h"
 
 json_t *pdx_http_error_obj(int status, const char *type, const char *param,
@@ -117,6 +118,7 @@ void pdx_http_body_limit(struct evhttp *http, size_t max_body)
 {
 	evhttp_set_max_body_size(http, (ev_ssize_t)(2 * (ev_uint64_t)max_body));
 	evhttp_set_flags(http, EVHTTP_SERVER_LINGERING_CLOSE);
+	pdx_http_expect_watch(http, max_body);
 }
 
 /* Two Content-Length headers that differ: which one framed the body is
@@ -142,8 +144,20 @@ static bool lengths_differ(struct evhttp_request *req)
 bool pdx_http_body_refused(struct evhttp_request *req, size_t max_body)
 {
 	size_t len = evbuffer_get_length(evhttp_request_get_input_buffer(req));
+	uint64_t declared;
 	char msg[128];
 
+	if (pdx_http_expect_refused(req, &declared)) {
+		/* its body never comes: nothing to read after the answer */
+		evhttp_add_header(evhttp_request_get_output_headers(req),
+				  "Connection", "close");
+		snprintf(msg, sizeof(msg),
+			 "the request body would be %llu bytes, over the limit "
+			 "of %zu",
+			 (unsigned long long)declared, max_body);
+		pdx_http_send_error(req, 413, "invalid_request_error", msg);
+		return true;
+	}
 	if (lengths_differ(req)) {
 		pdx_http_send_error(req, 400, "invalid_request_error",
 				    "two Content-Length headers that differ");

@@ -12,7 +12,9 @@
  * refused by the engine behind it. libevent answers a body over its own
  * limit with an HTML 413 that no hook can change, so its limit is set
  * to twice ours (pdx_http_body_limit): everything between is refused by
- * pdx_http_body_refused(), in JSON.
+ * pdx_http_body_refused(), in JSON, and so is a body over ours that a
+ * client waits to send until "100 Continue", before it is sent
+ * (common/http_expect.h).
  *
  * One thread (the server's loop); the body builders are pure.
  */
@@ -61,11 +63,14 @@ void pdx_http_send_404(struct evhttp_request *req);
 
 /* Sets libevent's own bound on request bodies (twice max_body, see
  * above) and has it read an oversized body to its end before answering,
- * so a client that is still sending sees the 413 instead of a reset. */
+ * so a client that is still sending sees the 413 instead of a reset;
+ * one that waits for "100 Continue" is refused at once
+ * (pdx_http_expect_watch()). */
 void pdx_http_body_limit(struct evhttp *http, size_t max_body);
 
-/* A request body over max_body (413), or framed by two Content-Length
- * headers that differ (400): replies and returns true. */
+/* A request body over max_body (413; declared and waiting for "100
+ * Continue": 413 and the connection closed), or framed by two
+ * Content-Length headers that differ (400): replies and returns true. */
 bool pdx_http_body_refused(struct evhttp_request *req, size_t max_body);
 
 #endif

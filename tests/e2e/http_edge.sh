@@ -8,6 +8,11 @@
 #    GET /v1/models/, /health/, every route; it was a 404): the same
 #    answer, 405 with Allow for another method, and an unknown path
 #    stays a 404.
+#  * a client that waits for "100 Continue" before a body over the limit
+#    (Expect: 100-continue) gets 413 at once, its connection closed (it
+#    got nothing until it sent the body anyway, curl after 1 s; over
+#    twice the limit, libevent waited for the body); under the limit it
+#    gets its 100 and then its answer.
 #   http_edge.sh PDX_ENGINE PDX_PROXY
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -83,6 +88,64 @@ for port in engine, proxy:
         assert st == 404 and e["message"] == "no route " + path, (port, path, st, raw)
 print("ok: a trailing slash names the route without it, at the engine and "
       "the proxy; an unknown path stays 404")
+PYEOF
+
+$PY - "$PORT_E" "$PORT_X" <<'PYEOF' || fail "Expect: 100-continue"
+import json, socket, sys, time
+
+engine, proxy = int(sys.argv[1]), int(sys.argv[2])
+MIB = 1 << 20
+limits = {engine: 8 * MIB + 64 * 1024, proxy: 8 * MIB}  # client_errors
+
+
+def head(length):
+    return (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/json\r\nExpect: 100-continue\r\n"
+            b"Content-Length: %d\r\n\r\n" % length)
+
+
+def read_all(s):
+    got = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            return got
+        got += b
+
+
+for port, limit in limits.items():
+    for length in (limit + 1, 3 * limit):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        t0 = time.monotonic()
+        s.sendall(head(length))  # and waits, as the client should
+        try:
+            got = read_all(s)
+        except socket.timeout:
+            raise AssertionError(f"{port}: {length} bytes declared: no "
+                                 f"answer without the body")
+        took = time.monotonic() - t0
+        s.close()
+        h, _, body = got.partition(b"\r\n\r\n")
+        assert h.startswith(b"HTTP/1.1 413") and \
+            b"connection: close" in h.lower(), (port, length, got[:300])
+        e = json.loads(body)["error"]
+        assert e["code"] == 413 and str(length) in e["message"], e
+        assert took < 2, f"{port}: the 413 took {took:.1f} s"
+    # under the limit: the 100, then the answer
+    body = json.dumps({"prompt": "continue", "max_tokens": 3,
+                       "user": "u" * 4096}).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(head(len(body)))
+    got = s.recv(65536)
+    assert got == b"HTTP/1.1 100 Continue\r\n\r\n", (port, got)
+    s.sendall(body)
+    got = b""
+    while b"\r\n\r\n" not in got:
+        got += s.recv(65536)
+    assert got.startswith(b"HTTP/1.1 200"), (port, got[:300])
+    s.close()
+print("ok: Expect: 100-continue over the limit: 413 at once and closed; "
+      "under it: 100, then 200 (engine and proxy)")
 PYEOF
 
 for n in X E; do named_stop $n; done
