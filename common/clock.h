@@ -26,4 +26,24 @@ static inline bool pdx_once_a_second(uint64_t *last_ns)
 	return true;
 }
 
+/* A warning a flood would repeat, said at most once a second with how
+ * many were held back since: one per warning, zeroed at first. */
+struct pdx_said {
+	uint64_t last_ns;
+	unsigned held;
+};
+
+/* True when the warning is to be said now, *held then how many were not
+ * said since the last one (0: none); false: held back, and counted. */
+static inline bool pdx_said_now(struct pdx_said *s, unsigned *held)
+{
+	if (!pdx_once_a_second(&s->last_ns)) {
+		s->held++;
+		return false;
+	}
+	*held = s->held;
+	s->held = 0;
+	return true;
+}
+
 #endif

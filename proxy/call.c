@@ -253,22 +253,17 @@ struct pdx_call *pdx_call_new(struct pdx_proxy *px, struct evhttp_request *req)
 void pdx_call_say_failed(const struct pdx_call *c, int status,
 			 const char *what, const char *url)
 {
-	static uint64_t said_ns;
-	static unsigned unsaid;
+	static struct pdx_said said;
+	unsigned unsaid;
 
-	if (status < 500)
+	if (status < 500 || !pdx_said_now(&said, &unsaid))
 		return;
-	if (!pdx_once_a_second(&said_ns)) {
-		unsaid++;
-		return;
-	}
 	if (unsaid)
 		log_warn("%s: answered %d: %s%s (and %u more failed since the "
 			 "last said)",
 			 c->req_id, status, what, url, unsaid);
 	else
 		log_warn("%s: answered %d: %s%s", c->req_id, status, what, url);
-	unsaid = 0;
 }
 
 void pdx_call_reply_error(struct pdx_call *c, int status, const char *type,

@@ -149,6 +149,31 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* x expired: said at warn, at most once a second with how many more
+ * since, naming the instances whose agents said nothing. It went by
+ * unsaid, and a deployment whose agents' --notify missed this proxy
+ * balanced its load on transfers that only counted for a minute. */
+static void say_expired(struct pdx_transfers *t, const struct pdx_transfer *x)
+{
+	const struct pdx_inst *p = x->side[PDX_POOL_PREFILL],
+			      *d = x->side[PDX_POOL_DECODE];
+	char more[64] = "";
+	unsigned held;
+
+	if (!pdx_said_now(&t->expired_said, &held))
+		return;
+	if (held)
+		snprintf(more, sizeof(more),
+			 " (and %u more since the last said)", held);
+	log_warn("transfer %s not reported in %llu s by the agent(s) of %s%s%s%s"
+		 "%s; no longer counted in their load: their --notify does "
+		 "not reach this proxy (--notify-bind %s), or the transfer "
+		 "hung%s",
+		 x->id, (unsigned long long)(t->timeout_ns / 1000000000ull),
+		 p ? "prefill " : "", p ? p->url : "", p && d ? " and " : "",
+		 d ? "decode " : "", d ? d->url : "", t->endpoint, more);
+}
+
 static void on_sweep(evutil_socket_t fd, short what, void *arg)
 {
 	struct pdx_transfers *t = arg;
@@ -158,7 +183,7 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
 	HASH_ITER(hh, t->table, x, tmp) {
 		if (now - x->start_ns < t->timeout_ns)
 			continue;
-		log_debug("%s: not reported in time; no longer counted", x->id);
+		say_expired(t, x);
 		t->expired++;
 		transfer_free(t, x);
 	}

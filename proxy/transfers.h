@@ -9,7 +9,8 @@
  * side's agent reports it: "sent" or "failed" from the prefill agent,
  * "received" or "failed" from the decode agent. A transfer nobody
  * reports (a lost notification, an engine that never announced it) is
- * dropped after --transfer-timeout. Without --notify-bind nothing is
+ * dropped after --transfer-timeout, said at warn (once a second, with
+ * how many more since). Without --notify-bind nothing is
  * counted and every call here is a no-op.
  *
  * One thread: the proxy's loop.
@@ -20,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/clock.h"
 #include "common/ipc_path.h"
 
 struct event;
@@ -45,6 +47,7 @@ struct pdx_transfers {
 	uint64_t events;   /* notifications read */
 	uint64_t unknown;  /* of those, for no transfer counted here */
 	uint64_t expired;  /* transfers dropped unreported */
+	struct pdx_said expired_said; /* their warning, once a second */
 	uint64_t bad;	   /* messages that were not an xfer_event */
 	/* transfers the sending agents reported sent, and their bytes, by
 	 * the data path they moved by (pdx_transfer_paths) */
