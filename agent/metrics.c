@@ -234,6 +234,11 @@ int metrics_start(struct agent *a)
 		return -1;
 	}
 	pdx_http_listen_tune(bs);
+	if (pdx_http_listen_start(bs, "--metrics port", err,
+				  sizeof(err))) {
+		log_error("--metrics: %s", err);
+		return -1;
+	}
 	log_info("metrics on http://%s%s%s:%u/metrics",
 		 strchr(host, ':') ? "[" : "", host,
 		 strchr(host, ':') ? "]" : "", pdx_http_bound_port(bs));

@@ -13,11 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
 
 #define ACCEPT_PAUSE_MS 100
+#define LISTEN_BACKLOG 128 /* evhttp's */
 
 static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
 {
@@ -46,19 +48,47 @@ static void on_accept_error(struct evconnlistener *lev, void *arg)
 	}
 }
 
-struct evhttp_bound_socket *pdx_http_bind(struct evhttp *http,
-					  const char *host, uint16_t port,
-					  const char *option, char *err,
-					  size_t errlen)
+/* A socket bound to host:port as evhttp binds one (the first address
+ * host has, SO_REUSEADDR, keep-alive), not listening; -1 with errno
+ * (0: host has no address). */
+static evutil_socket_t socket_bound(const char *host, uint16_t port)
 {
-	struct evhttp_bound_socket *bs;
-	int e;
+	struct evutil_addrinfo hints = {.ai_family = AF_UNSPEC,
+					.ai_socktype = SOCK_STREAM,
+					.ai_flags = EVUTIL_AI_PASSIVE};
+	struct evutil_addrinfo *ai;
+	char service[8];
+	evutil_socket_t fd;
+	int one = 1, e;
 
-	errno = 0;
-	bs = evhttp_bind_socket_with_handle(http, host, port);
-	if (bs)
-		return bs;
-	e = errno; /* bind()'s, or getaddrinfo() left it 0 */
+	snprintf(service, sizeof(service), "%u", port);
+	if (evutil_getaddrinfo(host, service, &hints, &ai)) {
+		errno = 0;
+		return -1;
+	}
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    0);
+	if (fd >= 0 &&
+	    (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) ||
+	     evutil_make_listen_socket_reuseable(fd) ||
+	     bind(fd, ai->ai_addr, ai->ai_addrlen))) {
+		e = errno;
+		close(fd);
+		errno = e;
+		fd = -1;
+	}
+	e = errno;
+	evutil_freeaddrinfo(ai);
+	errno = e;
+	return fd;
+}
+
+/* Why host:port cannot be listened on (e: errno, 0 for a host with no
+ * address), and the option that picks another port when another process
+ * has it. */
+static void say_cannot(char *err, size_t errlen, const char *host,
+		       unsigned port, int e, const char *option)
+{
 	if (e == EADDRINUSE)
 		snprintf(err, errlen,
 			 "cannot listen on %s:%u: %s (another process listens "
@@ -68,7 +98,56 @@ struct evhttp_bound_socket *pdx_http_bind(struct evhttp *http,
 	else
 		snprintf(err, errlen, "cannot listen on %s:%u: %s", host, port,
 			 e ? strerror(e) : "no such address here");
+}
+
+struct evhttp_bound_socket *pdx_http_bind(struct evhttp *http, const char *host,
+					  uint16_t port, const char *option,
+					  char *err, size_t errlen)
+{
+	struct evhttp_bound_socket *bs;
+	evutil_socket_t fd = socket_bound(host, port);
+	int e = errno;
+
+	if (fd >= 0) {
+		/* evhttp does not listen() (backlog 0) and enables it; a
+		 * bound socket polls as hung up, so it is disabled before
+		 * the loop runs */
+		bs = evhttp_accept_socket_with_handle(http, fd);
+		if (bs) {
+			evconnlistener_disable(
+			    evhttp_bound_socket_get_listener(bs));
+			return bs;
+		}
+		close(fd);
+		e = ENOMEM;
+	}
+	say_cannot(err, errlen, host, port, e, option);
 	return NULL;
+}
+
+int pdx_http_listen_start(struct evhttp_bound_socket *bs, const char *option,
+			  char *err, size_t errlen)
+{
+	evutil_socket_t fd = evhttp_bound_socket_get_fd(bs);
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	char host[INET6_ADDRSTRLEN] = "?";
+	int e;
+
+	if (!listen(fd, LISTEN_BACKLOG)) {
+		evconnlistener_enable(evhttp_bound_socket_get_listener(bs));
+		return 0;
+	}
+	e = errno;
+	if (!getsockname(fd, (struct sockaddr *)&ss, &len))
+		evutil_inet_ntop(
+		    ss.ss_family,
+		    ss.ss_family == AF_INET6
+			? (void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+			: (void *)&((struct sockaddr_in *)&ss)->sin_addr,
+		    host, sizeof(host));
+	say_cannot(err, errlen, host, pdx_http_bound_port(bs), e, option);
+	return -1;
 }
 
 void pdx_http_listen_tune(struct evhttp_bound_socket *bs)

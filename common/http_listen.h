@@ -14,15 +14,27 @@
 #include <stdint.h>
 #include <sys/resource.h>
 
-/* evhttp_bind_socket_with_handle() that says why it failed: err gets
- * "cannot listen on HOST:PORT: REASON" and, when another process has the
- * port (two deployments with the same defaults), which option picks
- * another (option, e.g. "--port"; 0 takes a free port where the program
- * allows it). NULL on failure. */
+/* Binds host:port for http, as evhttp_bind_socket_with_handle() does,
+ * but does not listen yet: a client's connect() is refused until
+ * pdx_http_listen_start(), instead of being accepted and left without
+ * an answer while the program gets ready, and another process on the
+ * port is found at once. Says why it failed: err gets "cannot listen on
+ * HOST:PORT: REASON" and, when another process has the port (two
+ * deployments with the same defaults), which option picks another
+ * (option, e.g. "--port"; 0 takes a free port where the program allows
+ * it). NULL on failure. */
 struct evhttp_bound_socket *pdx_http_bind(struct evhttp *http,
 					  const char *host, uint16_t port,
 					  const char *option, char *err,
 					  size_t errlen);
+
+/* Listens and accepts from now on; -1 with the reason in err, as
+ * pdx_http_bind() says it. Another process may have taken the port
+ * since the bind, if it bound it without listening as well (both with
+ * SO_REUSEADDR, as every server does: Linux finds two such binds no
+ * conflict) and listened first: two engines started at once. */
+int pdx_http_listen_start(struct evhttp_bound_socket *bs,
+			  const char *option, char *err, size_t errlen);
 
 /* Accepted sockets inherit TCP_NODELAY from the listening one (Linux),
  * so it is set there once (see common/nodelay.h for why). When accept()

@@ -254,9 +254,18 @@ pdx_status_t pdx_http_api_new(const struct pdx_http_api_params *p,
 		return PDX_EIO;
 	}
 	pdx_http_listen_tune(bs);
+	api->bound = bs;
 	api->port = pdx_http_bound_port(bs);
 	*out = api;
 	return PDX_OK;
+}
+
+pdx_status_t pdx_http_api_serve(struct pdx_http_api *api, char *err,
+				size_t errlen)
+{
+	return pdx_http_listen_start(api->bound, "--port", err, errlen)
+		   ? PDX_EIO
+		   : PDX_OK;
 }
 
 uint16_t pdx_http_api_port(const struct pdx_http_api *api)

@@ -51,13 +51,19 @@ struct pdx_http_api_params {
 	uint32_t queue_timeout_ms; /* the scheduler's, for its 503 */
 };
 
-/* Binds and starts serving. On failure writes the reason to err and
- * returns PDX_EIO or PDX_ENOMEM. */
+/* Binds its port (another process there is found now), but connections
+ * are refused until pdx_http_api_serve(). On failure writes the reason
+ * to err and returns PDX_EIO or PDX_ENOMEM. */
 pdx_status_t pdx_http_api_new(const struct pdx_http_api_params *p,
 			      struct pdx_http_api **out, char *err,
 			      size_t errlen);
 
-/* The port it listens on. */
+/* Listens: the engine can serve (its agent registered it). PDX_EIO with
+ * the reason in err. */
+pdx_status_t pdx_http_api_serve(struct pdx_http_api *api, char *err,
+				size_t errlen);
+
+/* The port it is bound to. */
 uint16_t pdx_http_api_port(const struct pdx_http_api *api);
 
 /* The agent link, once made: the engine binds its port before it

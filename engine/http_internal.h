@@ -22,6 +22,7 @@ struct pdx_sched_req;
 struct pdx_http_api {
 	struct pdx_http_api_params p;
 	struct evhttp *http;
+	struct evhttp_bound_socket *bound; /* listens once serving */
 	uint16_t port;
 	long long started; /* unix seconds: /v1/models "created" */
 	uint64_t next_id;  /* for request ids the client did not send */

@@ -377,24 +377,34 @@ static int engine_start(struct engine *e)
 	/* the port before the agent: a second engine started by mistake
 	 * with this one's options took the registration, failed to bind,
 	 * and left the agent to a dead engine (this one: "another engine
-	 * registered with this agent" until restarted) */
+	 * registered with this agent" until restarted). Bound, not
+	 * listening: a client that connects while the agent is waited for
+	 * (up to 10 s) is refused, not accepted and left unanswered. */
 	st = pdx_http_api_new(&hp, &e->http, err, sizeof(err));
 	if (st != PDX_OK) {
 		log_error("http: %s", st == PDX_ENOMEM ? "out of memory" : err);
 		return 1;
 	}
+	/* an IPv6 address in brackets: the line is pasted into --decode */
+	pdx_http_url(url, sizeof(url), e->o.host, pdx_http_api_port(e->http),
+		     "");
+	if (e->o.agent)
+		log_info("registering with agent %s; %s refuses connections "
+			 "until it answers",
+			 e->o.agent, url);
 	if (link_agent(e) || signals_running(e, hup))
 		return 1;
 	pdx_http_api_set_link(e->http, e->link);
 	if (e->tp && e->link)
 		pdx_kv_link_set_tp(e->link, e->tp, e->o.tp_size);
+	if (pdx_http_api_serve(e->http, err, sizeof(err)) != PDX_OK) {
+		log_error("http: %s", err);
+		return 1;
+	}
 	log_info("model %s, %u kv blocks (%.1f MiB) in %s, time scale %g",
 		 e->o.model->name, e->o.kv_blocks,
 		 (double)pdx_kv_pool_size(e->pool) / (1 << 20),
 		 pdx_kv_pool_where(e->pool), e->o.time_scale);
-	/* an IPv6 address in brackets: the line is pasted into --decode */
-	pdx_http_url(url, sizeof(url), e->o.host, pdx_http_api_port(e->http),
-		     "");
 	log_info("listening on %s", url);
 	return 0;
 }

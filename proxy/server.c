@@ -276,7 +276,9 @@ int pdx_proxy_listen(struct pdx_proxy *px, char *err, size_t errlen)
 	}
 	pdx_http_listen_tune(bs);
 	px->port = pdx_http_bound_port(bs);
-	return 0;
+	/* at once: the proxy has nothing to wait for (its instances may
+	 * come later; /ready says when it can serve) */
+	return pdx_http_listen_start(bs, "--port", err, errlen);
 }
 
 void pdx_proxy_shut(struct pdx_proxy *px, const char *why)

@@ -13,11 +13,18 @@
 #    got nothing until it sent the body anyway, curl after 1 s; over
 #    twice the limit, libevent waited for the body); under the limit it
 #    gets its 100 and then its answer.
-#   http_edge.sh PDX_ENGINE PDX_PROXY
+#  * an engine's port refuses connections until the engine serves: while
+#    it waits for its agent at start (up to 10 s) a client is refused
+#    (it was accepted and left without an answer), and it serves once
+#    the agent comes; another process on its port is still found at
+#    once, before that wait.
+#   http_edge.sh PDX_ENGINE PDX_PROXY PDX_AGENT
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
 ENGINE=$1
 PROXY=$2
+# shellcheck disable=SC2034 # agent_start (lib.sh) reads it
+AGENT=$3
 
 named_engine_start E "$ENGINE" --time-scale 0
 named_engine_start X "$PROXY" --decode "127.0.0.1:$PORT_E" \
@@ -148,4 +155,44 @@ print("ok: Expect: 100-continue over the limit: 413 at once and closed; "
       "under it: 100, then 200 (engine and proxy)")
 PYEOF
 
-for n in X E; do named_stop $n; done
+# An engine whose agent is not there yet: refused, not left hanging.
+PORT_W=$(free_port)
+bg_start W "$ENGINE" --port "$PORT_W" --role prefill --time-scale 0 \
+	--agent "ipc://$E2E_TMP/w.engine"
+logged W "http://127.0.0.1:$PORT_W refuses connections until it answers" ||
+	echo "(no word of the wait in its log: connecting anyway)"
+$PY - "$PORT_W" <<'PYEOF' || fail "a client of an engine waiting for its agent"
+import socket, sys
+
+s = socket.socket()
+s.settimeout(5)
+try:
+    s.connect(("127.0.0.1", int(sys.argv[1])))
+except ConnectionRefusedError:
+    print("ok: the port refuses connections while the engine waits for "
+          "its agent")
+    sys.exit(0)
+s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+s.settimeout(2)
+try:
+    got = s.recv(100)
+except socket.timeout:
+    sys.exit("accepted, and no answer in 2 s")
+sys.exit(f"accepted and answered before it serves: {got!r}")
+PYEOF
+# another process on the port: found at once, before the agent's wait
+t0=$SECONDS
+timeout 8 "$ENGINE" --port "$PORT_E" --role prefill \
+	--agent "ipc://$E2E_TMP/none.engine" 2>"$E2E_TMP/taken.log"
+rc=$?
+[ $rc = 1 ] && grep -q "Address already in use" "$E2E_TMP/taken.log" ||
+	fail "an engine on a port taken: exit $rc: $(cat "$E2E_TMP/taken.log")"
+[ $((SECONDS - t0)) -lt 5 ] || fail "a port taken found after $((SECONDS - t0)) s"
+# the agent comes: the engine serves
+agent_start w
+logged W "listening on http://127.0.0.1:$PORT_W" ||
+	fail "the engine does not serve once its agent came: $(tail -3 "$E2E_TMP/W.log")"
+wait_healthy W
+echo "ok: an engine serves once its agent came; a port taken is found at once"
+
+for n in W agent_w X E; do named_stop $n; done
