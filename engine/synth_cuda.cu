@@ -180,7 +180,8 @@ extern "C" pdx_status_t pdx_synth_cuda_new(const struct pdx_kv_layout *l,
 	struct pdx_synth_cuda *c;
 	uint64_t slot;
 
-	if (pdx_synth_layout_check(l) != PDX_OK || !base)
+	if (pdx_synth_layout_check(l) != PDX_OK || l->order != PDX_KV_NHD ||
+	    !base)
 		return PDX_EINVAL;
 	slot = (uint64_t)l->kv_heads * l->head_dim * l->dtype_bytes;
 	for (uint32_t i = 0; i < l->layers; i++)

@@ -15,8 +15,9 @@
  * device). Host arrays (runs, block tables, hashes) may be reused once
  * the call returns. One thread at a time per context.
  *
- * Requirements beyond pdx_synth_layout_check(): every offset and stride
- * a multiple of 8 (the kernels write 64-bit words). Block ids are
+ * Requirements beyond pdx_synth_layout_check(): NHD (the kernels write a
+ * slot as one run), every offset and stride a multiple of 8 (they write
+ * 64-bit words). Block ids are
  * checked against the layout on the host: a bad one is PDX_ERANGE, and
  * nothing is written.
  */

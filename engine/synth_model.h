@@ -1,9 +1,12 @@
 /* The synthetic model: what its KV cache holds and how it picks tokens.
  *
  * KV contents. A token's slot (one position of one tensor of one layer:
- * kv_heads * head_dim * dtype_bytes bytes, NHD) holds the 64-bit words
+ * kv_heads * head_dim * dtype_bytes bytes) holds the 64-bit words
  *   w[i] = key + i * 0x9e3779b97f4a7c15,
- * i counted over the whole model's heads: a pool that holds only heads
+ * i counted head by head (head_dim * dtype_bytes / 8 words each). An NHD
+ * block keeps a slot's words side by side, an HND one each head's words
+ * in that head's run of the block's tokens: the same values, elsewhere.
+ * i counts the whole model's heads: a pool that holds only heads
  * [h0, h0 + k) (one rank of a tensor-parallel instance, tp_slice.h) holds
  * words i = h0 * head_words + j of the slot, so a head's bytes do not
  * depend on which rank computes them.
@@ -81,8 +84,9 @@ struct pdx_synth_run {
 	uint32_t token;		/* out: pdx_synth_next_token(b) */
 };
 
-/* PDX_OK when the layout is one the functions below handle: NHD, two
- * tensors or one, heads a multiple of 8 bytes, every tensor in region 0. */
+/* PDX_OK when the layout is one the functions below handle: NHD or HND,
+ * two tensors or one, heads a multiple of 8 bytes, every tensor in
+ * region 0. */
 pdx_status_t pdx_synth_layout_check(const struct pdx_kv_layout *l);
 
 /* Writes the slots of positions [a, b) of every tensor of one layer. */

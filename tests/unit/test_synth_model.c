@@ -140,6 +140,59 @@ static void chunks(struct side *s, struct side *t)
 	CHECK(!memcmp(s->pool.base, t->pool.base, s->pool.size));
 }
 
+#define HEAD_WORDS 4 /* tiny: 16 dims * 2 bytes */
+
+/* Head k of position p of layer l, tensor t on side x: its words. */
+static uint64_t *head_of(const struct side *x, uint32_t l, uint32_t t,
+			 uint32_t p, uint32_t k)
+{
+	uint64_t *blk = (uint64_t *)pdx_shm_pool_block(&x->pool, l, t,
+						       x->table[p / 4]);
+
+	if (x->pool.layout.order == PDX_KV_HND) /* [head][token][dim] */
+		return blk + (k * 4 + p % 4) * HEAD_WORDS;
+	return blk + (p % 4 * 2 + k) * HEAD_WORDS; /* [token][head][dim] */
+}
+
+/* HND (a block holds each head's tokens side by side: vLLM's layout for
+ * its KV connectors): the words NHD holds, each head's in that head's run
+ * of the block; the check and the probe read them there, a head's run
+ * cleared is found, and the tokens are NHD's. */
+static void hnd(struct side *s, struct side *h)
+{
+	bool same = true;
+	uint32_t bad = 99;
+
+	memset(h->pool.base, 0xab, h->pool.size);
+	memcpy(h->table, s->table, sizeof(h->table));
+	h->pool.layout.order = PDX_KV_HND;
+	prefill(h, PROMPT);
+	CHECK(pdx_synth_check(&h->seq, 0, PROMPT, &bad));
+	CHECK(pdx_synth_probe(&h->seq, 0, PROMPT, &bad));
+	CHECK_EQ(bad, 99);
+	CHECK_EQ(pdx_synth_next_token(&h->seq, PROMPT, 1024),
+		 pdx_synth_next_token(&s->seq, PROMPT, 1024));
+	for (uint32_t l = 0; l < 4; l++)
+		for (uint32_t t = 0; t < 2; t++)
+			for (uint32_t p = 0; p < PROMPT; p++)
+				for (uint32_t k = 0; k < 2; k++)
+					same &= !memcmp(head_of(s, l, t, p, k),
+							head_of(h, l, t, p, k),
+							HEAD_WORDS * 8);
+	CHECK(same);
+	/* head 1 of position 13, layer 3, tensor 1: the slot's last words */
+	memset(head_of(h, 3, 1, 13, 1), 0, HEAD_WORDS * 8);
+	CHECK(!pdx_synth_probe(&h->seq, 0, PROMPT, &bad));
+	CHECK_EQ(bad, 13);
+	CHECK(!pdx_synth_check(&h->seq, 0, PROMPT, &bad));
+	CHECK_EQ(bad, 13);
+	pdx_synth_fill(&h->seq, 3, 13, 14);
+	CHECK(pdx_synth_check(&h->seq, 0, PROMPT, &bad));
+	/* read as NHD, the same bytes are not the prompt's KV */
+	h->pool.layout.order = PDX_KV_NHD;
+	CHECK(!pdx_synth_check(&h->seq, 0, PROMPT, &bad));
+}
+
 /* Colocated (s) and disaggregated (d: other block ids, KV copied block by
  * block as an agent would) pick the same tokens; then every single
  * block, cleared in turn on d, changes d's next token. */
@@ -259,6 +312,8 @@ static void layouts(const struct side *s)
 
 	CHECK_EQ(pdx_synth_layout_check(&l), PDX_OK);
 	l.order = PDX_KV_HND;
+	CHECK_EQ(pdx_synth_layout_check(&l), PDX_OK);
+	l.order = (enum pdx_kv_order)2;
 	CHECK_EQ(pdx_synth_layout_check(&l), PDX_EINVAL);
 	l = s->pool.layout;
 	l.head_dim = 3; /* 12-byte slots */
@@ -287,6 +342,7 @@ int main(void)
 	documented_words(&s);
 	fill_and_check(&s);
 	chunks(&s, &t);
+	hnd(&s, &t);
 	same_tokens(&s, &d);
 	layouts(&s);
 	mla();
