@@ -70,12 +70,12 @@ ROLES = {"prefill": "kv_producer", "decode": "kv_consumer",
 # heads, head_dim); "kv_first" the older FA and ROCm (2, num_blocks, ...);
 # "mla" (num_blocks, block_size, heads * head_dim), one tensor;
 # "packed" vLLM after PR 44455: (num_blocks, heads, block_size,
-# 2 * head_dim), K and V side by side in each row, tokens outermost in
-# memory (its default order, LBNHC); "packed_kernel" the same memory as
-# the connector sees it when the attention backend cannot run the block
-# size: each block cut into kernel blocks of half its tokens
+# 2 * head_dim), K and V side by side in each row; "packed_kernel" the
+# same as the connector sees it when the attention backend cannot run
+# the block size: each block cut into kernel blocks of half its tokens
 # (create_kv_cache_views), the scheduler's block ids still counting
-# whole blocks.
+# whole blocks. Each in memory in the order the KV cache layout asks
+# (STRIDE_ORDERS).
 KV_LAYOUTS = ("blocks_first", "kv_first", "mla", "packed", "packed_kernel")
 
 
@@ -129,24 +129,77 @@ def over_the_wire(obj):
 
 
 # ---------------------------------------------------------------------
+# The KV cache layout: vllm/v1/attention/backends/utils.py's
+# get_kv_cache_layout and the backends' get_kv_cache_stride_order
+# ---------------------------------------------------------------------
+
+KV_CACHE_LAYOUTS = ("NHD", "HND")  # KVCacheLayoutType
+
+
+def kv_cache_layout(connector_cls, vllm_config,
+                    backend_layout: Optional[str] = None,
+                    env_layout: Optional[str] = None) -> str:
+    """The order inside a block every attention layer's cache gets
+    (get_kv_cache_layout, once a process, before the caches exist): the
+    one the selected attention backend requires (the selector's
+    set_kv_cache_layout: FlashInfer on Blackwell says HND), else the
+    user's VLLM_KV_CACHE_LAYOUT, else the connector's
+    (get_kv_connector_cache_layout: get_required_kvcache_layout, called
+    on the class before any instance exists), else NHD."""
+    for given in (backend_layout, env_layout):
+        if given is not None:
+            if given not in KV_CACHE_LAYOUTS:
+                raise ValueError("KV cache layout %r: NHD or HND" % given)
+            return given
+    if connector_cls is not None:
+        required = connector_cls.get_required_kvcache_layout(vllm_config)
+        if required is not None:
+            if required not in KV_CACHE_LAYOUTS:  # the backend's refusal
+                raise ValueError("Unknown cache layout format %s."
+                                 % required)
+            return required
+    return "NHD"
+
+
+# get_kv_cache_stride_order by cache shape and layout: where each
+# dimension of the backend's logical shape (get_kv_cache_shape) lies in
+# memory. FlashAttention's HND swaps block_size and heads; a packed cache
+# (heads before tokens in its logical shape) keeps tokens outermost for
+# NHD (LBNHC, its default) and heads for HND (LBHNC); MLA's backends have
+# one order whatever the layout.
+STRIDE_ORDERS = {
+    "NHD": {"blocks_first": (0, 1, 2, 3, 4), "kv_first": (0, 1, 2, 3, 4),
+            "mla": (0, 1, 2), "packed": (0, 2, 1, 3),
+            "packed_kernel": (0, 2, 1, 3)},
+    "HND": {"blocks_first": (0, 1, 3, 2, 4), "kv_first": (0, 1, 3, 2, 4),
+            "mla": (0, 1, 2), "packed": (0, 1, 2, 3),
+            "packed_kernel": (0, 1, 2, 3)},
+}
+
+
+# ---------------------------------------------------------------------
 # KV memory: one pdx.SharedPool, one tensor view per layer
 # ---------------------------------------------------------------------
 
 class KvCaches:
     """The KV cache tensors (layer name -> torch CPU tensor, all views of
-    one pdx.SharedPool the agent can map) and the pdx layout the synthetic
-    model writes them through. Rank rank of tp_size holds its share of
-    the KV heads, from head0 on (MLA: the whole latent on every rank)."""
+    one pdx.SharedPool the agent can map), allocated as the GPU model
+    runner does (the logical shape's dimensions in the stride order of
+    the layout, then permuted back), and the pdx layout the synthetic
+    model writes and reads them through, in that order. Rank rank of
+    tp_size holds its share of the KV heads, from head0 on (MLA: the
+    whole latent on every rank)."""
 
     def __init__(self, model: Model, num_blocks: int, kv_layout: str,
-                 tp_size: int = 1, rank: int = 0):
+                 tp_size: int = 1, rank: int = 0, order: str = "NHD"):
         if kv_layout not in KV_LAYOUTS:
             raise ValueError("kv_layout: one of %s" % (KV_LAYOUTS,))
         m = model
         self.kv_layout, self.num_blocks = kv_layout, num_blocks
         mla = kv_layout == "mla"
         packed = kv_layout in ("packed", "packed_kernel")
-        split = 2 if kv_layout == "packed_kernel" else 1
+        # kernel blocks a block: the caches' (and the model's) blocks
+        self.split = split = 2 if kv_layout == "packed_kernel" else 1
         if not mla and m.kv_heads % tp_size:
             raise ValueError("%d KV heads over %d ranks" % (m.kv_heads,
                                                             tp_size))
@@ -154,49 +207,53 @@ class KvCaches:
             (m.kv_heads // tp_size, m.head_dim * (2 if packed else 1))
         self.head0 = 0 if mla else rank * heads
         tensors = 1 if mla or packed else 2
-        bb = m.block_tokens * heads * dim * m.dtype_bytes
-        self.layer_bytes = tensors * num_blocks * bb
+        nb, bt = num_blocks * split, m.block_tokens // split
+        bb = bt * heads * dim * m.dtype_bytes
+        self.layer_bytes = tensors * nb * bb
         self.pool = pdx.SharedPool(m.layers * self.layer_bytes)
         self.base = self.pool.address
         dtype = {2: torch.bfloat16, 4: torch.float32}[m.dtype_bytes]
         if kv_layout == "blocks_first":
-            shape = (num_blocks, 2, m.block_tokens, heads, dim)
+            shape = (nb, 2, bt, heads, dim)
             bases, stride = lambda o: [(0, o), (0, o + bb)], 2 * bb
         elif kv_layout == "kv_first":
-            shape = (2, num_blocks, m.block_tokens, heads, dim)
-            bases, stride = lambda o: [(0, o), (0, o + num_blocks * bb)], bb
+            shape = (2, nb, bt, heads, dim)
+            bases, stride = lambda o: [(0, o), (0, o + nb * bb)], bb
         elif packed:
-            shape = (num_blocks, m.block_tokens, heads, dim)
+            shape = (nb, heads, bt, dim)
             bases, stride = lambda o: [(0, o)], bb
         else:
-            shape = (num_blocks, m.block_tokens, dim)
+            shape = (nb, bt, dim)
             bases, stride = lambda o: [(0, o)], bb
-        # what the model writes through, and what register_kv_caches gets
+        so = STRIDE_ORDERS[order][kv_layout]
+        inv = [so.index(i) for i in range(len(so))]
+        # what the attention layers and register_kv_caches get
         self.tensors: Dict[str, torch.Tensor] = {}
-        self.registered: Dict[str, torch.Tensor] = {}
         for i in range(m.layers):
-            off = i * self.layer_bytes
-            t = torch.frombuffer(self.pool.buf, dtype=dtype,
-                                 count=self.layer_bytes // m.dtype_bytes,
-                                 offset=off).view(shape)
-            k = t
-            if packed:  # vLLM's logical order; the strides keep NHD
-                k = t.view(num_blocks * split, m.block_tokens // split,
-                           heads, dim).permute(0, 2, 1, 3)
-                t = t.permute(0, 2, 1, 3)
-            self.tensors[layer_name(i)] = t
-            self.registered[layer_name(i)] = k
+            raw = torch.frombuffer(self.pool.buf, dtype=dtype,
+                                   count=self.layer_bytes // m.dtype_bytes,
+                                   offset=i * self.layer_bytes)
+            self.tensors[layer_name(i)] = raw.view(
+                tuple(shape[d] for d in so)).permute(*inv)
+        self.order = pdx.HND if order == "HND" and not mla else pdx.NHD
         self.layout = pdx.Layout(
-            blocks=num_blocks, block_tokens=m.block_tokens, kv_heads=heads,
-            head_dim=dim, dtype_bytes=m.dtype_bytes, tensors=tensors,
+            blocks=nb, block_tokens=bt, kv_heads=heads, head_dim=dim,
+            dtype_bytes=m.dtype_bytes, tensors=tensors, order=self.order,
             bases=[bases(i * self.layer_bytes) for i in range(m.layers)],
             block_stride=[stride] * m.layers)
         self.layout_c, self._layers_c = self.layout._c()
         assert Model.layout_ok(self.layout_c)
 
+    def table(self, blocks: array.array) -> array.array:
+        """A request's block ids, the scheduler's, as the caches' blocks
+        the model writes (split kernel blocks each)."""
+        if self.split == 1:
+            return blocks
+        return array.array("I", (b * self.split + k for b in blocks
+                                 for k in range(self.split)))
+
     def close(self):
         self.tensors.clear()
-        self.registered.clear()
         self.pool.close()
 
 
@@ -753,7 +810,7 @@ class Worker:
         """gmr.py:7203-7212, once, after the caches exist."""
         if self.connector is None:
             return
-        self.connector.register_kv_caches(self.kv.registered)
+        self.connector.register_kv_caches(self.kv.tensors)
         self.connector.set_host_xfer_buffer_ops(_copy_kv_blocks)
 
     def handshake_metadata(self):
@@ -827,7 +884,7 @@ class Worker:
             if b == len(st.tokens):  # not a partial prefill
                 tok = sampled[rid][0] if sampled is not None else \
                     self.model.next_token(self.kv.layout_c, self.kv.base,
-                                          st.blocks, b)
+                                          self.kv.table(st.blocks), b)
                 st.tokens.append(tok)
                 out[rid] = [tok]
         return ModelRunnerOutput(req_ids=list(so.num_scheduled_tokens),
@@ -845,8 +902,9 @@ class Worker:
             if hooks:
                 c.wait_for_layer_load(name)
             for rid, st, a, b in runs:
-                Model.fill(self.kv.layout_c, self.kv.base, st.blocks,
-                           st.hashes, i, a, b, self.kv.head0)
+                Model.fill(self.kv.layout_c, self.kv.base,
+                           self.kv.table(st.blocks), st.hashes, i, a, b,
+                           self.kv.head0)
             if hooks:
                 c.save_kv_layer(name, layer.kv_cache, attn_metadata[name])
 
@@ -1017,7 +1075,12 @@ class MiniVllm:
     the connector reads it (the synthetic model's KV stays bfloat16).
     preemptions_by_id: an older vLLM (before 0.20; base.py at 13f4ad0f)
     hands handle_preemptions the preempted requests' ids, not the step's
-    metadata.
+    metadata. The order inside a block of the caches (kv_cache_layout:
+    NHD or HND) is vLLM's choice: attn_backend_layout, the layout the
+    attention backend requires (FlashInfer on Blackwell: "HND"; None,
+    FlashAttention's: none), else vllm_kv_cache_layout (the user's
+    VLLM_KV_CACHE_LAYOUT), else the connector's
+    get_required_kvcache_layout, else NHD.
     """
 
     def __init__(self, kv_transfer_config=None, role: str = "both",
@@ -1032,7 +1095,9 @@ class MiniVllm:
                  deferred_load_start: bool = False,
                  drops_stale_output: bool = False,
                  kv_cache_dtype: str = "auto",
-                 preemptions_by_id: bool = False):
+                 preemptions_by_id: bool = False,
+                 attn_backend_layout: Optional[str] = None,
+                 vllm_kv_cache_layout: Optional[str] = None):
         if role not in ROLES:
             raise ValueError("role: prefill, decode or both")
         self.role = role
@@ -1065,15 +1130,14 @@ class MiniVllm:
         cls = None
         if ktc is not None and ktc.kv_connector:
             cls = connector_class(ktc)
-            # called on the class before any instance (utils.py:41)
-            if cls.get_required_kvcache_layout(self.vllm_config) == "HND":
-                raise NotImplementedError("the synthetic model writes NHD "
-                                          "blocks only")
             cls.requires_piecewise_for_cudagraph(
                 ktc.kv_connector_extra_config)
+        self.kv_cache_layout = kv_cache_layout(
+            cls, self.vllm_config, attn_backend_layout, vllm_kv_cache_layout)
         # a worker per rank (gpu_worker.py), each built while
         # parallel_state reports its rank
-        self.kvs = [KvCaches(self.model, num_blocks, kv_layout, tp_size, r)
+        self.kvs = [KvCaches(self.model, num_blocks, kv_layout, tp_size, r,
+                             self.kv_cache_layout)
                     for r in range(tp_size)]
         self.kv = self.kvs[0]
         self.kv_cache_config = KVCacheConfig(
@@ -1293,8 +1357,9 @@ class MiniVllm:
         for w in self.workers:
             st = w.states[request_id]
             Model.extend_hashes(st.hashes, st.tokens, upto)
-            bad.append(Model.check(w.kv.layout_c, w.kv.base, st.blocks,
-                                   st.hashes, 0, upto, w.kv.head0))
+            bad.append(Model.check(w.kv.layout_c, w.kv.base,
+                                   w.kv.table(st.blocks), st.hashes, 0,
+                                   upto, w.kv.head0))
         return min((b for b in bad if b >= 0), default=-1)
 
     def free_blocks(self) -> int:

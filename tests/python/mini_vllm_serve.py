@@ -16,9 +16,12 @@ the worker's connector counts, for tests). Request bodies
 are read by pdx-engine's own parser (mini_model.Model.parse), so the
 same prompt gives the same tokens, and the same text, as pdx-engine.
 Logs `listening on http://H:P` once it listens (--port 0 picks one).
+VLLM_KV_CACHE_LAYOUT (NHD or HND) is vLLM's: the order inside a block,
+before the connector's.
 """
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -245,7 +248,9 @@ def main(argv=None):
                       max_model_len=a.max_model_len,
                       enable_prefix_caching=not a.no_enable_prefix_caching,
                       async_scheduling=a.async_scheduling,
-                      served_model_name=a.served_model_name).start()
+                      served_model_name=a.served_model_name,
+                      vllm_kv_cache_layout=os.environ.get(
+                          "VLLM_KV_CACHE_LAYOUT")).start()
     Handler.engine = engine
     srv = ThreadingHTTPServer((a.host, a.port), Handler)
     srv.daemon_threads = True

@@ -14,6 +14,7 @@ breaking vLLM's assertions fails.
 import sys
 import unittest
 
+import pdx
 from mini_vllm import MiniVllm
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1, KVConnectorMetadata)
@@ -158,6 +159,12 @@ class RecordingConnector(KVConnectorBase_V1):
     def get_block_ids_with_load_errors(self):
         self.rec("get_block_ids_with_load_errors")
         return set()
+
+    @classmethod
+    def get_required_kvcache_layout(cls, vllm_config):
+        """The extra config's "layout" (None: none)."""
+        return vllm_config.kv_transfer_config.get_from_extra_config(
+            "layout", None)
 
     def shutdown(self):
         self.rec("shutdown")
@@ -354,6 +361,74 @@ class Order(unittest.TestCase):
             out = e.generate(list(range(1, 9)), max_tokens=3, timeout=30)
         self.assertEqual(len(out.token_ids), 3)
         self.assertEqual(out.finish_reason, "length")
+
+
+class Layout(unittest.TestCase):
+    """The order inside a block (vLLM's get_kv_cache_layout: the
+    attention backend's requirement, the user's VLLM_KV_CACHE_LAYOUT, the
+    connector's, NHD) is the order the caches are allocated in, as the
+    GPU model runner allocates them (the stride order's shape, permuted
+    back), and the one the synthetic model writes and reads."""
+
+    def setUp(self):
+        CALLS.clear()
+        COPIED.clear()
+        HOLD.clear()
+
+    def engine(self, role="both", layout=None, **kw):
+        e = MiniVllm(config("l", layout=layout), role=role, num_blocks=64,
+                     **kw)
+        self.addCleanup(e.close)
+        return e
+
+    def test_who_decides(self):
+        for layout, backend, env, want in (
+                (None, None, None, "NHD"), ("HND", None, None, "HND"),
+                ("NHD", None, None, "NHD"), (None, "HND", None, "HND"),
+                ("HND", "NHD", None, "NHD"), ("HND", None, "NHD", "NHD"),
+                (None, None, "HND", "HND")):
+            with self.subTest(connector=layout, backend=backend, env=env):
+                e = self.engine(layout=layout, attn_backend_layout=backend,
+                                vllm_kv_cache_layout=env)
+                self.assertEqual(e.kv_cache_layout, want)
+        with self.assertRaisesRegex(ValueError, "Unknown cache layout"):
+            self.engine(layout="LBHNC")
+
+    def test_caches_in_that_order(self):
+        """tiny: 4 tokens a block, 2 KV heads of 16."""
+        for kv_layout, strides in (
+                ("blocks_first", (256, 128, 16, 64, 1)),
+                ("kv_first", (64 * 128, 128, 16, 64, 1)),
+                ("packed", (256, 128, 32, 1)),
+                ("packed_kernel", (128, 64, 32, 1)),
+                ("mla", (128, 32, 1))):
+            with self.subTest(kv_layout=kv_layout):
+                e = self.engine(layout="HND", kv_layout=kv_layout)
+                t = e.kv.tensors[LAYERS[0]]
+                self.assertEqual(t.stride(), strides)
+                self.assertEqual(e.kv.layout.order, pdx.NHD
+                                 if kv_layout == "mla" else pdx.HND)
+
+    def test_hnd_blocks_copied_give_the_colocated_text(self):
+        """An HND prefill instance's blocks copied to an HND decode one:
+        the decode side reads the next tokens from them as an NHD
+        colocated instance reads its own."""
+        p = self.engine("prefill", "HND")
+        d = self.engine("decode", "HND")
+        prompt = list(range(1, 12))
+        h = p.add_request(prompt, max_tokens=1,
+                          kv_transfer_params={"do_remote_decode": True})
+        p.step()
+        hd = d.add_request(prompt, max_tokens=6, kv_transfer_params=dict(
+            h.output.kv_transfer_params))
+        d.run_until_idle()
+        p.run_until_idle()
+        col = self.engine()
+        hc = col.add_request(prompt, max_tokens=6)
+        col.run_until_idle()
+        self.assertEqual(col.kv_cache_layout, "NHD")
+        self.assertEqual(hd.output.token_ids, hc.output.token_ids)
+        self.assertEqual(len(hd.output.token_ids), 6)
 
 
 if __name__ == "__main__":
