@@ -2,12 +2,13 @@
 """PdxConnector's worker side with its KV in GPU memory, no torch: device
 memory from the CUDA runtime through ctypes, shaped as vLLM's
 FlashAttention caches ((num_blocks, 2, block_size, heads, head_dim) per
-layer). The prefill side's four layer tensors are carved from one
-cudaMalloc at offsets (as PyTorch's caching allocator hands them out);
-the decode side's are one cudaMalloc each. The prefill worker announces
-an open send and says each layer done (libpdx records the layer's event
-on the stream); the decode worker receives; every block's bytes are
-compared. Exits 77 (skip) without a GPU.
+layer, HND in memory: the order PdxConnector asks of vLLM). The prefill
+side's four layer tensors are carved from one cudaMalloc at offsets (as
+PyTorch's caching allocator hands them out); the decode side's are one
+cudaMalloc each. The prefill worker announces an open send and says
+each layer done (libpdx records the layer's event on the stream); the
+decode worker receives; every block's bytes are compared. Exits 77
+(skip) without a GPU.
 
     vllm_connector_gpu.py PATH-TO-pdx-agent PATH-TO-libcudart.so
 """
@@ -32,8 +33,8 @@ class DevTensor:
     def __init__(self, ptr):
         self.ptr, self.shape, self.device = ptr, (BLOCKS, 2, BT, HEADS, DIM), "cuda:0"
 
-    def stride(self):
-        return (2 * BT * HEADS * DIM, BT * HEADS * DIM, HEADS * DIM, DIM, 1)
+    def stride(self):  # HND: heads before tokens in memory
+        return (2 * BT * HEADS * DIM, BT * HEADS * DIM, DIM, BT * DIM, 1)
 
     def element_size(self):
         return ES

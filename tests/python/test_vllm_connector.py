@@ -508,7 +508,9 @@ class TensorParallelEngine(unittest.TestCase):
     same transfer id on every rank and each rank's agent. The decode side
     checks what it received (pdx-engine probes every block, the
     connector's ranks are checked byte for byte) and gives the text a
-    colocated instance gives."""
+    colocated instance gives. pdx-engine's blocks are NHD: the
+    connector's instances are told so (VLLM_KV_CACHE_LAYOUT), before
+    its own HND."""
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="pdx-vtp-")
@@ -568,7 +570,8 @@ class TensorParallelEngine(unittest.TestCase):
             return json.loads(r.read())
 
     def test_connector_prefill_to_engine_decode(self):
-        P = MiniVllm(config(), role="prefill", tp_size=2).start()
+        P = MiniVllm(config(), role="prefill", tp_size=2,
+                     vllm_kv_cache_layout="NHD").start()
         self.addCleanup(P.close)
         d_url = self.tp_engine("decode")
         colocated = self.engine("colocated")
@@ -582,7 +585,8 @@ class TensorParallelEngine(unittest.TestCase):
 
     def test_engine_prefill_to_connector_decode(self):
         p_url = self.tp_engine("prefill")
-        D = MiniVllm(config(), role="decode", tp_size=2)  # stepped here
+        D = MiniVllm(config(), role="decode", tp_size=2,
+                     vllm_kv_cache_layout="NHD")  # stepped here
         self.addCleanup(D.close)
         C = MiniVllm(None).start()
         self.addCleanup(C.close)

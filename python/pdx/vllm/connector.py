@@ -10,12 +10,16 @@ docs/vllm.md): the scheduler side (scheduler.py) and the worker side
 (worker.py) are separate objects in separate processes, as vLLM makes
 one instance per role.
 """
+import logging
+
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1, KVConnectorRole)
 
 from .meta import PdxMetadata
 from .scheduler import PdxScheduler
 from .worker import PdxWorker
+
+log = logging.getLogger("pdx.vllm")
 
 
 class PdxConnector(KVConnectorBase_V1):
@@ -26,6 +30,24 @@ class PdxConnector(KVConnectorBase_V1):
             self._sched = PdxScheduler(vllm_config)
         else:
             self._worker = PdxWorker(vllm_config)
+
+    @classmethod
+    def get_required_kvcache_layout(cls, vllm_config):
+        """HND for a model of KV heads, nothing for MLA's latent, as
+        NixlConnector answers. vLLM asks the class before any cache
+        exists (get_kv_cache_layout; the attention backend's own
+        requirement and VLLM_KV_CACHE_LAYOUT come first): asking nothing,
+        an instance on FlashInfer (HND on Blackwell) and one on
+        FlashAttention (NHD) held different orders, which the agents
+        refuse, and every prompt was computed again. HND also keeps each
+        head's tokens together, so instances of different TP sizes move
+        a block's heads in one piece rather than a piece a token."""
+        model = getattr(vllm_config, "model_config", None)
+        if model is None:  # asked before vLLM knows the model
+            log.warning("pdx: no model config to choose the KV cache "
+                        "layout by; vLLM's default then")
+            return None
+        return None if model.use_mla else "HND"
 
     @property
     def requires_kv_delivery(self) -> bool:
