@@ -164,15 +164,6 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 		xfer_fail(x, PDX_ETIMEDOUT, true,
 			  "lease expired: %s asked for no blocks and held "
 			  "none for %u ms", x->peer_addr, a->cfg.lease_ms);
-	else if (which == BOUND_HANDSHAKE && x->peer &&
-		 x->peer->cannot_reach_us[0])
-		/* it told us over our own connection: our address's doing
-		 * (PDX_EIO: a proxy blames this side, not the peer) */
-		xfer_fail(x, PDX_EIO, true,
-			  "no answer to our hello from %s in %u ms, which says "
-			  "it cannot reach this agent's --advertise %s: %s",
-			  x->peer_addr, a->cfg.handshake_timeout_ms,
-			  a->peer_addr, x->peer->cannot_reach_us);
 	else if (which == BOUND_HANDSHAKE && a->advertise.late)
 		/* its answer went where our --advertise leads: our fault,
 		 * not the peer's (PDX_EIO: a proxy blames this side) */
@@ -193,6 +184,16 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 			  "another host cannot answer: give it --advertise "
 			  "with this host's address",
 			  x->peer_addr, a->peer_addr);
+	else if (which == BOUND_HANDSHAKE && x->peer &&
+		 x->peer->cannot_reach_us[0])
+		/* it told us over our own connection: our address's doing
+		 * (PDX_EIO: a proxy blames this side, not the peer); the words
+		 * above, ours, say more where they apply */
+		xfer_fail(x, PDX_EIO, true,
+			  "no answer to our hello from %s in %u ms, which says "
+			  "it cannot reach this agent's --advertise %s: %s",
+			  x->peer_addr, a->cfg.handshake_timeout_ms,
+			  a->peer_addr, x->peer->cannot_reach_us);
 	else if (which == BOUND_HANDSHAKE)
 		/* a CURVE agent and a plain one never hear each other:
 		 * ZeroMQ drops the connection without a word to either */
