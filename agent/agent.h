@@ -496,6 +496,10 @@ struct agent {
 	struct event *ucx_poll_ev; /* polls UCX while it cannot be armed */
 	struct event *beat_ev; /* heartbeat timer (liveness.c) */
 	uint64_t beat_ns;      /* when it last ran */
+	/* what held the loop since, knowingly (a mapping touched page by
+	 * page: about 1.5 s a GiB on a VM, common/prefault.h): the next
+	 * beat, late, says it */
+	const char *held_by;
 	/* the last warning of a layer_done naming a transfer not announced
 	 * (at most one a second: engine_link.c) */
 	uint64_t early_layer_done_ns;

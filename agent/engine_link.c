@@ -393,6 +393,7 @@ static pdx_status_t region_map(struct agent *a, const msgpack_object *o,
 		return PDX_EIO;
 	}
 	pdx_prefault(r->addr, r->size);
+	a->held_by = "mapping the engine's memory, page by page";
 	st = pdx_ucx_mem_register(a->ucx, r->addr, r->size, &r->mem);
 	if (!st)
 		st = pdx_ucx_mem_rkey(a->ucx, r->mem, &r->rkey, &r->rkey_len);

@@ -140,9 +140,15 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 	struct xfer *x, *xtmp;
 	char why[PDX_REASON_MAX];
 
-	if (we_stalled)
+	/* a known hold is said as such, not as a stall of unknown cause */
+	if (we_stalled && a->held_by)
+		log_info("the loop was held %llu ms (%s): silences count from "
+			 "now", (unsigned long long)(stalled / 1000000),
+			 a->held_by);
+	else if (we_stalled)
 		log_warn("no heartbeat for %llu ms: silences count from now",
 			 (unsigned long long)(stalled / 1000000));
+	a->held_by = NULL;
 	HASH_ITER(hh, a->peers, p, ptmp)
 		p->busy = false;
 	HASH_ITER(hh, a->xfers, x, xtmp) {

@@ -37,8 +37,11 @@ static bool map_peer_regions(struct peer *p)
 				      MAP_SHARED | MAP_POPULATE, fd, 0);
 		if (fd >= 0)
 			close(fd);
-		if (r->map && r->map != MAP_FAILED)
+		if (r->map && r->map != MAP_FAILED) {
 			pdx_prefault(r->map, r->size);
+			p->agent->held_by = "mapping a peer's memory, page "
+					    "by page";
+		}
 		if (!r->map || r->map == MAP_FAILED) {
 			r->map = NULL;
 			for (uint32_t j = 0; j < i; j++) {
