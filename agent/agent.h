@@ -68,7 +68,8 @@ struct tp_rank {
 
 /* The KV heads one leg moves: heads [src_head, src_head + n) of the
  * sender's blocks land at [dst_head, dst_head + n) of the receiver's.
- * n == 0: whole blocks (equal TP, MLA's latent). */
+ * n == 0: whole blocks (equal TP, MLA's latent), unless the two sides'
+ * blocks differ in order: all heads then (tp_order_refusal). */
 struct tp_slice {
 	uint32_t src_head, dst_head, n;
 };
@@ -884,11 +885,11 @@ pdx_status_t host_each_run(struct xfer *x, uint32_t layer, bool to_peer,
 /* A UCX operation on x's blocks of len bytes began. */
 void host_op_started(struct xfer *x, uint64_t len);
 
-/* mapped_copy.c: rows pieces of len bytes, strided, between pools mapped
- * here from shared memory; false when one faulted (SIGBUS: its owner
- * shrank it), the copy left part done. */
-bool mapped_copy_rows(uint8_t *dst, uint64_t dst_stride, const uint8_t *src,
-		      uint64_t src_stride, uint32_t rows, uint64_t len);
+/* mapped_copy.c: piece p from the block at src to the block at dst,
+ * pools mapped here from shared memory; false when one faulted (SIGBUS:
+ * its owner shrank it), the copy left part done. */
+bool mapped_copy_piece(uint8_t *dst, const uint8_t *src,
+		       const struct pdx_kv_piece *p);
 
 /* path_ipc.c: layer of n sender legs of one group (TP p != d) on the ipc
  * lane, each moving its slice of the heads of the same blocks of ours,
@@ -1027,13 +1028,22 @@ const char *tp_leg_refusal(const struct xfer *x, const struct peer *p,
 const char *tp_slice_refusal(const struct tp_slice *s, enum data_path path,
 			     struct tp_rank from, struct tp_rank to, char *why,
 			     size_t len);
+/* x moves whole blocks (equal TP sizes, or MLA's latent) to or from p,
+ * whose blocks are in the other order (NHD, HND): from now on every head
+ * as a slice, converted on the way. Why p's lane cannot; NULL: it can,
+ * or the orders agree. Once p's hello is known, before a want or push. */
+const char *tp_order_refusal(struct xfer *x, const struct peer *p, char *why,
+			     size_t len);
+/* Whether x's slices go from blocks of one order into the other. */
+bool tp_slice_converts(const struct xfer *x);
 /* Bytes of s's heads in one block of layout l (either order). */
 uint64_t tp_slice_block_bytes(const struct tp_slice *s,
 			      const struct pdx_kv_layout *l);
 typedef pdx_status_t (*tp_piece_fn)(struct xfer *x, const void *ctx,
 				    const struct pdx_kv_piece *p);
 /* fn on each block's piece of s's heads in a run of count blocks of one
- * tensor (offsets from the run's first byte on each side). */
+ * tensor (offsets from the run's first byte on each side), src's blocks
+ * in either order and dst's in either. */
 pdx_status_t tp_slice_each_piece(struct xfer *x, const struct tp_slice *s,
 				 const struct pdx_kv_layout *src,
 				 const struct pdx_kv_layout *dst, uint32_t count,

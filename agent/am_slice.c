@@ -107,14 +107,14 @@ static pdx_status_t slice_piece(struct xfer *x, const void *ctx,
 				const struct pdx_kv_piece *p)
 {
 	const struct slice_cursor *c = ctx;
+	uint64_t n = (uint64_t)p->groups * p->rows, src, dst;
 
-	for (uint32_t r = 0; r < p->rows; r++) {
+	for (uint64_t k = 0; k < n; k++) {
+		pdx_kv_piece_row(p, k, &src, &dst);
 		if (c->pack)
-			memcpy(*c->at, c->block + p->src_off + r * p->src_stride,
-			       p->len);
+			memcpy(*c->at, c->block + src, p->len);
 		else
-			memcpy(c->block + p->dst_off + r * p->dst_stride, *c->at,
-			       p->len);
+			memcpy(c->block + dst, *c->at, p->len);
 		*c->at += p->len;
 	}
 	return PDX_OK;

@@ -162,13 +162,14 @@ static pdx_status_t hello_parse(const msgpack_object *m, struct hello *h,
 }
 
 /* Whether we can transfer with the agent that sent h: an engine here,
- * the same protocol, the same layout, which fits the regions it offers,
- * and the same kind of memory. */
+ * the same protocol, the same layout (but for the order inside a block:
+ * transfers convert it), which fits the regions it offers, and the same
+ * kind of memory. */
 static pdx_status_t hello_check(const struct agent *a, const struct peer *p,
 				const struct hello *h, char *err, size_t errlen)
 {
 	char diff[PDX_REASON_MAX], why[PDX_REASON_MAX];
-	struct pdx_kv_layout heads = h->layout;
+	struct pdx_kv_layout ordered, heads;
 	uint64_t *sizes;
 	int bad;
 
@@ -181,12 +182,17 @@ static pdx_status_t hello_check(const struct agent *a, const struct peer *p,
 			 (unsigned long long)h->v, PEER_PROTOCOL_VERSION);
 		return PDX_EINCOMPAT;
 	}
-	/* kv_heads may differ between TP sizes (tp_slice.c): checked apart */
+	/* The order inside a block may differ: transfers convert it
+	 * (tp_order_refusal). kv_heads may differ between TP sizes
+	 * (tp_slice.c): checked apart. */
+	ordered = h->layout;
+	ordered.order = a->reg.layout.order;
+	heads = ordered;
 	heads.kv_heads = a->reg.layout.kv_heads;
 	if (pdx_kv_layout_diff(&a->reg.layout, &heads, diff, sizeof(diff)) ||
 	    h->compat != pdx_kv_layout_compat_hash(&h->layout) ||
 	    (a->reg.tp.size == 1 && h->tp.size == 1 &&
-	     pdx_kv_layout_diff(&a->reg.layout, &h->layout, diff, sizeof(diff)))) {
+	     pdx_kv_layout_diff(&a->reg.layout, &ordered, diff, sizeof(diff)))) {
 		snprintf(err, errlen, "layout differs (ours vs %s): %s", p->addr,
 			 diff[0] ? diff : "compatibility hash");
 		return PDX_EINCOMPAT;
@@ -662,8 +668,11 @@ void xfers_peer_ready(struct agent *a, struct peer *p)
 						  : NULL;
 			char leg_why[PDX_REASON_MAX];
 
-			if (!why && x->group &&
-			    tp_leg_refusal(x, p, leg_why, sizeof(leg_why))) {
+			if (!why && ((x->group && tp_leg_refusal(
+							x, p, leg_why,
+							sizeof(leg_why))) ||
+				     tp_order_refusal(x, p, leg_why,
+						      sizeof(leg_why)))) {
 				xfer_fail(x, PDX_EINCOMPAT, true, "%s", leg_why);
 				continue;
 			}

@@ -46,9 +46,10 @@ static void install(void)
 	sigaction(SIGBUS, &sa, &before);
 }
 
-bool mapped_copy_rows(uint8_t *dst, uint64_t dst_stride, const uint8_t *src,
-		      uint64_t src_stride, uint32_t rows, uint64_t len)
+bool mapped_copy_piece(uint8_t *dst, const uint8_t *src,
+		       const struct pdx_kv_piece *p)
 {
+	uint64_t n = (uint64_t)p->groups * p->rows, s, d;
 	sigjmp_buf here;
 
 	install();
@@ -58,8 +59,10 @@ bool mapped_copy_rows(uint8_t *dst, uint64_t dst_stride, const uint8_t *src,
 		return false;
 	}
 	copying = &here;
-	for (uint32_t r = 0; r < rows; r++)
-		memcpy(dst + r * dst_stride, src + r * src_stride, len);
+	for (uint64_t k = 0; k < n; k++) {
+		pdx_kv_piece_row(p, k, &s, &d);
+		memcpy(dst + d, src + s, p->len);
+	}
 	copying = NULL;
 	return true;
 }

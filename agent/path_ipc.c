@@ -9,17 +9,14 @@ static pdx_status_t ipc_piece(struct xfer *x, const void *ctx,
 			      const struct pdx_kv_piece *p)
 {
 	const struct host_run *at = ctx;
-	uint8_t *dst = x->peer->regions[at->ri].map + at->off + p->dst_off;
-	const uint8_t *src = at->src + p->src_off;
-
-	if (!mapped_copy_rows(dst, p->dst_stride, src, p->src_stride, p->rows,
-			      p->len)) {
+	if (!mapped_copy_piece(x->peer->regions[at->ri].map + at->off,
+			       at->src, p)) {
 		log_error("transfer to %s: SIGBUS as we copied into its pool "
 			  "or from our engine's: one shrank under us",
 			  x->peer_addr);
 		return PDX_EIO;
 	}
-	x->bytes += p->rows * p->len;
+	x->bytes += (uint64_t)p->groups * p->rows * p->len;
 	return PDX_OK;
 }
 
@@ -27,7 +24,8 @@ static pdx_status_t ipc_piece(struct xfer *x, const void *ctx,
 static pdx_status_t ipc_run(struct xfer *x, uint32_t layer, uint32_t t,
 			    const struct pdx_run *r, const struct host_run *at)
 {
-	struct pdx_kv_piece whole = { .len = at->len, .rows = 1 };
+	struct pdx_kv_piece whole = { .len = at->len, .rows = 1,
+				     .groups = 1 };
 
 	if (x->slice.n)
 		return tp_slice_each_piece(x, &x->slice, &x->agent->reg.layout,

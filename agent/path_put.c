@@ -1,6 +1,7 @@
 /* The put data path (host memory): UCX puts each run into the
  * receiver's blocks with its rkeys, flushed before "done"; cuda-put puts
- * GPU memory the same way. */
+ * GPU memory the same way. Blocks converted to the other order go as the
+ * am lane's slice messages. */
 #define PDX_LOG_TOPIC "push"
 #include "agent/agent.h"
 
@@ -9,15 +10,14 @@ static pdx_status_t put_piece(struct xfer *x, const void *ctx,
 {
 	const struct host_run *at = ctx;
 	const struct remote_region *rr = &x->peer->regions[at->ri];
+	uint64_t n = (uint64_t)p->groups * p->rows, src, dst;
 	pdx_status_t st = PDX_OK;
 
-	for (uint32_t r = 0; r < p->rows && !st; r++) {
-		st = pdx_ucx_put(x->peer->ep, at->src + p->src_off +
-					  r * p->src_stride,
-				 p->len, at->mem,
-				 rr->addr + at->off + p->dst_off +
-				     r * p->dst_stride,
-				 rr->rkey, complete_op_ended_cb, x);
+	for (uint64_t k = 0; k < n && !st; k++) {
+		pdx_kv_piece_row(p, k, &src, &dst);
+		st = pdx_ucx_put(x->peer->ep, at->src + src, p->len, at->mem,
+				 rr->addr + at->off + dst, rr->rkey,
+				 complete_op_ended_cb, x);
 		if (!st)
 			host_op_started(x, p->len);
 	}
@@ -28,7 +28,8 @@ static pdx_status_t put_piece(struct xfer *x, const void *ctx,
 static pdx_status_t put_run(struct xfer *x, uint32_t layer, uint32_t t,
 			    const struct pdx_run *r, const struct host_run *at)
 {
-	struct pdx_kv_piece whole = { .len = at->len, .rows = 1 };
+	struct pdx_kv_piece whole = { .len = at->len, .rows = 1,
+				     .groups = 1 };
 
 	if (x->slice.n)
 		return tp_slice_each_piece(x, &x->slice, &x->agent->reg.layout,
@@ -42,8 +43,13 @@ pdx_status_t path_put_layer(struct xfer *x, uint32_t layer)
 	return host_each_run(x, layer, true, put_run);
 }
 
+/* Blocks of the other order would be a put per head and token (11 times
+ * slower here: docs/benchmarking.md, "Converting the order"): packed
+ * into slice messages instead, as the am lane's (am_slice.c). */
 static pdx_status_t put_push(struct xfer *x, uint32_t layer, uint32_t n)
 {
+	if (tp_slice_converts(x))
+		return am_slice_push(x, layer);
 	return path_put_layer(x, layer);
 }
 

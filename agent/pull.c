@@ -119,26 +119,24 @@ static pdx_status_t read_piece(struct xfer *x, const void *ctx,
 {
 	const struct host_run *at = ctx;
 	const struct remote_region *rr = &x->peer->regions[at->ri];
+	uint64_t n = (uint64_t)pc->groups * pc->rows, from, to;
 	pdx_status_t st = PDX_OK;
 
 	if (x->peer->path == DATA_IPC) {
-		if (!mapped_copy_rows(at->src + pc->dst_off, pc->dst_stride,
-				      rr->map + at->off + pc->src_off,
-				      pc->src_stride, pc->rows, pc->len)) {
+		if (!mapped_copy_piece(at->src, rr->map + at->off, pc)) {
 			log_error("transfer from %s: SIGBUS as we read its pool "
 				  "or wrote our engine's: one shrank under us",
 				  x->peer_addr);
 			return PDX_EIO;
 		}
-		x->bytes += (uint64_t)pc->rows * pc->len;
+		x->bytes += n * pc->len;
 		return PDX_OK;
 	}
-	for (uint32_t r = 0; r < pc->rows && !st; r++) {
-		uint8_t *to = at->src + pc->dst_off + r * pc->dst_stride;
-		uint64_t from = at->off + pc->src_off + r * pc->src_stride;
-
-		st = pdx_ucx_get(x->peer->ep, to, pc->len, at->mem,
-				 rr->addr + from, rr->rkey, read_done, x);
+	for (uint64_t k = 0; k < n && !st; k++) {
+		pdx_kv_piece_row(pc, k, &from, &to);
+		st = pdx_ucx_get(x->peer->ep, at->src + to, pc->len, at->mem,
+				 rr->addr + at->off + from, rr->rkey, read_done,
+				 x);
 		if (st)
 			break;
 		xfer_hold(x);
@@ -152,7 +150,8 @@ static pdx_status_t read_piece(struct xfer *x, const void *ctx,
 static pdx_status_t read_run(struct xfer *x, uint32_t layer, uint32_t t,
 			     const struct pdx_run *r, const struct host_run *at)
 {
-	struct pdx_kv_piece whole = { .len = at->len, .rows = 1 };
+	struct pdx_kv_piece whole = { .len = at->len, .rows = 1,
+				     .groups = 1 };
 
 	if (x->slice.n)
 		return tp_slice_each_piece(x, &x->slice, &x->peer->layout,

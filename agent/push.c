@@ -12,6 +12,7 @@
 bool push_prepare(struct xfer *x)
 {
 	const struct data_path_ops *ops;
+	char why[PDX_REASON_MAX];
 	pdx_status_t st;
 
 	if (x->finished || !x->announced || x->role != XFER_SEND || !x->peer ||
@@ -27,6 +28,10 @@ bool push_prepare(struct xfer *x)
 	}
 	if (x->peer->layout.layers != x->sm.layers) {
 		xfer_fail(x, PDX_EINCOMPAT, true, "layer counts differ");
+		return false;
+	}
+	if (tp_order_refusal(x, x->peer, why, sizeof(why))) {
+		xfer_fail(x, PDX_EINCOMPAT, true, "%s", why);
 		return false;
 	}
 	st = ops->ready ? ops->ready(x) : PDX_OK;

@@ -57,10 +57,38 @@ const char *tp_slice_refusal(const struct tp_slice *s, enum data_path path,
 	if (!s->n || path == DATA_IPC || path == DATA_PUT || path == DATA_AM ||
 	    path == DATA_CUDA_IPC)
 		return NULL; /* whole blocks go by any path */
-	snprintf(why, len, "TP %u -> %u over the %s lane is not supported yet "
-		 "(ipc, put, am and cuda-ipc are)", from.size, to.size,
-		 data_path_key(path));
+	if (from.size == to.size)
+		snprintf(why, len, "KV blocks of one order (NHD) into the other "
+			 "(HND) over the %s lane are not supported yet (ipc, "
+			 "put, am and cuda-ipc convert)", data_path_key(path));
+	else
+		snprintf(why, len, "TP %u -> %u over the %s lane is not "
+			 "supported yet (ipc, put, am and cuda-ipc are)",
+			 from.size, to.size, data_path_key(path));
 	return why;
+}
+
+const char *tp_order_refusal(struct xfer *x, const struct peer *p, char *why,
+			     size_t len)
+{
+	const struct pdx_kv_layout *ours = &x->agent->reg.layout;
+	struct tp_rank me = x->agent->reg.tp;
+
+	/* one head: NHD and HND are the same bytes */
+	if (x->slice.n || p->layout.order == ours->order || ours->kv_heads == 1)
+		return NULL;
+	x->slice = (struct tp_slice){ .n = ours->kv_heads };
+	return x->role == XFER_RECV
+		       ? tp_slice_refusal(&x->slice, p->path, p->tp, me, why,
+					  len)
+		       : tp_slice_refusal(&x->slice, p->path, me, p->tp, why,
+					  len);
+}
+
+bool tp_slice_converts(const struct xfer *x)
+{
+	return x->slice.n && x->peer &&
+	       x->peer->layout.order != x->agent->reg.layout.order;
 }
 
 uint64_t tp_slice_block_bytes(const struct tp_slice *s,
@@ -69,30 +97,72 @@ uint64_t tp_slice_block_bytes(const struct tp_slice *s,
 	return (uint64_t)s->n * l->head_dim * l->dtype_bytes * l->block_tokens;
 }
 
+/* Bytes from one token's head to the next token's, and to the next
+ * head's, inside a block of l: NHD is [tokens][heads][dim], HND
+ * [heads][tokens][dim]. */
+static void head_steps(const struct pdx_kv_layout *l, uint64_t head,
+		       uint64_t *per_token, uint64_t *per_head)
+{
+	if (l->order == PDX_KV_HND) {
+		*per_token = head;
+		*per_head = head * l->block_tokens;
+	} else {
+		*per_token = head * l->kv_heads;
+		*per_head = head;
+	}
+}
+
+/* The piece of one block that moves heads [src_head, src_head + n) of a
+ * src block to [dst_head, ...) of a dst block: a group per head of a row
+ * per token, then groups and rows that lie end to end on both sides
+ * folded into longer rows (equal orders: HND one row, NHD one per
+ * token; NHD to HND stays a row per head and token). */
+static struct pdx_kv_piece slice_piece(const struct tp_slice *s,
+				       const struct pdx_kv_layout *src,
+				       const struct pdx_kv_layout *dst)
+{
+	uint64_t head = (uint64_t)src->head_dim * src->dtype_bytes;
+	uint64_t src_tok, src_head, dst_tok, dst_head;
+	struct pdx_kv_piece p = { .len = head, .rows = src->block_tokens,
+				  .groups = s->n };
+
+	head_steps(src, head, &src_tok, &src_head);
+	head_steps(dst, head, &dst_tok, &dst_head);
+	p.src_off = s->src_head * src_head;
+	p.dst_off = s->dst_head * dst_head;
+	p.src_stride = src_tok;
+	p.dst_stride = dst_tok;
+	p.src_group = src_head;
+	p.dst_group = dst_head;
+	for (int fold = 0; fold < 2; fold++) {
+		if (p.groups > 1 && p.src_group == p.len &&
+		    p.dst_group == p.len) { /* heads side by side */
+			p.len *= p.groups;
+			p.groups = 1;
+		}
+		if (p.rows > 1 && p.src_stride == p.len &&
+		    p.dst_stride == p.len) { /* tokens one after another */
+			p.len *= p.rows;
+			p.rows = 1;
+		}
+	}
+	if (p.groups == 1)
+		p.src_group = p.dst_group = 0;
+	if (p.rows == 1)
+		p.src_stride = p.dst_stride = 0;
+	return p;
+}
+
 pdx_status_t tp_slice_each_piece(struct xfer *x, const struct tp_slice *s,
 				 const struct pdx_kv_layout *src,
 				 const struct pdx_kv_layout *dst, uint32_t count,
 				 tp_piece_fn fn, const void *ctx)
 {
-	uint64_t head = (uint64_t)src->head_dim * src->dtype_bytes;
 	uint64_t sbb = pdx_kv_layout_block_bytes(src);
 	uint64_t dbb = pdx_kv_layout_block_bytes(dst);
-	uint32_t tokens = src->block_tokens;
-	struct pdx_kv_piece p = { .rows = 1 };
+	struct pdx_kv_piece p = slice_piece(s, src, dst);
 	pdx_status_t st = PDX_OK;
 
-	if (src->order == PDX_KV_HND) { /* [heads][tokens][dim] */
-		p.len = s->n * head * tokens;
-		p.src_off = s->src_head * head * tokens;
-		p.dst_off = s->dst_head * head * tokens;
-	} else { /* [tokens][heads][dim]: a row of heads per token */
-		p.len = s->n * head;
-		p.rows = tokens;
-		p.src_stride = src->kv_heads * head;
-		p.dst_stride = dst->kv_heads * head;
-		p.src_off = s->src_head * head;
-		p.dst_off = s->dst_head * head;
-	}
 	for (uint32_t k = 0; k < count && !st; k++) {
 		struct pdx_kv_piece q = p;
 

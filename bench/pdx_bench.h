@@ -39,8 +39,9 @@ void pb_fill(const struct pdx_shm_pool *p, uint64_t seed,
 /* The same for rank `rank` of a tensor-parallel instance of tp ranks, whose
  * pool holds kv_heads = all / tp of the heads (MLA: the whole latent):
  * each of its words is the one pb_fill() would write at the same global
- * head, so the slices of any two TP sizes agree head for head. The pool's
- * head_dim * dtype_bytes must be a multiple of 8. */
+ * head and token, so the slices of any two TP sizes and block orders
+ * agree head for head. The pool's head_dim * dtype_bytes must be a
+ * multiple of 8. */
 void pb_fill_rank(const struct pdx_shm_pool *p, uint64_t seed,
 		  const uint32_t *blocks, size_t n, size_t first, uint32_t rank,
 		  uint32_t tp);

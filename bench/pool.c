@@ -31,11 +31,12 @@ void pb_pool_destroy(struct pdx_shm_pool *p)
 /* ---- the pattern ---- */
 
 /* Word w of token-block idx of (layer, tensor) of transfer seed, in the
- * block of all the model's KV heads (TP 1), is key + w * PDX_GOLDEN_STEP,
- * key = block_key(). A rank of TP n holds some heads of that block: its
- * words are the same values at the same global heads, so the bytes a
- * prefill rank sends for head h are the bytes any decode rank expects for
- * h, whatever the two TP sizes. */
+ * block of all the model's KV heads (TP 1) laid out NHD, is key + w *
+ * PDX_GOLDEN_STEP, key = block_key(). A rank of TP n holds some heads of
+ * that block, in either order: its words are the same values at the same
+ * global head and token, so the bytes a prefill rank sends for head h of
+ * token t are the bytes any decode rank expects for them, whatever the
+ * two TP sizes and orders. */
 static inline uint64_t block_key(uint64_t seed, uint32_t layer, uint32_t tensor,
 				 size_t idx)
 {
@@ -43,29 +44,39 @@ static inline uint64_t block_key(uint64_t seed, uint32_t layer, uint32_t tensor,
 				  (uint64_t)tensor << 48));
 }
 
-/* Where a rank's block lies in the full one: `runs` runs of `len` words,
- * run k at local word k * local_step and full word first + k * full_step. */
+/* Where a rank's block lies in the full NHD one: `groups` of `runs` runs
+ * of `len` words, run (g, k) at local word g * local_group + k *
+ * local_step and full word first + g * full_group + k * full_step. */
 struct slice {
-	size_t runs, len, local_step, full_step, first;
+	size_t groups, runs, len;
+	size_t local_group, local_step, full_group, full_step, first;
 };
 
-/* MLA (one tensor) is on every rank whole; so is everything at TP 1. */
+/* MLA (one tensor) is on every rank whole. Heads that are not whole
+ * words (TP 1 only) are the block's words in its own order. */
 static struct slice slice_of(const struct pdx_shm_pool *p, uint32_t rank,
 			     uint32_t tp)
 {
 	const struct pdx_kv_layout *l = &p->layout;
-	size_t words = p->block_bytes / 8;
-	size_t head = (size_t)l->head_dim * l->dtype_bytes / 8; /* per token */
-	size_t heads = l->kv_heads, all = (size_t)l->kv_heads * tp;
+	size_t bytes = (size_t)l->head_dim * l->dtype_bytes;
+	size_t head = bytes / 8, heads = l->kv_heads, tokens = l->block_tokens;
+	size_t all = l->tensors == 1 ? heads : heads * tp;
+	size_t first = l->tensors == 1 ? 0 : rank * heads * head;
+	struct slice s;
 
-	if (tp == 1 || l->tensors == 1)
-		return (struct slice){ 1, words, 0, 0, 0 };
-	if (l->order == PDX_KV_HND) /* [head][token][dim]: one run */
-		return (struct slice){ 1, words, 0, 0,
-				       rank * heads * l->block_tokens * head };
-	/* NHD, [token][head][dim]: a run per token */
-	return (struct slice){ l->block_tokens, heads * head, heads * head,
-			       all * head, rank * heads * head };
+	if (bytes % 8)
+		return (struct slice){ 1, 1, p->block_bytes / 8, 0, 0, 0, 0, 0 };
+	if (l->order == PDX_KV_HND) /* [head][token][dim]: a run a head a token */
+		s = (struct slice){ heads, tokens, head, tokens * head, head,
+				    head, all * head, first };
+	else /* NHD, [token][head][dim]: a run per token */
+		s = (struct slice){ 1, tokens, heads * head, 0, heads * head, 0,
+				    all * head, first };
+	if (s.local_step == s.len && s.full_step == s.len) { /* end to end */
+		s.len *= s.runs;
+		s.runs = 1;
+	}
+	return s;
 }
 
 static void fill_words(uint64_t *w, size_t n, uint64_t key)
@@ -87,10 +98,15 @@ void pb_fill_rank(const struct pdx_shm_pool *p, uint64_t seed,
 					p, l, t, blocks[i]);
 				uint64_t key = block_key(seed, l, t, i);
 
-				for (size_t k = 0; k < s.runs; k++)
-					fill_words(w + k * s.local_step, s.len,
-						   key + (s.first + k * s.full_step) *
-							 PDX_GOLDEN_STEP);
+				for (size_t g = 0; g < s.groups; g++)
+					for (size_t k = 0; k < s.runs; k++)
+						fill_words(w + g * s.local_group +
+								   k * s.local_step,
+							   s.len,
+							   key + (s.first +
+								  g * s.full_group +
+								  k * s.full_step) *
+									 PDX_GOLDEN_STEP);
 			}
 }
 
@@ -129,9 +145,11 @@ static int verify_block(const struct pdx_shm_pool *p, const struct slice *s,
 	const uint64_t *w = (const uint64_t *)pdx_shm_pool_block(p, l, t, block);
 	uint64_t key = block_key(seed, l, t, i);
 
-	for (size_t k = 0; k < s->runs; k++) {
-		const uint64_t *r = w + k * s->local_step;
-		uint64_t rkey = key + (s->first + k * s->full_step) *
+	for (size_t k = 0; k < s->groups * s->runs; k++) {
+		size_t g = k / s->runs, run = k % s->runs;
+		const uint64_t *r = w + g * s->local_group + run * s->local_step;
+		uint64_t rkey = key + (s->first + g * s->full_group +
+				       run * s->full_step) *
 				      PDX_GOLDEN_STEP;
 
 		if (!diff_words(r, s->len, rkey))

@@ -465,7 +465,7 @@ static int ch_pool_register(char *peer, size_t peer_len)
 		ch_ack(me->ack_fd, 0, 0, NULL, "cannot create the KV pool");
 		return -1;
 	}
-	ch_pool.layout.order = plan->order; /* the bytes' meaning only */
+	ch_pool.layout.order = me->order; /* the bytes' meaning only */
 	if (me->cuda && xb_cuda_pool_new(me->cuda_dev,
 				       &ch_model, plan->pool_blocks, EVENT_SLOTS,
 				       &ch_gpu, err, sizeof(err))) {

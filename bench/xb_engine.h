@@ -31,6 +31,7 @@ struct xb_engine_cfg {
 	const char *role;     /* "prefill", "decode": its log prefix, xb-ROLE */
 	int row;              /* its row of the plan's stamps */
 	uint32_t tp_rank, tp_size; /* which heads its pool holds */
+	enum pdx_kv_order order;   /* how its blocks lie */
 	const char *engine;   /* its agent's engine link, ipc://PATH */
 	const char *shm_name; /* its KV pool's, in shared memory */
 	bool cuda;            /* the pool in GPU memory instead ... */

@@ -53,7 +53,8 @@ static void memcpy_pass(uint64_t bytes, uint64_t piece, uint32_t times,
  * the paired memcpy's piece size: each run of consecutive blocks per layer
  * and tensor, on each decode rank; a TP leg that moves a head slice
  * (docs/protocol.md, "TP legs") moves each block apart, in one piece (HND)
- * or one per token (NHD). */
+ * or one per token (NHD); blocks converted to the other order move a
+ * piece per head and token ("Converting the order"). */
 static uint64_t xfer_ops(const struct xb_plan *plan, uint32_t x)
 {
 	const struct xb_shape *sh = plan->shape;
@@ -63,7 +64,10 @@ static uint64_t xfer_ops(const struct xb_plan *plan, uint32_t x)
 	const uint32_t *d = plan->dst + (size_t)x * sh->nblocks + skip;
 	uint64_t per_lt;
 
-	if (sh->prefill_tp == sh->decode_tp || m->tensors == 1)
+	if (sh->decode_order != plan->order &&
+	    xb_plan_rank_heads(m, sh->decode_tp) > 1)
+		per_lt = (uint64_t)moved * m->kv_heads * m->block_tokens;
+	else if (sh->prefill_tp == sh->decode_tp || m->tensors == 1)
 		per_lt = pb_runs(s, d, moved) * sh->decode_tp;
 	else
 		per_lt = (uint64_t)moved *

@@ -216,7 +216,7 @@ static void engine_start(struct xb_node *k, const struct xb_opts *o,
 		struct xb_engine_cfg cfg = {
 			.role = k->role, .engine = k->engine,
 			.row = k->row, .tp_rank = k->tp_rank,
-			.tp_size = k->tp_size,
+			.tp_size = k->tp_size, .order = k->order,
 			.shm_name = k->shm_name, .cuda = o->cuda,
 			.cuda_dev = k->cuda_dev,
 			.cmd_fd = cmd[0], .ack_fd = ackp[1],

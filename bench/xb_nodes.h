@@ -36,6 +36,7 @@ struct xb_node {
 	char name[32];    /* in messages: the role, and its rank under TP */
 	int row;          /* its index: its row of the plan's stamps */
 	uint32_t tp_rank, tp_size;
+	enum pdx_kv_order order; /* of its pool's blocks */
 	int cuda_dev;     /* --mem cuda: its engine's device */
 	pid_t pid;        /* its engine process; 0 once reaped */
 	int cmd_fd;

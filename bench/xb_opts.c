@@ -53,6 +53,8 @@ static void usage(FILE *f)
 		"                         recv names every prefill rank); a transfer ends\n"
 		"                         at the last decode rank's \"received\"\n"
 		"  --order NHD|HND        the order inside a block (default NHD)\n"
+		"  --decode-order NHD|HND the decode pools' (default --order): the other\n"
+		"                         one, and the agents convert each block\n"
 		"  --xfer-timeout-ms N    passed to the agents (default: theirs, %d);\n"
 		"                         the engines wait for a transfer's events N +\n"
 		"                         layers x --layer-ms + %d ms at most\n"
@@ -74,7 +76,9 @@ static void usage(FILE *f)
 		"                         prompt), skip=N (the first N tokens), tp (with\n"
 		"                         --prefill-tp P --decode-tp D: the variant is\n"
 		"                         P -> D, the baseline P -> P, the same bytes\n"
-		"                         between equal TP sizes)\n"
+		"                         between equal TP sizes), order (the variant's\n"
+		"                         decode pools hold the other order than the\n"
+		"                         baseline's: the agents convert)\n"
 		"  --json                 one JSON object on stdout, logs on stderr\n"
 		"  --version              print \"pdx-xferbench VERSION\" and exit\n"
 		"  --help                 this text\n"
@@ -122,6 +126,15 @@ static uint64_t parse_u64(const char *opt, const char *s, uint64_t lo,
 	return v;
 }
 
+static enum pdx_kv_order parse_order(const char *opt, const char *s)
+{
+	if (!strcmp(s, "NHD"))
+		return PDX_KV_NHD;
+	if (strcmp(s, "HND"))
+		xb_bad("%s: \"%s\" is neither NHD nor HND", opt, s);
+	return PDX_KV_HND;
+}
+
 static void check_skip(const struct xb_opts *o, const char *opt,
 		       uint32_t skip)
 {
@@ -146,8 +159,9 @@ static void check_tp(const struct xb_opts *o)
 			xb_bad("%s %u: %s's %u KV heads do not split into %u",
 			       opt[i], tp[i], m->name, m->kv_heads, tp[i]);
 	}
-	if (o->order == PDX_KV_HND && o->cuda)
-		xb_bad("--order HND needs --mem shm");
+	if ((o->order == PDX_KV_HND || o->decode_order == PDX_KV_HND ||
+	     (o->versus && !strcmp(o->versus, "order"))) && o->cuda)
+		xb_bad("HND blocks need --mem shm (the GPU pattern is NHD's)");
 	if (tp[0] == 1 && tp[1] == 1)
 		return;
 	/* the pattern is written and checked a head at a time (pb_fill_rank) */
@@ -186,9 +200,12 @@ static void parse_versus(struct xb_opts *o, const char *what)
 			       "different sizes (the variant; the baseline is "
 			       "--prefill-tp on both sides)");
 		o->arm[0].decode_tp = o->prefill_tp;
+	} else if (!strcmp(what, "order")) {
+		v->decode_order = o->decode_order == PDX_KV_NHD ? PDX_KV_HND
+								: PDX_KV_NHD;
 	} else {
-		xb_bad("--versus: \"%s\" is none of pull, skip-half, skip=N, tp",
-		       what);
+		xb_bad("--versus: \"%s\" is none of pull, skip-half, skip=N, tp, "
+		       "order", what);
 	}
 	o->n_arms = 2;
 }
@@ -198,7 +215,7 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 	enum {
 		O_TLS = 256, O_MODEL, O_TOKENS, O_SKIP, O_RANDOM, O_CONC, O_LAYER,
 		O_ITERS, O_JSON, O_BIN, O_DATA, O_XTMO, O_AARG, O_SEED, O_MEM, O_DDEV,
-		O_PULL, O_ONE, O_VERSUS, O_PTP, O_DTP, O_ORDER, O_HELP,
+		O_PULL, O_ONE, O_VERSUS, O_PTP, O_DTP, O_ORDER, O_DORDER, O_HELP,
 		O_VERSION
 	};
 	static const struct option lo[] = {
@@ -224,6 +241,7 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 		{ "prefill-tp", required_argument, NULL, O_PTP },
 		{ "decode-tp", required_argument, NULL, O_DTP },
 		{ "order", required_argument, NULL, O_ORDER },
+		{ "decode-order", required_argument, NULL, O_DORDER },
 		{ "help", no_argument, NULL, O_HELP },
 		{ "version", no_argument, NULL, O_VERSION },
 		{ NULL, 0, NULL, 0 },
@@ -240,6 +258,7 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 	o->data_path = "auto";
 	o->prefill_tp = o->decode_tp = 1;
 	o->order = PDX_KV_NHD;
+	o->decode_order = (enum pdx_kv_order) - 1; /* --order's */
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
 		char *end;
@@ -329,13 +348,10 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 							  1, XB_TP_MAX);
 			break;
 		case O_ORDER:
-			if (!strcmp(optarg, "NHD"))
-				o->order = PDX_KV_NHD;
-			else if (!strcmp(optarg, "HND"))
-				o->order = PDX_KV_HND;
-			else
-				xb_bad("--order: \"%s\" is neither NHD nor HND",
-				       optarg);
+			o->order = parse_order("--order", optarg);
+			break;
+		case O_DORDER:
+			o->decode_order = parse_order("--decode-order", optarg);
 			break;
 		case O_HELP:
 			usage(stdout);
@@ -386,6 +402,8 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 	else
 		snprintf(o->mem, sizeof(o->mem), "shm");
 	check_skip(o, "--skip-tokens", o->skip_tokens);
+	if (o->decode_order != PDX_KV_NHD && o->decode_order != PDX_KV_HND)
+		o->decode_order = o->order;
 	o->n_arms = 1;
 	o->arm[0] = (struct xb_shape){
 		.conc = o->concurrency,
@@ -396,6 +414,7 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 		.pull = o->pull,
 		.prefill_tp = o->prefill_tp,
 		.decode_tp = o->decode_tp,
+		.decode_order = o->decode_order,
 	};
 	check_tp(o);
 	if (o->versus)

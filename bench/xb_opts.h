@@ -54,7 +54,8 @@ struct xb_opts {
 	char mem[24];         /* "shm", "cuda:N" or "cuda:P,D", as reported */
 	uint32_t one_block;   /* --one-block N: one-block transfers measured */
 	uint32_t prefill_tp, decode_tp; /* --prefill-tp, --decode-tp */
-	enum pdx_kv_order order;        /* --order */
+	enum pdx_kv_order order;        /* --order: the prefill pools' */
+	enum pdx_kv_order decode_order; /* --decode-order, default --order */
 	const char *versus;   /* --versus WHAT, or NULL */
 	/* the arms' transfers: [0] the run's own, [1] --versus's variant */
 	struct xb_shape arm[2];

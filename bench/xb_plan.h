@@ -37,6 +37,7 @@ struct xb_shape {
 	uint32_t skip_blocks; /* leading blocks D already holds */
 	bool pull;            /* the decode agent reads (pdx_engine_recv_opts) */
 	uint32_t prefill_tp, decode_tp; /* ranks of each side, 1 or more */
+	enum pdx_kv_order decode_order; /* the decode ranks' blocks' */
 };
 
 /* What the parent and all engines share (a MAP_SHARED anonymous mapping
@@ -45,7 +46,7 @@ struct xb_shape {
  * arrays of time stamps; all ranks of a side use the same blocks. */
 struct xb_plan {
 	const struct pdx_model *model;
-	enum pdx_kv_order order; /* of every pool (--order) */
+	enum pdx_kv_order order; /* of the prefill pools (--order) */
 	uint32_t conc, nblocks; /* the run's: the arrays' dimensions */
 	uint32_t rows;          /* engines: the stamps' rows */
 	struct xb_shape *shape; /* this iteration's */

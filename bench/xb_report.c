@@ -310,12 +310,14 @@ static void json_arm(const char *key, const struct xb_arm *a,
 	       "\"xfers\": %u, \"p50_ms\": %.4f, \"mean_ms\": %.4f, "
 	       "\"p99_ms\": %.4f, \"gbps\": %.4f, \"exposed_ms\": %.4f, "
 	       "\"engine_exposed_ms\": %.4f, \"memcpy_gbps\": %.4f, "
-	       "\"verified\": %s, \"prefill_tp\": %u, \"decode_tp\": %u, ",
+	       "\"verified\": %s, \"prefill_tp\": %u, \"decode_tp\": %u, "
+	       "\"decode_order\": \"%s\", ",
 	       key, a->shape.skip_tokens, a->shape.pull ? "true" : "false",
 	       f->bytes, f->ev_bytes, a->res.xfers, f->p50, f->mean, f->p99,
 	       f->gbps, f->exposed, f->engine_exposed, f->mgbps,
 	       a->res.verified ? "true" : "false", a->shape.prefill_tp,
-	       a->shape.decode_tp);
+	       a->shape.decode_tp,
+	       a->shape.decode_order == PDX_KV_HND ? "HND" : "NHD");
 	json_ranks(a);
 	printf("}");
 }
@@ -358,6 +360,9 @@ static void print_versus(const struct figures *f, const struct figures *v)
 	snprintf(btp, sizeof(btp), "%u -> %u", bs->prefill_tp, bs->decode_tp);
 	snprintf(vtp, sizeof(vtp), "%u -> %u", vs->prefill_tp, vs->decode_tp);
 	printf("  %-26s %14s %14s\n", "TP prefill -> decode", btp, vtp);
+	printf("  %-26s %14s %14s\n", "decode blocks",
+	       bs->decode_order == PDX_KV_HND ? "HND" : "NHD",
+	       vs->decode_order == PDX_KV_HND ? "HND" : "NHD");
 	printf("  %-26s %14" PRIu64 " %14" PRIu64 " %9.4f\n",
 	       "bytes per transfer", f->ev_bytes, v->ev_bytes,
 	       ratio((double)v->ev_bytes, (double)f->ev_bytes));
@@ -398,9 +403,11 @@ static void print_results(const struct figures *f, const struct figures *v)
 		       f->layer_xfer, f->exposed, f->engine_exposed,
 		       xb_run_verified(run) ? "true" : "false", f->mgbps);
 		json_mem(f->gbps);
-		printf(", \"order\": \"%s\", \"prefill_tp\": %u, "
-		       "\"decode_tp\": %u, ",
+		printf(", \"order\": \"%s\", \"decode_order\": \"%s\", "
+		       "\"prefill_tp\": %u, \"decode_tp\": %u, ",
 		       o->order == PDX_KV_HND ? "HND" : "NHD",
+		       run->arm[0].shape.decode_order == PDX_KV_HND ? "HND"
+								   : "NHD",
 		       run->arm[0].shape.prefill_tp,
 		       run->arm[0].shape.decode_tp);
 		json_ranks(&run->arm[0]);
@@ -416,8 +423,12 @@ static void print_results(const struct figures *f, const struct figures *v)
 	printf("  concurrency %u, %s blocks, layer compute %g ms, %u iterations\n",
 	       o->concurrency, o->random_blocks ? "random" : "contiguous",
 	       o->layer_ms, o->iters);
-	printf("  %s blocks, TP %u -> %u%s\n",
+	printf("  %s blocks%s, TP %u -> %u%s\n",
 	       o->order == PDX_KV_HND ? "HND" : "NHD",
+	       run->arm[0].shape.decode_order == o->order ? ""
+	       : run->arm[0].shape.decode_order == PDX_KV_HND
+		       ? " (HND on the decode side: the agents convert)"
+		       : " (NHD on the decode side: the agents convert)",
 	       run->arm[0].shape.prefill_tp, run->arm[0].shape.decode_tp,
 	       run->arm[0].shape.prefill_tp == run->arm[0].shape.decode_tp ?
 	       "" : " (the agents reshard the heads)");

@@ -7,13 +7,16 @@
 #include "bench/xb_fail.h"
 
 void xb_tp_side_add(struct xb_nodes *ns, struct xb_side *s, const char *role,
-		    char tag, uint32_t size, int cuda_dev)
+		    char tag, uint32_t size, enum pdx_kv_order order,
+		    int cuda_dev)
 {
 	if (size > XB_TP_MAX)
 		xb_fail("TP %u: more than %d ranks", size, XB_TP_MAX);
 	s->size = size;
-	for (uint32_t i = 0; i < size; i++)
+	for (uint32_t i = 0; i < size; i++) {
 		s->rank[i] = xb_nodes_add(ns, role, tag, i, size, cuda_dev);
+		s->rank[i]->order = order;
+	}
 }
 
 void xb_tp_peers(struct xb_plan *plan, const struct xb_side *pre)

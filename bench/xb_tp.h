@@ -32,9 +32,11 @@ struct xb_round {
 	uint64_t first_ld, last_ld;    /* layer_done, over the prefill ranks */
 };
 
-/* Adds the size ranks of one side to ns (not started). */
+/* Adds the size ranks of one side, their blocks in order, to ns (not
+ * started). */
 void xb_tp_side_add(struct xb_nodes *ns, struct xb_side *s, const char *role,
-		    char tag, uint32_t size, int cuda_dev);
+		    char tag, uint32_t size, enum pdx_kv_order order,
+		    int cuda_dev);
 
 /* Once the nodes are started: the prefill ranks' agents into the plan,
  * for the decode ranks' recvs. */

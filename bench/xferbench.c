@@ -103,22 +103,23 @@ static void shm_sweep(void)
 			n);
 }
 
-/* The prefill ranks, and the decode ranks of each TP size the arms ask
- * for: an arm of the first arm's size shares its ranks. */
+/* The prefill ranks, and the decode ranks of each TP size and block
+ * order the arms ask for: an arm of the first arm's shares its ranks. */
 static void sides_add(struct xb_run *run, struct xb_nodes *ns)
 {
 	const struct xb_opts *o = run->o;
+	const struct xb_shape *a0 = &run->arm[0].shape, *a1 = &run->arm[1].shape;
 
-	xb_tp_side_add(ns, &run->pre, "prefill", 'P', o->prefill_tp,
+	xb_tp_side_add(ns, &run->pre, "prefill", 'P', o->prefill_tp, o->order,
 		       o->cuda_dev);
-	xb_tp_side_add(ns, &run->dec[0], "decode", 'D',
-		       run->arm[0].shape.decode_tp, o->decode_dev);
+	xb_tp_side_add(ns, &run->dec[0], "decode", 'D', a0->decode_tp,
+		       a0->decode_order, o->decode_dev);
 	run->arm[0].dec = &run->dec[0];
 	run->arm[1].dec = &run->dec[0];
-	if (run->n_arms > 1 &&
-	    run->arm[1].shape.decode_tp != run->arm[0].shape.decode_tp) {
-		xb_tp_side_add(ns, &run->dec[1], "decode", 'D',
-			       run->arm[1].shape.decode_tp, o->decode_dev);
+	if (run->n_arms > 1 && (a1->decode_tp != a0->decode_tp ||
+				a1->decode_order != a0->decode_order)) {
+		xb_tp_side_add(ns, &run->dec[1], "decode", 'D', a1->decode_tp,
+			       a1->decode_order, o->decode_dev);
 		run->arm[1].dec = &run->dec[1];
 	}
 	run->prefill = run->pre.rank[0];

@@ -322,15 +322,29 @@ pdx_status_t pdx_kv_plan_copy_cuda(const struct pdx_kv_plan *src,
 				   uint64_t first, uint64_t count,
 				   void *stream);
 
-/* A share of one block: rows of len bytes, the first at src_off and
- * dst_off from the block's first byte on each side, the next src_stride
- * and dst_stride further. A TP leg's heads (docs/protocol.md, "TP legs"):
- * HND one row, NHD one per token. */
+/* A share of one block: groups of rows of len bytes, the first at
+ * src_off and dst_off from the block's first byte on each side, the next
+ * row src_stride and dst_stride further, the next group src_group and
+ * dst_group further (groups and rows at least 1). A TP leg's heads
+ * (docs/protocol.md, "TP legs"): HND one row, NHD one per token; between
+ * an NHD and an HND block, a group per head of a row per token. */
 struct pdx_kv_piece {
 	uint64_t src_off, dst_off, len;
-	uint32_t rows;
+	uint32_t rows, groups;
 	uint64_t src_stride, dst_stride;
+	uint64_t src_group, dst_group;
 };
+
+/* Row k of a piece's groups * rows (group-major): where it lies from
+ * the block's first byte on each side. */
+static inline void pdx_kv_piece_row(const struct pdx_kv_piece *p, uint64_t k,
+				    uint64_t *src, uint64_t *dst)
+{
+	uint64_t g = k / p->rows, r = k % p->rows;
+
+	*src = p->src_off + g * p->src_group + r * p->src_stride;
+	*dst = p->dst_off + g * p->dst_group + r * p->dst_stride;
+}
 
 /* pdx_kv_plan_copy_cuda() of only the piece of each segment: the plans
  * must have equal segment counts, their segment bytes may differ, and

@@ -36,19 +36,21 @@ __global__ void k_copy(struct pdx__plan_dev src, struct pdx__plan_dev dst,
 			      pdx__plan_seg(&src, first + k), bb, unit);
 }
 
-/* One CTA per segment copies the piece's rows, their units as one index
- * space (rows are short: an NHD row is a few heads of one token). */
+/* One CTA per segment copies the piece's groups of rows, their units as
+ * one index space (rows are short: an NHD row is a few heads of one
+ * token, a row between NHD and HND one head of one token). */
 template <typename U>
 __device__ __forceinline__ void copy_rows(uint8_t *d, const uint8_t *s,
 					  const struct pdx_kv_piece &pc)
 {
-	uint64_t per = pc.len / sizeof(U), n = per * pc.rows;
+	uint64_t per = pc.len / sizeof(U), n = per * pc.rows * pc.groups;
 
 	for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) {
-		uint64_t r = i / per, c = i % per;
+		uint64_t k = i / per, c = i % per;
+		uint64_t g = k / pc.rows, r = k % pc.rows;
 
-		((U *)(d + r * pc.dst_stride))[c] =
-		    ((const U *)(s + r * pc.src_stride))[c];
+		((U *)(d + g * pc.dst_group + r * pc.dst_stride))[c] =
+		    ((const U *)(s + g * pc.src_group + r * pc.src_stride))[c];
 	}
 }
 
@@ -298,13 +300,17 @@ extern "C" pdx_status_t pdx_kv_plan_copy_cuda(const struct pdx_kv_plan *src,
 	return pdx__cuda_launched();
 }
 
-/* The piece's last row ends within a segment of bb bytes. */
+/* The piece's last row ends within a segment of bb bytes (strides and
+ * group steps small enough not to wrap). */
 static int piece_fits(const struct pdx_kv_piece *pc, uint64_t off,
-		      uint64_t stride, uint64_t bb)
+		      uint64_t stride, uint64_t group, uint64_t bb)
 {
-	uint64_t last = off + (uint64_t)(pc->rows - 1) * stride;
+	uint64_t rows = (uint64_t)(pc->rows - 1) * stride;
+	uint64_t groups = (uint64_t)(pc->groups - 1) * group;
+	uint64_t last = off + rows + groups;
 
-	return last >= off && last <= bb && pc->len <= bb - last;
+	return stride <= bb && group <= bb && last >= off && last <= bb &&
+	       pc->len <= bb - last;
 }
 
 extern "C" pdx_status_t
@@ -314,9 +320,11 @@ pdx_kv_plan_copy_piece_cuda(const struct pdx_kv_plan *src,
 			    uint64_t count, void *stream)
 {
 	if (!src || !dst || !pc || src->segs != dst->segs || !pc->rows ||
-	    !pc->len || !in_range(src, first, count) ||
-	    !piece_fits(pc, pc->src_off, pc->src_stride, src->bb) ||
-	    !piece_fits(pc, pc->dst_off, pc->dst_stride, dst->bb))
+	    !pc->groups || !pc->len || !in_range(src, first, count) ||
+	    !piece_fits(pc, pc->src_off, pc->src_stride, pc->src_group,
+			src->bb) ||
+	    !piece_fits(pc, pc->dst_off, pc->dst_stride, pc->dst_group,
+			dst->bb))
 		return PDX_EINVAL;
 	if (!count)
 		return PDX_OK;
@@ -325,6 +333,7 @@ pdx_kv_plan_copy_piece_cuda(const struct pdx_kv_plan *src,
 		       (cudaStream_t)stream>>>(
 	    src->dev, dst->dev, *pc, first, count,
 	    pdx__unit(src->align | dst->align | pc->src_off | pc->dst_off |
-		      pc->len | pc->src_stride | pc->dst_stride));
+		      pc->len | pc->src_stride | pc->dst_stride |
+		      pc->src_group | pc->dst_group));
 	return pdx__cuda_launched();
 }

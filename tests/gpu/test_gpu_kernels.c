@@ -320,22 +320,28 @@ static void plan_errors(struct pool *a, struct pdx_kv_plan *pa,
 	pdx_kv_plan_free_cuda(pw);
 }
 
-/* A random piece of a block of bb bytes: rows rows of len bytes. */
+/* A random piece of a block of bb bytes: groups of rows of len bytes
+ * (a group's rows end to end with their gaps, the next group after). */
 static struct pdx_kv_piece piece_in(uint64_t bb)
 {
-	struct pdx_kv_piece pc = { .rows = 1 + (uint32_t)(rnd() % 3) };
-	uint64_t share = bb / pc.rows, ext;
+	struct pdx_kv_piece pc = { .rows = 1 + (uint32_t)(rnd() % 3),
+				   .groups = 1 + (uint32_t)(rnd() % 2) };
+	uint64_t share = bb / (pc.rows * pc.groups), ext;
 
 	if (!share) {
-		pc.rows = 1;
+		pc.rows = pc.groups = 1;
 		share = bb;
 	}
 	pc.len = 1 + rnd() % share;
 	pc.src_stride = pc.len + rnd() % (share - pc.len + 1);
 	pc.dst_stride = pc.len + rnd() % (share - pc.len + 1);
-	ext = (pc.rows - 1) * pc.src_stride + pc.len;
+	pc.src_group = pc.rows * pc.src_stride;
+	pc.dst_group = pc.rows * pc.dst_stride;
+	ext = (pc.groups - 1) * pc.src_group + (pc.rows - 1) * pc.src_stride +
+	      pc.len;
 	pc.src_off = rnd() % (bb - ext + 1);
-	ext = (pc.rows - 1) * pc.dst_stride + pc.len;
+	ext = (pc.groups - 1) * pc.dst_group + (pc.rows - 1) * pc.dst_stride +
+	      pc.len;
 	pc.dst_off = rnd() % (bb - ext + 1);
 	return pc;
 }
@@ -344,11 +350,13 @@ static struct pdx_kv_piece piece_in(uint64_t bb)
 static void piece_cpu(const struct pdx_kv_piece *pc, const uint8_t *hs,
 		      uint8_t *hd, uint64_t bb, uint64_t first, uint64_t count)
 {
+	uint64_t src, dst;
+
 	for (uint64_t s = first; s < first + count; s++)
-		for (uint32_t r = 0; r < pc->rows; r++)
-			memcpy(hd + s * bb + pc->dst_off + r * pc->dst_stride,
-			       hs + s * bb + pc->src_off + r * pc->src_stride,
-			       pc->len);
+		for (uint64_t k = 0; k < (uint64_t)pc->groups * pc->rows; k++) {
+			pdx_kv_piece_row(pc, k, &src, &dst);
+			memcpy(hd + s * bb + dst, hs + s * bb + src, pc->len);
+		}
 }
 
 /* A TP leg's heads, as the cuda-ipc path copies them: a's blocks (staging
@@ -376,11 +384,12 @@ static void tp_piece(struct pool *a, struct pdx_kv_plan *pa, const uint8_t *ha,
 	bw = pdx_kv_layout_block_bytes(&w.l);
 	segs = pdx_kv_plan_segments(pa);
 	if (a->l.order == PDX_KV_HND) {
-		pc = (struct pdx_kv_piece){ .rows = 1,
+		pc = (struct pdx_kv_piece){ .rows = 1, .groups = 1,
 					    .len = bb,
 					    .dst_off = bb };
 	} else {
 		pc = (struct pdx_kv_piece){ .rows = a->l.block_tokens,
+					    .groups = 1,
 					    .len = a->l.kv_heads * head,
 					    .src_stride = a->l.kv_heads * head,
 					    .dst_stride = w.l.kv_heads * head,
@@ -513,6 +522,10 @@ static void plans(int round)
 			 PDX_EINVAL);
 		bad = pc;
 		bad.rows = 0;
+		CHECK_EQ(pdx_kv_plan_copy_piece_cuda(pa, pb, &bad, 0, 1, st),
+			 PDX_EINVAL);
+		bad = pc;
+		bad.groups = 0;
 		CHECK_EQ(pdx_kv_plan_copy_piece_cuda(pa, pb, &bad, 0, 1, st),
 			 PDX_EINVAL);
 	}

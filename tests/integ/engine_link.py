@@ -17,7 +17,8 @@ Checked, each as docs/protocol.md section 1 says:
   - a block id twice in a recv or a send: `failed`, naming both places;
   - a recv from an address where no agent listens fails at the handshake
     bound (--handshake-timeout-ms), not at the transfer timeout;
-  - refusals name the field at fault; a layout refusal names the order;
+  - refusals name the field at fault; a layout refusal names the kinds
+    (MLA against K and V);
   - a malformed optional field (skip_tokens, timeout_ms, pull) fails the
     transfer naming it, and a recv's sender is told at once; timeout_ms 0
     is the agent's default; a send or recv naming its own agent is
@@ -250,20 +251,23 @@ def fields_named(P, D, addrs):
     check(r is not None and r.get("op") == "error" and
           "head_dim" in r["reason"],
           f"a layout without head_dim: refused naming head_dim: {r}")
-    # the order differs between the two engines: the handshake is refused
-    # saying which orders, by name
-    r = register(D, layout() | {"order": "HND"})
+    # K and V against MLA's one latent: the handshake is refused saying
+    # which kinds, by name (the order inside a block may differ: the
+    # agents convert it, tp_reshard)
+    lay = layout() | {"tensors": 1}
+    lay["bases"] = [b[:1] for b in lay["bases"]]
+    r = register(D, lay)
     check(r is not None and r.get("op") == "registered",
-          f"the decode engine registers again, HND: {r}")
+          f"the decode engine registers again, MLA: {r}")
     check("kv_dtype" not in r,
           f"a register naming no kv_dtype hears none back: {r}")
     x = os.urandom(16)
     D.send({"op": "recv", "xfer": x, "peer": addrs["P"], "blocks": [1]})
     ev = D.event(x, 4000)
     check(ev is not None and ev["kind"] == "failed" and
-          ("order HND != NHD" in ev["reason"] or
-           "order NHD != HND" in ev["reason"]),
-          f"NHD against HND: failed, naming the orders: {ev}")
+          ("tensors 1 (MLA) != 2 (K and V)" in ev["reason"] or
+           "tensors 2 (K and V) != 1 (MLA)" in ev["reason"]),
+          f"MLA against K and V: failed, naming the kinds: {ev}")
 
 
 def optional_fields(P, D, addrs, dst, src):
@@ -317,9 +321,9 @@ def shrunk_pool(rig, P, D, addrs, dst, src):
     """An engine that shrinks its pool under the agents (ftruncate) fails
     the transfer that touches it (EIO); no agent dies of SIGBUS (before,
     the one copying did, and every transfer it served with it)."""
-    r = register(D)  # fields_named left it registered HND
+    r = register(D)  # fields_named left it registered MLA
     check(r is not None and r.get("op") == "registered",
-          f"the decode engine registers again, NHD: {r}")
+          f"the decode engine registers again, K and V: {r}")
     for shrinks, pull in ((D, False), (P, True)):
         x = os.urandom(16)
         D.send({"op": "recv", "xfer": x, "peer": addrs["P"], "blocks": dst,

@@ -3,7 +3,10 @@
  * the agents (docs/protocol.md, "TP legs"): every byte of every decode
  * rank's blocks is checked against the heads that rank holds of one
  * full-heads reference (split with kernels/' CPU reference). MLA's latent
- * reaches every decode rank whole. Refused splits fail with why.
+ * reaches every decode rank whole. A decode instance whose blocks are in
+ * the other order (HND against NHD) gets them converted, at equal TP
+ * sizes too (the reference permuted by kernels/' CPU reference). Refused
+ * splits fail with why.
  *
  *   tp_reshard PATH-TO-pdx-agent
  */
@@ -216,16 +219,23 @@ static uint8_t *shard(const struct inst *in, const uint8_t *ref, uint32_t i)
 }
 
 /* Decode rank j's blocks of transfer x (layer l, tensor t) against its
- * heads of ref; the second transfer's first block is held (poisoned).
- * The number of blocks that differ. */
-static int check_blocks(const struct inst *D, uint32_t j, const uint8_t *ref,
-			int x, int l, uint32_t t, const uint32_t *dst)
+ * heads of ref, full blocks in P's order; the second transfer's first
+ * block is held (poisoned). The number of blocks that differ. */
+static int check_blocks(const struct inst *P, const struct inst *D,
+			uint32_t j, const uint8_t *ref, int x, int l, uint32_t t,
+			const uint32_t *dst)
 {
 	const struct pdx_shm_pool *pool = &D->r[j].pool;
-	uint8_t *s = shard(D, ref, j), poison[4096];
+	struct pdx_kv_shape fs = full_shape(P);
+	uint64_t full = pdx_kv_shape_bytes(&fs) * NB;
+	uint8_t *turned = malloc(full), *s, poison[4096];
 	uint64_t part = pool->block_bytes;
 	int bad = 0;
 
+	if (P->order != D->order) /* D's order */
+		pdx_kv_permute_cpu(&fs, ref, turned, NB);
+	s = shard(D, P->order != D->order ? turned : ref, j);
+	free(turned);
 	memset(poison, 0xee, part);
 	for (int k = 0; k < NB; k++) {
 		const uint8_t *want = x == 1 && k == 0 ? poison : s + k * part;
@@ -239,13 +249,18 @@ static int check_blocks(const struct inst *D, uint32_t j, const uint8_t *ref,
 	return bad;
 }
 
-/* One case: NX transfers from every prefill rank to every decode rank,
- * the second with its first block held by the decode side already;
- * pushed, or read by the decode agents (mode PDX_XFER_PULL). */
+/* One case: NX transfers from every prefill rank (blocks in order) to
+ * every decode rank (blocks in order `to`), the second with its first
+ * block held by the decode side already; pushed, or read by the decode
+ * agents (mode PDX_XFER_PULL). */
 static void run_case(uint32_t p, uint32_t d, enum pdx_kv_order order,
-		     bool mla, const char *data_path, enum pdx_xfer_mode mode)
+		     enum pdx_kv_order to, bool mla, const char *data_path,
+		     enum pdx_xfer_mode mode)
 {
 	const char *ord = order == PDX_KV_HND ? "HND" : "NHD";
+	const char *ord_to = order == to      ? ""
+			     : to == PDX_KV_HND ? " -> HND"
+						: " -> NHD";
 	uint32_t lat = mla ? 2 : 0; /* MLA: one latent "head" per rank */
 	struct inst *P = calloc(1, sizeof(*P)), *D = calloc(1, sizeof(*D));
 	struct pdx_xfer_id ids[NX];
@@ -258,11 +273,11 @@ static void run_case(uint32_t p, uint32_t d, enum pdx_kv_order order,
 	uint64_t full, part;
 	int bad = 0, failed_evs = 0;
 
-	h_note("TP %u -> %u, %s%s, data path %s, %s", p, d, mla ? "MLA" : ord,
-	       mla ? "" : " order", data_path ? data_path : "auto",
+	h_note("TP %u -> %u, %s%s%s, data path %s, %s", p, d,
+	       mla ? "MLA " : "", ord, ord_to, data_path ? data_path : "auto",
 	       mode == PDX_XFER_PULL ? "pulled" : "pushed");
 	if (inst_start(P, p, mla ? lat : HEADS / p, mla, order, 'p', data_path) ||
-	    inst_start(D, d, mla ? lat : HEADS / d, mla, order, 'd', data_path)) {
+	    inst_start(D, d, mla ? lat : HEADS / d, mla, to, 'd', data_path)) {
 		CHECK_FAIL("TP %u -> %u: the agents and engines start", p, d);
 		goto out;
 	}
@@ -366,8 +381,9 @@ static void run_case(uint32_t p, uint32_t d, enum pdx_kv_order order,
 		for (int x = 0; x < NX; x++)
 			for (int l = 0; l < LAYERS; l++)
 				for (uint32_t t = 0; t < D->tensors; t++)
-					bad += check_blocks(D, j, ref[x][l][t],
-							    x, l, t, dst[x]);
+					bad += check_blocks(P, D, j,
+							    ref[x][l][t], x, l,
+							    t, dst[x]);
 	CHECK_EQ(bad, 0, "every decode rank holds exactly its heads of every "
 		 "block (the held block untouched)");
 out:
@@ -646,24 +662,36 @@ int main(int argc, char **argv)
 	if (pb_tmpdir(dir, sizeof(dir)))
 		return 1;
 	for (size_t k = 0; k < sizeof(pairs) / sizeof(pairs[0]); k++) {
-		run_case(pairs[k][0], pairs[k][1], PDX_KV_NHD, false, NULL, push);
-		run_case(pairs[k][0], pairs[k][1], PDX_KV_HND, false, NULL, push);
+		run_case(pairs[k][0], pairs[k][1], PDX_KV_NHD, PDX_KV_NHD,
+			 false, NULL, push);
+		run_case(pairs[k][0], pairs[k][1], PDX_KV_HND, PDX_KV_HND,
+			 false, NULL, push);
 	}
-	run_case(2, 4, PDX_KV_NHD, false, "put", push);
-	run_case(4, 2, PDX_KV_HND, false, "put", push);
-	run_case(1, 2, PDX_KV_NHD, false, "am", push);
+	run_case(2, 4, PDX_KV_NHD, PDX_KV_NHD, false, "put", push);
+	run_case(4, 2, PDX_KV_HND, PDX_KV_NHD, false, "put", push);
+	run_case(1, 2, PDX_KV_NHD, PDX_KV_NHD, false, "am", push);
 	agent_env = "UCX_RNDV_THRESH=64"; /* the slices by rendezvous */
-	run_case(4, 2, PDX_KV_NHD, false, "am", push);
+	run_case(4, 2, PDX_KV_NHD, PDX_KV_HND, false, "am", push);
 	agent_env = NULL;
-	run_case(2, 4, PDX_KV_HND, false, "am", push);
-	run_case(2, 4, PDX_KV_NHD, false, NULL, pull); /* ipc */
-	run_case(2, 1, PDX_KV_HND, false, NULL, pull);
-	run_case(1, 2, PDX_KV_HND, false, "put", pull);
-	run_case(4, 2, PDX_KV_NHD, false, "put", pull);
-	run_case(2, 2, PDX_KV_NHD, false, NULL, push); /* equal TP through peers */
-	run_case(2, 1, PDX_KV_NHD, true, NULL, push);
-	run_case(1, 2, PDX_KV_NHD, true, NULL, push);
-	run_case(2, 1, PDX_KV_NHD, true, "put", pull);
+	run_case(2, 4, PDX_KV_HND, PDX_KV_HND, false, "am", push);
+	run_case(2, 4, PDX_KV_NHD, PDX_KV_NHD, false, NULL, pull); /* ipc */
+	run_case(2, 1, PDX_KV_HND, PDX_KV_NHD, false, NULL, pull);
+	run_case(1, 2, PDX_KV_HND, PDX_KV_HND, false, "put", pull);
+	run_case(4, 2, PDX_KV_NHD, PDX_KV_NHD, false, "put", pull);
+	/* equal TP through peers */
+	run_case(2, 2, PDX_KV_NHD, PDX_KV_NHD, false, NULL, push);
+	run_case(2, 1, PDX_KV_NHD, PDX_KV_NHD, true, NULL, push);
+	run_case(1, 2, PDX_KV_NHD, PDX_KV_NHD, true, NULL, push);
+	run_case(2, 1, PDX_KV_NHD, PDX_KV_HND, true, "put", pull);
+	/* equal TP sizes, the blocks converted (vLLM's HND, SGLang's NHD) */
+	run_case(1, 1, PDX_KV_NHD, PDX_KV_HND, false, NULL, push); /* ipc */
+	run_case(1, 1, PDX_KV_HND, PDX_KV_NHD, false, "put", push);
+	agent_env = "UCX_RNDV_THRESH=64";
+	run_case(1, 1, PDX_KV_NHD, PDX_KV_HND, false, "am", push);
+	agent_env = NULL;
+	run_case(1, 1, PDX_KV_HND, PDX_KV_NHD, false, NULL, pull);
+	run_case(1, 1, PDX_KV_NHD, PDX_KV_HND, false, "put", pull);
+	run_case(2, 2, PDX_KV_HND, PDX_KV_NHD, false, NULL, push);
 	refusals();
 	stop_midway();
 	aborts();

@@ -3,9 +3,9 @@
 and real processes, as a deployment would run them: mini_vllm_serve
 (vLLM's call order around PdxConnector, which starts its own pdx-agent;
 FlashAttention's blocks-first tensors and asynchronous scheduling,
-vLLM's defaults, NHD by VLLM_KV_CACHE_LAYOUT as pdx-engine's blocks
-are) and pdx-engine (with its pdx-agent), one the prefill
-side and the other the decode side, both ways:
+vLLM's defaults, HND as PdxConnector asks, the agents converting from
+and to pdx-engine's NHD) and pdx-engine (with its pdx-agent), one the
+prefill side and the other the decode side, both ways:
 
     Python prefill -> pdx-engine decode    pdx-engine prefill -> Python decode
 
@@ -147,10 +147,9 @@ class Interop(unittest.TestCase):
                "kv_connector_extra_config": {
                    "agent_bin": AGENT, "xfer_timeout_ms": 5000,
                    "agent_args": ["--lease-ms", "3000"]}}
-        # pdx-engine's blocks are NHD: the user's VLLM_KV_CACHE_LAYOUT
-        # before PdxConnector's HND, as a vLLM paired with it must
-        serve = ["env", "VLLM_KV_CACHE_LAYOUT=NHD", sys.executable,
-                 os.path.join(HERE, "mini_vllm_serve.py"),
+        # HND, as PdxConnector asks; pdx-engine's blocks are NHD, and
+        # the agents convert them on the way
+        serve = [sys.executable, os.path.join(HERE, "mini_vllm_serve.py"),
                  "--port", "0", "--kv-transfer-config", json.dumps(ktc),
                  "--async-scheduling"]  # vLLM's default
         cls.MP = cls.run_bg("python_prefill", serve + ["--role", "prefill"])

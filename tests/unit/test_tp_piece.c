@@ -4,11 +4,13 @@
  * segment, one block of one tensor. Here the kernel is modelled on the
  * CPU, segment by segment, and every decode rank's blocks, put together
  * from the legs of every prefill rank that overlaps it, must equal what
- * pdx_kv_heads_reshard_cpu() makes of the same KV: for TP p -> d both
- * ways, NHD and HND, block_tokens not a power of two, heads of odd byte
- * lengths. Each piece must also pass the kernel's own bounds check (the
- * last row ends within the block on both sides), or the launch would be
- * refused. Runs without a GPU. */
+ * pdx_kv_heads_reshard_cpu() makes of the same KV, then
+ * pdx_kv_permute_cpu() where the decode side's order is the other: for
+ * TP p -> d both ways and p == d, NHD and HND on either side,
+ * block_tokens not a power of two, heads of odd byte lengths. Each piece
+ * must also pass the kernel's own bounds check (the last row ends within
+ * the block on both sides), or the launch would be refused. Runs without
+ * a GPU. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,11 +24,13 @@ static int failed, cases;
 
 /* plan.cu's piece_fits(): the piece's last row ends within bb bytes. */
 static int fits(const struct pdx_kv_piece *pc, uint64_t off, uint64_t stride,
-		uint64_t bb)
+		uint64_t group, uint64_t bb)
 {
-	uint64_t last = off + (uint64_t)(pc->rows - 1) * stride;
+	uint64_t last = off + (uint64_t)(pc->rows - 1) * stride +
+			(uint64_t)(pc->groups - 1) * group;
 
-	return last >= off && last <= bb && pc->len <= bb - last;
+	return stride <= bb && group <= bb && last >= off && last <= bb &&
+	       pc->len <= bb - last;
 }
 
 struct seg_copy {
@@ -42,25 +46,27 @@ static pdx_status_t apply(struct xfer *x, const void *ctx,
 {
 	struct seg_copy *c = (struct seg_copy *)ctx;
 
+	uint64_t s, d;
+
 	(void)x;
 	c->calls++;
-	if (!pc->rows || !pc->len || !fits(pc, pc->src_off, pc->src_stride, c->sbb) ||
-	    !fits(pc, pc->dst_off, pc->dst_stride, c->dbb)) {
+	if (!pc->rows || !pc->groups || !pc->len ||
+	    !fits(pc, pc->src_off, pc->src_stride, pc->src_group, c->sbb) ||
+	    !fits(pc, pc->dst_off, pc->dst_stride, pc->dst_group, c->dbb)) {
 		c->bad_fit++;
 		return PDX_OK;
 	}
 	for (uint64_t k = 0; k < c->nblocks; k++)
-		for (uint32_t r = 0; r < pc->rows; r++)
-			memcpy(c->dst + k * c->dbb + pc->dst_off +
-				       r * pc->dst_stride,
-			       c->src + k * c->sbb + pc->src_off +
-				       r * pc->src_stride,
+		for (uint64_t i = 0; i < (uint64_t)pc->groups * pc->rows; i++) {
+			pdx_kv_piece_row(pc, i, &s, &d);
+			memcpy(c->dst + k * c->dbb + d, c->src + k * c->sbb + s,
 			       pc->len);
+		}
 	return PDX_OK;
 }
 
 static struct pdx_kv_layout rank_layout(const struct pdx_kv_shape *s,
-					uint32_t heads)
+					uint32_t heads, enum pdx_kv_order order)
 {
 	return (struct pdx_kv_layout){ .layers = 1, .tensors = 2,
 				       .blocks = 1,
@@ -68,12 +74,13 @@ static struct pdx_kv_layout rank_layout(const struct pdx_kv_shape *s,
 				       .kv_heads = heads,
 				       .head_dim = s->head_dim,
 				       .dtype_bytes = s->dtype_bytes,
-				       .order = s->order };
+				       .order = order };
 }
 
-/* TP p -> d of nblocks blocks of full shape s. */
+/* TP p -> d of nblocks blocks of full shape s, the decode side's blocks
+ * in order `to` (p == d: every head, converted). */
 static void one(const struct pdx_kv_shape *s, uint32_t p, uint32_t d,
-		uint64_t nblocks)
+		enum pdx_kv_order to, uint64_t nblocks)
 {
 	uint32_t H = s->kv_heads;
 	uint64_t full = pdx_kv_shape_bytes(s), sbb = full / p, dbb = full / d;
@@ -95,13 +102,21 @@ static void one(const struct pdx_kv_shape *s, uint32_t p, uint32_t d,
 	CHECK_EQ(pdx_kv_heads_reshard_cpu(&shape, 1, one_src, d, want,
 					  nblocks),
 		 PDX_OK);
+	for (uint32_t r = 0; r < d && to != s->order; r++) {
+		struct pdx_kv_shape rs = *s;
+
+		rs.kv_heads = H / d;
+		memcpy(got, want[r], dbb * nblocks);
+		pdx_kv_permute_cpu(&rs, got, want[r], nblocks);
+	}
 	for (uint32_t r = 0; r < d; r++) {
-		struct pdx_kv_layout dl = rank_layout(s, H / d);
+		struct pdx_kv_layout dl = rank_layout(s, H / d, to);
 		uint32_t covered = 0;
 
 		memset(got, 0xa5, dbb * nblocks);
 		for (uint32_t q = 0; q < p; q++) {
-			struct pdx_kv_layout sl = rank_layout(s, H / p);
+			struct pdx_kv_layout sl = rank_layout(s, H / p,
+							      s->order);
 			struct seg_copy c = { src[q], got, sbb, dbb, nblocks,
 					      0, 0 };
 			struct tp_slice sc;
@@ -122,9 +137,10 @@ static void one(const struct pdx_kv_shape *s, uint32_t p, uint32_t d,
 		CHECK_EQ(covered, H / d);
 		CHECK(!memcmp(got, want[r], dbb * nblocks));
 		if (check_failures > failed) {
-			printf("  TP %u -> %u, decode rank %u: %s, %u tokens, "
-			       "%u heads of %u bytes\n", p, d, r,
+			printf("  TP %u -> %u, decode rank %u: %s -> %s, %u "
+			       "tokens, %u heads of %u bytes\n", p, d, r,
 			       s->order == PDX_KV_NHD ? "NHD" : "HND",
+			       to == PDX_KV_NHD ? "NHD" : "HND",
 			       s->block_tokens, H,
 			       s->head_dim * s->dtype_bytes);
 			failed = check_failures;
@@ -145,7 +161,7 @@ int main(void)
 			      dims[] = { 1, 5, 64 }, dtypes[] = { 1, 2 },
 			      tps[] = { 1, 2, 4, 8 };
 
-	for (int o = 0; o < 2; o++)
+	for (int o = 0; o < 4; o++)
 		for (size_t t = 0; t < 3; t++)
 			for (size_t h = 0; h < 3; h++)
 				for (size_t k = 0; k < 3; k++)
@@ -153,20 +169,25 @@ int main(void)
 						struct pdx_kv_shape s = {
 							tokens[t], heads[h],
 							dims[k], dtypes[b],
-							o ? PDX_KV_HND
-							  : PDX_KV_NHD };
+							o & 1 ? PDX_KV_HND
+							      : PDX_KV_NHD };
+						enum pdx_kv_order to =
+							o & 2 ? PDX_KV_HND
+							      : PDX_KV_NHD;
 
 						for (size_t i = 0; i < 4; i++)
 							for (size_t j = 0; j < 4; j++)
-								if (tps[i] != tps[j] &&
+								if ((tps[i] != tps[j] ||
+								     to != s.order) &&
 								    tps[i] <= heads[h] &&
 								    tps[j] <= heads[h])
-									one(&s, tps[i], tps[j],
+									one(&s, tps[i], tps[j], to,
 									    1 + test_rnd(&rng) % 3);
 					}
-	CHECK(cases > 500, "TP p -> d between 1, 2, 4 and 8 ranks, NHD and "
-	      "HND, blocks of 1, 3 and 16 tokens: each decode rank's blocks, "
-	      "put together from the cuda-ipc legs' pieces segment by "
-	      "segment, are the resharded KV byte for byte");
+	CHECK(cases > 1500, "TP p -> d between 1, 2, 4 and 8 ranks and p == "
+	      "d, NHD and HND on either side, blocks of 1, 3 and 16 tokens: "
+	      "each decode rank's blocks, put together from the cuda-ipc "
+	      "legs' pieces segment by segment, are the resharded KV byte for "
+	      "byte, in the decode side's order");
 	CHECK_DONE();
 }

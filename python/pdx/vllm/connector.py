@@ -39,7 +39,7 @@ class PdxConnector(KVConnectorBase_V1):
         requirement and VLLM_KV_CACHE_LAYOUT come first): asking nothing,
         an instance on FlashInfer (HND on Blackwell) and one on
         FlashAttention (NHD) held different orders, which the agents
-        refuse, and every prompt was computed again. HND also keeps each
+        convert but at a row per head and token. HND also keeps each
         head's tokens together, so instances of different TP sizes move
         a block's heads in one piece rather than a piece a token."""
         model = getattr(vllm_config, "model_config", None)
