@@ -69,7 +69,7 @@ struct tp_rank {
 /* The KV heads one leg moves: heads [src_head, src_head + n) of the
  * sender's blocks land at [dst_head, dst_head + n) of the receiver's.
  * n == 0: whole blocks (equal TP, MLA's latent), unless the two sides'
- * blocks differ in order: all heads then (tp_order_refusal). */
+ * blocks differ in order: all heads then (tp_order_slice). */
 struct tp_slice {
 	uint32_t src_head, dst_head, n;
 };
@@ -363,6 +363,7 @@ struct xfer {
 	struct xfer *group;	/* a leg: its group, held (inflight) by it */
 	struct tp_group *tp;	/* a group: its legs */
 	struct tp_slice slice;	/* a leg: the heads it moves */
+	bool order_slice;	/* slice is all heads: the orders differ */
 	struct tp_rank peer_tp;	/* a leg: the peer's rank, as listed */
 	/* queued to go on from the loop (xfer_yield): how, and where */
 	void (*later)(struct xfer *x);
@@ -1019,21 +1020,21 @@ const char *tp_size_refusal(uint32_t size, char *why, size_t len);
 const char *tp_heads_refusal(const struct pdx_kv_layout *a, struct tp_rank ta,
 			     const struct pdx_kv_layout *b, struct tp_rank tb,
 			     char *why, size_t len);
-/* Why leg x cannot go to or come from p (not the rank it was listed
- * as, or a slice its path cannot move); NULL: it can. */
-const char *tp_leg_refusal(const struct xfer *x, const struct peer *p,
-			   char *why, size_t len);
+/* Why x cannot go to or come from p (a leg not the rank it was listed
+ * as, or a slice its path cannot move, its heads' or its blocks'
+ * conversion); NULL: it can. */
+const char *tp_peer_refusal(const struct xfer *x, const struct peer *p,
+			    char *why, size_t len);
 /* Why a leg with slice s cannot take path; NULL: it can (pushed or
  * pulled: pull.c says which lanes pull). */
 const char *tp_slice_refusal(const struct tp_slice *s, enum data_path path,
 			     struct tp_rank from, struct tp_rank to, char *why,
 			     size_t len);
-/* x moves whole blocks (equal TP sizes, or MLA's latent) to or from p,
- * whose blocks are in the other order (NHD, HND): from now on every head
- * as a slice, converted on the way. Why p's lane cannot; NULL: it can,
- * or the orders agree. Once p's hello is known, before a want or push. */
-const char *tp_order_refusal(struct xfer *x, const struct peer *p, char *why,
-			     size_t len);
+/* x moves whole blocks (equal TP sizes, or MLA's latent) to or from p:
+ * where p's blocks are in the other order (NHD, HND), every head as a
+ * slice (x->order_slice), converted on the way; else whole blocks again.
+ * Decided anew each time p's hello is known, before a want or a push. */
+void tp_order_slice(struct xfer *x, const struct peer *p);
 /* Whether x's slices go from blocks of one order into the other. */
 bool tp_slice_converts(const struct xfer *x);
 /* Bytes of s's heads in one block of layout l (either order). */

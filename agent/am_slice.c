@@ -107,16 +107,22 @@ static pdx_status_t slice_piece(struct xfer *x, const void *ctx,
 				const struct pdx_kv_piece *p)
 {
 	const struct slice_cursor *c = ctx;
-	uint64_t n = (uint64_t)p->groups * p->rows, src, dst;
 
-	for (uint64_t k = 0; k < n; k++) {
-		pdx_kv_piece_row(p, k, &src, &dst);
-		if (c->pack)
-			memcpy(*c->at, c->block + src, p->len);
-		else
-			memcpy(c->block + dst, *c->at, p->len);
-		*c->at += p->len;
-	}
+	/* group by group, row by row: pdx_kv_piece_row()'s order, without
+	 * its divisions */
+	for (uint32_t g = 0; g < p->groups; g++)
+		for (uint32_t r = 0; r < p->rows; r++) {
+			uint64_t src = p->src_off + g * p->src_group +
+				       r * p->src_stride;
+			uint64_t dst = p->dst_off + g * p->dst_group +
+				       r * p->dst_stride;
+
+			if (c->pack)
+				memcpy(*c->at, c->block + src, p->len);
+			else
+				memcpy(c->block + dst, *c->at, p->len);
+			*c->at += p->len;
+		}
 	return PDX_OK;
 }
 

@@ -183,7 +183,7 @@ static pdx_status_t hello_check(const struct agent *a, const struct peer *p,
 		return PDX_EINCOMPAT;
 	}
 	/* The order inside a block may differ: transfers convert it
-	 * (tp_order_refusal). kv_heads may differ between TP sizes
+	 * (tp_order_slice). kv_heads may differ between TP sizes
 	 * (tp_slice.c): checked apart. */
 	ordered = h->layout;
 	ordered.order = a->reg.layout.order;
@@ -668,13 +668,14 @@ void xfers_peer_ready(struct agent *a, struct peer *p)
 						  : NULL;
 			char leg_why[PDX_REASON_MAX];
 
-			if (!why && ((x->group && tp_leg_refusal(
-							x, p, leg_why,
-							sizeof(leg_why))) ||
-				     tp_order_refusal(x, p, leg_why,
-						      sizeof(leg_why)))) {
-				xfer_fail(x, PDX_EINCOMPAT, true, "%s", leg_why);
-				continue;
+			if (!why) {
+				tp_order_slice(x, p);
+				if (tp_peer_refusal(x, p, leg_why,
+						    sizeof(leg_why))) {
+					xfer_fail(x, PDX_EINCOMPAT, true, "%s",
+						  leg_why);
+					continue;
+				}
 			}
 			if (why) {
 				xfer_fail(x, PDX_EINCOMPAT, true,

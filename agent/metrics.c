@@ -10,6 +10,7 @@
 #include "agent/agent.h"
 #include "common/clock.h"
 #include "common/http_listen.h"
+#include "common/http_route.h"
 #include "common/log.h"
 
 enum { OUT_SENT, OUT_RECEIVED, OUT_FAILED };
@@ -163,11 +164,12 @@ static int render_state(const struct agent *a, struct evbuffer *out)
 static void on_request(struct evhttp_request *req, void *arg)
 {
 	struct agent *a = arg;
-	const char *path =
-	    evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+	char buf[PDX_HTTP_PATH_MAX];
+	/* "/metrics/" too, as the engine's and the proxy's routes */
+	const char *path = pdx_http_route_path(req, buf, sizeof(buf));
 	struct evbuffer *b;
 
-	if (!path || strcmp(path, "/metrics")) {
+	if (strcmp(path, "/metrics")) {
 		evhttp_send_error(req, 404, "only /metrics here");
 		return;
 	}

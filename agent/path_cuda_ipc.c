@@ -34,7 +34,7 @@ static pdx_status_t cuda_ipc_push(struct xfer *x, uint32_t layer, uint32_t n)
 			st = gpu_plan_copy_piece(a->gpu, x->plan, x->peer_plan,
 						 &piece, layer * segs,
 						 n * segs);
-		bytes = (uint64_t)piece.groups * piece.rows * piece.len;
+		bytes = pdx_kv_piece_bytes(&piece);
 	} else {
 		st = gpu_plan_copy(a->gpu, x->plan, x->peer_plan, layer * segs,
 				   n * segs);

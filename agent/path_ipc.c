@@ -16,7 +16,7 @@ static pdx_status_t ipc_piece(struct xfer *x, const void *ctx,
 			  x->peer_addr);
 		return PDX_EIO;
 	}
-	x->bytes += (uint64_t)p->groups * p->rows * p->len;
+	x->bytes += pdx_kv_piece_bytes(p);
 	return PDX_OK;
 }
 
@@ -24,8 +24,7 @@ static pdx_status_t ipc_piece(struct xfer *x, const void *ctx,
 static pdx_status_t ipc_run(struct xfer *x, uint32_t layer, uint32_t t,
 			    const struct pdx_run *r, const struct host_run *at)
 {
-	struct pdx_kv_piece whole = { .len = at->len, .rows = 1,
-				     .groups = 1 };
+	struct pdx_kv_piece whole = pdx_kv_piece_whole(at->len);
 
 	if (x->slice.n)
 		return tp_slice_each_piece(x, &x->slice, &x->agent->reg.layout,

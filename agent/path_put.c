@@ -28,8 +28,7 @@ static pdx_status_t put_piece(struct xfer *x, const void *ctx,
 static pdx_status_t put_run(struct xfer *x, uint32_t layer, uint32_t t,
 			    const struct pdx_run *r, const struct host_run *at)
 {
-	struct pdx_kv_piece whole = { .len = at->len, .rows = 1,
-				     .groups = 1 };
+	struct pdx_kv_piece whole = pdx_kv_piece_whole(at->len);
 
 	if (x->slice.n)
 		return tp_slice_each_piece(x, &x->slice, &x->agent->reg.layout,

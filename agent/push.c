@@ -30,7 +30,8 @@ bool push_prepare(struct xfer *x)
 		xfer_fail(x, PDX_EINCOMPAT, true, "layer counts differ");
 		return false;
 	}
-	if (tp_order_refusal(x, x->peer, why, sizeof(why))) {
+	tp_order_slice(x, x->peer);
+	if (tp_peer_refusal(x, x->peer, why, sizeof(why))) {
 		xfer_fail(x, PDX_EINCOMPAT, true, "%s", why);
 		return false;
 	}

@@ -50,39 +50,42 @@ const char *tp_size_refusal(uint32_t size, char *why, size_t len)
 	return why;
 }
 
+/* The lanes that move a slice of heads (and convert the order). */
+static bool path_moves_slices(enum data_path path)
+{
+	return path == DATA_IPC || path == DATA_PUT || path == DATA_AM ||
+	       path == DATA_CUDA_IPC;
+}
+
 const char *tp_slice_refusal(const struct tp_slice *s, enum data_path path,
 			     struct tp_rank from, struct tp_rank to, char *why,
 			     size_t len)
 {
-	if (!s->n || path == DATA_IPC || path == DATA_PUT || path == DATA_AM ||
-	    path == DATA_CUDA_IPC)
+	if (!s->n || path_moves_slices(path))
 		return NULL; /* whole blocks go by any path */
-	if (from.size == to.size)
-		snprintf(why, len, "KV blocks of one order (NHD) into the other "
-			 "(HND) over the %s lane are not supported yet (ipc, "
-			 "put, am and cuda-ipc convert)", data_path_key(path));
-	else
-		snprintf(why, len, "TP %u -> %u over the %s lane is not "
-			 "supported yet (ipc, put, am and cuda-ipc are)",
-			 from.size, to.size, data_path_key(path));
+	snprintf(why, len, "TP %u -> %u over the %s lane is not supported yet "
+		 "(ipc, put, am and cuda-ipc are)", from.size, to.size,
+		 data_path_key(path));
 	return why;
 }
 
-const char *tp_order_refusal(struct xfer *x, const struct peer *p, char *why,
-			     size_t len)
+static const char *order_name(enum pdx_kv_order o)
+{
+	return o == PDX_KV_HND ? "HND" : "NHD";
+}
+
+void tp_order_slice(struct xfer *x, const struct peer *p)
 {
 	const struct pdx_kv_layout *ours = &x->agent->reg.layout;
-	struct tp_rank me = x->agent->reg.tp;
-
 	/* one head: NHD and HND are the same bytes */
-	if (x->slice.n || p->layout.order == ours->order || ours->kv_heads == 1)
-		return NULL;
-	x->slice = (struct tp_slice){ .n = ours->kv_heads };
-	return x->role == XFER_RECV
-		       ? tp_slice_refusal(&x->slice, p->path, p->tp, me, why,
-					  len)
-		       : tp_slice_refusal(&x->slice, p->path, me, p->tp, why,
-					  len);
+	bool convert = p->layout.order != ours->order && ours->kv_heads > 1;
+
+	if (x->slice.n && !x->order_slice)
+		return; /* a TP leg's heads */
+	/* decided again each time: the peer's engine may have registered
+	 * again, in the other order, since the last */
+	x->order_slice = convert;
+	x->slice = (struct tp_slice){ .n = convert ? ours->kv_heads : 0 };
 }
 
 bool tp_slice_converts(const struct xfer *x)
@@ -117,7 +120,7 @@ static void head_steps(const struct pdx_kv_layout *l, uint64_t head,
  * per token, then groups and rows that lie end to end on both sides
  * folded into longer rows (equal orders: HND one row, NHD one per
  * token; NHD to HND stays a row per head and token). */
-static struct pdx_kv_piece slice_piece(const struct tp_slice *s,
+static struct pdx_kv_piece piece_of_slice(const struct tp_slice *s,
 				       const struct pdx_kv_layout *src,
 				       const struct pdx_kv_layout *dst)
 {
@@ -160,7 +163,7 @@ pdx_status_t tp_slice_each_piece(struct xfer *x, const struct tp_slice *s,
 {
 	uint64_t sbb = pdx_kv_layout_block_bytes(src);
 	uint64_t dbb = pdx_kv_layout_block_bytes(dst);
-	struct pdx_kv_piece p = slice_piece(s, src, dst);
+	struct pdx_kv_piece p = piece_of_slice(s, src, dst);
 	pdx_status_t st = PDX_OK;
 
 	for (uint32_t k = 0; k < count && !st; k++) {
@@ -195,15 +198,29 @@ const char *tp_heads_refusal(const struct pdx_kv_layout *a, struct tp_rank ta,
 	return why;
 }
 
-const char *tp_leg_refusal(const struct xfer *x, const struct peer *p,
-			   char *why, size_t len)
+const char *tp_peer_refusal(const struct xfer *x, const struct peer *p,
+			    char *why, size_t len)
 {
 	struct tp_rank me = x->agent->reg.tp;
 
-	if (p->tp.rank != x->peer_tp.rank || p->tp.size != x->peer_tp.size) {
+	if (x->group && (p->tp.rank != x->peer_tp.rank ||
+			 p->tp.size != x->peer_tp.size)) {
 		snprintf(why, len, "%s is rank %u of TP %u, not rank %u of TP %u "
 			 "as listed", p->addr, p->tp.rank, p->tp.size,
 			 x->peer_tp.rank, x->peer_tp.size);
+		return why;
+	}
+	if (x->skip == x->n_blocks)
+		return NULL; /* the receiver holds every block: nothing moves */
+	if (x->order_slice && !path_moves_slices(p->path)) {
+		enum pdx_kv_order ours = x->agent->reg.layout.order;
+		bool recv = x->role == XFER_RECV;
+
+		snprintf(why, len, "KV blocks of order %s into %s over the %s "
+			 "lane are not supported yet (ipc, put, am and cuda-ipc "
+			 "convert)", order_name(recv ? p->layout.order : ours),
+			 order_name(recv ? ours : p->layout.order),
+			 data_path_key(p->path));
 		return why;
 	}
 	return x->role == XFER_RECV

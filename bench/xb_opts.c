@@ -78,7 +78,8 @@ static void usage(FILE *f)
 		"                         P -> D, the baseline P -> P, the same bytes\n"
 		"                         between equal TP sizes), order (the variant's\n"
 		"                         decode pools hold the other order than the\n"
-		"                         baseline's: the agents convert)\n"
+		"                         baseline's --decode-order: one of the two arms\n"
+		"                         converts)\n"
 		"  --json                 one JSON object on stdout, logs on stderr\n"
 		"  --version              print \"pdx-xferbench VERSION\" and exit\n"
 		"  --help                 this text\n"
@@ -159,14 +160,19 @@ static void check_tp(const struct xb_opts *o)
 			xb_bad("%s %u: %s's %u KV heads do not split into %u",
 			       opt[i], tp[i], m->name, m->kv_heads, tp[i]);
 	}
+	bool converts = o->decode_order != o->order ||
+			(o->versus && !strcmp(o->versus, "order"));
+
 	if ((o->order == PDX_KV_HND || o->decode_order == PDX_KV_HND ||
-	     (o->versus && !strcmp(o->versus, "order"))) && o->cuda)
+	     converts) && o->cuda)
 		xb_bad("HND blocks need --mem shm (the GPU pattern is NHD's)");
+	/* the pattern is written and checked a head at a time (pb_fill_rank) */
+	if ((tp[0] > 1 || tp[1] > 1 || converts) &&
+	    (m->head_dim * m->dtype_bytes) % 8)
+		xb_bad("%s: %s's heads are not whole 8-byte words",
+		       converts ? "converting the order" : "TP", m->name);
 	if (tp[0] == 1 && tp[1] == 1)
 		return;
-	/* the pattern is written and checked a head at a time (pb_fill_rank) */
-	if ((m->head_dim * m->dtype_bytes) % 8)
-		xb_bad("TP: %s's heads are not whole 8-byte words", m->name);
 	if (o->one_block)
 		xb_bad("--one-block measures one agent pair: drop "
 		       "--prefill-tp/--decode-tp");

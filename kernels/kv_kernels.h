@@ -335,6 +335,41 @@ struct pdx_kv_piece {
 	uint64_t src_group, dst_group;
 };
 
+/* A whole block (or run of blocks) of len bytes as one piece. */
+static inline struct pdx_kv_piece pdx_kv_piece_whole(uint64_t len)
+{
+	struct pdx_kv_piece p = { 0, 0, len, 1, 1, 0, 0, 0, 0 };
+
+	return p;
+}
+
+/* The bytes a piece moves. */
+static inline uint64_t pdx_kv_piece_bytes(const struct pdx_kv_piece *p)
+{
+	return (uint64_t)p->groups * p->rows * p->len;
+}
+
+/* Whether the piece's rows, from off with these steps, all end within bb
+ * bytes, without wrapping (one side: src or dst). */
+static inline int pdx_kv_piece_fits(const struct pdx_kv_piece *p,
+				    uint64_t off, uint64_t stride,
+				    uint64_t group, uint64_t bb)
+{
+	uint64_t r = p->rows ? p->rows - 1 : 0;
+	uint64_t g = p->groups ? p->groups - 1 : 0;
+	uint64_t last = off;
+
+	if (!p->rows || !p->groups || !p->len || off > bb)
+		return 0;
+	if (r && stride > (bb - last) / r)
+		return 0;
+	last += r * stride;
+	if (g && group > (bb - last) / g)
+		return 0;
+	last += g * group;
+	return p->len <= bb - last;
+}
+
 /* Row k of a piece's groups * rows (group-major): where it lies from
  * the block's first byte on each side. */
 static inline void pdx_kv_piece_row(const struct pdx_kv_piece *p, uint64_t k,

@@ -300,31 +300,18 @@ extern "C" pdx_status_t pdx_kv_plan_copy_cuda(const struct pdx_kv_plan *src,
 	return pdx__cuda_launched();
 }
 
-/* The piece's last row ends within a segment of bb bytes (strides and
- * group steps small enough not to wrap). */
-static int piece_fits(const struct pdx_kv_piece *pc, uint64_t off,
-		      uint64_t stride, uint64_t group, uint64_t bb)
-{
-	uint64_t rows = (uint64_t)(pc->rows - 1) * stride;
-	uint64_t groups = (uint64_t)(pc->groups - 1) * group;
-	uint64_t last = off + rows + groups;
-
-	return stride <= bb && group <= bb && last >= off && last <= bb &&
-	       pc->len <= bb - last;
-}
-
 extern "C" pdx_status_t
 pdx_kv_plan_copy_piece_cuda(const struct pdx_kv_plan *src,
 			    const struct pdx_kv_plan *dst,
 			    const struct pdx_kv_piece *pc, uint64_t first,
 			    uint64_t count, void *stream)
 {
-	if (!src || !dst || !pc || src->segs != dst->segs || !pc->rows ||
-	    !pc->groups || !pc->len || !in_range(src, first, count) ||
-	    !piece_fits(pc, pc->src_off, pc->src_stride, pc->src_group,
-			src->bb) ||
-	    !piece_fits(pc, pc->dst_off, pc->dst_stride, pc->dst_group,
-			dst->bb))
+	if (!src || !dst || !pc || src->segs != dst->segs ||
+	    !in_range(src, first, count) ||
+	    !pdx_kv_piece_fits(pc, pc->src_off, pc->src_stride, pc->src_group,
+			       src->bb) ||
+	    !pdx_kv_piece_fits(pc, pc->dst_off, pc->dst_stride, pc->dst_group,
+			       dst->bb))
 		return PDX_EINVAL;
 	if (!count)
 		return PDX_OK;

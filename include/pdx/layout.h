@@ -4,8 +4,9 @@
  * has one tensor (MLA) or two (K and V). Block b of tensor t of layer l
  * starts at region[base.region] + base[t].offset + b * block_stride, and is
  * block_tokens * kv_heads * head_dim * dtype_bytes bytes long (the "block
- * bytes"). NHD and HND only name the order inside a block; both sides of a
- * transfer must agree on it.
+ * bytes"). NHD and HND only name the order inside a block; the two sides
+ * of a transfer may differ in it (the agents convert each block,
+ * docs/protocol.md, "Converting the order").
  *
  * The structs are plain data owned by the caller; the functions are pure.
  * Given NULL they fail (pdx_kv_layout_check: PDX_EINVAL; _diff: 1, "no
@@ -67,12 +68,15 @@ pdx_status_t pdx_kv_layout_check(const struct pdx_kv_layout *l,
 				 const uint64_t *region_sizes, size_t n_regions,
 				 char *err, size_t errlen);
 
-/* Hash of what two ends of a transfer must share (shape, dtype, order);
- * not the block count or the addresses, which are each engine's own. */
+/* Hash of a block's shape, dtype and order; not the block count or the
+ * addresses, which are each engine's own. Each agent sends its own in its
+ * hello; the two ends must share all of it but the order (which they
+ * convert) and, between TP sizes, kv_heads. */
 uint64_t pdx_kv_layout_compat_hash(const struct pdx_kv_layout *l);
 
 /* Writes what differs between a and b in the fields the compatibility hash
- * covers, e.g. "kv_heads 8 != 4". Returns 0 when compatible, else 1. */
+ * covers, e.g. "kv_heads 8 != 4", "order NHD != HND". Returns 0 when they
+ * are the same, else 1. */
 int pdx_kv_layout_diff(const struct pdx_kv_layout *a,
 		       const struct pdx_kv_layout *b, char *out, size_t outlen);
 

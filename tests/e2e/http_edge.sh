@@ -189,10 +189,18 @@ rc=$?
 	fail "an engine on a port taken: exit $rc: $(cat "$E2E_TMP/taken.log")"
 [ $((SECONDS - t0)) -lt 5 ] || fail "a port taken found after $((SECONDS - t0)) s"
 # the agent comes: the engine serves
-agent_start w
+agent_start w --metrics 127.0.0.1:0
 logged W "listening on http://127.0.0.1:$PORT_W" ||
 	fail "the engine does not serve once its agent came: $(tail -3 "$E2E_TMP/W.log")"
 wait_healthy W
 echo "ok: an engine serves once its agent came; a port taken is found at once"
+# the agent's own /metrics takes the slash too; other paths stay 404
+PORT_AW=$(agent_metrics_port w) || exit 1
+for path in /metrics /metrics/ /nope /metrics//; do
+	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT_AW$path")
+	case $path in /metrics | /metrics/) want=200 ;; *) want=404 ;; esac
+	[ "$code" = $want ] || fail "agent GET $path: $code, want $want"
+done
+echo "ok: the agent's /metrics/ is /metrics"
 
 for n in W agent_w X E; do named_stop $n; done

@@ -5,6 +5,7 @@
  * (meson's "skipped") where there is no GPU. */
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -415,6 +416,57 @@ static void tp_piece(struct pool *a, struct pdx_kv_plan *pa, const uint8_t *ha,
 	pool_free(&w);
 }
 
+/* Blocks converted to the other order, as the cuda-ipc path copies them
+ * (docs/protocol.md, "Converting the order"): a's blocks (staging ha, its
+ * plan pa) into a pool of the same shape in the other order, one piece a
+ * block of a group per head of a row per token, against
+ * pdx_kv_permute_cpu(). */
+static void order_piece(struct pool *a, struct pdx_kv_plan *pa,
+			const uint8_t *ha, uint32_t n, cudaStream_t st)
+{
+	struct pdx_kv_layout other = a->l;
+	struct pdx_kv_shape shape = pdx_kv_shape_of(&a->l);
+	struct pdx_kv_plan *pw = NULL;
+	struct pool w;
+	uint32_t iw[MAX_BLOCKS], H = a->l.kv_heads, T = a->l.block_tokens;
+	uint64_t head = (uint64_t)a->l.head_dim * a->l.dtype_bytes;
+	uint64_t bb = pdx_kv_layout_block_bytes(&a->l), segs;
+	/* NHD: a token's heads side by side; HND: a head's tokens */
+	uint64_t nhd_tok = H * head, nhd_head = head;
+	uint64_t hnd_tok = head, hnd_head = T * head;
+	bool from_nhd = a->l.order == PDX_KV_NHD;
+	struct pdx_kv_piece pc = {
+		.len = head, .rows = T, .groups = H,
+		.src_stride = from_nhd ? nhd_tok : hnd_tok,
+		.dst_stride = from_nhd ? hnd_tok : nhd_tok,
+		.src_group = from_nhd ? nhd_head : hnd_head,
+		.dst_group = from_nhd ? hnd_head : nhd_head,
+	};
+	uint8_t *hw;
+
+	other.order = from_nhd ? PDX_KV_HND : PDX_KV_NHD;
+	if (pool_new(&w, &other, n)) {
+		CHECK(!"device allocation");
+		return;
+	}
+	distinct(iw, n, w.l.blocks);
+	segs = pdx_kv_plan_segments(pa);
+	hw = malloc(segs * bb);
+	for (uint64_t s = 0; s < segs; s++)
+		pdx_kv_permute_cpu(&shape, ha + s * bb, hw + s * bb, 1);
+	CHECK_EQ(pdx_kv_scatter_cpu(&w.hkv, iw, n, hw), PDX_OK);
+	CHECK_EQ(pdx_kv_plan_new_cuda(&w.dkv, iw, n, &pw), PDX_OK);
+	if (pw) {
+		CHECK_EQ(pdx_kv_plan_copy_piece_cuda(pa, pw, &pc, 0, segs, st),
+			 PDX_OK);
+		CHECK_EQ(cudaStreamSynchronize(st), cudaSuccess);
+		CHECK(pool_same(&w));
+	}
+	pdx_kv_plan_free_cuda(pw);
+	free(hw);
+	pool_free(&w);
+}
+
 /* Plan gather, scatter and copy of random segment ranges against the
  * matching slice of the CPU gather and scatter, and a whole copy against
  * pdx_kv_copy_cpu(), between two pools of the same shape laid out
@@ -531,6 +583,7 @@ static void plans(int round)
 	}
 
 	tp_piece(&a, pa, ha, n, st);
+	order_piece(&a, pa, ha, n, st);
 	plan_errors(&a, pa, ia, n, d);
 	cudaDeviceSynchronize();
 out:

@@ -668,13 +668,16 @@ int main(int argc, char **argv)
 			 false, NULL, push);
 	}
 	run_case(2, 4, PDX_KV_NHD, PDX_KV_NHD, false, "put", push);
+	run_case(4, 2, PDX_KV_HND, PDX_KV_HND, false, "put", push);
 	run_case(4, 2, PDX_KV_HND, PDX_KV_NHD, false, "put", push);
 	run_case(1, 2, PDX_KV_NHD, PDX_KV_NHD, false, "am", push);
 	agent_env = "UCX_RNDV_THRESH=64"; /* the slices by rendezvous */
+	run_case(4, 2, PDX_KV_NHD, PDX_KV_NHD, false, "am", push);
 	run_case(4, 2, PDX_KV_NHD, PDX_KV_HND, false, "am", push);
 	agent_env = NULL;
 	run_case(2, 4, PDX_KV_HND, PDX_KV_HND, false, "am", push);
 	run_case(2, 4, PDX_KV_NHD, PDX_KV_NHD, false, NULL, pull); /* ipc */
+	run_case(2, 1, PDX_KV_HND, PDX_KV_HND, false, NULL, pull);
 	run_case(2, 1, PDX_KV_HND, PDX_KV_NHD, false, NULL, pull);
 	run_case(1, 2, PDX_KV_HND, PDX_KV_HND, false, "put", pull);
 	run_case(4, 2, PDX_KV_NHD, PDX_KV_NHD, false, "put", pull);
@@ -682,13 +685,12 @@ int main(int argc, char **argv)
 	run_case(2, 2, PDX_KV_NHD, PDX_KV_NHD, false, NULL, push);
 	run_case(2, 1, PDX_KV_NHD, PDX_KV_NHD, true, NULL, push);
 	run_case(1, 2, PDX_KV_NHD, PDX_KV_NHD, true, NULL, push);
+	run_case(2, 1, PDX_KV_NHD, PDX_KV_NHD, true, "put", pull);
 	run_case(2, 1, PDX_KV_NHD, PDX_KV_HND, true, "put", pull);
 	/* equal TP sizes, the blocks converted (vLLM's HND, SGLang's NHD) */
 	run_case(1, 1, PDX_KV_NHD, PDX_KV_HND, false, NULL, push); /* ipc */
 	run_case(1, 1, PDX_KV_HND, PDX_KV_NHD, false, "put", push);
-	agent_env = "UCX_RNDV_THRESH=64";
-	run_case(1, 1, PDX_KV_NHD, PDX_KV_HND, false, "am", push);
-	agent_env = NULL;
+	run_case(1, 1, PDX_KV_NHD, PDX_KV_HND, false, "am", push); /* eager */
 	run_case(1, 1, PDX_KV_HND, PDX_KV_NHD, false, NULL, pull);
 	run_case(1, 1, PDX_KV_NHD, PDX_KV_HND, false, "put", pull);
 	run_case(2, 2, PDX_KV_HND, PDX_KV_NHD, false, NULL, push);

@@ -5,7 +5,8 @@ byte for byte, and its JSON's versus object carries both arms and their
 ratios. bytes_ratio is checked exactly against what the skip implies (the
 bytes the decode agent said it received); no timing threshold: this machine
 is shared. Without --versus the key is null; a variant that is no variant
-is refused.
+is refused. --versus order: the variant's decode pools hold HND, the
+agents convert each block, byte for byte.
 
     xferbench_versus.py PDX-XFERBENCH PDX-AGENT
 """
@@ -18,11 +19,12 @@ BLOCK_TOKENS = {"tiny": 4, "deepseek-v3": 64}  # common/models.c
 ARM_KEYS = ["skip_tokens", "pull", "bytes", "event_bytes", "xfers", "p50_ms",
             "mean_ms", "p99_ms", "gbps", "exposed_ms", "engine_exposed_ms",
             "memcpy_gbps", "verified", "prefill_tp", "decode_tp",
-            "decode_ranks"]
+            "decode_order", "decode_ranks"]
 
 
-def check_versus(xb, agent, model, tokens, what, skip, pull):
-    """One --versus run: the variant holds skip tokens, pulls if pull."""
+def check_versus(xb, agent, model, tokens, what, skip, pull, order="NHD"):
+    """One --versus run: the variant holds skip tokens, pulls if pull,
+    and its decode pools hold their blocks in `order`."""
     args = ["--model", model, "--tokens", str(tokens), "--versus", what]
     r = json.loads(run(xb, agent, args + ["--json"]).stdout)
     v = r.get("versus")
@@ -54,6 +56,12 @@ def check_versus(xb, agent, model, tokens, what, skip, pull):
     check(var.get("skip_tokens") == skip and var.get("pull") is pull,
           "%s: variant skip_tokens %r pull %r, want %d %r" %
           (what, var.get("skip_tokens"), var.get("pull"), skip, pull))
+    check(r.get("order") == base.get("decode_order") == r.get("decode_order")
+          == "NHD" and var.get("decode_order") == order,
+          "%s: orders: the run's %r, decode %r, baseline's %r, variant's "
+          "%r, want NHD but the variant's %s" %
+          (what, r.get("order"), r.get("decode_order"),
+           base.get("decode_order"), var.get("decode_order"), order))
     bt = BLOCK_TOKENS[model]
     nblocks = (tokens + bt - 1) // bt
     moved = nblocks - skip // bt
@@ -82,6 +90,8 @@ def main():
     # a skip that ends inside a block: only whole blocks are held
     check_versus(xb, agent, "deepseek-v3", 300, "skip=100", 100, False)
     check_versus(xb, agent, "tiny", 256, "pull", 0, True)
+    # the variant's decode blocks in the other order: the agents convert
+    check_versus(xb, agent, "tiny", 256, "order", 0, False, "HND")
 
     out = run(xb, agent, ["--model", "tiny", "--tokens", "64", "--versus",
                           "skip-half"]).stdout

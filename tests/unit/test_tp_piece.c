@@ -22,17 +22,6 @@
 static struct test_rng rng = { 0x6a09e667f3bcc909ULL };
 static int failed, cases;
 
-/* plan.cu's piece_fits(): the piece's last row ends within bb bytes. */
-static int fits(const struct pdx_kv_piece *pc, uint64_t off, uint64_t stride,
-		uint64_t group, uint64_t bb)
-{
-	uint64_t last = off + (uint64_t)(pc->rows - 1) * stride +
-			(uint64_t)(pc->groups - 1) * group;
-
-	return stride <= bb && group <= bb && last >= off && last <= bb &&
-	       pc->len <= bb - last;
-}
-
 struct seg_copy {
 	const uint8_t *src; /* the sender rank's blocks */
 	uint8_t *dst;	    /* the receiver rank's blocks */
@@ -50,9 +39,11 @@ static pdx_status_t apply(struct xfer *x, const void *ctx,
 
 	(void)x;
 	c->calls++;
-	if (!pc->rows || !pc->groups || !pc->len ||
-	    !fits(pc, pc->src_off, pc->src_stride, pc->src_group, c->sbb) ||
-	    !fits(pc, pc->dst_off, pc->dst_stride, pc->dst_group, c->dbb)) {
+	/* the kernel's own bounds check (plan.cu) */
+	if (!pdx_kv_piece_fits(pc, pc->src_off, pc->src_stride, pc->src_group,
+			       c->sbb) ||
+	    !pdx_kv_piece_fits(pc, pc->dst_off, pc->dst_stride, pc->dst_group,
+			       c->dbb)) {
 		c->bad_fit++;
 		return PDX_OK;
 	}
@@ -184,6 +175,27 @@ int main(void)
 									one(&s, tps[i], tps[j], to,
 									    1 + test_rnd(&rng) % 3);
 					}
+	/* the kernel's bounds check itself: a piece that would wrap past
+	 * 2^64, one row with a stride it never takes, an exact fit */
+	{
+		struct pdx_kv_piece w = { .len = 1, .rows = (1u << 31) + 2,
+					  .groups = (1u << 31) + 2,
+					  .src_stride = 0xffffffffu,
+					  .src_group = 0xffffffffu };
+		struct pdx_kv_piece one = pdx_kv_piece_whole(16), fit = one;
+
+		CHECK(!pdx_kv_piece_fits(&w, 0, w.src_stride, w.src_group,
+					 0xffffffffu));
+		one.src_stride = one.src_group = UINT64_MAX;
+		CHECK(pdx_kv_piece_fits(&one, 0, one.src_stride, one.src_group,
+					16));
+		fit.rows = 3;
+		fit.groups = 2;
+		fit.src_stride = 16;
+		fit.src_group = 48;
+		CHECK(pdx_kv_piece_fits(&fit, 4, 16, 48, 100));
+		CHECK(!pdx_kv_piece_fits(&fit, 5, 16, 48, 100));
+	}
 	CHECK(cases > 1500, "TP p -> d between 1, 2, 4 and 8 ranks and p == "
 	      "d, NHD and HND on either side, blocks of 1, 3 and 16 tokens: "
 	      "each decode rank's blocks, put together from the cuda-ipc "
