@@ -43,7 +43,7 @@ pdx_status_t path_put_layer(struct xfer *x, uint32_t layer)
 }
 
 /* Blocks of the other order would be a put per head and token (11 times
- * slower here: docs/benchmarking.md, "Converting the order"): packed
+ * the time here: docs/benchmarking.md, "Converting the order"): packed
  * into slice messages instead, as the am lane's (am_slice.c). */
 static pdx_status_t put_push(struct xfer *x, uint32_t layer, uint32_t n)
 {
