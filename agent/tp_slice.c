@@ -215,9 +215,9 @@ const char *tp_peer_refusal(const struct xfer *x, const struct peer *p,
 			 x->peer_tp.rank, x->peer_tp.size);
 		return why;
 	}
-	if (x->skip == x->n_blocks)
-		return NULL; /* the receiver holds every block: nothing moves */
-	if (x->order_slice && !path_moves_slices(p->path)) {
+	/* a receiver holding every block moves nothing to convert */
+	if (x->order_slice && x->skip < x->n_blocks &&
+	    !path_moves_slices(p->path)) {
 		enum pdx_kv_order ours = x->agent->reg.layout.order;
 		bool recv = x->role == XFER_RECV;
 

@@ -327,7 +327,8 @@ pdx_status_t pdx_kv_plan_copy_cuda(const struct pdx_kv_plan *src,
  * row src_stride and dst_stride further, the next group src_group and
  * dst_group further (groups and rows at least 1). A TP leg's heads
  * (docs/protocol.md, "TP legs"): HND one row, NHD one per token; between
- * an NHD and an HND block, a group per head of a row per token. */
+ * an NHD and an HND block a row per head and token, in the sender's
+ * order (agent/tp_slice.c). */
 struct pdx_kv_piece {
 	uint64_t src_off, dst_off, len;
 	uint32_t rows, groups;

@@ -419,7 +419,8 @@ static void tp_piece(struct pool *a, struct pdx_kv_plan *pa, const uint8_t *ha,
 /* Blocks converted to the other order, as the cuda-ipc path copies them
  * (docs/protocol.md, "Converting the order"): a's blocks (staging ha, its
  * plan pa) into a pool of the same shape in the other order, one piece a
- * block of a group per head of a row per token, against
+ * block of a row per head and token in a's order (agent/tp_slice.c: NHD
+ * a group per token, HND a group per head), against
  * pdx_kv_permute_cpu(). */
 static void order_piece(struct pool *a, struct pdx_kv_plan *pa,
 			const uint8_t *ha, uint32_t n, cudaStream_t st)
@@ -436,11 +437,13 @@ static void order_piece(struct pool *a, struct pdx_kv_plan *pa,
 	uint64_t hnd_tok = head, hnd_head = T * head;
 	bool from_nhd = a->l.order == PDX_KV_NHD;
 	struct pdx_kv_piece pc = {
-		.len = head, .rows = T, .groups = H,
-		.src_stride = from_nhd ? nhd_tok : hnd_tok,
-		.dst_stride = from_nhd ? hnd_tok : nhd_tok,
-		.src_group = from_nhd ? nhd_head : hnd_head,
-		.dst_group = from_nhd ? hnd_head : nhd_head,
+		.len = head,
+		.groups = from_nhd ? T : H,
+		.rows = from_nhd ? H : T,
+		.src_group = from_nhd ? nhd_tok : hnd_head,
+		.dst_group = from_nhd ? hnd_tok : nhd_head,
+		.src_stride = from_nhd ? nhd_head : hnd_tok,
+		.dst_stride = from_nhd ? hnd_head : nhd_tok,
 	};
 	uint8_t *hw;
 

@@ -11,8 +11,9 @@ registers again, NHD now, and sends. D's want goes to P's old instance
 (HND) and is refused as stale; D asks again of the new one. Before, D
 kept the all-heads slice it chose against HND, P pushed whole blocks
 (the orders now agree), D dropped every one, and the transfer timed out
-on D while P said "sent". Now both decide again: it arrives unconverted,
-byte for byte.
+on D while P said "sent" (so it did on 007f8dc, every run here: D's
+agent, resumed, takes its engine's receive before P's new hello). Now
+both decide again: it arrives unconverted, byte for byte.
 
     order_change.py PATH-TO-pdx-agent
 
@@ -110,7 +111,9 @@ def main():
             check(r is not None and r.get("op") == "registered",
                   f"P registers again, NHD: {r}")
             send(P, x, aD, src)
-            time.sleep(0.3)
+            # P's agent takes the send before D's renewed want comes
+            # (else it refuses that want, as for a transfer unknown)
+            time.sleep(1.0)
         finally:
             os.kill(d_agent.pid, signal.SIGCONT)
         outcome(D, P, x, "NHD -> NHD, D's want first sent to P's HND "
