@@ -360,6 +360,24 @@ static void piece_cpu(const struct pdx_kv_piece *pc, const uint8_t *hs,
 		}
 }
 
+/* Piece pc of every one of segs segments of plan pa into plan pw on st,
+ * pool w's device memory then equal to its host copy (which holds what
+ * the piece should have written); then pw, hw and w go. */
+static void piece_checked(struct pdx_kv_plan *pa, struct pdx_kv_plan *pw,
+			  const struct pdx_kv_piece *pc, uint64_t segs,
+			  cudaStream_t st, struct pool *w, uint8_t *hw)
+{
+	if (pw) {
+		CHECK_EQ(pdx_kv_plan_copy_piece_cuda(pa, pw, pc, 0, segs, st),
+			 PDX_OK);
+		CHECK_EQ(cudaStreamSynchronize(st), cudaSuccess);
+		CHECK(pool_same(w));
+	}
+	pdx_kv_plan_free_cuda(pw);
+	free(hw);
+	pool_free(w);
+}
+
 /* A TP leg's heads, as the cuda-ipc path copies them: a's blocks (staging
  * ha, its plan pa) into rank 1's half of the heads of a pool whose blocks
  * hold twice a's (TP 2 -> 1: segment bytes differ); one row per block in
@@ -405,15 +423,7 @@ static void tp_piece(struct pool *a, struct pdx_kv_plan *pa, const uint8_t *ha,
 			       ha + s * bb + pc.src_off + r * pc.src_stride,
 			       pc.len);
 	CHECK_EQ(pdx_kv_scatter_cpu(&w.hkv, iw, n, hw), PDX_OK);
-	if (pw) {
-		CHECK_EQ(pdx_kv_plan_copy_piece_cuda(pa, pw, &pc, 0, segs, st),
-			 PDX_OK);
-		CHECK_EQ(cudaStreamSynchronize(st), cudaSuccess);
-		CHECK(pool_same(&w));
-	}
-	pdx_kv_plan_free_cuda(pw);
-	free(hw);
-	pool_free(&w);
+	piece_checked(pa, pw, &pc, segs, st, &w, hw);
 }
 
 /* Blocks converted to the other order, as the cuda-ipc path copies them
@@ -459,15 +469,7 @@ static void order_piece(struct pool *a, struct pdx_kv_plan *pa,
 		pdx_kv_permute_cpu(&shape, ha + s * bb, hw + s * bb, 1);
 	CHECK_EQ(pdx_kv_scatter_cpu(&w.hkv, iw, n, hw), PDX_OK);
 	CHECK_EQ(pdx_kv_plan_new_cuda(&w.dkv, iw, n, &pw), PDX_OK);
-	if (pw) {
-		CHECK_EQ(pdx_kv_plan_copy_piece_cuda(pa, pw, &pc, 0, segs, st),
-			 PDX_OK);
-		CHECK_EQ(cudaStreamSynchronize(st), cudaSuccess);
-		CHECK(pool_same(&w));
-	}
-	pdx_kv_plan_free_cuda(pw);
-	free(hw);
-	pool_free(&w);
+	piece_checked(pa, pw, &pc, segs, st, &w, hw);
 }
 
 /* Plan gather, scatter and copy of random segment ranges against the
