@@ -6,12 +6,16 @@
 # as a colocated engine does (image_smoke.py). The image is tagged for this test alone
 # and the tag removed at the end (the image too, unless another tag, e.g.
 # localhost/pdx:latest of the same commit, names it).
+# Given a build directory, kube_play.sh then plays deploy/k8s with that
+# image (PDX_KUBE_IMAGE): one image built for both, where each built its
+# own (two minutes of CI); kube_play's own skip is said, not a failure.
 # Skips (77), saying why, where it cannot run: not root, not a git
 # checkout, mmdebstrap or podman missing, the Debian archive unreachable,
 # podman unable to run a container.
-#   image.sh SOURCE_ROOT
+#   image.sh SOURCE_ROOT [BUILD_DIR]
 set -u
 SRC=$1
+BUILD=${2:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 skip() {
 	echo "SKIP: $*" >&2
@@ -67,3 +71,10 @@ expect=$(printf '%s\n' 10001 "pdx-agent $want" "pdx-engine $want" "pdx-proxy $wa
 [ "$out" = "$expect" ] || fail "in the container: expected
 $expect"
 run python3 - <"$HERE/image_smoke.py" || fail "the P/D smoke run in the container"
+
+if [ -n "$BUILD" ]; then
+	PDX_KUBE_IMAGE=$TAG bash "$HERE/kube_play.sh" "$BUILD"
+	rc=$?
+	[ $rc = 77 ] && echo "kube_play skipped (above): the image itself passed"
+	[ $rc = 0 ] || [ $rc = 77 ] || fail "kube_play.sh with this image: exit $rc"
+fi
