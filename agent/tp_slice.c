@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "agent/agent.h"
+#include "common/kv_order.h"
 
 void tp_leg_id(const struct pdx_xfer_id *xfer, uint32_t sender,
 	       uint32_t receiver, struct pdx_xfer_id *out)
@@ -67,11 +68,6 @@ const char *tp_slice_refusal(const struct tp_slice *s, enum data_path path,
 		 "(ipc, put, am and cuda-ipc are)", from.size, to.size,
 		 data_path_key(path));
 	return why;
-}
-
-static const char *order_name(enum pdx_kv_order o)
-{
-	return o == PDX_KV_HND ? "HND" : "NHD";
 }
 
 void tp_order_slice(struct xfer *x, const struct peer *p)
@@ -223,8 +219,8 @@ const char *tp_peer_refusal(const struct xfer *x, const struct peer *p,
 
 		snprintf(why, len, "KV blocks of order %s into %s over the %s "
 			 "lane are not supported yet (ipc, put, am and cuda-ipc "
-			 "convert)", order_name(recv ? p->layout.order : ours),
-			 order_name(recv ? ours : p->layout.order),
+			 "convert)", pdx_kv_order_name(recv ? p->layout.order : ours),
+			 pdx_kv_order_name(recv ? ours : p->layout.order),
 			 data_path_key(p->path));
 		return why;
 	}

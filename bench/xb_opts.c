@@ -14,6 +14,7 @@
 #include "bench/pdx_bench.h"
 #include "bench/xb_fail.h"
 #include "common/clock.h"
+#include "common/kv_order.h"
 #include "common/version.h"
 
 static void usage(FILE *f)
@@ -129,11 +130,11 @@ static uint64_t parse_u64(const char *opt, const char *s, uint64_t lo,
 
 static enum pdx_kv_order parse_order(const char *opt, const char *s)
 {
-	if (!strcmp(s, "NHD"))
-		return PDX_KV_NHD;
-	if (strcmp(s, "HND"))
+	enum pdx_kv_order order;
+
+	if (!pdx_kv_order_parse(s, &order))
 		xb_bad("%s: \"%s\" is neither NHD nor HND", opt, s);
-	return PDX_KV_HND;
+	return order;
 }
 
 static void check_skip(const struct xb_opts *o, const char *opt,
@@ -253,7 +254,7 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *mem = "shm";
-	bool have_seed = false, have_ddev = false;
+	bool have_seed = false, have_ddev = false, have_decode_order = false;
 	int c;
 
 	o->tls = "shm";
@@ -264,7 +265,6 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 	o->data_path = "auto";
 	o->prefill_tp = o->decode_tp = 1;
 	o->order = PDX_KV_NHD;
-	o->decode_order = (enum pdx_kv_order) - 1; /* --order's */
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
 		char *end;
@@ -358,6 +358,7 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 			break;
 		case O_DORDER:
 			o->decode_order = parse_order("--decode-order", optarg);
+			have_decode_order = true;
 			break;
 		case O_HELP:
 			usage(stdout);
@@ -408,7 +409,7 @@ void xb_opts_parse(int argc, char **argv, struct xb_opts *o)
 	else
 		snprintf(o->mem, sizeof(o->mem), "shm");
 	check_skip(o, "--skip-tokens", o->skip_tokens);
-	if (o->decode_order != PDX_KV_NHD && o->decode_order != PDX_KV_HND)
+	if (!have_decode_order)
 		o->decode_order = o->order;
 	o->n_arms = 1;
 	o->arm[0] = (struct xb_shape){

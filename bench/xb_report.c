@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bench/xb_fail.h"
+#include "common/kv_order.h"
 
 /* the run being reported, for the printers below */
 static const struct xb_opts *o;
@@ -317,7 +318,7 @@ static void json_arm(const char *key, const struct xb_arm *a,
 	       f->gbps, f->exposed, f->engine_exposed, f->mgbps,
 	       a->res.verified ? "true" : "false", a->shape.prefill_tp,
 	       a->shape.decode_tp,
-	       a->shape.decode_order == PDX_KV_HND ? "HND" : "NHD");
+	       pdx_kv_order_name(a->shape.decode_order));
 	json_ranks(a);
 	printf("}");
 }
@@ -361,8 +362,8 @@ static void print_versus(const struct figures *f, const struct figures *v)
 	snprintf(vtp, sizeof(vtp), "%u -> %u", vs->prefill_tp, vs->decode_tp);
 	printf("  %-26s %14s %14s\n", "TP prefill -> decode", btp, vtp);
 	printf("  %-26s %14s %14s\n", "decode blocks",
-	       bs->decode_order == PDX_KV_HND ? "HND" : "NHD",
-	       vs->decode_order == PDX_KV_HND ? "HND" : "NHD");
+	       pdx_kv_order_name(bs->decode_order),
+	       pdx_kv_order_name(vs->decode_order));
 	printf("  %-26s %14" PRIu64 " %14" PRIu64 " %9.4f\n",
 	       "bytes per transfer", f->ev_bytes, v->ev_bytes,
 	       ratio((double)v->ev_bytes, (double)f->ev_bytes));
@@ -383,6 +384,8 @@ static void print_versus(const struct figures *f, const struct figures *v)
 static void print_results(const struct figures *f, const struct figures *v)
 {
 	const char *by_p = run->prefill->data_by[0] ? run->prefill->data_by : "(not logged)";
+	enum pdx_kv_order decode_order = run->arm[0].shape.decode_order;
+	char converts[64] = "";
 
 	if (o->json) {
 		printf("{\"tls\": \"%s\", \"model\": \"%s\", \"tokens\": %u, "
@@ -405,9 +408,8 @@ static void print_results(const struct figures *f, const struct figures *v)
 		json_mem(f->gbps);
 		printf(", \"order\": \"%s\", \"decode_order\": \"%s\", "
 		       "\"prefill_tp\": %u, \"decode_tp\": %u, ",
-		       o->order == PDX_KV_HND ? "HND" : "NHD",
-		       run->arm[0].shape.decode_order == PDX_KV_HND ? "HND"
-								   : "NHD",
+		       pdx_kv_order_name(o->order),
+		       pdx_kv_order_name(decode_order),
 		       run->arm[0].shape.prefill_tp,
 		       run->arm[0].shape.decode_tp);
 		json_ranks(&run->arm[0]);
@@ -423,12 +425,12 @@ static void print_results(const struct figures *f, const struct figures *v)
 	printf("  concurrency %u, %s blocks, layer compute %g ms, %u iterations\n",
 	       o->concurrency, o->random_blocks ? "random" : "contiguous",
 	       o->layer_ms, o->iters);
+	if (decode_order != o->order)
+		snprintf(converts, sizeof(converts),
+			 " (%s on the decode side: the agents convert)",
+			 pdx_kv_order_name(decode_order));
 	printf("  %s blocks%s, TP %u -> %u%s\n",
-	       o->order == PDX_KV_HND ? "HND" : "NHD",
-	       run->arm[0].shape.decode_order == o->order ? ""
-	       : run->arm[0].shape.decode_order == PDX_KV_HND
-		       ? " (HND on the decode side: the agents convert)"
-		       : " (NHD on the decode side: the agents convert)",
+	       pdx_kv_order_name(o->order), converts,
 	       run->arm[0].shape.prefill_tp, run->arm[0].shape.decode_tp,
 	       run->arm[0].shape.prefill_tp == run->arm[0].shape.decode_tp ?
 	       "" : " (the agents reshard the heads)");

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/kv_order.h"
 #include "common/mp.h"
 
 void pdx_layout_pack(msgpack_packer *pk, const struct pdx_kv_layout *l)
@@ -16,7 +17,7 @@ void pdx_layout_pack(msgpack_packer *pk, const struct pdx_kv_layout *l)
 	pdx_mp_kv_u64(pk, "kv_heads", l->kv_heads);
 	pdx_mp_kv_u64(pk, "head_dim", l->head_dim);
 	pdx_mp_kv_u64(pk, "dtype_bytes", l->dtype_bytes);
-	pdx_mp_kv_str(pk, "order", l->order == PDX_KV_HND ? "HND" : "NHD");
+	pdx_mp_kv_str(pk, "order", pdx_kv_order_name(l->order));
 	pdx_mp_str(pk, "bases");
 	msgpack_pack_array(pk, l->layers);
 	for (uint32_t i = 0; i < l->layers; i++) {
@@ -90,11 +91,7 @@ pdx_status_t pdx_layout_unpack(const msgpack_object *o, struct pdx_kv_layout *l,
 		snprintf(err, errlen, "layout.order: want \"NHD\" or \"HND\"");
 		return PDX_EINVAL;
 	}
-	if (strcmp(order, "NHD") == 0) {
-		t.order = PDX_KV_NHD;
-	} else if (strcmp(order, "HND") == 0) {
-		t.order = PDX_KV_HND;
-	} else {
+	if (!pdx_kv_order_parse(order, &t.order)) {
 		snprintf(err, errlen, "layout.order: \"%s\" is neither NHD nor HND",
 			 order);
 		return PDX_EINVAL;

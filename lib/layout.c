@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/kv_order.h"
+
 uint64_t pdx_kv_layout_block_bytes(const struct pdx_kv_layout *l)
 {
 	if (!l)
@@ -182,8 +184,7 @@ uint64_t pdx_kv_layout_compat_hash(const struct pdx_kv_layout *l)
 static void field_value(char *buf, size_t len, const char *field, uint32_t v)
 {
 	if (strcmp(field, "order") == 0)
-		snprintf(buf, len, "%s", v == PDX_KV_NHD ? "NHD"
-					 : v == PDX_KV_HND ? "HND" : "?");
+		snprintf(buf, len, "%s", pdx_kv_order_name(v));
 	else if (strcmp(field, "tensors") == 0 && (v == 1 || v == 2))
 		snprintf(buf, len, "%u (%s)", v, v == 1 ? "MLA" : "K and V");
 	else if (strcmp(field, "dtype_bytes") == 0 && (v == 1 || v == 2 || v == 4))
