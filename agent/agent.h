@@ -1035,8 +1035,10 @@ const char *tp_slice_refusal(const struct tp_slice *s, enum data_path path,
  * slice (x->order_slice), converted on the way; else whole blocks again.
  * Decided anew each time p's hello is known, before a want or a push. */
 void tp_order_slice(struct xfer *x, const struct peer *p);
-/* Whether x's slices go from blocks of one order into the other. */
-bool tp_slice_converts(const struct xfer *x);
+/* Whether x sends its slice of each block as more than one row: a TP
+ * leg's heads of NHD blocks (a row per token), or blocks converted to the
+ * other order (a row per head and token). */
+bool tp_slice_in_rows(const struct xfer *x);
 /* Bytes of s's heads in one block of layout l (either order). */
 uint64_t tp_slice_block_bytes(const struct tp_slice *s,
 			      const struct pdx_kv_layout *l);

@@ -1,7 +1,8 @@
 /* The put data path (host memory): UCX puts each run into the
  * receiver's blocks with its rkeys, flushed before "done"; cuda-put puts
- * GPU memory the same way. Blocks converted to the other order go as the
- * am lane's slice messages. */
+ * GPU memory the same way. Slices of more than one row a block (NHD TP
+ * legs, blocks converted to the other order) go as the am lane's slice
+ * messages. */
 #define PDX_LOG_TOPIC "push"
 #include "agent/agent.h"
 
@@ -42,12 +43,14 @@ pdx_status_t path_put_layer(struct xfer *x, uint32_t layer)
 	return host_each_run(x, layer, true, put_run);
 }
 
-/* Blocks of the other order would be a put per head and token (11 times
- * the time here: docs/benchmarking.md, "Converting the order"): packed
- * into slice messages instead, as the am lane's (am_slice.c). */
+/* A slice of more than one row a block would be a put per row: per
+ * token of a TP leg's NHD heads, per head and token of blocks converted
+ * to the other order (11 times the time of packing them here:
+ * docs/benchmarking.md, "Converting the order"). Packed into slice
+ * messages instead, as the am lane's (am_slice.c). */
 static pdx_status_t put_push(struct xfer *x, uint32_t layer, uint32_t n)
 {
-	if (tp_slice_converts(x))
+	if (tp_slice_in_rows(x))
 		return am_slice_push(x, layer);
 	return path_put_layer(x, layer);
 }

@@ -84,12 +84,6 @@ void tp_order_slice(struct xfer *x, const struct peer *p)
 	x->slice = (struct tp_slice){ .n = convert ? ours->kv_heads : 0 };
 }
 
-bool tp_slice_converts(const struct xfer *x)
-{
-	return x->slice.n && x->peer &&
-	       x->peer->layout.order != x->agent->reg.layout.order;
-}
-
 uint64_t tp_slice_block_bytes(const struct tp_slice *s,
 			      const struct pdx_kv_layout *l)
 {
@@ -155,6 +149,16 @@ static struct pdx_kv_piece piece_of_slice(const struct tp_slice *s,
 	if (p.rows == 1)
 		p.src_stride = p.dst_stride = 0;
 	return p;
+}
+
+bool tp_slice_in_rows(const struct xfer *x)
+{
+	struct pdx_kv_piece p;
+
+	if (!x->slice.n || !x->peer)
+		return false;
+	p = piece_of_slice(&x->slice, &x->agent->reg.layout, &x->peer->layout);
+	return (uint64_t)p.groups * p.rows > 1;
 }
 
 pdx_status_t tp_slice_each_piece(struct xfer *x, const struct tp_slice *s,

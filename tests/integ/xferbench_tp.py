@@ -12,7 +12,6 @@ Refused splits exit 2.
     xferbench_tp.py PDX-XFERBENCH PDX-AGENT
 """
 import json
-import re
 import sys
 
 from xb_check import CONC, ITERS, check, finish, run
@@ -98,25 +97,6 @@ def check_versus(xb, agent, model, tokens, p, d):
     print("ok: %s: time_ratio %r" % (name, v.get("time_ratio")))
 
 
-def check_turns(xb, agent):
-    """A whole prompt's layers pushed at once, NHD over the put lane (a
-    UCX put per token row: about 1.5 s here) go a slice of the agent's
-    loop at a time: its heartbeat timer (50 ms) is never late by a second.
-    The agent pushed them in one turn before, and logged "no heartbeat
-    for 1400-1900 ms"."""
-    p = run(xb, agent, ["--model", "llama3-8b", "--tokens", "8192",
-                        "--prefill-tp", "1", "--decode-tp", "2", "--order",
-                        "NHD", "--data-path", "put", "--json",
-                        "--agent-arg=--heartbeat-ms", "--agent-arg=50"],
-            iters=1, conc=1)
-    late = [int(ms) for ms in
-            re.findall(r"no heartbeat for (\d+) ms", p.stderr)]
-    check(max(late, default=0) < 1000,
-          "an agent's loop stopped %r ms (heartbeats late)" %
-          max(late, default=0))
-    print("ok: turns: heartbeats late by at most %r ms" % max(late, default=0))
-
-
 def main():
     xb, agent = sys.argv[1], sys.argv[2]
     check_versus(xb, agent, "tiny", 64, 1, 2)
@@ -139,7 +119,6 @@ def main():
     check_plain(xb, agent, "llama3-8b", 256, 2, 4, "NHD", ["--pull"])
     check_plain(xb, agent, "tiny", 62, 2, 1, "HND",
                 ["--pull", "--data-path", "put"])
-    check_turns(xb, agent)
 
     out = run(xb, agent, ["--model", "tiny", "--tokens", "64",
                           "--prefill-tp", "2", "--decode-tp", "1",
