@@ -169,6 +169,29 @@ def ucx_segments():
     return {f for f in os.listdir("/dev/shm") if f.startswith("ucx_shm_posix_")}
 
 
+def in_use(names):
+    """Those of the /dev/shm names some live process has open or mapped:
+    another test's agents (scripts/test runs two at a time), not ours,
+    which are gone."""
+    paths = {"/dev/shm/" + n: n for n in names}
+    used = set()
+    def read(what, nothing=()):  # a process that ended meanwhile
+        try:
+            return what()
+        except OSError:
+            return nothing
+
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        fds = "/proc/%s/fd" % pid
+        for fd in read(lambda: os.listdir(fds)):
+            used.add(paths.get(read(lambda: os.readlink(fds + "/" + fd),
+                                    "")))
+        for line in read(lambda: open("/proc/%s/maps" % pid).readlines()):
+            used.add(paths.get(line.split(None, 5)[-1].strip()
+                               .removesuffix(" (deleted)")))
+    return used - {None}
+
+
 def agent_startup(agent):
     """pdx-agents stopped by SIGTERM while they start (as the cleanup of
     a run stopped early stops them) leave no UCX segment: one that came
@@ -186,7 +209,8 @@ def agent_startup(agent):
         a.terminate()
         a.wait(10)
     time.sleep(1)  # a live agent's segments are unlinked once mapped
-    left = sorted(ucx_segments() - before)
+    new = ucx_segments() - before
+    left = sorted(new - in_use(new))
     check(not left, "agents stopped while starting left %r in /dev/shm" %
           left)
     for f in left:
