@@ -16,7 +16,6 @@
  * into them. */
 #define PDX_LOG_TOPIC "push"
 #include <stdlib.h>
-#include <string.h>
 #include <utlist.h>
 
 #include "agent/agent.h"
@@ -107,22 +106,14 @@ static pdx_status_t slice_piece(struct xfer *x, const void *ctx,
 				const struct pdx_kv_piece *p)
 {
 	const struct slice_cursor *c = ctx;
+	/* the message's side is packed: from the block into it, or back */
+	struct pdx_kv_piece q = pdx_kv_piece_packed(*p, !c->pack);
 
-	/* group by group, row by row: pdx_kv_piece_row()'s order, without
-	 * its divisions */
-	for (uint32_t g = 0; g < p->groups; g++)
-		for (uint32_t r = 0; r < p->rows; r++) {
-			uint64_t src = p->src_off + g * p->src_group +
-				       r * p->src_stride;
-			uint64_t dst = p->dst_off + g * p->dst_group +
-				       r * p->dst_stride;
-
-			if (c->pack)
-				memcpy(*c->at, c->block + src, p->len);
-			else
-				memcpy(c->block + dst, *c->at, p->len);
-			*c->at += p->len;
-		}
+	if (c->pack)
+		pdx_kv_piece_copy(*c->at, c->block, &q);
+	else
+		pdx_kv_piece_copy(c->block, *c->at, &q);
+	*c->at += pdx_kv_piece_bytes(p);
 	return PDX_OK;
 }
 

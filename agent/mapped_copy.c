@@ -13,7 +13,6 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdbool.h>
-#include <string.h>
 
 #include "agent/agent.h"
 #include "common/log.h"
@@ -58,16 +57,7 @@ bool mapped_copy_piece(uint8_t *dst, const uint8_t *src,
 		return false;
 	}
 	copying = &here;
-	/* nested, not pdx_kv_piece_row(): its divisions cost as much as a
-	 * row of a few hundred bytes */
-	for (uint32_t g = 0; g < p->groups; g++) {
-		uint8_t *to = dst + p->dst_off + g * p->dst_group;
-		const uint8_t *from = src + p->src_off + g * p->src_group;
-
-		for (uint32_t r = 0; r < p->rows; r++)
-			memcpy(to + r * p->dst_stride, from + r * p->src_stride,
-			       p->len);
-	}
+	pdx_kv_piece_copy(dst, src, p);
 	copying = NULL;
 	return true;
 }

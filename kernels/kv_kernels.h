@@ -30,6 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <pdx/layout.h>
 #include <pdx/status.h>
@@ -369,6 +370,43 @@ static inline int pdx_kv_piece_fits(const struct pdx_kv_piece *p,
 		return 0;
 	last += g * group;
 	return p->len <= bb - last;
+}
+
+/* Copies piece p from the block at src to the block at dst in host
+ * memory, group by group, row by row (pdx_kv_piece_row()'s order). */
+static inline void pdx_kv_piece_copy(uint8_t *dst, const uint8_t *src,
+				     const struct pdx_kv_piece *p)
+{
+	/* nested, not pdx_kv_piece_row(): its divisions cost as much as a
+	 * row of a few hundred bytes */
+	for (uint32_t g = 0; g < p->groups; g++) {
+		uint8_t *to = dst + p->dst_off + g * p->dst_group;
+		const uint8_t *from = src + p->src_off + g * p->src_group;
+
+		for (uint32_t r = 0; r < p->rows; r++)
+			memcpy(to + r * p->dst_stride, from + r * p->src_stride,
+			       p->len);
+	}
+}
+
+/* p with one side packed (src_side: its src, else its dst): its rows
+ * end to end from that side's first byte, in p's order, as a slice
+ * message carries them (agent/am_slice.c). */
+static inline struct pdx_kv_piece pdx_kv_piece_packed(struct pdx_kv_piece p,
+						      int src_side)
+{
+	uint64_t group = (uint64_t)p.rows * p.len;
+
+	if (src_side) {
+		p.src_off = 0;
+		p.src_stride = p.len;
+		p.src_group = group;
+	} else {
+		p.dst_off = 0;
+		p.dst_stride = p.len;
+		p.dst_group = group;
+	}
+	return p;
 }
 
 /* Row k of a piece's groups * rows (group-major): where it lies from

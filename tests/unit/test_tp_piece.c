@@ -9,8 +9,10 @@
  * TP p -> d both ways and p == d, NHD and HND on either side,
  * block_tokens not a power of two, heads of odd byte lengths. Each piece
  * must also pass the kernel's own bounds check (the last row ends within
- * the block on both sides), or the launch would be refused. Runs without
- * a GPU. */
+ * the block on both sides), or the launch would be refused, and the
+ * agent's host copies of it (pdx_kv_piece_copy(), directly and packed
+ * then unpacked as slice messages carry it) must write what the model
+ * writes. Runs without a GPU. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,8 +28,34 @@ struct seg_copy {
 	const uint8_t *src; /* the sender rank's blocks */
 	uint8_t *dst;	    /* the receiver rank's blocks */
 	uint64_t sbb, dbb, nblocks;
-	int calls, bad_fit;
+	int calls, bad_fit, bad_copy;
 };
+
+/* The agent's host copies of a piece into a copy of the block at dst
+ * as it was: pdx_kv_piece_copy() (the ipc lane), and packed then
+ * unpacked (slice messages); each must leave what the row by row model
+ * left at dst_now. */
+static bool host_copies_agree(const struct pdx_kv_piece *pc,
+			      const uint8_t *src, const uint8_t *dst_before,
+			      const uint8_t *dst_now, uint64_t dbb)
+{
+	uint8_t *direct = malloc(dbb), *unpacked = malloc(dbb);
+	uint8_t *packed = malloc(pdx_kv_piece_bytes(pc));
+	struct pdx_kv_piece in = pdx_kv_piece_packed(*pc, 0);
+	struct pdx_kv_piece out = pdx_kv_piece_packed(*pc, 1);
+	bool same;
+
+	memcpy(direct, dst_before, dbb);
+	memcpy(unpacked, dst_before, dbb);
+	pdx_kv_piece_copy(direct, src, pc);
+	pdx_kv_piece_copy(packed, src, &in);
+	pdx_kv_piece_copy(unpacked, packed, &out);
+	same = !memcmp(direct, dst_now, dbb) && !memcmp(unpacked, dst_now, dbb);
+	free(direct);
+	free(unpacked);
+	free(packed);
+	return same;
+}
 
 /* k_copy_piece on the CPU: the piece of each segment (a block here). */
 static pdx_status_t apply(struct xfer *x, const void *ctx,
@@ -47,12 +75,18 @@ static pdx_status_t apply(struct xfer *x, const void *ctx,
 		c->bad_fit++;
 		return PDX_OK;
 	}
-	for (uint64_t k = 0; k < c->nblocks; k++)
+	for (uint64_t k = 0; k < c->nblocks; k++) {
+		uint8_t *dst = c->dst + k * c->dbb, *before = malloc(c->dbb);
+		const uint8_t *src = c->src + k * c->sbb;
+
+		memcpy(before, dst, c->dbb);
 		for (uint64_t i = 0; i < (uint64_t)pc->groups * pc->rows; i++) {
 			pdx_kv_piece_row(pc, i, &s, &d);
-			memcpy(c->dst + k * c->dbb + d, c->src + k * c->sbb + s,
-			       pc->len);
+			memcpy(dst + d, src + s, pc->len);
 		}
+		c->bad_copy += !host_copies_agree(pc, src, before, dst, c->dbb);
+		free(before);
+	}
 	return PDX_OK;
 }
 
@@ -109,7 +143,7 @@ static void one(const struct pdx_kv_shape *s, uint32_t p, uint32_t d,
 			struct pdx_kv_layout sl = rank_layout(s, H / p,
 							      s->order);
 			struct seg_copy c = { src[q], got, sbb, dbb, nblocks,
-					      0, 0 };
+					      0, 0, 0 };
 			struct tp_slice sc;
 
 			if (!tp_slice_of(H, (struct tp_rank){ q, p },
@@ -122,6 +156,7 @@ static void one(const struct pdx_kv_shape *s, uint32_t p, uint32_t d,
 			/* one piece a block, within it on both sides */
 			CHECK_EQ(c.calls, 1);
 			CHECK_EQ(c.bad_fit, 0);
+			CHECK_EQ(c.bad_copy, 0);
 		}
 		/* every head of the rank from some leg, and the bytes the
 		 * resharded KV's */
