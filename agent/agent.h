@@ -222,6 +222,7 @@ struct peer {
 	bool cuda_ucx;	/* its UCX moves GPU memory */
 	bool done_ucx;	/* it takes "done" by UCX on the ipc lanes */
 	bool stops;	/* it answers a receiver's "abort" with "stopped" */
+	bool slices;	/* it takes "slice" messages on the put lane too */
 	/* staged path, same host: its staging mapped here (staged.c) */
 	bool staged_shared;
 	uint8_t *staging_map;

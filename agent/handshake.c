@@ -26,6 +26,7 @@ struct hello {
 	bool cuda;     /* its KV is GPU memory (a region of type cuda) */
 	bool done_ucx; /* it takes "done" by UCX on the ipc lanes */
 	bool stops;    /* it answers a receiver's "abort" with "stopped" */
+	bool slices;   /* it takes "slice" messages on the put lane too */
 	struct tp_rank tp; /* its engine's rank of its TP size */
 	char kv_dtype[PDX_KV_DTYPE_MAX]; /* its engine's; "": none said */
 	const void *ucx; /* its worker address, in the message */
@@ -118,6 +119,7 @@ static pdx_status_t hello_parse(const msgpack_object *m, struct hello *h,
 	h->cuda_ucx = get_bool(m, "cuda_ucx");
 	h->done_ucx = get_bool(m, "done_ucx");
 	h->stops = get_bool(m, "stops");
+	h->slices = get_bool(m, "slices");
 	pdx_mp_get_str(m, "kv_dtype", h->kv_dtype, sizeof(h->kv_dtype));
 	h->staging = pdx_mp_get(m, "staging");
 	if (pdx_mp_get(m, "ucx_ep")) {
@@ -270,6 +272,7 @@ static void send_hello(struct agent *a, struct peer *p, const char *op)
 	staged_pack_hello(a, &pm.m);
 	pdx_mp_msg_bool(&pm.m, "done_ucx", true);
 	pdx_mp_msg_bool(&pm.m, "stops", true);
+	pdx_mp_msg_bool(&pm.m, "slices", true);
 	if (a->reg.kv_dtype[0])
 		pdx_mp_msg_str(&pm.m, "kv_dtype", a->reg.kv_dtype);
 	pdx_mp_msg_map_open(&pm.m, "tp");
@@ -560,6 +563,7 @@ static pdx_status_t hello_apply(struct agent *a, struct peer *p,
 	p->cuda = h->cuda;
 	p->done_ucx = h->done_ucx;
 	p->stops = h->stops;
+	p->slices = h->slices;
 	p->tp = h->tp;
 	worker = malloc(h->ucx_len ? h->ucx_len : 1);
 	if (!worker) {

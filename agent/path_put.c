@@ -45,12 +45,14 @@ pdx_status_t path_put_layer(struct xfer *x, uint32_t layer)
 
 /* A slice of more than one row a block would be a put per row: per
  * token of a TP leg's NHD heads, per head and token of blocks converted
- * to the other order (11 times the time of packing them here:
- * docs/benchmarking.md, "Converting the order"). Packed into slice
- * messages instead, as the am lane's (am_slice.c). */
+ * to the other order (4 to 18 times the time of packing them here:
+ * docs/benchmarking.md, "TP legs over TCP (the am lane), and pulled").
+ * Packed into slice messages instead, as the am lane's (am_slice.c),
+ * for a receiver that takes them there (its hello's "slices"; an older
+ * agent's version 3 hello does not say it, and gets the puts). */
 static pdx_status_t put_push(struct xfer *x, uint32_t layer, uint32_t n)
 {
-	if (tp_slice_in_rows(x))
+	if (tp_slice_in_rows(x) && x->peer->slices)
 		return am_slice_push(x, layer);
 	return path_put_layer(x, layer);
 }
