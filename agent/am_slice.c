@@ -107,7 +107,8 @@ static pdx_status_t slice_piece(struct xfer *x, const void *ctx,
 {
 	const struct slice_cursor *c = ctx;
 	/* the message's side is packed: from the block into it, or back */
-	struct pdx_kv_piece q = pdx_kv_piece_packed(*p, !c->pack);
+	struct pdx_kv_piece q = pdx_kv_piece_packed(*p, c->pack ? PDX_KV_DST
+								: PDX_KV_SRC);
 
 	if (c->pack)
 		pdx_kv_piece_copy(*c->at, c->block, &q);

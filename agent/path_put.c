@@ -45,7 +45,7 @@ pdx_status_t path_put_layer(struct xfer *x, uint32_t layer)
 
 /* A slice of more than one row a block would be a put per row: per
  * token of a TP leg's NHD heads, per head and token of blocks converted
- * to the other order (4 to 18 times the time of packing them here:
+ * to the other order (5 to 22 times the time of packing them here:
  * docs/benchmarking.md, "TP legs over TCP (the am lane), and pulled").
  * Packed into slice messages instead, as the am lane's (am_slice.c),
  * for a receiver that takes them there (its hello's "slices"; an older

@@ -389,15 +389,17 @@ static inline void pdx_kv_piece_copy(uint8_t *dst, const uint8_t *src,
 	}
 }
 
-/* p with one side packed (src_side: its src, else its dst): its rows
- * end to end from that side's first byte, in p's order, as a slice
- * message carries them (agent/am_slice.c). */
+enum pdx_kv_side { PDX_KV_SRC, PDX_KV_DST };
+
+/* p with one side packed: its rows end to end from that side's first
+ * byte, in p's order (pdx_kv_piece_row()'s), as a slice message carries
+ * them (agent/am_slice.c). */
 static inline struct pdx_kv_piece pdx_kv_piece_packed(struct pdx_kv_piece p,
-						      int src_side)
+						      enum pdx_kv_side side)
 {
 	uint64_t group = (uint64_t)p.rows * p.len;
 
-	if (src_side) {
+	if (side == PDX_KV_SRC) {
 		p.src_off = 0;
 		p.src_stride = p.len;
 		p.src_group = group;

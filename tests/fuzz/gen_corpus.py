@@ -434,7 +434,8 @@ MP_WORDS = ["op", "v", "layout", "regions", "type", "name", "size", "shm",
             "rkey", "skip", "bytes", "am_bytes", "first_token", "reason",
             "/fuzz-kv", "/fuzz-peer", PEER, HOST, "tcp://", "hold", "ping",
             "pong", "tp", "rank", "peers", "of", "stops", "stopped", "gone",
-            "no_engine", "ucx_ep", "worker", "sn"]
+            "no_engine", "ucx_ep", "worker", "sn", "slices", "done_ucx",
+            "cuda_ucx"]
 
 
 def mp_dict():

@@ -19,6 +19,7 @@ modeled compute so that it is stopped mid-iteration.
 
     xferbench_cleanup.py PDX-XFERBENCH PDX-AGENT
 """
+import contextlib
 import glob
 import os
 import shutil
@@ -181,14 +182,15 @@ def in_use(names):
         except OSError:
             return nothing
 
+    def held(path):  # one unlinked since is said "PATH (deleted)"
+        used.add(paths.get(path.strip().removesuffix(" (deleted)")))
+
     for pid in filter(str.isdigit, os.listdir("/proc")):
         fds = "/proc/%s/fd" % pid
         for fd in read(lambda: os.listdir(fds)):
-            used.add(paths.get(read(lambda: os.readlink(fds + "/" + fd),
-                                    "")))
+            held(read(lambda: os.readlink(fds + "/" + fd), ""))
         for line in read(lambda: open("/proc/%s/maps" % pid).readlines()):
-            used.add(paths.get(line.split(None, 5)[-1].strip()
-                               .removesuffix(" (deleted)")))
+            held(line.split(None, 5)[-1])
     return used - {None}
 
 
@@ -210,11 +212,14 @@ def agent_startup(agent):
         a.wait(10)
     time.sleep(1)  # a live agent's segments are unlinked once mapped
     new = ucx_segments() - before
-    left = sorted(new - in_use(new))
+    # still there after the scan: one another agent unlinked meanwhile
+    # was its own
+    left = sorted((new - in_use(new)) & ucx_segments())
     check(not left, "agents stopped while starting left %r in /dev/shm" %
           left)
     for f in left:
-        os.unlink("/dev/shm/" + f)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink("/dev/shm/" + f)
     for f in os.listdir(d):
         os.unlink(os.path.join(d, f))
     os.rmdir(d)

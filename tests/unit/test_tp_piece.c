@@ -34,15 +34,16 @@ struct seg_copy {
 /* The agent's host copies of a piece into a copy of the block at dst
  * as it was: pdx_kv_piece_copy() (the ipc lane), and packed then
  * unpacked (slice messages); each must leave what the row by row model
- * left at dst_now. */
+ * left at dst_now, and the packed bytes must be the rows in
+ * pdx_kv_piece_row()'s order (the slice messages' wire format). */
 static bool host_copies_agree(const struct pdx_kv_piece *pc,
 			      const uint8_t *src, const uint8_t *dst_before,
 			      const uint8_t *dst_now, uint64_t dbb)
 {
 	uint8_t *direct = malloc(dbb), *unpacked = malloc(dbb);
 	uint8_t *packed = malloc(pdx_kv_piece_bytes(pc));
-	struct pdx_kv_piece in = pdx_kv_piece_packed(*pc, 0);
-	struct pdx_kv_piece out = pdx_kv_piece_packed(*pc, 1);
+	struct pdx_kv_piece in = pdx_kv_piece_packed(*pc, PDX_KV_DST);
+	struct pdx_kv_piece out = pdx_kv_piece_packed(*pc, PDX_KV_SRC);
 	bool same;
 
 	memcpy(direct, dst_before, dbb);
@@ -51,6 +52,12 @@ static bool host_copies_agree(const struct pdx_kv_piece *pc,
 	pdx_kv_piece_copy(packed, src, &in);
 	pdx_kv_piece_copy(unpacked, packed, &out);
 	same = !memcmp(direct, dst_now, dbb) && !memcmp(unpacked, dst_now, dbb);
+	for (uint64_t i = 0; i < (uint64_t)pc->groups * pc->rows; i++) {
+		uint64_t s, d;
+
+		pdx_kv_piece_row(pc, i, &s, &d);
+		same = same && !memcmp(packed + i * pc->len, src + s, pc->len);
+	}
 	free(direct);
 	free(unpacked);
 	free(packed);
