@@ -584,27 +584,6 @@ typedef void (*preinit_fn)(int, char **, char **);
 __attribute__((section(".preinit_array"),
 	       used)) static const preinit_fn hup_note_at_start = hup_note;
 
-/* UCX's init with SIGINT, SIGTERM and SIGHUP held: our handlers come later
- * (agent_start()), and one of them taking its default action there killed
- * us between UCX's shm_open() of a segment and its unlink once sized and
- * mapped, leaving /dev/shm/ucx_shm_posix_* behind (a launcher stopping
- * agents that were starting: pdx-xferbench's cleanup). The threads UCX
- * starts keep them blocked. */
-static pdx_status_t ucx_new_unkilled(struct pdx_ucx **out)
-{
-	sigset_t stop, old;
-	pdx_status_t st;
-
-	sigemptyset(&stop);
-	sigaddset(&stop, SIGINT);
-	sigaddset(&stop, SIGTERM);
-	sigaddset(&stop, SIGHUP);
-	sigprocmask(SIG_BLOCK, &stop, &old);
-	st = pdx_ucx_new(out);
-	sigprocmask(SIG_SETMASK, &old, NULL);
-	return st;
-}
-
 /* Raises the soft limit on file descriptors to the hard one (a shell's
  * 1024 holds about 320 peers, under PEERS_MAX; the agent kept it), and
  * says when even that holds fewer than PEERS_MAX: past it, peers'
@@ -647,7 +626,7 @@ static int agent_start(struct agent *a)
 	a->zctx = zmq_ctx_new();
 	if (!a->base || !a->zctx)
 		return -1;
-	st = ucx_new_unkilled(&a->ucx);
+	st = pdx_ucx_new(&a->ucx);
 	if (st) {
 		log_error("ucx init failed: %s%s", pdx_status_str(st),
 			  shm_room_hint());
@@ -726,6 +705,30 @@ static int agent_start(struct agent *a)
 	if (!a->ended)
 		return -1;
 	return liveness_start(a);
+}
+
+/* agent_start() with SIGINT, SIGTERM and SIGHUP held until our handlers
+ * are in (its end), then released: one that came meanwhile reaches them,
+ * a clean stop. Taking its default action, it killed us between UCX's
+ * shm_open() of a segment and its unlink, leaving
+ * /dev/shm/ucx_shm_posix_* behind (a launcher stopping agents that were
+ * starting: pdx-xferbench's cleanup), and once the engine link was bound,
+ * which launchers wait for, before our handlers were (py_engine's agent
+ * stopped then exited by SIGTERM). The threads UCX and ZeroMQ start keep
+ * them blocked. */
+static int agent_start_unkilled(struct agent *a)
+{
+	sigset_t stop, old;
+	int rc;
+
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGHUP);
+	sigprocmask(SIG_BLOCK, &stop, &old);
+	rc = agent_start(a);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	return rc;
 }
 
 /* libevent's event_free() does not take NULL. */
@@ -827,7 +830,7 @@ int main(int argc, char **argv)
 		return 2;
 	pdx_log_prefix("pdx-agent");
 	warn_lease(&a.cfg);
-	if (agent_start(&a) == 0) {
+	if (agent_start_unkilled(&a) == 0) {
 		log_info("ready: engine link %s, peer link %s (advertised %s)",
 			 a.cfg.engine_addr, a.cfg.listen_addr, a.peer_addr);
 		agent_settle(&a);
