@@ -349,6 +349,7 @@ struct xfer {
 	 * (complete_stop_flush) */
 	bool stop_flushed;
 	uint32_t pull_layer;   /* pull's receiver: the next layer to read */
+	bool pull_waits;       /* ...which waits for room (slice_bufs.c) */
 	uint32_t timeout_ms;
 	struct event *timer;
 	uint64_t begun_ns;    /* the current phase began (xfer_arm) */
@@ -390,12 +391,12 @@ struct xfer_ops {
 	bool (*stop_flush)(struct xfer *x);
 };
 
-/* am_slice.c's state: buffers kept for packing, the packed bytes UCX has
- * not sent yet, and the layers waiting for room, in order. */
-struct am_slices {
-	struct packed *bufs, *live; /* kept; and in use */
+/* slice_bufs.c's state: buffers kept for the next slice, those UCX has
+ * not finished with, and the layers waiting for room, in order. */
+struct slice_bufs {
+	struct slice_buf *bufs, *live; /* kept; and in use */
 	uint32_t n_bufs;
-	uint64_t inflight;
+	uint64_t inflight; /* bytes of buffers counted (slice_buf_count) */
 	struct slice_wait *waits; /* in order (utlist) */
 	bool stopping; /* the transfers are gone: callbacks free only */
 };
@@ -551,7 +552,7 @@ struct agent {
 	struct event *zap_ev;
 	uint32_t n_xfers;
 	uint64_t ops_inflight; /* UCX operations of all transfers */
-	struct am_slices slices; /* TP slices on the am lane (am_slice.c) */
+	struct slice_bufs slices; /* TP slices' buffers (slice_bufs.c) */
 	uint64_t notify_dropped;
 	bool trace; /* PDX_AGENT_TRACE=1: transfers are stamped (trace.h) */
 };
@@ -976,11 +977,47 @@ pdx_status_t am_slice_push(struct xfer *x, uint32_t layer);
 /* AM_SLICE's handler: unpacked into the blocks it names. */
 void am_slice_on_message(void *agent, const void *hdr, size_t hdr_len,
 			 void *data, size_t len, bool rndv);
+
+/* slice_bufs.c: the buffers slices pass through, and their bound */
+#define SLICE_MSG_MAX (1u << 20) /* a buffer kept for the next slice */
+struct slice_buf {
+	struct slice_buf *next, *prev; /* on the live or the kept list */
+	struct agent *agent;
+	struct xfer *x;
+	struct am_place at; /* am: the first block's position, layer, tensor */
+	uint8_t *ours;	    /* pull: our first block's slice lands here */
+	uint32_t count;	    /* blocks */
+	bool counted;	    /* within the bound (slice_buf_count) */
+	uint64_t len;
+	size_t cap;
+	uint8_t bytes[];
+};
+/* A buffer of len bytes for x (a kept one where it fits); NULL: out of
+ * memory. */
+struct slice_buf *slice_buf_get(struct agent *a, struct xfer *x, size_t len);
+/* b is in flight: it counts against the bound until slice_buf_put(). */
+void slice_buf_count(struct agent *a, struct slice_buf *b);
+/* b is done with: kept or freed (the layers waiting are not resumed:
+ * slice_bufs_resume()). */
+void slice_buf_put(struct agent *a, struct slice_buf *b);
+/* Blocks a buffer of SLICE_MSG_MAX holds, of blocks of per bytes each:
+ * one at least. */
+uint32_t slice_buf_blocks(uint64_t per);
+/* Whether a layer may take buffers now. */
+bool slice_bufs_room(const struct agent *a);
+typedef void (*slice_resume_fn)(struct xfer *x, uint32_t layer);
+/* Layer of x waits for room, after the layers waiting already; resume
+ * is called when its turn comes (never once the agent stops). The caller
+ * holds x meanwhile. */
+pdx_status_t slice_bufs_wait(struct xfer *x, uint32_t layer,
+			     slice_resume_fn resume);
+/* The layers waiting, in order, while there is room. */
+void slice_bufs_resume(struct agent *a);
 /* The agent stops, before its transfers are freed: waiting layers
- * dropped, and messages still in flight free only their buffers. */
-void am_slice_stop(struct agent *a);
-/* Its buffers freed, once UCX is gone (no message calls back). */
-void am_slice_free(struct agent *a);
+ * dropped, and buffers still in flight free only themselves. */
+void slice_bufs_stop(struct agent *a);
+/* The buffers freed, once UCX is gone (nothing calls back). */
+void slice_bufs_free(struct agent *a);
 
 /* staged.c: the staged path's bounded buffers and messages */
 /* Its buffers, once GPU memory is registered (their name is in hellos). */
@@ -1036,9 +1073,10 @@ const char *tp_slice_refusal(const struct tp_slice *s, enum data_path path,
  * slice (x->order_slice), converted on the way; else whole blocks again.
  * Decided anew each time p's hello is known, before a want or a push. */
 void tp_order_slice(struct xfer *x, const struct peer *p);
-/* Whether x sends its slice of each block as more than one row: a TP
- * leg's heads of NHD blocks (a row per token), or blocks converted to the
- * other order (a row per head and token). */
+/* Whether x's slice of each block is more than one row, from the
+ * sender's blocks to the receiver's: a TP leg's heads of NHD blocks (a
+ * row per token), or blocks converted to the other order (a row per head
+ * and token). */
 bool tp_slice_in_rows(const struct xfer *x);
 /* Bytes of s's heads in one block of layout l (either order). */
 uint64_t tp_slice_block_bytes(const struct tp_slice *s,

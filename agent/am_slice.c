@@ -8,92 +8,10 @@
  * whatever their ids on either side: each block is packed from, and
  * unpacked into, where its own id puts it.
  *
- * Memory is bounded: an agent holds at most SLICE_BUDGET bytes of
- * packed buffers that UCX has not sent yet, plus the layer that crossed
- * it; a layer that finds no room waits, in order, and is packed when
- * sent messages give theirs back. Buffers of SLICE_MSG_MAX are kept for
- * the next message: fresh ones cost more in page faults than the copy
- * into them. */
+ * Its buffers, and their bound, are slice_bufs.c's. */
 #define PDX_LOG_TOPIC "push"
-#include <stdlib.h>
-#include <utlist.h>
-
 #include "agent/agent.h"
 #include "common/log.h"
-
-#define SLICE_MSG_MAX (1u << 20)
-#define SLICE_KEEP 64
-#define SLICE_BUDGET ((uint64_t)32 * SLICE_MSG_MAX)
-
-/* A message's packed bytes, kept until UCX is done with them. */
-struct packed {
-	struct packed *next, *prev; /* on the live or the kept list */
-	struct agent *agent;
-	struct xfer *x;
-	struct am_place at; /* the first block's position, layer and tensor */
-	uint32_t count;	    /* blocks */
-	uint64_t len;
-	size_t cap;
-	uint8_t bytes[];
-};
-
-/* A layer of x that found no room, and holds x until it is packed. */
-struct slice_wait {
-	struct slice_wait *next, *prev;
-	struct xfer *x;
-	uint32_t layer;
-};
-
-static struct packed *packed_get(struct agent *a, struct xfer *x, size_t len)
-{
-	size_t cap = len > SLICE_MSG_MAX ? len : SLICE_MSG_MAX;
-	struct packed *pk = a->slices.bufs;
-
-	if (cap == SLICE_MSG_MAX && pk) {
-		DL_DELETE(a->slices.bufs, pk);
-		a->slices.n_bufs--;
-	} else if ((pk = malloc(sizeof(*pk) + cap)) == NULL) {
-		return NULL;
-	}
-	*pk = (struct packed){ .agent = a, .x = x, .len = len, .cap = cap };
-	DL_PREPEND(a->slices.live, pk);
-	return pk;
-}
-
-static void packed_put(struct agent *a, struct packed *pk)
-{
-	DL_DELETE(a->slices.live, pk);
-	if (pk->cap != SLICE_MSG_MAX || a->slices.n_bufs >= SLICE_KEEP ||
-	    a->slices.stopping) {
-		free(pk);
-		return;
-	}
-	DL_PREPEND(a->slices.bufs, pk);
-	a->slices.n_bufs++;
-}
-
-void am_slice_stop(struct agent *a)
-{
-	struct slice_wait *w, *tmp;
-
-	DL_FOREACH_SAFE(a->slices.waits, w, tmp) {
-		DL_DELETE(a->slices.waits, w);
-		free(w);
-	}
-	a->slices.stopping = true;
-}
-
-void am_slice_free(struct agent *a)
-{
-	struct packed *pk, *tmp;
-
-	DL_FOREACH_SAFE(a->slices.bufs, pk, tmp)
-		free(pk);
-	/* messages UCX never called back for (pdx_ucx_stop) */
-	DL_FOREACH_SAFE(a->slices.live, pk, tmp)
-		free(pk);
-	a->slices = (struct am_slices){ .stopping = true };
-}
 
 /* One block's slice between the block at `block` and *at (advanced). */
 struct slice_cursor {
@@ -120,7 +38,7 @@ static pdx_status_t slice_piece(struct xfer *x, const void *ctx,
 
 /* The slices of pk's blocks between our blocks and pk->bytes (or data,
  * a receiver's eager payload). */
-static void slice_copy(struct xfer *x, const struct packed *pk,
+static void slice_copy(struct xfer *x, const struct slice_buf *pk,
 		       uint8_t *bytes, bool pack)
 {
 	const struct registration *g = &x->agent->reg;
@@ -136,27 +54,17 @@ static void slice_copy(struct xfer *x, const struct packed *pk,
 	}
 }
 
-static void slices_resume(struct agent *a);
-
-/* Messages per SLICE_MSG_MAX, of blocks whose slice is per bytes: one
- * at least. */
-static uint32_t slice_step(uint64_t per)
-{
-	return per < SLICE_MSG_MAX ? (uint32_t)(SLICE_MSG_MAX / per) : 1;
-}
-
 static void slice_sent(void *arg, pdx_status_t status)
 {
-	struct packed *pk = arg;
+	struct slice_buf *pk = arg;
 	struct agent *a = pk->agent;
 	struct xfer *x = pk->x;
 
-	a->slices.inflight -= pk->cap;
-	packed_put(a, pk);
+	slice_buf_put(a, pk);
 	if (a->slices.stopping) /* cancelled: its transfer is gone */
 		return;
 	complete_op_ended(x, status);
-	slices_resume(a);
+	slice_bufs_resume(a);
 }
 
 /* x's heads of layer: blocks [skip, n) of each tensor, packed a message
@@ -165,13 +73,13 @@ static pdx_status_t slice_layer(struct xfer *x, uint32_t layer)
 {
 	struct agent *a = x->agent;
 	uint64_t per = tp_slice_block_bytes(&x->slice, &a->reg.layout);
-	uint32_t step = slice_step(per);
+	uint32_t step = slice_buf_blocks(per);
 
 	for (uint32_t t = 0; t < a->reg.layout.tensors; t++)
 		for (uint32_t i = x->skip; i < x->n_blocks; i += step) {
 			uint32_t n = x->n_blocks - i < step ? x->n_blocks - i
 							    : step;
-			struct packed *pk = packed_get(a, x, n * per);
+			struct slice_buf *pk = slice_buf_get(a, x, n * per);
 			uint8_t hdr[AM_SLICE_BYTES];
 			pdx_status_t st;
 
@@ -185,73 +93,58 @@ static pdx_status_t slice_layer(struct xfer *x, uint32_t layer)
 					     sizeof(hdr), pk->bytes, pk->len,
 					     NULL, slice_sent, pk);
 			if (st) {
-				packed_put(a, pk);
+				slice_buf_put(a, pk);
 				return st;
 			}
-			a->slices.inflight += pk->cap;
+			slice_buf_count(a, pk);
 			x->am_bytes += pk->len;
 			host_op_started(x, pk->len);
 		}
 	return PDX_OK;
 }
 
-/* Layers that waited, in order, while there is room. */
-static void slices_resume(struct agent *a)
+/* A layer that waited for room: packed now. */
+static void slice_resumed(struct xfer *x, uint32_t layer)
 {
-	struct am_slices *s = &a->slices;
+	pdx_status_t st = PDX_OK;
 
-	while (s->waits && s->inflight < SLICE_BUDGET) {
-		struct slice_wait *w = s->waits;
-		struct xfer *x = w->x;
-		pdx_status_t st = PDX_OK;
-
-		DL_DELETE(s->waits, w);
-		if (!x->finished)
-			st = x->peer->state == PEER_READY && x->peer->ep
-				     ? slice_layer(x, w->layer)
-				     : PDX_EPEER;
-		if (st)
-			xfer_fail(x, st, true, "push of layer %u to %s: %s",
-				  w->layer, x->peer_addr, pdx_status_str(st));
-		free(w);
-		complete_op_ended(x, PDX_OK); /* the wait's own hold */
-	}
+	if (!x->finished)
+		st = x->peer->state == PEER_READY && x->peer->ep
+			     ? slice_layer(x, layer)
+			     : PDX_EPEER;
+	if (st)
+		xfer_fail(x, st, true, "push of layer %u to %s: %s", layer,
+			  x->peer_addr, pdx_status_str(st));
+	complete_op_ended(x, PDX_OK); /* the wait's own hold */
 }
 
 pdx_status_t am_slice_push(struct xfer *x, uint32_t layer)
 {
-	struct am_slices *s = &x->agent->slices;
-	struct slice_wait *w;
+	pdx_status_t st;
 
-	/* With a layer waiting there is no room: messages are in flight,
-	 * and the first to be sent resumes it. */
-	if (!s->waits && s->inflight < SLICE_BUDGET)
+	if (slice_bufs_room(x->agent))
 		return slice_layer(x, layer);
-	w = malloc(sizeof(*w));
-	if (!w)
-		return PDX_ENOMEM;
-	*w = (struct slice_wait){ .x = x, .layer = layer };
-	log_debug("layer %u to %s waits: %llu bytes packed in flight", layer,
-		  x->peer_addr, (unsigned long long)s->inflight);
+	st = slice_bufs_wait(x, layer, slice_resumed);
+	if (st)
+		return st;
 	xfer_hold(x); /* and its flush waits for it */
 	pdx_xfer_sm_op_started(&x->sm);
-	DL_APPEND(s->waits, w);
 	return PDX_OK;
 }
 
 static void slice_received(void *arg, pdx_status_t status)
 {
-	struct packed *pk = arg;
+	struct slice_buf *pk = arg;
 	struct agent *a = pk->agent;
 	struct xfer *x = pk->x;
 
 	if (a->slices.stopping) { /* cancelled: its transfer is gone */
-		packed_put(a, pk);
+		slice_buf_put(a, pk);
 		return;
 	}
 	if (!status && !x->finished) /* a failed one's blocks are not ours */
 		slice_copy(x, pk, pk->bytes, false);
-	packed_put(a, pk);
+	slice_buf_put(a, pk);
 	am_place_received(x, status);
 }
 
@@ -259,7 +152,7 @@ void am_slice_on_message(void *agent, const void *hdr, size_t hdr_len,
 			 void *data, size_t len, bool rndv)
 {
 	struct agent *a = agent;
-	struct packed eager, *pk = &eager;
+	struct slice_buf eager, *pk = &eager;
 	struct am_place at;
 	struct xfer *x = am_place_xfer(a, hdr, hdr_len, &at);
 	uint64_t per = x && x->slice.n
@@ -267,14 +160,14 @@ void am_slice_on_message(void *agent, const void *hdr, size_t hdr_len,
 			       : 0;
 
 	/* no more blocks than a sender packs in one message */
-	if (!per || len % per || len / per > slice_step(per) ||
+	if (!per || len % per || len / per > slice_buf_blocks(per) ||
 	    !am_place_awaited(x, &at, len / per)) {
 		am_place_drop(a, hdr, hdr_len, data, len, rndv);
 		return;
 	}
 	x->am_bytes += len;
 	if (rndv) /* into a buffer first */
-		pk = packed_get(a, x, len);
+		pk = slice_buf_get(a, x, len);
 	if (!pk) {
 		pdx_ucx_am_drop(a->ucx, data);
 		xfer_fail(x, PDX_ENOMEM, true, "out of memory for %zu bytes "
@@ -290,7 +183,7 @@ void am_slice_on_message(void *agent, const void *hdr, size_t hdr_len,
 	}
 	xfer_hold(x);
 	if (pdx_ucx_am_recv(a->ucx, data, pk->bytes, len, slice_received, pk)) {
-		packed_put(a, pk);
+		slice_buf_put(a, pk);
 		xfer_unhold(x);
 		xfer_fail(x, PDX_EIO, true, "cannot receive data from %s",
 			  x->peer_addr);

@@ -744,7 +744,7 @@ static void agent_stop(struct agent *a)
 	metrics_stop(a);
 	gpu_drain(a->gpu); /* its callbacks name transfers */
 	staged_stop(a);
-	am_slice_stop(a);
+	slice_bufs_stop(a);
 	xfers_free(a);
 	pdx_ended_free(a->ended);
 	peers_free(a);
@@ -793,7 +793,7 @@ static void agent_stop(struct agent *a)
 	pdx_ucx_free(a->ucx);
 	/* what UCX operations named: called back now, or never */
 	xfers_reap(a);
-	am_slice_free(a);
+	slice_bufs_free(a);
 	if (a->base)
 		event_base_free(a->base);
 	/* only the socket file our bind made, never one another agent put

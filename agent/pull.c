@@ -16,8 +16,8 @@
 #include "common/log.h"
 
 #define MAX_BLOCKS (1u << 20)
-/* Gets in flight before the next layer's are posted: a TP leg's NHD
- * heads are a get per token row, hundreds of thousands a transfer. */
+/* Gets in flight before the next layer's are posted: a get per run of
+ * blocks, or per block of a TP leg's HND heads. */
 #define READS_MAX 4096
 
 const char *pull_refusal(const struct agent *a, const struct peer *p)
@@ -145,6 +145,71 @@ static pdx_status_t read_piece(struct xfer *x, const void *ctx,
 	return st;
 }
 
+/* Our heads of a buffer of the peer's whole blocks, copied out. */
+static pdx_status_t copy_out(struct xfer *x, const void *ctx,
+			     const struct pdx_kv_piece *pc)
+{
+	const struct slice_buf *b = ctx;
+
+	pdx_kv_piece_copy(b->ours, b->bytes, pc);
+	return PDX_OK;
+}
+
+static void blocks_read(void *arg, pdx_status_t status)
+{
+	struct slice_buf *b = arg;
+	struct agent *a = b->agent;
+	struct xfer *x = b->x;
+
+	/* a failed transfer's blocks are not ours (and at stop its peer is
+	 * gone) */
+	if (!status && !x->finished)
+		tp_slice_each_piece(x, &x->slice, &x->peer->layout,
+				    &a->reg.layout, b->count, copy_out, b);
+	slice_buf_put(a, b);
+	read_done(x, status);
+	slice_bufs_resume(a);
+}
+
+/* A slice of more than one row a block (a TP leg's NHD heads, blocks of
+ * the other order) on the put lane: a get per row would be hundreds of
+ * thousands a transfer (13 times the time of equal TP sizes); the
+ * peer's whole blocks are read instead, a buffer of SLICE_MSG_MAX at a
+ * time, and our heads copied out of them. Where the peer holds more
+ * heads than we take (TP p < d) that reads d / p times our bytes. */
+static pdx_status_t read_blocks(struct xfer *x, uint32_t count,
+				const struct host_run *at)
+{
+	struct agent *a = x->agent;
+	const struct remote_region *rr = &x->peer->regions[at->ri];
+	uint64_t theirs = pdx_kv_layout_block_bytes(&x->peer->layout);
+	uint64_t ours = pdx_kv_layout_block_bytes(&a->reg.layout);
+	uint64_t heads = tp_slice_block_bytes(&x->slice, &a->reg.layout);
+	uint32_t step = slice_buf_blocks(theirs);
+
+	for (uint32_t i = 0; i < count; i += step) {
+		uint32_t n = count - i < step ? count - i : step;
+		struct slice_buf *b = slice_buf_get(a, x, n * theirs);
+		pdx_status_t st;
+
+		if (!b)
+			return PDX_ENOMEM;
+		b->ours = at->src + i * ours;
+		b->count = n;
+		st = pdx_ucx_get(x->peer->ep, b->bytes, b->len, NULL,
+				 rr->addr + at->off + i * theirs, rr->rkey,
+				 blocks_read, b);
+		if (st) {
+			slice_buf_put(a, b);
+			return st;
+		}
+		slice_buf_count(a, b);
+		xfer_hold(x);
+		x->bytes += n * heads;
+	}
+	return PDX_OK;
+}
+
 /* One run of blocks of one tensor of one layer: the peer's (at->ri,
  * at->off) into ours (at->src); a TP leg's heads of them only. */
 static pdx_status_t read_run(struct xfer *x, uint32_t layer, uint32_t t,
@@ -152,6 +217,8 @@ static pdx_status_t read_run(struct xfer *x, uint32_t layer, uint32_t t,
 {
 	struct pdx_kv_piece whole = pdx_kv_piece_whole(at->len);
 
+	if (x->slice.n && x->peer->path == DATA_PUT && tp_slice_in_rows(x))
+		return read_blocks(x, r->count, at);
 	if (x->slice.n)
 		return tp_slice_each_piece(x, &x->slice, &x->peer->layout,
 					   &x->agent->reg.layout, r->count,
@@ -208,26 +275,62 @@ void pull_on_readable(struct xfer *x, const msgpack_object *m)
 	reads_post(x);
 }
 
+/* x's next layer's reads posted; false: x failed. */
+static bool read_layer(struct xfer *x)
+{
+	uint32_t l = x->pull_layer++;
+	pdx_status_t st = peer_known(x->peer)
+				  ? host_each_run(x, l, true, read_run)
+				  : PDX_EPEER;
+
+	if (st)
+		xfer_fail(x, st, true, "reading layer %u from %s: %s", l,
+			  x->peer_addr, pdx_status_str(st));
+	return !st;
+}
+
+/* A layer that waited for room for its buffers: its turn came, so it is
+ * read whatever waits behind it (those would wait for it again). */
+static void reads_resumed(struct xfer *x, uint32_t layer)
+{
+	x->pull_waits = false;
+	xfer_unhold(x); /* the wait's */
+	if (!x->finished && read_layer(x))
+		reads_post(x);
+	xfer_maybe_release(x);
+}
+
+/* Whether x may read its next layer now; else it waits for the buffers
+ * of whole blocks it reads (read_blocks) to have room, holding x. */
+static bool reads_room(struct xfer *x)
+{
+	pdx_status_t st;
+
+	if (x->peer->path != DATA_PUT || !tp_slice_in_rows(x) ||
+	    slice_bufs_room(x->agent))
+		return true;
+	st = slice_bufs_wait(x, x->pull_layer, reads_resumed);
+	if (st) {
+		xfer_fail(x, st, true, "out of memory");
+		return false;
+	}
+	x->pull_waits = true;
+	xfer_hold(x);
+	return false;
+}
+
 /* The next layers' reads, while fewer than READS_MAX are in flight (the
  * ipc lane's copies end at once) and until the loop is due back
  * (xfer_yield); "pulled" after the last. */
 static void reads_post(struct xfer *x)
 {
-	while (!x->finished && x->inflight < READS_MAX &&
+	/* a layer waiting for room goes first (reads_resumed) */
+	while (!x->finished && !x->pull_waits && x->inflight < READS_MAX &&
 	       x->pull_layer < x->agent->reg.layout.layers) {
-		uint32_t l;
-		pdx_status_t st;
-
 		if (xfer_yield(x, reads_post))
 			return;
-		l = x->pull_layer++;
-		st = host_each_run(x, l, true, read_run);
-
-		if (st) {
-			xfer_fail(x, st, true, "reading layer %u from %s: %s", l,
-				  x->peer_addr, pdx_status_str(st));
-			return; /* reads started drain first */
-		}
+		if (!reads_room(x) || !read_layer(x))
+			return; /* a failure's reads started drain first */
 	}
 	pull_maybe_pulled(x);
 }

@@ -157,7 +157,10 @@ bool tp_slice_in_rows(const struct xfer *x)
 
 	if (!x->slice.n || !x->peer)
 		return false;
-	p = piece_of_slice(&x->slice, &x->agent->reg.layout, &x->peer->layout);
+	p = x->role == XFER_RECV ? piece_of_slice(&x->slice, &x->peer->layout,
+						  &x->agent->reg.layout)
+				 : piece_of_slice(&x->slice, &x->agent->reg.layout,
+						  &x->peer->layout);
 	return (uint64_t)p.groups * p.rows > 1;
 }
 

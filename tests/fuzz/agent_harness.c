@@ -612,14 +612,14 @@ void fa_init(struct agent *a, uint8_t cfg)
 void fa_free(struct agent *a)
 {
 	progress();
-	am_slice_stop(a);
+	slice_bufs_stop(a);
 	xfers_free(a);
 	pdx_ended_free(a->ended);
 	peers_free(a);
 	registration_clear(a);
 	progress();
 	xfers_reap(a);
-	am_slice_free(a);
+	slice_bufs_free(a);
 	if (n_ops || eps || live_sockets || live_mem || live_rkey_bufs ||
 	    live_rkeys)
 		die("left over: %zu operations, %s endpoint, %d sockets, %d "

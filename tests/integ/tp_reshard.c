@@ -681,6 +681,9 @@ int main(int argc, char **argv)
 	run_case(2, 1, PDX_KV_HND, PDX_KV_NHD, false, NULL, pull);
 	run_case(1, 2, PDX_KV_HND, PDX_KV_HND, false, "put", pull);
 	run_case(4, 2, PDX_KV_NHD, PDX_KV_NHD, false, "put", pull);
+	/* whole blocks read, our heads copied out (both ways of p vs d) */
+	run_case(2, 4, PDX_KV_NHD, PDX_KV_NHD, false, "put", pull);
+	run_case(2, 4, PDX_KV_NHD, PDX_KV_HND, false, "put", pull);
 	/* equal TP through peers */
 	run_case(2, 2, PDX_KV_NHD, PDX_KV_NHD, false, NULL, push);
 	run_case(2, 1, PDX_KV_NHD, PDX_KV_NHD, true, NULL, push);

@@ -110,7 +110,7 @@ def main():
     check_plain(xb, agent, "deepseek-v3", 100, 2, 1)
     check_plain(xb, agent, "deepseek-v3", 100, 1, 2)
     # the am lane over TCP packs the heads; 1024 tokens put more packed
-    # bytes in flight than the agent's bound (am_slice.c), so layers wait
+    # bytes in flight than the agent's bound (slice_bufs.c), so layers wait
     check_plain(xb, agent, "llama3-8b", 1024, 2, 4, "NHD",
                 ["--data-path", "am", "--tls", "tcp"])
     check_plain(xb, agent, "llama3-8b", 1024, 4, 2, "HND",
@@ -118,6 +118,10 @@ def main():
     # pulled: the decode agents read their heads
     check_plain(xb, agent, "llama3-8b", 256, 2, 4, "NHD", ["--pull"])
     check_plain(xb, agent, "tiny", 62, 2, 1, "HND",
+                ["--pull", "--data-path", "put"])
+    # pulled NHD legs on the put lane read whole blocks into buffers
+    # under the same bound: 1024 tokens' layers wait for room there too
+    check_plain(xb, agent, "llama3-8b", 1024, 2, 4, "NHD",
                 ["--pull", "--data-path", "put"])
 
     out = run(xb, agent, ["--model", "tiny", "--tokens", "64",

@@ -1,0 +1,131 @@
+/* The buffers a TP leg's slices pass through on their way between two
+ * agents' blocks, where UCX cannot move them as they lie: packed for the
+ * am lane's slice messages (am_slice.c), and the sender's whole blocks a
+ * pull reads on the put lane before it copies its heads out (pull.c).
+ *
+ * Memory is bounded: an agent holds at most SLICE_BUDGET bytes of
+ * buffers that UCX has not finished with (slice_buf_count()), plus the
+ * layer that crossed it; a layer that finds no room waits, in order, and
+ * goes on when finished buffers give theirs back (slice_bufs_resume()).
+ * Buffers of SLICE_MSG_MAX are kept for the next use: fresh ones cost
+ * more in page faults than the copy into them; small ones come from
+ * malloc's heap. */
+#include <stdlib.h>
+#include <utlist.h>
+
+#include "agent/agent.h"
+#include "common/log.h"
+
+#define SLICE_KEEP 64
+#define SLICE_SMALL (SLICE_MSG_MAX / 16)
+#define SLICE_BUDGET ((uint64_t)32 * SLICE_MSG_MAX)
+
+/* A layer of x that found no room, and what goes on with it. */
+struct slice_wait {
+	struct slice_wait *next, *prev;
+	struct xfer *x;
+	uint32_t layer;
+	slice_resume_fn resume;
+};
+
+struct slice_buf *slice_buf_get(struct agent *a, struct xfer *x, size_t len)
+{
+	/* a small one from malloc's heap (a pull's single blocks): taking a
+	 * kept one would count 1 MiB against the bound for it */
+	size_t cap = len > SLICE_MSG_MAX || len <= SLICE_SMALL ? len
+							       : SLICE_MSG_MAX;
+	struct slice_buf *b = a->slices.bufs;
+
+	if (cap == SLICE_MSG_MAX && b) {
+		DL_DELETE(a->slices.bufs, b);
+		a->slices.n_bufs--;
+	} else if ((b = malloc(sizeof(*b) + cap)) == NULL) {
+		return NULL;
+	}
+	*b = (struct slice_buf){ .agent = a, .x = x, .len = len, .cap = cap };
+	DL_PREPEND(a->slices.live, b);
+	return b;
+}
+
+void slice_buf_count(struct agent *a, struct slice_buf *b)
+{
+	b->counted = true;
+	a->slices.inflight += b->cap;
+}
+
+void slice_buf_put(struct agent *a, struct slice_buf *b)
+{
+	if (b->counted)
+		a->slices.inflight -= b->cap;
+	DL_DELETE(a->slices.live, b);
+	if (b->cap != SLICE_MSG_MAX || a->slices.n_bufs >= SLICE_KEEP ||
+	    a->slices.stopping) {
+		free(b);
+		return;
+	}
+	DL_PREPEND(a->slices.bufs, b);
+	a->slices.n_bufs++;
+}
+
+uint32_t slice_buf_blocks(uint64_t per)
+{
+	return per < SLICE_MSG_MAX ? (uint32_t)(SLICE_MSG_MAX / per) : 1;
+}
+
+bool slice_bufs_room(const struct agent *a)
+{
+	/* with a layer waiting there is none: buffers are in flight, and
+	 * the first to end resumes it */
+	return !a->slices.waits && a->slices.inflight < SLICE_BUDGET;
+}
+
+pdx_status_t slice_bufs_wait(struct xfer *x, uint32_t layer,
+			     slice_resume_fn resume)
+{
+	struct slice_wait *w = malloc(sizeof(*w));
+
+	if (!w)
+		return PDX_ENOMEM;
+	*w = (struct slice_wait){ .x = x, .layer = layer, .resume = resume };
+	log_debug("layer %u of %s waits: %llu bytes of slices in flight",
+		  layer, x->peer_addr,
+		  (unsigned long long)x->agent->slices.inflight);
+	DL_APPEND(x->agent->slices.waits, w);
+	return PDX_OK;
+}
+
+void slice_bufs_resume(struct agent *a)
+{
+	struct slice_bufs *s = &a->slices;
+
+	while (!s->stopping && s->waits && s->inflight < SLICE_BUDGET) {
+		struct slice_wait *w = s->waits;
+
+		DL_DELETE(s->waits, w);
+		w->resume(w->x, w->layer);
+		free(w);
+	}
+}
+
+void slice_bufs_stop(struct agent *a)
+{
+	struct slice_wait *w, *tmp;
+
+	DL_FOREACH_SAFE(a->slices.waits, w, tmp) {
+		DL_DELETE(a->slices.waits, w);
+		free(w);
+	}
+	a->slices.stopping = true;
+}
+
+void slice_bufs_free(struct agent *a)
+{
+	struct slice_buf *b, *tmp;
+
+	DL_FOREACH_SAFE(a->slices.bufs, b, tmp)
+		free(b);
+	/* operations UCX never called back for (pdx_ucx_stop) */
+	DL_FOREACH_SAFE(a->slices.live, b, tmp)
+		free(b);
+	a->slices = (struct slice_bufs){ .stopping = true };
+}
