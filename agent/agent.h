@@ -555,6 +555,9 @@ struct agent {
 	struct slice_bufs slices; /* TP slices' buffers (slice_bufs.c) */
 	uint64_t notify_dropped;
 	bool trace; /* PDX_AGENT_TRACE=1: transfers are stamped (trace.h) */
+	/* PDX_AGENT_NO_SLICES=1: our hello leaves out "slices", as a
+	 * version 3 agent's did (tests of the put lane's put per row) */
+	bool no_slices;
 };
 
 /* We hold a working handshake with p (it may be being refreshed). */

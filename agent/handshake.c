@@ -272,7 +272,8 @@ static void send_hello(struct agent *a, struct peer *p, const char *op)
 	staged_pack_hello(a, &pm.m);
 	pdx_mp_msg_bool(&pm.m, "done_ucx", true);
 	pdx_mp_msg_bool(&pm.m, "stops", true);
-	pdx_mp_msg_bool(&pm.m, "slices", true);
+	if (!a->no_slices)
+		pdx_mp_msg_bool(&pm.m, "slices", true);
 	if (a->reg.kv_dtype[0])
 		pdx_mp_msg_str(&pm.m, "kv_dtype", a->reg.kv_dtype);
 	pdx_mp_msg_map_open(&pm.m, "tp");

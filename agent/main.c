@@ -826,6 +826,8 @@ int main(int argc, char **argv)
 		pdx_log_set_level(getenv("PDX_LOG_LEVEL"));
 	a.trace = getenv("PDX_AGENT_TRACE") &&
 		  strcmp(getenv("PDX_AGENT_TRACE"), "1") == 0;
+	a.no_slices = getenv("PDX_AGENT_NO_SLICES") &&
+		      strcmp(getenv("PDX_AGENT_NO_SLICES"), "1") == 0;
 	if (parse_args(argc, argv, &a.cfg))
 		return 2;
 	pdx_log_prefix("pdx-agent");

@@ -668,6 +668,11 @@ int main(int argc, char **argv)
 			 false, NULL, push);
 	}
 	run_case(2, 4, PDX_KV_NHD, PDX_KV_NHD, false, "put", push);
+	/* receivers as a version 3 agent, without "slices": a put per row */
+	agent_env = "PDX_AGENT_NO_SLICES=1";
+	run_case(2, 4, PDX_KV_NHD, PDX_KV_NHD, false, "put", push);
+	run_case(1, 1, PDX_KV_HND, PDX_KV_NHD, false, "put", push);
+	agent_env = NULL;
 	run_case(4, 2, PDX_KV_HND, PDX_KV_HND, false, "put", push);
 	run_case(4, 2, PDX_KV_HND, PDX_KV_NHD, false, "put", push);
 	run_case(1, 2, PDX_KV_NHD, PDX_KV_NHD, false, "am", push);
