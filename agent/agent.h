@@ -348,8 +348,14 @@ struct xfer {
 	/* sender: the endpoint flushed before that "stopped" or "abort"
 	 * (complete_stop_flush) */
 	bool stop_flushed;
-	uint32_t pull_layer;   /* pull's receiver: the next layer to read */
-	bool pull_waits;       /* ...which waits for room (slice_bufs.c) */
+	/* pull's receiver: the next layer to read; with pull_whole (the
+	 * sender's whole blocks, pull.c) the tensor and position too */
+	uint32_t pull_layer, pull_tensor, pull_index;
+	bool pull_whole;
+	bool pull_waits; /* ...which wait for room (slice_bufs.c) */
+	/* waits for room in slice_bufs.c, each holding x: not UCX
+	 * operations (liveness.c) */
+	uint32_t room_waits;
 	uint32_t timeout_ms;
 	struct event *timer;
 	uint64_t begun_ns;    /* the current phase began (xfer_arm) */
@@ -396,7 +402,7 @@ struct xfer_ops {
 struct slice_bufs {
 	struct slice_buf *bufs, *live; /* kept; and in use */
 	uint32_t n_bufs;
-	uint64_t inflight; /* bytes of buffers counted (slice_buf_count) */
+	uint64_t bytes_out; /* of buffers counted (slice_buf_count) */
 	struct slice_wait *waits; /* in order (utlist) */
 	bool stopping; /* the transfers are gone: callbacks free only */
 };
@@ -982,14 +988,15 @@ void am_slice_on_message(void *agent, const void *hdr, size_t hdr_len,
 			 void *data, size_t len, bool rndv);
 
 /* slice_bufs.c: the buffers slices pass through, and their bound */
-#define SLICE_MSG_MAX (1u << 20) /* a buffer kept for the next slice */
+#define SLICE_BUF_MAX (1u << 20) /* a buffer kept for the next slice */
 struct slice_buf {
 	struct slice_buf *next, *prev; /* on the live or the kept list */
 	struct agent *agent;
 	struct xfer *x;
-	struct am_place at; /* am: the first block's position, layer, tensor */
-	uint8_t *ours;	    /* pull: our first block's slice lands here */
+	struct am_place at; /* the first block's position, layer, tensor */
 	uint32_t count;	    /* blocks */
+	uint32_t gets;	    /* pull: gets into it still in flight */
+	pdx_status_t status; /* pull: the first of them to fail */
 	bool counted;	    /* within the bound (slice_buf_count) */
 	uint64_t len;
 	size_t cap;
@@ -1003,18 +1010,20 @@ void slice_buf_count(struct agent *a, struct slice_buf *b);
 /* b is done with: kept or freed (the layers waiting are not resumed:
  * slice_bufs_resume()). */
 void slice_buf_put(struct agent *a, struct slice_buf *b);
-/* Blocks a buffer of SLICE_MSG_MAX holds, of blocks of per bytes each:
+/* Blocks a buffer of SLICE_BUF_MAX holds, of blocks of per bytes each:
  * one at least. */
 uint32_t slice_buf_blocks(uint64_t per);
 /* Whether a layer may take buffers now. */
 bool slice_bufs_room(const struct agent *a);
 typedef void (*slice_resume_fn)(struct xfer *x, uint32_t layer);
-/* Layer of x waits for room, after the layers waiting already; resume
- * is called when its turn comes (never once the agent stops). The caller
- * holds x meanwhile. */
+/* x waits for room (layer: a push's, for resume), after what waits
+ * already; resume is called when its turn comes, or as soon as a buffer
+ * ends once x has finished (never once the agent stops). The caller
+ * holds x meanwhile (x->room_waits counts such holds). */
 pdx_status_t slice_bufs_wait(struct xfer *x, uint32_t layer,
 			     slice_resume_fn resume);
-/* The layers waiting, in order, while there is room. */
+/* The waits of finished transfers, then the others in order while there
+ * is room: after each counted buffer ends. */
 void slice_bufs_resume(struct agent *a);
 /* The agent stops, before its transfers are freed: waiting layers
  * dropped, and buffers still in flight free only themselves. */

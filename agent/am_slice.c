@@ -1,7 +1,7 @@
 /* A TP leg's heads on the am lane (docs/protocol.md, "TP legs"). Its
  * heads are not contiguous in either side's blocks (NHD: a row per
  * token), so the sender packs its slice of a few blocks into one message
- * (AM_SLICE, at most SLICE_MSG_MAX bytes) and the receiver unpacks it
+ * (AM_SLICE, at most SLICE_BUF_MAX bytes) and the receiver unpacks it
  * into its own blocks: a copy on each side, as UCX itself copies on TCP.
  *
  * A message covers consecutive positions of the transfer's blocks,
@@ -68,7 +68,7 @@ static void slice_sent(void *arg, pdx_status_t status)
 }
 
 /* x's heads of layer: blocks [skip, n) of each tensor, packed a message
- * per SLICE_MSG_MAX bytes. */
+ * per SLICE_BUF_MAX bytes. */
 static pdx_status_t slice_layer(struct xfer *x, uint32_t layer)
 {
 	struct agent *a = x->agent;

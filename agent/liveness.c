@@ -80,7 +80,8 @@ static void peer_lost(struct agent *a, struct peer *p, const char *why)
  * s, "timed out" the decode engine's only word): it now fails at twice
  * the bound, saying why, where its holds are UCX operations only (the
  * put and am lanes; not TP legs on the am lane, nor the GPU lanes, which
- * also hold while they wait for room or for a layer's event), the peer
+ * also hold while they wait for a layer's event; a wait for room for
+ * slices, slice_bufs.c, is no UCX operation and not counted), the peer
  * link answers (a silent peer is liveness's below, with its own words)
  * and our own loop ran (we_stalled: nothing could finish meanwhile).
  * Twice: an endpoint made anew after a failure may take a while to
@@ -91,7 +92,7 @@ static bool ops_stuck(const struct xfer *x, uint64_t now, uint64_t bound,
 {
 	const struct peer *p = x->peer;
 
-	if (!x->inflight || !peer_known(p) || x->ep_kept ||
+	if (x->inflight <= x->room_waits || !peer_known(p) || x->ep_kept ||
 	    now - p->ucx_done_ns <= bound)
 		return false;
 	if (x->finished) /* (on an endpoint kept for them: peer.c) */

@@ -16,8 +16,9 @@
 #include "common/log.h"
 
 #define MAX_BLOCKS (1u << 20)
-/* Gets in flight before the next layer's are posted: a get per run of
- * blocks, or per block of a TP leg's HND heads. */
+/* Gets or buffers in flight before the next are posted: a get per run
+ * of blocks, per block of a TP leg's HND heads, or a buffer of whole
+ * blocks. */
 #define READS_MAX 4096
 
 const char *pull_refusal(const struct agent *a, const struct peer *p)
@@ -113,14 +114,14 @@ static void read_done(void *arg, pdx_status_t status)
 }
 
 /* One piece of a run: the peer's bytes at (at->ri, at->off) + src_off
- * into ours at at->src + dst_off, row by row. */
+ * into ours at at->src + dst_off: one row (a piece of more rows is read
+ * as whole blocks on the put lane, read_whole()). */
 static pdx_status_t read_piece(struct xfer *x, const void *ctx,
 			       const struct pdx_kv_piece *pc)
 {
 	const struct host_run *at = ctx;
 	const struct remote_region *rr = &x->peer->regions[at->ri];
-	uint64_t n = (uint64_t)pc->groups * pc->rows, from, to;
-	pdx_status_t st = PDX_OK;
+	pdx_status_t st;
 
 	if (x->peer->path == DATA_IPC) {
 		if (!mapped_copy_piece(at->src, rr->map + at->off, pc)) {
@@ -132,82 +133,14 @@ static pdx_status_t read_piece(struct xfer *x, const void *ctx,
 		x->bytes += pdx_kv_piece_bytes(pc);
 		return PDX_OK;
 	}
-	for (uint64_t k = 0; k < n && !st; k++) {
-		pdx_kv_piece_row(pc, k, &from, &to);
-		st = pdx_ucx_get(x->peer->ep, at->src + to, pc->len, at->mem,
-				 rr->addr + at->off + from, rr->rkey, read_done,
-				 x);
-		if (st)
-			break;
+	st = pdx_ucx_get(x->peer->ep, at->src + pc->dst_off, pc->len, at->mem,
+			 rr->addr + at->off + pc->src_off, rr->rkey, read_done,
+			 x);
+	if (!st) {
 		xfer_hold(x);
 		x->bytes += pc->len;
 	}
 	return st;
-}
-
-/* Our heads of a buffer of the peer's whole blocks, copied out. */
-static pdx_status_t copy_out(struct xfer *x, const void *ctx,
-			     const struct pdx_kv_piece *pc)
-{
-	const struct slice_buf *b = ctx;
-
-	pdx_kv_piece_copy(b->ours, b->bytes, pc);
-	return PDX_OK;
-}
-
-static void blocks_read(void *arg, pdx_status_t status)
-{
-	struct slice_buf *b = arg;
-	struct agent *a = b->agent;
-	struct xfer *x = b->x;
-
-	/* a failed transfer's blocks are not ours (and at stop its peer is
-	 * gone) */
-	if (!status && !x->finished)
-		tp_slice_each_piece(x, &x->slice, &x->peer->layout,
-				    &a->reg.layout, b->count, copy_out, b);
-	slice_buf_put(a, b);
-	read_done(x, status);
-	slice_bufs_resume(a);
-}
-
-/* A slice of more than one row a block (a TP leg's NHD heads, blocks of
- * the other order) on the put lane: a get per row would be hundreds of
- * thousands a transfer (13 times the time of equal TP sizes); the
- * peer's whole blocks are read instead, a buffer of SLICE_MSG_MAX at a
- * time, and our heads copied out of them. Where the peer holds more
- * heads than we take (TP p < d) that reads d / p times our bytes. */
-static pdx_status_t read_blocks(struct xfer *x, uint32_t count,
-				const struct host_run *at)
-{
-	struct agent *a = x->agent;
-	const struct remote_region *rr = &x->peer->regions[at->ri];
-	uint64_t theirs = pdx_kv_layout_block_bytes(&x->peer->layout);
-	uint64_t ours = pdx_kv_layout_block_bytes(&a->reg.layout);
-	uint64_t heads = tp_slice_block_bytes(&x->slice, &a->reg.layout);
-	uint32_t step = slice_buf_blocks(theirs);
-
-	for (uint32_t i = 0; i < count; i += step) {
-		uint32_t n = count - i < step ? count - i : step;
-		struct slice_buf *b = slice_buf_get(a, x, n * theirs);
-		pdx_status_t st;
-
-		if (!b)
-			return PDX_ENOMEM;
-		b->ours = at->src + i * ours;
-		b->count = n;
-		st = pdx_ucx_get(x->peer->ep, b->bytes, b->len, NULL,
-				 rr->addr + at->off + i * theirs, rr->rkey,
-				 blocks_read, b);
-		if (st) {
-			slice_buf_put(a, b);
-			return st;
-		}
-		slice_buf_count(a, b);
-		xfer_hold(x);
-		x->bytes += n * heads;
-	}
-	return PDX_OK;
 }
 
 /* One run of blocks of one tensor of one layer: the peer's (at->ri,
@@ -217,13 +150,139 @@ static pdx_status_t read_run(struct xfer *x, uint32_t layer, uint32_t t,
 {
 	struct pdx_kv_piece whole = pdx_kv_piece_whole(at->len);
 
-	if (x->slice.n && x->peer->path == DATA_PUT && tp_slice_in_rows(x))
-		return read_blocks(x, r->count, at);
 	if (x->slice.n)
 		return tp_slice_each_piece(x, &x->slice, &x->peer->layout,
 					   &x->agent->reg.layout, r->count,
 					   read_piece, at);
 	return read_piece(x, at, &whole);
+}
+
+/* Our heads of one of a buffer's blocks (ctx: where the block lies in
+ * it), copied into our block. */
+struct whole_block {
+	uint8_t *ours;
+	const uint8_t *theirs;
+};
+
+static pdx_status_t copy_out(struct xfer *x, const void *ctx,
+			     const struct pdx_kv_piece *pc)
+{
+	const struct whole_block *w = ctx;
+
+	pdx_kv_piece_copy(w->ours, w->theirs, pc);
+	return PDX_OK;
+}
+
+/* A get into buffer b ended; with its last, our heads of b's blocks are
+ * copied out (unless b or its transfer failed: those blocks are not
+ * ours, and at stop the peer is gone). */
+static void whole_read(void *arg, pdx_status_t status)
+{
+	struct slice_buf *b = arg;
+	struct agent *a = b->agent;
+	struct xfer *x = b->x;
+	uint64_t bb;
+
+	if (status && !b->status)
+		b->status = status;
+	if (--b->gets)
+		return;
+	bb = x->finished ? 0 : pdx_kv_layout_block_bytes(&x->peer->layout);
+	for (uint32_t k = 0; !b->status && bb && k < b->count; k++) {
+		struct whole_block w = {
+			.ours = host_block_addr(&a->reg, b->at.layer,
+						b->at.tensor,
+						x->blocks[b->at.index + k]),
+			.theirs = b->bytes + k * bb,
+		};
+
+		tp_slice_each_piece(x, &x->slice, &x->peer->layout,
+				    &a->reg.layout, 1, copy_out, &w);
+	}
+	status = b->status;
+	slice_buf_put(a, b);
+	read_done(x, status);
+	slice_bufs_resume(a);
+}
+
+/* Gets of the peer's blocks at positions [i, i + n) of layer and tensor
+ * t into b, a get per run of them consecutive in its pool; b->gets
+ * counts those started. */
+static pdx_status_t whole_gets(struct xfer *x, struct slice_buf *b,
+			       uint32_t layer, uint32_t t, uint32_t i,
+			       uint32_t n)
+{
+	const struct pdx_kv_layout *l = &x->peer->layout;
+	uint64_t bb = pdx_kv_layout_block_bytes(l);
+	bool packed = l->layer[layer].block_stride == bb;
+
+	for (uint32_t k = 0, run; k < n; k += run) {
+		const uint32_t *id = &x->remote_blocks[i + k];
+		struct host_run at;
+		const struct remote_region *rr;
+		pdx_status_t st;
+
+		for (run = 1; packed && k + run < n && id[run] == id[0] + run;)
+			run++;
+		if (host_peer_at(x, layer, t, id[0], run, &at))
+			return PDX_ERANGE;
+		rr = &x->peer->regions[at.ri];
+		st = pdx_ucx_get(x->peer->ep, b->bytes + k * bb, run * bb, NULL,
+				 rr->addr + at.off, rr->rkey, whole_read, b);
+		if (st)
+			return st;
+		b->gets++;
+	}
+	return PDX_OK;
+}
+
+/* A slice of more than one row a block (a TP leg's NHD heads, blocks of
+ * the other order) on the put lane: a get per row took 8 to 16 times
+ * the time of equal TP sizes (docs/benchmarking.md). The peer's whole
+ * blocks are read instead, up to SLICE_BUF_MAX of them a buffer, and
+ * our heads copied out of them; where the peer holds more heads than we
+ * take (TP p < d) that reads d / p times our bytes. One buffer from the
+ * cursor (pull_layer, pull_tensor, pull_index), which then moves on;
+ * false: x failed. */
+static bool read_whole(struct xfer *x)
+{
+	struct agent *a = x->agent;
+	uint64_t bb = pdx_kv_layout_block_bytes(&x->peer->layout);
+	uint32_t i = x->pull_index, step = slice_buf_blocks(bb);
+	uint32_t n = x->n_blocks - i < step ? x->n_blocks - i : step;
+	struct slice_buf *b = NULL;
+	pdx_status_t st = PDX_OK;
+
+	if (n && (b = slice_buf_get(a, x, n * bb)) == NULL)
+		st = PDX_ENOMEM;
+	if (b) {
+		b->at = (struct am_place){ x->pull_layer, x->pull_tensor, i };
+		b->count = n;
+		st = whole_gets(x, b, x->pull_layer, x->pull_tensor, i, n);
+		if (b->gets) { /* its last get puts it back */
+			b->status = st;
+			slice_buf_count(a, b);
+			xfer_hold(x);
+			x->bytes += n * tp_slice_block_bytes(&x->slice,
+							     &a->reg.layout);
+		} else {
+			slice_buf_put(a, b);
+		}
+	}
+	if (st) {
+		xfer_fail(x, st, true, "reading layer %u from %s: %s",
+			  x->pull_layer, x->peer_addr, pdx_status_str(st));
+		return false;
+	}
+	x->pull_index += n; /* the cursor: the next tensor, then layer */
+	if (x->pull_index == x->n_blocks) {
+		x->pull_index = x->skip;
+		if (++x->pull_tensor == a->reg.layout.tensors) {
+			x->pull_tensor = 0;
+			x->pull_layer++;
+		}
+	}
+	return true;
 }
 
 void pull_on_readable(struct xfer *x, const msgpack_object *m)
@@ -270,44 +329,51 @@ void pull_on_readable(struct xfer *x, const msgpack_object *m)
 		xfer_fail(x, PDX_ENOMEM, true, "out of memory");
 		return;
 	}
-	log_debug("reading %zu runs x %u layers from %s", x->n_runs,
-		  p->layout.layers, p->addr);
+	x->pull_whole = p->path == DATA_PUT && tp_slice_in_rows(x);
+	x->pull_index = x->skip;
+	log_debug("reading %zu runs x %u layers from %s%s", x->n_runs,
+		  p->layout.layers, p->addr,
+		  x->pull_whole ? ", as whole blocks" : "");
 	reads_post(x);
 }
 
-/* x's next layer's reads posted; false: x failed. */
-static bool read_layer(struct xfer *x)
+/* x's next reads posted: a buffer of whole blocks (x->pull_whole), else
+ * a layer's; false: x failed. */
+static bool read_next(struct xfer *x)
 {
-	uint32_t l = x->pull_layer++;
-	pdx_status_t st = peer_known(x->peer)
-				  ? host_each_run(x, l, true, read_run)
-				  : PDX_EPEER;
+	uint32_t l = x->pull_layer;
+	pdx_status_t st = PDX_EPEER;
 
+	if (peer_known(x->peer) && x->pull_whole)
+		return read_whole(x);
+	if (peer_known(x->peer)) {
+		x->pull_layer++;
+		st = host_each_run(x, l, true, read_run);
+	}
 	if (st)
 		xfer_fail(x, st, true, "reading layer %u from %s: %s", l,
 			  x->peer_addr, pdx_status_str(st));
 	return !st;
 }
 
-/* A layer that waited for room for its buffers: its turn came, so it is
- * read whatever waits behind it (those would wait for it again). */
+/* A buffer that waited for room: its turn came, so it is read whatever
+ * waits behind it (those would wait for it again). */
 static void reads_resumed(struct xfer *x, uint32_t layer)
 {
 	x->pull_waits = false;
 	xfer_unhold(x); /* the wait's */
-	if (!x->finished && read_layer(x))
+	if (!x->finished && read_next(x))
 		reads_post(x);
 	xfer_maybe_release(x);
 }
 
-/* Whether x may read its next layer now; else it waits for the buffers
- * of whole blocks it reads (read_blocks) to have room, holding x. */
+/* Whether x may post its next reads now; else (whole blocks, and no
+ * room for their buffer) it waits for room, holding x. */
 static bool reads_room(struct xfer *x)
 {
 	pdx_status_t st;
 
-	if (x->peer->path != DATA_PUT || !tp_slice_in_rows(x) ||
-	    slice_bufs_room(x->agent))
+	if (!x->pull_whole || slice_bufs_room(x->agent))
 		return true;
 	st = slice_bufs_wait(x, x->pull_layer, reads_resumed);
 	if (st) {
@@ -319,17 +385,17 @@ static bool reads_room(struct xfer *x)
 	return false;
 }
 
-/* The next layers' reads, while fewer than READS_MAX are in flight (the
- * ipc lane's copies end at once) and until the loop is due back
- * (xfer_yield); "pulled" after the last. */
+/* The next reads, while fewer than READS_MAX are in flight (the ipc
+ * lane's copies end at once), until the loop is due back (xfer_yield)
+ * and, for whole blocks, while there is room; "pulled" after the last. */
 static void reads_post(struct xfer *x)
 {
-	/* a layer waiting for room goes first (reads_resumed) */
+	/* a buffer waiting for room goes first (reads_resumed) */
 	while (!x->finished && !x->pull_waits && x->inflight < READS_MAX &&
 	       x->pull_layer < x->agent->reg.layout.layers) {
 		if (xfer_yield(x, reads_post))
 			return;
-		if (!reads_room(x) || !read_layer(x))
+		if (!reads_room(x) || !read_next(x))
 			return; /* a failure's reads started drain first */
 	}
 	pull_maybe_pulled(x);

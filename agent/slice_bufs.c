@@ -4,10 +4,11 @@
  * pull reads on the put lane before it copies its heads out (pull.c).
  *
  * Memory is bounded: an agent holds at most SLICE_BUDGET bytes of
- * buffers that UCX has not finished with (slice_buf_count()), plus the
- * layer that crossed it; a layer that finds no room waits, in order, and
- * goes on when finished buffers give theirs back (slice_bufs_resume()).
- * Buffers of SLICE_MSG_MAX are kept for the next use: fresh ones cost
+ * buffers that UCX has not finished with (slice_buf_count()), plus what
+ * crossed it (a push's layer, a pull's buffer); what then finds no room
+ * waits, in order, and goes on when finished buffers give theirs back
+ * (slice_bufs_resume()).
+ * Buffers of SLICE_BUF_MAX are kept for the next use: fresh ones cost
  * more in page faults than the copy into them; small ones come from
  * malloc's heap. */
 #include <stdlib.h>
@@ -17,10 +18,10 @@
 #include "common/log.h"
 
 #define SLICE_KEEP 64
-#define SLICE_SMALL (SLICE_MSG_MAX / 16)
-#define SLICE_BUDGET ((uint64_t)32 * SLICE_MSG_MAX)
+#define SLICE_SMALL (SLICE_BUF_MAX / 16)
+#define SLICE_BUDGET ((uint64_t)32 * SLICE_BUF_MAX)
 
-/* A layer of x that found no room, and what goes on with it. */
+/* What of x found no room (layer: a push's), and how it goes on. */
 struct slice_wait {
 	struct slice_wait *next, *prev;
 	struct xfer *x;
@@ -30,13 +31,13 @@ struct slice_wait {
 
 struct slice_buf *slice_buf_get(struct agent *a, struct xfer *x, size_t len)
 {
-	/* a small one from malloc's heap (a pull's single blocks): taking a
-	 * kept one would count 1 MiB against the bound for it */
-	size_t cap = len > SLICE_MSG_MAX || len <= SLICE_SMALL ? len
-							       : SLICE_MSG_MAX;
+	/* a small one from malloc's heap: a kept one would count
+	 * SLICE_BUF_MAX against the bound for it */
+	size_t cap = len > SLICE_BUF_MAX || len <= SLICE_SMALL ? len
+							       : SLICE_BUF_MAX;
 	struct slice_buf *b = a->slices.bufs;
 
-	if (cap == SLICE_MSG_MAX && b) {
+	if (cap == SLICE_BUF_MAX && b) {
 		DL_DELETE(a->slices.bufs, b);
 		a->slices.n_bufs--;
 	} else if ((b = malloc(sizeof(*b) + cap)) == NULL) {
@@ -50,15 +51,15 @@ struct slice_buf *slice_buf_get(struct agent *a, struct xfer *x, size_t len)
 void slice_buf_count(struct agent *a, struct slice_buf *b)
 {
 	b->counted = true;
-	a->slices.inflight += b->cap;
+	a->slices.bytes_out += b->cap;
 }
 
 void slice_buf_put(struct agent *a, struct slice_buf *b)
 {
 	if (b->counted)
-		a->slices.inflight -= b->cap;
+		a->slices.bytes_out -= b->cap;
 	DL_DELETE(a->slices.live, b);
-	if (b->cap != SLICE_MSG_MAX || a->slices.n_bufs >= SLICE_KEEP ||
+	if (b->cap != SLICE_BUF_MAX || a->slices.n_bufs >= SLICE_KEEP ||
 	    a->slices.stopping) {
 		free(b);
 		return;
@@ -69,14 +70,14 @@ void slice_buf_put(struct agent *a, struct slice_buf *b)
 
 uint32_t slice_buf_blocks(uint64_t per)
 {
-	return per < SLICE_MSG_MAX ? (uint32_t)(SLICE_MSG_MAX / per) : 1;
+	return per < SLICE_BUF_MAX ? (uint32_t)(SLICE_BUF_MAX / per) : 1;
 }
 
 bool slice_bufs_room(const struct agent *a)
 {
 	/* with a layer waiting there is none: buffers are in flight, and
 	 * the first to end resumes it */
-	return !a->slices.waits && a->slices.inflight < SLICE_BUDGET;
+	return !a->slices.waits && a->slices.bytes_out < SLICE_BUDGET;
 }
 
 pdx_status_t slice_bufs_wait(struct xfer *x, uint32_t layer,
@@ -87,24 +88,35 @@ pdx_status_t slice_bufs_wait(struct xfer *x, uint32_t layer,
 	if (!w)
 		return PDX_ENOMEM;
 	*w = (struct slice_wait){ .x = x, .layer = layer, .resume = resume };
+	x->room_waits++;
 	log_debug("layer %u of %s waits: %llu bytes of slices in flight",
 		  layer, x->peer_addr,
-		  (unsigned long long)x->agent->slices.inflight);
+		  (unsigned long long)x->agent->slices.bytes_out);
 	DL_APPEND(x->agent->slices.waits, w);
 	return PDX_OK;
+}
+
+static void resume_one(struct slice_bufs *s, struct slice_wait *w)
+{
+	DL_DELETE(s->waits, w);
+	w->x->room_waits--;
+	w->resume(w->x, w->layer);
+	free(w);
 }
 
 void slice_bufs_resume(struct agent *a)
 {
 	struct slice_bufs *s = &a->slices;
+	struct slice_wait *w, *tmp;
 
-	while (!s->stopping && s->waits && s->inflight < SLICE_BUDGET) {
-		struct slice_wait *w = s->waits;
-
-		DL_DELETE(s->waits, w);
-		w->resume(w->x, w->layer);
-		free(w);
-	}
+	/* a transfer that failed meanwhile needs no room: its waits end
+	 * now, not in their turn, so that it is released (its event, the
+	 * abort owed to its peer) */
+	DL_FOREACH_SAFE(s->waits, w, tmp)
+		if (!s->stopping && w->x->finished)
+			resume_one(s, w);
+	while (!s->stopping && s->waits && s->bytes_out < SLICE_BUDGET)
+		resume_one(s, s->waits);
 }
 
 void slice_bufs_stop(struct agent *a)
