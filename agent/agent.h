@@ -398,13 +398,14 @@ struct xfer_ops {
 };
 
 /* slice_bufs.c's state: buffers kept for the next slice, those UCX has
- * not finished with, and the layers waiting for room, in order. */
+ * not finished with, and what waits for room, in order. */
 struct slice_bufs {
 	struct slice_buf *bufs, *live; /* kept; and in use */
 	uint32_t n_bufs;
 	uint64_t bytes_out; /* of buffers counted (slice_buf_count) */
 	struct slice_wait *waits; /* in order (utlist) */
 	bool stopping; /* the transfers are gone: callbacks free only */
+	bool resuming, again; /* in slice_bufs_resume(); called meanwhile */
 };
 
 /* A message from the engine link, whichever way it came (engine_on_msg). */
@@ -592,6 +593,27 @@ static inline void xfer_unhold(struct xfer *x)
 	/* its endpoint moves (liveness.c); not through x->peer, which at
 	 * stop is freed before UCX cancels what is left */
 	x->op_done_ns = pdx_now_ns();
+}
+
+/* x waits for room for slices (slice_bufs.c): held, so that it stays
+ * until its turn, but no UCX operation (no op_done_ns stamp: liveness.c,
+ * peer.c) and nothing for the loop to spin for. */
+static inline void xfer_hold_wait(struct xfer *x)
+{
+	x->inflight++;
+	x->room_waits++;
+}
+
+static inline void xfer_unhold_wait(struct xfer *x)
+{
+	x->inflight--;
+	x->room_waits--;
+}
+
+/* x's holds that are operations (UCX, GPU work), not waits for room. */
+static inline uint32_t xfer_ops_out(const struct xfer *x)
+{
+	return x->inflight - x->room_waits;
 }
 
 /* A step of x's control path, stamped when tracing (trace.h). */
@@ -1007,7 +1029,7 @@ struct slice_buf {
 struct slice_buf *slice_buf_get(struct agent *a, struct xfer *x, size_t len);
 /* b is in flight: it counts against the bound until slice_buf_put(). */
 void slice_buf_count(struct agent *a, struct slice_buf *b);
-/* b is done with: kept or freed (the layers waiting are not resumed:
+/* b is done with: kept or freed (what waits is not resumed:
  * slice_bufs_resume()). */
 void slice_buf_put(struct agent *a, struct slice_buf *b);
 /* Blocks a buffer of SLICE_BUF_MAX holds, of blocks of per bytes each:
@@ -1016,14 +1038,15 @@ uint32_t slice_buf_blocks(uint64_t per);
 /* Whether a layer may take buffers now. */
 bool slice_bufs_room(const struct agent *a);
 typedef void (*slice_resume_fn)(struct xfer *x, uint32_t layer);
-/* x waits for room (layer: a push's, for resume), after what waits
- * already; resume is called when its turn comes, or as soon as a buffer
- * ends once x has finished (never once the agent stops). The caller
- * holds x meanwhile (x->room_waits counts such holds). */
+/* x waits for room (layer: a push's, for resume), held meanwhile
+ * (xfer_hold_wait), after what waits already; resume is called, the hold
+ * released, when its turn comes, or at the next slice_bufs_resume() once
+ * x has finished (never once the agent stops). */
 pdx_status_t slice_bufs_wait(struct xfer *x, uint32_t layer,
 			     slice_resume_fn resume);
 /* The waits of finished transfers, then the others in order while there
- * is room: after each counted buffer ends. */
+ * is room: after each counted buffer ends, and at each heartbeat (for a
+ * transfer that failed while the buffers ahead of it hang). */
 void slice_bufs_resume(struct agent *a);
 /* The agent stops, before its transfers are freed: waiting layers
  * dropped, and buffers still in flight free only themselves. */

@@ -115,7 +115,9 @@ static void slice_resumed(struct xfer *x, uint32_t layer)
 	if (st)
 		xfer_fail(x, st, true, "push of layer %u to %s: %s", layer,
 			  x->peer_addr, pdx_status_str(st));
-	complete_op_ended(x, PDX_OK); /* the wait's own hold */
+	pdx_xfer_sm_op_finished(&x->sm); /* the wait's own */
+	complete_try_flush(x);
+	xfer_maybe_release(x);
 }
 
 pdx_status_t am_slice_push(struct xfer *x, uint32_t layer)
@@ -127,8 +129,7 @@ pdx_status_t am_slice_push(struct xfer *x, uint32_t layer)
 	st = slice_bufs_wait(x, layer, slice_resumed);
 	if (st)
 		return st;
-	xfer_hold(x); /* and its flush waits for it */
-	pdx_xfer_sm_op_started(&x->sm);
+	pdx_xfer_sm_op_started(&x->sm); /* its flush waits for it */
 	return PDX_OK;
 }
 

@@ -92,7 +92,7 @@ static bool ops_stuck(const struct xfer *x, uint64_t now, uint64_t bound,
 {
 	const struct peer *p = x->peer;
 
-	if (x->inflight <= x->room_waits || !peer_known(p) || x->ep_kept ||
+	if (!xfer_ops_out(x) || !peer_known(p) || x->ep_kept ||
 	    now - p->ucx_done_ns <= bound)
 		return false;
 	if (x->finished) /* (on an endpoint kept for them: peer.c) */
@@ -183,6 +183,9 @@ static void on_beat(evutil_socket_t fd, short what, void *arg)
 			peer_free(a, p);
 		}
 	}
+	/* a transfer that failed while waiting for room for slices behind
+	 * buffers that hang is released now, not when they end */
+	slice_bufs_resume(a);
 	/* (peer.c marks those whose endpoint kept for ended transfers is
 	 * stuck too) */
 	stuck_peers(a, now, bound, we_stalled);

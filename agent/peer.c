@@ -105,7 +105,9 @@ static bool ep_kept_used(struct agent *a, struct peer *p,
 		if (x->ep_kept != k || !ep_needed(x))
 			continue;
 		used = true;
-		if (x->op_done_ns > last)
+		if (!xfer_ops_out(x)) /* it only waits for room: not stuck */
+			last = pdx_now_ns();
+		else if (x->op_done_ns > last)
 			last = x->op_done_ns;
 	}
 	if (!used)

@@ -278,7 +278,7 @@ static bool stopped_owed(struct agent *a, struct peer *p,
  * (xfer_maybe_release); true then. */
 static bool reads_owe_stopped(struct xfer *x)
 {
-	if (!x->pull || !x->inflight)
+	if (!x->pull || !xfer_ops_out(x)) /* (a wait for room reads nothing) */
 		return false;
 	x->owe_stopped = true;
 	return true;

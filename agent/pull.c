@@ -361,14 +361,13 @@ static bool read_next(struct xfer *x)
 static void reads_resumed(struct xfer *x, uint32_t layer)
 {
 	x->pull_waits = false;
-	xfer_unhold(x); /* the wait's */
 	if (!x->finished && read_next(x))
 		reads_post(x);
 	xfer_maybe_release(x);
 }
 
 /* Whether x may post its next reads now; else (whole blocks, and no
- * room for their buffer) it waits for room, holding x. */
+ * room for their buffer) it waits for room. */
 static bool reads_room(struct xfer *x)
 {
 	pdx_status_t st;
@@ -381,7 +380,6 @@ static bool reads_room(struct xfer *x)
 		return false;
 	}
 	x->pull_waits = true;
-	xfer_hold(x);
 	return false;
 }
 

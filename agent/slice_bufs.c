@@ -88,9 +88,9 @@ pdx_status_t slice_bufs_wait(struct xfer *x, uint32_t layer,
 	if (!w)
 		return PDX_ENOMEM;
 	*w = (struct slice_wait){ .x = x, .layer = layer, .resume = resume };
-	x->room_waits++;
-	log_debug("layer %u of %s waits: %llu bytes of slices in flight",
-		  layer, x->peer_addr,
+	xfer_hold_wait(x);
+	log_debug("transfer with %s waits at layer %u: %llu bytes of "
+		  "slices in flight", x->peer_addr, layer,
 		  (unsigned long long)x->agent->slices.bytes_out);
 	DL_APPEND(x->agent->slices.waits, w);
 	return PDX_OK;
@@ -99,24 +99,44 @@ pdx_status_t slice_bufs_wait(struct xfer *x, uint32_t layer,
 static void resume_one(struct slice_bufs *s, struct slice_wait *w)
 {
 	DL_DELETE(s->waits, w);
-	w->x->room_waits--;
+	xfer_unhold_wait(w->x);
 	w->resume(w->x, w->layer);
 	free(w);
+}
+
+/* The first wait of a transfer that finished meanwhile: it needs no
+ * room, and ends now, not in its turn, so that its transfer is released
+ * (its event, the word owed to its peer). */
+static struct slice_wait *finished_wait(struct slice_bufs *s)
+{
+	struct slice_wait *w;
+
+	DL_FOREACH(s->waits, w)
+		if (w->x->finished)
+			return w;
+	return NULL;
 }
 
 void slice_bufs_resume(struct agent *a)
 {
 	struct slice_bufs *s = &a->slices;
-	struct slice_wait *w, *tmp;
+	struct slice_wait *w;
 
-	/* a transfer that failed meanwhile needs no room: its waits end
-	 * now, not in their turn, so that it is released (its event, the
-	 * abort owed to its peer) */
-	DL_FOREACH_SAFE(s->waits, w, tmp)
-		if (!s->stopping && w->x->finished)
+	/* a resume may end buffers at once (an endpoint closed calls its
+	 * operations back): the outer call goes on from the list as it is */
+	if (s->resuming) {
+		s->again = true;
+		return;
+	}
+	s->resuming = true;
+	do {
+		s->again = false;
+		while (!s->stopping && (w = finished_wait(s)) != NULL)
 			resume_one(s, w);
-	while (!s->stopping && s->waits && s->bytes_out < SLICE_BUDGET)
-		resume_one(s, s->waits);
+		while (!s->stopping && s->waits && s->bytes_out < SLICE_BUDGET)
+			resume_one(s, s->waits);
+	} while (s->again && !s->stopping);
+	s->resuming = false;
 }
 
 void slice_bufs_stop(struct agent *a)

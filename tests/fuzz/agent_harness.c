@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <utlist.h>
 #include <zmq.h>
 
 #include "common/clock.h"
@@ -440,8 +441,21 @@ pdx_status_t pdx_ucx_get(struct pdx_ucx_ep *ep, void *dst, size_t len,
 			 struct pdx_ucx_rkey *rkey, pdx_ucx_done_cb cb,
 			 void *arg)
 {
+	struct slice_buf *b;
+
+	if (!dst_mem) { /* a pull's buffer of whole blocks (pull.c) */
+		DL_FOREACH(cur->slices.live, b)
+			if ((uint8_t *)dst >= b->bytes &&
+			    (size_t)((uint8_t *)dst - b->bytes) + len <= b->cap)
+				break;
+		if (!b)
+			die("get of %zu bytes into no registered memory nor "
+			    "slice buffer", len);
+		check_remote(rkey, remote_addr, len);
+		return op_add(ep, cb, arg);
+	}
 	check_local(dst, len, "get destination");
-	if (!dst_mem || (uint8_t *)dst < (uint8_t *)dst_mem->addr ||
+	if ((uint8_t *)dst < (uint8_t *)dst_mem->addr ||
 	    (size_t)((uint8_t *)dst - (uint8_t *)dst_mem->addr) + len >
 		dst_mem->len)
 		die("get destination outside its memory handle");

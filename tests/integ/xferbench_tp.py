@@ -120,7 +120,7 @@ def main():
     check_plain(xb, agent, "tiny", 62, 2, 1, "HND",
                 ["--pull", "--data-path", "put"])
     # pulled NHD legs on the put lane read whole blocks into buffers
-    # under the same bound: 1024 tokens' layers wait for room there too
+    # under the same bound: 1024 tokens' buffers wait for room there too
     check_plain(xb, agent, "llama3-8b", 1024, 2, 4, "NHD",
                 ["--pull", "--data-path", "put"])
 
