@@ -352,9 +352,8 @@ struct xfer {
 	 * sender's whole blocks, pull.c) the tensor and position too */
 	uint32_t pull_layer, pull_tensor, pull_index;
 	bool pull_whole;
-	bool pull_waits; /* ...which wait for room (slice_bufs.c) */
-	/* waits for room in slice_bufs.c, each holding x: not UCX
-	 * operations (liveness.c) */
+	/* waits for room in slice_bufs.c (a pull's: its next buffer), each
+	 * holding x: not UCX operations (liveness.c) */
 	uint32_t room_waits;
 	uint32_t timeout_ms;
 	struct event *timer;

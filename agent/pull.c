@@ -173,32 +173,39 @@ static pdx_status_t copy_out(struct xfer *x, const void *ctx,
 	return PDX_OK;
 }
 
-/* A get into buffer b ended; with its last, our heads of b's blocks are
- * copied out (unless b or its transfer failed: those blocks are not
- * ours, and at stop the peer is gone). */
+/* Our heads of each of b's blocks, copied into our blocks. */
+static void copy_out_blocks(struct xfer *x, const struct slice_buf *b)
+{
+	const struct registration *g = &x->agent->reg;
+	uint64_t bb = pdx_kv_layout_block_bytes(&x->peer->layout);
+
+	for (uint32_t k = 0; k < b->count; k++) {
+		struct whole_block w = {
+			.ours = host_block_addr(g, b->at.layer, b->at.tensor,
+						x->blocks[b->at.index + k]),
+			.theirs = b->bytes + k * bb,
+		};
+
+		tp_slice_each_piece(x, &x->slice, &x->peer->layout, &g->layout,
+				    1, copy_out, &w);
+	}
+}
+
+/* A get into buffer b ended; with its last, b is copied out (unless b or
+ * its transfer failed: those blocks are not ours, and at stop the peer
+ * is gone). */
 static void whole_read(void *arg, pdx_status_t status)
 {
 	struct slice_buf *b = arg;
 	struct agent *a = b->agent;
 	struct xfer *x = b->x;
-	uint64_t bb;
 
 	if (status && !b->status)
 		b->status = status;
 	if (--b->gets)
 		return;
-	bb = x->finished ? 0 : pdx_kv_layout_block_bytes(&x->peer->layout);
-	for (uint32_t k = 0; !b->status && bb && k < b->count; k++) {
-		struct whole_block w = {
-			.ours = host_block_addr(&a->reg, b->at.layer,
-						b->at.tensor,
-						x->blocks[b->at.index + k]),
-			.theirs = b->bytes + k * bb,
-		};
-
-		tp_slice_each_piece(x, &x->slice, &x->peer->layout,
-				    &a->reg.layout, 1, copy_out, &w);
-	}
+	if (!b->status && !x->finished)
+		copy_out_blocks(x, b);
 	status = b->status;
 	slice_buf_put(a, b);
 	read_done(x, status);
@@ -242,9 +249,8 @@ static pdx_status_t whole_gets(struct xfer *x, struct slice_buf *b,
  * blocks are read instead, up to SLICE_BUF_MAX of them a buffer, and
  * our heads copied out of them; where the peer holds more heads than we
  * take (TP p < d) that reads d / p times our bytes. One buffer from the
- * cursor (pull_layer, pull_tensor, pull_index), which then moves on;
- * false: x failed. */
-static bool read_whole(struct xfer *x)
+ * cursor (pull_layer, pull_tensor, pull_index), which then moves on. */
+static pdx_status_t read_whole(struct xfer *x)
 {
 	struct agent *a = x->agent;
 	uint64_t bb = pdx_kv_layout_block_bytes(&x->peer->layout);
@@ -269,11 +275,8 @@ static bool read_whole(struct xfer *x)
 			slice_buf_put(a, b);
 		}
 	}
-	if (st) {
-		xfer_fail(x, st, true, "reading layer %u from %s: %s",
-			  x->pull_layer, x->peer_addr, pdx_status_str(st));
-		return false;
-	}
+	if (st)
+		return st;
 	x->pull_index += n; /* the cursor: the next tensor, then layer */
 	if (x->pull_index == x->n_blocks) {
 		x->pull_index = x->skip;
@@ -282,7 +285,7 @@ static bool read_whole(struct xfer *x)
 			x->pull_layer++;
 		}
 	}
-	return true;
+	return PDX_OK;
 }
 
 void pull_on_readable(struct xfer *x, const msgpack_object *m)
@@ -342,14 +345,14 @@ void pull_on_readable(struct xfer *x, const msgpack_object *m)
 static bool read_next(struct xfer *x)
 {
 	uint32_t l = x->pull_layer;
-	pdx_status_t st = PDX_EPEER;
+	pdx_status_t st;
 
-	if (peer_known(x->peer) && x->pull_whole)
-		return read_whole(x);
-	if (peer_known(x->peer)) {
-		x->pull_layer++;
-		st = host_each_run(x, l, true, read_run);
-	}
+	if (!peer_known(x->peer))
+		st = PDX_EPEER;
+	else if (x->pull_whole)
+		st = read_whole(x);
+	else
+		st = host_each_run(x, x->pull_layer++, true, read_run);
 	if (st)
 		xfer_fail(x, st, true, "reading layer %u from %s: %s", l,
 			  x->peer_addr, pdx_status_str(st));
@@ -360,7 +363,6 @@ static bool read_next(struct xfer *x)
  * waits behind it (those would wait for it again). */
 static void reads_resumed(struct xfer *x, uint32_t layer)
 {
-	x->pull_waits = false;
 	if (!x->finished && read_next(x))
 		reads_post(x);
 	xfer_maybe_release(x);
@@ -375,11 +377,8 @@ static bool reads_room(struct xfer *x)
 	if (!x->pull_whole || slice_bufs_room(x->agent))
 		return true;
 	st = slice_bufs_wait(x, x->pull_layer, reads_resumed);
-	if (st) {
+	if (st)
 		xfer_fail(x, st, true, "out of memory");
-		return false;
-	}
-	x->pull_waits = true;
 	return false;
 }
 
@@ -389,7 +388,7 @@ static bool reads_room(struct xfer *x)
 static void reads_post(struct xfer *x)
 {
 	/* a buffer waiting for room goes first (reads_resumed) */
-	while (!x->finished && !x->pull_waits && x->inflight < READS_MAX &&
+	while (!x->finished && !x->room_waits && x->inflight < READS_MAX &&
 	       x->pull_layer < x->agent->reg.layout.layers) {
 		if (xfer_yield(x, reads_post))
 			return;
