@@ -261,6 +261,10 @@ struct peer {
 	/* an operation on its endpoint finished: the latest of its
 	 * transfers' op_done_ns, gathered at each beat (liveness.c) */
 	uint64_t ucx_done_ns;
+	/* bytes of slice buffers with it in flight, and transfers with it
+	 * waiting for room (slice_bufs.c) */
+	uint64_t slice_out;
+	uint32_t slice_waits;
 	struct peer_return *ret; /* our DEALER's connects, until one joins */
 	struct event *reply_ev;	 /* what it answers on our DEALER */
 	/* it said it cannot reach us at our address (hello_nack
@@ -1019,6 +1023,7 @@ struct slice_buf {
 	uint32_t gets;	    /* pull: gets into it still in flight */
 	pdx_status_t status; /* pull: the first of them to fail */
 	bool counted;	    /* within the bound (slice_buf_count) */
+	struct peer *peer;  /* counted: whose share it is of */
 	uint64_t len;
 	size_t cap;
 	uint8_t bytes[];
@@ -1034,8 +1039,8 @@ void slice_buf_put(struct agent *a, struct slice_buf *b);
 /* Blocks a buffer of SLICE_BUF_MAX holds, of blocks of per bytes each:
  * one at least. */
 uint32_t slice_buf_blocks(uint64_t per);
-/* Whether a layer may take buffers now. */
-bool slice_bufs_room(const struct agent *a);
+/* Whether x may take buffers now (for a layer, or a pull's next). */
+bool slice_bufs_room(const struct xfer *x);
 typedef void (*slice_resume_fn)(struct xfer *x, uint32_t layer);
 /* x waits for room (layer: a push's, for resume), held meanwhile
  * (xfer_hold_wait), after what waits already; resume is called, the hold
@@ -1044,8 +1049,9 @@ typedef void (*slice_resume_fn)(struct xfer *x, uint32_t layer);
 pdx_status_t slice_bufs_wait(struct xfer *x, uint32_t layer,
 			     slice_resume_fn resume);
 /* The waits of finished transfers, then the others in order while there
- * is room: after each counted buffer ends, and at each heartbeat (for a
- * transfer that failed while the buffers ahead of it hang). */
+ * is room for their peer: after each counted buffer ends, before its
+ * transfer goes on (what waits goes first), and at each heartbeat (for
+ * a transfer that failed while the buffers ahead of it hang). */
 void slice_bufs_resume(struct agent *a);
 /* The agent stops, before its transfers are freed: waiting layers
  * dropped, and buffers still in flight free only themselves. */

@@ -63,8 +63,10 @@ static void slice_sent(void *arg, pdx_status_t status)
 	slice_buf_put(a, pk);
 	if (a->slices.stopping) /* cancelled: its transfer is gone */
 		return;
+	slice_bufs_resume(a); /* what waits goes before x's next layer */
 	complete_op_ended(x, status);
-	slice_bufs_resume(a);
+	if (status) /* x failed: a wait of its own ends now */
+		slice_bufs_resume(a);
 }
 
 /* x's heads of layer: blocks [skip, n) of each tensor, packed a message
@@ -124,7 +126,7 @@ pdx_status_t am_slice_push(struct xfer *x, uint32_t layer)
 {
 	pdx_status_t st;
 
-	if (slice_bufs_room(x->agent))
+	if (slice_bufs_room(x))
 		return slice_layer(x, layer);
 	st = slice_bufs_wait(x, layer, slice_resumed);
 	if (st)

@@ -208,8 +208,10 @@ static void whole_read(void *arg, pdx_status_t status)
 		copy_out_blocks(x, b);
 	status = b->status;
 	slice_buf_put(a, b);
+	slice_bufs_resume(a); /* what waits goes before x's next buffer */
 	read_done(x, status);
-	slice_bufs_resume(a);
+	if (status) /* x failed: a wait of its own ends now */
+		slice_bufs_resume(a);
 }
 
 /* Gets of the peer's blocks at positions [i, i + n) of layer and tensor
@@ -374,7 +376,7 @@ static bool reads_room(struct xfer *x)
 {
 	pdx_status_t st;
 
-	if (!x->pull_whole || slice_bufs_room(x->agent))
+	if (!x->pull_whole || slice_bufs_room(x))
 		return true;
 	st = slice_bufs_wait(x, x->pull_layer, reads_resumed);
 	if (st)

@@ -4,10 +4,13 @@
  * pull reads on the put lane before it copies its heads out (pull.c).
  *
  * Memory is bounded: an agent holds at most SLICE_BUDGET bytes of
- * buffers that UCX has not finished with (slice_buf_count()), plus what
- * crossed it (a push's layer, a pull's buffer); what then finds no room
- * waits, in order, and goes on when finished buffers give theirs back
- * (slice_bufs_resume()).
+ * buffers that UCX has not finished with (slice_buf_count()), and at
+ * most SLICE_PEER_SHARE of them with one peer, plus what crossed either
+ * (a push's layer, a pull's buffer); what then finds no room waits, in
+ * order, and goes on when finished buffers give theirs back
+ * (slice_bufs_resume()). The share is half the budget so that a peer
+ * that stops answering holds back only its own transfers until it is
+ * found dead: the other half stays for the rest.
  * Buffers of SLICE_BUF_MAX are kept for the next use: fresh ones cost
  * more in page faults than the copy into them; small ones come from
  * malloc's heap. */
@@ -19,12 +22,16 @@
 
 #define SLICE_KEEP 64
 #define SLICE_SMALL (SLICE_BUF_MAX / 16)
-#define SLICE_BUDGET ((uint64_t)32 * SLICE_BUF_MAX)
+/* One peer's share is what one transfer needed to run at full speed
+ * (docs/benchmarking.md, "TP legs over TCP") */
+#define SLICE_PEER_SHARE ((uint64_t)32 * SLICE_BUF_MAX)
+#define SLICE_BUDGET (2 * SLICE_PEER_SHARE)
 
 /* What of x found no room (layer: a push's), and how it goes on. */
 struct slice_wait {
 	struct slice_wait *next, *prev;
 	struct xfer *x;
+	struct peer *peer; /* x's, whose share it waits for */
 	uint32_t layer;
 	slice_resume_fn resume;
 };
@@ -51,13 +58,18 @@ struct slice_buf *slice_buf_get(struct agent *a, struct xfer *x, size_t len)
 void slice_buf_count(struct agent *a, struct slice_buf *b)
 {
 	b->counted = true;
+	b->peer = b->x->peer;
+	b->peer->slice_out += b->cap;
 	a->slices.bytes_out += b->cap;
 }
 
 void slice_buf_put(struct agent *a, struct slice_buf *b)
 {
-	if (b->counted)
+	if (b->counted) {
 		a->slices.bytes_out -= b->cap;
+		if (!a->slices.stopping) /* else its peer is freed */
+			b->peer->slice_out -= b->cap;
+	}
 	DL_DELETE(a->slices.live, b);
 	if (b->cap != SLICE_BUF_MAX || a->slices.n_bufs >= SLICE_KEEP ||
 	    a->slices.stopping) {
@@ -73,11 +85,19 @@ uint32_t slice_buf_blocks(uint64_t per)
 	return per < SLICE_BUF_MAX ? (uint32_t)(SLICE_BUF_MAX / per) : 1;
 }
 
-bool slice_bufs_room(const struct agent *a)
+static bool room_for(const struct slice_bufs *s, const struct peer *p)
 {
-	/* with a layer waiting there is none: buffers are in flight, and
-	 * the first to end resumes it */
-	return !a->slices.waits && a->slices.bytes_out < SLICE_BUDGET;
+	return s->bytes_out < SLICE_BUDGET && p->slice_out < SLICE_PEER_SHARE;
+}
+
+bool slice_bufs_room(const struct xfer *x)
+{
+	/* with something of its peer waiting there is none: buffers are in
+	 * flight, and the first to end resumes it. What waits for another
+	 * peer waits for its own share, or for the budget, which then is
+	 * spent: each buffer's end resumes what may go before anything
+	 * else takes room. */
+	return !x->peer->slice_waits && room_for(&x->agent->slices, x->peer);
 }
 
 pdx_status_t slice_bufs_wait(struct xfer *x, uint32_t layer,
@@ -87,11 +107,14 @@ pdx_status_t slice_bufs_wait(struct xfer *x, uint32_t layer,
 
 	if (!w)
 		return PDX_ENOMEM;
-	*w = (struct slice_wait){ .x = x, .layer = layer, .resume = resume };
+	*w = (struct slice_wait){ .x = x, .peer = x->peer, .layer = layer,
+				  .resume = resume };
 	xfer_hold_wait(x);
+	x->peer->slice_waits++;
 	log_debug("transfer with %s waits at layer %u: %llu bytes of "
-		  "slices in flight", x->peer_addr, layer,
-		  (unsigned long long)x->agent->slices.bytes_out);
+		  "slices in flight, %llu of them with it", x->peer_addr, layer,
+		  (unsigned long long)x->agent->slices.bytes_out,
+		  (unsigned long long)x->peer->slice_out);
 	DL_APPEND(x->agent->slices.waits, w);
 	return PDX_OK;
 }
@@ -99,20 +122,28 @@ pdx_status_t slice_bufs_wait(struct xfer *x, uint32_t layer,
 static void resume_one(struct slice_bufs *s, struct slice_wait *w)
 {
 	DL_DELETE(s->waits, w);
+	w->peer->slice_waits--;
 	xfer_unhold_wait(w->x);
 	w->resume(w->x, w->layer);
 	free(w);
 }
 
-/* The first wait of a transfer that finished meanwhile: it needs no
- * room, and ends now, not in its turn, so that its transfer is released
- * (its event, the word owed to its peer). */
-static struct slice_wait *finished_wait(struct slice_bufs *s)
+/* The wait to end next: the first of a transfer that finished
+ * meanwhile (it needs no room, and ends now, not in its turn, so that
+ * its transfer is released: its event, the word owed to its peer), else
+ * the first whose peer has room (a peer's waits are in order: its first
+ * has room when any has). */
+static struct slice_wait *next_wait(struct slice_bufs *s)
 {
 	struct slice_wait *w;
 
 	DL_FOREACH(s->waits, w)
 		if (w->x->finished)
+			return w;
+	if (s->bytes_out >= SLICE_BUDGET)
+		return NULL;
+	DL_FOREACH(s->waits, w)
+		if (room_for(s, w->peer))
 			return w;
 	return NULL;
 }
@@ -131,10 +162,8 @@ void slice_bufs_resume(struct agent *a)
 	s->resuming = true;
 	do {
 		s->again = false;
-		while (!s->stopping && (w = finished_wait(s)) != NULL)
+		while (!s->stopping && (w = next_wait(s)) != NULL)
 			resume_one(s, w);
-		while (!s->stopping && s->waits && s->bytes_out < SLICE_BUDGET)
-			resume_one(s, s->waits);
 	} while (s->again && !s->stopping);
 	s->resuming = false;
 }
