@@ -14,7 +14,9 @@ share of A's bound; the second transfer waits for room. Then A pulls
 gets had filled: C's pull waited until A found B dead (--peer-timeout-ms)
 and its transfers failed. Now it arrives, byte-exact, while B is still
 stopped and before either of B's transfers ends. Both of those then
-fail once A finds B dead: the one that was only waiting for room too.
+fail once A finds B dead: the one that was only waiting for room too,
+and the other amid buffers of which some gets had ended (B's blocks are
+every other one: a get each).
 
 B's transfers may end before it is stopped (a busy machine): then the
 round is tried again, three times at most. B is killed at the end, not
@@ -113,9 +115,12 @@ def round_(rig, i, pulled):
     (eb if pulled else ea).shm.buf[:] = b"\x5a" * (eb if pulled else ea).shm.size
     nhd.shm.buf[:] = os.urandom(nhd.shm.size)  # C's blocks
     x1, x2, x3 = os.urandom(16), os.urandom(16), os.urandom(16)
-    move(ea, eb, x1, pa, pb, list(range(B_EACH)), list(range(B_EACH)), pulled)
+    # B's blocks every other one: a buffer of them takes a get each, and
+    # those in flight when B is cut fail amid others that ended
+    move(ea, eb, x1, pa, pb, list(range(B_EACH)),
+         list(range(0, B_BLOCKS, 2)), pulled)
     move(ea, eb, x2, pa, pb, list(range(B_EACH, B_BLOCKS)),
-         list(range(B_EACH, B_BLOCKS)), pulled)
+         list(range(1, B_BLOCKS, 2)), pulled)
     began = landed(ea, at(A_BLOCKS, 0, 0, 0), 10000) if pulled else \
         landed(eb, at(B_BLOCKS, 0, 0, 0), 10000)
     os.kill(b_pid, signal.SIGSTOP)
