@@ -406,6 +406,9 @@ struct slice_bufs {
 	struct slice_buf *bufs, *live; /* kept; and in use */
 	uint32_t n_bufs;
 	uint64_t bytes_out; /* of buffers counted (slice_buf_count) */
+	/* of those, each peer's up to its share: what the budget bounds */
+	uint64_t shares_out;
+	uint64_t waited; /* transfers that waited for room, ever (metrics) */
 	struct slice_wait *waits; /* in order (utlist) */
 	bool stopping; /* the transfers are gone: callbacks free only */
 	bool resuming, again; /* in slice_bufs_resume(); called meanwhile */

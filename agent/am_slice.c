@@ -63,9 +63,12 @@ static void slice_sent(void *arg, pdx_status_t status)
 	slice_buf_put(a, pk);
 	if (a->slices.stopping) /* cancelled: its transfer is gone */
 		return;
-	slice_bufs_resume(a); /* what waits goes before x's next layer */
+	/* what waits goes before x's next layer; x failing goes before
+	 * them (a wait of its own ends then, not resumed as live) */
+	if (!status)
+		slice_bufs_resume(a);
 	complete_op_ended(x, status);
-	if (status) /* x failed: a wait of its own ends now */
+	if (status)
 		slice_bufs_resume(a);
 }
 

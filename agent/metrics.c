@@ -158,6 +158,17 @@ static int render_state(const struct agent *a, struct evbuffer *out)
 			       "per collector)");
 	bad |= pdx_prom_sample(out, "pdx_agent_notifications_dropped_total", "",
 			       a->notify_dropped);
+	bad |= pdx_prom_family(out, "pdx_agent_slice_waits_total", "counter",
+			       "times a transfer waited for room for the "
+			       "buffers of TP slices or whole blocks pulled "
+			       "(32 MiB a peer, 64 MiB an agent in flight)");
+	bad |= pdx_prom_sample(out, "pdx_agent_slice_waits_total", "",
+			       a->slices.waited);
+	bad |= pdx_prom_family(out, "pdx_agent_slice_bytes_in_flight", "gauge",
+			       "bytes of those buffers UCX has not finished "
+			       "with");
+	bad |= pdx_prom_sample(out, "pdx_agent_slice_bytes_in_flight", "",
+			       a->slices.bytes_out);
 	return bad;
 }
 

@@ -208,9 +208,12 @@ static void whole_read(void *arg, pdx_status_t status)
 		copy_out_blocks(x, b);
 	status = b->status;
 	slice_buf_put(a, b);
-	slice_bufs_resume(a); /* what waits goes before x's next buffer */
+	/* what waits goes before x's next buffer; x failing goes before
+	 * them (a wait of its own ends then, not resumed as live) */
+	if (!status)
+		slice_bufs_resume(a);
 	read_done(x, status);
-	if (status) /* x failed: a wait of its own ends now */
+	if (status)
 		slice_bufs_resume(a);
 }
 

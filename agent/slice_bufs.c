@@ -7,10 +7,11 @@
  * buffers that UCX has not finished with (slice_buf_count()), and at
  * most SLICE_PEER_SHARE of them with one peer, plus what crossed either
  * (a push's layer, a pull's buffer); what then finds no room waits, in
- * order, and goes on when finished buffers give theirs back
- * (slice_bufs_resume()). The share is half the budget so that a peer
- * that stops answering holds back only its own transfers until it is
- * found dead: the other half stays for the rest.
+ * order for each peer, and goes on when finished buffers give theirs
+ * back (slice_bufs_resume()). The share is half the budget, and a peer
+ * counts against the budget for its share at most (a layer may take it
+ * past), so that a peer that stops answering holds back only its own
+ * transfers until it is found dead: the other half stays for the rest.
  * Buffers of SLICE_BUF_MAX are kept for the next use: fresh ones cost
  * more in page faults than the copy into them; small ones come from
  * malloc's heap. */
@@ -55,11 +56,24 @@ struct slice_buf *slice_buf_get(struct agent *a, struct xfer *x, size_t len)
 	return b;
 }
 
+static uint64_t share_of(uint64_t out)
+{
+	return out < SLICE_PEER_SHARE ? out : SLICE_PEER_SHARE;
+}
+
+/* p's bytes out become out: the agent's too, its share only of them
+ * against the budget. */
+static void peer_out(struct slice_bufs *s, struct peer *p, uint64_t out)
+{
+	s->shares_out = s->shares_out - share_of(p->slice_out) + share_of(out);
+	p->slice_out = out;
+}
+
 void slice_buf_count(struct agent *a, struct slice_buf *b)
 {
 	b->counted = true;
 	b->peer = b->x->peer;
-	b->peer->slice_out += b->cap;
+	peer_out(&a->slices, b->peer, b->peer->slice_out + b->cap);
 	a->slices.bytes_out += b->cap;
 }
 
@@ -68,7 +82,8 @@ void slice_buf_put(struct agent *a, struct slice_buf *b)
 	if (b->counted) {
 		a->slices.bytes_out -= b->cap;
 		if (!a->slices.stopping) /* else its peer is freed */
-			b->peer->slice_out -= b->cap;
+			peer_out(&a->slices, b->peer,
+				 b->peer->slice_out - b->cap);
 	}
 	DL_DELETE(a->slices.live, b);
 	if (b->cap != SLICE_BUF_MAX || a->slices.n_bufs >= SLICE_KEEP ||
@@ -87,7 +102,7 @@ uint32_t slice_buf_blocks(uint64_t per)
 
 static bool room_for(const struct slice_bufs *s, const struct peer *p)
 {
-	return s->bytes_out < SLICE_BUDGET && p->slice_out < SLICE_PEER_SHARE;
+	return s->shares_out < SLICE_BUDGET && p->slice_out < SLICE_PEER_SHARE;
 }
 
 bool slice_bufs_room(const struct xfer *x)
@@ -111,6 +126,7 @@ pdx_status_t slice_bufs_wait(struct xfer *x, uint32_t layer,
 				  .resume = resume };
 	xfer_hold_wait(x);
 	x->peer->slice_waits++;
+	x->agent->slices.waited++;
 	log_debug("transfer with %s waits at layer %u: %llu bytes of "
 		  "slices in flight, %llu of them with it", x->peer_addr, layer,
 		  (unsigned long long)x->agent->slices.bytes_out,
@@ -140,7 +156,7 @@ static struct slice_wait *next_wait(struct slice_bufs *s)
 	DL_FOREACH(s->waits, w)
 		if (w->x->finished)
 			return w;
-	if (s->bytes_out >= SLICE_BUDGET)
+	if (s->shares_out >= SLICE_BUDGET)
 		return NULL;
 	DL_FOREACH(s->waits, w)
 		if (room_for(s, w->peer))

@@ -1,31 +1,37 @@
 #!/usr/bin/python3
-"""slice_share: a sender that stops answering holds back only its own
-pulls of whole blocks (docs/protocol.md, "Pull"; agent/slice_bufs.c).
+"""slice_share: a peer that stops answering holds back only its own
+transfers through the agent's slice buffers (agent/slice_bufs.c;
+docs/protocol.md, "Pull" and "TP legs").
 
 Three pdx-agents on the put lane over TCP (--data-path put, UCX_TLS
-tcp,self: UCX answers a get only when the sender's worker runs). A's
-engine keeps HND blocks, B's and C's NHD, so A reads the senders' whole
-blocks into its buffers and copies its rows out of them.
+tcp,self: UCX answers a get, or takes a message, only when the peer's
+worker runs), A's blocks in one order, B's and C's in the other, so
+that each block passes through A's buffers: pulled, A reads the
+senders' whole blocks into them and copies its rows out; pushed, A
+packs its rows into `slice` messages.
 
-A pulls two transfers of 48 MiB from B. Once bytes land, B is stopped
-(SIGSTOP): the gets in flight hang, and the buffers they fill are B's
-share of A's bound; the second transfer waits for room. Then A pulls
-16 MiB from C. Before, the bound was one for the agent, which B's hung
-gets had filled: C's pull waited until A found B dead (--peer-timeout-ms)
+A pulls two transfers of 48 MiB from B (then, in a second rig, pushes
+them to B). Once bytes land, B is stopped (SIGSTOP): what is in flight
+to it hangs, and fills B's share of A's bound (A's /metrics says so);
+B's transfers wait for room in turn. Then A pulls (pushes) 16 MiB
+from (to) C. Before, the bound was one for the agent, which B's had
+filled: C's transfer waited until A found B dead (--peer-timeout-ms)
 and its transfers failed. Now it arrives, byte-exact, while B is still
 stopped and before either of B's transfers ends. Both of those then
-fail once A finds B dead: the one that was only waiting for room too,
-and the other amid buffers of which some gets had ended (B's blocks are
+fail once A finds B dead: one that was only waiting for room, and,
+pulled, one amid buffers some of whose gets had ended (B's blocks are
 every other one: a get each).
 
-B's transfers may end before it is stopped (a busy machine): then the
-round is tried again, three times at most. B is killed at the end, not
-resumed (gone() says why).
+B's transfers may end, or nearly, before it is stopped (a busy
+machine): then the round is tried again, three times at most. B is
+killed at the end, not resumed (gone() says why).
 """
 import os
+import re
 import signal
 import sys
 import time
+import urllib.request
 
 from pypeer import Engine, Rig, check, exit_code
 
@@ -36,6 +42,7 @@ B_BLOCKS, B_EACH, C_BLOCKS = 192, 96, 32
 A_BLOCKS = B_BLOCKS + C_BLOCKS
 PEER_TIMEOUT_MS = 3000
 TRIES = 3
+SHARE = 32 << 20  # a peer's share of an agent's slice buffers
 
 
 def layout(blocks, order):
@@ -99,6 +106,12 @@ def first_events(e, xfers, ms):
     return order
 
 
+def metric(url, name):
+    body = urllib.request.urlopen(url, timeout=5).read().decode()
+    m = re.search(rf"^{name} (\d+)$", body, re.M)
+    return int(m.group(1)) if m else None
+
+
 def round_(rig, i, pulled):
     """One round, A pulling from B and C (pulled) or pushing to them;
     None: B's transfers ended before B stopped."""
@@ -128,9 +141,12 @@ def round_(rig, i, pulled):
     try:
         check(began, f"{way} {i}: bytes between A and B land")
         ea.pump(200)
-        if all(ea.events.get(x) for x in (x1, x2)):
-            ended = False
-            return None  # B's ended before it stopped: try again
+        out = metric(rig.metrics[0], "pdx_agent_slice_bytes_in_flight")
+        if any(ea.events.get(x) for x in (x1, x2)) or (out or 0) < SHARE:
+            ended = False  # B's ended, or nearly, before it stopped
+            print(f"# {way} {i}: B's transfers ended before B stopped "
+                  f"({out} bytes of slice buffers in flight at A)")
+            return None
         c_at_a = list(range(B_BLOCKS, A_BLOCKS))
         move(ea, ec, x3, pa, pc, c_at_a, list(range(C_BLOCKS)), pulled)
         order = first_events(ea, [x1, x2, x3], 3 * PEER_TIMEOUT_MS)
@@ -189,7 +205,7 @@ def nhd_block(e, l, t, k, pulled):
 
 def main():
     for pulled in (True, False):
-        with Rig(sys.argv[1], "share", "ABC",
+        with Rig(sys.argv[1], "share", "ABC", metrics=True,
                  agent_args=("--data-path", "put"), tls="tcp,self",
                  side_args={"A": ("--peer-timeout-ms", str(PEER_TIMEOUT_MS),
                                   "--heartbeat-ms", "500")}) as rig:
@@ -197,7 +213,6 @@ def main():
                 done = round_(rig, i, pulled)
                 if done is not None:
                     break
-                print(f"# {i}: B's transfers ended before B stopped")
             check(done is not None,
                   f"B stopped mid-transfer in one of {TRIES} tries")
             check(rig.agents_run(), "A and C live on")
