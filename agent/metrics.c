@@ -161,7 +161,7 @@ static int render_state(const struct agent *a, struct evbuffer *out)
 	bad |= pdx_prom_family(out, "pdx_agent_slice_waits_total", "counter",
 			       "times a transfer waited for room for the "
 			       "buffers of TP slices or whole blocks pulled "
-			       "(32 MiB a peer, 64 MiB an agent in flight)");
+			       "(16 MiB a peer, 32 MiB an agent in flight)");
 	bad |= pdx_prom_sample(out, "pdx_agent_slice_waits_total", "",
 			       a->slices.waited);
 	bad |= pdx_prom_family(out, "pdx_agent_slice_bytes_in_flight", "gauge",

@@ -42,7 +42,7 @@ B_BLOCKS, B_EACH, C_BLOCKS = 192, 96, 32
 A_BLOCKS = B_BLOCKS + C_BLOCKS
 PEER_TIMEOUT_MS = 3000
 TRIES = 3
-SHARE = 32 << 20  # a peer's share of an agent's slice buffers
+SHARE = 16 << 20  # a peer's share of an agent's slice buffers
 
 
 def layout(blocks, order):
