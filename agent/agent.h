@@ -1026,7 +1026,6 @@ struct slice_buf {
 	uint32_t gets;	    /* pull: gets into it still in flight */
 	pdx_status_t status; /* pull: the first of them to fail */
 	bool counted;	    /* within the bound (slice_buf_count) */
-	struct peer *peer;  /* counted: whose share it is of */
 	uint64_t len;
 	size_t cap;
 	uint8_t bytes[];

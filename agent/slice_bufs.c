@@ -32,8 +32,7 @@
 /* What of x found no room (layer: a push's), and how it goes on. */
 struct slice_wait {
 	struct slice_wait *next, *prev;
-	struct xfer *x;
-	struct peer *peer; /* x's, whose share it waits for */
+	struct xfer *x; /* held: it and its peer stay */
 	uint32_t layer;
 	slice_resume_fn resume;
 };
@@ -72,9 +71,10 @@ static void peer_out(struct slice_bufs *s, struct peer *p, uint64_t out)
 
 void slice_buf_count(struct agent *a, struct slice_buf *b)
 {
+	struct peer *p = b->x->peer;
+
 	b->counted = true;
-	b->peer = b->x->peer;
-	peer_out(&a->slices, b->peer, b->peer->slice_out + b->cap);
+	peer_out(&a->slices, p, p->slice_out + b->cap);
 	a->slices.bytes_out += b->cap;
 }
 
@@ -82,9 +82,11 @@ void slice_buf_put(struct agent *a, struct slice_buf *b)
 {
 	if (b->counted) {
 		a->slices.bytes_out -= b->cap;
-		if (!a->slices.stopping) /* else its peer is freed */
-			peer_out(&a->slices, b->peer,
-				 b->peer->slice_out - b->cap);
+		/* b->x is held until b is put, but at stop it and its
+		 * peer are freed first */
+		if (!a->slices.stopping)
+			peer_out(&a->slices, b->x->peer,
+				 b->x->peer->slice_out - b->cap);
 	}
 	DL_DELETE(a->slices.live, b);
 	if (b->cap != SLICE_BUF_MAX || a->slices.n_bufs >= SLICE_KEEP ||
@@ -123,8 +125,7 @@ pdx_status_t slice_bufs_wait(struct xfer *x, uint32_t layer,
 
 	if (!w)
 		return PDX_ENOMEM;
-	*w = (struct slice_wait){ .x = x, .peer = x->peer, .layer = layer,
-				  .resume = resume };
+	*w = (struct slice_wait){ .x = x, .layer = layer, .resume = resume };
 	xfer_hold_wait(x);
 	x->peer->slice_waits++;
 	x->agent->slices.waited++;
@@ -139,7 +140,7 @@ pdx_status_t slice_bufs_wait(struct xfer *x, uint32_t layer,
 static void resume_one(struct slice_bufs *s, struct slice_wait *w)
 {
 	DL_DELETE(s->waits, w);
-	w->peer->slice_waits--;
+	w->x->peer->slice_waits--;
 	xfer_unhold_wait(w->x);
 	w->resume(w->x, w->layer);
 	free(w);
@@ -157,10 +158,8 @@ static struct slice_wait *next_wait(struct slice_bufs *s)
 	DL_FOREACH(s->waits, w)
 		if (w->x->finished)
 			return w;
-	if (s->shares_out >= SLICE_BUDGET)
-		return NULL;
 	DL_FOREACH(s->waits, w)
-		if (room_for(s, w->peer))
+		if (room_for(s, w->x->peer))
 			return w;
 	return NULL;
 }
