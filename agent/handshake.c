@@ -179,6 +179,17 @@ static pdx_status_t hello_check(const struct agent *a, const struct peer *p,
 		snprintf(err, errlen, "no engine registered at %s", a->peer_addr);
 		return PDX_ENOTREG;
 	}
+	/* Our own hello, come back: the peer's address leads to us (P
+	 * listening on 0.0.0.0 and D advertising P's port under another
+	 * name: P answered D's hello to itself, took its own answer, and
+	 * kept itself as that peer, its own regions as the peer's). */
+	if (h->instance == a->instance) {
+		snprintf(err, errlen, "the hello from %s is this agent's own: "
+			 "that address leads back here (does a peer's "
+			 "--advertise name this agent's address?)",
+			 p->addr);
+		return PDX_EINCOMPAT;
+	}
 	if (h->v != PEER_PROTOCOL_VERSION) {
 		snprintf(err, errlen, "protocol version %llu != %d",
 			 (unsigned long long)h->v, PEER_PROTOCOL_VERSION);
@@ -725,7 +736,7 @@ void handshake_on_hello(struct agent *a, const char *from,
 	char err[PDX_REASON_MAX];
 	struct hello h;
 	pdx_status_t st;
-	bool tell_sn;
+	bool tell_sn, own;
 
 	if (!p)
 		return;
@@ -738,6 +749,7 @@ void handshake_on_hello(struct agent *a, const char *from,
 	if (!st)
 		st = hello_apply(a, p, &h, err, sizeof(err));
 	tell_sn = !st && is_ack && sn_behind_untold(a, p, &h);
+	own = h.instance == a->instance; /* a nack would come back here */
 	hello_free(&h);
 	metrics_handshake(a, st == PDX_OK);
 	/* our answer goes to its address: does it get there? (only for a
@@ -746,9 +758,14 @@ void handshake_on_hello(struct agent *a, const char *from,
 	if (!is_ack && !st && a->peer_return)
 		a->peer_return->answered(a, p);
 	if (st) {
-		log_warn("handshake with %s refused: %s", from, err);
+		/* said once for each reason a peer is refused for: a peer
+		 * whose hellos keep coming (its retries) says nothing new */
+		if (strcmp(p->refusal, err))
+			log_warn("handshake with %s refused: %s", from, err);
+		else
+			log_debug("handshake with %s refused again", from);
 		peer_reset(a, p);
-		if (!is_ack)
+		if (!is_ack && !own)
 			send_nack(a, p, st, err);
 		else if (!a->reg.ok)
 			/* it took our hello, sent before our engine's end,

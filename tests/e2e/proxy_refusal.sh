@@ -206,6 +206,34 @@ logged agent_p "another agent advertises this agent's address $peer_p" ||
 	fail "P's agent did not say another agent advertises its address"
 echo "ok: a P/D pair whose agents advertise one address: 502 saying so, both agents say it"
 
+# The same under another name (localhost for P's 127.0.0.1): the proxy
+# cannot tell, and P's agent answers U's hellos to itself. It refuses
+# that answer, its own hello, saying so once (before: it took it, and
+# kept itself as a ready peer, its own KV regions as that peer's).
+agent_start u --advertise "${peer_p/127.0.0.1/localhost}" \
+	--handshake-timeout-ms 1000
+named_engine_start U "$ENGINE" --role decode --agent "ipc://$E2E_TMP/u.engine" \
+	--time-scale 0
+wait_healthy U
+# its probe's verdict first (3 s): before it, a hello unanswered blames P
+logged agent_u "does not reach this agent: .*(another agent took it)" ||
+	fail "U's agent did not say its --advertise reaches another agent"
+for i in 1 2; do
+	read -r st _ _ body < <(req "$PORT_U" 4 10 \
+		"{\"xfer_id\": \"$(xid)\", \"remote_agent\": \"$peer_p\", \"do_remote_prefill\": true}")
+	[ "$st" = 500 ] && echo "$body" | grep -q "does not reach it (another agent took it)" ||
+		fail "a decode engine whose agent advertises P's address under another name: $st $body"
+done
+logged agent_p "handshake with $peer_p refused: the hello from $peer_p is this agent's own" ||
+	fail "P's agent did not refuse its own hello: $(grep "$peer_p" "$E2E_TMP/agent_p.log" | tail -3)"
+[ "$(grep -c "is this agent's own" "$E2E_TMP/agent_p.log")" = 1 ] ||
+	fail "P's agent did not say it once: $(grep -c "is this agent's own" "$E2E_TMP/agent_p.log")"
+! grep -q "peer $peer_p ready" "$E2E_TMP/agent_p.log" ||
+	fail "P's agent keeps itself as a peer: $(grep "peer $peer_p ready" "$E2E_TMP/agent_p.log")"
+named_stop U
+named_stop agent_u
+echo "ok: an agent refuses its own hello, come back under another name for its address"
+
 # A decode instance whose agent advertises an address nobody listens at
 # (a typo in --advertise): P's agent answers its hellos there. Its own
 # probe says so at start, and its transfers fail blaming it (500), so
