@@ -777,6 +777,7 @@ void handshake_on_hello(struct agent *a, const char *from,
 		snprintf(p->refusal, sizeof(p->refusal), "%s", err);
 		p->rewant = REWANT_NONE; /* its transfers fail below */
 	} else {
+		p->refusal[0] = '\0'; /* a refusal after this is said again */
 		if (!is_ack)
 			send_hello(a, p, "hello_ack");
 		else if (tell_sn) {
