@@ -20,7 +20,16 @@
  * A leg's connection is freed (or given back) by us, never by evhttp: at
  * once when the leg is cancelled or times out (no request callback runs
  * then), and from the timer, right after the loop has left evhttp's
- * callbacks, when the response ended. evhttp fails a request inside
+ * callbacks, when the response ended.
+ *
+ * A leg cancelled before its request is all written (evhttp writes it
+ * once connected, on a later turn of the loop) is handed off: it writes
+ * the request, then closes, and nobody hears of it. So its engine sees
+ * the request and its client leave, as for any cancelled leg. Dropped,
+ * the engine would never learn of it: a decode leg with a transfer
+ * whose prefill had answered (the sequential flow, its client gone a
+ * moment after P's answer) left P's KV held until its lease ran out.
+ * A handed-off leg is bounded by the connect deadline. evhttp fails a request inside
  * evhttp_make_request() when it cannot even make a socket (out of file
  * descriptors); that failure is told from the timer too. */
 #define PDX_LOG_TOPIC "upstream"
@@ -63,12 +72,22 @@ struct pdx_upstream {
 	bool no_fds;	   /* for want of a descriptor here: not counted */
 	bool ended;	   /* the timer now frees the leg */
 	bool reuse;	   /* the response ended completely */
+	/* on the connection's output: is the request written? */
+	struct evbuffer_cb_entry *out_watch;
+	bool queued;	 /* evhttp put the request there (once connected) */
+	bool handed_off; /* cancelled, and writes it before it closes */
+	unsigned connect_timeout_ms;
 };
 
 static void tv_ms(struct timeval *tv, unsigned ms)
 {
 	tv->tv_sec = ms / 1000;
 	tv->tv_usec = (ms % 1000) * 1000;
+}
+
+static struct evbuffer *conn_output(struct evhttp_connection *conn)
+{
+	return bufferevent_get_output(evhttp_connection_get_bufferevent(conn));
 }
 
 static evutil_socket_t conn_fd(struct evhttp_connection *conn)
@@ -155,6 +174,8 @@ static bool idle_put(struct pdx_upstream *u)
  * freeing a request still on it without callbacks). */
 static void leg_free(struct pdx_upstream *u)
 {
+	if (u->out_watch)
+		evbuffer_remove_cb_entry(conn_output(u->conn), u->out_watch);
 	if (u->conn && !(u->reuse && idle_put(u)))
 		evhttp_connection_free(u->conn);
 	if (u->timer)
@@ -250,7 +271,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 	struct timeval tv;
 	char why[160];
 
-	if (u->ended) {
+	if (u->ended || u->handed_off) { /* or written, or its bound */
 		leg_free(u);
 		return;
 	}
@@ -285,6 +306,8 @@ static int on_header(struct evhttp_request *req, void *arg)
 	const char *side = evhttp_find_header(
 	    evhttp_request_get_input_headers(req), "X-PDX-Failed-Side");
 
+	if (u->handed_off)
+		return 0;
 	evtimer_del(u->timer);
 	u->peer_failed = evhttp_request_get_response_code(req) == 502 &&
 			 side && !strcmp(side, "peer");
@@ -301,7 +324,9 @@ static void on_chunk(struct evhttp_request *req, void *arg)
 {
 	struct pdx_upstream *u = arg;
 
-	u->cbs.on_chunk(u, evhttp_request_get_input_buffer(req), u->cbs.arg);
+	if (!u->handed_off)
+		u->cbs.on_chunk(u, evhttp_request_get_input_buffer(req),
+				u->cbs.arg);
 }
 
 static void on_error(enum evhttp_request_error err, void *arg)
@@ -310,6 +335,8 @@ static void on_error(enum evhttp_request_error err, void *arg)
 	const char *what = "connection failed";
 	int e = errno; /* evhttp keeps the socket's error for us */
 
+	if (u->handed_off) /* on_done follows */
+		return;
 	u->err_status = 502;
 	/* no socket for want of a descriptor here: this proxy's overload,
 	 * which says nothing of the instance (counted, a burst of clients
@@ -379,6 +406,10 @@ static void on_done(struct evhttp_request *req, void *arg)
 	int e = errno; /* evhttp keeps the socket's error for us */
 
 	evtimer_del(u->timer);
+	if (u->handed_off) { /* nobody hears of it */
+		leg_end_later(u);
+		return;
+	}
 	if (u->starting) {
 		u->failed_early = true;
 		if (!u->err_status) {
@@ -419,6 +450,29 @@ static void on_done(struct evhttp_request *req, void *arg)
 	leg_end_later(u);
 }
 
+/* Whether evhttp put the request on the connection and the socket took
+ * all of it (or a failed connection dropped it). */
+static bool request_written(struct pdx_upstream *u)
+{
+	return u->queued && !evbuffer_get_length(conn_output(u->conn));
+}
+
+/* The connection's output changed: evhttp put the request there, or the
+ * socket took some. A handed-off leg whose request is all written closes
+ * now (from the timer: this runs inside the connection's write). */
+static void on_output(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+		      void *arg)
+{
+	struct pdx_upstream *u = arg;
+	struct timeval now = {0, 0};
+
+	(void)buf;
+	if (info->n_added)
+		u->queued = true;
+	if (u->handed_off && request_written(u))
+		evtimer_add(u->timer, &now);
+}
+
 int pdx_upstream_start(const struct pdx_upstream_params *p,
 		       const struct pdx_upstream_cbs *cbs,
 		       struct pdx_upstream **out)
@@ -455,6 +509,10 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 		if (!u->conn)
 			goto fail;
 	}
+	u->connect_timeout_ms = p->connect_timeout_ms;
+	u->out_watch = evbuffer_add_cb(conn_output(u->conn), on_output, u);
+	if (!u->out_watch)
+		goto fail;
 	/* a reused connection still has the last leg's settings */
 	evhttp_connection_set_timeout(u->conn, (int)p->idle_timeout_s);
 	/* evhttp counts a streamed body too: bound only what is collected */
@@ -531,8 +589,18 @@ struct pdx_inst *pdx_upstream_inst(const struct pdx_upstream *u)
 
 void pdx_upstream_cancel(struct pdx_upstream *u)
 {
-	if (u)
+	struct timeval tv;
+
+	if (!u)
+		return;
+	if (u->ended || u->failed_early || request_written(u)) {
 		leg_free(u);
+		return;
+	}
+	u->handed_off = true;
+	u->reuse = false;
+	tv_ms(&tv, u->connect_timeout_ms);
+	evtimer_add(u->timer, &tv);
 }
 
 void pdx_upstreams_clear(struct pdx_upstreams *set)

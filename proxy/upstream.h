@@ -101,8 +101,10 @@ bool pdx_upstream_out_of_fds(const struct pdx_upstream *u);
 struct pdx_inst *pdx_upstream_both(const struct pdx_upstream *u);
 
 /* Abandons the leg and closes its connection, so the engine sees its
- * client leave; no callback fires. NULL-safe. Not from inside the leg's
- * own callbacks. */
+ * client leave; no callback fires. A request not yet all written is
+ * written first (within the connect deadline), so the engine sees it and
+ * then its client leave. NULL-safe. Not from inside the leg's own
+ * callbacks. */
 void pdx_upstream_cancel(struct pdx_upstream *u);
 
 #endif

@@ -105,6 +105,42 @@ for xf in XC:concurrent XS:sequential XE:early-callback; do
 			fail "$flow: text after a client left at $phase: '$got', want '$want'"
 	done
 done
+# The sequential flow, its client gone as P's answer comes: the proxy
+# is stopped while P prefills, P answers and the client leaves, then it
+# runs on and meets both in one turn of its loop: P's answer starts D's
+# leg, whose request is not yet written when the client's leaving
+# cancels it. The proxy writes it, then closes: D sees the request and
+# its client leave, aborts, and its agent frees P's KV at once (before:
+# the request was dropped, D never heard of the transfer, and P held the
+# prompt's KV for its lease, 10 s; 1 in 60 such clients here).
+for i in 1 2 3; do
+	p_fin=$(val "$PORT_P" "$(e requests_finished_total)")
+	d_ab=$(val "$PORT_D" "$(e requests_aborted_total)")
+	$PY - "$PORT_XS" "$PORT_P" "$PID_XS" "$p_fin" "$long" "$E2E_DIR" <<'PYEOF' || fail "sequential, a client gone at P's answer ($i)"
+import json, os, signal, socket, sys, time
+sys.path.insert(0, sys.argv[6])
+from client import eng, until
+x, p, pid, p_fin, prompt = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+b = json.dumps({"prompt": prompt, "max_tokens": 1000}).encode()
+s = socket.create_connection(("127.0.0.1", int(x)))
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+          b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+          % len(b) + b)
+until("P prefills", lambda: eng(p, "num_requests_running") == 1)
+os.kill(pid, signal.SIGSTOP)
+try:
+    until("P answered", lambda: eng(p, "requests_finished_total") == p_fin + 1)
+    s.close()
+    time.sleep(0.2)
+finally:
+    os.kill(pid, signal.SIGCONT)
+PYEOF
+	settle 3 "$PORT_P/$(e kv_blocks_used)=0" \
+		"$PORT_D/$(e requests_aborted_total)=$((d_ab + 1))" ||
+		fail "sequential, a client gone at P's answer ($i): P's KV held, or D did not see the request $(logs XS P D)"
+	settle 5 $(idle XS P D) || fail "sequential, a client gone at P's answer ($i): not idle $(logs XS P D)"
+done
+echo "ok: sequential: a client gone at P's answer: D sees the request and leaves, P's KV free at once"
 for x in XC XS XE; do named_stop $x; done
 
 # Clients that send a request and leave at once, most before its legs
