@@ -411,7 +411,7 @@ struct slice_bufs {
 	uint64_t waited; /* transfers that waited for room, ever (metrics) */
 	struct slice_wait *waits; /* in order (utlist) */
 	bool stopping; /* the transfers are gone: callbacks free only */
-	bool resuming, again; /* in slice_bufs_resume(); called meanwhile */
+	bool resuming; /* in slice_bufs_resume() */
 };
 
 /* A message from the engine link, whichever way it came (engine_on_msg). */

@@ -170,17 +170,13 @@ void slice_bufs_resume(struct agent *a)
 	struct slice_wait *w;
 
 	/* a resume may end buffers at once (an endpoint closed calls its
-	 * operations back): the outer call goes on from the list as it is */
-	if (s->resuming) {
-		s->again = true;
+	 * operations back), which calls this again: the outer call goes on
+	 * from the list as it is then (next_wait looks at it afresh) */
+	if (s->resuming)
 		return;
-	}
 	s->resuming = true;
-	do {
-		s->again = false;
-		while (!s->stopping && (w = next_wait(s)) != NULL)
-			resume_one(s, w);
-	} while (s->again && !s->stopping);
+	while (!s->stopping && (w = next_wait(s)) != NULL)
+		resume_one(s, w);
 	s->resuming = false;
 }
 
