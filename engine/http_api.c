@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "common/http_listen.h"
 #include "common/http_route.h"
 #include "common/log.h"
+#include "common/mix64.h"
 #include "engine/openai.h"
 
 /* An idle or silent connection is closed after this long. */
@@ -148,6 +150,22 @@ out:
 	free(own);
 }
 
+/* X-PDX-Engine-Id: this process's, drawn at its start. An engine
+ * started again on the same port (with another --model or --role, and
+ * quicker than two of a proxy's health checks) keeps its address and
+ * its agent's: the proxy's next check sees this change, and asks what
+ * it serves and what it is again (docs/proxy.md, "Health checks"). */
+static void add_engine_id_header(const struct pdx_http_api *api,
+				 struct evhttp_request *req)
+{
+	char v[17];
+
+	snprintf(v, sizeof(v), "%016llx",
+		 (unsigned long long)api->engine_id);
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+			  "X-PDX-Engine-Id", v);
+}
+
 /* Ready to serve: with an agent, only while the agent is there (a
  * proxy's health checks then route around this engine). /live is the
  * process alone. */
@@ -162,6 +180,7 @@ static void get_health(struct pdx_http_api *api, struct evhttp_request *req)
 	}
 	if (api->p.link)
 		add_agent_header(api->p.link, req);
+	add_engine_id_header(api, req);
 	reply(req, 200, "text/plain", NULL);
 }
 
@@ -232,6 +251,9 @@ pdx_status_t pdx_http_api_new(const struct pdx_http_api_params *p,
 	api->p = *p;
 	api->started = (long long)time(NULL);
 	api->id_seed = pdx_now_ns() ^ ((uint64_t)getpid() << 32);
+	if (getrandom(&api->engine_id, sizeof(api->engine_id), 0) !=
+	    sizeof(api->engine_id))
+		api->engine_id = pdx_mix64(api->id_seed + 1);
 	LIST_INIT(&api->calls);
 	LIST_INIT(&api->kvs);
 	api->http = evhttp_new(p->base);

@@ -27,6 +27,7 @@ struct pdx_http_api {
 	long long started; /* unix seconds: /v1/models "created" */
 	uint64_t next_id;  /* for request ids the client did not send */
 	uint64_t id_seed;
+	uint64_t engine_id; /* X-PDX-Engine-Id: this start's */
 	LIST_HEAD(, pdx__gen_call) calls; /* completions in flight */
 	LIST_HEAD(, pdx__kv) kvs; /* transfers of requests (http_kv.c) */
 };

@@ -80,7 +80,7 @@ static void list(struct pdx_proxy *px, struct evhttp_request *req)
 			json_array_append_new(
 			    arr,
 			    json_pack("{s:s, s:s, s:o, s:o, s:i, s:i, s:I, s:I, "
-				      "s:b, s:s}",
+				      "s:b, s:b, s:s}",
 				      "role", pdx_pool_role_name(p->role),
 				      "url", p->inst[i]->url, "tp",
 				      tp_known(p->inst[i]), "models",
@@ -91,6 +91,7 @@ static void list(struct pdx_proxy *px, struct evhttp_request *req)
 				      "failures",
 				      (json_int_t)p->inst[i]->failures,
 				      "healthy", !p->inst[i]->unhealthy,
+				      "misplaced", p->inst[i]->misplaced,
 				      "breaker",
 				      pdx_breaker_state_name(
 					  p->inst[i]->breaker.state)));
@@ -120,13 +121,22 @@ static void add(struct pdx_proxy *px, struct evhttp_request *req)
 			       evbuffer_get_length(in), 0, NULL);
 	const char *role = json_string_value(json_object_get(j, "role"));
 	const char *url = json_string_value(json_object_get(j, "url"));
-	enum pdx_pool_role r;
+	enum pdx_pool_role r, other;
 	char err[192];
 
 	if (!url || role_parse(role, &r)) {
 		pdx_http_send_error(req, 400, "invalid_request_error",
 				     "want {\"role\": \"prefill\"|\"decode\", "
 				     "\"url\": \"http://host:port\"}");
+		goto out;
+	}
+	/* as the command line refuses it: each request's pair would share
+	 * one engine */
+	other = r == PDX_POOL_PREFILL ? PDX_POOL_DECODE : PDX_POOL_PREFILL;
+	if (pdx_pool_has(&px->pool[other], url)) {
+		snprintf(err, sizeof(err), "%s is in the %s pool: an engine is "
+			 "one or the other", url, pdx_pool_role_name(other));
+		pdx_http_send_error(req, 409, "invalid_request_error", err);
 		goto out;
 	}
 	if (pdx_pool_add(&px->pool[r], url, err, sizeof(err))) {

@@ -324,7 +324,11 @@ static bool one_agent(struct pdx_call *c)
  * while /ready said 200. Refused here with what to fix, logged at warn
  * (once per instance in a row); under --on-prefill-failure local only
  * said, as the decode instance prefills what P refuses (colocated
- * engines behind a sequential proxy run so). */
+ * engines behind a sequential proxy run so). Else the instance leaves
+ * the picks (misplaced, until its engine is seen started again or a
+ * check fails) and the request starts over on another one where
+ * --retries allows (before: it stayed in, healthy, and every other
+ * request got the 502 for good). */
 static bool wrong_pool(struct pdx_call *c)
 {
 	struct pdx_inst *pair[2] = {c->prefill, c->decode};
@@ -361,7 +365,9 @@ static bool wrong_pool(struct pdx_call *c)
 		if (c->px->o->prefill_fallback)
 			return false;
 		i->peer_known = false; /* asked again: it may be mended */
-		pdx_call_reply_error(c, 502, "upstream_error", msg);
+		i->misplaced = true;
+		if (!pdx_flow_retry_inst(c, i, 502, msg))
+			pdx_call_reply_error(c, 502, "upstream_error", msg);
 		return true;
 	}
 	return false;

@@ -111,6 +111,33 @@ moved:
 	i->peer_known = false;
 }
 
+/* pdx-engine's X-PDX-Engine-Id changed: the engine was started again on
+ * its address between two checks (with another --model, say), and what
+ * was learnt of it is asked again: its models now, its role and agents
+ * before its next request. Else a proxy kept sending a model's requests
+ * to an engine that served another, and listed that model in
+ * /v1/models for good; and an instance moved out of the picks for its
+ * role (misplaced) stayed out once mended. */
+static void check_engine_id(struct pdx_inst *i, struct evhttp_request *req)
+{
+	const char *id = evhttp_find_header(
+	    evhttp_request_get_input_headers(req), "X-PDX-Engine-Id");
+
+	if (!id || !strcmp(id, i->engine_id))
+		return;
+	if (i->engine_id[0]) {
+		log_info("%s instance %s: its engine started again (engine "
+			 "id %s, was %s): its models, role and agents are "
+			 "asked again",
+			 pdx_pool_role_name(i->role), i->url, id,
+			 i->engine_id);
+		i->models.known = false;
+		i->peer_known = false;
+		i->misplaced = false;
+	}
+	snprintf(i->engine_id, sizeof(i->engine_id), "%s", id);
+}
+
 static void probe_get(struct pdx_probe *pr, const char *path,
 		      void (*done)(struct evhttp_request *, void *));
 
@@ -189,11 +216,14 @@ static void on_done(struct evhttp_request *req, void *arg)
 	pr->busy = false;
 	if (out_of_descriptors(pr, status, e))
 		return;
-	if (ok)
+	if (ok) {
 		check_agent(i, req);
-	if (!ok) /* restarting, maybe with another model */
+		check_engine_id(i, req);
+	}
+	if (!ok) { /* restarting, maybe with another model or role */
 		i->models.known = false;
-	else if (!i->models.known)
+		i->misplaced = false;
+	} else if (!i->models.known)
 		probe_get(pr, "/v1/models", on_models);
 	if (pdx_breaker_checked(&i->breaker, ok, pr->sent_ns, pdx_now_ns()))
 		log_info("%s instance %s failed a health check and then "

@@ -214,7 +214,8 @@ unsigned pdx_pool_load(const struct pdx_inst *i)
 
 bool pdx_pool_usable(const struct pdx_inst *i, uint64_t now)
 {
-	return !i->unhealthy && pdx_breaker_usable(&i->breaker, now);
+	return !i->unhealthy && !i->misplaced &&
+	       pdx_breaker_usable(&i->breaker, now);
 }
 
 /* Usable (pdx_pool_usable), or with trials: healthy, its breaker's
@@ -222,7 +223,7 @@ bool pdx_pool_usable(const struct pdx_inst *i, uint64_t now)
 static bool may_take(const struct pdx_inst *i, uint64_t now, bool trials)
 {
 	return pdx_pool_usable(i, now) ||
-	       (trials && !i->unhealthy &&
+	       (trials && !i->unhealthy && !i->misplaced &&
 		pdx_breaker_on_trial(&i->breaker, now));
 }
 

@@ -13,9 +13,10 @@
  *     swamped; adding or removing an instance moves only its share.
  *
  * Every policy picks among the usable instances only (pdx_pool_usable):
- * those that pass their health checks (health.c) and whose circuit
- * breaker lets a request through (breaker.h); where none is, among the
- * healthy ones whose breaker's trial is under way too.
+ * those that pass their health checks (health.c), are in the pool of
+ * their engine's role (misplaced), and whose circuit breaker lets a
+ * request through (breaker.h); where none is, among the healthy ones
+ * whose breaker's trial is under way too.
  *
  * One thread (the proxy's loop). An instance is reference counted: a
  * request holds the instance it picked until pdx_pool_put(), and an
@@ -96,6 +97,14 @@ struct pdx_inst {
 	 * "" and false where it did not say (vLLM has no such route) */
 	char engine_role[12];
 	bool no_agent;
+	/* that answer put it in the wrong pool (the other role, or no
+	 * agent): no pick takes it until its engine is seen started again
+	 * (engine_id) or a health check fails (it may come back mended) */
+	bool misplaced;
+	/* pdx-engine's X-PDX-Engine-Id at the last passed check, "" until
+	 * one said it: a new one is an engine started again on the address,
+	 * maybe with another model or role, too quickly for a check to fail */
+	char engine_id[24];
 	unsigned tp;
 	char peers[PDX_POOL_TP_MAX][PDX_POOL_ADDR_MAX];
 	/* a prefill instance's bootstrap server port for SGLang decode
@@ -169,7 +178,8 @@ struct pdx_inst *pdx_pool_pick(struct pdx_pool *p, uint64_t key,
 			       const struct pdx_inst *avoid,
 			       const char *model, bool or_any);
 
-/* May a request go to i now: healthy, and its breaker not open? */
+/* May a request go to i now: healthy, in the right pool, and its breaker
+ * not open? */
 bool pdx_pool_usable(const struct pdx_inst *i, uint64_t now);
 
 /* Would a pick for model (NULL: any) with or_any find a usable instance

@@ -227,6 +227,13 @@ settle 10 "$PORT_D/$(e requests_finished_total)>=$(($(fin D) + 10))" ||
 [ "$(admin POST /admin/instances "{\"role\": \"decode\", \"url\": \"$u3\"}")" = 201 ] ||
 	fail "add D3: $(cat "$E2E_TMP/body")"
 [ "$(decoders)" = "$(sorted $u1 $u2 $u3)" ] || fail "decode pool after the adds: $(decoders)"
+# an engine of the prefill pool added to the decode pool: refused, as
+# the command line refuses it (before: 201, and each request's pair
+# shared one engine)
+[ "$(admin POST /admin/instances "{\"role\": \"decode\", \"url\": \"127.0.0.1:$PORT_P\"}")" = 409 ] ||
+	fail "P added to the decode pool: $(cat "$E2E_TMP/body")"
+grep -q "is in the prefill pool: an engine is one or the other" "$E2E_TMP/body" ||
+	fail "P added to the decode pool: $(cat "$E2E_TMP/body")"
 settle 10 "$PORT_D2/$(e requests_finished_total)>=$(($(fin D2) + 5))" \
 	"$PORT_D3/$(e requests_finished_total)>=5" ||
 	fail "D2 added back and D3 added did not both serve"

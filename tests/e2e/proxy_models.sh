@@ -118,6 +118,28 @@ done
 [ "$(requests_of "$portb")" -gt "$before" ] || fail "B, serving tiny now, got none of them"
 PORT=$PORT_X post /v1/completions '{"model": "qwen2-7b", "prompt": "x", "max_tokens": 2}' >/dev/null
 status_is 404 "qwen2-7b once nobody serves it"
+
+# B started again at once, serving qwen2-7b, with no check of the proxy's
+# between (it is stopped meanwhile): its next check sees another
+# X-PDX-Engine-Id, and its models are asked again (before: only a failed
+# check did that, and the proxy kept B as tiny's for good, listing a
+# model nobody served and sending tiny's requests to B's 404)
+kill -STOP "$PID_X"
+named_stop B2
+bg_start B3 "$ENGINE" --model qwen2-7b --kv-blocks 16 --time-scale 0 \
+	--port "$portb"
+PORT_B3=$portb
+wait_healthy B3
+kill -CONT "$PID_X"
+models_become "127.0.0.1:$PORT_A=tiny 127.0.0.1:$portb=qwen2-7b" 50 \
+	"after B was started again serving qwen2-7b"
+logged X "decode instance http://127.0.0.1:$portb: its engine started again" ||
+	fail "the proxy did not say B started again"
+for k in $(seq 4); do
+	PORT=$PORT_X post /v1/completions "{\"model\": \"tiny\", \"prompt\": \"after $k\", \"max_tokens\": 2}" >/dev/null
+	status_is 200 "request $k for tiny after B serves qwen2-7b again"
+done
+named_stop B3
 named_stop X
 
 # P/D: P (tiny) and Q (qwen2-7b) prefill, D (tiny) decodes

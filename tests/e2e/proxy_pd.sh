@@ -196,6 +196,28 @@ for case in "XW:are --prefill and --decode swapped" "XN:has no agent"; do
 	grep -q "${case#*:}" "$E2E_TMP/${case%%:*}.log" || fail "${case%%:*}: not logged"
 done
 
+# a decode engine listed among two --prefill instances: the request
+# that finds it out starts over on the other one, and it leaves the
+# prefill picks (before: it stayed in, healthy, and every other request
+# got that 502 for good); it is asked again once its engine is seen
+# started again
+pd_engine_start D2 decode --time-scale 0
+wait_healthy D2
+named_engine_start XM "$PROXY" --prefill "127.0.0.1:$PORT_D2" \
+	--prefill "127.0.0.1:$PORT_PQ" --decode "127.0.0.1:$PORT_D"
+for k in $(seq 8); do
+	PORT=$PORT_XM post /v1/completions "{\"prompt\": \"misplaced $k\", \"max_tokens\": 2}" >/dev/null
+	status_is 200 "XM: request $k, a decode engine among the prefill instances"
+done
+[ "$(val "$PORT_XM" 'pdx_proxy_retries_total{leg="prefill"}')" = 1 ] ||
+	fail "XM: prefill retries $(val "$PORT_XM" 'pdx_proxy_retries_total{leg="prefill"}'), want 1 (the request that found D2 out)"
+[ "$(val "$PORT_XM" "pdx_proxy_instance_requests_total{role=\"prefill\",instance=\"http://127.0.0.1:$PORT_D2\"}")" = 1 ] ||
+	fail "XM: D2 was picked again after it was found in the wrong pool"
+grep -q "prefill instance http://127.0.0.1:$PORT_D2 is a decode engine" "$E2E_TMP/XM.log" ||
+	fail "XM: not logged"
+named_stop XM
+named_stop D2
+
 # an instance nobody listens at, and one whose host name does not
 # resolve: the 502 says which (before: "no response", and "cannot
 # connect" with nothing of the name), and the name is warned of at start
