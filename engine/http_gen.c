@@ -39,7 +39,7 @@ struct pdx__gen_call {
 	/* it failed because its KV transfer did, our agent there: the other
 	 * side or the link between the agents failed (on_done) */
 	bool partner_failed;
-	bool incompat; /* the agents refused to pair: both sides' doing */
+	bool both_sides; /* neither side's alone (pdx__kv_both_sides) */
 	struct evbuffer *out; /* the text (whole) or the next SSE frame */
 	char req_id[PDX_REQ_ID_MAX + 1];
 	char id[PDX_REQ_ID_MAX + 16]; /* "cmpl-" or "chatcmpl-" + req_id */
@@ -210,12 +210,14 @@ static void fail_reply(struct pdx__gen_call *c, pdx_status_t st,
 		if (c->partner_failed) {
 			/* for a proxy: count it against the other side;
 			 * agents that refused to pair (another model, block
-			 * size or dtype on one side) against both, or a
-			 * misconfigured decode instance opened every good
-			 * prefill instance's breaker and kept its own */
+			 * size or dtype on one side) and a bound run out
+			 * against both, or a misconfigured decode instance
+			 * opened every good prefill instance's breaker and
+			 * kept its own */
 			evhttp_add_header(
 			    evhttp_request_get_output_headers(c->req),
-			    "X-PDX-Failed-Side", c->incompat ? "both" : "peer");
+			    "X-PDX-Failed-Side",
+			    c->both_sides ? "both" : "peer");
 			pdx__http_error(c->api, c->req, 502,
 					"kv_transfer_failed", why);
 		}
@@ -294,7 +296,7 @@ static void on_done(void *arg, pdx_status_t st)
 	/* the request failed as its transfer did, for the other side */
 	c->partner_failed = st != PDX_OK && c->kv &&
 			    pdx__kv_partner_failed(c->kv);
-	c->incompat = c->partner_failed && pdx__kv_incompat(c->kv);
+	c->both_sides = c->partner_failed && pdx__kv_both_sides(c->kv);
 	if (st != PDX_OK && reason[0])
 		why = reason;
 	/* a forward pass a rank of this TP instance could not run (it is

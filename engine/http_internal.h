@@ -76,8 +76,9 @@ pdx_status_t pdx__kv_status(const struct pdx__kv *k, const char **reason);
 /* The transfer failed on the other side or between the agents (an
  * event, or the bound on one), not for a cause of this instance's. */
 bool pdx__kv_partner_failed(const struct pdx__kv *k);
-/* The agents refused to pair (PDX_EINCOMPAT): both instances' doing. */
-bool pdx__kv_incompat(const struct pdx__kv *k);
+/* Of those, one neither side's alone: the agents refused to pair
+ * (PDX_EINCOMPAT), or a bound ran out waiting for the other side. */
+bool pdx__kv_both_sides(const struct pdx__kv *k);
 /* The request ended (done or aborted): a held transfer lives on. */
 void pdx__kv_call_end(struct pdx__kv *k);
 /* Shutdown: every transfer aborted, every held block freed. */

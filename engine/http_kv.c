@@ -36,9 +36,16 @@ struct pdx__kv {
 	/* it failed on the other side or between the agents, as an event
 	 * or the bound on one says (not for a cause of ours) */
 	bool partner_failed;
-	/* the agents refused to pair (layouts or protocol differ): a
-	 * mismatch of the two instances, neither's fault alone */
-	bool incompat;
+	/* neither side's alone: the agents refused to pair (layouts or
+	 * protocol differ: a mismatch of the two), or a bound ran out
+	 * waiting for the other side (--kv-timeout-ms here, the agent's
+	 * --xfer-timeout-ms): which one was slow, or whose bound was too
+	 * short, neither can tell. A proxy counts it against both, and the
+	 * one that fails with every partner opens its breaker first
+	 * (counted against the other side, a decode instance with a bound
+	 * too short opened every good prefill instance's breaker and never
+	 * its own; a chaos helper's find) */
+	bool both_sides;
 	int64_t first_token;	    /* decode: the prefill's, -1: unknown
 				     * (first_token_take()) */
 	uint64_t done_ns;	    /* when the transfer ended here */
@@ -147,7 +154,8 @@ static void failed_why(struct pdx__kv *k, const struct pdx_engine_event *ev,
 	    (ev->status == PDX_EPEER || ev->status == PDX_ETIMEDOUT ||
 	     ev->status == PDX_ECANCELED || ev->status == PDX_ENOENT ||
 	     ev->status == PDX_EINCOMPAT);
-	k->incompat = ev->status == PDX_EINCOMPAT;
+	k->both_sides = ev->status == PDX_EINCOMPAT ||
+			ev->status == PDX_ETIMEDOUT;
 }
 
 static void on_event(void *arg, const struct pdx_engine_event *ev)
@@ -156,7 +164,10 @@ static void on_event(void *arg, const struct pdx_engine_event *ev)
 
 	log_debug("%s: event %d (%s)", k->p.xfer_hex, ev->kind, ev->reason);
 	if (ev->kind == PDX_EVENT_FAILED) {
-		failed_why(k, ev, k->w.failed_here);
+		/* the cause goes with the failure reported, the first (the
+		 * event after our own bound's abort said the other side's) */
+		if (k->status == PDX_OK)
+			failed_why(k, ev, k->w.failed_here);
 		over(k, ev->status != PDX_OK ? ev->status : PDX_EIO,
 		     ev->reason[0] ? ev->reason : pdx_status_str(ev->status));
 	}
@@ -180,8 +191,9 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	/* our agent answers (its liveness would have said): the other side
-	 * did not come */
+	 * did not come, or our bound is too short */
 	k->partner_failed = true;
+	k->both_sides = true;
 	if (k->p.role == PDX_KV_RECV && k->w.active && !k->timed_out) {
 		/* a receive's blocks are written until its agent's event,
 		 * which comes once the sender said nothing more lands:
@@ -381,9 +393,9 @@ bool pdx__kv_partner_failed(const struct pdx__kv *k)
 	return k->status != PDX_OK && k->partner_failed;
 }
 
-bool pdx__kv_incompat(const struct pdx__kv *k)
+bool pdx__kv_both_sides(const struct pdx__kv *k)
 {
-	return k->status != PDX_OK && k->incompat;
+	return k->status != PDX_OK && k->both_sides;
 }
 
 void pdx__kv_call_end(struct pdx__kv *k)

@@ -363,6 +363,30 @@ done
 named_stop M
 named_stop W
 
+# a decode instance whose own bound is too short (--kv-timeout-ms 20,
+# below P2's prefill of a few chunks) beside a good one: its 502 says
+# both sides (a bound ran out: which side was slow, or whose bound too
+# short, neither can tell), so it opens its own breaker, not the prefill
+# instance's, and every request is served by a retry on the good one
+# (before: "peer", counted against the prefill instance alone, whose
+# breaker opened while the short one's stayed closed: with two prefill
+# instances both went out, and every client got 503; a chaos helper's
+# find)
+pd_engine_start V decode --time-scale 0 --kv-timeout-ms 20
+named_engine_start M "$PROXY" --prefill "127.0.0.1:$PORT_P2" \
+	--decode "127.0.0.1:$PORT_D" --decode "127.0.0.1:$PORT_V" \
+	--retries 1 --breaker-failures 3 --breaker-open-ms 60000 \
+	--health-interval 0
+for k in $(seq 10); do
+	all_ok "$PORT_M" 1 "$mid" "request $k beside a decode instance whose bound is too short"
+done
+[ "$(breaker V)" = 1 ] && [ "$(breaker P2)" = 0 ] && [ "$(breaker D)" = 0 ] ||
+	fail "breakers: V $(breaker V) (want open), P2 $(breaker P2), D $(breaker D) (want closed)"
+grep -q "decode instance http://127.0.0.1:$PORT_V failed (502); retry" "$E2E_TMP/M.log" ||
+	fail "the retries did not avoid V: $(grep retry "$E2E_TMP/M.log" | head -3)"
+named_stop M
+named_stop V
+
 # connect timeout: a listener whose accept queue is full drops the SYN
 $PY -c 'import socket, time
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(0)
