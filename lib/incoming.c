@@ -86,7 +86,10 @@ static void displaced(struct pdx_engine *e, const char *why)
 
 /* A message that is not an event: the answer to a register sent again,
  * or an error refusing an announcement, which ends that transfer (its one
- * event, made here: true with *ev set). Anything else is dropped. */
+ * event, made here: true with *ev set), or refusing the hold of one not
+ * announced yet (a peer address that is none: it failed without a word,
+ * and the engine waited for the transfer's bound). Anything else is
+ * dropped (a refused hold of an announced transfer leaves it to run). */
 bool pdx__on_other(struct pdx_engine *e, const msgpack_object *m,
 		   const char *op, struct pdx_engine_event *ev)
 {
@@ -121,9 +124,11 @@ bool pdx__on_other(struct pdx_engine *e, const msgpack_object *m,
 	}
 	if (strcmp(op, "error") != 0 ||
 	    pdx_mp_get_str(m, "refused", refused, sizeof(refused)) ||
-	    (strcmp(refused, "send") != 0 && strcmp(refused, "recv") != 0) ||
+	    (strcmp(refused, "send") != 0 && strcmp(refused, "recv") != 0 &&
+	     strcmp(refused, "hold") != 0) ||
 	    pdx_mp_get_xfer(m, "xfer", &ev->xfer) ||
-	    !pdx__inflight_has(e, &ev->xfer)) {
+	    !pdx__inflight_has(e, &ev->xfer) ||
+	    (!strcmp(refused, "hold") && !pdx__inflight_held(e, &ev->xfer))) {
 		log_debug("ignored \"%s\" from the agent", op);
 		return false;
 	}

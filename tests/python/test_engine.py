@@ -202,6 +202,24 @@ class Refusals(Pair):
         # (a bare UnicodeEncodeError before)
         with self.assertRaisesRegex(ValueError, "peer: want .* in UTF-8"):
             self.eng["d"].recv(pdx.XferId(), "tcp://h\udc80:1", [1])
+        # a hold alike: its failure comes as its event (before: the
+        # agent refused it in its log alone, and the engine heard
+        # nothing)
+        x = pdx.XferId()
+        self.eng["d"].hold(x, "not-an-address")
+        ev = self.event("d", x, timeout=3)
+        self.assertEqual((ev.kind, ev.status), (pdx.FAILED, pdx.EINVAL), ev)
+        self.assertIn("tcp://", ev.reason)
+        # a refused second hold of an announced transfer leaves it to
+        # run (its one event is the transfer's own)
+        x = pdx.XferId()
+        P, D = self.eng["p"], self.eng["d"]
+        D.recv(x, P.peer_addr, [1])
+        D.hold(x, "not-an-address")
+        P.send(x, D.peer_addr, [1])
+        for layer in range(LAYERS):
+            P.layer_done(layer, [x])
+        self.assertEqual(self.event("d", x).kind, pdx.RECEIVED)
 
     def test_block_outside_the_pool_fails_the_transfer(self):
         x = pdx.XferId()
