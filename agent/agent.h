@@ -694,6 +694,8 @@ struct peer_return_ops {
 	void (*opened)(struct agent *a, struct peer *p);
 	void (*answered)(struct agent *a, struct peer *p);
 	void (*sent)(struct peer *p);
+	bool (*unreached)(struct agent *a, struct peer *p, char *why,
+			  size_t len);
 	void (*closed)(struct agent *a, struct peer *p);
 };
 extern const struct peer_return_ops peer_return_ops;

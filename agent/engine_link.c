@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/prefault.h"
 #include "common/mp.h"
+#include "common/tcp_addr.h"
 
 #define MAX_BLOCKS (1u << 20)
 
@@ -703,8 +704,25 @@ static pdx_status_t check_blocks(const struct agent *a, const uint32_t *blocks,
 
 /* The peer a send or recv names, in peer: "" for an open send, or the
  * agent whose want claimed it already (x). False when it names none. */
+/* m's "peer" into peer: a tcp://HOST:PORT an agent may listen at; else
+ * false, and why. A port of 0, a wildcard host or one past 65535 waited
+ * out the hello's bound before it failed "no answer to our hello". */
+static bool named_peer(const msgpack_object *m, char *peer, size_t len,
+		       char *why, size_t whylen)
+{
+	char detail[PDX_ADDR_MAX + 96] = "not a str";
+
+	if (pdx_mp_get_str(m, "peer", peer, len) == 0 &&
+	    pdx_tcp_addr_ok(peer, false, detail, sizeof(detail)))
+		return true;
+	snprintf(why, whylen, "peer: want the peer agent's tcp:// address "
+		 "(%s)", detail);
+	return false;
+}
+
 static bool announced_peer(const msgpack_object *m, enum xfer_role role,
-			   const struct xfer *x, char *peer, size_t len)
+			   const struct xfer *x, char *peer, size_t len,
+			   char *why, size_t whylen)
 {
 	const msgpack_object *named = pdx_mp_get(m, "peer");
 
@@ -712,8 +730,12 @@ static bool announced_peer(const msgpack_object *m, enum xfer_role role,
 		snprintf(peer, len, "%s", x ? x->peer_addr : "");
 		return true;
 	}
-	return pdx_mp_get_str(m, "peer", peer, len) == 0 &&
-	       strncmp(peer, "tcp://", 6) == 0;
+	if (named_peer(m, peer, len, why, whylen))
+		return true;
+	if (role == XFER_SEND)
+		snprintf(why + strlen(why), whylen - strlen(why),
+			 " or none: the first to claim it");
+	return false;
 }
 
 /* An announcement of an id that ended: it fails saying how the id ended.
@@ -775,10 +797,8 @@ static struct xfer *announce(struct agent *a, const void *eid, size_t eid_len,
 	if (peers && tp_legs_pick(a, peers, peer, sizeof(peer), why,
 				  sizeof(why)) < 0) {
 		peer[0] = '\0';
-	} else if (!peers && !announced_peer(m, role, x, peer, sizeof(peer))) {
-		snprintf(why, sizeof(why), "peer: want the peer agent's "
-			 "tcp:// address%s", role == XFER_SEND ?
-			 " (or none: the first to claim it)" : "");
+	} else if (!peers && !announced_peer(m, role, x, peer, sizeof(peer),
+					     why, sizeof(why))) {
 		peer[0] = '\0';
 	} else if (pdx_mp_get_u32s(m, "blocks", MAX_BLOCKS, &blocks, &n) ||
 		   n == 0) {
@@ -1095,7 +1115,7 @@ static void hold_also(struct agent *a, struct xfer *x, const char *addr)
 static void on_hold(struct agent *a, const void *eid, size_t eid_len,
 		    const msgpack_object *m)
 {
-	char peer[PDX_ADDR_MAX];
+	char peer[PDX_ADDR_MAX], why[PDX_REASON_MAX];
 	struct pdx_xfer_id id;
 	struct xfer *x;
 
@@ -1104,10 +1124,9 @@ static void on_hold(struct agent *a, const void *eid, size_t eid_len,
 			    "xfer: want a bin of 16 bytes");
 		return;
 	}
-	if (pdx_mp_get_str(m, "peer", peer, sizeof(peer)) ||
-	    strncmp(peer, "tcp://", 6) != 0) {
-		reply_error(a, eid, eid_len, "hold", &id, PDX_EINVAL,
-			    "peer: want the peer agent's tcp:// address");
+	if (!named_peer(m, peer, sizeof(peer), why, sizeof(why))) {
+		reply_error(a, eid, eid_len, "hold", &id, PDX_EINVAL, "%s",
+			    why);
 		return;
 	}
 	x = xfer_find(a, &id);
@@ -1129,7 +1148,7 @@ static void on_hold(struct agent *a, const void *eid, size_t eid_len,
 static void on_abort(struct agent *a, const void *eid, size_t eid_len,
 		     const msgpack_object *m)
 {
-	char peer[PDX_ADDR_MAX];
+	char peer[PDX_ADDR_MAX], why[PDX_REASON_MAX];
 	struct pdx_xfer_id id;
 	struct xfer *x;
 
@@ -1157,10 +1176,9 @@ static void on_abort(struct agent *a, const void *eid, size_t eid_len,
 	if (!pdx_mp_get(m, "peer"))
 		return; /* nothing here to abort, and no peer named */
 	/* never announced here: the peer that waits for it is told */
-	if (pdx_mp_get_str(m, "peer", peer, sizeof(peer)) ||
-	    strncmp(peer, "tcp://", 6) != 0) {
-		reply_error(a, eid, eid_len, "abort", &id, PDX_EINVAL,
-			    "peer: want the peer agent's tcp:// address");
+	if (!named_peer(m, peer, sizeof(peer), why, sizeof(why))) {
+		reply_error(a, eid, eid_len, "abort", &id, PDX_EINVAL, "%s",
+			    why);
 		return;
 	}
 	peer_send_to_addr(a, peer, "abort", &id,

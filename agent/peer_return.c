@@ -217,6 +217,16 @@ static void sent(struct peer *p)
 		event_active(p->reply_ev, EV_READ, 0);
 }
 
+/* Our connects to p never joined, and what they met is sure (no such
+ * host here, nothing listens there, no agent of ours there): a hello of
+ * ours unanswered says it, where it said "is an agent listening there"
+ * whatever they met. */
+static bool unreached(struct agent *a, struct peer *p, char *why, size_t len)
+{
+	return p->ret && !joined(a, p) &&
+	       connect_watch_why(&p->ret->conn, why, len);
+}
+
 static void closed(struct agent *a, struct peer *p)
 {
 	watch_end(a, p);
@@ -229,5 +239,6 @@ const struct peer_return_ops peer_return_ops = {
 	.opened = opened,
 	.answered = answered,
 	.sent = sent,
+	.unreached = unreached,
 	.closed = closed,
 };

@@ -127,6 +127,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 	struct xfer *x = arg;
 	struct agent *a = x->agent;
 	enum bound which;
+	char why[48];
 
 	if (x->finished) { /* only the wait for "stopped" is timed now */
 		uint64_t bound = ms_ns(a->cfg.peer_timeout_ms);
@@ -194,6 +195,20 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 			  "it cannot reach this agent's --advertise %s: %s",
 			  x->peer_addr, a->cfg.handshake_timeout_ms,
 			  a->peer_addr, x->peer->cannot_reach_us);
+	else if ((which == BOUND_HANDSHAKE ||
+		  (x->peer && x->peer->state == PEER_HELLO_SENT)) &&
+		 a->peer_return &&
+		 a->peer_return->unreached(a, x->peer, why, sizeof(why)))
+		/* (the transfer's own bound, as long as the hello's, runs
+		 * out a hair first: the hello went after it began) */
+		xfer_fail(x, PDX_EPEER, true,
+			  "no answer to our hello from %s in %llu ms: our "
+			  "connects there met: %s",
+			  x->peer_addr,
+			  (unsigned long long)((pdx_now_ns() -
+						x->peer->hello_sent_ns) /
+					       1000000),
+			  why);
 	else if (which == BOUND_HANDSHAKE)
 		/* a CURVE agent and a plain one never hear each other:
 		 * ZeroMQ drops the connection without a word to either */

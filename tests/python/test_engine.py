@@ -19,8 +19,8 @@ import unittest
 
 import pdx
 from rig import (BLOCK_TOKENS, BLOCKS, DTYPE, HEAD_DIM, KV_HEADS, LAYERS,
-                 POOL_BYTES, TENSORS, Agents, block_at, layout, same_blocks,
-                 wait_for)
+                 POOL_BYTES, TENSORS, Agents, block_at, free_port, layout,
+                 same_blocks, wait_for)
 
 AGENT = None
 
@@ -202,6 +202,27 @@ class Refusals(Pair):
         # (a bare UnicodeEncodeError before)
         with self.assertRaisesRegex(ValueError, "peer: want .* in UTF-8"):
             self.eng["d"].recv(pdx.XferId(), "tcp://h\udc80:1", [1])
+        # port 0 (or a wildcard host) is no agent's: refused at once
+        # (before: it waited out the hello's bound, 5 s, "no answer")
+        for bad in ("tcp://127.0.0.1:0", "tcp://0.0.0.0:5555"):
+            x = pdx.XferId()
+            self.eng["d"].recv(x, bad, [1])
+            ev = self.event("d", x, timeout=2)
+            self.assertEqual((ev.kind, ev.status), (pdx.FAILED, pdx.EINVAL),
+                             ev)
+            self.assertIn(bad, ev.reason)
+        # a name that does not resolve, a port where nothing listens:
+        # at the hello's bound (5 s), what the connects met (before: "is
+        # an agent listening there" whatever they met)
+        met = {"tcp://no-such-host.invalid:5555": "no such host here",
+               "tcp://127.0.0.1:%d" % free_port(): "nothing listens there"}
+        for addr, what in met.items():
+            x = pdx.XferId()
+            self.eng["d"].recv(x, addr, [1])
+            ev = self.event("d", x, timeout=10)
+            self.assertEqual((ev.kind, ev.status), (pdx.FAILED, pdx.EPEER),
+                             ev)
+            self.assertIn("our connects there met: " + what, ev.reason)
         # a hold alike: its failure comes as its event (before: the
         # agent refused it in its log alone, and the engine heard
         # nothing)
