@@ -40,8 +40,17 @@ static pdx_status_t send_out(struct pdx_engine *e, struct pdx_mp_out *o)
 {
 	pdx_status_t st;
 
+	/* the agent refuses any of these from an engine not registered:
+	 * said here, where it was "not connected, or 100000 messages
+	 * queued" (EPEER) while the connection came up */
+	if (!e->reg) {
+		pdx_mp_out_free(o);
+		return pdx__fail(e, PDX_ENOTREG, "%s: this engine has not "
+				 "registered its KV memory yet "
+				 "(pdx_engine_register first)", e->call);
+	}
 	pdx__relink(e);
-	if (!e->reg || (e->up && e->registered))
+	if (e->up && e->registered)
 		st = pdx__link_send(e, o->buf.data, o->buf.size, false);
 	else
 		st = pdx__fail(e, PDX_EPEER, "the agent is away: %s",

@@ -317,8 +317,9 @@ static void two_threads(struct pdx_engine *e)
 	      pdx_status_str(st), (unsigned long long)ms);
 	pthread_join(th, NULL);
 	CHECK_EQ(w.st, PDX_ETIMEDOUT, "the call under way goes on undisturbed");
-	CHECK_EQ(pdx_engine_abort(e, &x), PDX_EPEER,
-		 "once it returned, the engine is the next caller's");
+	CHECK_EQ(pdx_engine_abort(e, &x), PDX_ENOTREG,
+		 "once it returned, the engine is the next caller's (not "
+		 "registered)");
 }
 
 /* A worker pool forked after connecting: the parent's engine in the
@@ -354,8 +355,8 @@ static void forked_child(struct pdx_engine *e)
 	      "\"forked\") and is freed, instead of hanging (%s %d)",
 	      WIFEXITED(ws) ? "exit" : "signal",
 	      WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
-	CHECK_EQ(pdx_engine_abort(e, &x), PDX_EPEER,
-		 "the parent's engine is as it was");
+	CHECK_EQ(pdx_engine_abort(e, &x), PDX_ENOTREG,
+		 "the parent's engine is as it was (not registered)");
 }
 
 /* An engine that leaves FLOOD events unread while liveness_ms passes
@@ -504,8 +505,8 @@ int main(int argc, char **argv)
 	t0 = pdx_now_ns();
 	st = pdx_engine_abort(lonely, &x);
 	v = (pdx_now_ns() - t0) / 1000000;
-	CHECK(st == PDX_EPEER && v < 100,
-	      "a fire-and-forget call with no agent fails at once: an engine's loop never waits for a dead agent (%s, %llu ms)",
+	CHECK(st == PDX_ENOTREG && v < 100,
+	      "a fire-and-forget call with no agent fails at once, not registered: an engine's loop never waits for a dead agent (%s, %llu ms)",
 	      pdx_status_str(st), (unsigned long long)v);
 	CHECK(pdx_engine_abort_at(lonely, &x, "") == PDX_EINVAL &&
 		      pdx_engine_hold(lonely, &x, "") == PDX_EINVAL,

@@ -260,6 +260,21 @@ class Refusals(Pair):
             self.assertIn("region", cm.exception.reason)
             print(cm.exception)
 
+    def test_calls_before_register_raise_enotreg(self):
+        # at once, saying so (before: EPEER, "not connected, or 100000
+        # messages queued", as if the agent or a peer were at fault)
+        with pdx.Engine(self.ag.engine("d")) as e:
+            x = pdx.XferId()
+            for call in (lambda: e.send(x, self.eng["p"].peer_addr, [1]),
+                         lambda: e.recv(x, self.eng["p"].peer_addr, [1]),
+                         lambda: e.hold(x, self.eng["p"].peer_addr),
+                         lambda: e.layer_done(0, [x])):
+                with self.assertRaises(pdx.Error) as cm:
+                    call()
+                self.assertEqual(cm.exception.status, pdx.ENOTREG)
+                self.assertIn("pdx_engine_register first",
+                              cm.exception.reason)
+
     def test_arguments_out_of_range_raise_before_libpdx(self):
         # ctypes cuts a Python int to its C type without a word (token -5
         # reached the decode side as 4294967291, blocks=2**32 as 0): each
