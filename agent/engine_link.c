@@ -702,15 +702,13 @@ static pdx_status_t check_blocks(const struct agent *a, const uint32_t *blocks,
 	return PDX_OK;
 }
 
-/* The peer a send or recv names, in peer: "" for an open send, or the
- * agent whose want claimed it already (x). False when it names none. */
 /* m's "peer" into peer: a tcp://HOST:PORT an agent may listen at; else
- * false, and why. A port of 0, a wildcard host or one past 65535 waited
+ * false, and why. A wildcard host, or a port of 0 or past 65535, waited
  * out the hello's bound before it failed "no answer to our hello". */
 static bool named_peer(const msgpack_object *m, char *peer, size_t len,
 		       char *why, size_t whylen)
 {
-	char detail[PDX_ADDR_MAX + 96] = "not a str";
+	char detail[PDX_ADDR_MAX + 96] = "no str that fits";
 
 	if (pdx_mp_get_str(m, "peer", peer, len) == 0 &&
 	    pdx_tcp_addr_ok(peer, false, detail, sizeof(detail)))
@@ -720,6 +718,9 @@ static bool named_peer(const msgpack_object *m, char *peer, size_t len,
 	return false;
 }
 
+/* The peer a send or recv names, in peer: "" for an open send, or the
+ * agent whose want claimed it already (x). False when it names none,
+ * and why. */
 static bool announced_peer(const msgpack_object *m, enum xfer_role role,
 			   const struct xfer *x, char *peer, size_t len,
 			   char *why, size_t whylen)
@@ -1127,6 +1128,12 @@ static void on_hold(struct agent *a, const void *eid, size_t eid_len,
 	if (!named_peer(m, peer, sizeof(peer), why, sizeof(why))) {
 		reply_error(a, eid, eid_len, "hold", &id, PDX_EINVAL, "%s",
 			    why);
+		/* libpdx makes the refusal of a hold of one held, not yet
+		 * announced, its failed event: it ends here too, not left
+		 * holding the other senders' KV until its bound */
+		x = xfer_find(a, &id);
+		if (x && x->held && !x->announced && !x->finished)
+			xfer_fail(x, PDX_EINVAL, true, "%s", why);
 		return;
 	}
 	x = xfer_find(a, &id);

@@ -175,10 +175,6 @@ static pdx_status_t hello_check(const struct agent *a, const struct peer *p,
 	uint64_t *sizes;
 	int bad;
 
-	if (!a->reg.ok) {
-		snprintf(err, errlen, "no engine registered at %s", a->peer_addr);
-		return PDX_ENOTREG;
-	}
 	/* Our own hello, come back: the peer's address leads to us (P
 	 * listening on 0.0.0.0 and D advertising P's port under another
 	 * name: P answered D's hello to itself, took its own answer, and
@@ -189,6 +185,10 @@ static pdx_status_t hello_check(const struct agent *a, const struct peer *p,
 			 "--advertise name this agent's address?)",
 			 p->addr);
 		return PDX_EINCOMPAT;
+	}
+	if (!a->reg.ok) {
+		snprintf(err, errlen, "no engine registered at %s", a->peer_addr);
+		return PDX_ENOTREG;
 	}
 	if (h->v != PEER_PROTOCOL_VERSION) {
 		snprintf(err, errlen, "protocol version %llu != %d",
@@ -767,7 +767,7 @@ void handshake_on_hello(struct agent *a, const char *from,
 		peer_reset(a, p);
 		if (!is_ack && !own)
 			send_nack(a, p, st, err);
-		else if (!a->reg.ok)
+		else if (!own && !a->reg.ok)
 			/* it took our hello, sent before our engine's end,
 			 * and maps that engine's memory: the gone said at
 			 * the end did not go to it (no handshake yet) */

@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/mp.h"
+#include "common/tcp_addr.h"
 
 #define MAX_TP 0x7fff
 
@@ -72,14 +73,21 @@ int tp_legs_pick(const struct agent *a, const msgpack_object *peers,
 	n = peers->via.array.size;
 	for (uint32_t i = 0; i < n; i++) {
 		const msgpack_object *o = &peers->via.array.ptr[i];
+		char addr[PDX_ADDR_MAX], detail[PDX_ADDR_MAX + 96] = "no str that fits";
 
-		if (o->type != MSGPACK_OBJECT_STR || o->via.str.size < 7 ||
-		    o->via.str.size >= PDX_ADDR_MAX ||
-		    strncmp(o->via.str.ptr, "tcp://", 6) != 0) {
-			snprintf(why, whylen, "peers[%u]: want a tcp:// address",
-				 i);
-			return -1;
+		/* as a plain recv's peer (engine_link.c): one an agent may
+		 * listen at */
+		if (o->type == MSGPACK_OBJECT_STR &&
+		    o->via.str.size < PDX_ADDR_MAX) {
+			snprintf(addr, sizeof(addr), "%.*s",
+				 (int)o->via.str.size, o->via.str.ptr);
+			if (pdx_tcp_addr_ok(addr, false, detail,
+					    sizeof(detail)))
+				continue;
 		}
+		snprintf(why, whylen, "peers[%u]: want a tcp:// address (%s)",
+			 i, detail);
+		return -1;
 	}
 	if (n == me.size) {
 		const msgpack_object *o = &peers->via.array.ptr[me.rank];

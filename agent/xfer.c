@@ -122,6 +122,19 @@ static void await_arm(struct xfer *x)
 	evtimer_add(x->timer, &tv);
 }
 
+/* Our hello to x's peer went unanswered for its whole bound, or all but
+ * a hair of it: the transfer's own bound, as long, runs out first (the
+ * hello went after the transfer began). A shorter one says nothing of
+ * the hello: our connects may not have had the time to meet anything. */
+static bool hello_waited_out(const struct xfer *x)
+{
+	const struct peer *p = x->peer;
+
+	return p && p->state == PEER_HELLO_SENT &&
+	       pdx_now_ns() - p->hello_sent_ns + ms_ns(100) >=
+		   ms_ns(x->agent->cfg.handshake_timeout_ms);
+}
+
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
 	struct xfer *x = arg;
@@ -195,12 +208,9 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 			  "it cannot reach this agent's --advertise %s: %s",
 			  x->peer_addr, a->cfg.handshake_timeout_ms,
 			  a->peer_addr, x->peer->cannot_reach_us);
-	else if ((which == BOUND_HANDSHAKE ||
-		  (x->peer && x->peer->state == PEER_HELLO_SENT)) &&
+	else if ((which == BOUND_HANDSHAKE || hello_waited_out(x)) &&
 		 a->peer_return &&
 		 a->peer_return->unreached(a, x->peer, why, sizeof(why)))
-		/* (the transfer's own bound, as long as the hello's, runs
-		 * out a hair first: the hello went after it began) */
 		xfer_fail(x, PDX_EPEER, true,
 			  "no answer to our hello from %s in %llu ms: our "
 			  "connects there met: %s",

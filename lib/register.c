@@ -319,12 +319,12 @@ pdx_status_t pdx__register(struct pdx_engine *e,
 			pdx_mp_bin(&o.pk, ev->handles[i], PDX_CUDA_IPC_BYTES);
 	}
 	st = register_exchange(e, o.buf.data, o.buf.size);
-	if (st == PDX_OK) {
+	if (st == PDX_OK) { /* kept to register again: the message itself
+			     * (a copy that failed left the engine taken
+			     * for one that never registered) */
 		free(e->reg);
-		e->reg = malloc(o.buf.size);
-		e->reg_len = e->reg ? o.buf.size : 0;
-		if (e->reg)
-			memcpy(e->reg, o.buf.data, o.buf.size);
+		e->reg_len = o.buf.size;
+		e->reg = msgpack_sbuffer_release(&o.buf);
 	}
 	pdx_mp_out_free(&o);
 	return st;

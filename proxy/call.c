@@ -289,14 +289,26 @@ void pdx_call_reply_no_instance(struct pdx_call *c, enum pdx_pool_role role)
 {
 	const struct pdx_pool *p = &c->px->pool[role];
 	const char *model = pdx_call_model(c);
-	char msg[256];
+	unsigned misplaced = 0;
+	char msg[320];
 
+	for (unsigned k = 0; k < p->n; k++)
+		misplaced += p->inst[k]->misplaced;
 	if (model && pdx_pool_has_usable(p, c->avoid[role], NULL, true) &&
 	    !pdx_pool_has_usable(p, c->avoid[role], model, false))
 		snprintf(msg, sizeof(msg),
 			 "no usable %s instance serves model %.100s (those "
 			 "usable serve others: GET /admin/instances)",
 			 pdx_pool_role_name(role), model);
+	else if (misplaced)
+		/* the 502 that said what to fix came once: say it on */
+		snprintf(msg, sizeof(msg),
+			 "no usable %s instance: of all %u, %u in the wrong "
+			 "pool by their /v1/pdx/info (another role, or no "
+			 "agent: are --prefill and --decode swapped? GET "
+			 "/admin/instances says \"misplaced\"), the others "
+			 "unhealthy or with their circuit breaker open",
+			 pdx_pool_role_name(role), p->n, misplaced);
 	else if (p->n)
 		snprintf(msg, sizeof(msg),
 			 "no usable %s instance: all %u unhealthy or with "
@@ -598,6 +610,8 @@ static int call_start(struct pdx_call *c, struct pdx_inst *inst,
 	}
 	p.inst = c->inst;
 	p.partner = partner_of(c, c->inst);
+	/* a decode leg of a transfer (see upstream.h) */
+	p.hand_off = role == PDX_POOL_DECODE && p.partner && !probe;
 	p.port = port;
 	p.probe = probe;
 	log_debug("%s: %s %s to %s", c->req_id, pdx_pool_role_name(role), path,

@@ -123,14 +123,17 @@ static void check_engine_id(struct pdx_inst *i, struct evhttp_request *req)
 	const char *id = evhttp_find_header(
 	    evhttp_request_get_input_headers(req), "X-PDX-Engine-Id");
 
-	if (!id || !strcmp(id, i->engine_id))
+	if (!id) /* none: an engine that says none (vLLM), now or ever */
+		id = "";
+	/* as kept: a longer one is cut to it, and read as the same */
+	if (!strncmp(id, i->engine_id, sizeof(i->engine_id) - 1))
 		return;
 	if (i->engine_id[0]) {
 		log_info("%s instance %s: its engine started again (engine "
 			 "id %s, was %s): its models, role and agents are "
 			 "asked again",
-			 pdx_pool_role_name(i->role), i->url, id,
-			 i->engine_id);
+			 pdx_pool_role_name(i->role), i->url,
+			 id[0] ? id : "none", i->engine_id);
 		i->models.known = false;
 		i->peer_known = false;
 		i->misplaced = false;

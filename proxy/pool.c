@@ -143,8 +143,10 @@ int pdx_pool_add(struct pdx_pool *p, const char *addr, char *err, size_t errlen)
 		i->breaker.state = PDX_BREAKER_CLOSED;
 		i->breaker.fails = 0;
 		i->breaker.until_ns = 0;
-		/* its engine may have restarted */
+		/* its engine may have restarted, or moved to its pool */
 		i->peer_known = i->models.known = false;
+		i->misplaced = false;
+		i->engine_id[0] = '\0';
 		p->inst[p->n++] = i;
 		return 0;
 	}

@@ -18,20 +18,21 @@
  * peer, at the first-byte deadline the response head must have come.
  *
  * A leg's connection is freed (or given back) by us, never by evhttp: at
- * once when the leg is cancelled or times out (no request callback runs
- * then), and from the timer, right after the loop has left evhttp's
- * callbacks, when the response ended.
+ * once when the leg is cancelled (but below) or times out (no request
+ * callback runs then), and from the timer, right after the loop has left
+ * evhttp's callbacks, when the response ended. evhttp fails a request
+ * inside evhttp_make_request() when it cannot even make a socket (out of
+ * file descriptors); that failure is told from the timer too.
  *
- * A leg cancelled before its request is all written (evhttp writes it
- * once connected, on a later turn of the loop) is handed off: it writes
- * the request, then closes, and nobody hears of it. So its engine sees
+ * A hand_off leg cancelled before its request is all written (evhttp
+ * writes it once connected, on a later turn of the loop) is handed off:
+ * it writes the request, then closes from the timer, its callbacks
+ * ignored, within --connect-timeout of the cancel. So its engine sees
  * the request and its client leave, as for any cancelled leg. Dropped,
- * the engine would never learn of it: a decode leg with a transfer
- * whose prefill had answered (the sequential flow, its client gone a
- * moment after P's answer) left P's KV held until its lease ran out.
- * A handed-off leg is bounded by the connect deadline. evhttp fails a request inside
- * evhttp_make_request() when it cannot even make a socket (out of file
- * descriptors); that failure is told from the timer too. */
+ * the engine never learnt of it: a decode leg of a transfer whose
+ * prefill had answered (the sequential flow, its client gone a moment
+ * after P's answer) left P's KV held until its lease ran out. At most
+ * HAND_OFF_MAX at once (each keeps a socket): past them, dropped. */
 #define PDX_LOG_TOPIC "upstream"
 #include "proxy/upstream.h"
 
@@ -48,6 +49,8 @@
 #include "common/nodelay.h"
 #include "proxy/inst_host.h"
 #include "proxy/pool.h"
+
+enum { HAND_OFF_MAX = 64 };
 
 struct pdx_upstream {
 	LIST_ENTRY(pdx_upstream) link;
@@ -72,7 +75,9 @@ struct pdx_upstream {
 	bool no_fds;	   /* for want of a descriptor here: not counted */
 	bool ended;	   /* the timer now frees the leg */
 	bool reuse;	   /* the response ended completely */
-	/* on the connection's output: is the request written? */
+	struct pdx_upstreams *set;
+	/* on the connection's output of a hand_off leg: is the request
+	 * written? */
 	struct evbuffer_cb_entry *out_watch;
 	bool queued;	 /* evhttp put the request there (once connected) */
 	bool handed_off; /* cancelled, and writes it before it closes */
@@ -176,6 +181,8 @@ static void leg_free(struct pdx_upstream *u)
 {
 	if (u->out_watch)
 		evbuffer_remove_cb_entry(conn_output(u->conn), u->out_watch);
+	if (u->handed_off)
+		u->set->handed_off--;
 	if (u->conn && !(u->reuse && idle_put(u)))
 		evhttp_connection_free(u->conn);
 	if (u->timer)
@@ -489,6 +496,7 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 	if (!u)
 		return -1;
 	LIST_INSERT_HEAD(&p->set->legs, u, link);
+	u->set = p->set;
 	u->cbs = *cbs;
 	u->inst = p->inst;
 	pdx_pool_ref(u->inst);
@@ -510,8 +518,9 @@ int pdx_upstream_start(const struct pdx_upstream_params *p,
 			goto fail;
 	}
 	u->connect_timeout_ms = p->connect_timeout_ms;
-	u->out_watch = evbuffer_add_cb(conn_output(u->conn), on_output, u);
-	if (!u->out_watch)
+	if (p->hand_off &&
+	    !(u->out_watch = evbuffer_add_cb(conn_output(u->conn), on_output,
+					     u)))
 		goto fail;
 	/* a reused connection still has the last leg's settings */
 	evhttp_connection_set_timeout(u->conn, (int)p->idle_timeout_s);
@@ -593,11 +602,16 @@ void pdx_upstream_cancel(struct pdx_upstream *u)
 
 	if (!u)
 		return;
-	if (u->ended || u->failed_early || request_written(u)) {
+	if (!u->out_watch || u->ended || u->failed_early ||
+	    request_written(u) || u->set->handed_off >= HAND_OFF_MAX) {
 		leg_free(u);
 		return;
 	}
+	log_debug("%s instance %s: a leg cancelled before its request was "
+		  "written writes it, then closes",
+		  pdx_pool_role_name(u->inst->role), u->inst->url);
 	u->handed_off = true;
+	u->set->handed_off++;
 	u->reuse = false;
 	tv_ms(&tv, u->connect_timeout_ms);
 	evtimer_add(u->timer, &tv);

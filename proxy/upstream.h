@@ -35,6 +35,7 @@ struct pdx_upstream;
  * exit. Zero-initialised (LIST_INIT) before use. */
 struct pdx_upstreams {
 	LIST_HEAD(, pdx_upstream) legs;
+	unsigned handed_off; /* cancelled legs writing their request */
 };
 
 /* Frees every leg left (at exit, after the calls are gone). */
@@ -76,6 +77,11 @@ struct pdx_upstream_params {
 	const void *body;	/* may be NULL */
 	size_t body_len;
 	bool stream_body; /* on_chunk instead of collecting */
+	/* cancelled before its request is all written, the leg writes it
+	 * and then closes, so its engine sees it and its client leave (a
+	 * decode leg of a transfer: only its engine's abort frees the KV
+	 * its prefill instance holds for it); else it is dropped */
+	bool hand_off;
 	unsigned connect_timeout_ms, first_byte_timeout_ms, idle_timeout_s;
 	size_t max_body;       /* of a collected response */
 	unsigned keepalive;    /* idle connections kept per instance; 0: none */
@@ -101,10 +107,10 @@ bool pdx_upstream_out_of_fds(const struct pdx_upstream *u);
 struct pdx_inst *pdx_upstream_both(const struct pdx_upstream *u);
 
 /* Abandons the leg and closes its connection, so the engine sees its
- * client leave; no callback fires. A request not yet all written is
- * written first (within the connect deadline), so the engine sees it and
- * then its client leave. NULL-safe. Not from inside the leg's own
- * callbacks. */
+ * client leave; no callback fires. A hand_off leg whose request is not
+ * yet all written writes it first (--connect-timeout from now at most),
+ * so its engine sees the request and then its client leave. NULL-safe.
+ * Not from inside the leg's own callbacks. */
 void pdx_upstream_cancel(struct pdx_upstream *u);
 
 #endif

@@ -323,9 +323,11 @@ pdx_status_t pdx_engine_recv_opts(struct pdx_engine *e,
  * at most the agent's --xfer-timeout-ms. Without it, the sender keeps the
  * KV --lease-ms after announcing it. A held transfer that fails before its
  * pdx_engine_recv() (the sender's agent lost, that bound passed, the link
- * to our agent lost, or the hold refused: a peer that is no tcp://
- * address) ends in a failed event, so the queued request can end now; after pdx_engine_recv() its one event is the receive's, and
- * after pdx_engine_abort() or pdx_engine_abort_at() there is none. */
+ * to our agent lost, or the hold refused: a peer no agent listens at,
+ * such as port 0 or a wildcard host) ends in a failed event, so the
+ * queued request can end now; after pdx_engine_recv() its one event is
+ * the receive's, and after pdx_engine_abort() or pdx_engine_abort_at()
+ * there is none. */
 pdx_status_t pdx_engine_hold(struct pdx_engine *e,
 			     const struct pdx_xfer_id *xfer, const char *peer);
 

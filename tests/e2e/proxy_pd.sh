@@ -194,6 +194,13 @@ for case in "XW:are --prefill and --decode swapped" "XN:has no agent"; do
 	status_is 502 "${case%%:*}"
 	grep -q "${case#*:}" "$E2E_TMP/body" || fail "${case%%:*}: $(cat "$E2E_TMP/body")"
 	grep -q "${case#*:}" "$E2E_TMP/${case%%:*}.log" || fail "${case%%:*}: not logged"
+	# that instance is out of the picks now, the only one of its pool:
+	# the 503 says why (not "unhealthy or with their circuit breaker
+	# open", which it is not)
+	PORT=$(eval echo "\$PORT_${case%%:*}") post /v1/completions '{"prompt": "a b", "max_tokens": 2}' >/dev/null
+	status_is 503 "${case%%:*}, again"
+	grep -q "in the wrong pool by their /v1/pdx/info" "$E2E_TMP/body" ||
+		fail "${case%%:*}, again: $(cat "$E2E_TMP/body")"
 done
 
 # a decode engine listed among two --prefill instances: the request

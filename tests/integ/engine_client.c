@@ -789,9 +789,17 @@ int main(int argc, char **argv)
 		CHECK(pdx_engine_link_status(e, why, sizeof(why)) == PDX_EPEER &&
 			      strstr(why, "link to the agent was lost"),
 		      "the link's status says the agent is away (%s)", why);
+		t0 = pdx_now_ns();
 		CHECK(pdx_engine_recv(e, &xb, "tcp://peer:9", blocks, 3, 0) ==
 			      PDX_EPEER,
 		      "announcements fail at once while it is away");
+		CHECK(pdx_engine_abort(e, &xb) == PDX_EPEER &&
+			      pdx_engine_layer_done(e, 0, &xb, 1) == PDX_EPEER,
+		      "so do fire-and-forget calls of a registered engine");
+		v = (pdx_now_ns() - t0) / 1000000;
+		CHECK(v < 100, "none of them waits for the dead agent (%llu "
+			       "ms): an engine's loop never does",
+		      (unsigned long long)v);
 	}
 
 	/* a fake agent again, for what needs one alive */

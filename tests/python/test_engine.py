@@ -231,6 +231,18 @@ class Refusals(Pair):
         ev = self.event("d", x, timeout=3)
         self.assertEqual((ev.kind, ev.status), (pdx.FAILED, pdx.EINVAL), ev)
         self.assertIn("tcp://", ev.reason)
+        # a refused second hold of one held, not announced: its failed
+        # event, and the agent ends it too, telling the sender (before:
+        # it kept holding the sender's KV until its own bound)
+        x = pdx.XferId()
+        P, D = self.eng["p"], self.eng["d"]
+        D.hold(x, P.peer_addr)
+        P.send(x, D.peer_addr, [1])
+        time.sleep(0.2)
+        D.hold(x, "not-an-address")
+        ev = self.event("d", x, timeout=3)
+        self.assertEqual((ev.kind, ev.status), (pdx.FAILED, pdx.EINVAL), ev)
+        self.assertEqual(self.event("p", x, timeout=3).kind, pdx.FAILED)
         # a refused second hold of an announced transfer leaves it to
         # run (its one event is the transfer's own)
         x = pdx.XferId()
