@@ -218,13 +218,23 @@ static void sent(struct peer *p)
 }
 
 /* Our connects to p never joined, and what they met is sure (no such
- * host here, nothing listens there, no agent of ours there): a hello of
+ * host here, nothing listens there, our CURVE key refused): a hello of
  * ours unanswered says it, where it said "is an agent listening there"
- * whatever they met. */
+ * whatever they met. One that something took with no handshake of it
+ * is left to those words, which ask about CURVE on both sides: so it
+ * goes between an agent with CURVE and one without. */
 static bool unreached(struct agent *a, struct peer *p, char *why, size_t len)
 {
-	return p->ret && !joined(a, p) &&
-	       connect_watch_why(&p->ret->conn, why, len);
+	const struct connect_watch *w;
+
+	if (!p->ret || joined(a, p))
+		return false;
+	w = &p->ret->conn;
+	if (!(w->seen & ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) &&
+	    (w->seen & (ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+			ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)))
+		return false;
+	return connect_watch_why(w, why, len);
 }
 
 static void closed(struct agent *a, struct peer *p)

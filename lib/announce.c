@@ -45,9 +45,11 @@ static pdx_status_t send_out(struct pdx_engine *e, struct pdx_mp_out *o)
 	 * queued" (EPEER) while the connection came up */
 	if (!e->reg) {
 		pdx_mp_out_free(o);
-		return pdx__fail(e, PDX_ENOTREG, "%s: this engine has not "
-				 "registered its KV memory yet "
-				 "(pdx_engine_register first)", e->call);
+		/* said at warn, as that was: a mistake of the engine's */
+		return pdx__fail_log(e, PDX_LOG_WARN, PDX_ENOTREG,
+				     "%s: this engine has not registered its "
+				     "KV memory yet (pdx_engine_register "
+				     "first)", e->call);
 	}
 	pdx__relink(e);
 	if (e->up && e->registered)

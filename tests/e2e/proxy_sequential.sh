@@ -51,6 +51,7 @@ PYEOF
 
 named_engine_start P "$ENGINE" --time-scale 0
 named_engine_start D "$ENGINE" --time-scale 0
+named_engine_start D2 "$ENGINE" --time-scale 0 # added by the admin API
 named_engine_start X "$PROXY" --prefill "127.0.0.1:$PORT_P" --decoder-hosts 127.0.0.1 \
 	--decoder-ports "$PORT_D" --on-prefill-failure local \
 	--admin-token s3cret --policy-d least-loaded --flow sequential --retries 0
@@ -94,10 +95,13 @@ admin GET /admin/instances wrong >/dev/null
 status_is 401 "admin with a wrong token"
 admin GET /admin/instances s3cret |
 	py "import json,sys; r=json.load(sys.stdin); assert sorted((i['role'], i['url']) for i in r['instances']) == [('decode', 'http://127.0.0.1:$PORT_D'), ('prefill', 'http://127.0.0.1:$PORT_P')], r" "admin list"
-admin POST /admin/instances s3cret "{\"role\": \"decode\", \"url\": \"http://127.0.0.1:$PORT_P\"}" >/dev/null
+admin POST /admin/instances s3cret "{\"role\": \"decode\", \"url\": \"http://127.0.0.1:$PORT_D2\"}" >/dev/null
 status_is 201 "admin add"
-admin POST /admin/instances s3cret "{\"role\": \"decode\", \"url\": \"http://127.0.0.1:$PORT_P\"}" >/dev/null
+admin POST /admin/instances s3cret "{\"role\": \"decode\", \"url\": \"http://127.0.0.1:$PORT_D2\"}" >/dev/null
 status_is 409 "admin add twice"
+# an engine of the prefill pool: one or the other, as on the command line
+admin POST /admin/instances s3cret "{\"role\": \"decode\", \"url\": \"http://127.0.0.1:$PORT_P\"}" >/dev/null
+status_is 409 "admin add of a prefill instance as decode"
 admin POST /admin/instances s3cret '{"role": "middle", "url": "http://127.0.0.1:1"}' >/dev/null
 status_is 400 "admin add with a bad role"
 # a host that is no name or address: a CR LF in one split the /metrics

@@ -138,8 +138,8 @@ static void no_agent(void)
 		return;
 	}
 	pdx_xfer_id_random(&x);
-	FAILS(pdx_engine_send(e, &x, "tcp://127.0.0.1:1", &b, 1), PDX_EPEER,
-	      "not connected", "send with no agent there");
+	FAILS(pdx_engine_send(e, &x, "tcp://127.0.0.1:1", &b, 1), PDX_ENOTREG,
+	      "pdx_engine_register first", "send before a register");
 	struct pdx_kv_layer layer = {{{0, 0}, {0, 32}}, 64};
 	struct pdx_kv_layout l = {1, 2, 1, 1, 1, 8, 4, PDX_KV_NHD, &layer};
 	struct pdx_engine_region r = {.type = PDX_MEM_SHM, .shm_name = "/x",

@@ -47,7 +47,8 @@ diff -u "$E2E_TMP/declared" "$E2E_TMP/exported" >"$E2E_TMP/abi.diff" ||
 echo "abi: $(wc -l <"$E2E_TMP/exported") functions exported, as declared; soname libpdx.so.0"
 
 # C++: the headers compile, extern "C" links. The program also meets no
-# agent: the send fails at once, and the library says so on stderr, at
+# agent and registers nothing: the send fails at once (ENOTREG), and the
+# library says so on stderr, at
 # the level PDX_LOG_LEVEL or pdx_engine_set_log_level() (which wins) sets.
 cat >"$E2E_TMP/cxx.cc" <<'EOF'
 #include <pdx/engine.h>
@@ -67,7 +68,7 @@ int main(int argc, char **argv)
 		return 2;
 	if (pdx_engine_connect(&p, &e) != PDX_OK)
 		return 3;
-	if (pdx_engine_send(e, &x, "tcp://127.0.0.1:1", &block, 1) != PDX_EPEER)
+	if (pdx_engine_send(e, &x, "tcp://127.0.0.1:1", &block, 1) != PDX_ENOTREG)
 		return 4;
 	pdx_engine_free(e);
 	return std::strcmp(pdx_status_str(PDX_EAGENT), "the engine's agent went away");
@@ -75,7 +76,7 @@ int main(int argc, char **argv)
 EOF
 c++ -Wall -Wextra -Werror "${FLAGS[@]}" "$E2E_TMP/cxx.cc" -o "$E2E_TMP/cxx" $cflags $libs \
 	2>"$E2E_TMP/cxx.log" || fail "C++: $(cat "$E2E_TMP/cxx.log")"
-said='libpdx engine: send to agent: not connected'
+said='libpdx engine: send: this engine has not registered its KV memory yet'
 cxx() { LD_LIBRARY_PATH=$libdir "$E2E_TMP/cxx" "ipc://$E2E_TMP/nobody" "$@" 2>"$E2E_TMP/cxx.err" ||
 	fail "C++ program: exit $?: $(cat "$E2E_TMP/cxx.err")"; }
 cxx
